@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds moestream and runs the default test suite (CPU tests; GPU tests skip
+# themselves where no device is found). Then runs the GGUF reader fuzzer for
+# FUZZ_SECONDS (default 60; 0 skips it).
+# Longer suites: ctest --test-dir build -L slow
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ARGS=()
+# Where no GPU is visible, compile the CUDA code for one architecture only:
+# it is still compiled (so it cannot rot) but builds fast.
+if ! nvidia-smi >/dev/null 2>&1; then ARGS+=(-DCMAKE_CUDA_ARCHITECTURES=75); fi
+bash scripts/build.sh "${ARGS[@]}"
+ctest --test-dir build --output-on-failure -j "$(nproc)" -LE slow
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+if [ "$FUZZ_SECONDS" -gt 0 ]; then bash scripts/fuzz.sh "$FUZZ_SECONDS"; fi

@@ -1,0 +1,37 @@
+// moestream: run Mixture-of-Experts models larger than the GPU's memory.
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "util/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"moestream — MoE inference with experts streamed between VRAM, RAM and CPU"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "moestream 0.1.0");
+  auto& commands = ms::cli::CommandRegistry::all();
+  std::sort(commands.begin(), commands.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::pair<CLI::App*, std::function<int()>>> runners;
+  for (auto& [name, setup] : commands) {
+    std::function<int()> run = setup(app);
+    runners.emplace_back(app.get_subcommand(name), std::move(run));
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto& [sub, run] : runners)
+      if (sub && sub->parsed()) return run();
+  } catch (const ms::Error& e) {
+    std::fprintf(stderr, "moestream: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moestream: internal error: %s\n", e.what());
+    return 2;
+  }
+  return 1;
+}
