@@ -50,7 +50,9 @@ struct GgufValue {
   static GgufValue of_u32(uint32_t v);
   static GgufValue of_i32(int32_t v);
   static GgufValue of_u64(uint64_t v);
+  static GgufValue of_i64(int64_t v);
   static GgufValue of_f32(float v);
+  static GgufValue of_f64(double v);
   static GgufValue of_bool(bool v);
   static GgufValue of_string(std::string v);
   static GgufValue of_array(GgufType elem_type, std::vector<GgufValue> elems);
@@ -58,6 +60,12 @@ struct GgufValue {
   static GgufValue of_f32s(const std::vector<float>& v);
   static GgufValue of_i32s(const std::vector<int32_t>& v);
 };
+
+// Limits the reader enforces beyond the format itself, so that a corrupt count
+// in a large file cannot make it allocate without bound (the largest real
+// vocabularies use about 1M array elements in all).
+constexpr int kGgufMaxArrayDepth = 8;                 // arrays of arrays of ...
+constexpr uint64_t kGgufMaxArrayElements = 1ull << 24;  // all metadata arrays together
 
 struct GgufTensorInfo {
   std::string name;
@@ -74,6 +82,8 @@ struct GgufTensorInfo {
   int64_t n_rows() const;   // product of shape[1..]
   uint64_t row_nbytes() const;
 };
+
+class MappedFile;
 
 class GgufFile {
  public:
@@ -114,7 +124,8 @@ class GgufFile {
 
  private:
   GgufFile() = default;
-  void parse();
+  void parse();  // gguf_reader.cpp; fills everything below from base_/size_
+  std::unique_ptr<MappedFile> map_;  // open(): owns the mapping; from_memory(): null
   std::string path_;
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
@@ -133,9 +144,15 @@ class GgufFile {
 // order declared. Tensor data is aligned to `general.alignment` (default 32).
 class GgufWriter {
  public:
+  // Creates (truncates) the file now, so a bad path fails early.
   explicit GgufWriter(const std::string& path);
   ~GgufWriter();  // an unfinished file is removed
+  GgufWriter(const GgufWriter&) = delete;
+  GgufWriter& operator=(const GgufWriter&) = delete;
 
+  // Metadata and tensors can be declared until the header is written. Values
+  // are checked (array elements match elem_type, scalars fit their type,
+  // general.alignment is a uint32 power of two) and a bad one throws.
   void set(const std::string& key, GgufValue value);  // replaces an earlier value
   void add_tensor(const std::string& name, DType type, std::vector<int64_t> shape);
 
@@ -143,19 +160,26 @@ class GgufWriter {
   // write_tensor_data if not called before.
   void write_header();
   // Appends the bytes of the next declared tensor (in declaration order). May
-  // be called several times per tensor with consecutive chunks; a tensor is
-  // complete when its nbytes have been written.
+  // be called several times per tensor with consecutive chunks, and one chunk
+  // may run on into the next tensors; a tensor is complete when its nbytes
+  // have been written. Zero padding to the alignment is added between tensors.
   void write_tensor_data(const void* data, size_t nbytes);
-  // Checks every tensor is complete, flushes and closes. Throws on I/O errors.
+  // Writes the header if not yet written, checks every tensor is complete,
+  // flushes and closes. Throws on I/O errors (the file is then removed).
   void finish();
 
  private:
+  void write_bytes(const void* p, size_t n);  // throws ms::Error on I/O errors
+  void pad_to(uint64_t pos);                  // zero bytes up to file position pos
+
   std::string path_;
   std::FILE* file_ = nullptr;
   uint64_t alignment_ = 32;
   std::vector<std::pair<std::string, GgufValue>> kv_;
-  std::vector<GgufTensorInfo> tensors_;
+  std::vector<GgufTensorInfo> tensors_;  // offsets set by write_header
+  std::map<std::string, size_t> tensor_index_;
   bool header_written_ = false;
+  bool remove_on_failure_ = false;  // only a regular file we created is removed
   size_t current_ = 0;          // tensor being written
   uint64_t current_written_ = 0;
   uint64_t pos_ = 0;            // bytes written so far

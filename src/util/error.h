@@ -9,6 +9,9 @@ namespace ms {
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+  // Out of line (error.cpp) so the type's vtable and typeinfo live in ms_util
+  // and every library that throws or catches it links the same way.
+  ~Error() override;
 };
 
 }  // namespace ms

@@ -1,0 +1,59 @@
+// `moestream gen`: writes a synthetic model with the real shapes and quant
+// mix of a known MoE (random weights, working tokenizer), for tests and
+// benchmarks. See src/engine/generator.h for how weights and skew are made.
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "cli/commands.h"
+#include "cpu/thread_pool.h"
+#include "engine/generator.h"
+#include "util/bytes.h"
+
+namespace ms::cli {
+namespace {
+
+RegisterCommand reg("gen", [](CLI::App& app) {
+  auto* sub = app.add_subcommand("gen", "Generate a synthetic model (random weights, real shapes) as GGUF");
+  auto opt = std::make_shared<GenOptions>();
+  auto out = std::make_shared<std::string>();
+  auto threads = std::make_shared<int>(0);
+  auto quiet = std::make_shared<bool>(false);
+  sub->add_option("--arch", opt->arch, "qwen3moe | mixtral | qwen3 | qwen2 | llama (dense)")->capture_default_str();
+  sub->add_option("--preset", opt->preset, "tiny | qwen3-30b-a3b | mixtral-8x7b")->capture_default_str();
+  sub->add_option("--quant", opt->quant, "q4_k_m | q4_k | q5_k | q6_k | q8_0 | q4_0 | f16 | bf16 | f32")
+      ->capture_default_str();
+  sub->add_option("--router-skew", opt->router_skew,
+                  "Zipf exponent S of expert popularity (0: uniform routing)")->capture_default_str();
+  sub->add_option("--seed", opt->seed, "random seed (same seed, same file)")->capture_default_str();
+  sub->add_option("--layout", opt->layout, "expert tensors: stacked | merged | per-expert")->capture_default_str();
+  sub->add_option("--layers", opt->n_layer, "override the preset's layer count (0: keep)");
+  sub->add_option("--ctx", opt->n_ctx, "override the preset's context length (0: keep)");
+  sub->add_option("-t,--threads", *threads, "threads for quantization (0: all cores)");
+  sub->add_flag("-q,--quiet", *quiet, "no progress output");
+  sub->add_option("-o,--output", *out, "output .gguf file")->required();
+  return [=]() -> int {
+    ThreadPool pool(*threads);
+    GenOptions o = *opt;
+    const auto t0 = std::chrono::steady_clock::now();
+    double last = -1;
+    if (!*quiet)
+      o.progress = [&](uint64_t done, uint64_t total) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (s - last < 0.5 && done != total) return;
+        last = s;
+        std::fprintf(stderr, "\rgen: %s / %s (%.0f%%), %.1f s   ", format_bytes(done).c_str(),
+                     format_bytes(total).c_str(), 100.0 * static_cast<double>(done) / static_cast<double>(total), s);
+      };
+    GenResult r = generate_model(o, *out, pool);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!*quiet) std::fprintf(stderr, "\n");
+    std::printf("wrote %s: %s (%s), %d layers, %llu tensors [%s], %s in %.1f s\n", out->c_str(), r.shape.name.c_str(),
+                r.shape.gguf_arch.c_str(), r.shape.n_layer, static_cast<unsigned long long>(r.n_tensors), r.mix.c_str(),
+                format_bytes(r.file_bytes).c_str(), s);
+    return 0;
+  };
+});
+
+}  // namespace
+}  // namespace ms::cli

@@ -1,0 +1,290 @@
+// `moestream inspect FILE.gguf [--vram 12G] [--ctx 4096] [--json] [--no-tensors] [--metadata]`:
+// what a GGUF holds (file, architecture, tokenizer, tensors), how its bytes
+// split between dense weights and routed experts, and what a VRAM budget
+// leaves for experts. The sums live in src/model (tested there); this file
+// only prints them.
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "format/gguf.h"
+#include "model/hparams.h"
+#include "model/tensor_roles.h"
+#include "util/bytes.h"
+#include "util/error.h"
+
+namespace ms::cli {
+namespace {
+
+struct InspectArgs {
+  std::string path, vram;
+  int64_t ctx = 4096;
+  bool json = false, no_tensors = false, metadata = false;
+};
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "{";
+  for (size_t k = 0; k < s.size(); ++k) {
+    if (k) out += ", ";
+    out += std::to_string(s[k]);
+  }
+  return out + "}";
+}
+
+std::string num(double d, const char* fmt = "%g") {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, d);
+  return buf;
+}
+
+// "1.2 GiB (1288490188 B)"
+std::string bytes_both(uint64_t b) {
+  return b < 1024 ? format_bytes(b) : format_bytes(b) + " (" + std::to_string(b) + " B)";
+}
+
+struct TokenizerSummary {
+  std::string model, pre;
+  int64_t n_tokens = 0;
+  int64_t bos = -1, eos = -1;
+  std::string bos_text, eos_text;
+  bool chat_template = false;
+};
+
+TokenizerSummary read_tokenizer(const GgufFile& f) {
+  TokenizerSummary t;
+  t.model = f.get_string("tokenizer.ggml.model", "");
+  t.pre = f.get_string("tokenizer.ggml.pre", "");
+  const GgufValue* toks = f.find("tokenizer.ggml.tokens");
+  const bool have_tokens = toks && toks->type == GgufType::ARRAY;
+  if (have_tokens) t.n_tokens = static_cast<int64_t>(toks->arr.size());
+  auto id_text = [&](const char* key, int64_t& id, std::string& text) {
+    id = f.get_int(key, -1);
+    if (have_tokens && id >= 0 && id < t.n_tokens && toks->arr[static_cast<size_t>(id)].type == GgufType::STRING)
+      text = toks->arr[static_cast<size_t>(id)].s;
+  };
+  id_text("tokenizer.ggml.bos_token_id", t.bos, t.bos_text);
+  id_text("tokenizer.ggml.eos_token_id", t.eos, t.eos_text);
+  t.chat_template = f.has("tokenizer.chat_template");
+  return t;
+}
+
+// Layers with attention, as "all 48" or "12 of 48: 3, 7, 11, ...".
+std::string attention_layers_str(const ModelHParams& h) {
+  const int n = h.n_attention_layers();
+  if (n == h.n_layer) return "all " + std::to_string(n);
+  std::string s = std::to_string(n) + " of " + std::to_string(h.n_layer);
+  int shown = 0;
+  for (size_t il = 0; il < h.layer_has_attention.size(); ++il) {
+    if (!h.layer_has_attention[il]) continue;
+    if (shown == 8) {
+      s += ", ...";
+      break;
+    }
+    s += (shown++ ? ", " : ": ") + std::to_string(il);
+  }
+  return s;
+}
+
+std::string kv_formula(const ModelHParams& h, int64_t ctx) {
+  int64_t kv_heads = 0;  // summed over the layers with attention (counts may differ per layer)
+  for (size_t il = 0; il < h.n_head_kv_layer.size(); ++il)
+    if (h.layer_has_attention[il]) kv_heads += h.n_head_kv_layer[il];
+  return std::to_string(ctx) + " tokens x " + std::to_string(kv_heads) + " KV heads (over " +
+         std::to_string(h.n_attention_layers()) + " attention layers) x (" + std::to_string(h.head_dim) + " + " +
+         std::to_string(h.head_dim_v) + ") dims x 2 B (F16 K and V)";
+}
+
+std::string reserve_formula(const ModelHParams& h) {
+  return format_bytes(kVramFixedReserve) + " fixed (CUDA context, activations, workspaces) + f32 logits of " +
+         std::to_string(kVramLogitRows) + " tokens x " + std::to_string(h.n_vocab) + " vocab";
+}
+
+// ---------------------------------------------------------------- text
+
+void print_text(const InspectArgs& a, const GgufFile& f, const ModelHParams& h, const TokenizerSummary& tok,
+                const WeightSplit& split, const VramPlan& plan, bool with_budget) {
+  std::printf("file:          %s\n", f.path().c_str());
+  std::printf("size:          %s\n", bytes_both(f.file_size()).c_str());
+  std::printf("gguf:          version %u, alignment %" PRIu64 ", %zu tensors, %zu metadata keys, data at byte %" PRIu64 "\n",
+              f.version(), f.alignment(), f.tensors().size(), f.metadata().size(), f.data_offset());
+
+  std::printf("\narchitecture:  %s%s%s\n", h.arch.empty() ? "(none)" : h.arch.c_str(),
+              h.name.empty() ? "" : ("  \"" + h.name + "\"").c_str(), h.known_arch ? "" : "  (not an architecture moestream knows)");
+  std::printf("  layers %" PRId64 ", n_embd %" PRId64 ", heads %" PRId64 " (KV %" PRId64 "), head dim %" PRId64 " (V %" PRId64
+              "), trained context %" PRId64 "\n",
+              h.n_layer, h.n_embd, h.n_head, h.n_head_kv, h.head_dim, h.head_dim_v, h.n_ctx_train);
+  if (h.is_moe())
+    std::printf("  experts %" PRId64 " (top %" PRId64 ", shared %" PRId64 ") of FFN width %" PRId64 "%s; dense FFN width %" PRId64 "\n",
+                h.n_expert, h.n_expert_used, h.n_expert_shared, h.n_ff_exp,
+                h.expert_weights_norm ? (*h.expert_weights_norm ? ", weights renormalised" : ", weights not renormalised") : "",
+                h.n_ff);
+  else
+    std::printf("  dense FFN width %" PRId64 " (no routed experts)\n", h.n_ff);
+  std::printf("  rope base %s, rms eps %s, vocab %" PRId64 "\n", num(h.rope_freq_base).c_str(), num(h.rms_eps).c_str(), h.n_vocab);
+  std::printf("  attention layers (KV cache): %s\n", attention_layers_str(h).c_str());
+  for (const std::string& p : h.problems) std::printf("  warning: %s\n", p.c_str());
+
+  if (tok.model.empty()) {
+    std::printf("\ntokenizer:     none in this file\n");
+  } else {
+    std::printf("\ntokenizer:     %s%s%s, %" PRId64 " tokens, chat template: %s\n", tok.model.c_str(),
+                tok.pre.empty() ? "" : ", pre ", tok.pre.c_str(), tok.n_tokens, tok.chat_template ? "yes" : "no");
+    std::printf("  bos %" PRId64 " %s, eos %" PRId64 " %s\n", tok.bos, GgufValue::of_string(tok.bos_text).to_display().c_str(),
+                tok.eos, GgufValue::of_string(tok.eos_text).to_display().c_str());
+  }
+
+  if (a.metadata) {
+    std::printf("\nmetadata:\n");
+    for (const auto& [k, v] : f.metadata())
+      std::printf("  %-44s %-8s %s\n", k.c_str(),
+                  v.type == GgufType::ARRAY ? ("[" + std::string(gguf_type_name(v.elem_type)) + "]").c_str() : gguf_type_name(v.type),
+                  v.to_display().c_str());
+  }
+
+  if (!a.no_tensors) {
+    size_t w = 4;
+    for (const auto& t : f.tensors()) w = std::max(w, t.name.size());
+    std::printf("\ntensors:\n  %-*s  %-7s  %-22s  %s\n", static_cast<int>(w), "name", "type", "shape", "bytes");
+    for (const auto& t : f.tensors())
+      std::printf("  %-*s  %-7s  %-22s  %s\n", static_cast<int>(w), t.name.c_str(), type_name(t.type),
+                  shape_str(t.shape).c_str(), format_bytes(t.nbytes).c_str());
+  }
+
+  std::printf("\nsplit (dense weights stay in VRAM; routed experts are tiered):\n");
+  std::printf("  %-6s  %12s  %12s  %8s  %12s\n", "layer", "dense", "experts", "n_expert", "one expert");
+  for (const LayerSplit& l : split.layers)
+    std::printf("  %-6d  %12s  %12s  %8" PRId64 "  %12s\n", l.layer, format_bytes(l.dense_bytes).c_str(),
+                format_bytes(l.expert_bytes).c_str(), l.n_expert, format_bytes(l.one_expert_bytes).c_str());
+  std::printf("  global tensors (embeddings, output head, final norm): %s in %d tensors\n",
+              format_bytes(split.global_bytes).c_str(), split.n_global_tensors);
+  std::printf("  dense total:   %s\n", bytes_both(split.dense_bytes).c_str());
+  std::printf("  experts total: %s in %" PRId64 " experts\n", bytes_both(split.expert_bytes).c_str(), split.total_experts);
+  std::printf("  one expert:    %s (gate + up + down of the largest expert in one layer)\n",
+              bytes_both(split.one_expert_bytes).c_str());
+
+  std::printf("\nVRAM at --ctx %" PRId64 ":\n", a.ctx);
+  std::printf("  dense weights  %12s\n", format_bytes(plan.dense_bytes).c_str());
+  std::printf("  KV cache       %12s  = %s\n", format_bytes(plan.kv_bytes).c_str(), kv_formula(h, a.ctx).c_str());
+  if (h.n_attention_layers() < h.n_layer)
+    std::printf("                               (the %" PRId64 " layers without attention keep a small recurrent state instead; not counted)\n",
+                h.n_layer - h.n_attention_layers());
+  std::printf("  reserve        %12s  = %s\n", format_bytes(plan.reserve_bytes).c_str(), reserve_formula(h).c_str());
+  std::printf("  minimum        %12s  (dense + KV + reserve: experts all outside VRAM)\n", format_bytes(plan.minimum_bytes).c_str());
+  std::printf("  everything     %12s  (minimum + every routed expert)\n", format_bytes(plan.everything_bytes).c_str());
+  if (!with_budget) return;
+  std::printf("  budget         %12s\n", format_bytes(plan.budget).c_str());
+  if (!plan.fits_minimum) {
+    std::printf("  the budget is below the minimum: at least %s is needed (short by %s); "
+                "lower --ctx to shrink the KV cache\n",
+                format_bytes(plan.minimum_bytes).c_str(), format_bytes(plan.shortfall).c_str());
+    return;
+  }
+  std::printf("  room           %12s  = budget - minimum, for routed experts\n", format_bytes(plan.room).c_str());
+  std::printf("  experts that fit: %" PRId64 " of %" PRId64 " (%.1f%%), about %d of %zu layers' experts%s\n",
+              plan.experts_fit, plan.total_experts, 100.0 * plan.fraction, plan.layers_fit,
+              static_cast<size_t>(std::count_if(split.layers.begin(), split.layers.end(),
+                                                [](const LayerSplit& l) { return l.expert_bytes > 0; })),
+              plan.fits_everything ? " (the whole model fits)" : "");
+}
+
+// ---------------------------------------------------------------- json
+
+nlohmann::json to_json(const InspectArgs& a, const GgufFile& f, const ModelHParams& h, const TokenizerSummary& tok,
+                       const WeightSplit& split, const VramPlan& plan, bool with_budget) {
+  using nlohmann::json;
+  json j;
+  j["file"] = {{"path", f.path()}, {"size", f.file_size()}, {"version", f.version()},
+               {"alignment", f.alignment()}, {"data_offset", f.data_offset()},
+               {"n_tensors", f.tensors().size()}, {"n_metadata", f.metadata().size()}};
+  json hp = {{"architecture", h.arch}, {"name", h.name}, {"known_architecture", h.known_arch},
+             {"n_layer", h.n_layer}, {"n_embd", h.n_embd}, {"n_ff", h.n_ff}, {"n_ff_exp", h.n_ff_exp},
+             {"n_head", h.n_head}, {"n_head_kv", h.n_head_kv}, {"head_dim", h.head_dim},
+             {"head_dim_v", h.head_dim_v}, {"n_ctx_train", h.n_ctx_train}, {"n_expert", h.n_expert},
+             {"n_expert_used", h.n_expert_used}, {"n_expert_shared", h.n_expert_shared},
+             {"rope_freq_base", h.rope_freq_base}, {"rms_eps", h.rms_eps}, {"n_vocab", h.n_vocab},
+             {"full_attention_interval", h.full_attention_interval}, {"problems", h.problems}};
+  hp["expert_weights_norm"] = h.expert_weights_norm ? json(*h.expert_weights_norm) : json(nullptr);
+  json attn = json::array();
+  for (size_t il = 0; il < h.layer_has_attention.size(); ++il)
+    if (h.layer_has_attention[il]) attn.push_back(il);
+  hp["attention_layers"] = attn;
+  j["hparams"] = hp;
+  j["tokenizer"] = {{"model", tok.model}, {"pre", tok.pre}, {"n_tokens", tok.n_tokens}, {"bos_id", tok.bos},
+                    {"bos", tok.bos_text}, {"eos_id", tok.eos}, {"eos", tok.eos_text},
+                    {"chat_template", tok.chat_template}};
+  if (a.metadata) {
+    json md = json::object();
+    for (const auto& [k, v] : f.metadata()) md[k] = v.to_display();
+    j["metadata"] = md;
+  }
+  if (!a.no_tensors) {
+    json ts = json::array();
+    for (const auto& t : f.tensors()) {
+      const TensorClass c = classify_tensor(t.name);
+      ts.push_back({{"name", t.name}, {"type", type_name(t.type)}, {"shape", t.shape}, {"bytes", t.nbytes},
+                    {"offset", f.data_offset() + t.offset}, {"role", role_name(c.role)}, {"layer", c.layer},
+                    {"expert", c.expert}});
+    }
+    j["tensors"] = ts;
+  }
+  json layers = json::array();
+  for (const LayerSplit& l : split.layers)
+    layers.push_back({{"layer", l.layer}, {"dense_bytes", l.dense_bytes}, {"expert_bytes", l.expert_bytes},
+                      {"n_dense_tensors", l.n_dense_tensors}, {"n_expert_tensors", l.n_expert_tensors},
+                      {"n_expert", l.n_expert}, {"one_expert_bytes", l.one_expert_bytes}});
+  j["split"] = {{"layers", layers}, {"global_bytes", split.global_bytes}, {"dense_bytes", split.dense_bytes},
+                {"expert_bytes", split.expert_bytes}, {"total_experts", split.total_experts},
+                {"one_expert_bytes", split.one_expert_bytes}};
+  json v = {{"ctx", a.ctx}, {"dense_bytes", plan.dense_bytes}, {"kv_bytes", plan.kv_bytes},
+            {"kv_formula", kv_formula(h, a.ctx)}, {"reserve_bytes", plan.reserve_bytes},
+            {"reserve_formula", reserve_formula(h)}, {"minimum_bytes", plan.minimum_bytes},
+            {"everything_bytes", plan.everything_bytes}};
+  if (with_budget) {
+    v["budget"] = plan.budget;
+    v["fits_minimum"] = plan.fits_minimum;
+    v["shortfall"] = plan.shortfall;
+    v["room"] = plan.room;
+    v["experts_fit"] = plan.experts_fit;
+    v["total_experts"] = plan.total_experts;
+    v["fraction"] = plan.fraction;
+    v["layers_fit"] = plan.layers_fit;
+    v["fits_everything"] = plan.fits_everything;
+  }
+  j["vram"] = v;
+  return j;
+}
+
+RegisterCommand reg("inspect", [](CLI::App& app) {
+  auto a = std::make_shared<InspectArgs>();
+  auto* sub = app.add_subcommand("inspect", "Show a GGUF's architecture, tokenizer, tensors, dense/expert split "
+                                            "and what fits in a VRAM budget");
+  sub->add_option("file", a->path, "GGUF model file")->required();
+  sub->add_option("--vram", a->vram, "VRAM budget (e.g. 12G, 24GiB, 8000M): how many experts fit");
+  sub->add_option("--ctx", a->ctx, "context length the KV cache is sized for")->capture_default_str();
+  sub->add_flag("--json", a->json, "print one JSON object instead of text");
+  sub->add_flag("--no-tensors", a->no_tensors, "leave out the tensor table");
+  sub->add_flag("--metadata", a->metadata, "also list every metadata key and value");
+  return [a]() -> int {
+    if (a->ctx <= 0) throw Error("--ctx must be a positive number of tokens, got " + std::to_string(a->ctx));
+    const auto f = GgufFile::open(a->path);
+    const ModelHParams h = inspect_hparams(*f);
+    const TokenizerSummary tok = read_tokenizer(*f);
+    const WeightSplit split = split_weights(*f);
+    const bool with_budget = !a->vram.empty();
+    const VramPlan plan = with_budget ? plan_vram(split, h, parse_bytes(a->vram), a->ctx) : vram_needs(split, h, a->ctx);
+    if (a->json) {
+      // Replace invalid UTF-8 (some vocabularies hold raw bytes) rather than fail.
+      std::printf("%s\n", to_json(*a, *f, h, tok, split, plan, with_budget)
+                              .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+                              .c_str());
+    } else {
+      print_text(*a, *f, h, tok, split, plan, with_budget);
+    }
+    return 0;
+  };
+});
+
+}  // namespace
+}  // namespace ms::cli

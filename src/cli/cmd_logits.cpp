@@ -1,0 +1,203 @@
+// `moestream logits`: run a prompt and write the logits, for numerical parity
+// checks against other implementations (tools/hf_parity.py).
+//
+//   moestream logits -m FILE (--tokens 1,2,3 | -p TEXT) -o OUT.f32 [--all]
+//
+// OUT.f32 holds little-endian float32 rows of n_vocab values: the last
+// position's (default) or every position's (--all). Prints the top-5 ids of
+// the last position. Extras for the parity tool:
+//   --routes R.json   the experts each MoE layer chose for each prompt token:
+//                     {"n_layer": L, "n_tokens": T, "experts": [L][T][k]} (ids ascending)
+//   --greedy N        then continue greedily for N tokens: "greedy: id,id,..."
+//   --print-tokens    only tokenize: "tokens: id,id,..."
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cpu/thread_pool.h"
+#include "engine/cpu_backend.h"
+#include "engine/expert_executor.h"
+#include "engine/loaded_model.h"
+#include "engine/sampler.h"
+#include "util/error.h"
+
+namespace ms::cli {
+namespace {
+
+struct LogitsArgs {
+  std::string model, tokens, prompt, output, backend = "cpu", routes;
+  bool all = false, print_tokens = false, no_special = false;
+  int greedy = 0;
+  int threads = 0;
+};
+
+std::vector<int32_t> parse_token_list(const std::string& text, int64_t n_vocab) {
+  std::vector<int32_t> ids;
+  std::string item;
+  std::stringstream ss(text);
+  while (std::getline(ss, item, ',')) {
+    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    if (b == std::string::npos) continue;
+    item = item.substr(b, e - b + 1);
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size()) throw Error("--tokens: '" + item + "' is not a token id (give ids like 1,2,3)");
+    if (v < 0 || v >= n_vocab)
+      throw Error("--tokens: id " + item + " is outside the vocabulary (0.." + std::to_string(n_vocab - 1) + ")");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  if (ids.empty()) throw Error("--tokens: no token ids given");
+  return ids;
+}
+
+std::string join(const std::vector<int32_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+// Passes the work on to the CPU executor and notes, per layer and token, which
+// experts were chosen.
+class RouteRecorder : public ExpertExecutor {
+ public:
+  RouteRecorder(ExpertExecutor& inner, int n_layer)
+      : inner_(inner), routes_(static_cast<size_t>(n_layer)), seen_(static_cast<size_t>(n_layer), 0) {}
+
+  void compute(int layer, const float* x, int n_tokens, const std::vector<ExpertWork>& work, float* y) override {
+    auto& rows = routes_.at(static_cast<size_t>(layer));
+    const int64_t base = seen_[static_cast<size_t>(layer)];
+    rows.resize(static_cast<size_t>(base + n_tokens));
+    for (const ExpertWork& w : work)  // in increasing expert id: rows stay sorted
+      for (int32_t t : w.tokens) rows[static_cast<size_t>(base + t)].push_back(w.expert);
+    seen_[static_cast<size_t>(layer)] += n_tokens;
+    inner_.compute(layer, x, n_tokens, work, y);
+  }
+
+  nlohmann::json to_json(int64_t n_tokens) const {
+    nlohmann::json experts = nlohmann::json::array();
+    int n_moe = 0;
+    for (const auto& layer : routes_) {
+      if (layer.empty()) continue;  // a dense layer
+      experts.push_back(layer);
+      ++n_moe;
+    }
+    return {{"n_layer", n_moe}, {"n_tokens", n_tokens}, {"experts", experts}};
+  }
+
+ private:
+  ExpertExecutor& inner_;
+  std::vector<std::vector<std::vector<int32_t>>> routes_;
+  std::vector<int64_t> seen_;
+};
+
+void print_top5(const float* row, int64_t n_vocab, const Tokenizer& tok) {
+  std::vector<int32_t> idx;
+  std::vector<bool> taken(static_cast<size_t>(n_vocab), false);
+  for (int k = 0; k < 5 && k < n_vocab; ++k) {
+    int32_t best = -1;
+    for (int64_t i = 0; i < n_vocab; ++i)
+      if (!taken[static_cast<size_t>(i)] && (best < 0 || row[i] > row[best])) best = static_cast<int32_t>(i);
+    taken[static_cast<size_t>(best)] = true;
+    idx.push_back(best);
+  }
+  std::printf("top5:");
+  for (int32_t i : idx) std::printf(" %d:%.6f", i, row[i]);
+  std::printf("\n");
+  for (size_t k = 0; k < idx.size(); ++k) {
+    std::string piece = idx[k] < tok.n_tokens() ? tok.token_to_piece(idx[k], true) : std::string("?");
+    for (char& c : piece)
+      if (c == '\n') c = ' ';
+    std::printf("  #%zu  id %-8d logit %10.5f  '%s'\n", k + 1, idx[k], row[idx[k]], piece.c_str());
+  }
+}
+
+RegisterCommand reg("logits", [](CLI::App& app) {
+  auto a = std::make_shared<LogitsArgs>();
+  auto* sub = app.add_subcommand("logits", "Run a prompt and write its logits as float32 (parity checks)");
+  sub->add_option("-m,--model", a->model, "GGUF model file")->required();
+  auto* tok_opt = sub->add_option("--tokens", a->tokens, "prompt as token ids: 1,2,3");
+  auto* p_opt = sub->add_option("-p,--prompt", a->prompt, "prompt as text (tokenized with the model's tokenizer)");
+  tok_opt->excludes(p_opt);
+  sub->add_option("-o,--output", a->output, "write the logits here (little-endian float32, n_vocab per row)");
+  sub->add_flag("--all", a->all, "write every position's logits, not only the last");
+  sub->add_option("--backend", a->backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--routes", a->routes, "write the experts chosen per layer and prompt token (JSON)");
+  sub->add_option("--greedy", a->greedy, "then generate N tokens greedily and print them")->check(CLI::NonNegativeNumber);
+  sub->add_flag("--print-tokens", a->print_tokens, "only print the prompt's token ids");
+  sub->add_flag("--no-special", a->no_special, "-p: do not add BOS/EOS (the vocabulary's add_bos/add_eos)");
+  sub->add_option("-t,--threads", a->threads, "CPU threads (0: all cores)");
+  return [a]() -> int {
+    if (a->tokens.empty() && a->prompt.empty()) throw Error("give the prompt with --tokens 1,2,3 or -p TEXT");
+    auto model = LoadedModel::open(a->model);
+    const ModelConfig& c = model->weights.cfg;
+    const Tokenizer& tok = *model->tokenizer;
+    const std::vector<int32_t> prompt = !a->tokens.empty() ? parse_token_list(a->tokens, c.n_vocab)
+                                                           : tok.encode(a->prompt, !a->no_special, true);
+    if (a->print_tokens) {
+      std::printf("tokens: %s\n", join(prompt).c_str());
+      return 0;
+    }
+    if (prompt.empty()) throw Error("the prompt is empty after tokenization");
+    if (a->backend == "cuda")
+      throw Error("--backend cuda: the CUDA forward pass is not available in this build yet; use --backend cpu");
+
+    ThreadPool pool(a->threads);
+    CpuBackend be(model->weights, pool);
+    const int64_t n = static_cast<int64_t>(prompt.size());
+    KvCache kv = be.make_cache(n + a->greedy + 1);
+    CpuExpertExecutor cpu_experts(model->weights, pool);
+    RouteRecorder recorder(cpu_experts, c.n_layer);
+    if (!a->routes.empty()) be.set_expert_executor(&recorder);
+
+    std::vector<float> logits;
+    be.forward(kv, prompt, logits, a->all);
+    be.set_expert_executor(nullptr);
+    const int64_t rows = a->all ? n : 1;
+    if (static_cast<int64_t>(logits.size()) != rows * c.n_vocab)
+      throw Error("internal: the forward pass returned " + std::to_string(logits.size()) + " logits, expected " +
+                  std::to_string(rows * c.n_vocab));
+
+    if (!a->output.empty()) {
+      std::ofstream out(a->output, std::ios::binary);
+      out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
+      if (!out) throw Error(a->output + ": cannot write the logits");
+    }
+    if (!a->routes.empty()) {
+      std::ofstream out(a->routes);
+      out << recorder.to_json(n).dump() << '\n';
+      if (!out) throw Error(a->routes + ": cannot write the routes");
+    }
+    const float* last = logits.data() + (rows - 1) * c.n_vocab;
+    std::printf("prompt: %lld tokens, vocab %lld, %s\n", static_cast<long long>(n), static_cast<long long>(c.n_vocab),
+                c.describe().c_str());
+    print_top5(last, c.n_vocab, tok);
+
+    if (a->greedy > 0) {
+      std::vector<int32_t> out;
+      std::vector<float> step;
+      int32_t next = argmax(last, static_cast<int32_t>(c.n_vocab));
+      for (int i = 0; i < a->greedy; ++i) {
+        out.push_back(next);
+        if (i + 1 == a->greedy) break;
+        const int32_t one[1] = {next};
+        be.forward(kv, one, step, false);
+        next = argmax(step.data(), static_cast<int32_t>(c.n_vocab));
+      }
+      std::printf("greedy: %s\n", join(out).c_str());
+    }
+    return 0;
+  };
+});
+
+}  // namespace
+}  // namespace ms::cli

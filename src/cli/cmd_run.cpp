@@ -1,0 +1,248 @@
+// `moestream run`: generate text from a prompt on the CPU, streaming it as it
+// is made, and end with a summary (prompt and decode tokens/s, peak RSS).
+// Without -m it runs the built-in tiny model (random weights), so the first
+// command of the README works on a fresh machine.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cpu/bandwidth.h"
+#include "cpu/thread_pool.h"
+#include "engine/cpu_backend.h"
+#include "engine/generate.h"
+#include "engine/loaded_model.h"
+#include "engine/sampler.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/stream_decoder.h"
+#include "util/bytes.h"
+#include "util/error.h"
+
+namespace ms::cli {
+namespace {
+
+struct RunArgs {
+  std::string model, prompt = "Once upon a time";
+  int n_predict = 64;
+  bool chat = false;
+  int threads = 0;
+  int64_t ctx = 0;
+  int batch = 256;
+  int prompt_tokens = 0;  // > 0: a synthetic prompt of exactly this many tokens (benchmarks)
+  bool ignore_eos = false;
+  bool routing_stats = false;
+  bool quiet = false;
+  bool bench = false;
+  bool no_mmap = false;
+  int reps = 3;
+  SamplerParams sp;
+};
+
+uint64_t peak_rss_bytes() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<uint64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+// Per layer: share of the most popular expert, and the fitted Zipf exponent
+// (slope of log share vs log rank over the experts that were chosen).
+void print_routing_stats(const CpuBackend& be) {
+  const ModelConfig& c = be.config();
+  if (!c.is_moe()) return;
+  std::fprintf(stderr, "routing: layer  top1-share  top8-share  zipf-fit  used-experts\n");
+  double slope_sum = 0;
+  for (int il = 0; il < c.n_layer; ++il) {
+    std::vector<double> n(be.expert_counts().begin() + static_cast<int64_t>(il) * c.n_expert,
+                          be.expert_counts().begin() + static_cast<int64_t>(il + 1) * c.n_expert);
+    std::sort(n.rbegin(), n.rend());
+    const double total = std::accumulate(n.begin(), n.end(), 0.0);
+    if (total == 0) continue;
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    int m = 0;
+    for (size_t r = 0; r < n.size(); ++r)
+      if (n[r] > 0) {
+        const double x = std::log(r + 1.0), y = std::log(n[r] / total);
+        sx += x, sy += y, sxx += x * x, sxy += x * y, ++m;
+      }
+    const double slope = m > 1 ? (m * sxy - sx * sy) / (m * sxx - sx * sx) : 0;
+    slope_sum += -slope;
+    double top8 = 0;
+    for (size_t r = 0; r < std::min<size_t>(8, n.size()); ++r) top8 += n[r];
+    std::fprintf(stderr, "routing: %5d  %9.3f  %10.3f  %8.2f  %d/%d\n", il, n[0] / total, top8 / total, -slope, m,
+                 c.n_expert);
+  }
+  std::fprintf(stderr, "routing: mean zipf-fit exponent %.2f\n", slope_sum / c.n_layer);
+}
+
+std::vector<int32_t> synthetic_prompt(int n, int32_t n_vocab) {
+  // A fixed pseudo-random prompt: the same ids for every run and model size.
+  std::vector<int32_t> ids;
+  uint64_t s = 12345;
+  const int32_t n_text = n_vocab > 3 ? n_vocab - 3 : n_vocab;
+  for (int i = 0; i < n; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    ids.push_back(static_cast<int32_t>((s >> 33) % static_cast<uint64_t>(n_text)));
+  }
+  return ids;
+}
+
+// llama-bench style: prompt processing of N tokens (ppN) and generation of M
+// tokens from an empty context (tgM), each the mean of `reps` runs, beside
+// the floor: active bytes per token / measured read bandwidth.
+int run_bench(const RunArgs& r, const std::string& path) {
+  auto model = LoadedModel::open(path, r.no_mmap);
+  const ModelWeights& w = model->weights;
+  ThreadPool pool(r.threads);
+  CpuBackend::Options bo;
+  bo.max_batch = std::max(1, r.batch);
+  CpuBackend be(w, pool, bo);
+  const int pp = r.prompt_tokens > 0 ? r.prompt_tokens : 128;
+  const int tg = r.n_predict > 0 ? r.n_predict : 64;
+  const int reps = std::max(1, r.reps);
+  const std::vector<int32_t> prompt = synthetic_prompt(pp, model->tokenizer->n_tokens());
+  std::vector<float> logits;
+  using clock = std::chrono::steady_clock;
+  {  // warm-up: pages in the weights, spins up the pool
+    KvCache kv = be.make_cache(pp + tg + 1);
+    be.forward(kv, prompt, logits);
+  }
+  double pp_s = 0, tg_s = 0;
+  for (int i = 0; i < reps; ++i) {
+    KvCache kv = be.make_cache(pp + 1);
+    const auto t0 = clock::now();
+    be.forward(kv, prompt, logits);
+    pp_s += std::chrono::duration<double>(clock::now() - t0).count();
+  }
+  for (int i = 0; i < reps; ++i) {
+    KvCache kv = be.make_cache(tg + 1);
+    int32_t tok = prompt[0];
+    const auto t0 = clock::now();
+    for (int j = 0; j < tg; ++j) {
+      be.forward(kv, std::span<const int32_t>(&tok, 1), logits);
+      tok = argmax(logits.data(), static_cast<int32_t>(w.cfg.n_vocab));
+    }
+    tg_s += std::chrono::duration<double>(clock::now() - t0).count();
+  }
+  const double pp_tps = pp * reps / pp_s, tg_tps = tg * reps / tg_s;
+  const double bw = measure_read_bandwidth(pool);
+  const double active = static_cast<double>(w.active_bytes_per_token());
+  const double floor_tps = bw / active;
+  std::printf("| model | file | threads | test | tok/s | floor tok/s | of floor |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  const std::string name = w.cfg.describe();
+  const std::string size = format_bytes(model->file->file_size());
+  std::printf("| %s | %s | %d | pp%d | %.2f | | |\n", name.c_str(), size.c_str(), pool.size(), pp, pp_tps);
+  std::printf("| %s | %s | %d | tg%d | %.2f | %.2f | %.0f%% |\n", name.c_str(), size.c_str(), pool.size(), tg, tg_tps,
+              floor_tps, 100.0 * tg_tps / floor_tps);
+  std::printf("\nactive bytes per token: %s; read bandwidth: %.1f GB/s (%d threads); peak RSS %s\n",
+              format_bytes(static_cast<uint64_t>(active)).c_str(), bw / 1e9, pool.size(),
+              format_bytes(peak_rss_bytes()).c_str());
+  return 0;
+}
+
+RegisterCommand reg("run", [](CLI::App& app) {
+  auto* sub = app.add_subcommand("run", "Generate text from a prompt on the CPU (no -m: the built-in tiny model)");
+  auto a = std::make_shared<RunArgs>();
+  a->sp.seed = 1;
+  sub->add_option("-m,--model", a->model, "GGUF model file (default: the built-in tiny model)");
+  sub->add_option("-p,--prompt", a->prompt, "prompt text")->capture_default_str();
+  sub->add_option("-n,--n-predict", a->n_predict, "tokens to generate (-1: until end of text)")->capture_default_str();
+  sub->add_flag("--chat", a->chat, "wrap the prompt in the model's chat template (one user turn)");
+  sub->add_option("-t,--threads", a->threads, "CPU threads (0: all cores)");
+  sub->add_option("-c,--ctx", a->ctx, "context size in tokens (0: the model's, at most 4096)");
+  sub->add_option("-b,--batch", a->batch, "prompt tokens per forward batch")->capture_default_str();
+  sub->add_option("--prompt-tokens", a->prompt_tokens, "benchmark: use a synthetic prompt of exactly N tokens");
+  sub->add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-text tokens (benchmarks)");
+  sub->add_flag("--routing-stats", a->routing_stats, "print per-layer expert popularity at the end");
+  sub->add_flag("-q,--quiet", a->quiet, "print only the generated text");
+  sub->add_flag("--bench", a->bench,
+                "benchmark: pp (--prompt-tokens, default 128) and tg (-n, default 64) tok/s beside the "
+                "bandwidth floor, as a markdown table");
+  sub->add_flag("--no-mmap", a->no_mmap,
+                "copy the weights into RAM (huge pages where available) instead of reading the file mapping");
+  sub->add_option("--reps", a->reps, "benchmark repetitions")->capture_default_str();
+  sub->add_option("--temp", a->sp.temperature, "temperature (0: greedy)")->capture_default_str();
+  sub->add_option("--top-k", a->sp.top_k, "top-k (0: off)")->capture_default_str();
+  sub->add_option("--top-p", a->sp.top_p, "top-p (1: off)")->capture_default_str();
+  sub->add_option("--min-p", a->sp.min_p, "min-p (0: off)")->capture_default_str();
+  sub->add_option("--repeat-penalty", a->sp.repeat_penalty, "repetition penalty (1: off)")->capture_default_str();
+  sub->add_option("--repeat-last-n", a->sp.repeat_last_n, "tokens the penalty looks back")->capture_default_str();
+  sub->add_option("--seed", a->sp.seed, "sampling seed")->capture_default_str();
+  return [a]() -> int {
+    RunArgs& r = *a;
+    std::string path = r.model;
+    if (path.empty()) {
+      bool generated = false;
+      path = default_model_path(&generated);
+      if (!r.quiet)
+        std::fprintf(stderr, "moestream: %s the built-in tiny model (random weights) at %s; pass -m FILE for a real one\n",
+                     generated ? "generated" : "using", path.c_str());
+    }
+    if (r.bench) return run_bench(r, path);
+    auto model = LoadedModel::open(path, r.no_mmap);
+    const ModelConfig& c = model->weights.cfg;
+    ThreadPool pool(r.threads);
+    CpuBackend::Options bo;
+    bo.max_batch = std::max(1, r.batch);
+    CpuBackend be(model->weights, pool, bo);
+    const Tokenizer& tok = *model->tokenizer;
+
+    std::vector<int32_t> prompt;
+    if (r.prompt_tokens > 0) {
+      prompt = synthetic_prompt(r.prompt_tokens, tok.n_tokens());
+    } else {
+      std::string text = r.prompt;
+      if (r.chat) text = ChatTemplate::for_vocab(tok.vocab()).apply({{"user", r.prompt}}, true);
+      prompt = tok.encode(text, true, true);
+      if (prompt.empty()) throw Error("the prompt is empty after tokenization; give some text with -p");
+    }
+    int64_t ctx = r.ctx > 0 ? r.ctx : std::min<int64_t>(c.n_ctx_train, 4096);
+    if (r.ctx <= 0 && r.n_predict >= 0) ctx = std::max<int64_t>(ctx, static_cast<int64_t>(prompt.size()) + r.n_predict);
+    if (static_cast<int64_t>(prompt.size()) > ctx)
+      throw Error("context full (" + std::to_string(ctx) + " tokens): the prompt has " + std::to_string(prompt.size()) +
+                  " tokens; use a larger --ctx or a shorter prompt");
+    KvCache kv = be.make_cache(ctx);
+    Sampler sampler(r.sp);
+    if (!r.quiet)
+      std::fprintf(stderr, "moestream: %s | %d threads | ctx %lld | %s\n", c.describe().c_str(), pool.size(),
+                   static_cast<long long>(ctx), r.sp.describe().c_str());
+
+    StreamDecoder dec(tok);
+    if (!r.quiet && r.prompt_tokens <= 0 && !r.chat) {
+      std::fputs(r.prompt.c_str(), stdout);
+      std::fflush(stdout);
+    }
+    GenerateParams gp;
+    gp.n_predict = r.n_predict;
+    gp.stop_at_eog = !r.ignore_eos;
+    GenerateStats st = generate(be, kv, sampler, &tok, prompt, gp, [&](int32_t id) {
+      if (gp.stop_at_eog && tok.is_eog(id)) return true;
+      std::fputs(dec.push(id).c_str(), stdout);
+      std::fflush(stdout);
+      return true;
+    });
+    std::fputs(dec.flush().c_str(), stdout);
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+    if (!r.quiet) {
+      std::fprintf(stderr,
+                   "\nmoestream: prompt %d tokens in %.3f s (%.2f tok/s) | decode %d tokens in %.3f s (%.2f tok/s) | "
+                   "stop: %s | peak RSS %s\n",
+                   st.n_prompt, st.prompt_seconds, st.prompt_tps(), st.n_generated, st.decode_seconds, st.decode_tps(),
+                   st.stop_reason.c_str(), format_bytes(peak_rss_bytes()).c_str());
+      if (st.stop_reason.rfind("context full", 0) == 0)
+        std::fprintf(stderr, "moestream: stopped: %s; use a larger --ctx\n", st.stop_reason.c_str());
+    }
+    if (r.routing_stats) print_routing_stats(be);
+    return 0;
+  };
+});
+
+}  // namespace
+}  // namespace ms::cli

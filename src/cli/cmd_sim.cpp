@@ -1,0 +1,171 @@
+// `moestream sim`: replay a routing trace against expert cache policies with
+// no GPU, and compare each with Belady's MIN at the same capacity.
+//   moestream sim --trace FILE (--vram BYTES[,..] | --slots N[,..] | --slots-fraction F[,..])
+//                 [--policy P[,..]|all] [--pools global|per-layer|both] [--prefetch none|oracle|predicted]
+//                 [--profile FILE] [--pin-layers first,last] [--json] [--csv FILE] [--plot FILE.svg]
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "experts/profile.h"
+#include "experts/sweep.h"
+#include "experts/trace.h"
+#include "util/bytes.h"
+#include "util/error.h"
+
+namespace ms::cli {
+namespace {
+
+struct SimArgs {
+  std::string trace, vram, slots, fraction, dense = "0", policy = "default", pools = "global", prefetch = "none";
+  std::string prefetch_cap, profile, pin_layers, cost, cost_file, csv, plot;
+  double pin_fraction = 0.5, halflife = -1, margin = -1, pcie_gbps = 0, cpu_gbps = 0;
+  bool json = false, layers = false;
+};
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  if (!out) throw Error("cannot create '" + path + "'");
+  out << text;
+  if (!out) throw Error("cannot write '" + path + "'");
+}
+
+std::vector<uint32_t> parse_layers(const std::string& list, const TraceHeader& h) {
+  std::vector<uint32_t> layers;
+  std::stringstream ss(list);
+  std::string item;
+  uint32_t first = 0, last = 0;
+  bool any = false;
+  for (uint32_t l = 0; l < h.n_layer; ++l)
+    if (h.is_moe_layer(l)) last = l, first = any ? first : l, any = true;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    uint32_t l;
+    if (item == "first") l = first;
+    else if (item == "last") l = last;
+    else {
+      char* end = nullptr;
+      const unsigned long v = std::strtoul(item.c_str(), &end, 10);
+      if (*end != '\0' || v >= h.n_layer) throw Error("--pin-layers: '" + item + "' is not a layer of this trace (0.." +
+                                                    std::to_string(h.n_layer - 1) + ", first, last)");
+      l = uint32_t(v);
+    }
+    if (!h.is_moe_layer(l)) throw Error("--pin-layers: layer " + std::to_string(l) + " has no routed experts");
+    layers.push_back(l);
+  }
+  return layers;
+}
+
+RegisterCommand reg("sim", [](CLI::App& app) {
+  auto a = std::make_shared<SimArgs>();
+  auto* sim = app.add_subcommand("sim", "Replay a routing trace against expert cache policies (no GPU), beside Belady's optimum");
+  sim->add_option("--trace", a->trace, "Trace file (--record-routes, or `moestream trace synth`)")->required();
+  auto* vram = sim->add_option("--vram", a->vram, "Bytes of the expert pool, or a list: 2G,4G,8G");
+  auto* slots = sim->add_option("--slots", a->slots, "Expert slots, or a list: 512,1024");
+  auto* frac = sim->add_option("--slots-fraction", a->fraction, "Share of all routed experts resident, or a list: 0.25,0.5,0.75");
+  vram->excludes(slots)->excludes(frac);
+  slots->excludes(frac);
+  sim->add_option("--dense-bytes", a->dense, "Subtracted from --vram first (dense weights, KV cache): --vram is then the whole budget")
+      ->capture_default_str();
+  sim->add_option("--policy", a->policy, "Policies: lru, slru, lfu, lfu-decay, pinned+<one of those>, default, all (comma list)")
+      ->capture_default_str();
+  sim->add_option("--pools", a->pools, "global (one pool per slot class), per-layer (a quota per layer), or both")
+      ->capture_default_str();
+  sim->add_option("--prefetch", a->prefetch, "none, oracle (perfect next layer), predicted (the trace's next-layer predictions)")
+      ->capture_default_str();
+  sim->add_option("--prefetch-cap", a->prefetch_cap, "Prefetch bytes per layer step (default: k experts)");
+  sim->add_option("--profile", a->profile, "Access profile (JSON, `moestream trace profile`) whose hottest experts pinned+ policies pin");
+  sim->add_option("--pin-layers", a->pin_layers, "Layers whose experts pinned+ policies pin: e.g. first,last or 0,47");
+  sim->add_option("--pin-fraction", a->pin_fraction, "At most this share of each pool is pinned")->capture_default_str();
+  sim->add_option("--halflife", a->halflife, "lfu-decay: forward passes for a score to halve");
+  sim->add_option("--admit-margin", a->margin, "lfu-decay: a newcomer must beat the victim's score by this ratio");
+  sim->add_option("--pcie-gbps", a->pcie_gbps, "Pinned host-to-device GB/s (default 25)");
+  sim->add_option("--cpu-gbps", a->cpu_gbps, "Host DRAM GB/s of the CPU expert FFN (default 40)");
+  sim->add_option("--cost", a->cost, "Cost model overrides: name=value,... (see docs/traces.md)");
+  sim->add_option("--cost-file", a->cost_file, "Cost model as JSON (e.g. from the engine's start-up probe)");
+  sim->add_flag("--json", a->json, "Print JSON (keys hit_rate and belady_hit_rate as fractions)");
+  sim->add_flag("--layers", a->layers, "Also print the hit rate of each layer");
+  sim->add_option("--csv", a->csv, "Write the results as CSV");
+  sim->add_option("--plot", a->plot, "Write hit rate vs capacity as an SVG chart");
+
+  return [a]() -> int {
+    const Trace trace = read_trace(a->trace);
+    const TraceHeader& h = trace.header;
+    SweepOptions so;
+    const uint64_t dense = parse_bytes(a->dense);
+    if (!a->vram.empty()) so.capacities = parse_capacity_list(CapacitySpec::Kind::Bytes, a->vram, dense);
+    else if (!a->slots.empty()) so.capacities = parse_capacity_list(CapacitySpec::Kind::Slots, a->slots, dense);
+    else if (!a->fraction.empty()) so.capacities = parse_capacity_list(CapacitySpec::Kind::Fraction, a->fraction, dense);
+    else throw Error("give the cache size: --vram BYTES, --slots N or --slots-fraction F (lists sweep)");
+
+    if (a->pools == "global") so.layouts = {false};
+    else if (a->pools == "per-layer") so.layouts = {true};
+    else if (a->pools == "both") so.layouts = {false, true};
+    else throw Error("--pools must be global, per-layer or both");
+
+    SimOptions& base = so.base;
+    base.cost = CostModel::for_quant(h.quant);
+    if (!a->cost_file.empty()) {
+      std::ifstream in(a->cost_file);
+      if (!in) throw Error("cannot open cost file '" + a->cost_file + "'");
+      std::stringstream ss;
+      ss << in.rdbuf();
+      try {
+        base.cost.apply_json(nlohmann::json::parse(ss.str()));
+      } catch (const nlohmann::json::exception& e) {
+        throw Error(a->cost_file + ": not valid JSON (" + e.what() + ")");
+      }
+    }
+    if (a->pcie_gbps > 0) base.cost.pcie_gbps = a->pcie_gbps;
+    if (a->cpu_gbps > 0) base.cost.cpu_gbps = a->cpu_gbps;
+    if (!a->cost.empty()) base.cost.apply_overrides(a->cost);
+    base.prefetch = parse_prefetch_mode(a->prefetch);
+    if (!a->prefetch_cap.empty()) base.prefetch_cap_bytes = parse_bytes(a->prefetch_cap);
+    if (a->halflife >= 0) base.policy_options.decay_halflife_steps = a->halflife;
+    if (a->margin >= 0) base.policy_options.admit_margin = a->margin;
+    base.policy_options.pin_fraction = a->pin_fraction;
+    if (!a->pin_layers.empty()) base.policy_options.pinned = layer_keys(parse_layers(a->pin_layers, h), h.n_expert);
+    if (!a->profile.empty()) {
+      const ExpertProfile p = ExpertProfile::load(a->profile);
+      if (p.n_layer != h.n_layer || p.n_expert != h.n_expert)
+        throw Error(a->profile + ": profile is for " + std::to_string(p.n_layer) + " layers x " +
+                    std::to_string(p.n_expert) + " experts, the trace has " + std::to_string(h.n_layer) + " x " +
+                    std::to_string(h.n_expert));
+      for (ExpertKey k : p.hottest(p.counts.size())) base.policy_options.pinned.push_back(k);
+    }
+    so.policies = parse_policy_list(a->policy, !base.policy_options.pinned.empty());
+
+    const std::vector<SweepRow> rows = run_sweep(trace, so);
+    const bool single = rows.size() == 1;
+    if (a->json) {
+      nlohmann::json j;
+      if (single) {
+        j = sim_result_json(rows[0].result, rows[0].layout, true);
+      } else {
+        j["results"] = nlohmann::json::array();
+        for (const auto& r : rows) j["results"].push_back(sim_result_json(r.result, r.layout, a->layers));
+      }
+      j["trace"] = {{"file", a->trace}, {"model", h.model}, {"n_layer", h.n_layer}, {"n_expert", h.n_expert}, {"k", h.k}};
+      j["cost_model"] = base.cost.to_json();
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      std::printf("trace %s: %s, %u layers x %u experts, k=%u; expert time predicted with PCIe %.0f GB/s, CPU %.0f GB/s\n\n",
+                  a->trace.c_str(), h.model.c_str(), h.n_layer, h.n_expert, h.k, base.cost.pcie_gbps, base.cost.cpu_gbps);
+      std::fputs(sweep_table(rows).c_str(), stdout);
+      if (a->layers || single) {
+        for (const auto& r : rows) {
+          std::printf("\n%s, %s, %s pools:\n", r.result.policy.c_str(), r.result.capacity.c_str(), r.layout.c_str());
+          std::fputs(layer_table(r.result).c_str(), stdout);
+        }
+      }
+    }
+    if (!a->csv.empty()) write_file(a->csv, sweep_csv(rows));
+    if (!a->plot.empty()) write_file(a->plot, sweep_svg(rows, "Expert cache hit rate: " + h.model));
+    return 0;
+  };
+});
+
+}  // namespace
+}  // namespace ms::cli

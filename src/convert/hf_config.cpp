@@ -1,0 +1,208 @@
+#include "convert/hf_config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "util/error.h"
+
+namespace ms {
+namespace {
+
+using json = nlohmann::json;
+
+struct ArchName {
+  const char* model_type;
+  const char* class_name;
+  HfArch arch;
+  const char* gguf_arch;
+};
+
+constexpr ArchName kArchs[] = {
+    {"qwen3_moe", "Qwen3MoeForCausalLM", HfArch::Qwen3Moe, "qwen3moe"},
+    {"mixtral", "MixtralForCausalLM", HfArch::Mixtral, "llama"},
+    {"llama", "LlamaForCausalLM", HfArch::Llama, "llama"},
+    {"mistral", "MistralForCausalLM", HfArch::Llama, "llama"},
+    {"qwen2", "Qwen2ForCausalLM", HfArch::Qwen2, "qwen2"},
+    {"qwen3", "Qwen3ForCausalLM", HfArch::Qwen3, "qwen3"},
+};
+
+// A field that may be absent or null.
+const json* field(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+int64_t get_int(const json& j, const char* key, const std::string& where, const int64_t* def = nullptr) {
+  const json* v = field(j, key);
+  if (!v) {
+    if (def) return *def;
+    throw Error(where + ": required field \"" + key + "\" is missing");
+  }
+  if (!v->is_number_integer() && !v->is_number_unsigned())
+    throw Error(where + ": field \"" + key + "\" must be an integer, found " + v->dump());
+  const int64_t x = v->get<int64_t>();
+  if (x <= 0) throw Error(where + ": field \"" + key + "\" must be positive, found " + std::to_string(x));
+  return x;
+}
+
+int64_t get_int_or(const json& j, const char* key, const std::string& where, int64_t def) {
+  return get_int(j, key, where, &def);
+}
+
+double get_float_or(const json& j, const char* key, const std::string& where, double def) {
+  const json* v = field(j, key);
+  if (!v) return def;
+  if (!v->is_number()) throw Error(where + ": field \"" + key + "\" must be a number, found " + v->dump());
+  const double x = v->get<double>();
+  if (!(x > 0)) throw Error(where + ": field \"" + key + "\" must be positive, found " + v->dump());
+  return x;
+}
+
+bool get_bool_or(const json& j, const char* key, const std::string& where, bool def) {
+  const json* v = field(j, key);
+  if (!v) return def;
+  if (!v->is_boolean()) throw Error(where + ": field \"" + key + "\" must be true or false, found " + v->dump());
+  return v->get<bool>();
+}
+
+// rope_theta lives at the top level (transformers 4.x) or inside
+// rope_parameters (5.x). Scaled RoPE variants change the frequencies, which the
+// GGUF keys written here cannot express: refuse them rather than write a file
+// that silently computes something else.
+double read_rope(const json& j, const std::string& where, double def_theta) {
+  double theta = get_float_or(j, "rope_theta", where, def_theta);
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    const json* rp = field(j, key);
+    if (!rp) continue;
+    if (!rp->is_object()) throw Error(where + ": \"" + key + "\" must be an object, found " + rp->dump());
+    if (const json* t = field(*rp, "rope_theta")) {
+      if (!t->is_number() || !(t->get<double>() > 0))
+        throw Error(where + ": " + key + ".rope_theta must be a positive number, found " + t->dump());
+      theta = t->get<double>();
+    }
+    std::string type = "default";
+    if (const json* t = field(*rp, "rope_type")) type = t->is_string() ? t->get<std::string>() : t->dump();
+    else if (const json* t2 = field(*rp, "type")) type = t2->is_string() ? t2->get<std::string>() : t2->dump();
+    if (type != "default")
+      throw Error(where + ": " + key + " asks for RoPE scaling of type '" + type +
+                  "', which moestream convert does not support (only unscaled RoPE); use a checkpoint "
+                  "without rope scaling");
+  }
+  return theta;
+}
+
+}  // namespace
+
+const char* hf_supported_model_types() { return "qwen3_moe, mixtral, llama, mistral, qwen2, qwen3"; }
+
+HfModelConfig parse_hf_config(const std::string& text, const std::string& where) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(where + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object()) throw Error(where + ": expected a JSON object");
+
+  // Which architecture: model_type first, the class name as a fallback.
+  std::string model_type = j.value("model_type", std::string());
+  std::string class_name;
+  if (const json* a = field(j, "architectures"); a && a->is_array() && !a->empty() && (*a)[0].is_string())
+    class_name = (*a)[0].get<std::string>();
+  const ArchName* found = nullptr;
+  for (const ArchName& a : kArchs)
+    if (!model_type.empty() ? model_type == a.model_type : class_name == a.class_name) found = &a;
+  if (!found)
+    throw Error(where + ": model_type '" + model_type + "' (architectures: '" + class_name +
+                "') is not supported by moestream convert; supported model types: " +
+                hf_supported_model_types());
+
+  HfModelConfig c;
+  c.arch = found->arch;
+  c.model_type = found->model_type;
+  c.gguf_arch = found->gguf_arch;
+  if (const json* n = field(j, "_name_or_path"); n && n->is_string()) c.name = n->get<std::string>();
+
+  c.n_vocab = get_int(j, "vocab_size", where);
+  c.n_embd = get_int(j, "hidden_size", where);
+  c.n_layer = get_int(j, "num_hidden_layers", where);
+  c.n_head = get_int(j, "num_attention_heads", where);
+  c.n_head_kv = get_int_or(j, "num_key_value_heads", where, c.n_head);
+  if (c.n_embd % c.n_head != 0 && !field(j, "head_dim"))
+    throw Error(where + ": hidden_size " + std::to_string(c.n_embd) + " is not a multiple of num_attention_heads " +
+                std::to_string(c.n_head) + " and no head_dim is given");
+  c.head_dim = get_int_or(j, "head_dim", where, c.n_embd / c.n_head);
+  if (c.n_head % c.n_head_kv != 0)
+    throw Error(where + ": num_attention_heads " + std::to_string(c.n_head) +
+                " is not a multiple of num_key_value_heads " + std::to_string(c.n_head_kv));
+  if (c.head_dim % 2 != 0)
+    throw Error(where + ": head_dim " + std::to_string(c.head_dim) + " is odd; RoPE needs an even head size");
+  c.n_ctx = get_int_or(j, "max_position_embeddings", where, 4096);
+
+  const bool llama_family = c.arch == HfArch::Mixtral || c.arch == HfArch::Llama;
+  c.rms_eps = get_float_or(j, "rms_norm_eps", where, llama_family ? 1e-5 : 1e-6);
+  c.rope_theta = read_rope(j, where, c.arch == HfArch::Mixtral ? 1e6 : 10000.0);
+  c.tie_embeddings = get_bool_or(j, "tie_word_embeddings", where, false);
+  c.permute_qk = llama_family;
+  c.qk_norm = c.arch == HfArch::Qwen3Moe || c.arch == HfArch::Qwen3;
+  const bool attention_bias = get_bool_or(j, "attention_bias", where, false);
+  c.attn_bias = c.arch == HfArch::Qwen2 || attention_bias;
+  c.attn_out_bias = c.arch != HfArch::Qwen2 && attention_bias;
+
+  const std::string act = j.value("hidden_act", std::string("silu"));
+  if (act != "silu" && act != "swish")
+    throw Error(where + ": hidden_act '" + act + "' is not supported (moestream computes SwiGLU with SiLU)");
+
+  switch (c.arch) {
+    case HfArch::Qwen3Moe: {
+      c.n_expert = field(j, "num_experts") ? get_int(j, "num_experts", where) : get_int(j, "num_local_experts", where);
+      c.n_expert_used = get_int(j, "num_experts_per_tok", where);
+      c.n_ff_exp = get_int(j, "moe_intermediate_size", where);
+      c.n_ff = get_int_or(j, "intermediate_size", where, c.n_ff_exp);
+      c.norm_topk_prob = get_bool_or(j, "norm_topk_prob", where, false);
+      const int64_t step = get_int_or(j, "decoder_sparse_step", where, 1);
+      const json* only = field(j, "mlp_only_layers");
+      const bool has_dense = step != 1 || (only && only->is_array() && !only->empty());
+      if (has_dense)
+        throw Error(where + ": this Qwen3-MoE has dense MLP layers (decoder_sparse_step=" + std::to_string(step) +
+                    ", mlp_only_layers=" + (only ? only->dump() : "[]") +
+                    "); the qwen3moe GGUF layout has experts in every layer, so it cannot be converted");
+      break;
+    }
+    case HfArch::Mixtral:
+      c.n_ff = get_int(j, "intermediate_size", where);
+      c.n_expert = get_int(j, "num_local_experts", where);
+      c.n_expert_used = get_int(j, "num_experts_per_tok", where);
+      c.n_ff_exp = c.n_ff;
+      c.norm_topk_prob = true;  // Mixtral renormalises its top-k softmax weights
+      break;
+    default:
+      c.n_ff = get_int(j, "intermediate_size", where);
+      break;
+  }
+  if (c.is_moe() && c.n_expert_used > c.n_expert)
+    throw Error(where + ": num_experts_per_tok " + std::to_string(c.n_expert_used) + " exceeds the " +
+                std::to_string(c.n_expert) + " experts");
+  if (const json* sw = field(j, "sliding_window");
+      sw && c.arch != HfArch::Qwen3Moe && c.arch != HfArch::Qwen3 && c.arch != HfArch::Qwen2 &&
+      sw->is_number_integer() && sw->get<int64_t>() < c.n_ctx)
+    throw Error(where + ": sliding_window " + sw->dump() + " is smaller than the context (" +
+                std::to_string(c.n_ctx) + "); sliding-window attention is not supported");
+  if (get_bool_or(j, "use_sliding_window", where, false))
+    throw Error(where + ": use_sliding_window is true; sliding-window attention is not supported");
+  return c;
+}
+
+HfModelConfig read_hf_config(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "config.json").string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open (is " + dir + " a Hugging Face model directory?)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_hf_config(ss.str(), path);
+}
+
+}  // namespace ms

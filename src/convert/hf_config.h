@@ -1,0 +1,65 @@
+// A Hugging Face checkpoint's config.json, read into the hyper-parameters the
+// converter needs, for the architectures it knows.
+//
+// Supported `model_type`s (or `architectures[0]` when model_type is absent):
+//   qwen3_moe (Qwen3MoeForCausalLM)  -> GGUF arch "qwen3moe"
+//   mixtral   (MixtralForCausalLM)   -> GGUF arch "llama" with experts
+//   llama, mistral (dense)           -> GGUF arch "llama"
+//   qwen2 (dense)                    -> GGUF arch "qwen2"
+//   qwen3 (dense)                    -> GGUF arch "qwen3"
+// Both transformers 4.x and 5.x spellings are read (e.g. rope_theta or
+// rope_parameters.rope_theta; num_experts or num_local_experts).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace ms {
+
+enum class HfArch { Qwen3Moe, Mixtral, Llama, Qwen2, Qwen3 };
+
+struct HfModelConfig {
+  HfArch arch = HfArch::Llama;
+  std::string model_type;  // as written in config.json (or derived from architectures)
+  std::string gguf_arch;   // "qwen3moe", "llama", "qwen2", "qwen3"
+  std::string name;        // _name_or_path when present, else empty
+
+  int64_t n_vocab = 0;
+  int64_t n_embd = 0;
+  int64_t n_layer = 0;
+  int64_t n_ff = 0;         // dense feed-forward width (intermediate_size)
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  int64_t n_ctx = 0;        // max_position_embeddings
+  double rms_eps = 1e-6;
+  double rope_theta = 10000.0;
+
+  // Mixture of experts (n_expert == 0: dense).
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_ff_exp = 0;     // one expert's feed-forward width
+  bool norm_topk_prob = true;  // renormalise the top-k routing weights to sum to 1
+
+  bool tie_embeddings = false;  // output head shares token_embd (no lm_head)
+  bool qk_norm = false;         // per-head RMSNorm on q and k (Qwen3 family)
+  bool attn_bias = false;       // q/k/v projections carry biases (Qwen2, attention_bias)
+  bool attn_out_bias = false;   // o_proj carries a bias (attention_bias on Qwen3/Llama)
+  // GGUF's llama arch uses adjacent-pair ("normal") RoPE while HF rotates
+  // halves: q/k rows are permuted at conversion (see tensor_plan.h).
+  bool permute_qk = false;
+
+  bool is_moe() const { return n_expert > 0; }
+};
+
+// Parses config.json text; `where` names the file in error messages. Throws
+// ms::Error for an unsupported architecture (listing the supported ones), a
+// missing or invalid required field, or features the converter cannot carry
+// (rope scaling, dense layers inside a Qwen3-MoE, an activation other than SiLU).
+HfModelConfig parse_hf_config(const std::string& json_text, const std::string& where);
+
+// Reads DIR/config.json.
+HfModelConfig read_hf_config(const std::string& dir);
+
+const char* hf_supported_model_types();  // "qwen3_moe, mixtral, llama, mistral, qwen2, qwen3"
+
+}  // namespace ms

@@ -1,0 +1,291 @@
+#include "convert/tensor_plan.h"
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+#include "util/error.h"
+
+namespace ms {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::ostringstream o;
+  o << '[';
+  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  o << ']';
+  return o.str();
+}
+
+bool is_float_dtype(StDType t) {
+  return t == StDType::F32 || t == StDType::F16 || t == StDType::BF16 || t == StDType::F64;
+}
+
+// Looks tensors up, checks them, and remembers which ones were used.
+class Builder {
+ public:
+  Builder(const HfModelConfig& c, const SafetensorsModel& m, ConvertType target)
+      : c_(c), m_(m), target_(target) {}
+
+  const StTensor* find(const std::string& name) const { return m_.find(name); }
+
+  // The tensor, required, with exactly `shape` (PyTorch order); `why` explains
+  // where the expected shape comes from.
+  const StTensor& take(const std::string& name, const std::vector<int64_t>& shape, const std::string& why) {
+    const StTensor* t = m_.find(name);
+    if (!t)
+      throw Error("the checkpoint has no tensor '" + name + "' (expected " + shape_str(shape) + " from " + why +
+                  "); is a shard missing, or is the checkpoint for another architecture?");
+    check(*t, shape, why);
+    used_.insert(name);
+    return *t;
+  }
+
+  void check(const StTensor& t, const std::vector<int64_t>& shape, const std::string& why) const {
+    if (!is_float_dtype(t.dtype))
+      throw Error(t.file + ": tensor '" + t.name + "' has dtype " + st_dtype_name(t.dtype) +
+                  ", which cannot be converted (weights must be F32, F16, BF16 or F64)");
+    if (t.shape != shape)
+      throw Error(t.file + ": tensor '" + t.name + "' has shape " + shape_str(t.shape) + " but config.json implies " +
+                  shape_str(shape) + " (" + why + ")");
+  }
+
+  void mark_used(const std::string& name) { used_.insert(name); }
+
+  // A tensor whose GGUF rows are one whole source tensor.
+  void add_whole(const std::string& gguf, TensorRole role, int layer, const std::string& hf,
+                 const std::vector<int64_t>& hf_shape, const std::string& why, int64_t permute_heads = 0) {
+    const StTensor& t = take(hf, hf_shape, why);
+    PlannedTensor p = make(gguf, role, layer, reversed(hf_shape));
+    Slab s;
+    s.src = &t;
+    s.row_len = hf_shape.back();
+    s.n_rows = t.n_elements() / s.row_len;
+    s.permute_heads = permute_heads;
+    if (hf_shape.size() == 1 && permute_heads > 0) {  // a permuted bias: one element per row
+      s.row_len = 1;
+      s.n_rows = hf_shape[0];
+    }
+    p.slabs.push_back(s);
+    out_.push_back(std::move(p));
+  }
+
+  PlannedTensor make(const std::string& gguf, TensorRole role, int layer, std::vector<int64_t> shape) const {
+    PlannedTensor p;
+    p.name = gguf;
+    p.role = role;
+    p.layer = layer;
+    p.shape = std::move(shape);
+    const TypeChoice tc = choose_tensor_type(target_, role, layer, static_cast<int>(c_.n_layer), p.shape[0],
+                                             static_cast<int>(p.shape.size()), c_.tie_embeddings);
+    p.type = tc.type;
+    p.type_note = tc.note;
+    return p;
+  }
+
+  static std::vector<int64_t> reversed(std::vector<int64_t> v) {
+    std::reverse(v.begin(), v.end());
+    return v;
+  }
+
+  std::vector<PlannedTensor>& out() { return out_; }
+  const std::set<std::string>& used() const { return used_; }
+
+ private:
+  const HfModelConfig& c_;
+  const SafetensorsModel& m_;
+  ConvertType target_;
+  std::vector<PlannedTensor> out_;
+  std::set<std::string> used_;
+};
+
+// Which spelling of the expert weights a layer uses.
+struct ExpertNames {
+  const char* gate;
+  const char* up;
+  const char* down;
+};
+constexpr ExpertNames kQwenNames{"gate_proj", "up_proj", "down_proj"};
+constexpr ExpertNames kMixtralNames{"w1", "w3", "w2"};
+
+// Finds a fused 3-D expert tensor, with or without a ".weight" suffix.
+const StTensor* find_fused(const SafetensorsModel& m, const std::string& base) {
+  if (const StTensor* t = m.find(base)) return t;
+  return m.find(base + ".weight");
+}
+
+// Adds blk.L.ffn_{gate,up,down}_exps from either layout; returns the layout.
+std::string add_experts(Builder& b, const HfModelConfig& c, const SafetensorsModel& m, int layer,
+                        const std::string& moe) {
+  const int64_t E = c.n_expert, H = c.n_embd, F = c.n_ff_exp;
+  const std::string blk = "blk." + std::to_string(layer) + ".";
+  const std::string ex = moe + ".experts.";
+  const std::string why_gu = "n_expert=" + std::to_string(E) + ", expert ff=" + std::to_string(F) +
+                             ", hidden_size=" + std::to_string(H);
+
+  PlannedTensor gate = b.make(blk + "ffn_gate_exps.weight", TensorRole::FfnGate, layer, {H, F, E});
+  PlannedTensor up = b.make(blk + "ffn_up_exps.weight", TensorRole::FfnUp, layer, {H, F, E});
+  PlannedTensor down = b.make(blk + "ffn_down_exps.weight", TensorRole::FfnDown, layer, {F, H, E});
+  std::string layout;
+
+  const StTensor* gate_up = find_fused(m, ex + "gate_up_proj");
+  const StTensor* gate_3d = find_fused(m, ex + "gate_proj");
+  if (gate_up || gate_3d) {
+    layout = "fused";
+    const StTensor* down3 = find_fused(m, ex + "down_proj");
+    if (!down3)
+      throw Error("layer " + std::to_string(layer) + " stores its experts fused (" +
+                  (gate_up ? gate_up->name : gate_3d->name) + ") but has no " + ex + "down_proj");
+    b.check(*down3, {E, H, F}, "fused down_proj: " + why_gu);
+    b.mark_used(down3->name);
+    if (gate_up) {
+      b.check(*gate_up, {E, 2 * F, H}, "fused gate_up_proj: " + why_gu);
+      b.mark_used(gate_up->name);
+      for (int64_t e = 0; e < E; ++e) {
+        gate.slabs.push_back(Slab{gate_up, e * 2 * F, F, H, 0});      // gate rows come first
+        up.slabs.push_back(Slab{gate_up, e * 2 * F + F, F, H, 0});    // then up rows
+      }
+    } else {
+      const StTensor* up3 = find_fused(m, ex + "up_proj");
+      if (!up3) throw Error("layer " + std::to_string(layer) + " has " + gate_3d->name + " but no " + ex + "up_proj");
+      b.check(*gate_3d, {E, F, H}, "fused gate_proj: " + why_gu);
+      b.check(*up3, {E, F, H}, "fused up_proj: " + why_gu);
+      b.mark_used(gate_3d->name);
+      b.mark_used(up3->name);
+      for (int64_t e = 0; e < E; ++e) {
+        gate.slabs.push_back(Slab{gate_3d, e * F, F, H, 0});
+        up.slabs.push_back(Slab{up3, e * F, F, H, 0});
+      }
+    }
+    for (int64_t e = 0; e < E; ++e) down.slabs.push_back(Slab{down3, e * H, H, F, 0});
+  } else {
+    layout = "per-expert";
+    const ExpertNames& n = m.find(ex + "0." + kMixtralNames.gate + ".weight") ? kMixtralNames : kQwenNames;
+    if (!m.find(ex + "0." + n.gate + ".weight"))
+      throw Error("layer " + std::to_string(layer) + ": no expert weights found; looked for " + ex +
+                  "0.gate_proj.weight / " + ex + "0.w1.weight (one tensor per expert) and " + ex +
+                  "gate_up_proj (fused, transformers 5.x)");
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string p = ex + std::to_string(e) + ".";
+      const std::string why = "expert " + std::to_string(e) + ": " + why_gu;
+      const StTensor& g = b.take(p + n.gate + ".weight", {F, H}, why);
+      const StTensor& u = b.take(p + n.up + ".weight", {F, H}, why);
+      const StTensor& d = b.take(p + n.down + ".weight", {H, F}, why);
+      gate.slabs.push_back(Slab{&g, 0, F, H, 0});
+      up.slabs.push_back(Slab{&u, 0, F, H, 0});
+      down.slabs.push_back(Slab{&d, 0, H, F, 0});
+    }
+  }
+  b.out().push_back(std::move(gate));
+  b.out().push_back(std::move(up));
+  b.out().push_back(std::move(down));
+  return layout;
+}
+
+}  // namespace
+
+int64_t source_row_in_slab(const Slab& s, int64_t r) {
+  if (s.permute_heads <= 0) return r;
+  const int64_t head_dim = s.n_rows / s.permute_heads;
+  return (r / head_dim) * head_dim + permuted_head_row(r % head_dim, head_dim);
+}
+
+int64_t PlannedTensor::n_rows() const {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+uint64_t PlannedTensor::source_bytes() const {
+  uint64_t n = 0;
+  for (const Slab& s : slabs) n += static_cast<uint64_t>(s.n_rows * s.row_len * st_dtype_size(s.src->dtype));
+  return n;
+}
+
+uint64_t PlannedTensor::output_bytes() const {
+  return static_cast<uint64_t>(row_bytes(type, row_len()) * n_rows());
+}
+
+ConversionPlan plan_conversion(const HfModelConfig& c, const SafetensorsModel& m, ConvertType target) {
+  Builder b(c, m, target);
+  const int64_t H = c.n_embd, V = c.n_vocab, D = c.head_dim;
+  const int64_t QH = c.n_head * D, KH = c.n_head_kv * D;
+  const std::string hdims = "hidden_size=" + std::to_string(H);
+  const std::string qdims = "num_attention_heads=" + std::to_string(c.n_head) + ", head_dim=" + std::to_string(D);
+  const std::string kdims = "num_key_value_heads=" + std::to_string(c.n_head_kv) + ", head_dim=" + std::to_string(D);
+
+  b.add_whole("token_embd.weight", TensorRole::TokenEmbd, -1, "model.embed_tokens.weight", {V, H},
+              "vocab_size=" + std::to_string(V) + ", " + hdims);
+  b.add_whole("output_norm.weight", TensorRole::Norm, -1, "model.norm.weight", {H}, hdims);
+  ConversionPlan plan;
+  if (!c.tie_embeddings) {
+    b.add_whole("output.weight", TensorRole::Output, -1, "lm_head.weight", {V, H},
+                "vocab_size=" + std::to_string(V) + ", " + hdims + ", tie_word_embeddings=false");
+  } else if (m.find("lm_head.weight")) {
+    // Tied: the head is the embedding; a stored copy is redundant.
+    b.mark_used("lm_head.weight");
+    plan.ignored.push_back("lm_head.weight (tie_word_embeddings=true: the output head is token_embd)");
+  }
+
+  std::set<std::string> layouts;
+  for (int L = 0; L < c.n_layer; ++L) {
+    const std::string hf = "model.layers." + std::to_string(L) + ".";
+    const std::string blk = "blk." + std::to_string(L) + ".";
+    const std::string at = hf + "self_attn.";
+    const int64_t qperm = c.permute_qk ? c.n_head : 0;
+    const int64_t kperm = c.permute_qk ? c.n_head_kv : 0;
+
+    b.add_whole(blk + "attn_norm.weight", TensorRole::Norm, L, hf + "input_layernorm.weight", {H}, hdims);
+    b.add_whole(blk + "attn_q.weight", TensorRole::AttnQ, L, at + "q_proj.weight", {QH, H}, qdims + ", " + hdims, qperm);
+    b.add_whole(blk + "attn_k.weight", TensorRole::AttnK, L, at + "k_proj.weight", {KH, H}, kdims + ", " + hdims, kperm);
+    b.add_whole(blk + "attn_v.weight", TensorRole::AttnV, L, at + "v_proj.weight", {KH, H}, kdims + ", " + hdims);
+    b.add_whole(blk + "attn_output.weight", TensorRole::AttnOutput, L, at + "o_proj.weight", {H, QH},
+                qdims + ", " + hdims);
+    if (c.attn_bias) {
+      b.add_whole(blk + "attn_q.bias", TensorRole::Bias, L, at + "q_proj.bias", {QH}, qdims, qperm);
+      b.add_whole(blk + "attn_k.bias", TensorRole::Bias, L, at + "k_proj.bias", {KH}, kdims, kperm);
+      b.add_whole(blk + "attn_v.bias", TensorRole::Bias, L, at + "v_proj.bias", {KH}, kdims);
+    }
+    if (c.attn_out_bias) b.add_whole(blk + "attn_output.bias", TensorRole::Bias, L, at + "o_proj.bias", {H}, hdims);
+    if (c.qk_norm) {
+      b.add_whole(blk + "attn_q_norm.weight", TensorRole::Norm, L, at + "q_norm.weight", {D}, "head_dim");
+      b.add_whole(blk + "attn_k_norm.weight", TensorRole::Norm, L, at + "k_norm.weight", {D}, "head_dim");
+    }
+    b.add_whole(blk + "ffn_norm.weight", TensorRole::Norm, L, hf + "post_attention_layernorm.weight", {H}, hdims);
+
+    if (c.is_moe()) {
+      // Mixtral's 4.x checkpoints call the block block_sparse_moe; 5.x and Qwen call it mlp.
+      std::string moe = hf + "mlp";
+      if (c.arch == HfArch::Mixtral && m.find(hf + "block_sparse_moe.gate.weight")) moe = hf + "block_sparse_moe";
+      b.add_whole(blk + "ffn_gate_inp.weight", TensorRole::Router, L, moe + ".gate.weight", {c.n_expert, H},
+                  "n_expert=" + std::to_string(c.n_expert) + ", " + hdims);
+      layouts.insert(add_experts(b, c, m, L, moe));
+    } else {
+      const std::string mlp = hf + "mlp.";
+      const std::string fdims = "intermediate_size=" + std::to_string(c.n_ff) + ", " + hdims;
+      b.add_whole(blk + "ffn_gate.weight", TensorRole::FfnGate, L, mlp + "gate_proj.weight", {c.n_ff, H}, fdims);
+      b.add_whole(blk + "ffn_up.weight", TensorRole::FfnUp, L, mlp + "up_proj.weight", {c.n_ff, H}, fdims);
+      b.add_whole(blk + "ffn_down.weight", TensorRole::FfnDown, L, mlp + "down_proj.weight", {H, c.n_ff}, fdims);
+    }
+  }
+
+  plan.tensors = std::move(b.out());
+  if (layouts.size() == 1) plan.expert_layout = *layouts.begin();
+  else if (layouts.size() > 1) plan.expert_layout = "mixed";
+  for (const std::string& name : m.names()) {
+    if (b.used().count(name)) continue;
+    // Precomputed RoPE tables some older checkpoints carry; derived from the config.
+    if (name.ends_with("rotary_emb.inv_freq")) {
+      plan.ignored.push_back(name + " (RoPE table, recomputed from rope_theta)");
+      continue;
+    }
+    plan.unused.push_back(name);
+  }
+  for (const PlannedTensor& t : plan.tensors) {
+    plan.source_bytes += t.source_bytes();
+    plan.output_bytes += t.output_bytes();
+  }
+  return plan;
+}
+
+}  // namespace ms

@@ -1,0 +1,89 @@
+// The conversion plan: every GGUF tensor to write, where its rows come from in
+// the safetensors checkpoint, its GGUF shape and type. Building the plan checks
+// the whole checkpoint against config.json before a byte is written: every
+// expected tensor present with the shape the config implies and a float dtype,
+// and every checkpoint tensor used (or reported as unused).
+//
+// Names (HF -> GGUF), shared by the supported architectures:
+//   model.embed_tokens.weight                    token_embd.weight
+//   model.norm.weight                            output_norm.weight
+//   lm_head.weight                               output.weight (absent when tied)
+//   model.layers.N.input_layernorm.weight        blk.N.attn_norm.weight
+//   model.layers.N.self_attn.{q,k,v,o}_proj.*    blk.N.attn_{q,k,v,output}.*
+//   model.layers.N.self_attn.{q,k}_norm.weight   blk.N.attn_{q,k}_norm.weight
+//   model.layers.N.post_attention_layernorm.*    blk.N.ffn_norm.weight
+//   dense:   mlp.{gate,up,down}_proj.weight      blk.N.ffn_{gate,up,down}.weight
+//   experts: {mlp|block_sparse_moe}.gate.weight  blk.N.ffn_gate_inp.weight
+//            experts.E.{gate,up,down}_proj / experts.E.{w1,w3,w2}  (per expert, 4.x)
+//            experts.gate_up_proj [E, 2*ff, n_embd] (gate rows first) and
+//            experts.down_proj [E, n_embd, ff]                    (fused, 5.x)
+//              -> blk.N.ffn_{gate,up,down}_exps.weight, 3-D: GGUF shape
+//                 {n_embd, ff, E} for gate/up and {ff, n_embd, E} for down.
+//
+// The one transformation: for GGUF arch "llama" (Mixtral, Llama, Mistral) the
+// rows of attn_q and attn_k are permuted so that GGUF's adjacent-pair RoPE
+// computes what HF's rotate-half RoPE computes: within each head of size d,
+// output row 2i+j takes source row j*d/2 + i (i < d/2, j in {0,1}).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "convert/hf_config.h"
+#include "convert/quant_mix.h"
+#include "format/safetensors.h"
+#include "quant/types.h"
+
+namespace ms {
+
+// A run of rows of one source tensor, viewed as a matrix [rows, row_len]
+// (row_len = the source's last dimension), in the order GGUF stores them.
+struct Slab {
+  const StTensor* src = nullptr;
+  int64_t first_row = 0;
+  int64_t n_rows = 0;
+  int64_t row_len = 0;
+  // > 0: the llama q/k permutation over heads of n_rows / permute_heads rows.
+  int64_t permute_heads = 0;
+};
+
+// Slab row r (0 <= r < n_rows) reads source row first_row + source_row_in_slab(r).
+int64_t source_row_in_slab(const Slab& s, int64_t r);
+
+// The llama RoPE permutation within one head of `head_dim` rows: GGUF row
+// `r` takes source row permuted_head_row(r, head_dim).
+inline int64_t permuted_head_row(int64_t r, int64_t head_dim) {
+  const int64_t half = head_dim / 2;
+  return (r % 2) * half + r / 2;
+}
+
+struct PlannedTensor {
+  std::string name;  // GGUF name
+  TensorRole role = TensorRole::Norm;
+  int layer = -1;
+  std::vector<int64_t> shape;  // GGUF order: ne[0] (innermost) first
+  DType type = DType::F32;
+  std::string type_note;  // why a fallback type was used, if one was
+  std::vector<Slab> slabs;  // concatenated in order, they are the tensor's rows
+
+  int64_t row_len() const { return shape.empty() ? 1 : shape[0]; }
+  int64_t n_rows() const;
+  uint64_t source_bytes() const;  // bytes read from the checkpoint
+  uint64_t output_bytes() const;  // bytes written to the GGUF
+};
+
+struct ConversionPlan {
+  std::vector<PlannedTensor> tensors;
+  std::vector<std::string> unused;   // checkpoint tensors nothing maps (sorted)
+  std::vector<std::string> ignored;  // known-redundant tensors skipped on purpose
+  std::string expert_layout;         // "per-expert", "fused", "mixed" or "" (dense)
+  uint64_t source_bytes = 0;
+  uint64_t output_bytes = 0;
+};
+
+// Builds and validates the plan. Throws ms::Error naming the tensor for a
+// missing tensor, a shape that disagrees with the config, or a dtype that is
+// not F32/F16/BF16/F64. Unused tensors are listed, not an error here.
+ConversionPlan plan_conversion(const HfModelConfig& config, const SafetensorsModel& model, ConvertType target);
+
+}  // namespace ms

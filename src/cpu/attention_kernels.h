@@ -1,0 +1,16 @@
+// Internal: the half-float vector kernels of attention.cpp, one ISA level per
+// file (attention_avx2.cpp is built with AVX2/FMA/F16C flags; the dispatcher
+// calls it only when cpu_features().avx2 says the CPU has them).
+#pragma once
+#include <cstdint>
+
+namespace ms::attn_kernels {
+
+// sum_i a[i] * half(b[i])
+float dot_f32_f16_avx2(const float* a, const uint16_t* b, int n);
+// y[i] += w * half(v[i])
+void axpy_f16_avx2(float w, const uint16_t* v, float* y, int n);
+// dst[i] = half(src[i]) (round to nearest even)
+void f32_to_f16_row_avx2(const float* src, uint16_t* dst, int n);
+
+}  // namespace ms::attn_kernels

@@ -1,0 +1,78 @@
+#include "cpu/matvec_many.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "cpu/matvec.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+namespace ms {
+namespace {
+
+struct Tile {
+  int job;
+  int64_t row0, n_rows;
+};
+
+}  // namespace
+
+void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs) {
+  int64_t total_rows = 0;
+  for (int j = 0; j < n_jobs; ++j) {
+    const TypeInfo& info = type_info(jobs[j].type);
+    if (!info.computable)
+      throw Error(std::string("matmul: weights of type ") + info.name + " have no CPU kernel");
+    if (jobs[j].cols % info.block_size != 0)
+      throw Error("matmul: " + std::to_string(jobs[j].cols) + " columns is not a multiple of " + info.name +
+                  "'s block size");
+    if (jobs[j].n_tokens > 0) total_rows += jobs[j].rows;
+  }
+  if (total_rows == 0) return;
+  // Tile rows: at most ~32 KiB of weights (stays in L1/L2 while every token of
+  // the job passes over it), at most what gives ~4 tiles per thread, a
+  // multiple of 4 rows (the kernels' row group).
+  const int n_threads = pool.size();
+  const int64_t balance = std::max<int64_t>(4, (total_rows + 4 * n_threads - 1) / (4 * n_threads));
+  // (A thread_local buffer: the lambda must reach it through this reference,
+  // since naming it inside would pick the running worker's own instance.)
+  thread_local std::vector<Tile> tile_buffer;
+  std::vector<Tile>& tiles = tile_buffer;
+  tiles.clear();
+  for (int j = 0; j < n_jobs; ++j) {
+    const MatmulJob& job = jobs[j];
+    if (job.n_tokens <= 0) continue;
+    const int64_t stride = row_bytes(job.type, job.cols);
+    int64_t tile = std::min<int64_t>(balance, std::max<int64_t>(4, (32 << 10) / std::max<int64_t>(stride, 1)));
+    tile = std::clamp<int64_t>((tile + 3) / 4 * 4, 4, 256);
+    for (int64_t r = 0; r < job.rows; r += tile) tiles.push_back({j, r, std::min(tile, job.rows - r)});
+  }
+  auto run = [&tiles, jobs](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      const Tile& t = tiles[static_cast<size_t>(c)];
+      const MatmulJob& job = jobs[t.job];
+      const int64_t stride = row_bytes(job.type, job.cols);
+      const int64_t act_stride = act_row_bytes(job.type, job.cols);
+      const uint8_t* w = static_cast<const uint8_t*>(job.W) + t.row0 * stride;
+      const uint8_t* acts = static_cast<const uint8_t*>(job.acts);
+      for (int64_t i = 0; i < job.n_tokens; ++i) {
+        const int64_t a = job.act_index ? job.act_index[i] : i;
+        vec_dot_rows(job.type, job.cols, w, stride, t.n_rows, acts + a * act_stride, job.Y + i * job.rows + t.row0);
+      }
+    }
+  };
+  pool.parallel_for(static_cast<int64_t>(tiles.size()), 1, run);
+}
+
+void quantize_rows(ThreadPool& pool, DType wtype, const float* x, int64_t n, int64_t cols, void* dst) {
+  const int64_t rb = act_row_bytes(wtype, cols);
+  auto* d = static_cast<uint8_t*>(dst);
+  if (n < 8) {
+    quantize_activations(wtype, x, cols, n, d);
+    return;
+  }
+  pool.parallel_for(n, 4, [&](int64_t b, int64_t e) { quantize_activations(wtype, x + b * cols, cols, e - b, d + b * rb); });
+}
+
+}  // namespace ms

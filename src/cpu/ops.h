@@ -1,0 +1,70 @@
+// The small ops of the forward pass on the CPU: RMSNorm, RoPE, softmax,
+// SwiGLU, the MoE router's top-k, embedding rows, and the element-wise helpers.
+// Attention has its own header (attention.h).
+//
+// Each op has a plain scalar reference (*_ref): the definition every fast path
+// (here, and the CUDA kernels of src/cuda) is tested against. The versions
+// without suffix are the ones the engine calls; they may differ from the
+// reference by float reassociation only.
+//
+// Tensors are row-major f32 unless said otherwise. Semantics match the CUDA
+// ops (src/cuda/ops.h) so the two backends can be compared op by op.
+#pragma once
+#include <cstdint>
+
+#include "quant/types.h"
+
+namespace ms {
+
+// ---------------------------------------------------------------- RMSNorm
+// out = x / sqrt(mean(x^2) + eps) * w, over one row of n (w null: no scale).
+// out may alias x.
+void rmsnorm_ref(const float* x, const float* w, float* out, int64_t n, float eps);
+void rmsnorm(const float* x, const float* w, float* out, int64_t n, float eps);
+
+// ---------------------------------------------------------------- RoPE
+// Rotary position embedding, in place, on x = [n_heads][head_dim] of one token
+// at position `pos`. The first n_rot dims of each head rotate; pair i turns by
+// angle pos * freq_scale * theta_base^(-2i/n_rot).
+//   Normal: pairs (2i, 2i+1)       (GGUF `llama`: q/k rows stored permuted)
+//   Neox:   pairs (i, i + n_rot/2) (qwen2, qwen3, qwen3moe)
+enum class RopeMode { Normal, Neox };
+void rope_ref(float* x, int n_heads, int head_dim, int n_rot, int64_t pos, float theta_base,
+              float freq_scale, RopeMode mode);
+// Same result from a table of (cos, sin) per pair for this position, built once
+// per token and shared by q and k of every layer (rope_table, n_rot/2 pairs).
+void rope_table(float* cs, int n_rot, int64_t pos, float theta_base, float freq_scale);
+void rope_apply(float* x, int n_heads, int head_dim, int n_rot, const float* cs, RopeMode mode);
+
+// ---------------------------------------------------------------- softmax, SwiGLU
+// In place, over n values; numerically stable (max subtracted).
+void softmax_ref(float* x, int64_t n);
+void softmax(float* x, int64_t n);
+
+// out = silu(gate) * up, silu(g) = g / (1 + exp(-g)). out may alias either.
+void silu_mul_ref(const float* gate, const float* up, float* out, int64_t n);
+void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+
+// ---------------------------------------------------------------- router
+// One token's router logits [n_expert] -> k (expert id, weight) pairs in
+// descending weight; ties go to the lower expert id.
+//   SoftmaxTopK: p = softmax(logits) over all experts, keep the k largest,
+//                renormalise them to sum 1 when `renorm` (Qwen3-MoE).
+//   TopKSoftmax: keep the k largest logits, weights = softmax over those k
+//                (Mixtral); `renorm` has no effect (they already sum to 1).
+enum class RouterMode { SoftmaxTopK, TopKSoftmax };
+void router_topk_ref(const float* logits, int n_expert, int k, RouterMode mode, bool renorm,
+                     int32_t* ids, float* weights);
+
+// ---------------------------------------------------------------- element-wise
+// y += x
+void add_inplace(float* y, const float* x, int64_t n);
+// y += a * x
+void axpy(float a, const float* x, float* y, int64_t n);
+
+// ---------------------------------------------------------------- embedding
+// out = row `id` of a [n_rows][n] table of type t, dequantised to f32.
+// Throws ms::Error if id is outside [0, n_rows).
+void embed_row(DType t, const void* table, int64_t n_rows, int64_t n, int32_t id, float* out);
+
+}  // namespace ms

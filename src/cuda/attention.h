@@ -1,0 +1,35 @@
+// Attention with grouped-query heads over an f16 KV cache laid out
+// [n_kv][ctx][head_dim] per layer (see kv_append in ops.h). Query head h uses
+// KV head h / (n_head / n_kv).
+//
+// CUDA-only header; device pointers; asynchronous, graph-capturable.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ms::cuda {
+
+struct AttentionShape {
+  int n_head = 0, n_kv = 0, head_dim = 0;  // head_dim even, <= 256; n_head / n_kv <= 16
+  int64_t ctx = 0;                         // positions allocated per KV head in the cache
+  float scale = 0.f;                       // usually 1/sqrt(head_dim)
+};
+
+// Decode: one query token per call. q [n_head][head_dim] -> out [n_head][head_dim],
+// attending to cache positions 0..kv_len-1. Split-K: the sequence is cut into
+// chunks processed by separate blocks, then merged (log-sum-exp).
+// kv_len (device, optional) overrides max_kv_len at run time, so one captured
+// graph serves every step; max_kv_len (host) sizes the launch and the scratch.
+size_t attention_decode_scratch_bytes(const AttentionShape& s, int max_kv_len);
+void attention_decode(const AttentionShape& s, const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
+                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream);
+
+// Causal prefill: q [n_tokens][n_head][head_dim] for positions pos0 ..
+// pos0+n_tokens-1; the cache already holds positions 0 .. pos0+n_tokens-1.
+// Token i attends to positions 0 .. pos0+i. out [n_tokens][n_head][head_dim].
+void attention_prefill(const AttentionShape& s, const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
+                       int n_tokens, int pos0, float* out, cudaStream_t stream);
+
+}  // namespace ms::cuda

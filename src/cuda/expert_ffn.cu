@@ -1,0 +1,194 @@
+// Routed-expert FFN: device-side grouping by expert, then gate/up (SwiGLU
+// fused) -> down -> weighted sum, all on one stream with no host round trip.
+#include <string>
+
+#include "cuda/common.cuh"
+#include "cuda/device.h"
+#include "cuda/expert_ffn.h"
+#include "cuda/ops.h"
+#include "util/error.h"
+
+namespace ms::cuda {
+namespace {
+
+constexpr int kGroupThreads = 1024;
+constexpr int kMaxExperts = 4096;
+
+// Exclusive prefix sum over `n` ints in shared memory (n <= kMaxExperts), by a
+// block of kGroupThreads threads; returns the total. Each thread scans a run
+// of consecutive entries; the run totals are scanned with warp shuffles.
+__device__ int block_exclusive_scan(int* a, int n, int* warp_tot) {
+  const int per = (n + kGroupThreads - 1) / kGroupThreads;
+  const int begin = min(n, static_cast<int>(threadIdx.x) * per), end = min(n, begin + per);
+  int local = 0;
+  for (int i = begin; i < end; ++i) local += a[i];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int incl = local;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int v = __shfl_up_sync(dev::kFullMask, incl, o);
+    if (lane >= o) incl += v;
+  }
+  if (lane == 31) warp_tot[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    int w = warp_tot[lane];
+    int wi = w;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(dev::kFullMask, wi, o);
+      if (lane >= o) wi += v;
+    }
+    warp_tot[lane] = wi - w;  // exclusive offset of each warp
+    if (lane == 31) warp_tot[32] = wi;
+  }
+  __syncthreads();
+  int run = warp_tot[warp] + incl - local;
+  for (int i = begin; i < end; ++i) {
+    const int v = a[i];
+    a[i] = run;
+    run += v;
+  }
+  const int total = warp_tot[32];
+  __syncthreads();
+  return total;
+}
+
+__global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* __restrict__ ids, int n_pairs,
+                                                              int n_expert, int32_t* n_groups, int32_t* group_expert,
+                                                              int32_t* offsets, int32_t* list) {
+  __shared__ int start[kMaxExperts];   // counts, then exclusive offsets, then cursors
+  __shared__ int gidx[kMaxExperts];    // non-empty flags, then group index
+  __shared__ int warp_tot[33];
+  for (int e = threadIdx.x; e < n_expert; e += kGroupThreads) start[e] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < n_pairs; i += kGroupThreads) {
+    const int e = min(max(ids[i], 0), n_expert - 1);
+    atomicAdd(&start[e], 1);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < n_expert; e += kGroupThreads) gidx[e] = start[e] > 0 ? 1 : 0;
+  __syncthreads();
+  block_exclusive_scan(start, n_expert, warp_tot);
+  const int ng = block_exclusive_scan(gidx, n_expert, warp_tot);
+  for (int e = threadIdx.x; e < n_expert; e += kGroupThreads) {
+    const int next = e + 1 < n_expert ? start[e + 1] : n_pairs;
+    if (next > start[e]) {
+      group_expert[gidx[e]] = e;
+      offsets[gidx[e]] = start[e];
+    }
+  }
+  if (threadIdx.x == 0) {
+    offsets[ng] = n_pairs;
+    *n_groups = ng;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n_pairs; i += kGroupThreads) {
+    const int e = min(max(ids[i], 0), n_expert - 1);
+    list[atomicAdd(&start[e], 1)] = i;
+  }
+}
+
+size_t al(size_t v) { return (v + 255) & ~size_t{255}; }
+
+struct Layout {
+  size_t x_q8 = 0, h = 0, h_q8 = 0, y = 0, groups = 0, total = 0;
+};
+
+Layout layout(const ExpertWeights& w, int n_tokens, int k) {
+  const int64_t d_model = w.gate.cols, d_ff = w.gate.rows;
+  const int64_t pairs = static_cast<int64_t>(n_tokens) * k;
+  Layout L;
+  size_t off = 0;
+  L.x_q8 = off; off += al(matvec_takes_q8(w.gate.type) ? q8act_bytes(d_model, n_tokens) : 0);
+  L.h = off;    off += al(sizeof(float) * pairs * d_ff);
+  L.h_q8 = off; off += al(matvec_takes_q8(w.down.type) ? q8act_bytes(d_ff, pairs) : 0);
+  L.y = off;    off += al(sizeof(float) * pairs * d_model);
+  L.groups = off; off += al(sizeof(int32_t) * (1 + 3 * pairs + 1));
+  L.total = off;
+  return L;
+}
+
+}  // namespace
+
+void moe_group_by_expert(const int32_t* ids, int n_pairs, int n_expert, int32_t* n_groups, int32_t* group_expert,
+                         int32_t* offsets, int32_t* list, cudaStream_t stream) {
+  if (n_expert <= 0 || n_expert > kMaxExperts)
+    throw Error("moe_group_by_expert: n_expert " + std::to_string(n_expert) + " outside 1.." +
+                std::to_string(kMaxExperts));
+  if (n_pairs <= 0) return;
+  group_kernel<<<1, kGroupThreads, 0, stream>>>(ids, n_pairs, n_expert, n_groups, group_expert, offsets, list);
+  MS_CUDA_CHECK_LAUNCH();
+}
+
+size_t expert_ffn_scratch_bytes(const ExpertWeights& w, int n_tokens, int k) { return layout(w, n_tokens, k).total; }
+
+void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n_tokens, int k, const int32_t* ids,
+                const float* weights, const float* residual, float* out, void* scratch, size_t scratch_bytes,
+                cudaStream_t stream) {
+  if (n_tokens <= 0) return;
+  const int64_t d_model = w.gate.cols, d_ff = w.gate.rows;
+  if (w.up.rows != d_ff || w.up.cols != d_model || w.down.rows != d_model || w.down.cols != d_ff)
+    throw Error("expert_ffn: gate/up must be [d_ff x d_model] and down [d_model x d_ff]");
+  if (k <= 0 || k > w.n_expert) throw Error("expert_ffn: k " + std::to_string(k) + " outside 1..n_expert");
+  const Layout L = layout(w, n_tokens, k);
+  if (scratch_bytes < L.total)
+    throw Error("expert_ffn: scratch of " + std::to_string(scratch_bytes) + " bytes, needs " +
+                std::to_string(L.total));
+  char* s = static_cast<char*>(scratch);
+  const int pairs = n_tokens * k;
+
+  // Inputs of gate/up
+  MatvecInput xin;
+  xin.f32 = x;
+  if (matvec_takes_q8(w.gate.type)) {
+    if (x_q8 != nullptr) {
+      xin.q8 = *x_q8;
+    } else {
+      xin.q8 = q8act_view(s + L.x_q8, d_model, n_tokens);
+      quantize_q8act(x, d_model, n_tokens, xin.q8, stream);
+    }
+  }
+
+  // Groups
+  MatvecGroups g;
+  g.n_expert = w.n_expert;  // clamps ids into range on the device
+  auto* gi = reinterpret_cast<int32_t*>(s + L.groups);
+  if (n_tokens == 1) {
+    g.max_groups = k;  // group j = slot j, its expert read straight from ids
+    g.per_group = 1;
+    g.expert = ids;
+  } else {
+    int32_t* n_groups = gi;
+    int32_t* group_expert = gi + 1;
+    int32_t* offsets = group_expert + pairs;
+    int32_t* list = offsets + pairs + 1;
+    moe_group_by_expert(ids, pairs, w.n_expert, n_groups, group_expert, offsets, list, stream);
+    g.max_groups = pairs < w.n_expert ? pairs : w.n_expert;
+    g.per_group = n_tokens;  // upper bound: a token picks an expert at most once
+    g.n_groups = n_groups;
+    g.expert = group_expert;
+    g.offsets = offsets;
+    g.list = list;
+  }
+
+  // gate/up + SwiGLU -> h [pairs][d_ff]
+  auto* h = reinterpret_cast<float*>(s + L.h);
+  g.x_div = k;
+  matvec_glu(w.gate, w.up, xin, g, h, d_ff, stream);
+
+  // down -> y [pairs][d_model]
+  MatvecInput hin;
+  hin.f32 = h;
+  if (matvec_takes_q8(w.down.type)) {
+    hin.q8 = q8act_view(s + L.h_q8, d_ff, pairs);
+    quantize_q8act(h, d_ff, pairs, hin.q8, stream);
+  }
+  auto* y = reinterpret_cast<float*>(s + L.y);
+  g.x_div = 1;
+  matvec(w.down, hin, g, y, d_model, nullptr, stream);
+
+  moe_combine(y, weights, n_tokens, k, d_model, residual, out, stream);
+}
+
+}  // namespace ms::cuda

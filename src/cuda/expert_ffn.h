@@ -1,0 +1,51 @@
+// Routed-expert FFN on the GPU for 1..N tokens, driven entirely by device data
+// (expert ids and weights from router_topk): no host round trip, so a decode
+// step can be captured in a CUDA graph.
+//
+// For token t with experts e_j = ids[t][j] and weights w_j:
+//   out[t] = residual[t] + sum_j w_j * down_e( silu(gate_e x_t) * up_e x_t )
+//
+// One token (decode): gate+up of the k experts in one launch (SwiGLU fused),
+// then down, then the weighted sum (fixed order, deterministic).
+// Several tokens: the (token, slot) pairs are grouped by expert on the device
+// first, so each expert's weights are read once per batch of up to 8 tokens
+// (4 for the gate/up pair) instead of once per token.
+//
+// CUDA-only header.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/matvec.h"
+
+namespace ms::cuda {
+
+struct ExpertWeights {
+  // gate, up: rows d_ff, cols d_model; down: rows d_model, cols d_ff.
+  // Each addresses all n_expert experts (table of slots, or base + stride).
+  MatrixSet gate, up, down;
+  int n_expert = 0;
+};
+
+size_t expert_ffn_scratch_bytes(const ExpertWeights& w, int n_tokens, int k);
+
+// x [n_tokens][d_model] f32 (the normalised FFN input); x_q8 (optional) the same
+// already quantized (e.g. by rmsnorm), used when gate/up take Q8. ids, weights:
+// [n_tokens][k] device. residual (optional) may alias out. scratch: device
+// memory of expert_ffn_scratch_bytes(w, n_tokens, k), 256-byte aligned.
+// Ids outside [0, n_expert) are clamped into range (the router never makes one).
+void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n_tokens, int k, const int32_t* ids,
+                const float* weights, const float* residual, float* out, void* scratch, size_t scratch_bytes,
+                cudaStream_t stream);
+
+// The grouping step on its own (exposed for tests and for prefill callers):
+// pairs p = t*k + j sorted by expert. n_groups[0] = number of distinct
+// experts; group g has expert group_expert[g] and pairs list[offsets[g] ..
+// offsets[g+1]); groups in increasing expert id. Arrays sized n_pairs,
+// n_pairs (+1 for offsets). n_expert <= 4096.
+void moe_group_by_expert(const int32_t* ids, int n_pairs, int n_expert, int32_t* n_groups, int32_t* group_expert,
+                         int32_t* offsets, int32_t* list, cudaStream_t stream);
+
+}  // namespace ms::cuda

@@ -1,0 +1,169 @@
+// Matvec dispatch (format -> kernel instantiation) and Q8 activation quantization.
+#include <string>
+
+#include "cuda/device.h"
+#include "cuda/matvec_kernel.cuh"
+#include "util/error.h"
+
+namespace ms::cuda {
+
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t v) { return (v + kAlign - 1) & ~(kAlign - 1); }
+
+// One warp per block of 32: amax -> d = amax/127, q = round(x/d).
+__global__ void quantize_q8act_kernel(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ q,
+                                      float2* __restrict__ ds) {
+  const int64_t blk = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (blk >= n_blocks) return;  // whole warps exit together
+  const int lane = threadIdx.x % 32;
+  const float v = x[blk * 32 + lane];
+  const float amax = dev::warp_max(fabsf(v));
+  const float d = amax / 127.f;
+  const int qi = amax > 0.f ? __float2int_rn(v / d) : 0;
+  q[blk * 32 + lane] = static_cast<int8_t>(qi);
+  const float sum = dev::warp_sum(static_cast<float>(qi));
+  if (lane == 0) ds[blk] = make_float2(d, d * sum);
+}
+
+int item_elems(DType t) {
+  switch (t) {
+    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return 64;
+    case DType::Q8_0: case DType::Q4_0: case DType::MXFP4: return 32;
+    default: return 1;
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+void run_matvec(const MatrixSet* ws, int parts, const MatvecInput& x, const MatvecGroups& g, float* y,
+                int64_t y_stride, const float* residual, cudaStream_t stream) {
+  const MatrixSet& w = ws[0];
+  if (!matvec_supported(w.type))
+    throw Error(std::string("CUDA matvec: weight type ") + type_name(w.type) + " is not supported");
+  if (w.rows <= 0 || w.cols <= 0) throw Error("CUDA matvec: empty matrix");
+  if (g.max_groups <= 0 || g.max_groups > 65535 || g.per_group <= 0 || g.x_div <= 0)
+    throw Error("CUDA matvec: bad group layout (max_groups " + std::to_string(g.max_groups) + ")");
+  const int64_t rb = row_bytes(w.type, w.cols);  // throws for a partial block
+
+  dev::MatvecParams p{};
+  for (int z = 0; z < parts; ++z) {
+    if (ws[z].type != w.type || ws[z].rows != w.rows || ws[z].cols != w.cols)
+      throw Error("CUDA matvec_glu: gate and up differ in type or shape");
+    if (ws[z].table == nullptr && ws[z].base == nullptr) throw Error("CUDA matvec: no weights given");
+    p.table[z] = ws[z].table;
+    p.offset[z] = ws[z].offset;
+    p.base[z] = static_cast<const uint8_t*>(ws[z].base);
+    p.stride[z] = ws[z].stride;
+  }
+  p.rows = w.rows;
+  p.row_bytes = rb;
+  p.per_group = g.per_group;
+  p.x_div = g.x_div;
+  p.n_expert = g.n_expert;
+  p.n_groups = g.n_groups;
+  p.expert = g.expert;
+  p.offsets = g.offsets;
+  p.list = g.list;
+  p.y = y;
+  p.y_stride = y_stride > 0 ? y_stride : w.rows;
+  p.residual = residual;
+
+  const int max_per_group = g.per_group;
+  if (matvec_takes_q8(w.type)) {
+    if (x.q8.q == nullptr || x.q8.n != w.cols)
+      throw Error("CUDA matvec: " + std::string(type_name(w.type)) + " weights need Q8 activations of " +
+                  std::to_string(w.cols) + " elements");
+    p.xq = x.q8.q;
+    p.xds = reinterpret_cast<const float2*>(x.q8.ds);
+    p.xq_n = x.q8.n;
+    p.n_items = static_cast<int>(w.cols / item_elems(w.type));
+    switch (w.type) {
+      case DType::Q4_K: detail::matvec_launch_q4_k(p, g.max_groups, max_per_group, parts, stream); break;
+      case DType::Q5_K: detail::matvec_launch_q5_k(p, g.max_groups, max_per_group, parts, stream); break;
+      case DType::Q6_K: detail::matvec_launch_q6_k(p, g.max_groups, max_per_group, parts, stream); break;
+      case DType::Q8_0: detail::matvec_launch_q8_0(p, g.max_groups, max_per_group, parts, stream); break;
+      case DType::Q4_0: detail::matvec_launch_q4_0(p, g.max_groups, max_per_group, parts, stream); break;
+      default: detail::matvec_launch_mxfp4(p, g.max_groups, max_per_group, parts, stream); break;
+    }
+  } else {
+    if (x.f32 == nullptr) throw Error("CUDA matvec: float weights need f32 activations");
+    p.xf = x.f32;
+    p.xf_stride = x.f32_stride > 0 ? x.f32_stride : w.cols;
+    bool vec = w.cols % 8 == 0 && p.xf_stride % 4 == 0 && aligned16(x.f32);
+    for (int z = 0; z < parts; ++z)
+      vec = vec && aligned16(ws[z].base) && ws[z].stride % 16 == 0 && ws[z].offset % 16 == 0;
+    p.n_items = static_cast<int>(vec ? w.cols / 8 : w.cols);
+    const int kind = w.type == DType::F32 ? 0 : w.type == DType::F16 ? 1 : 2;
+    detail::matvec_launch_float(kind, vec, p, g.max_groups, max_per_group, parts, stream);
+  }
+  MS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+size_t q8act_bytes(int64_t n, int64_t nvec) {
+  return align_up(static_cast<size_t>(n * nvec)) + align_up(static_cast<size_t>(n / 32 * nvec) * 8);
+}
+
+Q8Act q8act_view(void* base, int64_t n, int64_t nvec) {
+  Q8Act a;
+  a.q = static_cast<int8_t*>(base);
+  a.ds = reinterpret_cast<float*>(static_cast<char*>(base) + align_up(static_cast<size_t>(n * nvec)));
+  a.n = n;
+  return a;
+}
+
+void quantize_q8act(const float* x, int64_t n, int64_t nvec, Q8Act out, cudaStream_t stream) {
+  if (n % 32 != 0) throw Error("quantize_q8act: n = " + std::to_string(n) + " is not a multiple of 32");
+  if (out.n != n) throw Error("quantize_q8act: output is laid out for n = " + std::to_string(out.n));
+  const int64_t n_blocks = n / 32 * nvec;
+  if (n_blocks == 0) return;
+  constexpr int kThreads = 256;
+  const int64_t grid = (n_blocks + kThreads / 32 - 1) / (kThreads / 32);
+  quantize_q8act_kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
+      x, n_blocks, out.q, reinterpret_cast<float2*>(out.ds));
+  MS_CUDA_CHECK_LAUNCH();
+}
+
+bool matvec_supported(DType t) {
+  switch (t) {
+    case DType::F32: case DType::F16: case DType::BF16:
+    case DType::Q4_0: case DType::Q8_0: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+    case DType::MXFP4:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool matvec_takes_q8(DType t) {
+  return t != DType::F32 && t != DType::F16 && t != DType::BF16;
+}
+
+void matvec(const MatrixSet& w, const MatvecInput& x, const MatvecGroups& groups, float* y, int64_t y_stride,
+            const float* residual, cudaStream_t stream) {
+  run_matvec(&w, 1, x, groups, y, y_stride, residual, stream);
+}
+
+void matvec_glu(const MatrixSet& gate, const MatrixSet& up, const MatvecInput& x, const MatvecGroups& groups,
+                float* y, int64_t y_stride, cudaStream_t stream) {
+  const MatrixSet ws[2] = {gate, up};
+  run_matvec(ws, 2, x, groups, y, y_stride, nullptr, stream);
+}
+
+void linear(DType type, const void* w, int64_t rows, int64_t cols, const MatvecInput& x, int n_vec, float* y,
+            const float* residual, cudaStream_t stream) {
+  MatrixSet m;
+  m.type = type;
+  m.rows = rows;
+  m.cols = cols;
+  m.base = w;
+  MatvecGroups g;
+  g.max_groups = 1;
+  g.per_group = n_vec;
+  run_matvec(&m, 1, x, g, y, rows, residual, stream);
+}
+
+}  // namespace ms::cuda

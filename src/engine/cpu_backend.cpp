@@ -1,0 +1,179 @@
+#include "engine/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "cpu/attention.h"
+#include "cpu/matvec.h"
+#include "cpu/matvec_many.h"
+#include "cpu/ops.h"
+#include "util/error.h"
+
+namespace ms {
+namespace {
+
+struct Projection {
+  const TensorView* w;
+  float* y;  // n x w->rows
+};
+
+// y_i = x W_i^T for weights sharing the input x (n rows of cols): the input
+// is quantized once per activation format, and all products run in one
+// parallel region.
+void project(ThreadPool& pool, const float* x, int n, int64_t cols, std::initializer_list<Projection> outs) {
+  thread_local std::map<DType, std::vector<uint8_t>> act_buffers;
+  std::map<DType, std::vector<uint8_t>>& acts = act_buffers;  // this thread's, used by the workers too
+  MatmulJob jobs[8];
+  int n_jobs = 0;
+  std::map<DType, bool> done;
+  for (const Projection& p : outs) {
+    const DType at = type_info(p.w->type).vec_dot_type;
+    std::vector<uint8_t>& buf = acts[at];
+    if (!done[at]) {
+      buf.resize(static_cast<size_t>(act_row_bytes(p.w->type, cols) * n));
+      quantize_rows(pool, p.w->type, x, n, cols, buf.data());
+      done[at] = true;
+    }
+    jobs[n_jobs++] = {p.w->type, p.w->data, p.w->rows, cols, buf.data(), nullptr, n, p.y};
+  }
+  matmul_many(pool, jobs, n_jobs);
+}
+
+void add_bias(float* y, const TensorView& b, int n, int64_t width) {
+  if (!b) return;
+  for (int t = 0; t < n; ++t) add_inplace(y + t * width, b.f32(), width);
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(const ModelWeights& w, ThreadPool& pool, Options opt)
+    : w_(w), pool_(pool), opt_(opt), cpu_executor_(w, pool), executor_(&cpu_executor_) {
+  if (opt_.max_batch < 1) opt_.max_batch = 1;
+  const ModelConfig& c = w_.cfg;
+  const size_t B = static_cast<size_t>(opt_.max_batch);
+  const size_t D = static_cast<size_t>(c.n_embd);
+  const size_t q_dim = static_cast<size_t>(c.n_head) * c.head_dim, kv_dim = static_cast<size_t>(c.n_head_kv) * c.head_dim;
+  h_.resize(B * D);
+  x_.resize(B * D);
+  q_.resize(B * q_dim);
+  k_.resize(B * kv_dim);
+  v_.resize(B * kv_dim);
+  att_.resize(B * q_dim);
+  tmp_.resize(B * D);
+  rope_cs_.resize(B * static_cast<size_t>(c.n_rot));
+  if (c.is_moe()) {
+    router_logits_.resize(B * static_cast<size_t>(c.n_expert));
+    route_ids_.resize(B * static_cast<size_t>(c.n_expert_used));
+    route_w_.resize(B * static_cast<size_t>(c.n_expert_used));
+    expert_y_.resize(B * static_cast<size_t>(c.n_expert_used) * D);
+    expert_counts_.assign(static_cast<size_t>(c.n_layer) * c.n_expert, 0);
+  } else {
+    ff_gate_.resize(B * static_cast<size_t>(c.n_ff));
+    ff_up_.resize(B * static_cast<size_t>(c.n_ff));
+  }
+}
+
+KvCache CpuBackend::make_cache(int64_t ctx) const {
+  return KvCache(w_.cfg.n_layer, w_.cfg.n_head_kv, w_.cfg.head_dim, ctx);
+}
+
+void CpuBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vector<float>& logits, bool all_logits) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) throw Error("forward: no tokens");
+  kv.check_room(n);
+  for (int32_t id : tokens)
+    if (id < 0 || id >= w_.cfg.n_vocab)
+      throw Error("token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(w_.cfg.n_vocab) +
+                  " tokens)");
+  const int64_t V = w_.cfg.n_vocab;
+  logits.resize(static_cast<size_t>((all_logits ? n : 1) * V));
+  for (int64_t done = 0; done < n;) {
+    const int nb = static_cast<int>(std::min<int64_t>(opt_.max_batch, n - done));
+    const bool last = done + nb == n;
+    float* out = all_logits ? logits.data() + done * V : (last ? logits.data() : nullptr);
+    forward_batch(kv, tokens.data() + done, nb, out, all_logits);
+    done += nb;
+  }
+}
+
+void CpuBackend::forward_batch(KvCache& kv, const int32_t* tokens, int n, float* logits, bool all_logits) {
+  const ModelConfig& c = w_.cfg;
+  const int64_t D = c.n_embd;
+  const int64_t pos0 = kv.n_past();
+  for (int t = 0; t < n; ++t) {
+    embed_row(w_.token_embd.type, w_.token_embd.data, c.n_vocab, D, tokens[t], h_.data() + t * D);
+    rope_table(rope_cs_.data() + static_cast<int64_t>(t) * c.n_rot, c.n_rot, pos0 + t, c.rope_base, c.rope_freq_scale);
+  }
+  for (int il = 0; il < c.n_layer; ++il) {
+    attention_block(kv, il, n, pos0);
+    ffn_block(il, n);
+  }
+  kv.advance(n);
+  if (!logits) return;
+  // Output head over the last token, or over all of them.
+  const int first = all_logits ? 0 : n - 1;
+  const int m = n - first;
+  for (int t = 0; t < m; ++t)
+    rmsnorm(h_.data() + (first + t) * D, w_.output_norm.f32(), x_.data() + t * D, D, c.rms_eps);
+  project(pool_, x_.data(), m, D, {{&w_.output, logits}});
+}
+
+void CpuBackend::attention_block(KvCache& kv, int il, int n, int64_t pos0) {
+  const ModelConfig& c = w_.cfg;
+  const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
+  const int64_t D = c.n_embd, hd = c.head_dim;
+  const int64_t q_dim = c.n_head * hd, kv_dim = c.n_head_kv * hd;
+  for (int t = 0; t < n; ++t) rmsnorm(h_.data() + t * D, L.attn_norm.f32(), x_.data() + t * D, D, c.rms_eps);
+  project(pool_, x_.data(), n, D, {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}});
+  add_bias(q_.data(), L.bq, n, q_dim);
+  add_bias(k_.data(), L.bk, n, kv_dim);
+  add_bias(v_.data(), L.bv, n, kv_dim);
+  for (int t = 0; t < n; ++t) {
+    float* q = q_.data() + t * q_dim;
+    float* k = k_.data() + t * kv_dim;
+    if (L.q_norm) {
+      for (int h = 0; h < c.n_head; ++h) rmsnorm(q + h * hd, L.q_norm.f32(), q + h * hd, hd, c.rms_eps);
+      for (int h = 0; h < c.n_head_kv; ++h) rmsnorm(k + h * hd, L.k_norm.f32(), k + h * hd, hd, c.rms_eps);
+    }
+    const float* cs = rope_cs_.data() + static_cast<int64_t>(t) * c.n_rot;
+    rope_apply(q, c.n_head, c.head_dim, c.n_rot, cs, c.arch->rope_mode);
+    rope_apply(k, c.n_head_kv, c.head_dim, c.n_rot, cs, c.arch->rope_mode);
+  }
+  const AttentionShape s{c.n_head, c.n_head_kv, c.head_dim, kv.ctx(), 1.0f / std::sqrt(static_cast<float>(hd))};
+  kv_store(s, k_.data(), v_.data(), n, pos0, kv.k(il), kv.v(il));
+  attention(pool_, s, q_.data(), kv.k(il), kv.v(il), n, pos0, att_.data());
+  project(pool_, att_.data(), n, q_dim, {{&L.wo, tmp_.data()}});
+  add_inplace(h_.data(), tmp_.data(), static_cast<int64_t>(n) * D);
+}
+
+void CpuBackend::ffn_block(int il, int n) {
+  const ModelConfig& c = w_.cfg;
+  const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
+  const int64_t D = c.n_embd;
+  for (int t = 0; t < n; ++t) rmsnorm(h_.data() + t * D, L.ffn_norm.f32(), x_.data() + t * D, D, c.rms_eps);
+  if (!c.is_moe()) {
+    const int64_t F = c.n_ff;
+    project(pool_, x_.data(), n, D, {{&L.ffn_gate, ff_gate_.data()}, {&L.ffn_up, ff_up_.data()}});
+    silu_mul(ff_gate_.data(), ff_up_.data(), ff_gate_.data(), static_cast<int64_t>(n) * F);
+    project(pool_, ff_gate_.data(), n, F, {{&L.ffn_down, tmp_.data()}});
+    add_inplace(h_.data(), tmp_.data(), static_cast<int64_t>(n) * D);
+    return;
+  }
+  const int E = c.n_expert, k = c.n_expert_used;
+  project(pool_, x_.data(), n, D, {{&L.router, router_logits_.data()}});
+  for (int t = 0; t < n; ++t) {
+    router_topk_ref(router_logits_.data() + static_cast<int64_t>(t) * E, E, k, c.arch->router_mode, c.router_renorm,
+                    route_ids_.data() + t * k, route_w_.data() + t * k);
+    for (int j = 0; j < k; ++j) ++expert_counts_[static_cast<size_t>(il) * E + route_ids_[t * k + j]];
+  }
+  const std::vector<ExpertWork> work = group_by_expert(route_ids_.data(), n, k, E);
+  executor_->compute(il, x_.data(), n, work, expert_y_.data());
+  // Combine in slot order, the same for every batch size and device.
+  for (int t = 0; t < n; ++t)
+    for (int j = 0; j < k; ++j)
+      axpy(route_w_[t * k + j], expert_y_.data() + (static_cast<int64_t>(t) * k + j) * D, h_.data() + t * D, D);
+}
+
+}  // namespace ms

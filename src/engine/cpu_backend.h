@@ -1,0 +1,73 @@
+// The forward pass on the CPU: the generic layer recipe of model/arch.h over
+// weights bound from a GGUF file, for one token (decode) or a batch (prefill).
+//
+//   ThreadPool pool;                       // sized to the cores
+//   CpuBackend be(weights, pool);
+//   KvCache kv = be.make_cache(4096);
+//   std::vector<float> logits;
+//   be.forward(kv, prompt_ids, logits);    // logits of the last token
+//   be.forward(kv, {next}, logits);        // one decode step
+//
+// A batch is processed as a whole: every projection is one matmul over its
+// tokens, and routed experts are grouped by expert, so each expert's weights
+// are read once per batch. Decode is the same code with one token; its
+// per-layer work is six parallel regions (q/k/v, attention, output, router,
+// expert gate+up, expert down).
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cpu/thread_pool.h"
+#include "engine/expert_executor.h"
+#include "engine/kv_cache.h"
+#include "model/weights.h"
+
+namespace ms {
+
+class CpuBackend {
+ public:
+  struct Options {
+    int max_batch = 256;  // tokens per internal batch (longer inputs are split)
+  };
+  CpuBackend(const ModelWeights& w, ThreadPool& pool) : CpuBackend(w, pool, Options{}) {}
+  CpuBackend(const ModelWeights& w, ThreadPool& pool, Options opt);
+
+  // Runs `tokens` at positions kv.n_past() .. and appends them to the cache.
+  // logits receives n_vocab floats for the last token, or for every token
+  // ([n_tokens][n_vocab]) with all_logits. Throws ms::Error "context full
+  // (N tokens)" before computing anything if they do not fit, and for a token
+  // id outside the vocabulary.
+  void forward(KvCache& kv, std::span<const int32_t> tokens, std::vector<float>& logits, bool all_logits = false);
+
+  KvCache make_cache(int64_t ctx) const;
+  const ModelWeights& weights() const { return w_; }
+  const ModelConfig& config() const { return w_.cfg; }
+  ThreadPool& pool() { return pool_; }
+
+  // Where routed experts are computed (default: the CPU executor). Not owned.
+  void set_expert_executor(ExpertExecutor* ex) { executor_ = ex ? ex : &cpu_executor_; }
+
+  // How often each expert was chosen since the last reset: [layer][expert].
+  const std::vector<uint64_t>& expert_counts() const { return expert_counts_; }
+  void reset_expert_counts() { std::fill(expert_counts_.begin(), expert_counts_.end(), 0); }
+
+ private:
+  void forward_batch(KvCache& kv, const int32_t* tokens, int n, float* logits, bool all_logits);
+  void attention_block(KvCache& kv, int il, int n, int64_t pos0);
+  void ffn_block(int il, int n);
+
+  const ModelWeights& w_;
+  ThreadPool& pool_;
+  Options opt_;
+  CpuExpertExecutor cpu_executor_;
+  ExpertExecutor* executor_;
+  std::vector<uint64_t> expert_counts_;
+
+  // Scratch for one batch (sized to max_batch tokens).
+  std::vector<float> h_, x_, q_, k_, v_, att_, tmp_, rope_cs_, router_logits_, route_w_, expert_y_, ff_gate_, ff_up_;
+  std::vector<int32_t> route_ids_;
+  std::vector<uint8_t> act_, act2_;
+};
+
+}  // namespace ms

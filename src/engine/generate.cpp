@@ -1,0 +1,52 @@
+#include "engine/generate.h"
+
+#include <chrono>
+
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace ms {
+
+GenerateStats generate(CpuBackend& backend, KvCache& kv, Sampler& sampler, const Tokenizer* tok,
+                       std::span<const int32_t> prompt, const GenerateParams& params,
+                       const std::function<bool(int32_t)>& on_token) {
+  using clock = std::chrono::steady_clock;
+  GenerateStats st;
+  if (prompt.empty()) throw Error("generate: the prompt has no tokens");
+  st.n_prompt = static_cast<int>(prompt.size());
+  const int32_t n_vocab = static_cast<int32_t>(backend.config().n_vocab);
+  std::vector<float> logits;
+
+  auto t0 = clock::now();
+  backend.forward(kv, prompt, logits);
+  st.prompt_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  for (int32_t id : prompt) sampler.accept(id);
+
+  t0 = clock::now();
+  st.stop_reason = "length";
+  while (params.n_predict < 0 || st.n_generated < params.n_predict) {
+    const int32_t id = sampler.sample(logits.data(), n_vocab);
+    sampler.accept(id);
+    ++st.n_generated;
+    const bool eog = params.stop_at_eog && tok && tok->is_eog(id);
+    if (!on_token(id)) {
+      st.stop_reason = "stopped";
+      break;
+    }
+    if (eog) {
+      st.stop_reason = "eog";
+      break;
+    }
+    if (params.n_predict >= 0 && st.n_generated >= params.n_predict) break;
+    if (kv.n_past() + 1 > kv.ctx()) {
+      st.stop_reason = "context full (" + std::to_string(kv.ctx()) + " tokens)";
+      break;
+    }
+    const int32_t next[1] = {id};
+    backend.forward(kv, next, logits);
+  }
+  st.decode_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  return st;
+}
+
+}  // namespace ms

@@ -1,0 +1,42 @@
+// The generation loop: prompt (one batched forward), then sample, emit and
+// feed back one token at a time until the token budget, an end-of-generation
+// token, or a full context.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/cpu_backend.h"
+#include "engine/kv_cache.h"
+#include "engine/sampler.h"
+
+namespace ms {
+
+class Tokenizer;
+
+struct GenerateParams {
+  int n_predict = 128;        // tokens to generate at most (< 0: until EOG or a full context)
+  bool stop_at_eog = true;    // stop at the tokenizer's end-of-generation tokens
+};
+
+struct GenerateStats {
+  int n_prompt = 0;
+  int n_generated = 0;
+  double prompt_seconds = 0;  // the prompt's forward pass
+  double decode_seconds = 0;  // every later forward pass and sampling
+  std::string stop_reason;    // "length", "eog", "context full (N tokens)", "stopped"
+  double prompt_tps() const { return prompt_seconds > 0 ? n_prompt / prompt_seconds : 0; }
+  // Decode rate over the forwards after the prompt (the first token comes from the prompt's logits).
+  double decode_tps() const { return decode_seconds > 0 ? (n_generated - 1) / decode_seconds : 0; }
+};
+
+// on_token(id) is called for each generated token (EOG included when it ends
+// the run); returning false stops. Throws ms::Error if the prompt alone does
+// not fit the cache ("context full (N tokens)").
+GenerateStats generate(CpuBackend& backend, KvCache& kv, Sampler& sampler, const Tokenizer* tok,
+                       std::span<const int32_t> prompt, const GenerateParams& params,
+                       const std::function<bool(int32_t)>& on_token);
+
+}  // namespace ms

@@ -1,0 +1,451 @@
+#include "engine/generator.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <numeric>
+#include <tuple>
+#include <string>
+#include <vector>
+
+#include "engine/synthetic_vocab.h"
+#include "format/gguf.h"
+#include "quant/quant.h"
+#include "tokenizer/vocab.h"
+#include "util/error.h"
+
+namespace ms {
+namespace {
+
+// The constant hidden channel that carries the router bias (see generator.h).
+constexpr float kChannel = 2.0f;
+
+// ---------------------------------------------------------------- random numbers
+// Counter-based: every row has its own stream keyed by what the row *is*
+// (layer, role, expert, row), so a seed gives the same weights whatever the
+// thread count, chunking or expert layout.
+inline uint64_t splitmix(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t row_key(uint64_t seed, int layer, int role, int64_t expert, int64_t row) {
+  uint64_t s = seed;
+  uint64_t k = splitmix(s);
+  s = k ^ (static_cast<uint64_t>(layer + 1) << 48) ^ (static_cast<uint64_t>(role) << 40);
+  k = splitmix(s);
+  s = k ^ static_cast<uint64_t>(expert) * 0x100000001b3ull;
+  k = splitmix(s);
+  s = k ^ static_cast<uint64_t>(row);
+  return splitmix(s);
+}
+
+// ---------------------------------------------------------------- tensor plans
+enum Role { kEmbd, kOutput, kNorm, kAttnQ, kAttnK, kAttnV, kAttnO, kBias, kGate, kUp, kDown, kRouter, kQkNorm };
+
+const char* role_name(Role r) {
+  switch (r) {
+    case kEmbd: return "token_embd";
+    case kOutput: return "output";
+    case kNorm: case kQkNorm: return "norm";
+    case kAttnQ: return "attn_q";
+    case kAttnK: return "attn_k";
+    case kAttnV: return "attn_v";
+    case kAttnO: return "attn_output";
+    case kBias: return "norm";
+    case kGate: return "ffn_gate";
+    case kUp: return "ffn_up";
+    case kDown: return "ffn_down";
+    case kRouter: return "router";
+  }
+  return "norm";
+}
+
+struct Plan {
+  std::string name;
+  std::vector<int64_t> shape;
+  DType type = DType::F32;
+  Role role = kNorm;
+  int layer = -1;
+  int64_t expert0 = 0;      // expert of the first matrix (per-expert tensors)
+  int64_t rows_per_mat = 1; // rows of one matrix (3-D tensors hold n_expert of them)
+  int64_t merged_ff = 0;    // > 0: gate rows [0, F) then up rows [F, 2F) per expert
+  float stddev = 0;
+  bool zero_row0 = false;   // rows writing to the constant channel
+  uint64_t nbytes() const { return static_cast<uint64_t>(row_bytes(type, shape[0])) * rows(); }
+  int64_t rows() const {
+    int64_t r = 1;
+    for (size_t i = 1; i < shape.size(); ++i) r *= shape[i];
+    return r;
+  }
+};
+
+struct RouterBias {
+  std::vector<std::vector<float>> per_layer;  // [layer][expert] bias / kChannel
+  // Output head, column 0 (the constant channel), per token: a negative bias
+  // for tokens that make unreadable text (stray UTF-8 continuation bytes,
+  // filler tokens), so the tiny model's random text reads as words.
+  std::vector<float> output_col0;
+};
+
+void fill_row(const Plan& p, int64_t r, uint64_t seed, const RouterBias& rb, float* out) {
+  const int64_t n = p.shape[0];
+  if (p.role == kNorm || p.role == kQkNorm) {
+    std::fill(out, out + n, 1.0f);
+    return;
+  }
+  int64_t expert = p.expert0 + r / p.rows_per_mat, row = r % p.rows_per_mat;
+  Role role = p.role;
+  if (p.merged_ff > 0) {
+    role = row < p.merged_ff ? kGate : kUp;
+    row %= p.merged_ff;
+  }
+  if (p.zero_row0 && row == 0) {
+    std::fill(out, out + n, 0.0f);
+    return;
+  }
+  uint64_t s = row_key(seed, p.layer, role, expert, row);
+  const float a = p.stddev * 1.7320508f;  // U(-a, a) has standard deviation a / sqrt(3)
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t bits = splitmix(s);
+    out[i] = a * (static_cast<float>(bits >> 40) * (2.0f / 16777216.0f) - 1.0f);
+  }
+  if (role == kEmbd) out[0] = kChannel;
+  if (role == kRouter) out[0] = rb.per_layer[static_cast<size_t>(p.layer)][static_cast<size_t>(row)];
+  if (role == kOutput && !rb.output_col0.empty()) out[0] += rb.output_col0[static_cast<size_t>(row)];
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool more_bits_layer(int layer, int n_layer) {
+  // The _M mixes give more bits to the first and last eighth of the stack and
+  // every third layer in between.
+  const int eighth = n_layer / 8;
+  return layer < eighth || layer >= n_layer - eighth || (layer - eighth) % 3 == 2;
+}
+
+DType fit(DType want, int64_t row_len) {
+  if (row_len % type_info(want).block_size == 0) return want;
+  if (row_len % 32 == 0) return DType::Q8_0;
+  return DType::F16;
+}
+
+}  // namespace
+
+DType gen_tensor_type(const std::string& quant_in, const std::string& role, int layer, int n_layer, int64_t row_len) {
+  const std::string quant = lower(quant_in);
+  if (role == "norm" || role == "router") return DType::F32;
+  if (quant == "q4_k_m" || quant == "q4_k") {
+    const bool m = quant == "q4_k_m";
+    if (role == "output") return fit(DType::Q6_K, row_len);
+    if (m && (role == "attn_v" || role == "ffn_down") && more_bits_layer(layer, n_layer)) return fit(DType::Q6_K, row_len);
+    return fit(DType::Q4_K, row_len);
+  }
+  const DType t = parse_type(quant);
+  if (t == DType::F32 || t == DType::F16 || t == DType::BF16) return t;
+  if (!type_info(t).computable || t == DType::Q8_K || t == DType::Q8_1)
+    throw Error("gen: --quant " + quant_in + " is not a weight type moestream computes with");
+  return fit(t, row_len);
+}
+
+GenShape gen_preset(const std::string& arch_in, const std::string& preset_in) {
+  const std::string arch = lower(arch_in), preset = lower(preset_in);
+  const bool moe = arch == "qwen3moe" || arch == "mixtral";
+  if (!moe && arch != "qwen3" && arch != "qwen2" && arch != "llama")
+    throw Error("gen: unknown --arch '" + arch_in + "' (qwen3moe, mixtral, or dense qwen3, qwen2, llama)");
+  GenShape s;
+  s.gguf_arch = arch == "mixtral" ? "llama" : arch;
+  if (preset == "tiny") {
+    s.name = "tiny-" + arch;
+    s.n_layer = 4;
+    s.n_embd = 256;
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.head_dim = 64;
+    s.n_ff = 512;
+    s.n_vocab = 512;
+    s.n_ctx = 2048;
+    s.rope_base = 1e6f;
+    s.rms_eps = 1e-6f;
+    if (moe) {
+      s.n_expert = 8;
+      s.n_expert_used = 2;
+      s.n_ff_exp = 256;
+    }
+  } else if (preset == "qwen3-30b-a3b") {
+    if (arch != "qwen3moe") throw Error("gen: preset qwen3-30b-a3b is a qwen3moe model (use --arch qwen3moe)");
+    s.name = "synthetic Qwen3-30B-A3B";
+    s.n_layer = 48;
+    s.n_embd = 2048;
+    s.n_head = 32;
+    s.n_head_kv = 4;
+    s.head_dim = 128;
+    s.n_ff = 6144;
+    s.n_expert = 128;
+    s.n_expert_used = 8;
+    s.n_ff_exp = 768;
+    s.n_vocab = 151936;
+    s.n_ctx = 40960;
+    s.rope_base = 1e6f;
+    s.rms_eps = 1e-6f;
+  } else if (preset == "mixtral-8x7b") {
+    if (arch != "mixtral") throw Error("gen: preset mixtral-8x7b is a mixtral model (use --arch mixtral)");
+    s.name = "synthetic Mixtral-8x7B";
+    s.n_layer = 32;
+    s.n_embd = 4096;
+    s.n_head = 32;
+    s.n_head_kv = 8;
+    s.head_dim = 128;
+    s.n_ff = 14336;
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.n_ff_exp = 14336;
+    s.n_vocab = 32000;
+    s.n_ctx = 32768;
+    s.rope_base = 1e6f;
+    s.rms_eps = 1e-5f;
+  } else {
+    throw Error("gen: unknown --preset '" + preset_in + "' (tiny, qwen3-30b-a3b, mixtral-8x7b)");
+  }
+  return s;
+}
+
+GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadPool& pool) {
+  GenShape s = gen_preset(opt.arch, opt.preset);
+  if (opt.n_layer > 0) s.n_layer = opt.n_layer;
+  if (opt.n_ctx > 0) s.n_ctx = opt.n_ctx;
+  if (!(opt.router_skew >= 0.0) || opt.router_skew > 16.0) throw Error("gen: --router-skew must be in [0, 16]");
+  const std::string layout = lower(opt.layout);
+  if (layout != "stacked" && layout != "merged" && layout != "per-expert")
+    throw Error("gen: unknown --layout '" + opt.layout + "' (stacked, merged, per-expert)");
+  gen_tensor_type(opt.quant, "attn_q", 0, 1, 256);  // validates the name early
+
+  const bool moe = s.n_expert > 0;
+  const std::string A = s.gguf_arch;
+  const int L = s.n_layer;
+  const int64_t D = s.n_embd, V = s.n_vocab, hd = s.head_dim;
+  const int64_t q_dim = s.n_head * hd, kv_dim = s.n_head_kv * hd;
+  const float res_scale = 1.0f / std::sqrt(2.0f * static_cast<float>(L));
+  const float inv_d = 1.0f / std::sqrt(static_cast<float>(D));
+
+  // ---- the tensors, in file order
+  std::vector<Plan> plans;
+  auto add = [&](std::string name, std::vector<int64_t> shape, Role role, int layer, float stddev) -> Plan& {
+    Plan p;
+    p.name = std::move(name);
+    p.shape = std::move(shape);
+    p.role = role;
+    p.layer = layer;
+    p.stddev = stddev;
+    p.rows_per_mat = p.shape.size() > 1 ? p.shape[1] : 1;
+    p.type = gen_tensor_type(opt.quant, role_name(role), layer, L, p.shape[0]);
+    plans.push_back(p);
+    return plans.back();
+  };
+  add("token_embd.weight", {D, V}, kEmbd, -1, 1.0f);
+  add("output_norm.weight", {D}, kNorm, -1, 0);
+  if (!s.tied_output) add("output.weight", {D, V}, kOutput, -1, inv_d);
+  for (int il = 0; il < L; ++il) {
+    const std::string b = "blk." + std::to_string(il) + ".";
+    add(b + "attn_norm.weight", {D}, kNorm, il, 0);
+    add(b + "attn_q.weight", {D, q_dim}, kAttnQ, il, inv_d);
+    add(b + "attn_k.weight", {D, kv_dim}, kAttnK, il, inv_d);
+    add(b + "attn_v.weight", {D, kv_dim}, kAttnV, il, inv_d);
+    if (A == "qwen2") {
+      add(b + "attn_q.bias", {q_dim}, kBias, il, 0.02f).type = DType::F32;
+      add(b + "attn_k.bias", {kv_dim}, kBias, il, 0.02f).type = DType::F32;
+      add(b + "attn_v.bias", {kv_dim}, kBias, il, 0.02f).type = DType::F32;
+    }
+    add(b + "attn_output.weight", {q_dim, D}, kAttnO, il, res_scale / std::sqrt(static_cast<float>(q_dim))).zero_row0 = true;
+    if (A == "qwen3" || A == "qwen3moe") {
+      add(b + "attn_q_norm.weight", {hd}, kQkNorm, il, 0);
+      add(b + "attn_k_norm.weight", {hd}, kQkNorm, il, 0);
+    }
+    add(b + "ffn_norm.weight", {D}, kNorm, il, 0);
+    const float down_std = res_scale / std::sqrt(static_cast<float>(moe ? s.n_ff_exp : s.n_ff));
+    if (!moe) {
+      add(b + "ffn_gate.weight", {D, s.n_ff}, kGate, il, inv_d);
+      add(b + "ffn_up.weight", {D, s.n_ff}, kUp, il, inv_d);
+      add(b + "ffn_down.weight", {s.n_ff, D}, kDown, il, down_std).zero_row0 = true;
+      continue;
+    }
+    const int64_t E = s.n_expert, F = s.n_ff_exp;
+    add(b + "ffn_gate_inp.weight", {D, E}, kRouter, il, inv_d);
+    if (layout == "stacked") {
+      add(b + "ffn_gate_exps.weight", {D, F, E}, kGate, il, inv_d).rows_per_mat = F;
+      add(b + "ffn_up_exps.weight", {D, F, E}, kUp, il, inv_d).rows_per_mat = F;
+      Plan& d = add(b + "ffn_down_exps.weight", {F, D, E}, kDown, il, down_std);
+      d.rows_per_mat = D;
+      d.zero_row0 = true;
+    } else if (layout == "merged") {
+      Plan& gu = add(b + "ffn_gate_up_exps.weight", {D, 2 * F, E}, kGate, il, inv_d);
+      gu.rows_per_mat = 2 * F;
+      gu.merged_ff = F;
+      Plan& d = add(b + "ffn_down_exps.weight", {F, D, E}, kDown, il, down_std);
+      d.rows_per_mat = D;
+      d.zero_row0 = true;
+    } else {
+      for (int64_t e = 0; e < E; ++e) add(b + "ffn_gate." + std::to_string(e) + ".weight", {D, F}, kGate, il, inv_d).expert0 = e;
+      for (int64_t e = 0; e < E; ++e) add(b + "ffn_up." + std::to_string(e) + ".weight", {D, F}, kUp, il, inv_d).expert0 = e;
+      for (int64_t e = 0; e < E; ++e) {
+        Plan& d = add(b + "ffn_down." + std::to_string(e) + ".weight", {F, D}, kDown, il, down_std);
+        d.expert0 = e;
+        d.zero_row0 = true;
+      }
+    }
+  }
+
+  // ---- router bias: Zipf(S) over a random ranking of each layer's experts
+  RouterBias rb;
+  if (moe) {
+    rb.per_layer.resize(static_cast<size_t>(L));
+    for (int il = 0; il < L; ++il) {
+      std::vector<int> rank(static_cast<size_t>(s.n_expert));
+      std::iota(rank.begin(), rank.end(), 0);
+      uint64_t st = row_key(opt.seed, il, 99, 0, 0);
+      for (size_t i = rank.size() - 1; i > 0; --i) std::swap(rank[i], rank[splitmix(st) % (i + 1)]);
+      auto& bias = rb.per_layer[static_cast<size_t>(il)];
+      bias.resize(rank.size());
+      for (size_t e = 0; e < rank.size(); ++e)
+        bias[e] = static_cast<float>(-opt.router_skew * std::log(rank[e] + 1.0) / kChannel);
+    }
+  }
+
+  const Vocab vocab = make_synthetic_vocab(static_cast<int32_t>(V));
+  rb.output_col0.assign(static_cast<size_t>(V), 0.0f);
+  for (int32_t id = 0; id < vocab.n_tokens(); ++id) {
+    const bool high_byte = id >= 128 && id < 256;  // ids 0..255 are the bytes
+    const bool filler = vocab.tokens[static_cast<size_t>(id)].rfind("\xC4\xA0w", 0) == 0 &&  // "Ġw<N>"
+                        vocab.tokens[static_cast<size_t>(id)].size() > 3 &&
+                        std::isdigit(static_cast<unsigned char>(vocab.tokens[static_cast<size_t>(id)][3]));
+    if (high_byte) rb.output_col0[static_cast<size_t>(id)] = -3.0f;
+    if (filler) rb.output_col0[static_cast<size_t>(id)] = -1.5f;
+  }
+
+  // ---- metadata
+  GgufWriter w(path);
+  w.set("general.architecture", GgufValue::of_string(A));
+  w.set("general.name", GgufValue::of_string(s.name));
+  w.set("general.quantization_version", GgufValue::of_u32(2));
+  w.set(A + ".block_count", GgufValue::of_u32(static_cast<uint32_t>(L)));
+  w.set(A + ".context_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_ctx)));
+  w.set(A + ".embedding_length", GgufValue::of_u32(static_cast<uint32_t>(D)));
+  w.set(A + ".feed_forward_length", GgufValue::of_u32(static_cast<uint32_t>(moe && A == "llama" ? s.n_ff_exp : s.n_ff)));
+  w.set(A + ".attention.head_count", GgufValue::of_u32(static_cast<uint32_t>(s.n_head)));
+  w.set(A + ".attention.head_count_kv", GgufValue::of_u32(static_cast<uint32_t>(s.n_head_kv)));
+  w.set(A + ".attention.key_length", GgufValue::of_u32(static_cast<uint32_t>(hd)));
+  w.set(A + ".attention.value_length", GgufValue::of_u32(static_cast<uint32_t>(hd)));
+  w.set(A + ".attention.layer_norm_rms_epsilon", GgufValue::of_f32(s.rms_eps));
+  w.set(A + ".rope.freq_base", GgufValue::of_f32(s.rope_base));
+  w.set(A + ".rope.dimension_count", GgufValue::of_u32(static_cast<uint32_t>(hd)));
+  w.set(A + ".vocab_size", GgufValue::of_u32(static_cast<uint32_t>(V)));
+  if (moe) {
+    w.set(A + ".expert_count", GgufValue::of_u32(static_cast<uint32_t>(s.n_expert)));
+    w.set(A + ".expert_used_count", GgufValue::of_u32(static_cast<uint32_t>(s.n_expert_used)));
+    if (A == "qwen3moe") w.set(A + ".expert_feed_forward_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_ff_exp)));
+  }
+  w.set("moestream.synthetic.seed", GgufValue::of_u64(opt.seed));
+  w.set("moestream.synthetic.router_skew", GgufValue::of_f32(static_cast<float>(opt.router_skew)));
+  w.set("moestream.synthetic.quant", GgufValue::of_string(lower(opt.quant)));
+  w.set("moestream.synthetic.layout", GgufValue::of_string(layout));
+  write_vocab_metadata(w, vocab);
+
+  GenResult res;
+  res.shape = s;
+  std::map<std::string, int> type_count;
+  for (const Plan& p : plans) {
+    w.add_tensor(p.name, p.type, p.shape);
+    ++type_count[type_name(p.type)];
+    res.file_bytes += p.nbytes();
+  }
+  for (const auto& [t, n] : type_count) res.mix += (res.mix.empty() ? "" : ", ") + t + " " + std::to_string(n);
+  res.n_tensors = plans.size();
+  const uint64_t total = res.file_bytes;
+  w.write_header();
+
+  // ---- row pools (large models): quantizing 30 billion weights with the
+  // reference quantizer would take an hour, so big quantized tensors draw
+  // their rows from a pool of pre-quantized random rows per (role, type,
+  // width), picked by the row's key. Memory traffic and shapes are what
+  // matter for benchmarks; each expert is still a different matrix.
+  int64_t total_elements = 0;
+  for (const Plan& p : plans) total_elements += p.rows() * p.shape[0];
+  const int64_t pool_rows = opt.pool_rows >= 0 ? opt.pool_rows : (total_elements > (int64_t{1} << 28) ? 4096 : 0);
+  std::map<std::tuple<int, DType, int64_t>, std::vector<uint8_t>> row_pools;
+  auto pooled = [&](const Plan& p) {
+    return pool_rows > 0 && p.role != kRouter && p.role != kNorm && p.role != kQkNorm && p.role != kBias &&
+           p.type != DType::F32 && p.rows() > pool_rows;
+  };
+  auto pool_for = [&](const Plan& p) -> const std::vector<uint8_t>& {
+    const int role = p.merged_ff > 0 ? kGate : p.role;  // gate and up share a distribution
+    auto key = std::make_tuple(role == kUp ? int{kGate} : role, p.type, p.shape[0]);
+    auto it = row_pools.find(key);
+    if (it != row_pools.end()) return it->second;
+    std::vector<uint8_t>& buf = row_pools[key];
+    const int64_t n = p.shape[0], rb_out = row_bytes(p.type, n);
+    buf.resize(static_cast<size_t>(pool_rows * rb_out));
+    Plan proto = p;
+    proto.layer = -2;
+    proto.expert0 = 0;
+    proto.rows_per_mat = pool_rows;
+    proto.merged_ff = 0;
+    proto.zero_row0 = false;
+    proto.role = static_cast<Role>(role == kUp ? int{kGate} : role);
+    pool.parallel_for(pool_rows, 16, [&](int64_t b, int64_t e) {
+      std::vector<float> row(static_cast<size_t>(n));
+      for (int64_t r = b; r < e; ++r) {
+        fill_row(proto, r, opt.seed, rb, row.data());
+        quantize_row_ref(p.type, row.data(), buf.data() + r * rb_out, n);
+      }
+    });
+    return buf;
+  };
+
+  // ---- data, a chunk of rows at a time
+  constexpr int64_t kChunkBytes = 32 << 20;
+  std::vector<uint8_t> chunk;
+  uint64_t written = 0;
+  for (const Plan& p : plans) {
+    const int64_t n = p.shape[0], rows = p.rows(), rb_out = row_bytes(p.type, n);
+    const int64_t per_chunk = std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(rb_out, 1));
+    const std::vector<uint8_t>* row_pool = pooled(p) ? &pool_for(p) : nullptr;
+    for (int64_t r0 = 0; r0 < rows; r0 += per_chunk) {
+      const int64_t nr = std::min(per_chunk, rows - r0);
+      chunk.resize(static_cast<size_t>(nr * rb_out));
+      pool.parallel_for(nr, std::max<int64_t>(1, nr / (8 * pool.size())), [&](int64_t b, int64_t e) {
+        std::vector<float> row(static_cast<size_t>(n));
+        for (int64_t r = b; r < e; ++r) {
+          const int64_t fr = r0 + r;
+          if (row_pool) {
+            const int64_t expert = p.expert0 + fr / p.rows_per_mat, in_mat = fr % p.rows_per_mat;
+            // The same key as fill_row's, so every expert layout picks the same rows.
+            const int role = p.merged_ff > 0 ? (in_mat < p.merged_ff ? kGate : kUp) : p.role;
+            const int64_t row = p.merged_ff > 0 ? in_mat % p.merged_ff : in_mat;
+            if (!(p.zero_row0 && in_mat == 0)) {
+              const uint64_t pick = row_key(opt.seed, p.layer, role, expert, row) % static_cast<uint64_t>(pool_rows);
+              std::copy_n(row_pool->data() + pick * rb_out, rb_out, chunk.data() + r * rb_out);
+              continue;
+            }
+          }
+          fill_row(p, fr, opt.seed, rb, row.data());
+          quantize_row_ref(p.type, row.data(), chunk.data() + r * rb_out, n);
+        }
+      });
+      w.write_tensor_data(chunk.data(), chunk.size());
+      written += chunk.size();
+      if (opt.progress) opt.progress(written, total);
+    }
+  }
+  w.finish();
+  res.file_bytes = std::filesystem::file_size(path);
+  return res;
+}
+
+}  // namespace ms

@@ -1,0 +1,98 @@
+// Synthetic models (`moestream gen`): GGUF files with the real shapes and
+// quant mixes of Qwen3-30B-A3B or Mixtral 8x7B (or a tiny model for tests
+// and the embedded default), random weights, and a working tokenizer.
+//
+// Weights are random but scaled so activations stay finite through every
+// layer: matrices ~ U(-a, a) with standard deviation 1/sqrt(fan_in); the
+// output projections that write into the residual stream (attn_output, FFN
+// down) are further scaled by 1/sqrt(2 * n_layer), so the residual stream
+// keeps the size of the embeddings however deep the model is. Norm weights
+// are 1.
+//
+// Router skew (Zipf exponent S): real MoE routing is skewed, uniform routing
+// is the worst case for caching, and benchmarks need both. The architectures
+// have no router bias, so one is built in: hidden dimension 0 is a constant
+// channel. Every token embedding has value C there, and nothing writes to it
+// (row 0 of attn_output and of every expert's down projection is zero), so
+// after each RMSNorm x[0] ~ C for every token. Column 0 of the router then
+// acts as a bias: expert e gets -S * ln(rank_e + 1) / C, with ranks a random
+// permutation per layer, so the softmax prefers experts as (rank + 1)^-S times
+// the token-dependent part. S = 0 leaves column 0 zero (uniform routing).
+// `moestream run --routing-stats` measures the popularity that results.
+//
+// Large models (over 256M weights): quantizing every random row with the
+// reference quantizer would take an hour for Qwen3-30B-A3B, so the big
+// quantized tensors (experts, attention, embeddings; not the output head or
+// routers) take each row from a pool of 4096 pre-quantized random rows per
+// (role, type, width), chosen by a hash of (layer, expert, row). Every expert
+// is still a different matrix; bytes, shapes and types are the real ones.
+//
+// Generation streams tensor by tensor to disk (a chunk of rows at a time, rows
+// generated and quantized in parallel from a counter-based random stream, so
+// the file is the same for a seed whatever the thread count): memory stays at
+// a few chunks, not the file's size.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "cpu/thread_pool.h"
+#include "quant/types.h"
+
+namespace ms {
+
+struct GenShape {
+  std::string gguf_arch;  // "qwen3moe", "llama", "qwen3", "qwen2"
+  std::string name;       // preset name for general.name
+  int n_layer = 0;
+  int64_t n_embd = 0;
+  int n_head = 0, n_head_kv = 0, head_dim = 0;
+  int64_t n_ff = 0;       // dense FFN width (dense models; also written for MoE as metadata)
+  int n_expert = 0, n_expert_used = 0;
+  int64_t n_ff_exp = 0;
+  int64_t n_vocab = 0;
+  int64_t n_ctx = 0;
+  float rope_base = 10000.0f;
+  float rms_eps = 1e-6f;
+  bool tied_output = false;
+};
+
+// arch: qwen3moe | mixtral | qwen3 | qwen2 | llama (the last three dense);
+// preset: tiny | qwen3-30b-a3b | mixtral-8x7b. Throws ms::Error for an unknown
+// name or a combination that does not exist (e.g. mixtral + qwen3-30b-a3b).
+GenShape gen_preset(const std::string& arch, const std::string& preset);
+
+struct GenOptions {
+  std::string arch = "qwen3moe";
+  std::string preset = "tiny";
+  std::string quant = "q4_k_m";   // q4_k_m | q4_k | q5_k | q6_k | q8_0 | q4_0 | f16 | bf16 | f32
+  std::string layout = "stacked";  // experts: stacked (3-D) | merged (gate_up) | per-expert (2-D)
+  double router_skew = 0.0;
+  uint64_t seed = 1;
+  // Overrides of the preset (0: keep), for medium-sized test models.
+  int n_layer = 0;
+  int64_t n_ctx = 0;
+  // Rows per pre-quantized row pool for big tensors (-1: auto, 4096 for
+  // models over 256M weights, none below; 0: off). See generator.cpp.
+  int64_t pool_rows = -1;
+  // Called after each chunk with bytes written so far and the total.
+  std::function<void(uint64_t, uint64_t)> progress;
+};
+
+struct GenResult {
+  GenShape shape;
+  uint64_t file_bytes = 0;
+  uint64_t n_tensors = 0;
+  std::string mix;  // e.g. "q4_K 312 tensors, q6_K 40, f32 193"
+};
+
+// Writes the model to `path`. Throws ms::Error for bad options or I/O errors
+// (a partial file is removed).
+GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadPool& pool);
+
+// The type a tensor gets in a quant mix (exposed for tests). role is one of
+// "token_embd", "output", "attn_q", "attn_k", "attn_v", "attn_output",
+// "ffn_gate", "ffn_up", "ffn_down", "router", "norm"; row_len is ne[0].
+DType gen_tensor_type(const std::string& quant, const std::string& role, int layer, int n_layer, int64_t row_len);
+
+}  // namespace ms

@@ -1,0 +1,119 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "util/error.h"
+
+namespace ms {
+
+std::string SamplerParams::describe() const {
+  if (temperature <= 0) {
+    if (repeat_penalty == 1.0f) return "greedy";
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "greedy rep=%.2f/%d", repeat_penalty, repeat_last_n);
+    return buf;
+  }
+  char buf[192];
+  std::snprintf(buf, sizeof buf, "temp=%.2f top_k=%d top_p=%.2f min_p=%.2f rep=%.2f/%d seed=%llu", temperature,
+                top_k, top_p, min_p, repeat_penalty, repeat_last_n, static_cast<unsigned long long>(seed));
+  return buf;
+}
+
+void SamplerParams::validate() const {
+  if (!std::isfinite(temperature)) throw Error("sampling: temperature must be a finite number");
+  if (!(top_p > 0.0f) || !std::isfinite(top_p)) throw Error("sampling: top-p must be in (0, 1] (1 turns it off)");
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) throw Error("sampling: min-p must be in [0, 1] (0 turns it off)");
+  if (!(repeat_penalty > 0.0f) || !std::isfinite(repeat_penalty))
+    throw Error("sampling: the repetition penalty must be > 0 (1 turns it off)");
+  if (repeat_last_n < 0) throw Error("sampling: the repetition window must be >= 0 tokens");
+}
+
+int32_t argmax(const float* x, int32_t n) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
+Sampler::Sampler(const SamplerParams& params) : params_(params), rng_(params.seed) { params_.validate(); }
+
+void Sampler::reset() {
+  rng_.seed(params_.seed);
+  recent_.clear();
+}
+
+void Sampler::accept(int32_t token) {
+  if (params_.repeat_last_n <= 0) return;
+  recent_.push_back(token);
+  while (static_cast<int>(recent_.size()) > params_.repeat_last_n) recent_.pop_front();
+}
+
+double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0); }
+
+int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
+  if (n_vocab <= 0) throw Error("sampling: empty logits");
+  work_.assign(logits, logits + n_vocab);
+  // Repetition penalty (each distinct recent token once): positive logits are
+  // divided, negative ones multiplied, so the token always becomes less likely.
+  if (params_.repeat_penalty != 1.0f && !recent_.empty()) {
+    std::vector<int32_t> seen(recent_.begin(), recent_.end());
+    std::sort(seen.begin(), seen.end());
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    for (int32_t id : seen) {
+      if (id < 0 || id >= n_vocab) continue;
+      float& l = work_[id];
+      l = l > 0 ? l / params_.repeat_penalty : l * params_.repeat_penalty;
+    }
+  }
+  if (params_.temperature <= 0) return argmax(work_.data(), n_vocab);
+
+  // Candidates sorted by logit (descending, lower id first on ties), cut to top-k.
+  ids_.resize(static_cast<size_t>(n_vocab));
+  std::iota(ids_.begin(), ids_.end(), 0);
+  const int32_t k = params_.top_k > 0 ? std::min(params_.top_k, n_vocab) : n_vocab;
+  auto better = [&](int32_t a, int32_t b) { return work_[a] > work_[b] || (work_[a] == work_[b] && a < b); };
+  std::partial_sort(ids_.begin(), ids_.begin() + k, ids_.end(), better);
+  ids_.resize(static_cast<size_t>(k));
+
+  // Softmax with temperature over the candidates.
+  std::vector<double> p(ids_.size());
+  const double mx = work_[ids_[0]];
+  double sum = 0;
+  for (size_t i = 0; i < ids_.size(); ++i) sum += (p[i] = std::exp((work_[ids_[i]] - mx) / params_.temperature));
+  for (double& v : p) v /= sum;
+
+  // Top-p: the smallest prefix whose mass reaches top_p (at least one token).
+  size_t keep = p.size();
+  if (params_.top_p < 1.0f) {
+    double cum = 0;
+    for (size_t i = 0; i < p.size(); ++i) {
+      cum += p[i];
+      if (cum >= params_.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  // Min-p: drop tokens less likely than min_p times the most likely one.
+  if (params_.min_p > 0.0f) {
+    const double floor = params_.min_p * p[0];
+    size_t n = 1;
+    while (n < keep && p[n] >= floor) ++n;
+    keep = n;
+  }
+
+  double kept = 0;
+  for (size_t i = 0; i < keep; ++i) kept += p[i];
+  const double r = uniform() * kept;
+  double cum = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    cum += p[i];
+    if (r < cum) return ids_[i];
+  }
+  return ids_[keep - 1];  // r rounded onto the total
+}
+
+}  // namespace ms

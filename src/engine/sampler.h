@@ -1,0 +1,58 @@
+// Picks the next token from logits: greedy, or temperature sampling narrowed
+// by top-k, top-p and min-p, with a repetition penalty over recent tokens.
+//
+// Deterministic for a given seed on every platform: the generator is
+// std::mt19937_64 (its output sequence is fixed by the standard) and the
+// uniform draw is computed here from its bits (std:: distributions are
+// implementation-defined). Ties between equal logits go to the lower id.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace ms {
+
+struct SamplerParams {
+  float temperature = 0.8f;  // <= 0: greedy (argmax)
+  int top_k = 40;            // <= 0: no limit
+  float top_p = 0.95f;       // >= 1: off
+  float min_p = 0.05f;       // <= 0: off; keep tokens with p >= min_p * p_max
+  float repeat_penalty = 1.0f;  // 1: off; > 1 discourages tokens seen in the last repeat_last_n
+  int repeat_last_n = 64;
+  uint64_t seed = 0;
+
+  // "greedy" or "temp=0.8 top_k=40 top_p=0.95 min_p=0.05 rep=1.1 seed=1"
+  std::string describe() const;
+  // Throws ms::Error for values out of range (negative top_p, ...).
+  void validate() const;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplerParams& params);
+
+  // Chooses a token from logits[0..n_vocab). Does not record it: call accept()
+  // with the token actually used (prompt tokens too, for the penalty window).
+  int32_t sample(const float* logits, int32_t n_vocab);
+  void accept(int32_t token);
+  void reset();  // forgets history and restarts the generator from the seed
+
+  const SamplerParams& params() const { return params_; }
+
+  // A uniform double in [0, 1) from 53 bits of the generator (exposed for tests).
+  double uniform();
+
+ private:
+  SamplerParams params_;
+  std::mt19937_64 rng_;
+  std::deque<int32_t> recent_;
+  std::vector<float> work_;
+  std::vector<int32_t> ids_;
+};
+
+// The index of the largest value; the lowest index among equal maxima.
+int32_t argmax(const float* x, int32_t n);
+
+}  // namespace ms

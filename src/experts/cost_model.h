@@ -1,0 +1,46 @@
+// What it costs to compute a routed expert in each tier, from a handful of
+// machine figures. The engine fills them from a start-up probe; every figure
+// can be overridden (CLI flags, or a JSON file). Times are in seconds.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace ms {
+
+struct CostModel {
+  double pcie_gbps = 25;        // pinned host->device copies (PCIe 4 x16 desktop; the H100 host measured ~55)
+  double cpu_gbps = 40;         // host DRAM read by the CPU expert FFN, all threads
+  double gpu_hbm_gbps = 900;    // VRAM read by the GPU expert kernels
+  double cpu_gflops = 400;      // CPU arithmetic on batched tokens (weights reused from cache)
+  double gpu_tflops = 80;       // GPU arithmetic on batched tokens
+  double flops_per_byte = 3.56; // 2 flops per weight x weights per byte of the quant type (q4_K: 2*256/144)
+  double copy_overhead_us = 5;  // per host->device copy
+  double cpu_overhead_us = 5;   // per expert computed on the CPU (dispatch, sync)
+  double gpu_overhead_us = 2;   // per expert on the GPU (grouped launch share)
+
+  // Defaults with flops_per_byte set for a quant type name ("q4_K", "q8_0",
+  // "bf16"; unknown names keep the default).
+  static CostModel for_quant(const std::string& quant_name);
+
+  // Copying one expert of `bytes` into VRAM.
+  double copy_s(uint64_t bytes) const { return copy_overhead_us * 1e-6 + double(bytes) / (pcie_gbps * 1e9); }
+  // Computing one expert for `tokens` tokens on the CPU: reading its weights
+  // once, or the arithmetic, whichever is longer.
+  double cpu_s(uint64_t bytes, uint32_t tokens) const;
+  // Same on the GPU from VRAM.
+  double gpu_s(uint64_t bytes, uint32_t tokens) const;
+
+  // "pcie_gbps=55,cpu_gbps=92": overrides by name; throws ms::Error on an
+  // unknown name or a non-positive value.
+  void apply_overrides(const std::string& list);
+  void apply_json(const nlohmann::json& j);  // same names as keys
+  nlohmann::json to_json() const;
+  void validate() const;
+
+ private:
+  void apply_overrides_unchecked(const std::string& list);
+};
+
+}  // namespace ms

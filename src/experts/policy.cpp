@@ -1,0 +1,53 @@
+// make_policy: policy names to implementations.
+#include "experts/policy.h"
+
+#include <algorithm>
+
+#include "experts/policy_impl.h"
+#include "util/error.h"
+
+namespace ms {
+
+// Chosen by measurement on synthetic skewed and uniform traces
+// (bench/results/policy_sim.md, tools/policy_sweep.sh).
+const char* default_policy_name() { return "adaptive"; }
+
+std::vector<std::string> policy_names() {
+  return {"lru", "slru", "lfu", "lfu-decay", "adaptive", "pinned+lru", "pinned+slru", "pinned+lfu-decay", "pinned+adaptive"};
+}
+
+namespace {
+std::unique_ptr<CachePolicy> make_dynamic(const std::string& name, size_t capacity, const PolicyOptions& opts) {
+  if (name == "lru") return make_lru(capacity, opts);
+  if (name == "slru") return make_slru(capacity, opts);
+  if (name == "lfu") return make_lfu_decay(capacity, opts, 0.0, opts.admit_margin);
+  if (name == "lfu-decay") return make_lfu_decay(capacity, opts, opts.decay_halflife_steps, opts.admit_margin);
+  if (name == "adaptive") return make_adaptive(capacity, opts);
+  return nullptr;
+}
+}  // namespace
+
+std::unique_ptr<CachePolicy> make_policy(const std::string& name_in, size_t capacity, const PolicyOptions& opts) {
+  if (opts.n_keys == 0) throw Error("make_policy: PolicyOptions::n_keys (n_layer * n_expert) must be set");
+  const std::string name = name_in == "default" ? default_policy_name() : name_in;
+  if (name.rfind("pinned+", 0) == 0) {
+    std::vector<ExpertKey> pinned;
+    const size_t budget = std::min(capacity, size_t(std::max(0.0, opts.pin_fraction) * double(capacity)));
+    for (ExpertKey k : opts.pinned)  // hottest first: keep the first ones
+      if (pinned.size() < budget && std::find(pinned.begin(), pinned.end(), k) == pinned.end()) pinned.push_back(k);
+    for (ExpertKey k : pinned)
+      if (k >= opts.n_keys) throw Error("pinned expert key " + std::to_string(k) + " is outside the model");
+    auto dynamic = make_dynamic(name.substr(7), capacity - pinned.size(), opts);
+    if (!dynamic) throw Error("unknown policy '" + name_in + "' after 'pinned+' (use lru, slru, lfu, lfu-decay or adaptive)");
+    return make_pinned(capacity, std::move(pinned), opts.n_keys, std::move(dynamic));
+  }
+  auto p = make_dynamic(name, capacity, opts);
+  if (!p) {
+    std::string list;
+    for (const auto& n : policy_names()) list += n + ", ";
+    throw Error("unknown policy '" + name_in + "' (choose one of: " + list + "default, all)");
+  }
+  return p;
+}
+
+}  // namespace ms

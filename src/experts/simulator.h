@@ -1,0 +1,65 @@
+// Replays a routing trace against a cache policy and the planner with no GPU:
+// hit rates, PCIe bytes, experts computed on the CPU, the predicted expert time
+// of each step from the cost model, and Belady's MIN at the same capacity.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "experts/access.h"
+#include "experts/cost_model.h"
+#include "experts/policy.h"
+#include "experts/pools.h"
+#include "experts/trace.h"
+
+namespace ms {
+
+enum class PrefetchMode { None, Oracle, Predicted };
+PrefetchMode parse_prefetch_mode(const std::string& name);  // none | oracle | predicted
+const char* prefetch_mode_name(PrefetchMode m);
+
+struct SimOptions {
+  CapacitySpec capacity;
+  std::string policy = "default";
+  PolicyOptions policy_options;     // pinned keys etc. (n_keys is filled in)
+  CostModel cost;
+  PrefetchMode prefetch = PrefetchMode::None;
+  uint64_t prefetch_cap_bytes = 0;  // per layer step; 0: k experts of the target layer
+  float prefetch_min_confidence = 0;
+  bool belady = true;               // also compute Belady's MIN (costs one more pass)
+};
+
+struct LayerSimStats {
+  uint32_t layer = 0;
+  uint64_t accesses = 0, hits = 0, belady_hits = 0;
+};
+
+struct SimResult {
+  std::string policy;
+  std::string capacity;             // as given
+  size_t slots = 0;                 // all pools
+  uint64_t slot_bytes = 0;          // bytes of all slots
+  double fraction = 0;              // slots / all routed experts
+  uint64_t accesses = 0, hits = 0;  // per distinct expert per layer step
+  double hit_rate = 0;
+  uint64_t belady_hits = 0;
+  double belady_hit_rate = -1;      // < 0 when not computed
+  std::vector<LayerSimStats> layers;  // MoE layers only
+  uint64_t pcie_bytes = 0;          // demand streams + prefetch copies
+  uint64_t prefetch_bytes = 0;
+  uint64_t streamed = 0, host_computed = 0, resident = 0;  // expert computations by tier
+  uint64_t prefetched = 0, prefetch_used = 0;              // copies, and those that later hit
+  double time_s = 0, prompt_time_s = 0, decode_time_s = 0; // predicted expert time
+  uint64_t prompt_tokens = 0, decode_tokens = 0;
+  double decode_tokens_per_s() const { return decode_time_s > 0 ? double(decode_tokens) / decode_time_s : 0; }
+};
+
+SimResult simulate(const Trace& trace, const AccessSequence& seq, const SimOptions& opts);
+
+// Fills the Belady figures of `r` from per-layer hits (belady_hits_per_layer).
+void set_belady(SimResult& r, const std::vector<uint64_t>& per_layer_hits);
+
+// Belady's MIN hits per MoE layer at the layout's capacity (each pool on its own).
+std::vector<uint64_t> belady_hits_per_layer(const AccessSequence& seq, const PoolLayout& layout);
+
+}  // namespace ms

@@ -1,0 +1,31 @@
+#include "model/arch.h"
+
+#include "util/error.h"
+
+namespace ms {
+
+const std::vector<ArchInfo>& all_archs() {
+  static const std::vector<ArchInfo> table = {
+      //  name        rope              qk_norm qkv_bias moe    moe_opt router                    renorm
+      {"llama", RopeMode::Normal, false, false, false, true, RouterMode::TopKSoftmax, false},
+      {"qwen2", RopeMode::Neox, false, true, false, false, RouterMode::SoftmaxTopK, true},
+      {"qwen3", RopeMode::Neox, true, false, false, false, RouterMode::SoftmaxTopK, true},
+      {"qwen3moe", RopeMode::Neox, true, false, true, false, RouterMode::SoftmaxTopK, true},
+  };
+  return table;
+}
+
+std::string supported_arch_names() {
+  std::string s;
+  for (const ArchInfo& a : all_archs()) s += (s.empty() ? "" : ", ") + std::string(a.name);
+  return s;
+}
+
+const ArchInfo& arch_info(const std::string& name) {
+  for (const ArchInfo& a : all_archs())
+    if (name == a.name) return a;
+  throw Error("unknown architecture '" + name + "': moestream runs " + supported_arch_names() +
+              " (Mixtral is 'llama' with experts)");
+}
+
+}  // namespace ms

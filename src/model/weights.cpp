@@ -1,0 +1,285 @@
+#include "model/weights.h"
+
+#include <cstdio>
+#include <string>
+
+#include "format/gguf.h"
+#include "model/hparams.h"
+#include "util/error.h"
+
+namespace ms {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "{";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "}";
+}
+
+std::string blk(int layer, const std::string& what) { return "blk." + std::to_string(layer) + "." + what; }
+
+class Binder {
+ public:
+  Binder(const GgufFile& f, const uint8_t* data) : f_(f), data_(data) {}
+
+  // A tensor of exactly `shape` (GGUF order), or an error naming it.
+  TensorView get(const std::string& name, std::vector<int64_t> shape, bool required = true) const {
+    const GgufTensorInfo* t = f_.find_tensor(name);
+    if (!t) {
+      if (!required) return {};
+      throw Error(f_.path() + ": missing tensor '" + name + "' (needed by the '" + arch_ +
+                  "' architecture); the file is incomplete or was converted for another architecture");
+    }
+    if (t->shape != shape)
+      throw Error(f_.path() + ": tensor '" + name + "' has shape " + shape_str(t->shape) + ", expected " +
+                  shape_str(shape) + " from the model's hyper-parameters");
+    const TypeInfo& info = type_info(t->type);
+    if (!info.computable)
+      throw Error(f_.path() + ": tensor '" + name + "' has type " + info.name +
+                  ", which moestream cannot compute with; re-quantize it (e.g. q4_K, q8_0)");
+    if (shape[0] % info.block_size != 0)
+      throw Error(f_.path() + ": tensor '" + name + "' rows of " + std::to_string(shape[0]) +
+                  " are not a multiple of " + info.name + "'s block size");
+    TensorView v;
+    v.name = name;
+    v.type = t->type;
+    v.data = data_ ? data_ + t->offset : t->data;
+    v.cols = shape[0];
+    v.rows = shape.size() > 1 ? shape[1] : 1;
+    v.file_offset = f_.data_offset() + t->offset;
+    v.nbytes = t->nbytes;
+    return v;
+  }
+  // Norms and biases must be F32 (they are tiny and the engine
+  // reads them as floats).
+  TensorView get_f32(const std::string& name, std::vector<int64_t> shape, bool required = true) const {
+    TensorView v = get(name, std::move(shape), required);
+    if (v && v.type != DType::F32)
+      throw Error(f_.path() + ": tensor '" + name + "' is " + type_name(v.type) +
+                  "; norms and biases must be f32 (re-convert the model)");
+    return v;
+  }
+  bool has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
+  void set_arch(const std::string& a) { arch_ = a; }
+
+ private:
+  const GgufFile& f_;
+  const uint8_t* data_;
+  std::string arch_;
+};
+
+void bind_experts(const Binder& b, const GgufFile& f, const uint8_t* data, const ModelConfig& c, int il,
+                  ExpertWeights& ex) {
+  ex.n_expert = c.n_expert;
+  ex.n_embd = c.n_embd;
+  ex.n_ff = c.n_ff_exp;
+  ex.data_base_ = data ? data : f.base() + f.data_offset();
+  ex.data_offset_ = f.data_offset();
+  const int64_t E = c.n_expert, D = c.n_embd, F = c.n_ff_exp;
+  ex.gate_.resize(E);
+  ex.up_.resize(E);
+  ex.down_.resize(E);
+  if (b.has(blk(il, "ffn_gate_up_exps.weight"))) {
+    TensorView gu = b.get(blk(il, "ffn_gate_up_exps.weight"), {D, 2 * F, E});
+    TensorView dn = b.get(blk(il, "ffn_down_exps.weight"), {F, D, E});
+    ex.layout = "merged";
+    ex.gate_type = ex.up_type = gu.type;
+    ex.down_type = dn.type;
+    const uint64_t rb = row_bytes(gu.type, D);
+    for (int64_t e = 0; e < E; ++e) {
+      ex.gate_[e] = gu.data + e * 2 * F * rb;
+      ex.up_[e] = ex.gate_[e] + F * rb;
+      ex.down_[e] = dn.data + e * D * row_bytes(dn.type, F);
+    }
+  } else if (b.has(blk(il, "ffn_gate_exps.weight")) || !b.has(blk(il, "ffn_gate.0.weight"))) {
+    TensorView g = b.get(blk(il, "ffn_gate_exps.weight"), {D, F, E});
+    TensorView u = b.get(blk(il, "ffn_up_exps.weight"), {D, F, E});
+    TensorView dn = b.get(blk(il, "ffn_down_exps.weight"), {F, D, E});
+    ex.layout = "stacked";
+    ex.gate_type = g.type;
+    ex.up_type = u.type;
+    ex.down_type = dn.type;
+    for (int64_t e = 0; e < E; ++e) {
+      ex.gate_[e] = g.data + e * F * row_bytes(g.type, D);
+      ex.up_[e] = u.data + e * F * row_bytes(u.type, D);
+      ex.down_[e] = dn.data + e * D * row_bytes(dn.type, F);
+    }
+  } else {
+    ex.layout = "per-expert";
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string s = std::to_string(e);
+      TensorView g = b.get(blk(il, "ffn_gate." + s + ".weight"), {D, F});
+      TensorView u = b.get(blk(il, "ffn_up." + s + ".weight"), {D, F});
+      TensorView dn = b.get(blk(il, "ffn_down." + s + ".weight"), {F, D});
+      if (e == 0) {
+        ex.gate_type = g.type;
+        ex.up_type = u.type;
+        ex.down_type = dn.type;
+      } else if (g.type != ex.gate_type || u.type != ex.up_type || dn.type != ex.down_type) {
+        throw Error(f.path() + ": layer " + std::to_string(il) + " expert " + s +
+                    " has a different quant type from expert 0; all experts of a layer must share types");
+      }
+      ex.gate_[e] = g.data;
+      ex.up_[e] = u.data;
+      ex.down_[e] = dn.data;
+    }
+  }
+}
+
+}  // namespace
+
+std::string ModelConfig::describe() const {
+  char buf[256];
+  if (is_moe())
+    std::snprintf(buf, sizeof buf, "%s: %d layers, n_embd %lld, %d/%d heads of %d, %d experts (top %d) of ff %lld, vocab %lld",
+                  arch_name.c_str(), n_layer, static_cast<long long>(n_embd), n_head, n_head_kv, head_dim, n_expert,
+                  n_expert_used, static_cast<long long>(n_ff_exp), static_cast<long long>(n_vocab));
+  else
+    std::snprintf(buf, sizeof buf, "%s: %d layers, n_embd %lld, %d/%d heads of %d, ff %lld, vocab %lld",
+                  arch_name.c_str(), n_layer, static_cast<long long>(n_embd), n_head, n_head_kv, head_dim,
+                  static_cast<long long>(n_ff), static_cast<long long>(n_vocab));
+  return buf;
+}
+
+ModelConfig read_model_config(const GgufFile& f) {
+  ModelConfig c;
+  c.arch_name = f.get_string("general.architecture");
+  c.arch = &arch_info(c.arch_name);  // unknown architectures stop here, by name
+  const ModelHParams hp = read_hparams(f);  // throws naming a missing or invalid key
+  const std::string p = c.arch_name + ".";
+  auto narrow = [&](const std::string& key, int64_t v) {
+    if (v <= 0 || v > (int64_t{1} << 30))
+      throw Error(f.path() + ": metadata '" + key + "' = " + std::to_string(v) + " is out of range");
+    return static_cast<int>(v);
+  };
+  c.n_layer = narrow(p + "block_count", hp.n_layer);
+  c.n_embd = hp.n_embd;
+  c.n_head = narrow(p + "attention.head_count", hp.n_head);
+  c.n_head_kv = narrow(p + "attention.head_count_kv", hp.n_head_kv);
+  if (c.n_head % c.n_head_kv != 0)
+    throw Error(f.path() + ": " + std::to_string(c.n_head) + " attention heads is not a multiple of " +
+                std::to_string(c.n_head_kv) + " KV heads");
+  for (int64_t kv : hp.n_head_kv_layer)
+    if (kv != hp.n_head_kv)
+      throw Error(f.path() + ": layers with different KV head counts (or without attention) are not supported by "
+                  "the CPU engine yet");
+  c.head_dim = narrow(p + "attention.key_length", hp.head_dim);
+  if (hp.head_dim_v != hp.head_dim)
+    throw Error(f.path() + ": attention.value_length differs from key_length; not supported");
+  c.n_rot = static_cast<int>(f.get_int(p + "rope.dimension_count", c.head_dim));
+  if (c.n_rot <= 0 || c.n_rot > c.head_dim || c.n_rot % 2)
+    throw Error(f.path() + ": rope.dimension_count " + std::to_string(c.n_rot) + " must be even and <= head size " +
+                std::to_string(c.head_dim));
+  c.n_ctx_train = hp.n_ctx_train > 0 ? hp.n_ctx_train : 4096;
+  c.rms_eps = hp.rms_eps > 0 ? static_cast<float>(hp.rms_eps) : 1e-6f;
+  c.rope_base = hp.rope_freq_base > 0 ? static_cast<float>(hp.rope_freq_base) : 10000.0f;
+  const std::string scaling = f.get_string(p + "rope.scaling.type", "none");
+  if (scaling == "linear") {
+    const double factor = f.get_float(p + "rope.scaling.factor", 1.0);
+    if (!(factor > 0)) throw Error(f.path() + ": rope.scaling.factor must be > 0");
+    c.rope_freq_scale = static_cast<float>(1.0 / factor);
+  } else if (scaling != "none" && !scaling.empty()) {
+    throw Error(f.path() + ": RoPE scaling '" + scaling + "' is not supported (only none and linear)");
+  }
+  if (hp.n_expert_shared > 0)
+    throw Error(f.path() + ": shared experts are not supported by the CPU engine yet");
+  c.n_expert = static_cast<int>(hp.n_expert);
+  if (c.arch->moe && c.n_expert <= 0)
+    throw Error(f.path() + ": '" + c.arch_name + "' needs metadata '" + p + "expert_count' > 0");
+  if (!c.arch->moe && !c.arch->moe_optional && c.n_expert > 0)
+    throw Error(f.path() + ": '" + c.arch_name + "' is a dense architecture but expert_count is " +
+                std::to_string(c.n_expert));
+  if (c.n_expert > 0) {
+    c.n_expert_used = static_cast<int>(hp.n_expert_used);
+    c.n_ff_exp = hp.n_ff_exp > 0 ? hp.n_ff_exp : hp.n_ff;
+    if (c.n_ff_exp <= 0) throw Error(f.path() + ": cannot tell the experts' FFN width (no expert tensors)");
+    c.router_renorm = hp.expert_weights_norm.value_or(c.arch->default_renorm);
+  } else {
+    c.n_ff = hp.n_ff;
+  }
+  const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");
+  if (!embd) throw Error(f.path() + ": missing tensor 'token_embd.weight'");
+  if (embd->shape.size() != 2)
+    throw Error(f.path() + ": tensor 'token_embd.weight' must be 2-D, has shape " + shape_str(embd->shape));
+  c.n_vocab = embd->shape[1];
+  return c;
+}
+
+uint64_t TensorView::row_bytes() const { return static_cast<uint64_t>(ms::row_bytes(type, cols)); }
+
+uint64_t ExpertWeights::gate_bytes() const { return static_cast<uint64_t>(n_ff * row_bytes(gate_type, n_embd)); }
+uint64_t ExpertWeights::up_bytes() const { return static_cast<uint64_t>(n_ff * row_bytes(up_type, n_embd)); }
+uint64_t ExpertWeights::down_bytes() const { return static_cast<uint64_t>(n_embd * row_bytes(down_type, n_ff)); }
+
+std::vector<ByteRange> ExpertWeights::ranges(int e) const {
+  auto off = [&](const uint8_t* p) { return static_cast<uint64_t>(p - data_base_) + data_offset_; };
+  if (layout == "merged") return {{off(gate(e)), gate_bytes() + up_bytes()}, {off(down(e)), down_bytes()}};
+  return {{off(gate(e)), gate_bytes()}, {off(up(e)), up_bytes()}, {off(down(e)), down_bytes()}};
+}
+
+uint64_t ModelWeights::active_bytes_per_token() const {
+  uint64_t total = output.nbytes + output_norm.nbytes + token_embd.row_bytes();
+  for (const LayerWeights& l : layers) {
+    for (const TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.q_norm,
+                                &l.k_norm, &l.ffn_norm, &l.ffn_gate, &l.ffn_up, &l.ffn_down, &l.router})
+      total += t->nbytes;
+    total += static_cast<uint64_t>(cfg.n_expert_used) * l.experts.expert_bytes();
+  }
+  return total;
+}
+
+uint64_t ModelWeights::total_expert_bytes() const {
+  uint64_t total = 0;
+  for (const LayerWeights& l : layers) total += static_cast<uint64_t>(l.experts.n_expert) * l.experts.expert_bytes();
+  return total;
+}
+
+ModelWeights bind_weights(const GgufFile& f, const uint8_t* data) {
+  ModelWeights w;
+  w.file = &f;
+  w.cfg = read_model_config(f);
+  const ModelConfig& c = w.cfg;
+  const ArchInfo& a = *c.arch;
+  Binder b(f, data);
+  b.set_arch(c.arch_name);
+  const int64_t D = c.n_embd, V = c.n_vocab, hd = c.head_dim;
+  const int64_t q_dim = static_cast<int64_t>(c.n_head) * hd, kv_dim = static_cast<int64_t>(c.n_head_kv) * hd;
+
+  w.token_embd = b.get("token_embd.weight", {D, V});
+  w.output_norm = b.get_f32("output_norm.weight", {D});
+  w.output = b.get("output.weight", {D, V}, false);
+  if (!w.output) {
+    w.output = w.token_embd;
+    w.tied_output = true;
+  }
+  w.layers.resize(static_cast<size_t>(c.n_layer));
+  for (int il = 0; il < c.n_layer; ++il) {
+    LayerWeights& l = w.layers[static_cast<size_t>(il)];
+    l.attn_norm = b.get_f32(blk(il, "attn_norm.weight"), {D});
+    l.wq = b.get(blk(il, "attn_q.weight"), {D, q_dim});
+    l.wk = b.get(blk(il, "attn_k.weight"), {D, kv_dim});
+    l.wv = b.get(blk(il, "attn_v.weight"), {D, kv_dim});
+    l.wo = b.get(blk(il, "attn_output.weight"), {q_dim, D});
+    if (a.qkv_bias) {
+      l.bq = b.get_f32(blk(il, "attn_q.bias"), {q_dim});
+      l.bk = b.get_f32(blk(il, "attn_k.bias"), {kv_dim});
+      l.bv = b.get_f32(blk(il, "attn_v.bias"), {kv_dim});
+    }
+    if (a.qk_norm) {
+      l.q_norm = b.get_f32(blk(il, "attn_q_norm.weight"), {hd});
+      l.k_norm = b.get_f32(blk(il, "attn_k_norm.weight"), {hd});
+    }
+    l.ffn_norm = b.get_f32(blk(il, "ffn_norm.weight"), {D});
+    if (c.is_moe()) {
+      l.router = b.get(blk(il, "ffn_gate_inp.weight"), {D, c.n_expert});
+      bind_experts(b, f, data, c, il, l.experts);
+    } else {
+      l.ffn_gate = b.get(blk(il, "ffn_gate.weight"), {D, c.n_ff});
+      l.ffn_up = b.get(blk(il, "ffn_up.weight"), {D, c.n_ff});
+      l.ffn_down = b.get(blk(il, "ffn_down.weight"), {c.n_ff, D});
+    }
+  }
+  return w;
+}
+
+}  // namespace ms

@@ -1,0 +1,182 @@
+// The dispatched row operations of quant.h: each picks, once per process, the
+// best kernel this CPU runs (AVX-512 VNNI, AVX2, or the scalar reference),
+// capped by MOESTREAM_ISA through cpu_features().
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "quant/quant.h"
+#include "quant/simd_kernels.h"
+#include "util/cpu_features.h"
+#include "util/error.h"
+
+namespace ms {
+namespace simd {
+
+int g_prefetch_mode = 2;
+int g_prefetch_groups = 2;
+
+bool cpu_supports_avx2() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+bool cpu_supports_avx512() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return cpu_supports_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
+VecDotRowsFn vec_dot_rows_kernel_avx2(DType t) {
+  switch (t) {
+    case DType::Q4_K: return vec_dot_rows_q4_K_avx2;
+    case DType::Q5_K: return vec_dot_rows_q5_K_avx2;
+    case DType::Q6_K: return vec_dot_rows_q6_K_avx2;
+    case DType::Q8_0: return vec_dot_rows_q8_0_avx2;
+    case DType::Q4_0: return vec_dot_rows_q4_0_avx2;
+    case DType::MXFP4: return vec_dot_rows_mxfp4_avx2;
+    case DType::BF16: return vec_dot_rows_bf16_avx2;
+    case DType::F16: return vec_dot_rows_f16_avx2;
+    case DType::F32: return vec_dot_rows_f32_avx2;
+    default: return nullptr;
+  }
+}
+
+VecDotRowsFn vec_dot_rows_kernel_avx512(DType t) {
+  switch (t) {
+    case DType::Q4_K: return vec_dot_rows_q4_K_avx512;
+    case DType::Q5_K: return vec_dot_rows_q5_K_avx512;
+    case DType::Q6_K: return vec_dot_rows_q6_K_avx512;
+    case DType::Q8_0: return vec_dot_rows_q8_0_avx512;
+    case DType::Q4_0: return vec_dot_rows_q4_0_avx512;
+    case DType::MXFP4: return vec_dot_rows_mxfp4_avx512;
+    case DType::BF16: return vec_dot_rows_bf16_avx512;
+    case DType::F16: return vec_dot_rows_f16_avx512;
+    case DType::F32: return vec_dot_rows_f32_avx512;
+    default: return nullptr;
+  }
+}
+
+QuantizeActFn quantize_act_kernel_avx2(DType t) {
+  switch (t) {
+    case DType::Q8_0: return quantize_act_q8_0_avx2;
+    case DType::Q8_K: return quantize_act_q8_K_avx2;
+    default: return nullptr;
+  }
+}
+
+// The AVX2 quantizers are already far from the bottleneck; no AVX-512 ones.
+QuantizeActFn quantize_act_kernel_avx512(DType) { return nullptr; }
+
+}  // namespace simd
+
+namespace {
+
+constexpr int kTypeSlots = 64;  // ggml type ids in use are below this
+
+struct Table {
+  simd::VecDotRowsFn rows[kTypeSlots] = {};
+  const char* path[kTypeSlots] = {};
+  simd::QuantizeActFn quant[kTypeSlots] = {};
+};
+
+bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+Table build_table() {
+  if (const char* pf = std::getenv("MOESTREAM_PREFETCH")) simd::g_prefetch_mode = std::atoi(pf);
+  if (const char* pg = std::getenv("MOESTREAM_PREFETCH_GROUPS"))
+    simd::g_prefetch_groups = std::max(1, std::atoi(pg));
+  Table tab;
+  const CpuFeatures& f = cpu_features();
+  // The AVX-512 kernels of the integer formats need VNNI; the float ones only F.
+  const bool avx512_int = f.avx512 && f.avx512_vnni && simd::cpu_supports_avx512();
+  const bool avx512_float = f.avx512 && simd::cpu_supports_avx512();
+  for (int id = 0; id < kTypeSlots; ++id) {
+    tab.path[id] = "scalar";
+    const TypeInfo* info = type_info(static_cast<uint32_t>(id));
+    if (!info) continue;
+    const DType t = info->type;
+    const bool flt = is_float_type(t);
+    if ((flt ? avx512_float : avx512_int) && simd::vec_dot_rows_kernel_avx512(t)) {
+      tab.rows[id] = simd::vec_dot_rows_kernel_avx512(t);
+      tab.path[id] = flt ? "avx512" : "avx512-vnni";
+    } else if (f.avx2 && simd::vec_dot_rows_kernel_avx2(t)) {
+      tab.rows[id] = simd::vec_dot_rows_kernel_avx2(t);
+      tab.path[id] = "avx2";
+    }
+    if (avx512_int && simd::quantize_act_kernel_avx512(t))
+      tab.quant[id] = simd::quantize_act_kernel_avx512(t);
+    else if (f.avx2)
+      tab.quant[id] = simd::quantize_act_kernel_avx2(t);
+  }
+  return tab;
+}
+
+const Table& table() {
+  static const Table tab = build_table();
+  return tab;
+}
+
+int slot(DType t) {
+  const auto id = static_cast<uint32_t>(t);
+  if (id >= kTypeSlots) throw Error("tensor type id " + std::to_string(id) + " is not supported");
+  return static_cast<int>(id);
+}
+
+void check_row(DType t, int64_t n, const char* what) {
+  const TypeInfo& info = type_info(t);
+  if (n < 0 || n % info.block_size != 0)
+    throw Error(std::string(what) + ": row of " + std::to_string(n) + " elements is not a multiple of " +
+                info.name + "'s block size " + std::to_string(info.block_size));
+}
+
+}  // namespace
+
+void dequantize_row(DType t, const void* src, float* dst, int64_t n) { dequantize_row_ref(t, src, dst, n); }
+
+void quantize_row_act(DType act_type, const float* src, void* dst, int64_t n) {
+  switch (act_type) {
+    case DType::F32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case DType::Q8_0:
+    case DType::Q8_1:
+    case DType::Q8_K:
+      break;
+    default:
+      throw Error(std::string("quantize_row_act: ") + type_name(act_type) +
+                  " is not an activation format (use q8_0, q8_1, q8_K or f32)");
+  }
+  check_row(act_type, n, "quantize_row_act");
+  if (simd::QuantizeActFn fn = table().quant[slot(act_type)]) return fn(src, dst, n);
+  quantize_row_ref(act_type, src, dst, n);
+}
+
+float vec_dot(DType t, int64_t n, const void* w, const void* a) {
+  float out;
+  vec_dot_rows(t, n, w, 0, 1, a, &out);
+  return out;
+}
+
+void vec_dot_rows(DType t, int64_t n, const void* w, int64_t row_stride, int64_t rows, const void* a,
+                  float* out) {
+  check_row(t, n, "vec_dot_rows");
+  if (rows <= 0) return;
+  if (simd::VecDotRowsFn fn = table().rows[slot(t)]) return fn(n, w, row_stride, rows, a, out);
+  const auto* wp = static_cast<const uint8_t*>(w);
+  for (int64_t r = 0; r < rows; ++r) out[r] = vec_dot_ref(t, n, wp + r * row_stride, a);
+}
+
+const char* vec_dot_path(DType t) { return table().path[slot(t)]; }
+
+}  // namespace ms

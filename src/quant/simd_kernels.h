@@ -1,0 +1,81 @@
+// Internal: the ISA-specific row-dot kernels and activation quantizers behind
+// the dispatched functions of quant.h. Exposed so tests and benchmarks can
+// call one ISA level directly, whatever MOESTREAM_ISA says; code elsewhere
+// should call vec_dot_rows() and quantize_row_act() instead.
+//
+// Every kernel has the signature of vec_dot_rows() without the type:
+//   out[r] = dot(weight row at w + r*row_stride, activations a), r < rows,
+// with activations in type_info(t).vec_dot_type. n must be a multiple of the
+// weight type's block size (the dispatcher checks). A kernel must only be
+// called on a CPU with its ISA (cpu_supports_avx2/avx512 below).
+//
+// Integer formats are exact in int32 per super-block / block and accumulate in
+// float, so they differ from vec_dot_ref only by float rounding order.
+// Activation limits the kernels rely on (all that quantize_row_act produces):
+// Q8_0 activations in [-127, 127]; Q8_K activations in [-128, 127].
+//
+// Note for whoever edits the *_avx2.cpp / *_avx512.cpp files: they are built
+// with ISA flags, so they must not instantiate inline functions or templates
+// that baseline files also use (std::vector, half.h, ...): the linker keeps one
+// copy of such a function, and it could be the AVX-512 one. They include only
+// <immintrin.h>, <cstdint>, <cstring> and blocks.h, and keep helpers in an
+// anonymous namespace.
+#pragma once
+#include <cstdint>
+
+#include "quant/types.h"
+
+namespace ms::simd {
+
+using VecDotRowsFn = void (*)(int64_t n, const void* w, int64_t row_stride, int64_t rows,
+                              const void* a, float* out);
+// Quantizes n floats to one activation format; bit-identical to quantize_row_ref.
+using QuantizeActFn = void (*)(const float* src, void* dst, int64_t n);
+
+// The kernel of one ISA level for weight type t; nullptr where that level has
+// none (the dispatcher then falls back to AVX2 or the reference). "avx512" kernels use AVX-512 F/BW/VL/DQ plus VNNI for integer formats.
+VecDotRowsFn vec_dot_rows_kernel_avx2(DType t);
+VecDotRowsFn vec_dot_rows_kernel_avx512(DType t);
+QuantizeActFn quantize_act_kernel_avx2(DType act_type);
+QuantizeActFn quantize_act_kernel_avx512(DType act_type);
+
+// Whether this CPU can run the kernels of a level (ignores MOESTREAM_ISA).
+bool cpu_supports_avx2();
+bool cpu_supports_avx512();  // F, BW, VL, DQ and VNNI
+
+// Software prefetch of the next row group in the kernels: 0 off, 1 into L1,
+// 2 into L2 (the default: on a 16-thread Xeon host, L1 prefetches competed
+// with the demand loads and lost up to half the bandwidth). Set once from
+// MOESTREAM_PREFETCH (for measuring on a new machine) before the first
+// dispatched call.
+extern int g_prefetch_mode;
+// How many row groups ahead that prefetch runs (MOESTREAM_PREFETCH_GROUPS):
+// one group of 4 rows is ~5 KiB of Q4_K at 2048 columns, consumed in ~200 ns
+// -- barely a DRAM latency on a fast core -- so the default is 2.
+extern int g_prefetch_groups;
+
+// ---- AVX2 + FMA + F16C (simd_avx2.cpp)
+void vec_dot_rows_q4_K_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_q5_K_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_q6_K_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_q8_0_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_q4_0_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_mxfp4_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_bf16_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_f16_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_f32_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void quantize_act_q8_0_avx2(const float*, void*, int64_t);
+void quantize_act_q8_K_avx2(const float*, void*, int64_t);
+
+// ---- AVX-512 F/BW/VL/DQ + VNNI (simd_avx512.cpp)
+void vec_dot_rows_q4_K_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_q5_K_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_q6_K_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_q8_0_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_q4_0_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_mxfp4_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_bf16_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_f16_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_f32_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+
+}  // namespace ms::simd

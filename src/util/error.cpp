@@ -1,0 +1,7 @@
+#include "util/error.h"
+
+namespace ms {
+
+Error::~Error() = default;
+
+}  // namespace ms

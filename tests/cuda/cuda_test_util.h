@@ -1,0 +1,134 @@
+// Shared helpers of the CUDA tests: skipping without a device, device buffers
+// from host vectors, poisoned outputs, random weights of each format, and the
+// CPU reference products.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/device.h"
+#include "quant/blocks.h"
+#include "quant/half.h"
+#include "quant/quant.h"
+#include "quant/types.h"
+#include "util/error.h"
+
+namespace ms::cuda::test {
+
+// Skips the calling test (with the reason) where no CUDA device is usable.
+#define MS_REQUIRE_GPU()                                                         \
+  do {                                                                           \
+    std::string ms_why_;                                                         \
+    if (::ms::cuda::device_count(&ms_why_) == 0)                                 \
+      GTEST_SKIP() << "no CUDA device, GPU test skipped (" << ms_why_ << ")";    \
+  } while (0)
+
+template <class T>
+DeviceBuffer upload(const std::vector<T>& v) {
+  DeviceBuffer b(v.size() * sizeof(T) + 16, "test buffer");
+  if (!v.empty()) MS_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return b;
+}
+
+template <class T>
+std::vector<T> download(const void* p, size_t n) {
+  MS_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<T> v(n);
+  if (n) MS_CUDA_CHECK(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+// Output buffer filled with NaN (all bits set), so an element the kernel does
+// not write is caught.
+inline DeviceBuffer poisoned(size_t n_floats) {
+  DeviceBuffer b(n_floats * sizeof(float) + 16, "poisoned output");
+  MS_CUDA_CHECK(cudaMemset(b.get(), 0xff, n_floats * sizeof(float) + 16));
+  return b;
+}
+inline void poison(void* p, size_t bytes) { MS_CUDA_CHECK(cudaMemset(p, 0xff, bytes)); }
+
+inline std::vector<float> random_floats(size_t n, std::mt19937& rng, float lo = -1.f, float hi = 1.f) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+inline void put_f16(uint8_t* p, float v) {
+  const uint16_t h = f32_to_f16(v);
+  std::memcpy(p, &h, 2);
+}
+
+// `rows` rows of `cols` elements of type t. Quantized formats: random bytes
+// (every quant and scale bit pattern) with the float scales set to sane
+// values; float formats: uniform(-1, 1).
+inline std::vector<uint8_t> random_weights(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const int64_t rb = row_bytes(t, cols);
+  std::vector<uint8_t> w(static_cast<size_t>(rb * rows));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.5f, 1.5f), f(-1.f, 1.f);
+  if (t == DType::F32 || t == DType::F16 || t == DType::BF16) {
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const float v = f(rng);
+      if (t == DType::F32) std::memcpy(&w[i * 4], &v, 4);
+      if (t == DType::F16) put_f16(&w[i * 2], v);
+      if (t == DType::BF16) { const uint16_t h = f32_to_bf16(v); std::memcpy(&w[i * 2], &h, 2); }
+    }
+    return w;
+  }
+  for (auto& b : w) b = static_cast<uint8_t>(byte(rng));
+  const TypeInfo& info = type_info(t);
+  const int64_t n_blocks = rows * cols / info.block_size;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    uint8_t* blk = &w[b * info.type_size];
+    switch (t) {
+      case DType::Q4_0: case DType::Q8_0: put_f16(blk, 0.01f * scale(rng)); break;
+      case DType::Q4_K: case DType::Q5_K:
+        put_f16(blk, 0.002f * scale(rng));
+        put_f16(blk + 2, 0.002f * scale(rng));
+        break;
+      case DType::Q6_K: put_f16(blk + 208, 0.001f * scale(rng)); break;
+      case DType::MXFP4: blk[0] = static_cast<uint8_t>(118 + byte(rng) % 12); break;
+      default: break;
+    }
+  }
+  return w;
+}
+
+// Row r of w dequantised by the CPU reference.
+inline std::vector<float> dequant_row(DType t, const std::vector<uint8_t>& w, int64_t r, int64_t cols) {
+  std::vector<float> out(cols);
+  const int64_t rb = row_bytes(t, cols);
+  dequantize_row_ref(t, w.data() + r * rb, out.data(), cols);
+  return out;
+}
+
+// Reference product of one row with x, and the error bound a kernel that
+// quantizes x to int8 per block of 32 (d = amax/127) may show: the sum of
+// |w_i| * d_i / 2, plus float rounding relative to sum |w_i x_i|.
+struct RefDot {
+  double value = 0, bound = 0;
+};
+inline RefDot ref_dot(const std::vector<float>& wrow, const float* x, int64_t n, bool q8_activations) {
+  RefDot r;
+  double abs_sum = 0, quant_err = 0;
+  for (int64_t b = 0; b < n; b += 32) {
+    float amax = 0;
+    for (int64_t i = b; i < std::min<int64_t>(b + 32, n); ++i) amax = std::max(amax, std::fabs(x[i]));
+    const double half_step = q8_activations ? amax / 127.0 / 2.0 : 0.0;
+    for (int64_t i = b; i < std::min<int64_t>(b + 32, n); ++i) {
+      r.value += static_cast<double>(wrow[i]) * x[i];
+      abs_sum += std::fabs(static_cast<double>(wrow[i]) * x[i]);
+      quant_err += std::fabs(static_cast<double>(wrow[i])) * half_step;
+    }
+  }
+  r.bound = quant_err * 1.001 + 3e-4 * abs_sum + 1e-6;
+  return r;
+}
+
+}  // namespace ms::cuda::test

@@ -1,0 +1,264 @@
+// CUDA element-wise ops against plain double-precision loops: RMSNorm (with
+// its Q8 output), add, SwiGLU, RoPE (both pairings), router top-k (both
+// modes), expert combine, embedding rows of each format, KV cache append.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "cuda/ops.h"
+#include "cuda_test_util.h"
+
+namespace ms::cuda::test {
+namespace {
+
+void expect_near_all(const std::vector<float>& got, const std::vector<double>& want, double rel, double abs,
+                     const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!(std::fabs(got[i] - want[i]) <= abs + rel * std::fabs(want[i]))) {
+      if (++bad <= 5) ADD_FAILURE() << what << ": [" << i << "] got " << got[i] << " want " << want[i];
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+TEST(CudaOps, RmsNormWithAndWithoutQ8) {
+  MS_REQUIRE_GPU();
+  std::mt19937 rng(5);
+  Stream s;
+  for (int64_t n : {32, 96, 2048, 4096}) {
+    for (int64_t rows : {1, 3, 17}) {
+      const auto x = random_floats(static_cast<size_t>(rows * n), rng, -3.f, 3.f);
+      const auto w = random_floats(static_cast<size_t>(n), rng, 0.5f, 1.5f);
+      DeviceBuffer dx = upload(x), dw = upload(w);
+      DeviceBuffer out = poisoned(static_cast<size_t>(rows * n));
+      DeviceBuffer q8buf(q8act_bytes(n, rows));
+      poison(q8buf.get(), q8act_bytes(n, rows));
+      Q8Act q8 = q8act_view(q8buf.get(), n, rows);
+      rmsnorm(dx.as<float>(), dw.as<float>(), out.as<float>(), rows, n, 1e-6f, s, &q8);
+      std::vector<double> want(static_cast<size_t>(rows * n));
+      for (int64_t r = 0; r < rows; ++r) {
+        double ss = 0;
+        for (int64_t i = 0; i < n; ++i) ss += double(x[r * n + i]) * x[r * n + i];
+        const double inv = 1.0 / std::sqrt(ss / n + 1e-6);
+        for (int64_t i = 0; i < n; ++i) want[r * n + i] = x[r * n + i] * inv * w[i];
+      }
+      const auto got = download<float>(out.get(), want.size());
+      expect_near_all(got, want, 1e-5, 1e-6, "rmsnorm n=" + std::to_string(n));
+      // Q8: dequantised values within half a step of the f32 result
+      const auto q = download<int8_t>(q8.q, want.size());
+      const auto ds = download<float>(q8.ds, want.size() / 32 * 2);
+      int bad = 0;
+      for (size_t b = 0; b < want.size() / 32; ++b) {
+        int sum = 0;
+        for (int i = 0; i < 32; ++i) {
+          const double v = ds[2 * b] * q[b * 32 + i];
+          sum += q[b * 32 + i];
+          if (!(std::fabs(v - want[b * 32 + i]) <= ds[2 * b] * 0.5001 + 2e-5 * std::fabs(want[b * 32 + i]) + 1e-6)) ++bad;
+        }
+        if (!(std::fabs(ds[2 * b + 1] - ds[2 * b] * sum) <= 1e-5 * std::fabs(ds[2 * b] * sum) + 1e-7)) ++bad;
+      }
+      EXPECT_EQ(bad, 0) << "rmsnorm q8 n=" << n;
+      // in place, without q8 and without weight
+      rmsnorm(dx.as<float>(), nullptr, dx.as<float>(), rows, n, 1e-6f, s);
+      const auto inplace = download<float>(dx.get(), want.size());
+      std::vector<double> want_nw(want.size());
+      for (size_t i = 0; i < want.size(); ++i) want_nw[i] = want[i] / w[i % n];
+      expect_near_all(inplace, want_nw, 1e-5, 1e-6, "rmsnorm in place");
+    }
+  }
+}
+
+TEST(CudaOps, QuantizeQ8MatchesDefinition) {
+  MS_REQUIRE_GPU();
+  std::mt19937 rng(8);
+  Stream s;
+  const int64_t n = 320, nvec = 3;
+  auto x = random_floats(static_cast<size_t>(n * nvec), rng, -2.f, 2.f);
+  for (int i = 64; i < 96; ++i) x[i] = 0.f;  // an all-zero block: d = 0, q = 0
+  DeviceBuffer dx = upload(x), buf(q8act_bytes(n, nvec));
+  poison(buf.get(), q8act_bytes(n, nvec));
+  Q8Act a = q8act_view(buf.get(), n, nvec);
+  quantize_q8act(dx.as<float>(), n, nvec, a, s);
+  const auto q = download<int8_t>(a.q, x.size());
+  const auto ds = download<float>(a.ds, x.size() / 32 * 2);
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b * 32 + i]));
+    const float d = amax / 127.f;
+    ASSERT_EQ(ds[2 * b], d) << "block " << b;
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      const int want = amax > 0 ? static_cast<int>(std::nearbyint(x[b * 32 + i] / d)) : 0;
+      ASSERT_EQ(q[b * 32 + i], want) << "block " << b << " element " << i;
+      sum += want;
+    }
+    EXPECT_FLOAT_EQ(ds[2 * b + 1], d * static_cast<float>(sum));
+  }
+  EXPECT_THROW(quantize_q8act(dx.as<float>(), 33, 1, a, s), Error);
+}
+
+TEST(CudaOps, AddSiluMulCombine) {
+  MS_REQUIRE_GPU();
+  std::mt19937 rng(6);
+  Stream s;
+  const int64_t count = 100003;
+  const auto a = random_floats(count, rng, -4.f, 4.f), b = random_floats(count, rng, -4.f, 4.f);
+  DeviceBuffer da = upload(a), db = upload(b), out = poisoned(count);
+  add(da.as<float>(), db.as<float>(), out.as<float>(), count, s);
+  std::vector<double> want(count);
+  for (int64_t i = 0; i < count; ++i) want[i] = double(a[i]) + b[i];
+  expect_near_all(download<float>(out.get(), count), want, 1e-7, 0, "add");
+  poison(out.get(), count * 4);
+  silu_mul(da.as<float>(), db.as<float>(), out.as<float>(), count, s);
+  for (int64_t i = 0; i < count; ++i) want[i] = a[i] / (1 + std::exp(-double(a[i]))) * b[i];
+  expect_near_all(download<float>(out.get(), count), want, 1e-5, 1e-6, "silu_mul");
+
+  const int n_tok = 5, k = 3;
+  const int64_t n = 777;
+  const auto y = random_floats(static_cast<size_t>(n_tok * k * n), rng);
+  const auto wts = random_floats(static_cast<size_t>(n_tok * k), rng, 0.f, 1.f);
+  const auto res = random_floats(static_cast<size_t>(n_tok * n), rng);
+  DeviceBuffer dy = upload(y), dw = upload(wts), dres = upload(res), dout = poisoned(n_tok * n);
+  moe_combine(dy.as<float>(), dw.as<float>(), n_tok, k, n, dres.as<float>(), dout.as<float>(), s);
+  std::vector<double> wc(static_cast<size_t>(n_tok * n));
+  for (int t = 0; t < n_tok; ++t)
+    for (int64_t c = 0; c < n; ++c) {
+      double acc = res[t * n + c];
+      for (int j = 0; j < k; ++j) acc += double(wts[t * k + j]) * y[(t * k + j) * n + c];
+      wc[t * n + c] = acc;
+    }
+  expect_near_all(download<float>(dout.get(), wc.size()), wc, 1e-5, 1e-6, "moe_combine");
+}
+
+TEST(CudaOps, RopeNormalAndNeox) {
+  MS_REQUIRE_GPU();
+  std::mt19937 rng(7);
+  Stream s;
+  const int n_tok = 4, n_heads = 3, hd = 128;
+  const std::vector<int32_t> pos = {0, 1, 517, 30000};
+  DeviceBuffer dpos = upload(pos);
+  for (RopeMode mode : {RopeMode::Normal, RopeMode::Neox}) {
+    for (int n_rot : {128, 64}) {
+      const auto x = random_floats(static_cast<size_t>(n_tok * n_heads * hd), rng);
+      DeviceBuffer dx = upload(x);
+      rope(dx.as<float>(), n_tok, n_heads, hd, n_rot, dpos.as<int32_t>(), 1e6f, 1.f, mode, s);
+      std::vector<double> want(x.begin(), x.end());
+      for (int t = 0; t < n_tok; ++t)
+        for (int h = 0; h < n_heads; ++h)
+          for (int i = 0; i < n_rot / 2; ++i) {
+            const double theta = pos[t] * std::exp2(-2.0 * i / n_rot * std::log2(double(1e6f)));
+            const int a = mode == RopeMode::Neox ? i : 2 * i, b = mode == RopeMode::Neox ? i + n_rot / 2 : 2 * i + 1;
+            const size_t base = (size_t(t) * n_heads + h) * hd;
+            want[base + a] = x[base + a] * std::cos(theta) - x[base + b] * std::sin(theta);
+            want[base + b] = x[base + a] * std::sin(theta) + x[base + b] * std::cos(theta);
+          }
+      // the kernel computes angles in double, so only float rounding of x remains
+      expect_near_all(download<float>(dx.get(), want.size()), want, 1e-6, 1e-6,
+                      std::string("rope ") + (mode == RopeMode::Neox ? "neox" : "normal"));
+    }
+  }
+  EXPECT_THROW(rope(nullptr, 1, 1, 64, 65, nullptr, 1e4f, 1.f, RopeMode::Neox, s), Error);
+}
+
+TEST(CudaOps, RouterTopK) {
+  MS_REQUIRE_GPU();
+  std::mt19937 rng(9);
+  Stream s;
+  for (int n_expert : {8, 60, 128, 1000}) {
+    for (int k : {1, 4, 8}) {
+      if (k > n_expert) continue;
+      const int n_tok = 9;
+      const auto logits = random_floats(static_cast<size_t>(n_tok * n_expert), rng, -5.f, 5.f);
+      DeviceBuffer dl = upload(logits);
+      DeviceBuffer ids(sizeof(int32_t) * n_tok * k), wts = poisoned(n_tok * k);
+      for (RouterMode mode : {RouterMode::SoftmaxTopK, RouterMode::TopKSoftmax}) {
+        for (bool renorm : {false, true}) {
+          poison(ids.get(), sizeof(int32_t) * n_tok * k);
+          router_topk(dl.as<float>(), n_tok, n_expert, k, mode, renorm, ids.as<int32_t>(), wts.as<float>(), s);
+          const auto gi = download<int32_t>(ids.get(), n_tok * k);
+          const auto gw = download<float>(wts.get(), n_tok * k);
+          for (int t = 0; t < n_tok; ++t) {
+            const float* l = logits.data() + t * n_expert;
+            std::vector<int> order(n_expert);
+            std::iota(order.begin(), order.end(), 0);
+            std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return l[a] > l[b]; });
+            const double mx = l[order[0]];
+            double total = 0, picked = 0;
+            for (int e = 0; e < n_expert; ++e) total += std::exp(l[e] - mx);
+            std::vector<double> w(k);
+            for (int j = 0; j < k; ++j) {
+              w[j] = mode == RouterMode::SoftmaxTopK ? std::exp(l[order[j]] - mx) / total : std::exp(l[order[j]] - mx);
+              picked += w[j];
+            }
+            for (int j = 0; j < k; ++j) {
+              if (mode == RouterMode::TopKSoftmax || renorm) w[j] /= picked;
+              ASSERT_EQ(gi[t * k + j], order[j]) << "token " << t << " slot " << j << " n_expert " << n_expert;
+              EXPECT_NEAR(gw[t * k + j], w[j], 1e-5 + 1e-4 * w[j]) << "token " << t << " slot " << j;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_THROW(router_topk(nullptr, 1, 8, 9, RouterMode::SoftmaxTopK, true, nullptr, nullptr, s), Error);
+}
+
+TEST(CudaOps, EmbedRowsEveryFormat) {
+  MS_REQUIRE_GPU();
+  std::mt19937 rng(10);
+  Stream s;
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K,
+                  DType::Q6_K, DType::MXFP4}) {
+    const int64_t n_vocab = 50, n = 512;
+    const auto table = random_weights(t, n_vocab, n, rng);
+    const std::vector<int32_t> ids = {3, 0, 49, 3, 17, -1, 50};
+    DeviceBuffer dt = upload(table), di = upload(ids), out = poisoned(ids.size() * n);
+    embed_rows(t, dt.get(), n_vocab, n, di.as<int32_t>(), static_cast<int>(ids.size()), out.as<float>(), s);
+    const auto got = download<float>(out.get(), ids.size() * n);
+    std::vector<double> want;
+    for (int32_t id : ids) {
+      if (id < 0 || id >= n_vocab) {
+        want.insert(want.end(), n, 0.0);
+      } else {
+        const auto row = dequant_row(t, table, id, n);
+        want.insert(want.end(), row.begin(), row.end());
+      }
+    }
+    expect_near_all(got, want, 1e-6, 1e-7, std::string("embed ") + type_name(t));
+  }
+  EXPECT_THROW(embed_rows(DType::Q2_K, nullptr, 1, 256, nullptr, 1, nullptr, s), Error);
+}
+
+TEST(CudaOps, KvAppendWritesF16AtPositions) {
+  MS_REQUIRE_GPU();
+  std::mt19937 rng(11);
+  Stream s;
+  const int n_tok = 3, n_kv = 2, hd = 64;
+  const int64_t ctx = 40;
+  const auto k = random_floats(n_tok * n_kv * hd, rng, -8.f, 8.f), v = random_floats(n_tok * n_kv * hd, rng);
+  const std::vector<int32_t> pos = {5, 39, 40};  // the last is outside the cache: skipped
+  DeviceBuffer dk = upload(k), dv = upload(v), dp = upload(pos);
+  DeviceBuffer kc(2 * n_kv * ctx * hd), vc(2 * n_kv * ctx * hd);
+  MS_CUDA_CHECK(cudaMemset(kc.get(), 0, kc.size()));
+  MS_CUDA_CHECK(cudaMemset(vc.get(), 0, vc.size()));
+  kv_append(dk.as<float>(), dv.as<float>(), n_tok, n_kv, hd, dp.as<int32_t>(), kc.as<uint16_t>(), vc.as<uint16_t>(),
+            ctx, s);
+  const auto gk = download<uint16_t>(kc.get(), n_kv * ctx * hd), gv = download<uint16_t>(vc.get(), n_kv * ctx * hd);
+  std::vector<uint16_t> wk(gk.size(), 0), wv(gv.size(), 0);
+  for (int t = 0; t < n_tok; ++t) {
+    if (pos[t] >= ctx) continue;
+    for (int h = 0; h < n_kv; ++h)
+      for (int d = 0; d < hd; ++d) {
+        wk[(h * ctx + pos[t]) * hd + d] = f32_to_f16(k[(t * n_kv + h) * hd + d]);
+        wv[(h * ctx + pos[t]) * hd + d] = f32_to_f16(v[(t * n_kv + h) * hd + d]);
+      }
+  }
+  EXPECT_EQ(gk, wk);
+  EXPECT_EQ(gv, wv);
+}
+
+}  // namespace
+}  // namespace ms::cuda::test

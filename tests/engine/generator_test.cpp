@@ -1,0 +1,111 @@
+// The synthetic model generator: presets, quant mixes, determinism, and the
+// real shapes of the big presets (checked from the tensor plan, without
+// writing 16 GB).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "cpu/thread_pool.h"
+#include "engine/generator.h"
+#include "format/gguf.h"
+#include "model/weights.h"
+#include "util/error.h"
+
+namespace ms {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string tmp_path(const std::string& name) {
+  return (fs::temp_directory_path() / (name + std::to_string(::getpid()) + ".gguf")).string();
+}
+
+std::string slurp(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+TEST(Generator, PresetsHaveTheRealShapes) {
+  const GenShape q = gen_preset("qwen3moe", "qwen3-30b-a3b");
+  EXPECT_EQ(q.n_layer, 48);
+  EXPECT_EQ(q.n_embd, 2048);
+  EXPECT_EQ(q.n_head, 32);
+  EXPECT_EQ(q.n_head_kv, 4);
+  EXPECT_EQ(q.head_dim, 128);
+  EXPECT_EQ(q.n_expert, 128);
+  EXPECT_EQ(q.n_expert_used, 8);
+  EXPECT_EQ(q.n_ff_exp, 768);
+  EXPECT_EQ(q.n_vocab, 151936);
+  const GenShape m = gen_preset("mixtral", "mixtral-8x7b");
+  EXPECT_EQ(m.gguf_arch, "llama");
+  EXPECT_EQ(m.n_layer, 32);
+  EXPECT_EQ(m.n_embd, 4096);
+  EXPECT_EQ(m.n_expert, 8);
+  EXPECT_EQ(m.n_expert_used, 2);
+  EXPECT_EQ(m.n_ff_exp, 14336);
+  EXPECT_EQ(m.n_vocab, 32000);
+  EXPECT_THROW(gen_preset("mixtral", "qwen3-30b-a3b"), Error);
+  EXPECT_THROW(gen_preset("qwen3moe", "huge"), Error);
+  EXPECT_THROW(gen_preset("gpt2", "tiny"), Error);
+}
+
+TEST(Generator, QuantMixes) {
+  // Q4_K_M: Q4_K by default, Q6_K for the output head and for attn_v /
+  // ffn_down in the first and last eighth and every third layer between.
+  EXPECT_EQ(gen_tensor_type("q4_k_m", "ffn_gate", 10, 48, 2048), DType::Q4_K);
+  EXPECT_EQ(gen_tensor_type("q4_k_m", "output", -1, 48, 2048), DType::Q6_K);
+  EXPECT_EQ(gen_tensor_type("q4_k_m", "ffn_down", 0, 48, 768), DType::Q6_K);
+  EXPECT_EQ(gen_tensor_type("q4_k_m", "ffn_down", 47, 48, 768), DType::Q6_K);
+  EXPECT_EQ(gen_tensor_type("q4_k_m", "ffn_down", 7, 48, 768), DType::Q4_K);
+  EXPECT_EQ(gen_tensor_type("q4_k_m", "attn_v", 8, 48, 2048), DType::Q6_K);
+  EXPECT_EQ(gen_tensor_type("q4_k", "ffn_down", 0, 48, 768), DType::Q4_K);
+  EXPECT_EQ(gen_tensor_type("q4_k_m", "router", 3, 48, 2048), DType::F32);
+  EXPECT_EQ(gen_tensor_type("q8_0", "attn_q", 3, 48, 2048), DType::Q8_0);
+  // A width the K block does not divide falls back to q8_0, then f16.
+  EXPECT_EQ(gen_tensor_type("q4_k", "attn_q", 3, 48, 96), DType::Q8_0);
+  EXPECT_EQ(gen_tensor_type("q4_k", "attn_q", 3, 48, 40), DType::F16);
+  EXPECT_THROW(gen_tensor_type("q9_z", "attn_q", 0, 1, 256), Error);
+}
+
+TEST(Generator, SameSeedSameFileDifferentSeedDiffers) {
+  ThreadPool two(2), one(1);
+  GenOptions o;
+  o.seed = 3;
+  const std::string a = tmp_path("gen_a"), b = tmp_path("gen_b"), c = tmp_path("gen_c");
+  generate_model(o, a, two);
+  generate_model(o, b, one);  // thread count does not matter
+  o.seed = 4;
+  generate_model(o, c, two);
+  EXPECT_EQ(slurp(a), slurp(b));
+  EXPECT_NE(slurp(a), slurp(c));
+  auto f = GgufFile::open(a);
+  ModelWeights w = bind_weights(*f);
+  EXPECT_EQ(w.cfg.arch_name, "qwen3moe");
+  EXPECT_EQ(w.cfg.n_expert, 8);
+  EXPECT_EQ(f->get_int("moestream.synthetic.seed"), 3);
+  EXPECT_EQ(w.layers[0].experts.gate_type, DType::Q4_K);
+  EXPECT_EQ(w.output.type, DType::Q6_K);
+  for (const auto& p : {a, b, c}) fs::remove(p);
+}
+
+TEST(Generator, BadOptionsAreErrors) {
+  ThreadPool pool(1);
+  GenOptions o;
+  o.layout = "diagonal";
+  EXPECT_THROW(generate_model(o, tmp_path("gen_bad"), pool), Error);
+  o = GenOptions{};
+  o.router_skew = -1;
+  EXPECT_THROW(generate_model(o, tmp_path("gen_bad"), pool), Error);
+  o = GenOptions{};
+  o.quant = "nope";
+  EXPECT_THROW(generate_model(o, tmp_path("gen_bad"), pool), Error);
+  EXPECT_FALSE(fs::exists(tmp_path("gen_bad")));
+}
+
+}  // namespace
+}  // namespace ms

@@ -1,0 +1,222 @@
+// A plain reimplementation of the forward pass for tests: reads the GGUF by
+// tensor name (not through ModelWeights), dequantizes every weight to f32,
+// computes in double where it sums, keeps K/V in f32, no threads. Slow and
+// obviously right; the engine is checked against it.
+#pragma once
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "format/gguf.h"
+#include "quant/quant.h"
+
+namespace ms::testref {
+
+struct Mat {
+  int64_t rows = 0, cols = 0;
+  std::vector<float> w;  // row-major
+  bool empty() const { return w.empty(); }
+};
+
+inline Mat load(const GgufFile& f, const std::string& name, int64_t matrix = 0) {
+  Mat m;
+  const GgufTensorInfo* t = f.find_tensor(name);
+  if (!t) return m;
+  m.cols = t->shape[0];
+  m.rows = t->shape.size() > 1 ? t->shape[1] : 1;
+  const int64_t rb = row_bytes(t->type, m.cols);
+  m.w.resize(static_cast<size_t>(m.rows * m.cols));
+  for (int64_t r = 0; r < m.rows; ++r)
+    dequantize_row_ref(t->type, t->data + (matrix * m.rows + r) * rb, m.w.data() + r * m.cols, m.cols);
+  return m;
+}
+
+inline std::vector<double> mul(const Mat& m, const std::vector<double>& x) {
+  std::vector<double> y(static_cast<size_t>(m.rows));
+  for (int64_t r = 0; r < m.rows; ++r) {
+    double s = 0;
+    for (int64_t c = 0; c < m.cols; ++c) s += static_cast<double>(m.w[r * m.cols + c]) * x[c];
+    y[r] = s;
+  }
+  return y;
+}
+
+inline std::vector<double> norm(const std::vector<double>& x, const Mat& w, double eps) {
+  double ss = 0;
+  for (double v : x) ss += v * v;
+  const double s = 1.0 / std::sqrt(ss / x.size() + eps);
+  std::vector<double> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * s * w.w[i];
+  return y;
+}
+
+struct RefModel {
+  std::string arch;
+  int n_layer, n_head, n_kv, hd, n_expert = 0, k = 0;
+  int64_t D, V;
+  double eps, base;
+  bool neox, renorm = true, softmax_first;
+  Mat embd, out_norm, out;
+  struct Layer {
+    Mat attn_norm, wq, wk, wv, wo, bq, bk, bv, qn, kn, ffn_norm, router, gate, up, down;
+    std::vector<Mat> eg, eu, ed;
+  };
+  std::vector<Layer> layers;
+  std::vector<std::vector<std::vector<double>>> K, Vc;  // [layer][pos][kv_dim]
+
+  explicit RefModel(const GgufFile& f) {
+    arch = f.get_string("general.architecture");
+    const std::string p = arch + ".";
+    n_layer = static_cast<int>(f.get_int(p + "block_count"));
+    D = f.get_int(p + "embedding_length");
+    n_head = static_cast<int>(f.get_int(p + "attention.head_count"));
+    n_kv = static_cast<int>(f.get_int(p + "attention.head_count_kv"));
+    hd = static_cast<int>(f.get_int(p + "attention.key_length", D / n_head));
+    eps = f.get_float(p + "attention.layer_norm_rms_epsilon");
+    base = f.get_float(p + "rope.freq_base");
+    n_expert = static_cast<int>(f.get_int(p + "expert_count", 0));
+    k = static_cast<int>(f.get_int(p + "expert_used_count", 0));
+    neox = arch != "llama";
+    softmax_first = arch != "llama";
+    embd = load(f, "token_embd.weight");
+    V = embd.rows;
+    out_norm = load(f, "output_norm.weight");
+    out = f.find_tensor("output.weight") ? load(f, "output.weight") : embd;
+    for (int il = 0; il < n_layer; ++il) {
+      const std::string b = "blk." + std::to_string(il) + ".";
+      Layer L;
+      L.attn_norm = load(f, b + "attn_norm.weight");
+      L.wq = load(f, b + "attn_q.weight");
+      L.wk = load(f, b + "attn_k.weight");
+      L.wv = load(f, b + "attn_v.weight");
+      L.wo = load(f, b + "attn_output.weight");
+      L.bq = load(f, b + "attn_q.bias");
+      L.bk = load(f, b + "attn_k.bias");
+      L.bv = load(f, b + "attn_v.bias");
+      L.qn = load(f, b + "attn_q_norm.weight");
+      L.kn = load(f, b + "attn_k_norm.weight");
+      L.ffn_norm = load(f, b + "ffn_norm.weight");
+      if (n_expert) {
+        L.router = load(f, b + "ffn_gate_inp.weight");
+        for (int e = 0; e < n_expert; ++e) {
+          if (f.find_tensor(b + "ffn_gate_exps.weight")) {
+            L.eg.push_back(load(f, b + "ffn_gate_exps.weight", e));
+            L.eu.push_back(load(f, b + "ffn_up_exps.weight", e));
+          } else if (f.find_tensor(b + "ffn_gate_up_exps.weight")) {
+            Mat gu = load(f, b + "ffn_gate_up_exps.weight", e);
+            Mat g, u;
+            g.rows = u.rows = gu.rows / 2;
+            g.cols = u.cols = gu.cols;
+            g.w.assign(gu.w.begin(), gu.w.begin() + g.rows * g.cols);
+            u.w.assign(gu.w.begin() + g.rows * g.cols, gu.w.end());
+            L.eg.push_back(g);
+            L.eu.push_back(u);
+          } else {
+            L.eg.push_back(load(f, b + "ffn_gate." + std::to_string(e) + ".weight"));
+            L.eu.push_back(load(f, b + "ffn_up." + std::to_string(e) + ".weight"));
+          }
+          L.ed.push_back(f.find_tensor(b + "ffn_down_exps.weight") ? load(f, b + "ffn_down_exps.weight", e)
+                                                                   : load(f, b + "ffn_down." + std::to_string(e) + ".weight"));
+        }
+      } else {
+        L.gate = load(f, b + "ffn_gate.weight");
+        L.up = load(f, b + "ffn_up.weight");
+        L.down = load(f, b + "ffn_down.weight");
+      }
+      layers.push_back(std::move(L));
+    }
+    K.assign(n_layer, {});
+    Vc.assign(n_layer, {});
+  }
+
+  void rope(std::vector<double>& x, int heads, int64_t pos) const {
+    for (int h = 0; h < heads; ++h)
+      for (int i = 0; i < hd / 2; ++i) {
+        const double ang = pos * std::pow(base, -2.0 * i / hd);
+        const int a = neox ? h * hd + i : h * hd + 2 * i;
+        const int b = neox ? h * hd + i + hd / 2 : h * hd + 2 * i + 1;
+        const double x0 = x[a], x1 = x[b];
+        x[a] = x0 * std::cos(ang) - x1 * std::sin(ang);
+        x[b] = x0 * std::sin(ang) + x1 * std::cos(ang);
+      }
+  }
+
+  static std::vector<double> ffn(const Mat& g, const Mat& u, const Mat& d, const std::vector<double>& x) {
+    auto a = mul(g, x), b = mul(u, x);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = a[i] / (1 + std::exp(-a[i])) * b[i];
+    return mul(d, a);
+  }
+
+  // One token at the next position; returns its logits.
+  std::vector<double> step(int32_t token) {
+    const int64_t pos = static_cast<int64_t>(K[0].size());
+    std::vector<double> h(embd.w.begin() + token * D, embd.w.begin() + (token + 1) * D);
+    for (int il = 0; il < n_layer; ++il) {
+      const Layer& L = layers[il];
+      auto x = norm(h, L.attn_norm, eps);
+      auto q = mul(L.wq, x), kk = mul(L.wk, x), v = mul(L.wv, x);
+      if (!L.bq.empty())
+        for (size_t i = 0; i < q.size(); ++i) q[i] += L.bq.w[i];
+      if (!L.bk.empty())
+        for (size_t i = 0; i < kk.size(); ++i) kk[i] += L.bk.w[i];
+      if (!L.bv.empty())
+        for (size_t i = 0; i < v.size(); ++i) v[i] += L.bv.w[i];
+      if (!L.qn.empty()) {
+        for (int hh = 0; hh < n_head; ++hh) {
+          std::vector<double> s(q.begin() + hh * hd, q.begin() + (hh + 1) * hd);
+          s = norm(s, L.qn, eps);
+          std::copy(s.begin(), s.end(), q.begin() + hh * hd);
+        }
+        for (int hh = 0; hh < n_kv; ++hh) {
+          std::vector<double> s(kk.begin() + hh * hd, kk.begin() + (hh + 1) * hd);
+          s = norm(s, L.kn, eps);
+          std::copy(s.begin(), s.end(), kk.begin() + hh * hd);
+        }
+      }
+      rope(q, n_head, pos);
+      rope(kk, n_kv, pos);
+      K[il].push_back(kk);
+      Vc[il].push_back(v);
+      std::vector<double> att(static_cast<size_t>(n_head) * hd, 0.0);
+      for (int hh = 0; hh < n_head; ++hh) {
+        const int g = hh / (n_head / n_kv);
+        std::vector<double> sc(K[il].size());
+        double mx = -1e300;
+        for (size_t j = 0; j < sc.size(); ++j) {
+          double d = 0;
+          for (int i = 0; i < hd; ++i) d += q[hh * hd + i] * K[il][j][g * hd + i];
+          sc[j] = d / std::sqrt(static_cast<double>(hd));
+          mx = std::max(mx, sc[j]);
+        }
+        double sum = 0;
+        for (double& s : sc) sum += (s = std::exp(s - mx));
+        for (size_t j = 0; j < sc.size(); ++j)
+          for (int i = 0; i < hd; ++i) att[hh * hd + i] += sc[j] / sum * Vc[il][j][g * hd + i];
+      }
+      auto o = mul(L.wo, att);
+      for (int64_t i = 0; i < D; ++i) h[i] += o[i];
+      x = norm(h, L.ffn_norm, eps);
+      if (!n_expert) {
+        auto y = ffn(L.gate, L.up, L.down, x);
+        for (int64_t i = 0; i < D; ++i) h[i] += y[i];
+        continue;
+      }
+      auto logits = mul(L.router, x);
+      std::vector<int> ids(n_expert);
+      for (int e = 0; e < n_expert; ++e) ids[e] = e;
+      std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+      double mx = logits[ids[0]], sum_all = 0, sum_k = 0;
+      for (int e = 0; e < n_expert; ++e) sum_all += std::exp(logits[e] - mx);
+      for (int j = 0; j < k; ++j) sum_k += std::exp(logits[ids[j]] - mx);
+      for (int j = 0; j < k; ++j) {
+        const double w = std::exp(logits[ids[j]] - mx) / (softmax_first && !renorm ? sum_all : sum_k);
+        auto y = ffn(L.eg[ids[j]], L.eu[ids[j]], L.ed[ids[j]], x);
+        for (int64_t i = 0; i < D; ++i) h[i] += w * y[i];
+      }
+    }
+    return mul(out, norm(h, out_norm, eps));
+  }
+};
+
+}  // namespace ms::testref

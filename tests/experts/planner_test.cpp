@@ -1,0 +1,133 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "experts/cost_model.h"
+#include "experts/planner.h"
+#include "experts/prefetch.h"
+#include "util/error.h"
+
+namespace ms {
+namespace {
+
+CostModel simple_cost() {
+  CostModel c;
+  c.pcie_gbps = 25;
+  c.cpu_gbps = 40;
+  c.copy_overhead_us = c.cpu_overhead_us = c.gpu_overhead_us = 0;
+  return c;
+}
+
+TEST(CostModel, OverridesAndJson) {
+  CostModel c;
+  c.apply_overrides("pcie_gbps=55,cpu_gbps=92");
+  EXPECT_EQ(c.pcie_gbps, 55);
+  EXPECT_EQ(c.cpu_gbps, 92);
+  EXPECT_THROW(c.apply_overrides("pcie=1"), Error);
+  EXPECT_THROW(c.apply_overrides("pcie_gbps=fast"), Error);
+  EXPECT_THROW(c.apply_overrides("pcie_gbps=0"), Error);
+  CostModel d;
+  d.apply_json(c.to_json());
+  EXPECT_EQ(d.cpu_gbps, 92);
+  EXPECT_NEAR(CostModel::for_quant("q8_0").flops_per_byte, 2.0 * 32 / 34, 1e-12);
+  EXPECT_EQ(CostModel::for_quant("nonsense").flops_per_byte, CostModel().flops_per_byte);
+}
+
+TEST(SplitCold, OneTokenBalancesPcieAndCpu) {
+  const CostModel c = simple_cost();
+  // 13 identical cold experts, one token each: stream s, compute 13-s on the
+  // CPU; best is s/25 ~ (13-s)/40 -> s = 5 (5/25 = 0.2 vs 8/40 = 0.2).
+  std::vector<ColdExpert> cold(13, ColdExpert{1'000'000, 1, false});
+  const auto s = split_cold(cold, c, 0);
+  EXPECT_EQ(std::count(s.begin(), s.end(), 1), 5);
+  const LayerTime t = layer_time(cold, s, c, 0);
+  EXPECT_NEAR(t.copy_s, t.host_s, 0.05 * t.time_s);
+  // No split is faster than the chosen one.
+  for (int j = 0; j <= 13; ++j) {
+    std::vector<uint8_t> alt(13, 0);
+    for (int q = 0; q < j; ++q) alt[q] = 1;
+    EXPECT_GE(layer_time(cold, alt, c, 0).time_s, t.time_s - 1e-12);
+  }
+}
+
+TEST(SplitCold, BatchStreamsPopularExpertsAndLeavesSingleUseOnCpu) {
+  const CostModel c = simple_cost();
+  std::vector<ColdExpert> cold;
+  for (int i = 0; i < 6; ++i) cold.push_back({1'000'000, 200, false});  // chosen by 200 tokens
+  for (int i = 0; i < 6; ++i) cold.push_back({1'000'000, 1, false});    // single use
+  const auto s = split_cold(cold, c, 0);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(s[i], 1) << i;
+  EXPECT_GT(std::count(s.begin() + 6, s.end(), 0), 0);
+  // Must-stream experts are always streamed.
+  std::vector<ColdExpert> forced(4, ColdExpert{1'000'000, 1, true});
+  const auto f = split_cold(forced, c, 0);
+  EXPECT_EQ(std::count(f.begin(), f.end(), 1), 4);
+}
+
+TEST(Planner, PlansEveryExpertAndNeverEvictsTheWorkingSet) {
+  uint64_t seed = 5;
+  auto rnd = [&](uint32_t n) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return uint32_t((seed >> 33) % n);
+  };
+  const uint32_t n_layer = 4, n_expert = 16;
+  for (const std::string& name : policy_names()) {
+    PolicyOptions o;
+    o.n_keys = n_layer * n_expert;
+    o.pinned = {1, 17, 33};
+    for (int state = 0; state < 30; ++state) {
+      auto cache = make_policy(name, 4 + rnd(24), o);
+      Planner planner(simple_cost(), {1000, 2000, 1000, 3000}, n_expert);
+      // Random history builds a random cache state ...
+      for (uint64_t step = 0; step < 40; ++step) {
+        std::set<ExpertKey> ws;
+        const uint32_t layer = rnd(n_layer), n = 1 + rnd(6);
+        while (ws.size() < n) ws.insert(layer * n_expert + rnd(n_expert));
+        std::vector<ExpertKey> keys(ws.begin(), ws.end());
+        std::vector<uint32_t> tokens(keys.size());
+        for (auto& t : tokens) t = 1 + rnd(50);
+        const ExpertPlan p = planner.plan(step, layer, keys, tokens, *cache);
+        // ... and every plan is checked.
+        ASSERT_EQ(p.experts.size(), keys.size());
+        for (ExpertKey e : p.evicted) ASSERT_FALSE(ws.count(e)) << name;
+        uint64_t pcie = 0;
+        for (const PlannedExpert& e : p.experts) {
+          ASSERT_TRUE(ws.count(e.key));
+          if (e.admit) ASSERT_EQ(e.tier, Tier::Stream);
+          if (e.tier == Tier::Stream) pcie += planner.bytes_of(e.key);
+          if (e.tier != Tier::Host) ASSERT_TRUE(e.tier == Tier::Resident || e.tier == Tier::Stream);
+        }
+        ASSERT_EQ(pcie, p.pcie_bytes);
+        ASSERT_EQ(p.n_resident + p.n_stream + p.n_host, keys.size());
+        ASSERT_GE(p.time_s, std::max({p.gpu_s, p.host_s}));
+      }
+    }
+  }
+}
+
+TEST(Prefetch, DemandOrderedUnderTheCapAndProtectsTheWorkingSet) {
+  PolicyOptions o;
+  o.n_keys = 64;
+  auto cache = make_policy("lru", 4, o);
+  AccessResult r;
+  const ExpertKey ws[2] = {1, 2};
+  cache->access(0, ws, {}, r);
+  const std::vector<PrefetchCandidate> cands = {
+      {20, 0.2f, 1}, {21, 0.9f, 1}, {22, 1.0f, 2}, {1, 1.0f, 1} /* resident */, {23, 0.05f, 1}};
+  const auto bytes = [](ExpertKey) -> uint64_t { return 100; };
+  const PrefetchPlan p = plan_prefetch(1, cands, *cache, ws, 300, bytes, 0.1f);
+  // 21 (next layer, most confident), 20, then 22 (two layers ahead); 23 below min confidence.
+  EXPECT_EQ(p.copies, (std::vector<ExpertKey>{21, 20}));  // 2 free slots; 22 would evict a copy or the working set
+  EXPECT_TRUE(p.evicted.empty());
+  EXPECT_LE(p.bytes, 300u);
+  EXPECT_TRUE(cache->contains(1) && cache->contains(2));
+  // A tighter cap stops earlier.
+  auto c2 = make_policy("lru", 8, o);
+  EXPECT_EQ(plan_prefetch(0, cands, *c2, {}, 150, bytes).copies.size(), 1u);
+}
+
+}  // namespace
+}  // namespace ms

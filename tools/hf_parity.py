@@ -1,0 +1,542 @@
+#!/usr/bin/env python3
+"""Numerical parity of moestream against Hugging Face transformers.
+
+Runs on the GPU machine (python3 with torch, transformers 5.x, safetensors,
+tokenizers; no network). For each architecture (Qwen3-MoE, Mixtral) it
+
+  1. builds a tiny random-initialised model from a config (a few layers,
+     8-16 experts, top-2..4, hidden 128), with the vocabulary of a real
+     tokenizer file (tools/tokenizer_fixtures/out/{qwen3,llama2}, else a small
+     byte-level BPE trained here with `tokenizers`), and saves it with
+     save_pretrained;
+  2. converts it with `moestream convert` to f32, f16, bf16 and q8_0;
+  3. runs both on fixed prompts (token ids from the HF tokenizer, given to
+     moestream with --tokens) and compares:
+       - last-position logits: max relative error, defined as
+         max_i |ms_i - hf_i| / max_i |hf_i|, at most 1e-4 (f32),
+         1e-2 (f16, bf16), 5e-2 (q8_0: weights and activations are both
+         rounded to 8 bits, ~0.5% each per matmul, through every layer);
+         q8_0 must also agree on the top-1 token (unless HF's own top-2 gap
+         is below the error bound: a near tie, reported as such);
+       - greedy continuation of 32 tokens at f32: identical ids;
+       - the router's chosen experts per layer and token at f32: identical
+         sets;
+  4. checks tokenizer parity: the ids moestream's tokenizer gives (through the
+     converted GGUF) against HF `tokenizers` on a set of texts.
+
+Prints one table and writes it to OUT/parity.md; exits 1 on any failure.
+
+    python3 tools/hf_parity.py --moestream build/moestream --out DIR [--backend cpu|cuda]
+    python3 tools/hf_parity.py --moestream build/moestream --out DIR --dry-run
+
+--dry-run checks the arguments, the moestream binary and its subcommands and
+the tokenizer files, without importing torch.
+
+moestream interface used (src/cli/cmd_convert.cpp, src/cli/cmd_logits.cpp):
+    moestream convert HF_DIR -o OUT.gguf --type T --quiet
+    moestream logits -m FILE --tokens 1,2,3 -o OUT.f32 --backend B
+                     [--routes ROUTES.json] [--greedy N]
+        stdout: lines "top5: ...", "greedy: id,id,..." (with --greedy)
+        ROUTES.json: {"experts": [layer][token][k]} for the prompt's tokens
+    moestream logits -m FILE -p TEXT --print-tokens   -> "tokens: id,id,..."
+"""
+import argparse
+import array
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tools" / "tokenizer_fixtures" / "out"
+
+PROMPTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n",
+    "Mixture-of-experts models route each token to a few experts, 路由 専門家 🙂.",
+    "1 12 123 1234 12345, and then some words again",
+]
+TOKENIZER_TEXTS = PROMPTS + [
+    "Hello world",
+    "  two leading spaces and trailing   ",
+    "tabs\tand\nnewlines\n\n",
+    "café naïve résumé Ångström",
+    "你好，世界！",
+    "I'm sure you'll see they've done it.",
+    "<|im_start|>user\nhi<|im_end|>",
+]
+MAX_PROMPT_TOKENS = 48
+GREEDY_TOKENS = 32
+TYPES = ["f32", "f16", "bf16", "q8_0"]
+LOGIT_BOUNDS = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2, "q8_0": 5e-2}
+
+# Tiny models: a few layers, 8-16 experts, top-2..4, hidden 128.
+MODELS = {
+    "qwen3moe": dict(
+        hf_class="Qwen3MoeForCausalLM",
+        config_class="Qwen3MoeConfig",
+        tokenizer="qwen3",
+        config=dict(
+            hidden_size=128, intermediate_size=256, moe_intermediate_size=64,
+            num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+            num_experts=16, num_experts_per_tok=4, norm_topk_prob=True,
+            max_position_embeddings=512, rms_norm_eps=1e-6, tie_word_embeddings=False,
+            decoder_sparse_step=1, mlp_only_layers=[], hidden_act="silu",
+        ),
+        rope_theta=1000000.0,
+        n_expert=16, top_k=4,
+    ),
+    "mixtral": dict(
+        hf_class="MixtralForCausalLM",
+        config_class="MixtralConfig",
+        tokenizer="llama2",
+        config=dict(
+            hidden_size=128, intermediate_size=96, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=2, num_local_experts=8,
+            num_experts_per_tok=2, max_position_embeddings=512, rms_norm_eps=1e-5,
+            tie_word_embeddings=False, sliding_window=None, hidden_act="silu",
+        ),
+        rope_theta=1000000.0,
+        n_expert=8, top_k=2,
+    ),
+}
+
+
+# ---------------------------------------------------------------- results table
+
+class Results:
+    def __init__(self):
+        self.rows = []  # (model, type, check, value, bound, status)
+
+    def add(self, model, typ, check, value, bound, ok, note=""):
+        status = "PASS" if ok else "FAIL"
+        if note:
+            status += f" ({note})"
+        self.rows.append((model, typ, check, value, bound, status))
+        print(f"  {model:9s} {typ:5s} {check:28s} {value:>22s}  bound {bound:10s} {status}", flush=True)
+
+    def failed(self):
+        return [r for r in self.rows if r[5].startswith("FAIL")]
+
+    def markdown(self, header):
+        lines = [header, "", "| model | type | check | result | bound | status |",
+                 "|---|---|---|---|---|---|"]
+        for r in self.rows:
+            lines.append("| " + " | ".join(str(x).replace("|", "\\|") for x in r) + " |")
+        return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- moestream side
+
+def run(cmd, timeout=600):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"command failed ({p.returncode}): {' '.join(map(str, cmd))}\n"
+                           f"stdout:\n{p.stdout[-4000:]}\nstderr:\n{p.stderr[-4000:]}")
+    return p.stdout
+
+
+def read_f32(path, n_vocab=None):
+    a = array.array("f")
+    with open(path, "rb") as f:
+        a.frombytes(f.read())
+    if sys.byteorder != "little":
+        a.byteswap()
+    if n_vocab is not None and len(a) % n_vocab != 0:
+        raise RuntimeError(f"{path}: {len(a)} floats is not a multiple of the vocabulary ({n_vocab})")
+    return a
+
+
+class Moestream:
+    def __init__(self, binary, backend, workdir):
+        self.bin = str(binary)
+        self.backend = backend
+        self.work = Path(workdir)
+
+    def convert(self, hf_dir, out, typ):
+        run([self.bin, "convert", str(hf_dir), "-o", str(out), "--type", typ, "--quiet"])
+
+    def logits(self, gguf, tokens, tag, routes=False, greedy=0):
+        out = self.work / f"{tag}.f32"
+        cmd = [self.bin, "logits", "-m", str(gguf), "--tokens", ",".join(map(str, tokens)),
+               "-o", str(out), "--backend", self.backend]
+        routes_path = None
+        if routes:
+            routes_path = self.work / f"{tag}.routes.json"
+            cmd += ["--routes", str(routes_path)]
+        if greedy:
+            cmd += ["--greedy", str(greedy)]
+        stdout = run(cmd)
+        res = {"logits": read_f32(out), "stdout": stdout}
+        if routes_path:
+            res["routes"] = json.loads(routes_path.read_text())["experts"]
+        if greedy:
+            m = re.search(r"^greedy:\s*([0-9,\s]*)$", stdout, re.M)
+            if not m:
+                raise RuntimeError(f"no 'greedy:' line in moestream output:\n{stdout}")
+            res["greedy"] = [int(x) for x in m.group(1).replace(" ", "").split(",") if x]
+        return res
+
+    def tokenize(self, gguf, text):
+        stdout = run([self.bin, "logits", "-m", str(gguf), "-p", text, "--print-tokens"])
+        m = re.search(r"^tokens:\s*([0-9,\s]*)$", stdout, re.M)
+        if not m:
+            raise RuntimeError(f"no 'tokens:' line in moestream output:\n{stdout}")
+        return [int(x) for x in m.group(1).replace(" ", "").split(",") if x]
+
+
+def find_tokenizer(name):
+    d = FIXTURES / name
+    if (d / "tokenizer.json").exists():
+        return d
+    return None
+
+
+# ---------------------------------------------------------------- HF side
+
+def build_fallback_tokenizer(dest):
+    """A small byte-level BPE trained on the prompts, when no fixture exists."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(TOKENIZER_TEXTS * 20, trainer)
+    dest.mkdir(parents=True, exist_ok=True)
+    tok.save(str(dest / "tokenizer.json"))
+    (dest / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>"}))
+    return dest
+
+
+def vocab_size_of(tokenizer_json):
+    j = json.loads(Path(tokenizer_json).read_text())
+    ids = list(j["model"]["vocab"].values()) + [a["id"] for a in j.get("added_tokens", [])]
+    n = max(ids) + 1
+    return (n + 127) // 128 * 128  # spare rows, as real checkpoints have
+
+
+def make_config(transformers, spec, vocab_size):
+    import inspect
+    cls = getattr(transformers, spec["config_class"])
+    kw = dict(spec["config"])
+    kw["vocab_size"] = vocab_size
+    params = inspect.signature(cls.__init__).parameters
+    if "rope_parameters" in params:  # transformers 5.x
+        kw["rope_parameters"] = {"rope_type": "default", "rope_theta": spec["rope_theta"]}
+    else:
+        kw["rope_theta"] = spec["rope_theta"]
+    cfg = cls(**kw)
+    # The expert count's name moved between versions (num_experts / num_local_experts).
+    for name in ("num_experts", "num_local_experts"):
+        if hasattr(cfg, name) and getattr(cfg, name) != spec["n_expert"]:
+            setattr(cfg, name, spec["n_expert"])
+    cfg.use_cache = True
+    return cfg
+
+
+def randomize(torch, model, seed):
+    """Weights with O(1) activations and decisive routing (HF's default init is
+    std 0.02, and transformers 5 starts routers at zero: every expert ties)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[-1]))
+
+
+class RouterRecorder:
+    """Forward hooks on every layer's router: the chosen experts per token."""
+
+    def __init__(self, torch, model, top_k):
+        self.torch, self.top_k = torch, top_k
+        self.calls = {}
+        self.handles = []
+        layers = model.model.layers
+        for i, layer in enumerate(layers):
+            block = getattr(layer, "mlp", None)
+            if block is None or not hasattr(block, "gate"):
+                block = getattr(layer, "block_sparse_moe")
+            self.handles.append(block.gate.register_forward_hook(self._hook(i)))
+
+    def _hook(self, i):
+        def hook(mod, inp, out):
+            torch = self.torch
+            idx = None
+            if isinstance(out, tuple):
+                for o in out:
+                    if torch.is_tensor(o) and not o.is_floating_point() and o.shape[-1] == self.top_k:
+                        idx = o
+                if idx is None:
+                    out = out[0]
+            if idx is None:  # router logits (or probabilities): softmax keeps the order
+                idx = torch.topk(out.float(), self.top_k, dim=-1).indices
+            idx = idx.reshape(-1, self.top_k)
+            self.calls[i] = [sorted(int(e) for e in row) for row in idx.tolist()]
+        return hook
+
+    def routes(self):
+        return [self.calls[i] for i in sorted(self.calls)]
+
+    def close(self):
+        for h in self.handles:
+            h.remove()
+
+
+def hf_logits(torch, model, ids):
+    with torch.no_grad():
+        x = torch.tensor([ids], dtype=torch.long, device=next(model.parameters()).device)
+        return model(input_ids=x, use_cache=False).logits[0].float().cpu()
+
+
+def hf_greedy(torch, model, ids, n):
+    out = list(ids)
+    for _ in range(n):
+        out.append(int(torch.argmax(hf_logits(torch, model, out)[-1])))
+    return out[len(ids):]
+
+
+def saved_expert_layout(hf_dir):
+    names = []
+    idx = hf_dir / "model.safetensors.index.json"
+    if idx.exists():
+        names = list(json.loads(idx.read_text())["weight_map"].keys())
+    else:
+        from safetensors import safe_open
+        with safe_open(str(hf_dir / "model.safetensors"), "pt") as f:
+            names = list(f.keys())
+    if any("experts.gate_up_proj" in n or n.endswith("experts.down_proj") for n in names):
+        return "fused"
+    return "per-expert"
+
+
+# ---------------------------------------------------------------- comparisons
+
+def max_rel_err(ms, hf):
+    """max_i |ms_i - hf_i| / max_i |hf_i| over one vocabulary row."""
+    scale = max(abs(float(v)) for v in hf)
+    diff = max(abs(float(a) - float(b)) for a, b in zip(ms, hf))
+    return diff / scale if scale > 0 else diff
+
+
+def argmax(v):
+    best, bi = -math.inf, -1
+    for i, x in enumerate(v):
+        if x > best:
+            best, bi = x, i
+    return bi
+
+
+def check_model(name, spec, args, ms, res, torch, transformers):
+    print(f"== {name}", flush=True)
+    work = Path(args.out) / name
+    hf_dir = work / "hf"
+    if hf_dir.exists():
+        shutil.rmtree(hf_dir)
+    hf_dir.mkdir(parents=True)
+
+    tok_dir = find_tokenizer(spec["tokenizer"])
+    tok_note = f"fixture {spec['tokenizer']}"
+    if tok_dir is None:
+        tok_dir = build_fallback_tokenizer(work / "bpe_tokenizer")
+        tok_note = "BPE trained here"
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        if (tok_dir / f).exists():
+            shutil.copy(tok_dir / f, hf_dir / f)
+    from tokenizers import Tokenizer
+    hf_tok = Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
+    vocab = vocab_size_of(hf_dir / "tokenizer.json")
+
+    torch.manual_seed(args.seed)
+    cfg = make_config(transformers, spec, vocab)
+    model_cls = getattr(transformers, spec["hf_class"])
+    try:
+        model = model_cls._from_config(cfg, attn_implementation="eager")
+    except Exception:  # older/newer spelling
+        cfg._attn_implementation = "eager"
+        model = model_cls(cfg)
+    model = model.float().eval()
+    randomize(torch, model, args.seed)
+    model.save_pretrained(str(hf_dir))  # safetensors by default (4.35+, 5.x)
+    layout = saved_expert_layout(hf_dir)
+    print(f"  saved {spec['hf_class']} (vocab {vocab}, {tok_note}, experts {layout})", flush=True)
+    model = model.to(args.hf_device)
+
+    prompts = []
+    for p in PROMPTS:
+        ids = hf_tok.encode(p).ids[:MAX_PROMPT_TOKENS]
+        if ids:
+            prompts.append(ids)
+
+    ggufs = {}
+    for typ in args.types:
+        out = work / f"{name}-{typ}.gguf"
+        t0 = time.time()
+        ms.convert(hf_dir, out, typ)
+        ggufs[typ] = out
+        print(f"  converted {typ} in {time.time() - t0:.1f} s", flush=True)
+
+    # HF reference (all positions, routes) once per prompt.
+    rec = RouterRecorder(torch, model, spec["top_k"])
+    ref = []
+    for ids in prompts:
+        rec.calls = {}
+        logits = hf_logits(torch, model, ids)
+        ref.append({"last": logits[-1].tolist(), "routes": rec.routes()})
+    rec.close()
+
+    for typ in args.types:
+        worst, top1_ok, near_ties = 0.0, True, 0
+        routes_ok, routes_checked = True, typ == "f32"
+        bound = LOGIT_BOUNDS[typ]
+        for pi, ids in enumerate(prompts):
+            r = ms.logits(ggufs[typ], ids, f"{name}-{typ}-p{pi}", routes=routes_checked)
+            last = list(r["logits"][-vocab:])
+            if len(last) != vocab:
+                raise RuntimeError(f"moestream returned {len(r['logits'])} logits, expected {vocab}")
+            hf_last = ref[pi]["last"]
+            err = max_rel_err(last, hf_last)
+            worst = max(worst, err)
+            a, b = argmax(last), argmax(hf_last)
+            if a != b:
+                scale = max(abs(v) for v in hf_last)
+                gap = (hf_last[b] - hf_last[a]) / scale
+                if gap < bound:
+                    near_ties += 1
+                else:
+                    top1_ok = False
+            if routes_checked:
+                got = [[sorted(e) for e in layer] for layer in r["routes"]]
+                want = ref[pi]["routes"]
+                if got != want:
+                    routes_ok = False
+                    for li, (g, w) in enumerate(zip(got, want)):
+                        for ti, (ge, we) in enumerate(zip(g, w)):
+                            if ge != we:
+                                print(f"    route mismatch: prompt {pi} layer {li} token {ti}: "
+                                      f"moestream {ge} hf {we}", flush=True)
+                                break
+        res.add(name, typ, "last logits max rel err", f"{worst:.3e}", f"{bound:g}", worst <= bound)
+        note = f"{near_ties} near tie(s)" if near_ties else ""
+        res.add(name, typ, "top-1 agrees", "yes" if top1_ok else "no", "all prompts",
+                top1_ok or typ not in ("q8_0",), note)
+        if routes_checked:
+            n = len(prompts) * spec["config"]["num_hidden_layers"]
+            res.add(name, typ, "router experts identical", "yes" if routes_ok else "no",
+                    f"{n} layer-prompts", routes_ok)
+
+    # Greedy continuation at f32.
+    if "f32" in args.types:
+        same = True
+        for pi, ids in enumerate(prompts[:2]):
+            want = hf_greedy(torch, model, ids, GREEDY_TOKENS)
+            got = ms.logits(ggufs["f32"], ids, f"{name}-greedy-p{pi}", greedy=GREEDY_TOKENS)["greedy"]
+            if got != want:
+                same = False
+                print(f"    greedy mismatch (prompt {pi}):\n      moestream {got}\n      hf        {want}", flush=True)
+        res.add(name, "f32", f"greedy {GREEDY_TOKENS} tokens identical", "yes" if same else "no", "identical", same)
+
+    # Tokenizer parity through the converted GGUF.
+    gguf = ggufs[args.types[0]]
+    mismatches = 0
+    for text in TOKENIZER_TEXTS:
+        want = hf_tok.encode(text).ids
+        got = ms.tokenize(gguf, text)
+        if got != want:
+            mismatches += 1
+            print(f"    tokenizer mismatch on {text!r}:\n      moestream {got}\n      hf        {want}", flush=True)
+    res.add(name, "-", f"tokenizer ({tok_note})", f"{len(TOKENIZER_TEXTS) - mismatches}/{len(TOKENIZER_TEXTS)} texts",
+            "all", mismatches == 0)
+
+
+# ---------------------------------------------------------------- main
+
+def dry_run(args):
+    ok = True
+    print(f"moestream binary: {args.moestream}")
+    for sub in (["--version"], ["convert", "--help"], ["logits", "--help"]):
+        try:
+            out = run([args.moestream] + sub, timeout=60)
+            first = out.strip().splitlines()[0] if out.strip() else ""
+            print(f"  {' '.join(sub):16s} ok   {first}")
+            if sub[0] == "logits":
+                for flag in ("--tokens", "--routes", "--greedy", "--print-tokens", "--backend", "--all"):
+                    if flag not in out:
+                        print(f"  logits has no {flag} flag")
+                        ok = False
+        except Exception as e:  # noqa: BLE001
+            print(f"  {' '.join(sub):16s} FAILED: {str(e).splitlines()[0]}")
+            ok = False
+    for name in args.models:
+        t = MODELS[name]["tokenizer"]
+        d = find_tokenizer(t)
+        print(f"{name}: tokenizer {'fixture ' + str(d) if d else 'none found: a BPE will be trained'}")
+    print(f"types: {', '.join(args.types)}; backend: {args.backend}; out: {args.out}")
+    print("dry run " + ("ok" if ok else "found problems"))
+    return 0 if ok else 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--moestream", required=True, help="path to the moestream binary")
+    ap.add_argument("--out", required=True, help="work directory (models, GGUFs, parity.md)")
+    ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
+    ap.add_argument("--types", default=",".join(TYPES), help="comma-separated: " + ", ".join(TYPES))
+    ap.add_argument("--hf-device", default="cpu", help="device for the transformers reference (default cpu)")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--dry-run", action="store_true", help="check arguments and the binary only")
+    args = ap.parse_args()
+    args.models = [m for m in args.models.split(",") if m]
+    args.types = [t for t in args.types.split(",") if t]
+    for m in args.models:
+        if m not in MODELS:
+            ap.error(f"unknown model {m!r}; choose from {', '.join(MODELS)}")
+    for t in args.types:
+        if t not in LOGIT_BOUNDS:
+            ap.error(f"unknown type {t!r}; choose from {', '.join(TYPES)}")
+    if not (os.path.isfile(args.moestream) and os.access(args.moestream, os.X_OK)):
+        ap.error(f"--moestream {args.moestream}: not an executable file")
+    args.moestream = str(Path(args.moestream).resolve())
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    if args.dry_run:
+        return dry_run(args)
+
+    import torch
+    import transformers
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_num_threads(max(1, min(16, os.cpu_count() or 1)))
+
+    res = Results()
+    ms = Moestream(args.moestream, args.backend, Path(args.out))
+    errors = []
+    for name in args.models:
+        try:
+            check_model(name, MODELS[name], args, ms, res, torch, transformers)
+        except Exception as e:  # noqa: BLE001 -- report and go on with the next model
+            errors.append(f"{name}: {e}")
+            res.add(name, "-", "ran to the end", "error", "-", False, str(e).splitlines()[0][:120])
+    header = (f"# moestream vs transformers {transformers.__version__} (torch {torch.__version__}), "
+              f"backend {args.backend}\n\nGenerated by tools/hf_parity.py. Relative error = "
+              f"max|moestream - hf| / max|hf| over the last position's logits.")
+    md = res.markdown(header)
+    (Path(args.out) / "parity.md").write_text(md)
+    print()
+    print(md)
+    for e in errors:
+        print("error: " + e, file=sys.stderr)
+    failed = res.failed()
+    print(f"{len(res.rows) - len(failed)}/{len(res.rows)} checks passed; table in {Path(args.out) / 'parity.md'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
