@@ -15,6 +15,7 @@
 // expert gate+up, expert down).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -48,6 +49,14 @@ class CpuBackend {
   // Where routed experts are computed (default: the CPU executor). Not owned.
   void set_expert_executor(ExpertExecutor* ex) { executor_ = ex ? ex : &cpu_executor_; }
 
+  // Called once per MoE layer and batch with the router's choice:
+  // ids/weights are [n_tokens][k] (weights after any renormalisation),
+  // hidden is the layer's FFN input [n_tokens][n_embd]. For routing traces
+  // (`--record-routes`); null disables it. Not owned.
+  using RouteObserver = std::function<void(int layer, int n_tokens, int k, const int32_t* ids, const float* weights,
+                                           const float* hidden)>;
+  void set_route_observer(RouteObserver obs) { route_observer_ = std::move(obs); }
+
   // How often each expert was chosen since the last reset: [layer][expert].
   const std::vector<uint64_t>& expert_counts() const { return expert_counts_; }
   void reset_expert_counts() { std::fill(expert_counts_.begin(), expert_counts_.end(), 0); }
@@ -63,6 +72,7 @@ class CpuBackend {
   CpuExpertExecutor cpu_executor_;
   ExpertExecutor* executor_;
   std::vector<uint64_t> expert_counts_;
+  RouteObserver route_observer_;
 
   // Scratch for one batch (sized to max_batch tokens).
   std::vector<float> h_, x_, q_, k_, v_, att_, tmp_, rope_cs_, router_logits_, route_w_, expert_y_, ff_gate_, ff_up_;
