@@ -10,8 +10,9 @@
 //
 // Besides single matrices it times the 8-expert FFN of a decode step issued as
 // two matvec_batch calls (experts8), the same kernel on a matrix kept in cache
-// (hot: the compute ceiling), and an empty parallel_for (pool: the fixed cost
-// of every parallel call).
+// (hot: the compute ceiling), the same with 8 tokens (tok8: prompt
+// processing), and an empty parallel_for (pool: the fixed cost of every
+// parallel call).
 //
 // Usage: quant_matvec_bench [--ws_mib=N] [--threads=1,8,16] [--quick] [google benchmark flags]
 //   --ws_mib   working set the weights rotate over (default 256; use more
@@ -179,6 +180,27 @@ void BM_Matvec(benchmark::State& state, DType t, int64_t rows, int64_t cols, int
   state.SetLabel(ms::vec_dot_path(t));
 }
 
+// tok8/type/768x2048/t1: prompt processing's compute ceiling: ms::matmul of
+// one in-cache expert matrix with 8 tokens (the mean tokens per expert of a
+// 128-token Qwen3-30B-A3B prompt). GB/s counts weight bytes times tokens, so
+// it compares with hot/... (one token); the ratio is what the multi-token
+// kernel (vec_dot_rows_tokens) gains by unpacking each row once.
+void BM_Tokens8(benchmark::State& state, DType t) {
+  ms::ThreadPool& pool = pool_for(1);
+  constexpr int64_t kTokens = 8, rows = 768, cols = 2048;
+  const int64_t mbytes = rows * ms::row_bytes(t, cols);
+  const WeightPool& wp = weights(t, mbytes);
+  const std::vector<float> x = random_x(cols * kTokens);
+  std::vector<float> y(rows * kTokens);
+  for (auto _ : state) {
+    ms::matmul(pool, t, wp.bytes.data(), rows, cols, x.data(), kTokens, y.data());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * mbytes * kTokens);
+  state.SetLabel(ms::vec_dot_path(t));
+}
+
 // experts8/type/ffn/tN: the decode step's host-computed experts: 8 experts'
 // gate and up (768x2048 each) in one matvec_batch, then their downs
 // (2048x768) in another, as the engine should issue them.
@@ -298,6 +320,7 @@ void register_all() {
   for (DType t : types) {
     const std::string tn = ms::type_name(t);
     reg("hot/" + tn + "/768x2048/t1", BM_Matvec, t, int64_t{768}, int64_t{2048}, 1, true);
+    reg("tok8/" + tn + "/768x2048/t1", BM_Tokens8, t);
     for (const Shape& s : shapes)
       for (int th : thread_counts)
         reg("matvec/" + tn + "/" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "/t" + std::to_string(th),

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "quant/quant.h"
+#include "quant/simd_kernels.h"
 #include "util/error.h"
 
 namespace ms {
@@ -119,8 +120,7 @@ void matmul_quantized(ThreadPool& pool, DType wtype, const void* W, int64_t rows
   pool.parallel_for(n_tiles, 1, [&](int64_t tb, int64_t te) {
     for (int64_t ti = tb; ti < te; ++ti) {
       const int64_t r0 = ti * tile, nr = std::min(tile, rows - r0);
-      for (int64_t t = 0; t < n_tokens; ++t)
-        vec_dot_rows(wtype, cols, wp + r0 * stride, stride, nr, ap + t * act_stride, Y + t * rows + r0);
+      vec_dot_rows_tokens(wtype, cols, wp + r0 * stride, stride, nr, ap, act_stride, nullptr, n_tokens, Y + r0, rows);
     }
   });
 }

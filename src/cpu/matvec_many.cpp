@@ -6,6 +6,7 @@
 
 #include "cpu/matvec.h"
 #include "quant/quant.h"
+#include "quant/simd_kernels.h"
 #include "util/error.h"
 
 namespace ms {
@@ -30,9 +31,9 @@ void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs) {
     if (jobs[j].n_tokens > 0) total_rows += jobs[j].rows;
   }
   if (total_rows == 0) return;
-  // Tile rows: at most ~32 KiB of weights (stays in L1/L2 while every token of
-  // the job passes over it), at most what gives ~4 tiles per thread, a
-  // multiple of 4 rows (the kernels' row group).
+  // Tile rows: at most what gives ~4 tiles per thread, a multiple of 4 rows
+  // (the kernels' row group), and for several tokens at most ~32 KiB of
+  // weights (stays in L1/L2 while every token of the job passes over it).
   const int n_threads = pool.size();
   const int64_t balance = std::max<int64_t>(4, (total_rows + 4 * n_threads - 1) / (4 * n_threads));
   // (A thread_local buffer: the lambda must reach it through this reference,
@@ -44,7 +45,11 @@ void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs) {
     const MatmulJob& job = jobs[j];
     if (job.n_tokens <= 0) continue;
     const int64_t stride = row_bytes(job.type, job.cols);
-    int64_t tile = std::min<int64_t>(balance, std::max<int64_t>(4, (32 << 10) / std::max<int64_t>(stride, 1)));
+    // One token (decode) has nothing to keep in cache: only the balance
+    // bound, so tiles are long runs of rows the kernels prefetch through.
+    int64_t tile = job.n_tokens == 1
+                       ? balance
+                       : std::min<int64_t>(balance, std::max<int64_t>(4, (32 << 10) / std::max<int64_t>(stride, 1)));
     tile = std::clamp<int64_t>((tile + 3) / 4 * 4, 4, 256);
     for (int64_t r = 0; r < job.rows; r += tile) tiles.push_back({j, r, std::min(tile, job.rows - r)});
   }
@@ -56,10 +61,8 @@ void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs) {
       const int64_t act_stride = act_row_bytes(job.type, job.cols);
       const uint8_t* w = static_cast<const uint8_t*>(job.W) + t.row0 * stride;
       const uint8_t* acts = static_cast<const uint8_t*>(job.acts);
-      for (int64_t i = 0; i < job.n_tokens; ++i) {
-        const int64_t a = job.act_index ? job.act_index[i] : i;
-        vec_dot_rows(job.type, job.cols, w, stride, t.n_rows, acts + a * act_stride, job.Y + i * job.rows + t.row0);
-      }
+      vec_dot_rows_tokens(job.type, job.cols, w, stride, t.n_rows, acts, act_stride, job.act_index, job.n_tokens,
+                          job.Y + t.row0, job.rows);
     }
   };
   pool.parallel_for(static_cast<int64_t>(tiles.size()), 1, run);

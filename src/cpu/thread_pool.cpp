@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -17,45 +18,65 @@ inline void cpu_relax() {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) {
+int ThreadPool::spin_microseconds() {
+  static const int us = [] {
+    const char* s = std::getenv("MOESTREAM_SPIN_US");
+    return s ? std::max(0, std::atoi(s)) : 2000;
+  }();
+  return us;
+}
+
+ThreadPool::ThreadPool(int n_threads, int spin_us) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   n_threads_ = n_threads;
+  spin_us_ = spin_us < 0 ? spin_microseconds() : spin_us;
+  // More threads than cores: a spinning worker takes the core another one
+  // needs, so sleep soon.
+  if (static_cast<unsigned>(n_threads_) > std::thread::hardware_concurrency()) spin_us_ = std::min(spin_us_, 50);
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-    generation_.fetch_add(1, std::memory_order_release);
-  }
+  stop_.store(true, std::memory_order_seq_cst);
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  { std::lock_guard<std::mutex> lock(mutex_); }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
 void ThreadPool::worker(int index) {
   uint64_t seen = 0;
+  const auto spin = std::chrono::microseconds(spin_us_);
   for (;;) {
-    // Spin for a while (~50 µs) on the generation counter, then sleep.
-    auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-    int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen) {
-      cpu_relax();
-      if (++spins % 256 == 0 && std::chrono::steady_clock::now() > spin_until) {
-        std::unique_lock<std::mutex> lock(mutex_);
-        sleepers_.fetch_add(1);
-        wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-        sleepers_.fetch_sub(1);
-        break;
+    // Spin on the generation counter (a plain load: the line stays shared in
+    // every core's cache until the caller bumps it), then sleep.
+    uint64_t gen = generation_.load(std::memory_order_acquire);
+    if (gen == seen) {
+      const auto spin_until = std::chrono::steady_clock::now() + spin;
+      for (uint32_t spins = 1;; ++spins) {
+        cpu_relax();
+        gen = generation_.load(std::memory_order_acquire);
+        if (gen != seen) break;
+        // Past the first thousand pauses (some tens of µs; the gaps between a
+        // decode step's loops are shorter), yield now and then: where there
+        // are more threads than free cores, the thread we wait for may need
+        // this core.
+        if (spins >= 1024 && spins % 64 == 0) std::this_thread::yield();
+        if (spins % 1024 == 0 && std::chrono::steady_clock::now() > spin_until) {
+          std::unique_lock<std::mutex> lock(mutex_);
+          // seq_cst pairs with the caller's bump-then-check of sleepers_: either
+          // it sees this sleeper and notifies under the lock, or we see its bump.
+          sleepers_.fetch_add(1, std::memory_order_seq_cst);
+          wake_.wait(lock, [&] { return generation_.load(std::memory_order_seq_cst) != seen; });
+          sleepers_.fetch_sub(1, std::memory_order_relaxed);
+          gen = generation_.load(std::memory_order_acquire);
+          break;
+        }
       }
     }
-    seen = generation_.load(std::memory_order_acquire);
-    const std::function<void(int, int)>* job;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (stop_) return;
-      job = job_;
-    }
+    seen = gen;
+    if (stop_.load(std::memory_order_acquire)) return;
+    const std::function<void(int, int)>* job = job_.load(std::memory_order_acquire);
     (*job)(index, n_threads_);
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
@@ -66,15 +87,20 @@ void ThreadPool::dispatch(const std::function<void(int, int)>& job) {
     job(0, 1);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    job_ = &job;
-    pending_.store(n_threads_ - 1, std::memory_order_release);
-    generation_.fetch_add(1, std::memory_order_release);
+  job_.store(&job, std::memory_order_relaxed);
+  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_seq_cst);  // publishes job_ and pending_
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    { std::lock_guard<std::mutex> lock(mutex_); }
+    wake_.notify_all();
   }
-  if (sleepers_.load() > 0) wake_.notify_all();
   job(0, n_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+  // Wait for the workers; yield now and then once it takes long (a worker
+  // that was descheduled may need this core).
+  for (uint32_t spins = 1; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    cpu_relax();
+    if (spins >= 1024 && spins % 64 == 0) std::this_thread::yield();
+  }
 }
 
 void ThreadPool::run_on_all(const std::function<void(int, int)>& fn) { dispatch(fn); }
@@ -87,13 +113,15 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
     fn(0, n);
     return;
   }
-  std::atomic<int64_t> next{0};
+  // Chunks handed out from a shared counter (dynamic): a thread that starts
+  // late -- descheduled, or still finishing the previous call's tail -- leaves
+  // its share to the others instead of holding up the call.
+  const int64_t n_chunks = (n + grain - 1) / grain;
+  alignas(64) std::atomic<int64_t> next{0};
   dispatch([&](int, int) {
-    for (;;) {
-      const int64_t begin = next.fetch_add(grain, std::memory_order_relaxed);
-      if (begin >= n) break;
-      fn(begin, std::min(n, begin + grain));
-    }
+    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < n_chunks;
+         c = next.fetch_add(1, std::memory_order_relaxed))
+      fn(c * grain, std::min(n, (c + 1) * grain));
   });
 }
 

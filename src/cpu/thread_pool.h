@@ -1,6 +1,10 @@
-// A fixed pool of worker threads for data-parallel loops. Decode issues many
-// small parallel loops per token, so workers spin briefly before sleeping:
-// waking a sleeping thread costs tens of microseconds, a spinning one ~1 µs.
+// A fixed pool of worker threads for data-parallel loops. Decode issues a few
+// hundred small parallel loops per token (six per layer), so starting one
+// must cost microseconds: idle workers spin on an atomic generation counter
+// (no lock on the hot path) for a while before they sleep on a condition
+// variable -- waking a sleeping thread costs tens of microseconds (more on a
+// VM, where the wake-up is an inter-processor interrupt), a spinning one
+// about one cache-line transfer.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -15,7 +19,8 @@ namespace ms {
 class ThreadPool {
  public:
   // n_threads counts the calling thread, which works too; 0 = hardware threads.
-  explicit ThreadPool(int n_threads = 0);
+  // spin_us: how long idle workers spin before sleeping; < 0 = spin_microseconds().
+  explicit ThreadPool(int n_threads = 0, int spin_us = -1);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -30,19 +35,29 @@ class ThreadPool {
   // Calls fn(thread_index, n_threads) once on each thread.
   void run_on_all(const std::function<void(int, int)>& fn);
 
+  // How long an idle worker spins before it sleeps (default 2000 µs, or
+  // MOESTREAM_SPIN_US). Longer keeps the pool responsive across the serial
+  // gaps between parallel loops (sampling, the last layer's head), at the
+  // cost of busy cores while idle.
+  static int spin_microseconds();
+
  private:
   void worker(int index);
   void dispatch(const std::function<void(int, int)>& job);
 
   int n_threads_;
+  int spin_us_;
   std::vector<std::thread> workers_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::atomic<uint64_t> generation_{0};
+  // Hot state, together on one cache line (a worker's start then costs one
+  // line transfer): workers poll generation_ and decrement pending_; the
+  // caller writes job_ before bumping generation_.
+  alignas(64) std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
-  std::atomic<int> sleepers_{0};
-  const std::function<void(int, int)>* job_ = nullptr;
-  bool stop_ = false;
+  std::atomic<const std::function<void(int, int)>*> job_{nullptr};
+  alignas(64) std::atomic<int> sleepers_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex mutex_;  // only for sleeping and waking
+  std::condition_variable wake_;
 };
 
 }  // namespace ms

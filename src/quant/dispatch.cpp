@@ -67,6 +67,14 @@ VecDotRowsFn vec_dot_rows_kernel_avx512(DType t) {
   }
 }
 
+VecDotTokensFn vec_dot_tokens_kernel_avx512(DType t) {
+  switch (t) {
+    case DType::Q4_K: return vec_dot_tokens_q4_K_avx512;
+    case DType::Q5_K: return vec_dot_tokens_q5_K_avx512;
+    default: return nullptr;
+  }
+}
+
 QuantizeActFn quantize_act_kernel_avx2(DType t) {
   switch (t) {
     case DType::Q8_0: return quantize_act_q8_0_avx2;
@@ -86,6 +94,7 @@ constexpr int kTypeSlots = 64;  // ggml type ids in use are below this
 
 struct Table {
   simd::VecDotRowsFn rows[kTypeSlots] = {};
+  simd::VecDotTokensFn tokens[kTypeSlots] = {};
   const char* path[kTypeSlots] = {};
   simd::QuantizeActFn quant[kTypeSlots] = {};
 };
@@ -110,6 +119,7 @@ Table build_table() {
     if ((flt ? avx512_float : avx512_int) && simd::vec_dot_rows_kernel_avx512(t)) {
       tab.rows[id] = simd::vec_dot_rows_kernel_avx512(t);
       tab.path[id] = flt ? "avx512" : "avx512-vnni";
+      tab.tokens[id] = simd::vec_dot_tokens_kernel_avx512(t);
     } else if (f.avx2 && simd::vec_dot_rows_kernel_avx2(t)) {
       tab.rows[id] = simd::vec_dot_rows_kernel_avx2(t);
       tab.path[id] = "avx2";
@@ -178,5 +188,31 @@ void vec_dot_rows(DType t, int64_t n, const void* w, int64_t row_stride, int64_t
 }
 
 const char* vec_dot_path(DType t) { return table().path[slot(t)]; }
+
+void vec_dot_rows_tokens(DType t, int64_t n, const void* w, int64_t row_stride, int64_t rows, const void* acts,
+                         int64_t act_stride, const int32_t* act_index, int64_t n_tok, float* out,
+                         int64_t out_stride) {
+  check_row(t, n, "vec_dot_rows_tokens");
+  if (rows <= 0 || n_tok <= 0) return;
+  const auto* ap = static_cast<const uint8_t*>(acts);
+  const simd::VecDotTokensFn fn = n_tok > 1 ? table().tokens[slot(t)] : nullptr;
+  if (!fn) {
+    for (int64_t i = 0; i < n_tok; ++i)
+      vec_dot_rows(t, n, w, row_stride, rows, ap + (act_index ? act_index[i] : i) * act_stride, out + i * out_stride);
+    return;
+  }
+  // The kernel takes pointer lists; build them a bounded batch at a time.
+  constexpr int64_t kBatch = 64;
+  const void* a_rows[kBatch];
+  float* o_rows[kBatch];
+  for (int64_t i0 = 0; i0 < n_tok; i0 += kBatch) {
+    const int64_t m = std::min(kBatch, n_tok - i0);
+    for (int64_t i = 0; i < m; ++i) {
+      a_rows[i] = ap + (act_index ? act_index[i0 + i] : i0 + i) * act_stride;
+      o_rows[i] = out + (i0 + i) * out_stride;
+    }
+    fn(n, w, row_stride, rows, a_rows, m, o_rows);
+  }
+}
 
 }  // namespace ms

@@ -107,11 +107,20 @@ inline float e8m0_half(uint8_t e) {
 // matrix) at the rate the group is consumed, so the next group is in cache
 // when the kernel reaches it, and the walk itself is one sequential stream
 // the hardware prefetcher follows. g_prefetch_mode: 0 off, 1 into L1, 2 into L2.
+//
+// The walk stays inside the rows of the current call: for_row_groups sets
+// t_prefetch_ahead to fewer groups (none for the last) near the end. Rows past
+// the call belong to another thread's chunk of the matrix, and fetching them
+// here cost DRAM bandwidth twice (up to a quarter more traffic with the
+// 28-row tiles of a batched expert matvec).
+thread_local int t_prefetch_ahead = 0;
+
 template <int R>
 inline void prefetch_next_group(const uint8_t* w, int64_t stride, int64_t i, int bb) {
   const int mode = g_prefetch_mode;
-  if (mode == 0) return;
-  const char* p = reinterpret_cast<const char*>(w + g_prefetch_groups * R * stride + i * R * bb);
+  const int ahead = t_prefetch_ahead;
+  if (mode == 0 || ahead <= 0) return;
+  const char* p = reinterpret_cast<const char*>(w + ahead * R * stride + i * R * bb);
   if (mode == 1) {
     for (int k = 0; k < R * bb; k += 64) _mm_prefetch(p + k, _MM_HINT_T0);
   } else {
@@ -124,7 +133,12 @@ void for_row_groups(int64_t n, const void* w, int64_t stride, int64_t rows, cons
   constexpr int G = Kernel::kRows;
   const uint8_t* wp = static_cast<const uint8_t*>(w);
   int64_t r = 0;
-  for (; r + G <= rows; r += G) Kernel::template run<G>(n, wp + r * stride, stride, a, out + r);
+  for (; r + G <= rows; r += G) {
+    const int64_t later = (rows - r) / G - 1;  // whole groups after this one
+    t_prefetch_ahead = static_cast<int>(later < g_prefetch_groups ? later : g_prefetch_groups);
+    Kernel::template run<G>(n, wp + r * stride, stride, a, out + r);
+  }
+  t_prefetch_ahead = 0;
   if constexpr (G > 1) {
     if (rows - r >= 2) {
       Kernel::template run<2>(n, wp + r * stride, stride, a, out + r);
@@ -429,6 +443,176 @@ struct FloatDot {
   }
 };
 
+// ---------------------------------------------------------------- Q4_K / Q5_K x several Q8_K rows
+// Prompt processing dots each weight row with many tokens. The single-token
+// kernel above spends most of its work per (row, super-block) on unpacking
+// (nibbles, 6-bit scales, the scale permutation) and only a third on the
+// dot itself; here a group of up to 4 rows is unpacked once per chunk of up
+// to 16 super-blocks into an L1 buffer, and every token of the call is then
+// dotted with it, two tokens at a time (so each unpacked zmm is loaded once
+// per two tokens and each rearranged activation is shared by the 4 rows).
+template <bool kFifthBit>
+struct QK45Multi {
+  using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
+  static constexpr int kChunk = 16;  // super-blocks per unpacked chunk (4 rows x 16 x 448 B = 28 KiB)
+
+  struct alignas(64) Unpacked {
+    __m512i lo[2], hi[2];  // chunk pair p: low / high nibbles (+ fifth bit), unsigned
+    __m512i sc[2];         // int16 scale per lane for pair p (see QK45)
+    __m128i mins;          // 8 x int16
+    __m128 dd;             // [d, dmin, 0, 0]
+  };
+
+  struct Consts {
+    __m512i m4, bit4, sidx[2], hsel_lo[2], hsel_hi[2];
+    Consts() {
+      m4 = _mm512_set1_epi8(0x0F);
+      bit4 = _mm512_set1_epi8(0x10);
+      for (int p = 0; p < 2; ++p) {
+        alignas(64) int16_t idx[32];
+        for (int l = 0; l < 32; ++l) {
+          const int k = l / 8, hi = (l % 8) / 4;
+          idx[l] = static_cast<int16_t>(4 * p + (k < 2 ? 0 : 2) + hi);
+        }
+        sidx[p] = _mm512_load_si512(idx);
+        const int c = 2 * p;
+        hsel_lo[p] = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (2 * c))),
+                                        _mm256_set1_epi8(static_cast<char>(1 << (2 * c + 2))), 1);
+        hsel_hi[p] = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (2 * c + 1))),
+                                        _mm256_set1_epi8(static_cast<char>(1 << (2 * c + 3))), 1);
+      }
+    }
+  };
+
+  static void unpack(const Block* W, const Consts& k, Unpacked& u) {
+    const __m128i scm = unpack_k4_scales(W->scales);
+    const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(scm));
+    u.mins = _mm_cvtepu8_epi16(_mm_srli_si128(scm, 8));
+    __m512i hz;
+    if constexpr (kFifthBit) hz = bcast256(W->qh);
+    for (int p = 0; p < 2; ++p) {
+      const __m512i q = load512(W->qs + 64 * p);
+      __m512i lo = _mm512_and_si512(q, k.m4);
+      __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), k.m4);
+      if constexpr (kFifthBit) {
+        lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(hz, k.hsel_lo[p]), lo, k.bit4);
+        hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(hz, k.hsel_hi[p]), hi, k.bit4);
+      }
+      u.lo[p] = lo;
+      u.hi[p] = hi;
+      u.sc[p] = _mm512_permutexvar_epi16(k.sidx[p], sc16);
+    }
+    u.dd = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(load_u32(&W->d))));
+  }
+
+  // Accumulator state of one (row, token): kept across chunks, so a row of
+  // any length gives, bit for bit, what the single-token kernel gives (same
+  // products, same order of float additions).
+  struct Acc {
+    __m512 acc;
+    __m128 accm;
+  };
+
+  // Adds the chunk's nc super-blocks of unpacked rows r < R, tokens t < T
+  // (a[t] points at the chunk's first activation block) to st[t * 4 + r].
+  template <int R, int T>
+  static void dot(const Unpacked (*buf)[kChunk], int nc, const BlockQ8_K* const* a, Acc* st) {
+    __m512 acc[R][T];
+    __m128 accm[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[r][t] = st[t * 4 + r].acc, accm[r][t] = st[t * 4 + r].accm;
+    for (int j = 0; j < nc; ++j) {
+      __m512i alo[T][2], ahi[T][2];
+      __m128i bsum8[T];
+      __m128 da[T];
+      for (int t = 0; t < T; ++t) {
+        const BlockQ8_K& A = a[t][j];
+        const __m256i bs = load256(A.bsums);
+        bsum8[t] = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        da[t] = _mm_set1_ps(A.d);
+        for (int p = 0; p < 2; ++p) {
+          const __m512i x0 = load512(A.qs + 128 * p), x1 = load512(A.qs + 128 * p + 64);
+          alo[t][p] = _mm512_inserti64x4(x0, _mm512_castsi512_si256(x1), 1);
+          ahi[t][p] = _mm512_shuffle_i64x2(x0, x1, 0xEE);
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        const Unpacked& u = buf[r][j];
+        for (int t = 0; t < T; ++t) {
+          __m512i sum = _mm512_setzero_si512();
+          for (int p = 0; p < 2; ++p) {
+            const __m512i dlo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.lo[p], alo[t][p]);
+            const __m512i dhi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.hi[p], ahi[t][p]);
+            sum = _mm512_dpwssd_epi32(sum, _mm512_packs_epi32(dlo, dhi), u.sc[p]);
+          }
+          const __m128i prod_m = _mm_madd_epi16(bsum8[t], u.mins);
+          const __m128 dd = _mm_mul_ps(u.dd, da[t]);  // [d * da, dmin * da, ...] as in QK45
+          acc[r][t] = _mm512_fmadd_ps(_mm512_broadcastss_ps(dd), _mm512_cvtepi32_ps(sum), acc[r][t]);
+          accm[r][t] = _mm_fmadd_ps(_mm_shuffle_ps(dd, dd, 0x55), _mm_cvtepi32_ps(prod_m), accm[r][t]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) st[t * 4 + r].acc = acc[r][t], st[t * 4 + r].accm = accm[r][t];
+  }
+
+  template <int T>
+  static void dot_r(int R, const Unpacked (*buf)[kChunk], int nc, const BlockQ8_K* const* a, Acc* st) {
+    switch (R) {
+      case 4: return dot<4, T>(buf, nc, a, st);
+      case 3: return dot<3, T>(buf, nc, a, st);
+      case 2: return dot<2, T>(buf, nc, a, st);
+      default: return dot<1, T>(buf, nc, a, st);
+    }
+  }
+
+  static constexpr int kMaxTokens = 64;  // tokens whose state is kept at once
+
+  static void run(int64_t n, const uint8_t* w, int64_t stride, int64_t rows, const void* const* acts, int64_t n_tok,
+                  float* const* outs) {
+    static const Consts k;
+    const int64_t nb = n / QK_K;
+    Unpacked buf[4][kChunk];
+    Acc st[kMaxTokens * 4];
+    for (int64_t tb = 0; tb < n_tok; tb += kMaxTokens) {
+      const int64_t m = n_tok - tb < kMaxTokens ? n_tok - tb : kMaxTokens;
+      for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+        const int R = static_cast<int>(rows - r0 < 4 ? rows - r0 : 4);
+        for (int64_t i = 0; i < m * 4; ++i) st[i].acc = _mm512_setzero_ps(), st[i].accm = _mm_setzero_ps();
+        for (int64_t c0 = 0; c0 < nb; c0 += kChunk) {
+          const int nc = static_cast<int>(nb - c0 < kChunk ? nb - c0 : kChunk);
+          for (int r = 0; r < R; ++r) {
+            const auto* W = reinterpret_cast<const Block*>(w + (r0 + r) * stride) + c0;
+            for (int j = 0; j < nc; ++j) unpack(W + j, k, buf[r][j]);
+          }
+          // While this group is dotted with the tokens, prefetch the same
+          // chunk of the next row group (into L2), spread over the token
+          // pairs: in a prompt the weights come from DRAM once, and without
+          // this every unpack waited for them.
+          const int64_t next_r0 = r0 + 4;
+          const int64_t next_rows = next_r0 < rows ? (rows - next_r0 < 4 ? rows - next_r0 : 4) : 0;
+          const int64_t row_lines = (nc * static_cast<int64_t>(sizeof(Block)) + 63) / 64;
+          const int64_t pf_total = g_prefetch_mode == 0 ? 0 : next_rows * row_lines;
+          const int64_t pf_per_pair = (pf_total + (m + 1) / 2 - 1) / ((m + 1) / 2);
+          const char* pf_base = reinterpret_cast<const char*>(w + next_r0 * stride) + c0 * sizeof(Block);
+          int64_t pf = 0;
+          for (int64_t t0 = 0; t0 < m; t0 += 2) {
+            for (int64_t q = 0; q < pf_per_pair && pf < pf_total; ++q, ++pf)
+              _mm_prefetch(pf_base + (pf / row_lines) * stride + (pf % row_lines) * 64, _MM_HINT_T1);
+            const BlockQ8_K* a[2];
+            const int T = m - t0 >= 2 ? 2 : 1;
+            for (int t = 0; t < T; ++t) a[t] = static_cast<const BlockQ8_K*>(acts[tb + t0 + t]) + c0;
+            if (T == 2) dot_r<2>(R, buf, nc, a, st + t0 * 4);
+            else dot_r<1>(R, buf, nc, a, st + t0 * 4);
+          }
+        }
+        for (int64_t t = 0; t < m; ++t)
+          for (int r = 0; r < R; ++r) outs[tb + t][r0 + r] = hsum(st[t * 4 + r].acc) - hsum(st[t * 4 + r].accm);
+      }
+    }
+  }
+};
+
 }  // namespace
 
 // ---------------------------------------------------------------- entry points
@@ -459,6 +643,15 @@ void vec_dot_rows_f16_avx512(int64_t n, const void* w, int64_t s, int64_t rows, 
 }
 void vec_dot_rows_f32_avx512(int64_t n, const void* w, int64_t s, int64_t rows, const void* a, float* out) {
   for_row_groups<FloatDot<FromF32>>(n, w, s, rows, a, out);
+}
+
+void vec_dot_tokens_q4_K_avx512(int64_t n, const void* w, int64_t s, int64_t rows, const void* const* acts,
+                                 int64_t n_tok, float* const* outs) {
+  QK45Multi<false>::run(n, static_cast<const uint8_t*>(w), s, rows, acts, n_tok, outs);
+}
+void vec_dot_tokens_q5_K_avx512(int64_t n, const void* w, int64_t s, int64_t rows, const void* const* acts,
+                                 int64_t n_tok, float* const* outs) {
+  QK45Multi<true>::run(n, static_cast<const uint8_t*>(w), s, rows, acts, n_tok, outs);
 }
 
 }  // namespace ms::simd

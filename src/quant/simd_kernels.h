@@ -31,11 +31,17 @@ using VecDotRowsFn = void (*)(int64_t n, const void* w, int64_t row_stride, int6
                               const void* a, float* out);
 // Quantizes n floats to one activation format; bit-identical to quantize_row_ref.
 using QuantizeActFn = void (*)(const float* src, void* dst, int64_t n);
+// Several tokens at once: outs[t][r] = dot(weight row r, activation row
+// acts[t]) for r < rows, t < n_tok. For prompt processing: the weights of a
+// row group are unpacked once and dotted with every token.
+using VecDotTokensFn = void (*)(int64_t n, const void* w, int64_t row_stride, int64_t rows,
+                                const void* const* acts, int64_t n_tok, float* const* outs);
 
 // The kernel of one ISA level for weight type t; nullptr where that level has
 // none (the dispatcher then falls back to AVX2 or the reference). "avx512" kernels use AVX-512 F/BW/VL/DQ plus VNNI for integer formats.
 VecDotRowsFn vec_dot_rows_kernel_avx2(DType t);
 VecDotRowsFn vec_dot_rows_kernel_avx512(DType t);
+VecDotTokensFn vec_dot_tokens_kernel_avx512(DType t);  // nullptr: no multi-token kernel
 QuantizeActFn quantize_act_kernel_avx2(DType act_type);
 QuantizeActFn quantize_act_kernel_avx512(DType act_type);
 
@@ -77,5 +83,23 @@ void vec_dot_rows_mxfp4_avx512(int64_t, const void*, int64_t, int64_t, const voi
 void vec_dot_rows_bf16_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
 void vec_dot_rows_f16_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
 void vec_dot_rows_f32_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_tokens_q4_K_avx512(int64_t, const void*, int64_t, int64_t, const void* const*, int64_t, float* const*);
+void vec_dot_tokens_q5_K_avx512(int64_t, const void*, int64_t, int64_t, const void* const*, int64_t, float* const*);
 
 }  // namespace ms::simd
+
+namespace ms {
+
+// Dispatched multi-token row dot (the prompt-processing counterpart of
+// vec_dot_rows in quant.h):
+//   out[i * out_stride + r] = dot(weight row r, activation row a_i)
+// for r < rows, i < n_tok, where a_i is the activation row at
+// acts + (act_index ? act_index[i] : i) * act_stride (each in the weight
+// type's vec_dot_type). Uses a kernel that unpacks each weight row once for
+// all tokens where the CPU and type have one (Q4_K, Q5_K on AVX-512 VNNI),
+// else vec_dot_rows per token. Same checks as vec_dot_rows.
+void vec_dot_rows_tokens(DType t, int64_t n, const void* w, int64_t row_stride, int64_t rows, const void* acts,
+                         int64_t act_stride, const int32_t* act_index, int64_t n_tok, float* out,
+                         int64_t out_stride);
+
+}  // namespace ms
