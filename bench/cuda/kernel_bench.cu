@@ -314,7 +314,7 @@ int main(int argc, char** argv) {
           matvec(m, in, g, ybuf.as<float>(), sh.rows, nullptr, s);
         });
         const double mb = static_cast<double>(w.mat_bytes) * sh.n_mats / 1e6;
-        const double gbs = mb / us * 1e-3 * 1e6 / 1e3;
+        const double gbs = mb / us * 1e3;  // MB per us = TB/s
         std::printf("| %s | %lld x %lld x %d | %s | %.1f | %.1f | %.0f | %.0f%% |\n", sh.name,
                     static_cast<long long>(sh.rows), static_cast<long long>(sh.cols), sh.n_mats, type_name(t), mb, us,
                     gbs, 100.0 * gbs / read_gbs);
@@ -360,52 +360,71 @@ int main(int argc, char** argv) {
     }
 
     // ---------------------------------------------------------- prompt batches
-    std::printf("\nPrompt batch, dense Q4_K: matvec over N vectors (8 per pass, dp4a) vs tensor-core matmul "
-                "(f16 WMMA, weights dequantized into shared-memory tiles).\n\n");
-    std::printf("| rows x cols | N | matvec us | matmul us | matvec TFLOPS | matmul TFLOPS | max rel diff |\n"
-                "|---|---:|---:|---:|---:|---:|---:|\n");
-    for (const auto& rc : {std::pair<int64_t, int64_t>{4096, 2048}, {768, 2048}}) {
-      const int64_t rows = rc.first, cols = rc.second;
-      const Weights w = make_weights(DType::Q4_K, rows, cols, 1, info.l2_bytes, rng);
+    std::printf("\nPrompt batch, dense: matvec over N vectors (8 per pass, dp4a) vs tensor-core matmul: f16 WMMA "
+                "(f32 activations, weights dequantized element-wise into shared memory) and int8 mma.sync (Q8 "
+                "activations, weights unpacked to int8; the kernel matmul() takes when given x.q8). TFLOPS = "
+                "2*rows*cols*N / time. rel diff: int8 vs matvec, max |a-b| / max |b|.\n\n");
+    std::printf("| type | rows x cols | N | matvec us | wmma us | int8 us | matvec TFLOPS | wmma TFLOPS | int8 TFLOPS "
+                "| rel diff |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    struct PB { DType t; int64_t rows, cols; std::vector<int> ns; };
+    const std::vector<PB> pbs = {
+        {DType::Q4_K, 4096, 2048, {8, 32, 128, 512}}, {DType::Q4_K, 2048, 4096, {512}},
+        {DType::Q4_K, 768, 2048, {8, 32, 128, 512}},  {DType::Q4_K, 2048, 768, {32, 512}},
+        {DType::Q5_K, 4096, 2048, {512}},             {DType::Q6_K, 4096, 2048, {512}},
+        {DType::Q8_0, 4096, 2048, {512}},             {DType::Q4_0, 4096, 2048, {512}},
+        {DType::MXFP4, 4096, 2048, {512}},
+    };
+    double q4k_q512_us = 0, q4k_o512_us = 0;  // for the prompt estimate
+    for (const PB& pb : pbs) {
+      if (quick && pb.t != DType::Q4_K) continue;
+      const int64_t rows = pb.rows, cols = pb.cols;
+      const Weights w = make_weights(pb.t, rows, cols, 1, info.l2_bytes, rng);
       const size_t nc = w.copies.size();
-      for (int n : {8, 32, 128, 512}) {
+      for (int n : pb.ns) {
         if (quick && n > 128) continue;
         std::vector<float> hx(static_cast<size_t>(n * cols));
         std::uniform_real_distribution<float> u(-1.f, 1.f);
         for (auto& v : hx) v = u(rng);
         DeviceBuffer dx(hx.size() * 4), dq(q8act_bytes(cols, n)), ya(sizeof(float) * rows * n),
-            yb(sizeof(float) * rows * n);
+            yb(sizeof(float) * rows * n), yc(sizeof(float) * rows * n);
         MS_CUDA_CHECK(cudaMemcpy(dx.get(), hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
         MatvecInput in;
         in.f32 = dx.as<float>();
         in.q8 = q8act_view(dq.get(), cols, n);
         quantize_q8act(dx.as<float>(), cols, n, in.q8, s);
-        auto run_matmul = [&](int i) {
+        MatvecInput in_f32;
+        in_f32.f32 = dx.as<float>();
+        auto run = [&](int i, const MatvecInput& x, float* y) {
           MatrixSet m;
-          m.type = DType::Q4_K;
+          m.type = pb.t;
           m.rows = rows;
           m.cols = cols;
           m.base = w.copies[i % nc].get();
           MatvecGroups g;
           g.per_group = n;
-          matmul(m, in, g, yb.as<float>(), rows, nullptr, s);
+          matmul(m, x, g, y, rows, nullptr, s);
         };
         const double ua = time_us(s, [&](int i) {
-          linear(DType::Q4_K, w.copies[i % nc].get(), rows, cols, in, n, ya.as<float>(), nullptr, s);
+          linear(pb.t, w.copies[i % nc].get(), rows, cols, in, n, ya.as<float>(), nullptr, s);
         });
-        const double ub = time_us(s, run_matmul);
-        run_matmul(0);
-        linear(DType::Q4_K, w.copies[0].get(), rows, cols, in, n, ya.as<float>(), nullptr, s);
+        const double ub = time_us(s, [&](int i) { run(i, in_f32, yb.as<float>()); });
+        const double uc = time_us(s, [&](int i) { run(i, in, yc.as<float>()); });
+        run(0, in, yc.as<float>());
+        linear(pb.t, w.copies[0].get(), rows, cols, in, n, ya.as<float>(), nullptr, s);
         MS_CUDA_CHECK(cudaStreamSynchronize(s));
-        std::vector<float> ha(rows * n), hb(rows * n);
+        std::vector<float> ha(rows * n), hc(rows * n);
         MS_CUDA_CHECK(cudaMemcpy(ha.data(), ya.get(), ha.size() * 4, cudaMemcpyDeviceToHost));
-        MS_CUDA_CHECK(cudaMemcpy(hb.data(), yb.get(), hb.size() * 4, cudaMemcpyDeviceToHost));
+        MS_CUDA_CHECK(cudaMemcpy(hc.data(), yc.get(), hc.size() * 4, cudaMemcpyDeviceToHost));
         double scale = 0, diff = 0;
-        for (float v : hb) scale = std::max(scale, std::fabs(double(v)));
-        for (size_t i = 0; i < ha.size(); ++i) diff = std::max(diff, std::fabs(double(ha[i]) - hb[i]) / (scale + 1e-30));
+        for (float v : ha) scale = std::max(scale, std::fabs(double(v)));
+        for (size_t i = 0; i < ha.size(); ++i) diff = std::max(diff, std::fabs(double(ha[i]) - hc[i]));
+        diff /= scale + 1e-30;
+        if (pb.t == DType::Q4_K && n == 512 && rows == 4096) q4k_q512_us = uc;
+        if (pb.t == DType::Q4_K && n == 512 && rows == 2048 && cols == 4096) q4k_o512_us = uc;
         const double flop = 2.0 * rows * cols * n;
-        std::printf("| %lld x %lld | %d | %.1f | %.1f | %.2f | %.2f | %.1e |\n", static_cast<long long>(rows),
-                    static_cast<long long>(cols), n, ua, ub, flop / ua * 1e-6, flop / ub * 1e-6, diff);
+        std::printf("| %s | %lld x %lld | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %.1e |\n", type_name(pb.t),
+                    static_cast<long long>(rows), static_cast<long long>(cols), n, ua, ub, uc, flop / ua * 1e-6,
+                    flop / ub * 1e-6, flop / uc * 1e-6, diff);
         std::fflush(stdout);
       }
     }
@@ -442,20 +461,41 @@ int main(int argc, char** argv) {
       });
       std::printf("| expert FFN, 1 token, k=8, Q4_K (5 launches, weights partly L2-resident) | %.1f |\n", ffn_us);
 
-      // batch of 32 tokens (prefill-like) through the grouped path
-      std::vector<int32_t> bids(32 * k);
-      std::vector<float> bw(32 * k, 1.f / k);
-      for (int i = 0; i < 32 * k; ++i) bids[i] = (i * 53 + i / k) % n_expert;
-      DeviceBuffer dbids(4 * 32 * k), dbw(4 * 32 * k);
-      MS_CUDA_CHECK(cudaMemcpy(dbids.get(), bids.data(), 4 * 32 * k, cudaMemcpyHostToDevice));
-      MS_CUDA_CHECK(cudaMemcpy(dbw.get(), bw.data(), 4 * 32 * k, cudaMemcpyHostToDevice));
-      const size_t sb32 = expert_ffn_scratch_bytes(ew, 32, k);
-      DeviceBuffer scratch32(sb32);
-      const double ffn32_us = time_us(s, [&](int) {
-        expert_ffn(ew, xin.as<float>(), nullptr, 32, k, dbids.as<int32_t>(), dbw.as<float>(), out.as<float>(),
-                   out.as<float>(), scratch32.get(), sb32, s);
-      });
-      std::printf("| expert FFN, 32 tokens, k=8, Q4_K (grouped) | %.1f |\n", ffn32_us);
+      // batches through the grouped path: 32 tokens (matvec and GEMM), and a
+      // 512-token prompt (GEMM), ids spread over all experts
+      double ffn512_us = 0;
+      for (int nt : {32, 512}) {
+        std::vector<int32_t> bids(static_cast<size_t>(nt) * k);
+        std::vector<float> bw(bids.size(), 1.f / k);
+        for (int t = 0; t < nt; ++t)
+          for (int j = 0; j < k; ++j) bids[t * k + j] = (t * 53 + j * 16 + t / 7) % n_expert;
+        DeviceBuffer dbids(4 * bids.size()), dbw(4 * bids.size()), bx(4 * d_model * nt), bout(4 * d_model * nt);
+        MS_CUDA_CHECK(cudaMemcpy(dbids.get(), bids.data(), 4 * bids.size(), cudaMemcpyHostToDevice));
+        MS_CUDA_CHECK(cudaMemcpy(dbw.get(), bw.data(), 4 * bw.size(), cudaMemcpyHostToDevice));
+        {
+          std::vector<float> hx(static_cast<size_t>(d_model) * nt);
+          std::uniform_real_distribution<float> u(-1.f, 1.f);
+          for (auto& v : hx) v = u(rng);
+          MS_CUDA_CHECK(cudaMemcpy(bx.get(), hx.data(), 4 * hx.size(), cudaMemcpyHostToDevice));
+        }
+        const size_t sbn = expert_ffn_scratch_bytes(ew, nt, k);
+        DeviceBuffer scr(sbn);
+        const int saved = expert_ffn_gemm_min_tokens();
+        for (int gemm : {0, 1}) {
+          if (nt == 512 && !gemm) continue;
+          expert_ffn_set_gemm_min_tokens(gemm ? 2 : 0);
+          const double us = time_us(s, [&](int) {
+            expert_ffn(ew, bx.as<float>(), nullptr, nt, k, dbids.as<int32_t>(), dbw.as<float>(), bout.as<float>(),
+                       bout.as<float>(), scr.get(), sbn, s);
+          });
+          if (nt == 512) ffn512_us = us;
+          const double flop = 2.0 * 3 * d_model * d_ff * nt * k;
+          std::printf("| expert FFN, %d tokens, k=8, Q4_K (grouped, %s) | %.1f (%.1f TFLOPS) |\n", nt,
+                      gemm ? "int8 GEMM" : "matvec", us, flop / us * 1e-6);
+        }
+        expert_ffn_set_gemm_min_tokens(saved);
+      }
+      std::fflush(stdout);
 
       DeviceBuffer nw(4 * d_model), q8b(q8act_bytes(d_model, 1));
       MS_CUDA_CHECK(cudaMemset(nw.get(), 0, 4 * d_model));
@@ -504,6 +544,14 @@ int main(int argc, char** argv) {
                   "head = %.0f us -> %.0f tok/s (target 297). Not counted: rope, q/k norms, kv append, launch "
                   "gaps between graph nodes of different kernels.\n",
                   q4k_attn_mv_us, layer, est, 1e6 / est);
+      if (q4k_q512_us > 0 && ffn512_us > 0) {
+        const double player = 1.25 * q4k_q512_us + q4k_o512_us + ffn512_us + pre_us;
+        std::printf("\nRough pp512 estimate (kernel time only, Q4_K, int8 GEMM): per layer q/k/v %.1f + o %.1f + "
+                    "expert FFN %.1f + attention prefill %.1f = %.1f us; 48 layers = %.1f ms -> %.0f tok/s (target "
+                    "8000). Not counted: norms, rope, router, kv append, quantize, embedding, output head.\n",
+                    1.25 * q4k_q512_us, q4k_o512_us, ffn512_us, pre_us, player, 48 * player / 1e3,
+                    512.0 / (48 * player) * 1e6);
+      }
     }
     return 0;
   } catch (const Error& e) {

@@ -10,6 +10,7 @@
 //                     {"n_layer": L, "n_tokens": T, "experts": [L][T][k]} (ids ascending)
 //   --greedy N        then continue greedily for N tokens: "greedy: id,id,..."
 //   --print-tokens    only tokenize: "tokens: id,id,..."
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -18,6 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "cli/backend_choice.h"
+#ifdef MOESTREAM_HAVE_CUDA
+#include "cuda/backend/cuda_backend.h"
+#endif
 #include "cli/commands.h"
 #include "cpu/thread_pool.h"
 #include "engine/cpu_backend.h"
@@ -30,7 +35,7 @@ namespace ms::cli {
 namespace {
 
 struct LogitsArgs {
-  std::string model, tokens, prompt, output, backend = "cpu", routes;
+  std::string model, tokens, prompt, output, backend, routes;
   bool all = false, print_tokens = false, no_special = false;
   int greedy = 0;
   int threads = 0;
@@ -83,6 +88,19 @@ class RouteRecorder : public ExpertExecutor {
     inner_.compute(layer, x, n_tokens, work, y);
   }
 
+  // The same from a backend that reports the router's ids [n_tokens][k] (CUDA).
+  void record(int layer, int n_tokens, int k, const int32_t* ids) {
+    auto& rows = routes_.at(static_cast<size_t>(layer));
+    const int64_t base = seen_[static_cast<size_t>(layer)];
+    rows.resize(static_cast<size_t>(base + n_tokens));
+    for (int t = 0; t < n_tokens; ++t) {
+      std::vector<int32_t>& r = rows[static_cast<size_t>(base + t)];
+      r.assign(ids + static_cast<int64_t>(t) * k, ids + static_cast<int64_t>(t + 1) * k);
+      std::sort(r.begin(), r.end());
+    }
+    seen_[static_cast<size_t>(layer)] += n_tokens;
+  }
+
   nlohmann::json to_json(int64_t n_tokens) const {
     nlohmann::json experts = nlohmann::json::array();
     int n_moe = 0;
@@ -130,7 +148,7 @@ RegisterCommand reg("logits", [](CLI::App& app) {
   tok_opt->excludes(p_opt);
   sub->add_option("-o,--output", a->output, "write the logits here (little-endian float32, n_vocab per row)");
   sub->add_flag("--all", a->all, "write every position's logits, not only the last");
-  sub->add_option("--backend", a->backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--backend", a->backend, backend_help())->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--routes", a->routes, "write the experts chosen per layer and prompt token (JSON)");
   sub->add_option("--greedy", a->greedy, "then generate N tokens greedily and print them")->check(CLI::NonNegativeNumber);
   sub->add_flag("--print-tokens", a->print_tokens, "only print the prompt's token ids");
@@ -148,20 +166,30 @@ RegisterCommand reg("logits", [](CLI::App& app) {
       return 0;
     }
     if (prompt.empty()) throw Error("the prompt is empty after tokenization");
-    if (a->backend == "cuda")
-      throw Error("--backend cuda: the CUDA forward pass is not available in this build yet; use --backend cpu");
-
     ThreadPool pool(a->threads);
-    CpuBackend be(model->weights, pool);
     const int64_t n = static_cast<int64_t>(prompt.size());
-    KvCache kv = be.make_cache(n + a->greedy + 1);
+    BackendSetup bs;
+    bs.requested = a->backend;
+    bs.ctx = n + a->greedy + 1;
+    const std::unique_ptr<Backend> be = make_backend(bs, model->weights, pool);
+    KvCache kv = be->make_cache(n + a->greedy + 1);
     CpuExpertExecutor cpu_experts(model->weights, pool);
     RouteRecorder recorder(cpu_experts, c.n_layer);
-    if (!a->routes.empty()) be.set_expert_executor(&recorder);
+    auto* cpu_be = dynamic_cast<CpuBackend*>(be.get());
+    if (!a->routes.empty() && cpu_be) cpu_be->set_expert_executor(&recorder);
+#ifdef MOESTREAM_HAVE_CUDA
+    auto* cuda_be = dynamic_cast<CudaBackend*>(be.get());
+    if (!a->routes.empty() && cuda_be)
+      cuda_be->set_route_observer(
+          [&](int layer, int n_tok, int k, const int32_t* ids) { recorder.record(layer, n_tok, k, ids); });
+#endif
 
     std::vector<float> logits;
-    be.forward(kv, prompt, logits, a->all);
-    be.set_expert_executor(nullptr);
+    be->forward(kv, prompt, logits, a->all);
+    if (cpu_be) cpu_be->set_expert_executor(nullptr);
+#ifdef MOESTREAM_HAVE_CUDA
+    if (cuda_be) cuda_be->set_route_observer(nullptr);
+#endif
     const int64_t rows = a->all ? n : 1;
     if (static_cast<int64_t>(logits.size()) != rows * c.n_vocab)
       throw Error("internal: the forward pass returned " + std::to_string(logits.size()) + " logits, expected " +
@@ -190,7 +218,7 @@ RegisterCommand reg("logits", [](CLI::App& app) {
         out.push_back(next);
         if (i + 1 == a->greedy) break;
         const int32_t one[1] = {next};
-        be.forward(kv, one, step, false);
+        be->forward(kv, one, step, false);
         next = argmax(step.data(), static_cast<int32_t>(c.n_vocab));
       }
       std::printf("greedy: %s\n", join(out).c_str());

@@ -12,12 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "cli/backend_choice.h"
 #include "cli/commands.h"
 #include "cpu/bandwidth.h"
 #include "cpu/thread_pool.h"
 #include "engine/cpu_backend.h"
 #include "engine/generate.h"
 #include "engine/loaded_model.h"
+#include "engine/route_recorder.h"
 #include "engine/sampler.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/stream_decoder.h"
@@ -29,6 +31,7 @@ namespace {
 
 struct RunArgs {
   std::string model, prompt = "Once upon a time";
+  std::string backend;  // --backend: "", cpu, cuda
   int n_predict = 64;
   bool chat = false;
   int threads = 0;
@@ -37,6 +40,8 @@ struct RunArgs {
   int prompt_tokens = 0;  // > 0: a synthetic prompt of exactly this many tokens (benchmarks)
   bool ignore_eos = false;
   bool routing_stats = false;
+  std::string record_routes;   // --record-routes FILE: routing trace (docs/traces.md)
+  bool record_predictions = false;
   bool quiet = false;
   bool bench = false;
   bool no_mmap = false;
@@ -155,11 +160,16 @@ RegisterCommand reg("run", [](CLI::App& app) {
   sub->add_option("-n,--n-predict", a->n_predict, "tokens to generate (-1: until end of text)")->capture_default_str();
   sub->add_flag("--chat", a->chat, "wrap the prompt in the model's chat template (one user turn)");
   sub->add_option("-t,--threads", a->threads, "CPU threads (0: all cores)");
+  sub->add_option("--backend", a->backend, backend_help())->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("-c,--ctx", a->ctx, "context size in tokens (0: the model's, at most 4096)");
   sub->add_option("-b,--batch", a->batch, "prompt tokens per forward batch")->capture_default_str();
   sub->add_option("--prompt-tokens", a->prompt_tokens, "benchmark: use a synthetic prompt of exactly N tokens");
   sub->add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-text tokens (benchmarks)");
   sub->add_flag("--routing-stats", a->routing_stats, "print per-layer expert popularity at the end");
+  sub->add_option("--record-routes", a->record_routes,
+                  "write every token's expert choices to FILE (a routing trace for `moestream sim`/`trace stats`)");
+  sub->add_flag("--record-predictions", a->record_predictions,
+                "with --record-routes: also store router L+1's top-k on layer L's state (next-layer prediction)");
   sub->add_flag("-q,--quiet", a->quiet, "print only the generated text");
   sub->add_flag("--bench", a->bench,
                 "benchmark: pp (--prompt-tokens, default 128) and tg (-n, default 64) tok/s beside the "
@@ -188,9 +198,6 @@ RegisterCommand reg("run", [](CLI::App& app) {
     auto model = LoadedModel::open(path, r.no_mmap);
     const ModelConfig& c = model->weights.cfg;
     ThreadPool pool(r.threads);
-    CpuBackend::Options bo;
-    bo.max_batch = std::max(1, r.batch);
-    CpuBackend be(model->weights, pool, bo);
     const Tokenizer& tok = *model->tokenizer;
 
     std::vector<int32_t> prompt;
@@ -207,11 +214,17 @@ RegisterCommand reg("run", [](CLI::App& app) {
     if (static_cast<int64_t>(prompt.size()) > ctx)
       throw Error("context full (" + std::to_string(ctx) + " tokens): the prompt has " + std::to_string(prompt.size()) +
                   " tokens; use a larger --ctx or a shorter prompt");
-    KvCache kv = be.make_cache(ctx);
+    BackendSetup bs;
+    bs.requested = r.backend;
+    bs.ctx = ctx;
+    bs.max_batch = std::max(1, r.batch);
+    bs.quiet = r.quiet;
+    const std::unique_ptr<Backend> be = make_backend(bs, model->weights, pool);
+    KvCache kv = be->make_cache(ctx);
     Sampler sampler(r.sp);
     if (!r.quiet)
-      std::fprintf(stderr, "moestream: %s | %d threads | ctx %lld | %s\n", c.describe().c_str(), pool.size(),
-                   static_cast<long long>(ctx), r.sp.describe().c_str());
+      std::fprintf(stderr, "moestream: %s | %s: %s | ctx %lld | %s\n", c.describe().c_str(), be->name().c_str(),
+                   backend_device(*be, pool).c_str(), static_cast<long long>(ctx), r.sp.describe().c_str());
 
     StreamDecoder dec(tok);
     if (!r.quiet && r.prompt_tokens <= 0 && !r.chat) {
@@ -221,7 +234,17 @@ RegisterCommand reg("run", [](CLI::App& app) {
     GenerateParams gp;
     gp.n_predict = r.n_predict;
     gp.stop_at_eog = !r.ignore_eos;
-    GenerateStats st = generate(be, kv, sampler, &tok, prompt, gp, [&](int32_t id) {
+    std::unique_ptr<RouteRecorder> recorder;
+    if (!r.record_routes.empty()) {
+      auto* cpu = dynamic_cast<CpuBackend*>(be.get());
+      if (!cpu) throw Error("--record-routes needs the CPU backend (use --backend cpu)");
+      RouteRecorder::Options ro;
+      ro.predictions = r.record_predictions;
+      recorder = std::make_unique<RouteRecorder>(r.record_routes, model->weights,
+                                                 static_cast<uint32_t>(prompt.size()), ro);
+      recorder->attach(*cpu);
+    }
+    GenerateStats st = generate(*be, kv, sampler, &tok, prompt, gp, [&](int32_t id) {
       if (gp.stop_at_eog && tok.is_eog(id)) return true;
       std::fputs(dec.push(id).c_str(), stdout);
       std::fflush(stdout);
@@ -239,7 +262,19 @@ RegisterCommand reg("run", [](CLI::App& app) {
       if (st.stop_reason.rfind("context full", 0) == 0)
         std::fprintf(stderr, "moestream: stopped: %s; use a larger --ctx\n", st.stop_reason.c_str());
     }
-    if (r.routing_stats) print_routing_stats(be);
+    if (recorder) {
+      recorder->finish(dynamic_cast<CpuBackend*>(be.get()));
+      if (!r.quiet)
+        std::fprintf(stderr, "moestream: wrote %llu routing records (%u forward passes) to %s\n",
+                     static_cast<unsigned long long>(recorder->records_written()), recorder->steps(),
+                     r.record_routes.c_str());
+    }
+    if (r.routing_stats) {
+      if (const auto* cpu = dynamic_cast<const CpuBackend*>(be.get()))
+        print_routing_stats(*cpu);
+      else
+        std::fprintf(stderr, "moestream: --routing-stats is counted by the CPU backend only (use --backend cpu)\n");
+    }
     return 0;
   };
 });

@@ -1,12 +1,21 @@
-// Decode attention, split-K over the KV sequence.
+// Decode attention, split-K over the KV sequence (flash-decoding).
 //
-// Phase 1: block (split, kv head) takes kSplit positions and all query heads
-// of that KV head (GQA: K and V are read once for the group). Scores: a warp
-// per position, lanes over head dims. Softmax within the split. P*V: threads
-// over (position subset, dim pair). Writes the unnormalised partial output
-// with its max m and sum l.
-// Phase 2: block per query head merges the splits: out = sum_s o_s e^(m_s-M) /
-// sum_s l_s e^(m_s-M).
+// Fast path (head_dim 64, 128 or 256, G = n_head/n_kv in {1,2,4,8,16},
+// G*head_dim <= 2048): block (split, kv head) of 4 warps covers one chunk of
+// the sequence for all G query heads of its KV head (K and V read once for
+// the group). Warps take 32-position tiles in turn; a lane owns one position
+// for the scores (16-byte loads of its K row, q from shared memory) and
+// head_dim/32 dimensions for P*V (coalesced V rows), with an online softmax
+// per warp (exp2 domain). The four warps merge in shared memory and write an
+// unnormalised partial output with its max m and sum l. The number of splits
+// comes from max_kv_len (about two blocks per SM); the chunk length from the
+// device kv_len, so a captured graph stays balanced as the sequence grows.
+// A second kernel (block per query head) merges the splits:
+//   out = sum_s o_s 2^(m_s-M) / sum_s l_s 2^(m_s-M).
+//
+// Generic path (any even head_dim, any group up to 16): fixed chunks of
+// kSplit positions, a warp per position for the scores, natural-exp domain.
+#include <algorithm>
 #include <cfloat>
 #include <string>
 
@@ -159,12 +168,234 @@ void check_shape(const AttentionShape& s) {
                 std::to_string(kMaxHeadDim));
 }
 
+
+// ------------------------------------------------------------------ fast path
+constexpr int kFastWarps = 4;
+constexpr int kTile = 32;  // positions per warp step (one per lane)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kNegBig = -1e30f;  // "no score yet": finite, so 2^(kNegBig - m) is 0, never NaN
+
+int fast_splits(int n_kv, int max_kv_len, int n_sm) {
+  const int by_len = (max_kv_len + kFastWarps * kTile - 1) / (kFastWarps * kTile);
+  const int by_sm = (2 * n_sm + n_kv - 1) / n_kv;
+  return std::max(1, std::min(by_len, by_sm));
+}
+
+bool fast_ok(const AttentionShape& s) {
+  const int g = s.n_head / s.n_kv;
+  return s.head_dim % 32 == 0 && s.head_dim <= 256 && (g == 1 || g == 2 || g == 4 || g == 8 || g == 16) &&
+         g * s.head_dim <= 2048;
+}
+
+// 8 f16 -> 8 floats dotted with q[0..7] (shared memory, 16-byte aligned).
+__device__ __forceinline__ float dot8(const uint4 k, const float* q) {
+  const float4 qa = *reinterpret_cast<const float4*>(q), qb = *reinterpret_cast<const float4*>(q + 4);
+  const float2 k0 = __half22float2(*reinterpret_cast<const __half2*>(&k.x));
+  const float2 k1 = __half22float2(*reinterpret_cast<const __half2*>(&k.y));
+  const float2 k2 = __half22float2(*reinterpret_cast<const __half2*>(&k.z));
+  const float2 k3 = __half22float2(*reinterpret_cast<const __half2*>(&k.w));
+  return qa.x * k0.x + qa.y * k0.y + qa.z * k1.x + qa.w * k1.y + qb.x * k2.x + qb.y * k2.y + qb.z * k3.x +
+         qb.w * k3.y;
+}
+
+template <int G, int HD>
+__global__ void __launch_bounds__(kFastWarps * 32) attn_decode_fast_kernel(
+    const float* __restrict__ q, const __half* __restrict__ kc, const __half* __restrict__ vc, int64_t ctx,
+    int max_kv_len, const int32_t* __restrict__ kv_len_dev, float scale_log2, int n_split,
+    float* __restrict__ part_o, float2* __restrict__ part_ml) {
+  constexpr int D = HD / 32;  // dims per lane in P*V
+  // q_s and p_s during the sweep; o_s (the warps' partial outputs) reuses them after it
+  constexpr int kSweep = G * HD + kFastWarps * kTile * G, kMerge = kFastWarps * G * HD;
+  __shared__ __align__(16) float buf[kSweep > kMerge ? kSweep : kMerge];
+  __shared__ float m_s[kFastWarps][G], l_s[kFastWarps][G];
+  float* q_s = buf;                                                          // [G][HD], pre-scaled
+  float (*p_s)[kTile][G] = reinterpret_cast<float (*)[kTile][G]>(buf + G * HD);  // [warp][pos][G]
+  float (*o_s)[G * HD] = reinterpret_cast<float (*)[G * HD]>(buf);            // [warp][G*HD]
+
+  const int split = blockIdx.x, kvh = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int kv_len = kv_len_dev ? max(0, min(__ldg(kv_len_dev), max_kv_len)) : max_kv_len;
+  const int chunk = ((kv_len + n_split - 1) / n_split + kTile - 1) / kTile * kTile;
+  const int t0 = split * chunk, t1 = min(kv_len, t0 + chunk);
+  const int h0 = kvh * G;
+
+  for (int i = threadIdx.x; i < G * HD; i += kFastWarps * 32) q_s[i] = q[static_cast<int64_t>(h0) * HD + i] * scale_log2;
+  __syncthreads();
+
+  float m[G], l[G], o[G][D];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    m[g] = kNegBig;
+    l[g] = 0.f;
+#pragma unroll
+    for (int d = 0; d < D; ++d) o[g][d] = 0.f;
+  }
+
+  const __half* kbase = kc + static_cast<int64_t>(kvh) * ctx * HD;
+  const __half* vbase = vc + static_cast<int64_t>(kvh) * ctx * HD;
+  for (int tt = t0 + warp * kTile; tt < t1; tt += kFastWarps * kTile) {
+    const int pos = tt + lane;
+    const bool valid = pos < t1;
+    const __half* kr = kbase + static_cast<int64_t>(valid ? pos : tt) * HD;
+    float s[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) s[g] = 0.f;
+#pragma unroll 4
+    for (int c = 0; c < HD / 8; ++c) {
+      const uint4 kv = __ldg(reinterpret_cast<const uint4*>(kr) + c);
+#pragma unroll
+      for (int g = 0; g < G; ++g) s[g] += dot8(kv, q_s + g * HD + c * 8);
+    }
+    // online softmax, per head, over the warp's 32 positions
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const float sg = valid ? s[g] : -INFINITY;
+      const float mn = fmaxf(m[g], dev::warp_max(sg));
+      const float corr = exp2f(m[g] - mn);
+      const float pg = exp2f(sg - mn);
+      l[g] = l[g] * corr + dev::warp_sum(pg);
+      m[g] = mn;
+#pragma unroll
+      for (int d = 0; d < D; ++d) o[g][d] *= corr;
+      p_s[warp][lane][g] = pg;
+    }
+    __syncwarp();
+    const int n_here = min(kTile, t1 - tt);
+    const __half* vr = vbase + static_cast<int64_t>(tt) * HD + lane * D;
+#pragma unroll 4
+    for (int j = 0; j < n_here; ++j) {
+      float v[D];
+      if constexpr (D == 2) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(vr + static_cast<int64_t>(j) * HD));
+        v[0] = f.x; v[1] = f.y;
+      } else {
+#pragma unroll
+        for (int d = 0; d < D; d += 4) {
+          const uint2 u = __ldg(reinterpret_cast<const uint2*>(vr + static_cast<int64_t>(j) * HD + d));
+          const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+          const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+          v[d] = a.x; v[d + 1] = a.y; v[d + 2] = b.x; v[d + 3] = b.y;
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const float pg = p_s[warp][j][g];
+#pragma unroll
+        for (int d = 0; d < D; ++d) o[g][d] += pg * v[d];
+      }
+    }
+    __syncwarp();
+  }
+
+  // merge the warps of the block
+  __syncthreads();  // every warp is done with q_s / p_s
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) { m_s[warp][g] = m[g]; l_s[warp][g] = l[g]; }
+  }
+#pragma unroll
+  for (int g = 0; g < G; ++g)
+#pragma unroll
+    for (int d = 0; d < D; ++d) o_s[warp][g * HD + lane * D + d] = o[g][d];
+  __syncthreads();
+  for (int i = threadIdx.x; i < G * HD; i += kFastWarps * 32) {
+    const int g = i / HD;
+    float M = kNegBig;
+#pragma unroll
+    for (int w = 0; w < kFastWarps; ++w) M = fmaxf(M, m_s[w][g]);
+    float acc = 0.f;
+#pragma unroll
+    for (int w = 0; w < kFastWarps; ++w) acc += o_s[w][i] * exp2f(m_s[w][g] - M);
+    part_o[(static_cast<int64_t>(h0 + g) * n_split + split) * HD + (i % HD)] = acc;
+  }
+  if (threadIdx.x < G) {
+    const int g = threadIdx.x;
+    float M = kNegBig, L = 0.f;
+    for (int w = 0; w < kFastWarps; ++w) M = fmaxf(M, m_s[w][g]);
+    for (int w = 0; w < kFastWarps; ++w) L += l_s[w][g] * exp2f(m_s[w][g] - M);
+    part_ml[static_cast<int64_t>(h0 + g) * n_split + split] = make_float2(M, L);
+  }
+}
+
+// Block per query head; threads over dims. Split weights 2^(m_s - M) are
+// computed once into shared memory.
+__global__ void __launch_bounds__(128) attn_decode_fast_merge_kernel(const float* __restrict__ part_o,
+                                                                      const float2* __restrict__ part_ml, int hd,
+                                                                      int n_split, float* __restrict__ out) {
+  extern __shared__ float wsh[];  // [n_split]
+  __shared__ float red[32];
+  const int h = blockIdx.x;
+  const float2* mlh = part_ml + static_cast<int64_t>(h) * n_split;
+  float M = kNegBig;
+  for (int s = threadIdx.x; s < n_split; s += blockDim.x) M = fmaxf(M, mlh[s].x);
+  M = dev::warp_max(M);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = M;
+  __syncthreads();
+  M = kNegBig;
+  for (int w = 0; w < static_cast<int>(blockDim.x) / 32; ++w) M = fmaxf(M, red[w]);
+  float L = 0.f;
+  for (int s = threadIdx.x; s < n_split; s += blockDim.x) {
+    const float2 ml = mlh[s];
+    const float w = exp2f(ml.x - M);
+    wsh[s] = w;
+    L += ml.y * w;
+  }
+  L = dev::block_sum(L, red);  // syncs, so wsh is complete
+  const float invL = L > 0.f ? 1.f / L : 0.f;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float acc = 0.f;
+    const float* po = part_o + static_cast<int64_t>(h) * n_split * hd + d;
+    for (int s = 0; s < n_split; ++s) acc += po[static_cast<int64_t>(s) * hd] * wsh[s];
+    out[static_cast<int64_t>(h) * hd + d] = acc * invL;
+  }
+}
+
+template <int G, int HD>
+void launch_fast(const AttentionShape& s, const float* q, const __half* kc, const __half* vc, int max_kv_len,
+                 const int32_t* kv_len, int n_split, float* part_o, float2* part_ml, cudaStream_t stream) {
+  if constexpr (G * HD <= 2048) {
+    attn_decode_fast_kernel<G, HD><<<dim3(n_split, s.n_kv), kFastWarps * 32, 0, stream>>>(
+        q, kc, vc, s.ctx, max_kv_len, kv_len, s.scale * kLog2e, n_split, part_o, part_ml);
+  }
+}
+
+template <int G>
+void launch_fast_g(const AttentionShape& s, const float* q, const __half* kc, const __half* vc, int max_kv_len,
+                   const int32_t* kv_len, int n_split, float* part_o, float2* part_ml, cudaStream_t stream) {
+  switch (s.head_dim) {
+    case 64: launch_fast<G, 64>(s, q, kc, vc, max_kv_len, kv_len, n_split, part_o, part_ml, stream); break;
+    case 128: launch_fast<G, 128>(s, q, kc, vc, max_kv_len, kv_len, n_split, part_o, part_ml, stream); break;
+    case 256: launch_fast<G, 256>(s, q, kc, vc, max_kv_len, kv_len, n_split, part_o, part_ml, stream); break;
+    default: break;
+  }
+}
+
+// P*V gives each lane head_dim/32 dims, read as 2 (f16x2) or groups of 4.
+bool fast_dims_ok(int hd) { return hd == 64 || hd == 128 || hd == 256; }
+
+int sm_count() {
+  static int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      v = 132;
+    return v > 0 ? v : 132;
+  }();
+  return n;
+}
+
 }  // namespace
 
 size_t attention_decode_scratch_bytes(const AttentionShape& s, int max_kv_len) {
-  const size_t ns = static_cast<size_t>(n_splits(max_kv_len > 0 ? max_kv_len : 1));
+  const int len = max_kv_len > 0 ? max_kv_len : 1;
+  // generic path
+  const size_t ns = static_cast<size_t>(n_splits(len));
   const size_t o = sizeof(float) * s.n_head * ns * s.head_dim;
-  return ((o + 255) & ~size_t{255}) + sizeof(float2) * s.n_head * ns;
+  const size_t generic = ((o + 255) & ~size_t{255}) + sizeof(float2) * s.n_head * ns;
+  // fast path
+  const size_t nf = static_cast<size_t>(fast_splits(s.n_kv > 0 ? s.n_kv : 1, len, sm_count()));
+  const size_t of = sizeof(float) * s.n_head * nf * s.head_dim;
+  const size_t fast = ((of + 255) & ~size_t{255}) + sizeof(float2) * s.n_head * nf;
+  return std::max(generic, fast);
 }
 
 void attention_decode(const AttentionShape& s, const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
@@ -173,14 +404,33 @@ void attention_decode(const AttentionShape& s, const float* q, const uint16_t* k
   if (max_kv_len <= 0 || max_kv_len > s.ctx)
     throw Error("attention_decode: max_kv_len " + std::to_string(max_kv_len) + " outside 1.." + std::to_string(s.ctx));
   const int group = s.n_head / s.n_kv;
+  const auto* kc = reinterpret_cast<const __half*>(k_cache);
+  const auto* vc = reinterpret_cast<const __half*>(v_cache);
+  if (fast_ok(s) && fast_dims_ok(s.head_dim)) {
+    const int ns = fast_splits(s.n_kv, max_kv_len, sm_count());
+    auto* part_o = static_cast<float*>(scratch);
+    const size_t o_bytes = sizeof(float) * s.n_head * static_cast<size_t>(ns) * s.head_dim;
+    auto* part_ml = reinterpret_cast<float2*>(static_cast<char*>(scratch) + ((o_bytes + 255) & ~size_t{255}));
+    switch (group) {
+      case 1: launch_fast_g<1>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
+      case 2: launch_fast_g<2>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
+      case 4: launch_fast_g<4>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
+      case 8: launch_fast_g<8>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
+      case 16: launch_fast_g<16>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
+      default: break;
+    }
+    MS_CUDA_CHECK_LAUNCH();
+    attn_decode_fast_merge_kernel<<<s.n_head, 128, sizeof(float) * ns, stream>>>(part_o, part_ml, s.head_dim, ns, out);
+    MS_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const int ns = n_splits(max_kv_len);
   auto* part_o = static_cast<float*>(scratch);
   const size_t o_bytes = sizeof(float) * s.n_head * static_cast<size_t>(ns) * s.head_dim;
   auto* part_ml = reinterpret_cast<float2*>(static_cast<char*>(scratch) + ((o_bytes + 255) & ~size_t{255}));
   const size_t smem = split_smem_bytes(group, s.head_dim);
   attn_decode_split_kernel<<<dim3(ns, s.n_kv), kThreads, smem, stream>>>(
-      q, reinterpret_cast<const __half*>(k_cache), reinterpret_cast<const __half*>(v_cache), s.n_kv, group,
-      s.head_dim, s.ctx, max_kv_len, kv_len, s.scale, ns, part_o, part_ml);
+      q, kc, vc, s.n_kv, group, s.head_dim, s.ctx, max_kv_len, kv_len, s.scale, ns, part_o, part_ml);
   MS_CUDA_CHECK_LAUNCH();
   attn_decode_merge_kernel<<<s.n_head, kThreads, 0, stream>>>(part_o, part_ml, s.head_dim, max_kv_len, kv_len, ns, out);
   MS_CUDA_CHECK_LAUNCH();

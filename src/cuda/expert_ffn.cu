@@ -1,10 +1,18 @@
 // Routed-expert FFN: device-side grouping by expert, then gate/up (SwiGLU
 // fused) -> down -> weighted sum, all on one stream with no host round trip.
+//
+// Batches of at least gemm_min_tokens tokens take the int8 tensor-core GEMM
+// (gemm_q8.cu) over (row tile, expert group, vector tile) grids: gate and up
+// in one launch -> SwiGLU + Q8 quantization (one kernel) -> down -> combine.
+// Smaller batches and decode take the multi-vector matvec.
+#include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "cuda/common.cuh"
 #include "cuda/device.h"
 #include "cuda/expert_ffn.h"
+#include "cuda/gemm_q8.cuh"
 #include "cuda/ops.h"
 #include "util/error.h"
 
@@ -91,8 +99,39 @@ __global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* __r
 
 size_t al(size_t v) { return (v + 255) & ~size_t{255}; }
 
+std::atomic<int> g_gemm_min_tokens{16};
+
+bool device_has_int8_mma() {
+  static const bool yes = [] {
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+    return major >= 8;
+  }();
+  return yes;
+}
+
+// h = silu(gate) * up for `n_blocks` blocks of 32 (a warp each), written as
+// f32 over `gate` and, when q is set, quantized like quantize_q8act.
+__global__ void swiglu_q8_kernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n_blocks,
+                                 int8_t* __restrict__ q, float2* __restrict__ ds) {
+  const int64_t blk = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (blk >= n_blocks) return;  // whole warps exit together
+  const int lane = threadIdx.x % 32;
+  const int64_t i = blk * 32 + lane;
+  const float v = dev::silu(gate[i]) * up[i];
+  gate[i] = v;
+  if (q == nullptr) return;
+  const float amax = dev::warp_max(fabsf(v));
+  const float d = amax / 127.f;
+  const int qi = amax > 0.f ? __float2int_rn(v / d) : 0;
+  q[i] = static_cast<int8_t>(qi);
+  const float sum = dev::warp_sum(static_cast<float>(qi));
+  if (lane == 0) ds[blk] = make_float2(d, d * sum);
+}
+
 struct Layout {
-  size_t x_q8 = 0, h = 0, h_q8 = 0, y = 0, groups = 0, total = 0;
+  size_t x_q8 = 0, h = 0, u = 0, h_q8 = 0, y = 0, groups = 0, total = 0;
 };
 
 Layout layout(const ExpertWeights& w, int n_tokens, int k) {
@@ -102,6 +141,9 @@ Layout layout(const ExpertWeights& w, int n_tokens, int k) {
   size_t off = 0;
   L.x_q8 = off; off += al(matvec_takes_q8(w.gate.type) ? q8act_bytes(d_model, n_tokens) : 0);
   L.h = off;    off += al(sizeof(float) * pairs * d_ff);
+  // the GEMM path keeps gate and up apart until the SwiGLU kernel
+  const bool gemm_possible = n_tokens > 1 && detail::gemm_q8_supported(w.gate.type);
+  L.u = off;    off += al(gemm_possible ? sizeof(float) * pairs * d_ff : 0);
   L.h_q8 = off; off += al(matvec_takes_q8(w.down.type) ? q8act_bytes(d_ff, pairs) : 0);
   L.y = off;    off += al(sizeof(float) * pairs * d_model);
   L.groups = off; off += al(sizeof(int32_t) * (1 + 3 * pairs + 1));
@@ -122,6 +164,9 @@ void moe_group_by_expert(const int32_t* ids, int n_pairs, int n_expert, int32_t*
 }
 
 size_t expert_ffn_scratch_bytes(const ExpertWeights& w, int n_tokens, int k) { return layout(w, n_tokens, k).total; }
+
+void expert_ffn_set_gemm_min_tokens(int n) { g_gemm_min_tokens.store(n); }
+int expert_ffn_gemm_min_tokens() { return g_gemm_min_tokens.load(); }
 
 void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n_tokens, int k, const int32_t* ids,
                 const float* weights, const float* residual, float* out, void* scratch, size_t scratch_bytes,
@@ -172,21 +217,44 @@ void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n
     g.list = list;
   }
 
-  // gate/up + SwiGLU -> h [pairs][d_ff]
-  auto* h = reinterpret_cast<float*>(s + L.h);
-  g.x_div = k;
-  matvec_glu(w.gate, w.up, xin, g, h, d_ff, stream);
+  const int min_tok = g_gemm_min_tokens.load();
+  const bool gemm_ok = n_tokens > 1 && min_tok > 0 && n_tokens >= min_tok && device_has_int8_mma();
+  const bool gemm_gu = gemm_ok && detail::gemm_q8_supported(w.gate.type) && d_ff % 32 == 0;
+  const bool gemm_down = gemm_ok && detail::gemm_q8_supported(w.down.type);
+  // vector tile: 64 when experts average 48+ pairs, else 32
+  const int active = std::min(pairs, w.n_expert);
+  const int bn = pairs >= 48 * active ? 64 : 32;
 
-  // down -> y [pairs][d_model]
+  // gate/up + SwiGLU -> h [pairs][d_ff] (and its Q8 copy when down takes Q8)
+  auto* h = reinterpret_cast<float*>(s + L.h);
   MatvecInput hin;
   hin.f32 = h;
-  if (matvec_takes_q8(w.down.type)) {
-    hin.q8 = q8act_view(s + L.h_q8, d_ff, pairs);
-    quantize_q8act(h, d_ff, pairs, hin.q8, stream);
+  const bool down_q8 = matvec_takes_q8(w.down.type);
+  if (down_q8) hin.q8 = q8act_view(s + L.h_q8, d_ff, pairs);
+  g.x_div = k;
+  if (gemm_gu) {
+    auto* u = reinterpret_cast<float*>(s + L.u);
+    const MatrixSet gu[2] = {w.gate, w.up};
+    float* ys[2] = {h, u};
+    detail::gemm_q8_launch(gu, 2, xin.q8, g, ys, d_ff, nullptr, bn, 2, stream);
+    const int64_t n_blocks = static_cast<int64_t>(pairs) * d_ff / 32;
+    swiglu_q8_kernel<<<static_cast<unsigned>((n_blocks + 7) / 8), 256, 0, stream>>>(
+        h, u, n_blocks, down_q8 ? hin.q8.q : nullptr, down_q8 ? reinterpret_cast<float2*>(hin.q8.ds) : nullptr);
+    MS_CUDA_CHECK_LAUNCH();
+  } else {
+    matvec_glu(w.gate, w.up, xin, g, h, d_ff, stream);
+    if (down_q8) quantize_q8act(h, d_ff, pairs, hin.q8, stream);
   }
+
+  // down -> y [pairs][d_model]
   auto* y = reinterpret_cast<float*>(s + L.y);
   g.x_div = 1;
-  matvec(w.down, hin, g, y, d_model, nullptr, stream);
+  if (gemm_down) {
+    float* ys[1] = {y};
+    detail::gemm_q8_launch(&w.down, 1, hin.q8, g, ys, d_model, nullptr, bn, 2, stream);
+  } else {
+    matvec(w.down, hin, g, y, d_model, nullptr, stream);
+  }
 
   moe_combine(y, weights, n_tokens, k, d_model, residual, out, stream);
 }

@@ -8,8 +8,13 @@
 // One token (decode): gate+up of the k experts in one launch (SwiGLU fused),
 // then down, then the weighted sum (fixed order, deterministic).
 // Several tokens: the (token, slot) pairs are grouped by expert on the device
-// first, so each expert's weights are read once per batch of up to 8 tokens
-// (4 for the gate/up pair) instead of once per token.
+// first. Batches of at least expert_ffn_gemm_min_tokens() tokens (default 16)
+// with int8-GEMM weight types (gemm.h) on sm_80+ run each expert's tokens
+// through the int8 tensor-core GEMM: gate+up in one launch over (row tile,
+// expert, token tile), SwiGLU + Q8 quantization in one kernel, down, combine
+// (4 launches after the grouping, whatever the number of experts). Smaller
+// batches use the multi-vector matvec (weights read once per 8 tokens, 4 for
+// the gate/up pair).
 //
 // CUDA-only header.
 #pragma once
@@ -30,6 +35,11 @@ struct ExpertWeights {
 };
 
 size_t expert_ffn_scratch_bytes(const ExpertWeights& w, int n_tokens, int k);
+
+// Batches of at least n tokens take the GEMM path (n <= 0: never). Process-wide;
+// for benchmarks and tests comparing the two paths.
+void expert_ffn_set_gemm_min_tokens(int n);
+int expert_ffn_gemm_min_tokens();
 
 // x [n_tokens][d_model] f32 (the normalised FFN input); x_q8 (optional) the same
 // already quantized (e.g. by rmsnorm), used when gate/up take Q8. ids, weights:

@@ -13,6 +13,7 @@
 
 #include "cuda/device.h"
 #include "cuda/gemm.h"
+#include "cuda/gemm_q8.cuh"
 #include "cuda/matvec_kernel.cuh"
 #include "cuda/quant_dequant.cuh"
 #include "util/error.h"
@@ -127,13 +128,30 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams gp) {
 }  // namespace
 
 bool matmul_supported(DType t) { return matvec_supported(t); }
+bool matmul_int8_supported(DType t) { return detail::gemm_q8_supported(t); }
+
+namespace {
+bool device_has_int8_mma() {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+  return major >= 8;
+}
+}  // namespace
 
 void matmul(const MatrixSet& w, const MatvecInput& x, const MatvecGroups& g, float* y, int64_t y_stride,
             const float* residual, cudaStream_t stream) {
   if (!matmul_supported(w.type))
     throw Error(std::string("CUDA matmul: weight type ") + type_name(w.type) + " is not supported");
+  static const bool int8_mma = device_has_int8_mma();
+  if (x.q8.q != nullptr && int8_mma && detail::gemm_q8_supported(w.type)) {
+    float* ys[1] = {y};
+    const float* rs[1] = {residual};
+    detail::gemm_q8_launch(&w, 1, x.q8, g, ys, y_stride, rs, 0, g.max_groups > 1 ? 2 : 0, stream);
+    return;
+  }
   if (w.rows <= 0 || w.cols <= 0) throw Error("CUDA matmul: empty matrix");
-  if (x.f32 == nullptr) throw Error("CUDA matmul: needs f32 activations");
+  if (x.f32 == nullptr) throw Error("CUDA matmul: needs f32 activations (or x.q8 for an int8 weight type)");
   if (w.table == nullptr && w.base == nullptr) throw Error("CUDA matmul: no weights given");
   if (g.max_groups <= 0 || g.max_groups > 65535 || g.per_group <= 0 || g.x_div <= 0)
     throw Error("CUDA matmul: bad group layout");

@@ -1,11 +1,23 @@
-// Quantized matrix x matrix for prompt batches, on tensor cores: weight tiles
-// are dequantized to f16 in shared memory (from the file's quant format),
-// activations converted from f32 to f16, products accumulated in f32 (WMMA
-// 16x16x16). Same addressing as matvec (matvec.h): one dense matrix or expert
-// groups, so prefill can run each expert once over all of its tokens.
+// Quantized matrix x matrix for prompt batches, on tensor cores. Same
+// addressing as matvec (matvec.h): one dense matrix or expert groups, so
+// prefill can run each expert once over all of its tokens.
 //
-// This is the first, straightforward version (element-wise dequantization
-// into the tile); kernel_bench compares it with the multi-vector matvec.
+// Two kernels:
+// - int8 (gemm_q8.cu), the fast one: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, MXFP4
+//   weights x Q8Act activations (x.q8), mma.sync s8 x s8 -> s32 (m16n8k32;
+//   Q6_K m16n8k16), weight blocks unpacked to int8 in shared memory, the
+//   per-32 (Q6_K: per-16) weight scales and the activation scales applied to
+//   the int32 partial sums in f32. Measured (H100, kernel_bench "Prompt
+//   batch" table, bench/results/cuda_kernels.md): 97 TFLOPS-equivalent for
+//   Q4_K 4096x2048 x 512 vectors, 10x the dp4a matvec and 35x the WMMA
+//   kernel; 56-99 TFLOPS for the other formats. An f16 mma.sync variant with
+//   dequantized tiles was not written: int8 moves half the shared-memory
+//   bytes per product and needs no float dequantization per element, and it
+//   met the target. Use it from about 16 vectors (at 8 the matvec is faster).
+//   Needs sm_80 or newer.
+// - f16 WMMA (gemm.cu), the fallback: every matvec type, f32 activations
+//   rounded to f16, weight tiles dequantized element by element. Used for
+//   F32/F16/BF16 weights, when x.q8 is not given, or before sm_80.
 //
 // CUDA-only header; device pointers; asynchronous, graph-capturable.
 #pragma once
@@ -18,11 +30,15 @@
 namespace ms::cuda {
 
 bool matmul_supported(DType t);
+// Whether matmul takes the int8 tensor-core path for weight type t (given
+// x.q8 and a device of compute capability 8.0+).
+bool matmul_int8_supported(DType t);
 
 // y[p*y_stride + r] = sum_c W_g[r][c] * x.f32[p/x_div][c] (+ residual), for
-// every output vector p of every group (see MatvecGroups). Takes f32
-// activations (x.f32, x.f32_stride) for every weight type. Inputs are rounded
-// to f16: keep activations within f16 range (normalised hidden states are).
+// every output vector p of every group (see MatvecGroups). With x.q8 set (n =
+// cols) and an int8 type, the int8 kernel runs (activations as quantized in
+// x.q8; x.f32 unused). Otherwise f32 activations (x.f32, x.f32_stride) are
+// rounded to f16: keep them within f16 range (normalised hidden states are).
 void matmul(const MatrixSet& w, const MatvecInput& x, const MatvecGroups& groups, float* y, int64_t y_stride,
             const float* residual, cudaStream_t stream);
 

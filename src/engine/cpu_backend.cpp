@@ -130,17 +130,23 @@ void CpuBackend::attention_block(KvCache& kv, int il, int n, int64_t pos0) {
   add_bias(q_.data(), L.bq, n, q_dim);
   add_bias(k_.data(), L.bk, n, kv_dim);
   add_bias(v_.data(), L.bv, n, kv_dim);
-  for (int t = 0; t < n; ++t) {
-    float* q = q_.data() + t * q_dim;
-    float* k = k_.data() + t * kv_dim;
-    if (L.q_norm) {
-      for (int h = 0; h < c.n_head; ++h) rmsnorm(q + h * hd, L.q_norm.f32(), q + h * hd, hd, c.rms_eps);
-      for (int h = 0; h < c.n_head_kv; ++h) rmsnorm(k + h * hd, L.k_norm.f32(), k + h * hd, hd, c.rms_eps);
+  // Per-token q/k norm and RoPE: serial for one token, over the pool for a
+  // batch (a prompt's 128 tokens are ~1 ms of serial work per layer).
+  auto norm_rope = [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* q = q_.data() + t * q_dim;
+      float* k = k_.data() + t * kv_dim;
+      if (L.q_norm) {
+        for (int h = 0; h < c.n_head; ++h) rmsnorm(q + h * hd, L.q_norm.f32(), q + h * hd, hd, c.rms_eps);
+        for (int h = 0; h < c.n_head_kv; ++h) rmsnorm(k + h * hd, L.k_norm.f32(), k + h * hd, hd, c.rms_eps);
+      }
+      const float* cs = rope_cs_.data() + t * c.n_rot;
+      rope_apply(q, c.n_head, c.head_dim, c.n_rot, cs, c.arch->rope_mode);
+      rope_apply(k, c.n_head_kv, c.head_dim, c.n_rot, cs, c.arch->rope_mode);
     }
-    const float* cs = rope_cs_.data() + static_cast<int64_t>(t) * c.n_rot;
-    rope_apply(q, c.n_head, c.head_dim, c.n_rot, cs, c.arch->rope_mode);
-    rope_apply(k, c.n_head_kv, c.head_dim, c.n_rot, cs, c.arch->rope_mode);
-  }
+  };
+  if (n == 1) norm_rope(0, 1);
+  else pool_.parallel_for(n, 4, norm_rope);
   const AttentionShape s{c.n_head, c.n_head_kv, c.head_dim, kv.ctx(), 1.0f / std::sqrt(static_cast<float>(hd))};
   kv_store(s, k_.data(), v_.data(), n, pos0, kv.k(il), kv.v(il));
   attention(pool_, s, q_.data(), kv.k(il), kv.v(il), n, pos0, att_.data());
@@ -171,10 +177,15 @@ void CpuBackend::ffn_block(int il, int n) {
   if (route_observer_) route_observer_(il, n, k, route_ids_.data(), route_w_.data(), x_.data());
   const std::vector<ExpertWork> work = group_by_expert(route_ids_.data(), n, k, E);
   executor_->compute(il, x_.data(), n, work, expert_y_.data());
-  // Combine in slot order, the same for every batch size and device.
-  for (int t = 0; t < n; ++t)
-    for (int j = 0; j < k; ++j)
-      axpy(route_w_[t * k + j], expert_y_.data() + (static_cast<int64_t>(t) * k + j) * D, h_.data() + t * D, D);
+  // Combine in slot order, the same for every batch size and device (tokens
+  // are independent: a batch splits them over the pool).
+  auto combine = [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      for (int j = 0; j < k; ++j)
+        axpy(route_w_[t * k + j], expert_y_.data() + (t * k + j) * D, h_.data() + t * D, D);
+  };
+  if (n == 1) combine(0, 1);
+  else pool_.parallel_for(n, 4, combine);
 }
 
 }  // namespace ms

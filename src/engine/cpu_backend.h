@@ -20,13 +20,14 @@
 #include <vector>
 
 #include "cpu/thread_pool.h"
+#include "engine/backend.h"
 #include "engine/expert_executor.h"
 #include "engine/kv_cache.h"
 #include "model/weights.h"
 
 namespace ms {
 
-class CpuBackend {
+class CpuBackend : public Backend {
  public:
   struct Options {
     int max_batch = 256;  // tokens per internal batch (longer inputs are split)
@@ -39,11 +40,13 @@ class CpuBackend {
   // ([n_tokens][n_vocab]) with all_logits. Throws ms::Error "context full
   // (N tokens)" before computing anything if they do not fit, and for a token
   // id outside the vocabulary.
-  void forward(KvCache& kv, std::span<const int32_t> tokens, std::vector<float>& logits, bool all_logits = false);
+  void forward(KvCache& kv, std::span<const int32_t> tokens, std::vector<float>& logits,
+               bool all_logits = false) override;
 
-  KvCache make_cache(int64_t ctx) const;
+  KvCache make_cache(int64_t ctx) const override;
   const ModelWeights& weights() const { return w_; }
-  const ModelConfig& config() const { return w_.cfg; }
+  const ModelConfig& config() const override { return w_.cfg; }
+  std::string name() const override { return "cpu"; }
   ThreadPool& pool() { return pool_; }
 
   // Where routed experts are computed (default: the CPU executor). Not owned.

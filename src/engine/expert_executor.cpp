@@ -72,10 +72,17 @@ void CpuExpertExecutor::compute(int layer, const float* x, int n_tokens, const s
   matmul_many(pool_, jobs.data(), static_cast<int>(jobs.size()));
 
   // SwiGLU, then the down projection's input quantized per pair.
-  silu_mul(gate_.data(), up_.data(), gate_.data(), n_pairs * F);
+  // Both per pair row, in one parallel loop for a batch (serial for a few
+  // pairs, where starting the pool would cost more than the work).
   const int64_t da = act_row_bytes(ex.down_type, F);
   act_down_.resize(static_cast<size_t>(da * n_pairs));
-  quantize_rows(pool_, ex.down_type, gate_.data(), n_pairs, F, act_down_.data());
+  auto swiglu_quantize = [&](int64_t p_begin, int64_t p_end) {
+    float* g = gate_.data() + p_begin * F;
+    silu_mul(g, up_.data() + p_begin * F, g, (p_end - p_begin) * F);
+    quantize_activations(ex.down_type, g, F, p_end - p_begin, act_down_.data() + p_begin * da);
+  };
+  if (n_pairs < 16) swiglu_quantize(0, n_pairs);
+  else pool_.parallel_for(n_pairs, 4, swiglu_quantize);
 
   // Down: a work item's pairs are consecutive rows of act_down_; outputs go
   // to rows of up_ (reused), then to their slots of y.
@@ -88,10 +95,14 @@ void CpuExpertExecutor::compute(int layer, const float* x, int n_tokens, const s
     p0 += n;
   }
   matmul_many(pool_, jobs.data(), static_cast<int>(jobs.size()));
-  p0 = 0;
-  for (const ExpertWork& w : work)
-    for (size_t i = 0; i < w.slots.size(); ++i, ++p0)
-      std::copy_n(up_.data() + p0 * D, D, y + static_cast<int64_t>(w.slots[i]) * D);
+  pair_slot_.clear();
+  for (const ExpertWork& w : work) pair_slot_.insert(pair_slot_.end(), w.slots.begin(), w.slots.end());
+  auto scatter = [&](int64_t p_begin, int64_t p_end) {
+    for (int64_t p = p_begin; p < p_end; ++p)
+      std::copy_n(up_.data() + p * D, D, y + static_cast<int64_t>(pair_slot_[static_cast<size_t>(p)]) * D);
+  };
+  if (n_pairs < 16) scatter(0, n_pairs);
+  else pool_.parallel_for(n_pairs, 8, scatter);
 }
 
 void expert_ffn_ref(const ExpertWeights& ex, int expert, const float* x, float* y) {

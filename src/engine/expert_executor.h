@@ -45,6 +45,7 @@ class CpuExpertExecutor : public ExpertExecutor {
   ThreadPool& pool_;
   std::vector<uint8_t> act_gate_, act_up_, act_down_;
   std::vector<float> gate_, up_;
+  std::vector<int32_t> pair_slot_;  // slot of each pair, in work order
 };
 
 // The reference the fast executor is tested against: every pair on its own,

@@ -7,7 +7,7 @@
 
 namespace ms {
 
-GenerateStats generate(CpuBackend& backend, KvCache& kv, Sampler& sampler, const Tokenizer* tok,
+GenerateStats generate(Backend& backend, KvCache& kv, Sampler& sampler, const Tokenizer* tok,
                        std::span<const int32_t> prompt, const GenerateParams& params,
                        const std::function<bool(int32_t)>& on_token) {
   using clock = std::chrono::steady_clock;

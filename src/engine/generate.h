@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/cpu_backend.h"
+#include "engine/backend.h"
 #include "engine/kv_cache.h"
 #include "engine/sampler.h"
 
@@ -35,7 +35,7 @@ struct GenerateStats {
 // on_token(id) is called for each generated token (EOG included when it ends
 // the run); returning false stops. Throws ms::Error if the prompt alone does
 // not fit the cache ("context full (N tokens)").
-GenerateStats generate(CpuBackend& backend, KvCache& kv, Sampler& sampler, const Tokenizer* tok,
+GenerateStats generate(Backend& backend, KvCache& kv, Sampler& sampler, const Tokenizer* tok,
                        std::span<const int32_t> prompt, const GenerateParams& params,
                        const std::function<bool(int32_t)>& on_token);
 

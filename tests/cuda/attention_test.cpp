@@ -91,6 +91,44 @@ TEST(CudaAttention, DecodeSplitKMatchesReference) {
   }
 }
 
+// Long contexts through the split-K fast path (many splits, several 32-position
+// tiles per warp, partial last tiles), both with the device length in a launch
+// sized for the whole cache and with the host length.
+TEST(CudaAttention, DecodeLongContextMatchesReference) {
+  MS_REQUIRE_GPU();
+  std::mt19937 rng(23);
+  Stream s;
+  for (Shape sh : {Shape{32, 4, 128}, Shape{8, 1, 64}, Shape{16, 8, 128}, Shape{4, 4, 256}, Shape{16, 1, 128}}) {
+    const int64_t ctx = 5000;
+    const Cache c = random_cache(sh.n_kv, ctx, sh.hd, rng);
+    DeviceBuffer dk = upload(c.k), dv = upload(c.v);
+    AttentionShape as{sh.n_head, sh.n_kv, sh.hd, ctx, 1.f / std::sqrt(float(sh.hd))};
+    const int group = sh.n_head / sh.n_kv;
+    DeviceBuffer scratch(attention_decode_scratch_bytes(as, static_cast<int>(ctx)));
+    for (int kv_len : {1, 31, 33, 600, 4097, 5000}) {
+      const auto q = random_floats(static_cast<size_t>(sh.n_head * sh.hd), rng);
+      DeviceBuffer dq = upload(q), out = poisoned(q.size());
+      const std::vector<int32_t> len = {kv_len};
+      DeviceBuffer dlen = upload(len);
+      attention_decode(as, dq.as<float>(), dk.as<uint16_t>(), dv.as<uint16_t>(), static_cast<int>(ctx),
+                       dlen.as<int32_t>(), out.as<float>(), scratch.get(), s);
+      std::vector<double> want;
+      for (int h = 0; h < sh.n_head; ++h) {
+        const auto o = ref_attend(q.data() + h * sh.hd, c, h / group, ctx, sh.hd, kv_len - 1, as.scale);
+        want.insert(want.end(), o.begin(), o.end());
+      }
+      const std::string what = "long decode heads " + std::to_string(sh.n_head) + "/" + std::to_string(sh.n_kv) +
+                               " hd " + std::to_string(sh.hd) + " kv_len " + std::to_string(kv_len);
+      expect_close(download<float>(out.get(), q.size()), want, what);
+      poison(out.get(), q.size() * 4);
+      DeviceBuffer scratch2(attention_decode_scratch_bytes(as, kv_len));
+      attention_decode(as, dq.as<float>(), dk.as<uint16_t>(), dv.as<uint16_t>(), kv_len, nullptr, out.as<float>(),
+                       scratch2.get(), s);
+      expect_close(download<float>(out.get(), q.size()), want, what + " (host length)");
+    }
+  }
+}
+
 TEST(CudaAttention, PrefillCausalMatchesReference) {
   MS_REQUIRE_GPU();
   std::mt19937 rng(22);

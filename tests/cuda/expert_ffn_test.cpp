@@ -157,6 +157,22 @@ TEST(CudaExpertFfn, BatchesGroupedByExpert) {
   run_case(DType::Q5_K, DType::Q8_0, 6, false, true);
 }
 
+// The int8 tensor-core GEMM path (batches from expert_ffn_gemm_min_tokens()):
+// forced on for small batches too, restored afterwards.
+TEST(CudaExpertFfn, BatchesThroughInt8Gemm) {
+  MS_REQUIRE_GPU();
+  if (device_info(0).cc_major < 8) GTEST_SKIP() << "int8 mma needs sm_80+";
+  const int saved = expert_ffn_gemm_min_tokens();
+  expert_ffn_set_gemm_min_tokens(2);
+  run_case(DType::Q4_K, DType::Q4_K, 2, true, false);
+  run_case(DType::Q4_K, DType::Q6_K, 17, false, true);
+  run_case(DType::Q5_K, DType::Q8_0, 40, true, true);
+  run_case(DType::Q6_K, DType::Q4_0, 9, false, false);
+  run_case(DType::Q8_0, DType::F16, 5, true, false);  // down falls back to the matvec
+  run_case(DType::Q4_K, DType::Q5_K, 100, false, true);  // 50 pairs per expert: 64-vector tiles
+  expert_ffn_set_gemm_min_tokens(saved);
+}
+
 TEST(CudaExpertFfn, FloatExperts) {
   MS_REQUIRE_GPU();
   run_case(DType::BF16, DType::BF16, 1, true, false);

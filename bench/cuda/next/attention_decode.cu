@@ -1,0 +1,465 @@
+// Decode attention, split-K over the KV sequence (flash-decoding).
+//
+// Fast path (head_dim 64, 128 or 256, G = n_head/n_kv in {1,2,4,8,16}):
+// block (split, kv head) of 4 warps covers one chunk of the sequence for all
+// G query heads of its KV head (K and V come from HBM once per group, the
+// other warps hit L1). The warps split the G heads (up to 4 ways, so a lane's
+// serial work per position is G/4 heads) and, for G < 4, the 32-position
+// tiles. A lane owns one position for the scores (16-byte loads of its K row,
+// q from shared memory) and head_dim/32 dims for P*V (coalesced V rows), with
+// an online softmax per warp (exp2 domain). Warps sharing heads merge in
+// shared memory; the block writes an unnormalised partial output with its max
+// m and sum l. The number of splits comes from max_kv_len (up to about 8
+// blocks per SM); the chunk length from the device kv_len, so a captured
+// graph stays balanced as the sequence grows.
+// A second kernel (block per query head) merges the splits:
+//   out = sum_s o_s 2^(m_s-M) / sum_s l_s 2^(m_s-M).
+//
+// Generic path (any even head_dim, any group up to 16): fixed chunks of
+// kSplit positions, a warp per position for the scores, natural-exp domain.
+#include <algorithm>
+#include <cfloat>
+#include <string>
+
+#include "cuda/attention.h"
+#include "cuda/common.cuh"
+#include "cuda/device.h"
+#include "util/error.h"
+
+namespace ms::cuda {
+namespace {
+
+constexpr int kSplit = 128;
+constexpr int kThreads = 128;
+constexpr int kMaxGroup = 16;
+constexpr int kMaxHeadDim = 256;
+
+__host__ __device__ inline int n_splits(int kv_len) { return (kv_len + kSplit - 1) / kSplit; }
+
+__global__ void __launch_bounds__(kThreads) attn_decode_split_kernel(
+    const float* __restrict__ q, const __half* __restrict__ kc, const __half* __restrict__ vc, int n_kv, int group,
+    int hd, int64_t ctx, int max_kv_len, const int32_t* __restrict__ kv_len_dev, float scale, int n_split_max,
+    float* __restrict__ part_o, float2* __restrict__ part_ml) {
+  extern __shared__ float sh[];
+  const int split = blockIdx.x, kvh = blockIdx.y;
+  const int kv_len = kv_len_dev ? min(__ldg(kv_len_dev), max_kv_len) : max_kv_len;
+  const int t0 = split * kSplit;
+  if (t0 >= kv_len) return;
+  const int len = min(kSplit, kv_len - t0);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int pairs = hd / 2;
+  const int ngrp = kThreads / pairs > 0 ? kThreads / pairs : 1;
+
+  float* q_s = sh;                        // [group][hd], pre-scaled
+  float* sc = q_s + group * hd;           // [group][kSplit]
+  float* red = sc + group * kSplit;       // [ngrp][group][hd]
+  float* ml = red + ngrp * group * hd;    // [group][2]
+
+  const int h0 = kvh * group;
+  for (int i = threadIdx.x; i < group * hd; i += kThreads) q_s[i] = q[static_cast<int64_t>(h0) * hd + i] * scale;
+  __syncthreads();
+
+  // scores
+  const __half* kbase = kc + (static_cast<int64_t>(kvh) * ctx + t0) * hd;
+  for (int p = warp; p < len; p += kThreads / 32) {
+    const __half* kr = kbase + static_cast<int64_t>(p) * hd;
+    float acc[kMaxGroup];
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) acc[g] = 0.f;
+    for (int d = 2 * lane; d < hd; d += 64) {
+      const float2 kv = __half22float2(*reinterpret_cast<const __half2*>(kr + d));
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g)
+        if (g < group) acc[g] += q_s[g * hd + d] * kv.x + q_s[g * hd + d + 1] * kv.y;
+    }
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g < group) {
+        const float s = dev::warp_sum(acc[g]);
+        if (lane == 0) sc[g * kSplit + p] = s;
+      }
+    }
+  }
+  __syncthreads();
+
+  // softmax within the split
+  for (int g = warp; g < group; g += kThreads / 32) {
+    float m = -FLT_MAX;
+    for (int p = lane; p < len; p += 32) m = fmaxf(m, sc[g * kSplit + p]);
+    m = dev::warp_max(m);
+    float l = 0.f;
+    for (int p = lane; p < len; p += 32) {
+      const float e = __expf(sc[g * kSplit + p] - m);
+      sc[g * kSplit + p] = e;
+      l += e;
+    }
+    l = dev::warp_sum(l);
+    if (lane == 0) { ml[2 * g] = m; ml[2 * g + 1] = l; }
+  }
+  __syncthreads();
+
+  // P * V
+  const int tid = threadIdx.x;
+  if (tid < ngrp * pairs) {
+    const int grp = tid / pairs, pr = tid % pairs;
+    float ax[kMaxGroup], ay[kMaxGroup];
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) ax[g] = ay[g] = 0.f;
+    const __half* vbase = vc + (static_cast<int64_t>(kvh) * ctx + t0) * hd + 2 * pr;
+    for (int p = grp; p < len; p += ngrp) {
+      const float2 v = __half22float2(*reinterpret_cast<const __half2*>(vbase + static_cast<int64_t>(p) * hd));
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g < group) {
+          const float w = sc[g * kSplit + p];
+          ax[g] += w * v.x;
+          ay[g] += w * v.y;
+        }
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g < group) {
+        red[(grp * group + g) * hd + 2 * pr] = ax[g];
+        red[(grp * group + g) * hd + 2 * pr + 1] = ay[g];
+      }
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < group * hd; i += kThreads) {
+    float s = 0.f;
+    for (int r = 0; r < ngrp; ++r) s += red[r * group * hd + i];
+    const int g = i / hd, d = i % hd;
+    part_o[(static_cast<int64_t>(h0 + g) * n_split_max + split) * hd + d] = s;
+  }
+  if (tid < group) part_ml[static_cast<int64_t>(h0 + tid) * n_split_max + split] = make_float2(ml[2 * tid], ml[2 * tid + 1]);
+}
+
+__global__ void __launch_bounds__(kThreads) attn_decode_merge_kernel(
+    const float* __restrict__ part_o, const float2* __restrict__ part_ml, int hd, int max_kv_len,
+    const int32_t* __restrict__ kv_len_dev, int n_split_max, float* __restrict__ out) {
+  const int h = blockIdx.x;
+  const int kv_len = kv_len_dev ? min(__ldg(kv_len_dev), max_kv_len) : max_kv_len;
+  const int ns = n_splits(kv_len);
+  const float2* mlh = part_ml + static_cast<int64_t>(h) * n_split_max;
+  float M = -FLT_MAX;
+  for (int s = 0; s < ns; ++s) M = fmaxf(M, mlh[s].x);
+  float L = 0.f;
+  for (int s = 0; s < ns; ++s) L += mlh[s].y * __expf(mlh[s].x - M);
+  const float invL = L > 0.f ? 1.f / L : 0.f;
+  for (int d = threadIdx.x; d < hd; d += kThreads) {
+    float acc = 0.f;
+    for (int s = 0; s < ns; ++s) acc += part_o[(static_cast<int64_t>(h) * n_split_max + s) * hd + d] * __expf(mlh[s].x - M);
+    out[static_cast<int64_t>(h) * hd + d] = acc * invL;
+  }
+}
+
+size_t split_smem_bytes(int group, int hd) {
+  const int pairs = hd / 2;
+  const int ngrp = kThreads / pairs > 0 ? kThreads / pairs : 1;
+  return sizeof(float) * (static_cast<size_t>(group) * hd + static_cast<size_t>(group) * kSplit +
+                          static_cast<size_t>(ngrp) * group * hd + 2 * group);
+}
+
+void check_shape(const AttentionShape& s) {
+  if (s.n_head <= 0 || s.n_kv <= 0 || s.n_head % s.n_kv != 0 || s.n_head / s.n_kv > kMaxGroup)
+    throw Error("attention: n_head " + std::to_string(s.n_head) + " must be a multiple of n_kv " +
+                std::to_string(s.n_kv) + " with at most " + std::to_string(kMaxGroup) + " query heads per KV head");
+  if (s.head_dim <= 0 || s.head_dim % 2 != 0 || s.head_dim > kMaxHeadDim)
+    throw Error("attention: head_dim " + std::to_string(s.head_dim) + " must be even and at most " +
+                std::to_string(kMaxHeadDim));
+}
+
+
+// ------------------------------------------------------------------ fast path
+constexpr int kFastWarps = 4;
+constexpr int kTile = 32;  // positions per warp step (one per lane)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kNegBig = -1e30f;  // "no score yet": finite, so 2^(kNegBig - m) is 0, never NaN
+
+// Warps of a block split the G query heads WH ways and the positions WP ways.
+__host__ __device__ constexpr int heads_ways(int g) { return g >= kFastWarps ? kFastWarps : g; }
+__host__ __device__ constexpr int pos_ways(int g) { return kFastWarps / heads_ways(g); }
+
+int fast_splits(int group, int n_kv, int max_kv_len, int n_sm) {
+  const int per_block = pos_ways(group) * kTile;  // positions a block covers in one step
+  const int by_len = (max_kv_len + per_block - 1) / per_block;
+  const int by_sm = (8 * n_sm + n_kv - 1) / n_kv;  // about 8 blocks per SM at long contexts
+  return std::max(1, std::min(by_len, by_sm));
+}
+
+bool fast_ok(const AttentionShape& s) {
+  const int g = s.n_head / s.n_kv;
+  return (g == 1 || g == 2 || g == 4 || g == 8 || g == 16) && (s.head_dim == 64 || s.head_dim == 128 || s.head_dim == 256) &&
+         g * s.head_dim <= 4096;
+}
+
+// 8 f16 -> 8 floats dotted with q[0..7] (shared memory, 16-byte aligned).
+__device__ __forceinline__ float dot8(const uint4 k, const float* q) {
+  const float4 qa = *reinterpret_cast<const float4*>(q), qb = *reinterpret_cast<const float4*>(q + 4);
+  const float2 k0 = __half22float2(*reinterpret_cast<const __half2*>(&k.x));
+  const float2 k1 = __half22float2(*reinterpret_cast<const __half2*>(&k.y));
+  const float2 k2 = __half22float2(*reinterpret_cast<const __half2*>(&k.z));
+  const float2 k3 = __half22float2(*reinterpret_cast<const __half2*>(&k.w));
+  return qa.x * k0.x + qa.y * k0.y + qa.z * k1.x + qa.w * k1.y + qb.x * k2.x + qb.y * k2.y + qb.z * k3.x +
+         qb.w * k3.y;
+}
+
+// Block (split, kv head). Warp w takes heads hw*GW .. +GW (hw = w % WH) of the
+// block's G, and the 32-position tiles pw, pw+WP, ... (pw = w / WH) of the
+// chunk: lane = position for the scores, lane = HD/32 dims for P*V.
+template <int G, int HD>
+__global__ void __launch_bounds__(kFastWarps * 32) attn_decode_fast_kernel(
+    const float* __restrict__ q, const __half* __restrict__ kc, const __half* __restrict__ vc, int64_t ctx,
+    int max_kv_len, const int32_t* __restrict__ kv_len_dev, float scale_log2, int n_split,
+    float* __restrict__ part_o, float2* __restrict__ part_ml) {
+  constexpr int WH = heads_ways(G), WP = pos_ways(G), GW = G / WH;
+  constexpr int D = HD / 32;  // dims per lane in P*V
+  // q_s and p_s during the sweep; o_s (the warps' partial outputs) reuses them after it
+  constexpr int kSweep = G * HD + kFastWarps * kTile * GW, kMerge = kFastWarps * GW * HD;
+  __shared__ __align__(16) float buf[kSweep > kMerge ? kSweep : kMerge];
+  __shared__ float m_s[kFastWarps][GW], l_s[kFastWarps][GW];
+  float* q_s = buf;                                                                  // [G][HD], pre-scaled
+  float (*p_s)[kTile][GW] = reinterpret_cast<float (*)[kTile][GW]>(buf + G * HD);  // [warp][pos][GW]
+  float (*o_s)[GW * HD] = reinterpret_cast<float (*)[GW * HD]>(buf);                // [warp][GW*HD]
+
+  const int split = blockIdx.x, kvh = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int hw = warp % WH, pw = warp / WH;
+  const int kv_len = kv_len_dev ? max(0, min(__ldg(kv_len_dev), max_kv_len)) : max_kv_len;
+  const int chunk = ((kv_len + n_split - 1) / n_split + kTile - 1) / kTile * kTile;
+  const int t0 = split * chunk, t1 = min(kv_len, t0 + chunk);
+  const int h0 = kvh * G;
+
+  for (int i = threadIdx.x; i < G * HD; i += kFastWarps * 32) q_s[i] = q[static_cast<int64_t>(h0) * HD + i] * scale_log2;
+  __syncthreads();
+  const float* qw = q_s + hw * GW * HD;
+
+  float m[GW], l[GW], o[GW][D];
+#pragma unroll
+  for (int g = 0; g < GW; ++g) {
+    m[g] = kNegBig;
+    l[g] = 0.f;
+#pragma unroll
+    for (int d = 0; d < D; ++d) o[g][d] = 0.f;
+  }
+
+  const __half* kbase = kc + static_cast<int64_t>(kvh) * ctx * HD;
+  const __half* vbase = vc + static_cast<int64_t>(kvh) * ctx * HD;
+  for (int tt = t0 + pw * kTile; tt < t1; tt += WP * kTile) {
+    const int pos = tt + lane;
+    const bool valid = pos < t1;
+    const __half* kr = kbase + static_cast<int64_t>(valid ? pos : tt) * HD;
+    float s[GW];
+#pragma unroll
+    for (int g = 0; g < GW; ++g) s[g] = 0.f;
+#pragma unroll 4
+    for (int c = 0; c < HD / 8; ++c) {
+      const uint4 kv = __ldg(reinterpret_cast<const uint4*>(kr) + c);
+#pragma unroll
+      for (int g = 0; g < GW; ++g) s[g] += dot8(kv, qw + g * HD + c * 8);
+    }
+    // online softmax, per head, over the warp's 32 positions
+#pragma unroll
+    for (int g = 0; g < GW; ++g) {
+      const float sg = valid ? s[g] : -INFINITY;
+      const float mn = fmaxf(m[g], dev::warp_max(sg));
+      const float corr = exp2f(m[g] - mn);
+      const float pg = exp2f(sg - mn);
+      l[g] = l[g] * corr + dev::warp_sum(pg);
+      m[g] = mn;
+#pragma unroll
+      for (int d = 0; d < D; ++d) o[g][d] *= corr;
+      p_s[warp][lane][g] = pg;
+    }
+    __syncwarp();
+    const int n_here = min(kTile, t1 - tt);
+    const __half* vr = vbase + static_cast<int64_t>(tt) * HD + lane * D;
+#pragma unroll 4
+    for (int j = 0; j < n_here; ++j) {
+      float v[D];
+      if constexpr (D == 2) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(vr + static_cast<int64_t>(j) * HD));
+        v[0] = f.x; v[1] = f.y;
+      } else {
+#pragma unroll
+        for (int d = 0; d < D; d += 4) {
+          const uint2 u = __ldg(reinterpret_cast<const uint2*>(vr + static_cast<int64_t>(j) * HD + d));
+          const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+          const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+          v[d] = a.x; v[d + 1] = a.y; v[d + 2] = b.x; v[d + 3] = b.y;
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < GW; ++g) {
+        const float pg = p_s[warp][j][g];
+#pragma unroll
+        for (int d = 0; d < D; ++d) o[g][d] += pg * v[d];
+      }
+    }
+    __syncwarp();
+  }
+
+  // merge the WP warps that share heads
+  __syncthreads();  // every warp is done with q_s / p_s
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < GW; ++g) { m_s[warp][g] = m[g]; l_s[warp][g] = l[g]; }
+  }
+#pragma unroll
+  for (int g = 0; g < GW; ++g)
+#pragma unroll
+    for (int d = 0; d < D; ++d) o_s[warp][g * HD + lane * D + d] = o[g][d];
+  __syncthreads();
+  for (int i = threadIdx.x; i < G * HD; i += kFastWarps * 32) {
+    const int g = i / HD, ghw = g / GW, gl = g % GW, d = i % HD;
+    float M = kNegBig;
+#pragma unroll
+    for (int p = 0; p < WP; ++p) M = fmaxf(M, m_s[p * WH + ghw][gl]);
+    float acc = 0.f;
+#pragma unroll
+    for (int p = 0; p < WP; ++p) acc += o_s[p * WH + ghw][gl * HD + d] * exp2f(m_s[p * WH + ghw][gl] - M);
+    part_o[(static_cast<int64_t>(h0 + g) * n_split + split) * HD + d] = acc;
+  }
+  if (threadIdx.x < G) {
+    const int g = threadIdx.x, ghw = g / GW, gl = g % GW;
+    float M = kNegBig, L = 0.f;
+    for (int p = 0; p < WP; ++p) M = fmaxf(M, m_s[p * WH + ghw][gl]);
+    for (int p = 0; p < WP; ++p) L += l_s[p * WH + ghw][gl] * exp2f(m_s[p * WH + ghw][gl] - M);
+    part_ml[static_cast<int64_t>(h0 + g) * n_split + split] = make_float2(M, L);
+  }
+}
+
+// Block per query head, 256 threads: 256/hd segments of threads each sum a
+// strided share of the splits for every dim; split weights 2^(m_s - M) are
+// computed once into shared memory.
+constexpr int kMergeThreads = 256;
+__global__ void __launch_bounds__(kMergeThreads) attn_decode_fast_merge_kernel(const float* __restrict__ part_o,
+                                                                                const float2* __restrict__ part_ml,
+                                                                                int hd, int n_split,
+                                                                                float* __restrict__ out) {
+  extern __shared__ float wsh[];  // [n_split] weights, then [segments][hd] partial sums
+  __shared__ float red[32];
+  const int h = blockIdx.x;
+  const float2* mlh = part_ml + static_cast<int64_t>(h) * n_split;
+  float M = kNegBig;
+  for (int s = threadIdx.x; s < n_split; s += kMergeThreads) M = fmaxf(M, mlh[s].x);
+  M = dev::warp_max(M);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = M;
+  __syncthreads();
+  M = kNegBig;
+  for (int w = 0; w < kMergeThreads / 32; ++w) M = fmaxf(M, red[w]);
+  float L = 0.f;
+  for (int s = threadIdx.x; s < n_split; s += kMergeThreads) {
+    const float2 ml = mlh[s];
+    const float w = exp2f(ml.x - M);
+    wsh[s] = w;
+    L += ml.y * w;
+  }
+  L = dev::block_sum(L, red);  // syncs, so wsh is complete
+  const float invL = L > 0.f ? 1.f / L : 0.f;
+  const int nseg = kMergeThreads / hd;  // hd <= 256
+  float* seg_sum = wsh + n_split;
+  const int d = threadIdx.x % hd, seg = threadIdx.x / hd;
+  if (seg < nseg) {
+    float acc = 0.f;
+    const float* po = part_o + static_cast<int64_t>(h) * n_split * hd + d;
+    for (int s = seg; s < n_split; s += nseg) acc += po[static_cast<int64_t>(s) * hd] * wsh[s];
+    seg_sum[seg * hd + d] = acc;
+  }
+  __syncthreads();
+  if (seg == 0) {
+    float acc = 0.f;
+    for (int k = 0; k < nseg; ++k) acc += seg_sum[k * hd + d];
+    out[static_cast<int64_t>(h) * hd + d] = acc * invL;
+  }
+}
+
+template <int G, int HD>
+void launch_fast(const AttentionShape& s, const float* q, const __half* kc, const __half* vc, int max_kv_len,
+                 const int32_t* kv_len, int n_split, float* part_o, float2* part_ml, cudaStream_t stream) {
+  if constexpr (G * HD <= 4096) {
+    attn_decode_fast_kernel<G, HD><<<dim3(n_split, s.n_kv), kFastWarps * 32, 0, stream>>>(
+        q, kc, vc, s.ctx, max_kv_len, kv_len, s.scale * kLog2e, n_split, part_o, part_ml);
+  }
+}
+
+template <int G>
+void launch_fast_g(const AttentionShape& s, const float* q, const __half* kc, const __half* vc, int max_kv_len,
+                   const int32_t* kv_len, int n_split, float* part_o, float2* part_ml, cudaStream_t stream) {
+  switch (s.head_dim) {
+    case 64: launch_fast<G, 64>(s, q, kc, vc, max_kv_len, kv_len, n_split, part_o, part_ml, stream); break;
+    case 128: launch_fast<G, 128>(s, q, kc, vc, max_kv_len, kv_len, n_split, part_o, part_ml, stream); break;
+    case 256: launch_fast<G, 256>(s, q, kc, vc, max_kv_len, kv_len, n_split, part_o, part_ml, stream); break;
+    default: break;
+  }
+}
+
+// P*V gives each lane head_dim/32 dims, read as 2 (f16x2) or groups of 4.
+bool fast_dims_ok(int hd) { return hd == 64 || hd == 128 || hd == 256; }
+
+int sm_count() {
+  static int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      v = 132;
+    return v > 0 ? v : 132;
+  }();
+  return n;
+}
+
+}  // namespace
+
+size_t attention_decode_scratch_bytes(const AttentionShape& s, int max_kv_len) {
+  const int len = max_kv_len > 0 ? max_kv_len : 1;
+  // generic path
+  const size_t ns = static_cast<size_t>(n_splits(len));
+  const size_t o = sizeof(float) * s.n_head * ns * s.head_dim;
+  const size_t generic = ((o + 255) & ~size_t{255}) + sizeof(float2) * s.n_head * ns;
+  // fast path
+  const size_t nf = static_cast<size_t>(fast_splits(s.n_kv > 0 && s.n_head % s.n_kv == 0 ? s.n_head / s.n_kv : 1, s.n_kv > 0 ? s.n_kv : 1, len, sm_count()));
+  const size_t of = sizeof(float) * s.n_head * nf * s.head_dim;
+  const size_t fast = ((of + 255) & ~size_t{255}) + sizeof(float2) * s.n_head * nf;
+  return std::max(generic, fast);
+}
+
+void attention_decode(const AttentionShape& s, const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
+                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream) {
+  check_shape(s);
+  if (max_kv_len <= 0 || max_kv_len > s.ctx)
+    throw Error("attention_decode: max_kv_len " + std::to_string(max_kv_len) + " outside 1.." + std::to_string(s.ctx));
+  const int group = s.n_head / s.n_kv;
+  const auto* kc = reinterpret_cast<const __half*>(k_cache);
+  const auto* vc = reinterpret_cast<const __half*>(v_cache);
+  if (fast_ok(s) && fast_dims_ok(s.head_dim)) {
+    const int ns = fast_splits(group, s.n_kv, max_kv_len, sm_count());
+    auto* part_o = static_cast<float*>(scratch);
+    const size_t o_bytes = sizeof(float) * s.n_head * static_cast<size_t>(ns) * s.head_dim;
+    auto* part_ml = reinterpret_cast<float2*>(static_cast<char*>(scratch) + ((o_bytes + 255) & ~size_t{255}));
+    switch (group) {
+      case 1: launch_fast_g<1>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
+      case 2: launch_fast_g<2>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
+      case 4: launch_fast_g<4>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
+      case 8: launch_fast_g<8>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
+      case 16: launch_fast_g<16>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
+      default: break;
+    }
+    MS_CUDA_CHECK_LAUNCH();
+    attn_decode_fast_merge_kernel<<<s.n_head, kMergeThreads, sizeof(float) * (ns + kMergeThreads), stream>>>(
+        part_o, part_ml, s.head_dim, ns, out);
+    MS_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const int ns = n_splits(max_kv_len);
+  auto* part_o = static_cast<float*>(scratch);
+  const size_t o_bytes = sizeof(float) * s.n_head * static_cast<size_t>(ns) * s.head_dim;
+  auto* part_ml = reinterpret_cast<float2*>(static_cast<char*>(scratch) + ((o_bytes + 255) & ~size_t{255}));
+  const size_t smem = split_smem_bytes(group, s.head_dim);
+  attn_decode_split_kernel<<<dim3(ns, s.n_kv), kThreads, smem, stream>>>(
+      q, kc, vc, s.n_kv, group, s.head_dim, s.ctx, max_kv_len, kv_len, s.scale, ns, part_o, part_ml);
+  MS_CUDA_CHECK_LAUNCH();
+  attn_decode_merge_kernel<<<s.n_head, kThreads, 0, stream>>>(part_o, part_ml, s.head_dim, max_kv_len, kv_len, ns, out);
+  MS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ms::cuda

@@ -1,0 +1,90 @@
+#include "cli/backend_choice.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "engine/cpu_backend.h"
+#include "util/error.h"
+
+#ifdef MOESTREAM_HAVE_CUDA
+#include "cuda/backend/cuda_backend.h"
+#include "cuda/device.h"
+#endif
+
+namespace ms::cli {
+namespace {
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) {
+        std::string s = line.substr(colon + 1);
+        const size_t b = s.find_first_not_of(" \t");
+        return b == std::string::npos ? std::string("unknown CPU") : s.substr(b);
+      }
+    }
+  return "unknown CPU";
+}
+
+std::unique_ptr<Backend> make_cpu(const BackendSetup& s, const ModelWeights& w, ThreadPool& pool) {
+  CpuBackend::Options o;
+  if (s.max_batch > 0) o.max_batch = s.max_batch;
+  return std::make_unique<CpuBackend>(w, pool, o);
+}
+
+}  // namespace
+
+bool cuda_built() {
+#ifdef MOESTREAM_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights& w, ThreadPool& pool) {
+  if (s.requested == "cpu") return make_cpu(s, w, pool);
+  if (!s.requested.empty() && s.requested != "cuda")
+    throw Error("--backend " + s.requested + ": unknown backend (cpu or cuda)");
+#ifdef MOESTREAM_HAVE_CUDA
+  std::string why;
+  if (cuda::device_count(&why) == 0) {
+    if (!s.quiet) std::fprintf(stderr, "moestream: no usable CUDA device (%s); running on the CPU\n", why.c_str());
+    return make_cpu(s, w, pool);
+  }
+  CudaBackend::Options o;
+  if (s.ctx > 0) o.ctx = s.ctx;
+  if (s.max_batch > 0) o.max_batch = s.max_batch;
+  // For A/B measurements: the prefill expert path, decode with or without graphs
+  // (see CudaBackend::Options).
+  if (const char* g = std::getenv("MOESTREAM_CUDA_GROUPED_EXPERTS")) o.grouped_matmul_experts = std::string(g) == "1";
+  if (const char* g = std::getenv("MOESTREAM_CUDA_NO_GRAPH")) o.use_graph = std::string(g) != "1";
+  if (const char* g = std::getenv("MOESTREAM_CUDA_NO_FUSE")) o.fused_decode = std::string(g) != "1";
+  try {
+    return std::make_unique<CudaBackend>(w, o);
+  } catch (const Error& e) {
+    if (s.requested == "cuda") throw;  // asked for explicitly: say why it cannot run
+    if (!s.quiet) std::fprintf(stderr, "moestream: the CUDA backend cannot run this model (%s); running on the CPU\n", e.what());
+    return make_cpu(s, w, pool);
+  }
+#else
+  if (s.requested == "cuda" && !s.quiet)
+    std::fprintf(stderr, "moestream: this build has no CUDA backend; running on the CPU\n");
+  return make_cpu(s, w, pool);
+#endif
+}
+
+std::string backend_device(const Backend& be, const ThreadPool& pool) {
+#ifdef MOESTREAM_HAVE_CUDA
+  if (const auto* cb = dynamic_cast<const CudaBackend*>(&be)) return cb->device_description();
+#else
+  (void)be;
+#endif
+  return cpu_model_name() + ", " + std::to_string(pool.size()) + " threads";
+}
+
+}  // namespace ms::cli

@@ -1,0 +1,36 @@
+// `--backend cpu|cuda` for the commands that run a model: picks the forward
+// pass and builds it. The default (empty name) is cuda when this build has
+// the CUDA backend and a device is found, else cpu. Where cuda was asked for
+// (or defaulted to) but cannot be used, the CPU runs it and one line on
+// stderr says why.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cpu/thread_pool.h"
+#include "engine/backend.h"
+#include "model/weights.h"
+
+namespace ms::cli {
+
+struct BackendSetup {
+  std::string requested;  // "", "cpu", "cuda"
+  int64_t ctx = 0;        // the longest sequence this run needs (sizes the device KV cache)
+  int max_batch = 0;      // prompt tokens per batch (0: the backend's default)
+  bool quiet = false;     // no notice on fallback
+};
+
+// The CLI11 check for --backend values.
+inline const char* backend_help() { return "cpu or cuda (default: cuda when built with CUDA and a GPU is found)"; }
+
+std::unique_ptr<Backend> make_backend(const BackendSetup& setup, const ModelWeights& w, ThreadPool& pool);
+
+// One line describing where the backend runs: the GPU's name, or
+// "CPU <model>, N threads".
+std::string backend_device(const Backend& be, const ThreadPool& pool);
+
+// Whether this build has the CUDA backend.
+bool cuda_built();
+
+}  // namespace ms::cli

@@ -1,0 +1,718 @@
+// CudaBackend: weights upload, device KV cache, decode (graph) and prefill.
+// Host code only: every kernel is reached through the launchers of src/cuda.
+#include "cuda/backend/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "cuda/attention.h"
+#include "cuda/backend/decode_fused.h"
+#include "cuda/device.h"
+#include "cuda/expert_ffn.h"
+#include "cuda/gemm.h"
+#include "cuda/matvec.h"
+#include "cuda/ops.h"
+#include "util/bytes.h"
+#include "util/error.h"
+
+namespace ms {
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t v) { return (v + kAlign - 1) & ~(kAlign - 1); }
+
+// The attention launch of a decode graph covers this many positions more at
+// a time; the graph is re-captured when the sequence outgrows it.
+constexpr int kGraphKvStep = 256;
+// Rows of logits computed (and copied back) per pass when every position's
+// logits are asked for.
+constexpr int kLogitRows = 16;
+
+// A weight matrix in device memory.
+struct DevMat {
+  DType type = DType::F32;
+  const void* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  explicit operator bool() const { return data != nullptr; }
+  cuda::MatrixSet set() const {
+    cuda::MatrixSet m;
+    m.type = type;
+    m.rows = rows;
+    m.cols = cols;
+    m.base = data;
+    return m;
+  }
+};
+
+struct DevLayer {
+  DevMat wq, wk, wv, wo, ffn_gate, ffn_up, ffn_down, router;
+  // Wq, Wk, Wv stored back to back when they share a type: decode computes
+  // q|k|v in one launch (wq/wk/wv then point into it, for batches).
+  DevMat wqkv;
+  const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+  const float *bq = nullptr, *bk = nullptr, *bv = nullptr;
+  cuda::ExpertWeights experts;
+  uint16_t *kc = nullptr, *vc = nullptr;
+};
+
+// Whether Wq, Wk, Wv can be one matrix of stacked rows: same type and width,
+// and each part a multiple of 16 bytes (the matvec's alignment).
+bool fusable_qkv(const LayerWeights& L) {
+  return L.wq && L.wk && L.wv && L.wq.type == L.wk.type && L.wq.type == L.wv.type && L.wq.cols == L.wk.cols &&
+         L.wq.cols == L.wv.cols && L.wq.nbytes % 16 == 0 && L.wk.nbytes % 16 == 0 && L.wq.data != L.wk.data &&
+         L.wk.data != L.wv.data;
+}
+
+cuda::RopeMode to_cuda(RopeMode m) { return m == RopeMode::Neox ? cuda::RopeMode::Neox : cuda::RopeMode::Normal; }
+cuda::RouterMode to_cuda(RouterMode m) {
+  return m == RouterMode::TopKSoftmax ? cuda::RouterMode::TopKSoftmax : cuda::RouterMode::SoftmaxTopK;
+}
+
+// Lays buffers out back to back: run once with base 0 to measure, once with
+// the arena's base to bind.
+struct Layout {
+  uintptr_t base = 0;
+  size_t used = 0;
+  void* take(size_t bytes) {
+    void* p = reinterpret_cast<void*>(base + used);
+    used += align_up(bytes);
+    return p;
+  }
+  template <class T>
+  T* take_n(size_t n) {
+    return static_cast<T*>(take(n * sizeof(T)));
+  }
+};
+
+}  // namespace
+
+struct CudaBackend::Impl {
+  const ModelWeights& w;
+  const ModelConfig& c;
+  Options opt;
+  cuda::DeviceInfo info;
+  int64_t kv_ctx = 0;
+
+  cuda::DeviceArena weights_arena, kv_arena, act_arena;
+  // Made after cudaSetDevice (a member Stream would be created before it).
+  std::unique_ptr<cuda::Stream> stream_owner;
+  cudaStream_t stream = nullptr;
+
+  DevMat token_embd, output;
+  const float* output_norm = nullptr;
+  std::vector<DevLayer> layers;
+
+  // Activations, sized for opt.max_batch tokens.
+  int B = 1;
+  float *qkv = nullptr;  // decode: q|k|v of one token
+  float *h = nullptr, *x = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *att = nullptr;
+  float *router_logits = nullptr, *route_w = nullptr, *ffg = nullptr, *ffu = nullptr;
+  float *exp_gate = nullptr, *exp_up = nullptr, *exp_y = nullptr, *logits = nullptr;
+  uint32_t* router_counter = nullptr;
+  int32_t *tok = nullptr, *pos = nullptr, *route_ids = nullptr, *step_in = nullptr, *groups = nullptr;
+  cuda::Q8Act xq8, attq8, ffq8, expq8;
+  void* attn_scratch = nullptr;
+  void* exp_scratch = nullptr;
+  size_t exp_scratch_bytes = 0;
+  cuda::PinnedBuffer host_in, host_logits;
+
+  CudaBackend::RouteObserver route_observer;
+  std::vector<int32_t> route_host;
+
+  cudaGraphExec_t graph = nullptr;
+  int graph_kv = 0;  // the max_kv_len the graph was captured with
+  int captures = 0;
+
+  Impl(const ModelWeights& weights, Options o) : w(weights), c(weights.cfg), opt(o) {}
+  ~Impl() {
+    if (graph) cudaGraphExecDestroy(graph);
+  }
+
+  // ---------------------------------------------------------------- setup
+  void check_types() const {
+    auto need = [&](const TensorView& t) {
+      if (t && !cuda::matvec_supported(t.type))
+        throw Error("CUDA backend: tensor " + t.name + " is " + type_name(t.type) +
+                    ", which the CUDA kernels do not support; use --backend cpu");
+    };
+    if (!cuda::embed_supported(w.token_embd.type))
+      throw Error(std::string("CUDA backend: token_embd is ") + type_name(w.token_embd.type) +
+                  ", which the CUDA embedding lookup does not support; use --backend cpu");
+    need(w.output);
+    for (const LayerWeights& L : w.layers) {
+      for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down, &L.router}) need(*t);
+      if (c.is_moe())
+        for (DType t : {L.experts.gate_type, L.experts.up_type, L.experts.down_type})
+          if (!cuda::matvec_supported(t))
+            throw Error(std::string("CUDA backend: expert weights of type ") + type_name(t) +
+                        " are not supported by the CUDA kernels; use --backend cpu");
+    }
+    if (c.n_embd % 32 != 0 || (static_cast<int64_t>(c.n_head) * c.head_dim) % 32 != 0)
+      throw Error("CUDA backend: n_embd and n_head*head_dim must be multiples of 32");
+    if (c.is_moe() && c.n_ff_exp % 32 != 0) throw Error("CUDA backend: the expert FFN width must be a multiple of 32");
+    if (!c.is_moe() && c.n_ff % 32 != 0) throw Error("CUDA backend: the FFN width must be a multiple of 32");
+  }
+
+  // Every weight blob once (tied output = token_embd uploaded once): measure,
+  // allocate the arena, copy.
+  void upload_weights() {
+    std::map<const void*, void*> done;
+    // pass 1: measure; pass 2: allocate and copy.
+    size_t total = 0;
+    auto blob_size = [&](const TensorView& t) {
+      if (t && !done.count(t.data)) {
+        done[t.data] = nullptr;
+        total += align_up(t.nbytes);
+      }
+    };
+    blob_size(w.token_embd);
+    blob_size(w.output_norm);
+    blob_size(w.output);
+    for (const LayerWeights& L : w.layers) {
+      if (fusable_qkv(L)) {
+        total += align_up(L.wq.nbytes + L.wk.nbytes + L.wv.nbytes);
+        done[L.wq.data] = done[L.wk.data] = done[L.wv.data] = nullptr;
+      }
+      for (const TensorView* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm,
+                                  &L.ffn_norm, &L.ffn_gate, &L.ffn_up, &L.ffn_down, &L.router})
+        blob_size(*t);
+      if (c.is_moe()) {
+        const ExpertWeights& e = L.experts;
+        total += align_up(e.gate_bytes() * e.n_expert) + align_up(e.up_bytes() * e.n_expert) +
+                 align_up(e.down_bytes() * e.n_expert);
+      }
+    }
+    done.clear();
+    weights_arena = cuda::DeviceArena("weights", total);
+
+    auto put = [&](const TensorView& t) -> const void* {
+      if (!t) return nullptr;
+      auto it = done.find(t.data);
+      if (it != done.end()) return it->second;
+      void* d = weights_arena.alloc(t.nbytes, kAlign);
+      MS_CUDA_CHECK(cudaMemcpy(d, t.data, t.nbytes, cudaMemcpyHostToDevice));
+      done[t.data] = d;
+      return d;
+    };
+    auto mat = [&](const TensorView& t) {
+      DevMat m;
+      if (!t) return m;
+      m.type = t.type;
+      m.rows = t.rows;
+      m.cols = t.cols;
+      m.data = put(t);
+      return m;
+    };
+    auto vec = [&](const TensorView& t) { return static_cast<const float*>(put(t)); };
+    // Experts e = 0..n-1 of one matrix kind, back to back `bytes` apart (one
+    // copy when the file already has them so).
+    auto experts = [&](const std::vector<const uint8_t*>& src, uint64_t bytes) -> const void* {
+      const size_t n = src.size();
+      auto* d = static_cast<uint8_t*>(weights_arena.alloc(bytes * n, kAlign));
+      bool contiguous = true;
+      for (size_t e = 1; e < n && contiguous; ++e) contiguous = src[e] == src[0] + e * bytes;
+      if (contiguous) {
+        MS_CUDA_CHECK(cudaMemcpy(d, src[0], bytes * n, cudaMemcpyHostToDevice));
+      } else {
+        for (size_t e = 0; e < n; ++e)
+          MS_CUDA_CHECK(cudaMemcpy(d + e * bytes, src[e], bytes, cudaMemcpyHostToDevice));
+      }
+      return d;
+    };
+
+    token_embd = mat(w.token_embd);
+    output_norm = vec(w.output_norm);
+    output = mat(w.output);
+    layers.resize(w.layers.size());
+    for (size_t il = 0; il < w.layers.size(); ++il) {
+      const LayerWeights& L = w.layers[il];
+      DevLayer& D = layers[il];
+      if (fusable_qkv(L)) {
+        auto* d = static_cast<uint8_t*>(weights_arena.alloc(L.wq.nbytes + L.wk.nbytes + L.wv.nbytes, kAlign));
+        MS_CUDA_CHECK(cudaMemcpy(d, L.wq.data, L.wq.nbytes, cudaMemcpyHostToDevice));
+        MS_CUDA_CHECK(cudaMemcpy(d + L.wq.nbytes, L.wk.data, L.wk.nbytes, cudaMemcpyHostToDevice));
+        MS_CUDA_CHECK(cudaMemcpy(d + L.wq.nbytes + L.wk.nbytes, L.wv.data, L.wv.nbytes, cudaMemcpyHostToDevice));
+        done[L.wq.data] = d;
+        done[L.wk.data] = d + L.wq.nbytes;
+        done[L.wv.data] = d + L.wq.nbytes + L.wk.nbytes;
+        D.wqkv = DevMat{L.wq.type, d, L.wq.rows + L.wk.rows + L.wv.rows, L.wq.cols};
+      }
+      D.attn_norm = vec(L.attn_norm);
+      D.wq = mat(L.wq);
+      D.wk = mat(L.wk);
+      D.wv = mat(L.wv);
+      D.wo = mat(L.wo);
+      D.bq = vec(L.bq);
+      D.bk = vec(L.bk);
+      D.bv = vec(L.bv);
+      D.q_norm = vec(L.q_norm);
+      D.k_norm = vec(L.k_norm);
+      D.ffn_norm = vec(L.ffn_norm);
+      D.ffn_gate = mat(L.ffn_gate);
+      D.ffn_up = mat(L.ffn_up);
+      D.ffn_down = mat(L.ffn_down);
+      D.router = mat(L.router);
+      if (c.is_moe()) {
+        const ExpertWeights& e = L.experts;
+        cuda::ExpertWeights& x = D.experts;
+        x.n_expert = e.n_expert;
+        x.gate.type = e.gate_type;
+        x.gate.rows = e.n_ff;
+        x.gate.cols = e.n_embd;
+        x.gate.base = experts(e.gate_, e.gate_bytes());
+        x.gate.stride = static_cast<int64_t>(e.gate_bytes());
+        x.up.type = e.up_type;
+        x.up.rows = e.n_ff;
+        x.up.cols = e.n_embd;
+        x.up.base = experts(e.up_, e.up_bytes());
+        x.up.stride = static_cast<int64_t>(e.up_bytes());
+        x.down.type = e.down_type;
+        x.down.rows = e.n_embd;
+        x.down.cols = e.n_ff;
+        x.down.base = experts(e.down_, e.down_bytes());
+        x.down.stride = static_cast<int64_t>(e.down_bytes());
+      }
+    }
+  }
+
+  void allocate_kv() {
+    const size_t per_layer = 2ull * c.n_head_kv * static_cast<size_t>(kv_ctx) * c.head_dim;  // halves
+    kv_arena = cuda::DeviceArena("KV cache", align_up(per_layer * sizeof(uint16_t)) * c.n_layer);
+    for (DevLayer& D : layers) {
+      D.kc = kv_arena.alloc_n<uint16_t>(per_layer);
+      D.vc = D.kc + per_layer / 2;
+    }
+    MS_CUDA_CHECK(cudaMemset(kv_arena.base(), 0, kv_arena.capacity()));
+  }
+
+  cuda::AttentionShape attn_shape() const {
+    return {c.n_head, c.n_head_kv, c.head_dim, kv_ctx, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  }
+
+  void layout_activations(Layout& L) {
+    const size_t b = static_cast<size_t>(B), D = static_cast<size_t>(c.n_embd);
+    const size_t qd = static_cast<size_t>(c.n_head) * c.head_dim, kvd = static_cast<size_t>(c.n_head_kv) * c.head_dim;
+    h = L.take_n<float>(b * D);
+    x = L.take_n<float>(b * D);
+    q = L.take_n<float>(b * qd);
+    k = L.take_n<float>(b * kvd);
+    v = L.take_n<float>(b * kvd);
+    att = L.take_n<float>(b * qd);
+    qkv = L.take_n<float>(qd + 2 * kvd);
+    tok = L.take_n<int32_t>(b);
+    pos = L.take_n<int32_t>(b);
+    step_in = L.take_n<int32_t>(4);
+    router_counter = L.take_n<uint32_t>(1);
+    logits = L.take_n<float>(static_cast<size_t>(kLogitRows) * c.n_vocab);
+    xq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(c.n_embd, B)), c.n_embd, B);
+    attq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(static_cast<int64_t>(qd), B)), static_cast<int64_t>(qd), B);
+    attn_scratch = L.take(cuda::attention_decode_scratch_bytes(attn_shape(), static_cast<int>(kv_ctx)));
+    if (c.is_moe()) {
+      const size_t E = static_cast<size_t>(c.n_expert), K = static_cast<size_t>(c.n_expert_used);
+      const size_t F = static_cast<size_t>(c.n_ff_exp), pairs = b * K;
+      router_logits = L.take_n<float>(b * E);
+      route_w = L.take_n<float>(b * K);
+      route_ids = L.take_n<int32_t>(b * K);
+      groups = L.take_n<int32_t>(1 + 3 * pairs + 1);
+      if (B >= opt.gemm_min_batch && opt.grouped_matmul_experts) {
+        exp_gate = L.take_n<float>(pairs * F);
+        exp_up = L.take_n<float>(pairs * F);
+        exp_y = L.take_n<float>(pairs * D);
+        expq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(c.n_ff_exp, static_cast<int64_t>(pairs))), c.n_ff_exp,
+                                 static_cast<int64_t>(pairs));
+      }
+      // expert_ffn runs every batch (it groups by expert itself) unless the
+      // grouped matmul path takes the large ones.
+      const int largest = opt.grouped_matmul_experts ? std::min(B, std::max(1, opt.gemm_min_batch - 1)) : B;
+      exp_scratch_bytes = cuda::expert_ffn_scratch_bytes(layers[0].experts, largest, c.n_expert_used);
+      exp_scratch = L.take(exp_scratch_bytes);
+    } else {
+      const size_t F = static_cast<size_t>(c.n_ff);
+      ffg = L.take_n<float>(b * F);
+      ffu = L.take_n<float>(b * F);
+      ffq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(c.n_ff, B)), c.n_ff, B);
+    }
+  }
+
+  void allocate_activations() {
+    Layout measure;
+    layout_activations(measure);
+    act_arena = cuda::DeviceArena("activations", measure.used);
+    Layout bind;
+    bind.base = reinterpret_cast<uintptr_t>(act_arena.alloc(measure.used, kAlign));
+    layout_activations(bind);
+    MS_CUDA_CHECK(cudaMemset(act_arena.base(), 0, act_arena.capacity()));  // router_counter starts at 0
+    host_in = cuda::PinnedBuffer(sizeof(int32_t) * 2 * static_cast<size_t>(B) + 64);
+    host_logits = cuda::PinnedBuffer(sizeof(float) * kLogitRows * static_cast<size_t>(c.n_vocab));
+  }
+
+  // ---------------------------------------------------------------- pieces
+  // y[t] = W x[t] (+ residual) for n tokens: tensor-core matmul for batches,
+  // the fused-dequant matvec (Q8 activations) otherwise.
+  void project(const DevMat& m, const float* xf, const cuda::Q8Act* xq, int n, float* y, const float* residual) {
+    cudaStream_t s = stream;
+    if (n >= opt.gemm_min_batch) {
+      cuda::MatvecInput in;
+      in.f32 = xf;
+      if (cuda::matvec_takes_q8(m.type)) in.q8 = *xq;  // the int8 tensor-core path where there is one
+      cuda::MatvecGroups g;
+      g.max_groups = 1;
+      g.per_group = n;
+      cuda::matmul(m.set(), in, g, y, m.rows, residual, s);
+      return;
+    }
+    cuda::MatvecInput in;
+    in.f32 = xf;
+    if (cuda::matvec_takes_q8(m.type)) in.q8 = *xq;
+    cuda::linear(m.type, m.data, m.rows, m.cols, in, n, y, residual, s);
+  }
+
+  // RMSNorm of n rows of the hidden state into x (and xq8).
+  void norm_rows(const float* src, const float* weight, int n) {
+    if (n == 1 && opt.fused_decode && cuda::rmsnorm_row_supported(c.n_embd))
+      cuda::rmsnorm_row_q8(src, weight, x, c.n_embd, c.rms_eps, xq8, stream);
+    else
+      cuda::rmsnorm(src, weight, x, n, c.n_embd, c.rms_eps, stream, &xq8);
+  }
+
+  static bool uses_q8(const DevMat& m) { return cuda::matvec_takes_q8(m.type); }
+
+  // positions: device [n]; decode: kv_len device and max_kv_len for the
+  // split-K launch; prefill: pos0 on the host.
+  void attention_block(int il, int n, const int32_t* positions, bool decode, int max_kv_len, const int32_t* kv_len,
+                       int pos0) {
+    cudaStream_t s = stream;
+    const DevLayer& L = layers[static_cast<size_t>(il)];
+    const int64_t hd = c.head_dim;
+    const int64_t qd = c.n_head * hd, kvd = c.n_head_kv * hd;
+    norm_rows(h, L.attn_norm, n);
+    // One token with stacked Wq|Wk|Wv: one launch, and q, k adjacent so one
+    // rope launch turns both.
+    const bool one_qkv = n == 1 && L.wqkv;
+    float* qp = one_qkv ? qkv : q;
+    float* kp = one_qkv ? qkv + qd : k;
+    float* vp = one_qkv ? qkv + qd + kvd : v;
+    if (one_qkv) {
+      project(L.wqkv, x, &xq8, 1, qkv, nullptr);
+    } else {
+      project(L.wq, x, &xq8, n, q, nullptr);
+      project(L.wk, x, &xq8, n, k, nullptr);
+      project(L.wv, x, &xq8, n, v, nullptr);
+    }
+    if (one_qkv && !L.bq && opt.fused_decode) {
+      cuda::decode_qk_prologue(qkv, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps, c.n_rot,
+                               positions, c.rope_base, c.rope_freq_scale, to_cuda(c.arch->rope_mode), L.kc, L.vc,
+                               kv_ctx, s);
+    } else {
+      prologue(L, n, qp, kp, vp, positions, one_qkv);
+    }
+    const cuda::AttentionShape shape = attn_shape();
+    if (decode)
+      cuda::attention_decode(shape, qp, L.kc, L.vc, max_kv_len, kv_len, att, attn_scratch, s);
+    else
+      cuda::attention_prefill(shape, qp, L.kc, L.vc, n, pos0, att, s);
+    if (uses_q8(L.wo)) cuda::quantize_q8act(att, qd, n, attq8, s);
+    project(L.wo, att, &attq8, n, h, h);
+  }
+
+  // Biases, q/k norms, rope and the cache append as separate launches.
+  void prologue(const DevLayer& L, int n, float* qp, float* kp, float* vp, const int32_t* positions, bool one_qkv) {
+    cudaStream_t s = stream;
+    const int64_t hd = c.head_dim;
+    const int64_t qd = c.n_head * hd, kvd = c.n_head_kv * hd;
+    for (int t = 0; t < n && L.bq; ++t) {
+      cuda::add(qp + t * qd, L.bq, qp + t * qd, qd, s);
+      cuda::add(kp + t * kvd, L.bk, kp + t * kvd, kvd, s);
+      cuda::add(vp + t * kvd, L.bv, vp + t * kvd, kvd, s);
+    }
+    if (L.q_norm) {
+      cuda::rmsnorm(qp, L.q_norm, qp, static_cast<int64_t>(n) * c.n_head, hd, c.rms_eps, s);
+      cuda::rmsnorm(kp, L.k_norm, kp, static_cast<int64_t>(n) * c.n_head_kv, hd, c.rms_eps, s);
+    }
+    const cuda::RopeMode rm = to_cuda(c.arch->rope_mode);
+    if (one_qkv) {
+      cuda::rope(qp, 1, c.n_head + c.n_head_kv, c.head_dim, c.n_rot, positions, c.rope_base, c.rope_freq_scale, rm, s);
+    } else {
+      cuda::rope(qp, n, c.n_head, c.head_dim, c.n_rot, positions, c.rope_base, c.rope_freq_scale, rm, s);
+      cuda::rope(kp, n, c.n_head_kv, c.head_dim, c.n_rot, positions, c.rope_base, c.rope_freq_scale, rm, s);
+    }
+    cuda::kv_append(kp, vp, n, c.n_head_kv, c.head_dim, positions, L.kc, L.vc, kv_ctx, s);
+  }
+
+  void ffn_block(int il, int n) {
+    cudaStream_t s = stream;
+    const DevLayer& L = layers[static_cast<size_t>(il)];
+    const int64_t D = c.n_embd;
+    norm_rows(h, L.ffn_norm, n);
+    if (!c.is_moe()) {
+      const int64_t F = c.n_ff;
+      if (n >= opt.gemm_min_batch) {
+        project(L.ffn_gate, x, &xq8, n, ffg, nullptr);
+        project(L.ffn_up, x, &xq8, n, ffu, nullptr);
+        cuda::silu_mul(ffg, ffu, ffg, static_cast<int64_t>(n) * F, s);
+      } else {
+        cuda::MatvecInput in;
+        in.f32 = x;
+        if (cuda::matvec_takes_q8(L.ffn_gate.type)) in.q8 = xq8;
+        cuda::MatvecGroups g;
+        g.per_group = n;
+        cuda::matvec_glu(L.ffn_gate.set(), L.ffn_up.set(), in, g, ffg, F, s);
+      }
+      if (uses_q8(L.ffn_down)) cuda::quantize_q8act(ffg, F, n, ffq8, s);
+      project(L.ffn_down, ffg, &ffq8, n, h, h);
+      return;
+    }
+    const int E = c.n_expert, K = c.n_expert_used;
+    if (n == 1 && opt.fused_decode && cuda::router_decode_supported(L.router.type, E, D, K)) {
+      cuda::router_decode_f32(static_cast<const float*>(L.router.data), x, E, D, K, to_cuda(c.arch->router_mode),
+                              c.router_renorm, router_logits, route_ids, route_w, router_counter, s);
+    } else {  // router: always the exact matvec (f32 weights, no f16 rounding), so batch and decode choose alike
+      cuda::MatvecInput in;
+      in.f32 = x;
+      if (cuda::matvec_takes_q8(L.router.type)) in.q8 = xq8;
+      cuda::linear(L.router.type, L.router.data, L.router.rows, L.router.cols, in, n, router_logits, nullptr, s);
+      cuda::router_topk(router_logits, n, E, K, to_cuda(c.arch->router_mode), c.router_renorm, route_ids, route_w, s);
+    }
+    if (route_observer) {
+      route_host.resize(static_cast<size_t>(n) * K);
+      MS_CUDA_CHECK(cudaMemcpyAsync(route_host.data(), route_ids, sizeof(int32_t) * n * K, cudaMemcpyDeviceToHost, s));
+      MS_CUDA_CHECK(cudaStreamSynchronize(s));
+      route_observer(il, n, K, route_host.data());
+    }
+    if (n < opt.gemm_min_batch || !opt.grouped_matmul_experts) {
+      cuda::expert_ffn(L.experts, x, &xq8, n, K, route_ids, route_w, h, h, exp_scratch, exp_scratch_bytes, s);
+      return;
+    }
+    // Batch: (token, slot) pairs grouped by expert, then each expert's
+    // gate/up/down once over its tokens on tensor cores.
+    const int pairs = n * K;
+    const int64_t F = c.n_ff_exp;
+    int32_t* n_groups = groups;
+    int32_t* group_expert = groups + 1;
+    int32_t* offsets = group_expert + pairs;
+    int32_t* list = offsets + pairs + 1;
+    cuda::moe_group_by_expert(route_ids, pairs, E, n_groups, group_expert, offsets, list, s);
+    cuda::MatvecGroups g;
+    g.max_groups = std::min(pairs, E);
+    g.per_group = n;
+    g.x_div = K;
+    g.n_expert = E;
+    g.n_groups = n_groups;
+    g.expert = group_expert;
+    g.offsets = offsets;
+    g.list = list;
+    cuda::MatvecInput in;
+    in.f32 = x;
+    if (cuda::matvec_takes_q8(L.experts.gate.type)) in.q8 = xq8;
+    cuda::matmul(L.experts.gate, in, g, exp_gate, F, nullptr, s);
+    cuda::matmul(L.experts.up, in, g, exp_up, F, nullptr, s);
+    cuda::silu_mul(exp_gate, exp_up, exp_gate, static_cast<int64_t>(pairs) * F, s);
+    cuda::MatvecInput hin;
+    hin.f32 = exp_gate;
+    if (cuda::matvec_takes_q8(L.experts.down.type)) {
+      cuda::quantize_q8act(exp_gate, F, pairs, expq8, s);
+      hin.q8 = expq8;
+    }
+    g.x_div = 1;
+    cuda::matmul(L.experts.down, hin, g, exp_y, D, nullptr, s);
+    cuda::moe_combine(exp_y, route_w, n, K, D, h, h, s);
+  }
+
+  // logits[0..m) of hidden rows first..first+m-1 (m <= kLogitRows).
+  void head(int first, int m) {
+    cudaStream_t s = stream;
+    const int64_t D = c.n_embd;
+    norm_rows(h + first * D, output_norm, m);
+    cuda::MatvecInput in;
+    in.f32 = x;
+    if (cuda::matvec_takes_q8(output.type)) in.q8 = xq8;
+    cuda::linear(output.type, output.data, output.rows, output.cols, in, m, logits, nullptr, s);
+  }
+
+  // One decode step, all on the device: token, position and attention length
+  // come from step_in = {token, pos, kv_len}.
+  void enqueue_decode(int max_kv_len) {
+    cuda::embed_rows(token_embd.type, token_embd.data, c.n_vocab, c.n_embd, step_in, 1, h, stream);
+    for (int il = 0; il < c.n_layer; ++il) {
+      attention_block(il, 1, step_in + 1, true, max_kv_len, step_in + 2, 0);
+      ffn_block(il, 1);
+    }
+    head(0, 1);
+  }
+
+  void capture(int max_kv_len) {
+    if (graph) {
+      MS_CUDA_CHECK(cudaGraphExecDestroy(graph));
+      graph = nullptr;
+    }
+    cudaGraph_t g = nullptr;
+    MS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    try {
+      enqueue_decode(max_kv_len);
+    } catch (...) {
+      cudaStreamEndCapture(stream, &g);
+      if (g) cudaGraphDestroy(g);
+      throw;
+    }
+    MS_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+    const cudaError_t err = cudaGraphInstantiate(&graph, g, 0);
+    cudaGraphDestroy(g);
+    MS_CUDA_CHECK(err);
+    graph_kv = max_kv_len;
+    ++captures;
+  }
+
+  void copy_logits(float* dst, int m) {
+    const size_t bytes = sizeof(float) * static_cast<size_t>(m) * c.n_vocab;
+    MS_CUDA_CHECK(cudaMemcpyAsync(host_logits.get(), logits, bytes, cudaMemcpyDeviceToHost, stream));
+    MS_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::memcpy(dst, host_logits.get(), bytes);
+  }
+
+  void decode(int32_t token, int64_t p, float* out) {
+    auto* in = host_in.as<int32_t>();
+    in[0] = token;
+    in[1] = static_cast<int32_t>(p);
+    in[2] = static_cast<int32_t>(p + 1);
+    in[3] = 0;
+    MS_CUDA_CHECK(cudaMemcpyAsync(step_in, in, 4 * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+    const int max_kv = static_cast<int>(std::min<int64_t>(kv_ctx, (p + kGraphKvStep) / kGraphKvStep * kGraphKvStep));
+    const bool use_graph = opt.use_graph && !route_observer;
+    if (use_graph && (!graph || graph_kv != max_kv)) {
+      try {
+        capture(max_kv);
+      } catch (const Error& e) {
+        // A launcher that cannot be captured: run the step directly from now on.
+        cudaGetLastError();
+        opt.use_graph = false;
+        std::fprintf(stderr, "moestream: CUDA graph capture failed (%s); decoding without graphs\n", e.what());
+      }
+    }
+    if (use_graph && opt.use_graph) {
+      MS_CUDA_CHECK(cudaGraphLaunch(graph, stream));
+    } else {
+      enqueue_decode(max_kv);
+    }
+    copy_logits(out, 1);
+  }
+
+  // n <= B tokens at positions pos0..; logits of the last token (out) or of
+  // every token (all).
+  void prefill(const int32_t* tokens, int n, int64_t pos0, float* out, bool all) {
+    auto* in = host_in.as<int32_t>();
+    std::memcpy(in, tokens, sizeof(int32_t) * n);
+    for (int t = 0; t < n; ++t) in[B + t] = static_cast<int32_t>(pos0 + t);
+    MS_CUDA_CHECK(cudaMemcpyAsync(tok, in, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream));
+    MS_CUDA_CHECK(cudaMemcpyAsync(pos, in + B, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream));
+    cuda::embed_rows(token_embd.type, token_embd.data, c.n_vocab, c.n_embd, tok, n, h, stream);
+    for (int il = 0; il < c.n_layer; ++il) {
+      attention_block(il, n, pos, false, 0, nullptr, static_cast<int>(pos0));
+      ffn_block(il, n);
+    }
+    if (!out) {
+      // The inputs in pinned memory must stay put until the copies ran.
+      MS_CUDA_CHECK(cudaStreamSynchronize(stream));
+      return;
+    }
+    if (!all) {
+      head(n - 1, 1);
+      copy_logits(out, 1);
+      return;
+    }
+    for (int t = 0; t < n; t += kLogitRows) {
+      const int m = std::min(kLogitRows, n - t);
+      head(t, m);
+      copy_logits(out + static_cast<int64_t>(t) * c.n_vocab, m);
+    }
+  }
+};
+
+CudaBackend::CudaBackend(const ModelWeights& w, Options opt) : impl_(std::make_unique<Impl>(w, opt)) {
+  Impl& m = *impl_;
+  std::string why;
+  const int n_dev = cuda::device_count(&why);
+  if (n_dev == 0) throw Error("CUDA backend: no usable CUDA device (" + why + "); use --backend cpu");
+  if (opt.device < 0 || opt.device >= n_dev)
+    throw Error("CUDA backend: device " + std::to_string(opt.device) + " does not exist (" + std::to_string(n_dev) +
+                " found)");
+  MS_CUDA_CHECK(cudaSetDevice(opt.device));
+  m.info = cuda::device_info(opt.device);
+  const ModelConfig& c = w.cfg;
+  m.kv_ctx = opt.ctx > 0 ? opt.ctx : std::min<int64_t>(c.n_ctx_train > 0 ? c.n_ctx_train : 4096, 4096);
+  if (m.kv_ctx > (int64_t{1} << 30)) throw Error("CUDA backend: context too large");
+  m.B = std::max(1, opt.max_batch);
+  m.opt.max_batch = m.B;
+  m.opt.gemm_min_batch = std::max(2, opt.gemm_min_batch);
+  m.check_types();
+  m.stream_owner = std::make_unique<cuda::Stream>();
+  m.stream = m.stream_owner->get();
+  try {
+    m.upload_weights();
+    m.allocate_kv();
+    m.allocate_activations();
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) +
+                "; --backend cuda needs the whole model on the GPU (use --backend cpu, or a smaller --ctx)");
+  }
+  MS_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+CudaBackend::~CudaBackend() = default;
+
+const ModelConfig& CudaBackend::config() const { return impl_->c; }
+void CudaBackend::set_route_observer(RouteObserver obs) { impl_->route_observer = std::move(obs); }
+
+int64_t CudaBackend::ctx_capacity() const { return impl_->kv_ctx; }
+int CudaBackend::graph_captures() const { return impl_->captures; }
+std::string CudaBackend::device_description() const { return cuda::describe(impl_->info); }
+std::string CudaBackend::device_name() const { return impl_->info.name; }
+
+CudaBackend::MemoryUse CudaBackend::memory_use() const {
+  return {impl_->weights_arena.capacity(), impl_->kv_arena.capacity(), impl_->act_arena.capacity()};
+}
+
+KvCache CudaBackend::make_cache(int64_t ctx) const {
+  if (ctx <= 0) throw Error("KV cache: the context must be positive");
+  if (ctx > impl_->kv_ctx)
+    throw Error("CUDA backend: a context of " + std::to_string(ctx) + " tokens does not fit the device KV cache of " +
+                std::to_string(impl_->kv_ctx) + " tokens (set CudaBackend::Options::ctx / --ctx)");
+  // Keys and values live in the device arena; this cache only counts positions.
+  return KvCache(1, 1, 1, ctx);
+}
+
+void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vector<float>& logits, bool all_logits) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.c;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) throw Error("forward: no tokens");
+  if (kv.ctx() > m.kv_ctx)
+    throw Error("CUDA backend: this KV cache holds " + std::to_string(kv.ctx()) + " positions, the device cache " +
+                std::to_string(m.kv_ctx) + "; make it with CudaBackend::make_cache");
+  kv.check_room(n);
+  for (int32_t id : tokens)
+    if (id < 0 || id >= c.n_vocab)
+      throw Error("token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(c.n_vocab) +
+                  " tokens)");
+  const int64_t V = c.n_vocab;
+  logits.resize(static_cast<size_t>((all_logits ? n : 1) * V));
+  MS_CUDA_CHECK(cudaSetDevice(m.opt.device));
+  if (n == 1) {
+    m.decode(tokens[0], kv.n_past(), logits.data());
+    kv.advance(1);
+    return;
+  }
+  for (int64_t done = 0; done < n;) {
+    const int nb = static_cast<int>(std::min<int64_t>(m.B, n - done));
+    const bool last = done + nb == n;
+    float* out = all_logits ? logits.data() + done * V : (last ? logits.data() : nullptr);
+    m.prefill(tokens.data() + done, nb, kv.n_past(), out, all_logits);
+    kv.advance(nb);
+    done += nb;
+  }
+}
+
+}  // namespace ms

@@ -1,0 +1,86 @@
+// The whole forward pass on one GPU: every weight in device memory in its
+// file's quant format, the F16 KV cache on the device, the layer recipe of
+// model/arch.h (the same one CpuBackend runs) built from the kernels of
+// src/cuda.
+//
+//   CudaBackend be(weights, {.ctx = 4096});
+//   KvCache kv = be.make_cache(4096);     // counts positions; K/V live on the GPU
+//   be.forward(kv, prompt_ids, logits);   // prefill: batched (tensor-core matmul, experts grouped)
+//   be.forward(kv, {next}, logits);       // decode: one CUDA graph replay per token
+//
+// Memory: three arenas sized up front (weights, KV cache, activations); a
+// model that does not fit fails at construction with an ms::Error saying how
+// much was asked and how much the GPU has free.
+//
+// Decode never goes back to the host inside the step: the router's top-k,
+// the expert FFN (ids and weights on the device), the attention length and
+// the position are all read from device memory, so one captured graph serves
+// every step; it is re-captured only when the attention launch must grow
+// (every 256 positions). The only host traffic per token is 16 bytes in and
+// the logits out.
+//
+// One device cache per backend: it holds one sequence at a time (the
+// KvCache's n_past says how much of it is valid). CUDA-only: include it only
+// where MOESTREAM_HAVE_CUDA is defined.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "model/weights.h"
+
+namespace ms {
+
+class CudaBackend : public Backend {
+ public:
+  struct Options {
+    int device = 0;
+    int64_t ctx = 0;             // device KV capacity in tokens (0: min(model context, 4096))
+    int max_batch = 512;         // prompt tokens per internal batch (longer inputs are split)
+    int gemm_min_batch = 16;     // batches of at least this many tokens use the tensor-core matmul
+    bool use_graph = true;       // replay decode steps from a captured CUDA graph
+    bool fused_decode = true;    // decode: q/k norm + rope + cache append in one launch (decode_fused.h)
+    // Batches: routed experts through cuda::expert_ffn (false: the default), or
+    // grouped by expert here and run as three matmul launches (true).
+    bool grouped_matmul_experts = false;
+  };
+  struct MemoryUse {
+    uint64_t weights = 0, kv = 0, activations = 0;
+  };
+
+  explicit CudaBackend(const ModelWeights& w) : CudaBackend(w, Options{}) {}
+  CudaBackend(const ModelWeights& w, Options opt);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  void forward(KvCache& kv, std::span<const int32_t> tokens, std::vector<float>& logits,
+               bool all_logits = false) override;
+  // ctx must be at most the device capacity (Options::ctx); throws otherwise.
+  KvCache make_cache(int64_t ctx) const override;
+  const ModelConfig& config() const override;
+  std::string name() const override { return "cuda"; }
+
+  // Called once per MoE layer and forward batch with the router's choice,
+  // ids [n_tokens][k] (host memory, valid during the call), e.g. for
+  // `logits --routes`. While one is set, decode steps run without the graph
+  // (the ids are copied back after every router). Null disables it.
+  using RouteObserver = std::function<void(int layer, int n_tokens, int k, const int32_t* ids)>;
+  void set_route_observer(RouteObserver obs);
+
+  int64_t ctx_capacity() const;
+  MemoryUse memory_use() const;
+  std::string device_description() const;  // cuda::describe() of the device
+  std::string device_name() const;         // "NVIDIA H100 80GB HBM3"
+  int graph_captures() const;              // how often the decode graph was (re)captured
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ms

@@ -1,0 +1,250 @@
+// Fused decode kernels (see decode_fused.h). Each mirrors the separate ops of
+// ops.h element for element (same formulas, same rounding), so the fused and
+// unfused steps agree to float reassociation.
+#include <cuda_fp16.h>
+
+#include <cfloat>
+#include <cmath>
+#include <string>
+
+#include "cuda/backend/decode_fused.h"
+#include "cuda/common.cuh"
+#include "cuda/device.h"
+#include "util/error.h"
+
+namespace ms::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kMaxHeadDim = 256;
+
+// One block per head: q heads, then k heads, then v heads.
+__global__ void __launch_bounds__(kThreads) qk_prologue_kernel(float* qkv, int n_head, int n_kv, int hd,
+                                                               const float* __restrict__ q_norm,
+                                                               const float* __restrict__ k_norm, float eps, int n_rot,
+                                                               const int32_t* __restrict__ position, double log2_base,
+                                                               float freq_scale, bool neox, __half* k_cache,
+                                                               __half* v_cache, int64_t ctx) {
+  __shared__ float buf[kMaxHeadDim];
+  __shared__ float scratch[32];
+  const int b = blockIdx.x;
+  const int pos = __ldg(position);
+  const bool pos_ok = pos >= 0 && pos < ctx;
+  float* row = qkv + static_cast<int64_t>(b) * hd;
+  if (b >= n_head + n_kv) {  // v head: cache only
+    const int j = b - n_head - n_kv;
+    if (!pos_ok) return;
+    for (int d = threadIdx.x; d < hd; d += kThreads)
+      v_cache[(static_cast<int64_t>(j) * ctx + pos) * hd + d] = __float2half_rn(row[d]);
+    return;
+  }
+  const bool is_q = b < n_head;
+  const float* w = is_q ? q_norm : k_norm;
+  float ss = 0.f;
+  for (int d = threadIdx.x; d < hd; d += kThreads) {
+    const float v = row[d];
+    buf[d] = v;
+    ss += v * v;
+  }
+  if (w != nullptr) {
+    ss = dev::block_sum(ss, scratch);  // synchronises: buf is complete
+    const float inv = rsqrtf(ss / static_cast<float>(hd) + eps);
+    for (int d = threadIdx.x; d < hd; d += kThreads) buf[d] = buf[d] * inv * w[d];
+  }
+  __syncthreads();
+  const int half = n_rot / 2;
+  for (int i = threadIdx.x; i < half; i += kThreads) {
+    // As rope(): the angle and its sine/cosine in double.
+    const double inv_freq = exp2(-2.0 * i / n_rot * log2_base);
+    const double theta = static_cast<double>(pos) * freq_scale * inv_freq;
+    double sd, cd;
+    sincos(theta, &sd, &cd);
+    const float s = static_cast<float>(sd), c = static_cast<float>(cd);
+    const int a = neox ? i : 2 * i, bb = neox ? i + half : 2 * i + 1;
+    const float x0 = buf[a], x1 = buf[bb];
+    buf[a] = x0 * c - x1 * s;
+    buf[bb] = x0 * s + x1 * c;
+  }
+  __syncthreads();
+  const int j = b - n_head;
+  for (int d = threadIdx.x; d < hd; d += kThreads) {
+    row[d] = buf[d];
+    if (!is_q && pos_ok) k_cache[(static_cast<int64_t>(j) * ctx + pos) * hd + d] = __float2half_rn(buf[d]);
+  }
+}
+
+constexpr int kRowThreads = 1024;
+
+// Element i = c*1024 + tid: warp w of chunk c holds exactly Q8 block
+// (c*1024 + w*32)/32, so the quantization is one warp reduction per block.
+template <int PER>
+__global__ void __launch_bounds__(kRowThreads) rmsnorm_row_q8_kernel(const float* x, const float* __restrict__ w,
+                                                                     float* out, int n, float eps, int8_t* q,
+                                                                     float2* ds) {
+  __shared__ float scratch[32];
+  float v[PER];
+  float ss = 0.f;
+#pragma unroll
+  for (int c = 0; c < PER; ++c) {
+    const int i = c * kRowThreads + threadIdx.x;
+    v[c] = i < n ? x[i] : 0.f;
+    ss += v[c] * v[c];
+  }
+  ss = dev::block_sum(ss, scratch);
+  const float inv = rsqrtf(ss / static_cast<float>(n) + eps);
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int c = 0; c < PER; ++c) {
+    const int i = c * kRowThreads + threadIdx.x;
+    if (i >= n) break;  // n % 32 == 0: whole warps leave together
+    const float y = v[c] * inv * (w ? w[i] : 1.f);
+    const float amax = dev::warp_max(fabsf(y));
+    const float d = amax / 127.f;
+    const int qi = amax > 0.f ? __float2int_rn(y / d) : 0;
+    const float sum = dev::warp_sum(static_cast<float>(qi));
+    if (out) out[i] = y;
+    q[i] = static_cast<int8_t>(qi);
+    if (lane == 0) ds[i / 32] = make_float2(d, d * sum);
+  }
+}
+
+// One warp (and block) per expert row: 128 blocks for Qwen3-MoE's router, so
+// the 1 MB of f32 weights is read by as many SMs (8 rows per block left 16
+// blocks and made the launch slower than matvec + top-k).
+constexpr int kRouterWarps = 1;
+constexpr int kMaxExperts = 1024;
+
+__global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(
+    const float* __restrict__ W, const float* __restrict__ x, int n_expert, int n, int k, bool softmax_first,
+    bool renorm, float* logits, int32_t* __restrict__ ids, float* __restrict__ weights, unsigned int* counter) {
+  __shared__ float v[kMaxExperts];
+  __shared__ bool last;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = blockIdx.x * kRouterWarps + warp;
+  if (r < n_expert) {
+    const float4* wr = reinterpret_cast<const float4*>(W + static_cast<int64_t>(r) * n);
+    const float4* xv = reinterpret_cast<const float4*>(x);
+    float acc = 0.f;
+#pragma unroll 4
+    for (int i = lane; i < n / 4; i += 32) {
+      const float4 a = __ldg(wr + i), b = xv[i];
+      acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+    }
+    acc = dev::warp_sum(acc);
+    if (lane == 0) logits[r] = acc;
+  }
+  __threadfence();  // this block's logits visible before it counts itself done
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last || warp != 0) return;
+  __threadfence();
+  if (lane == 0) *counter = 0u;  // every other block has counted: safe to reset for the next call
+
+  // As router_topk's warp (ops_router.cu): k rounds of arg-max, ties to the lower index.
+  float mx = -FLT_MAX;
+  for (int e = lane; e < n_expert; e += 32) {
+    v[e] = __ldcg(logits + e);
+    mx = fmaxf(mx, v[e]);
+  }
+  mx = dev::warp_max(mx);
+  float total = 1.f;
+  if (softmax_first) {
+    float s = 0.f;
+    for (int e = lane; e < n_expert; e += 32) {
+      v[e] = __expf(v[e] - mx);
+      s += v[e];
+    }
+    total = dev::warp_sum(s);
+  }
+  __syncwarp();
+  float picked_sum = 0.f, first = 0.f, my_w = 0.f;
+  int my_id = 0;
+  for (int j = 0; j < k; ++j) {
+    float best = -FLT_MAX;
+    int best_e = 0x7fffffff;
+    for (int e = lane; e < n_expert; e += 32) {
+      const float xv = v[e];
+      if (xv > best) { best = xv; best_e = e; }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ob = __shfl_xor_sync(dev::kFullMask, best, o);
+      const int oe = __shfl_xor_sync(dev::kFullMask, best_e, o);
+      if (ob > best || (ob == best && oe < best_e)) { best = ob; best_e = oe; }
+    }
+    float w;
+    if (softmax_first) {
+      w = best / total;
+    } else {
+      if (j == 0) first = best;
+      w = __expf(best - first);
+    }
+    picked_sum += w;
+    if (lane == j) { my_w = w; my_id = best_e; }
+    __syncwarp();
+    if (lane == 0) v[best_e] = -FLT_MAX;
+    __syncwarp();
+  }
+  if (lane < k) {
+    const bool norm = softmax_first ? renorm : true;
+    ids[lane] = my_id;
+    weights[lane] = norm ? my_w / picked_sum : my_w;
+  }
+}
+
+}  // namespace
+
+bool router_decode_supported(DType w_type, int n_expert, int64_t n, int k) {
+  return w_type == DType::F32 && n_expert > 0 && n_expert <= kMaxExperts && k > 0 && k <= 32 && k <= n_expert &&
+         n > 0 && n % 4 == 0;
+}
+
+void router_decode_f32(const float* w, const float* x, int n_expert, int64_t n, int k, RouterMode mode, bool renorm,
+                       float* logits, int32_t* ids, float* weights, uint32_t* counter, cudaStream_t stream) {
+  if (!router_decode_supported(DType::F32, n_expert, n, k))
+    throw Error("router_decode_f32: need 0 < k <= 32, k <= n_expert <= 1024 and n a multiple of 4");
+  const unsigned grid = static_cast<unsigned>((n_expert + kRouterWarps - 1) / kRouterWarps);
+  router_decode_kernel<<<grid, kRouterWarps * 32, 0, stream>>>(w, x, n_expert, static_cast<int>(n), k,
+                                                               mode == RouterMode::SoftmaxTopK, renorm, logits, ids,
+                                                               weights, counter);
+  MS_CUDA_CHECK_LAUNCH();
+}
+
+bool rmsnorm_row_supported(int64_t n) { return n > 0 && n % 32 == 0 && n <= 8 * kRowThreads; }
+
+void rmsnorm_row_q8(const float* x, const float* w, float* out, int64_t n, float eps, const Q8Act& q8,
+                    cudaStream_t stream) {
+  if (!rmsnorm_row_supported(n))
+    throw Error("rmsnorm_row_q8: n " + std::to_string(n) + " must be a multiple of 32, at most 8192");
+  if (q8.n != n) throw Error("rmsnorm_row_q8: the Q8 activations are laid out for another width");
+  auto* ds = reinterpret_cast<float2*>(q8.ds);
+  const int nn = static_cast<int>(n);
+  const int per = (nn + kRowThreads - 1) / kRowThreads;
+  if (per <= 1)
+    rmsnorm_row_q8_kernel<1><<<1, kRowThreads, 0, stream>>>(x, w, out, nn, eps, q8.q, ds);
+  else if (per <= 2)
+    rmsnorm_row_q8_kernel<2><<<1, kRowThreads, 0, stream>>>(x, w, out, nn, eps, q8.q, ds);
+  else if (per <= 4)
+    rmsnorm_row_q8_kernel<4><<<1, kRowThreads, 0, stream>>>(x, w, out, nn, eps, q8.q, ds);
+  else
+    rmsnorm_row_q8_kernel<8><<<1, kRowThreads, 0, stream>>>(x, w, out, nn, eps, q8.q, ds);
+  MS_CUDA_CHECK_LAUNCH();
+}
+
+void decode_qk_prologue(float* qkv, int n_head, int n_kv, int head_dim, const float* q_norm, const float* k_norm,
+                        float eps, int n_rot, const int32_t* position, float theta_base, float freq_scale,
+                        RopeMode mode, uint16_t* k_cache, uint16_t* v_cache, int64_t ctx, cudaStream_t stream) {
+  if (n_head <= 0 || n_kv <= 0) return;
+  if (head_dim <= 0 || head_dim > kMaxHeadDim)
+    throw Error("decode_qk_prologue: head_dim " + std::to_string(head_dim) + " outside 1.." +
+                std::to_string(kMaxHeadDim));
+  if (n_rot <= 0 || n_rot > head_dim || n_rot % 2 != 0)
+    throw Error("decode_qk_prologue: n_rot " + std::to_string(n_rot) + " must be even and within head_dim");
+  qk_prologue_kernel<<<n_head + 2 * n_kv, kThreads, 0, stream>>>(
+      qkv, n_head, n_kv, head_dim, q_norm, k_norm, eps, n_rot, position, std::log2(static_cast<double>(theta_base)),
+      freq_scale, mode == RopeMode::Neox, reinterpret_cast<__half*>(k_cache), reinterpret_cast<__half*>(v_cache), ctx);
+  MS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ms::cuda
