@@ -362,7 +362,8 @@ int main(int argc, char** argv) {
     // ---------------------------------------------------------- prompt batches
     std::printf("\nPrompt batch, dense: matvec over N vectors (8 per pass, dp4a) vs tensor-core matmul: f16 WMMA "
                 "(f32 activations, weights dequantized element-wise into shared memory) and int8 mma.sync (Q8 "
-                "activations, weights unpacked to int8; the kernel matmul() takes when given x.q8). TFLOPS = "
+                "activations, weights unpacked to int8; the kernel matmul() takes when given x.q8); float weights (BF16, "
+                "F32) take the f32 SIMT kernel in both matmul columns. TFLOPS = "
                 "2*rows*cols*N / time. rel diff: int8 vs matvec, max |a-b| / max |b|.\n\n");
     std::printf("| type | rows x cols | N | matvec us | wmma us | int8 us | matvec TFLOPS | wmma TFLOPS | int8 TFLOPS "
                 "| rel diff |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -373,6 +374,8 @@ int main(int argc, char** argv) {
         {DType::Q5_K, 4096, 2048, {512}},             {DType::Q6_K, 4096, 2048, {512}},
         {DType::Q8_0, 4096, 2048, {512}},             {DType::Q4_0, 4096, 2048, {512}},
         {DType::MXFP4, 4096, 2048, {512}},
+        // float weights: both matmul columns are the f32 SIMT kernel (gemm_float.cu)
+        {DType::BF16, 4096, 2048, {32, 512}},         {DType::F32, 2048, 2048, {512}},
     };
     double q4k_q512_us = 0, q4k_o512_us = 0;  // for the prompt estimate
     for (const PB& pb : pbs) {
@@ -518,6 +521,7 @@ int main(int argc, char** argv) {
       MS_CUDA_CHECK(cudaMemset(kc.get(), 0, kc.size()));
       MS_CUDA_CHECK(cudaMemset(vc.get(), 0, vc.size()));
       MS_CUDA_CHECK(cudaMemset(q.get(), 0, q.size()));
+      MS_CUDA_CHECK(cudaDeviceSynchronize());  // memsets run on the legacy stream, s does not wait for them
       double attn512 = 0;
       for (int len : {128, 512, 4096, 32768}) {
         DeviceBuffer sc(attention_decode_scratch_bytes(as, len));
@@ -534,6 +538,24 @@ int main(int argc, char** argv) {
         attention_prefill(as, pq.as<float>(), kc.as<uint16_t>(), vc.as<uint16_t>(), 512, 0, po.as<float>(), s);
       });
       std::printf("| attention prefill, 512 tokens (simple kernel) | %.1f |\n", pre_us);
+      {  // the f32 cache (--kv-type f32): twice the bytes
+        DeviceBuffer kf(4 * 4 * 32768 * 128), vf(4 * 4 * 32768 * 128);
+        MS_CUDA_CHECK(cudaMemset(kf.get(), 0, kf.size()));
+        MS_CUDA_CHECK(cudaMemset(vf.get(), 0, vf.size()));
+        MS_CUDA_CHECK(cudaDeviceSynchronize());
+        for (int len : {512, 4096, 32768}) {
+          DeviceBuffer sc(attention_decode_scratch_bytes(as, len));
+          const double us = time_us(s, [&](int) {
+            attention_decode(as, q.as<float>(), kf.as<float>(), vf.as<float>(), len, nullptr, ao.as<float>(), sc.get(),
+                             s);
+          });
+          std::printf("| attention decode, f32 cache, 32/4 heads x 128, kv %d | %.1f |\n", len, us);
+        }
+        const double us = time_us(s, [&](int) {
+          attention_prefill(as, pq.as<float>(), kf.as<float>(), vf.as<float>(), 512, 0, po.as<float>(), s);
+        });
+        std::printf("| attention prefill, f32 cache, 512 tokens | %.1f |\n", us);
+      }
 
       // Per-token kernel-time estimate for tg (48 layers), all Q4_K, no launch gaps:
       // per layer 2 rmsnorm + q/k/v/o + attention + router + expert FFN; + output head.

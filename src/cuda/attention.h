@@ -1,6 +1,7 @@
-// Attention with grouped-query heads over an f16 KV cache laid out
-// [n_kv][ctx][head_dim] per layer (see kv_append in ops.h). Query head h uses
-// KV head h / (n_head / n_kv).
+// Attention with grouped-query heads over a KV cache laid out
+// [n_kv][ctx][head_dim] per layer (see kv_append in ops.h), of f16 (raw
+// uint16_t bits) or f32 elements: each launcher has an overload per element
+// type. Query head h uses KV head h / (n_head / n_kv). Arithmetic is f32.
 //
 // CUDA-only header; device pointers; asynchronous, graph-capturable.
 #pragma once
@@ -25,11 +26,15 @@ struct AttentionShape {
 size_t attention_decode_scratch_bytes(const AttentionShape& s, int max_kv_len);
 void attention_decode(const AttentionShape& s, const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
                       int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream);
+void attention_decode(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache,
+                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream);
 
 // Causal prefill: q [n_tokens][n_head][head_dim] for positions pos0 ..
 // pos0+n_tokens-1; the cache already holds positions 0 .. pos0+n_tokens-1.
 // Token i attends to positions 0 .. pos0+i. out [n_tokens][n_head][head_dim].
 void attention_prefill(const AttentionShape& s, const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
+                       int n_tokens, int pos0, float* out, cudaStream_t stream);
+void attention_prefill(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache,
                        int n_tokens, int pos0, float* out, cudaStream_t stream);
 
 }  // namespace ms::cuda

@@ -1,20 +1,25 @@
 // Decode attention, split-K over the KV sequence (flash-decoding).
 //
-// Fast path (head_dim 64, 128 or 256, G = n_head/n_kv in {1,2,4,8,16},
-// G*head_dim <= 2048): block (split, kv head) of 4 warps covers one chunk of
-// the sequence for all G query heads of its KV head (K and V read once for
-// the group). Warps take 32-position tiles in turn; a lane owns one position
-// for the scores (16-byte loads of its K row, q from shared memory) and
-// head_dim/32 dimensions for P*V (coalesced V rows), with an online softmax
-// per warp (exp2 domain). The four warps merge in shared memory and write an
-// unnormalised partial output with its max m and sum l. The number of splits
-// comes from max_kv_len (about two blocks per SM); the chunk length from the
-// device kv_len, so a captured graph stays balanced as the sequence grows.
+// Fast path (head_dim 64, 128 or 256, G = n_head/n_kv in {1,2,4,8,16}):
+// block (split, kv head) of 4 warps covers one chunk of the sequence for all
+// G query heads of its KV head (K and V come from HBM once per group, the
+// other warps hit L1). The warps split the G heads (up to 4 ways, so a lane's
+// serial work per position is G/4 heads) and, for G < 4, the 32-position
+// tiles. A lane owns one position for the scores (16-byte loads of its K row,
+// q from shared memory) and head_dim/32 dims for P*V (coalesced V rows), with
+// an online softmax per warp (exp2 domain). Warps sharing heads merge in
+// shared memory; the block writes an unnormalised partial output with its max
+// m and sum l. The number of splits comes from max_kv_len (up to about 8
+// blocks per SM); the chunk length from the device kv_len, so a captured
+// graph stays balanced as the sequence grows.
 // A second kernel (block per query head) merges the splits:
 //   out = sum_s o_s 2^(m_s-M) / sum_s l_s 2^(m_s-M).
 //
 // Generic path (any even head_dim, any group up to 16): fixed chunks of
 // kSplit positions, a warp per position for the scores, natural-exp domain.
+//
+// Every kernel is templated on the cache's element type T (__half or float,
+// kv_elem.cuh); scores, softmax and sums are f32 either way.
 #include <algorithm>
 #include <cfloat>
 #include <string>
@@ -22,6 +27,7 @@
 #include "cuda/attention.h"
 #include "cuda/common.cuh"
 #include "cuda/device.h"
+#include "cuda/kv_elem.cuh"
 #include "util/error.h"
 
 namespace ms::cuda {
@@ -34,8 +40,9 @@ constexpr int kMaxHeadDim = 256;
 
 __host__ __device__ inline int n_splits(int kv_len) { return (kv_len + kSplit - 1) / kSplit; }
 
+template <class T>
 __global__ void __launch_bounds__(kThreads) attn_decode_split_kernel(
-    const float* __restrict__ q, const __half* __restrict__ kc, const __half* __restrict__ vc, int n_kv, int group,
+    const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc, int n_kv, int group,
     int hd, int64_t ctx, int max_kv_len, const int32_t* __restrict__ kv_len_dev, float scale, int n_split_max,
     float* __restrict__ part_o, float2* __restrict__ part_ml) {
   extern __shared__ float sh[];
@@ -58,17 +65,19 @@ __global__ void __launch_bounds__(kThreads) attn_decode_split_kernel(
   __syncthreads();
 
   // scores
-  const __half* kbase = kc + (static_cast<int64_t>(kvh) * ctx + t0) * hd;
+  using E = dev::KvElem<T>;
+  const T* kbase = kc + (static_cast<int64_t>(kvh) * ctx + t0) * hd;
   for (int p = warp; p < len; p += kThreads / 32) {
-    const __half* kr = kbase + static_cast<int64_t>(p) * hd;
+    const T* kr = kbase + static_cast<int64_t>(p) * hd;
     float acc[kMaxGroup];
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) acc[g] = 0.f;
     for (int d = 2 * lane; d < hd; d += 64) {
-      const float2 kv = __half22float2(*reinterpret_cast<const __half2*>(kr + d));
+      float kv[2];
+      E::template ldg<2>(kr + d, kv);
 #pragma unroll
       for (int g = 0; g < kMaxGroup; ++g)
-        if (g < group) acc[g] += q_s[g * hd + d] * kv.x + q_s[g * hd + d + 1] * kv.y;
+        if (g < group) acc[g] += q_s[g * hd + d] * kv[0] + q_s[g * hd + d + 1] * kv[1];
     }
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) {
@@ -87,7 +96,7 @@ __global__ void __launch_bounds__(kThreads) attn_decode_split_kernel(
     m = dev::warp_max(m);
     float l = 0.f;
     for (int p = lane; p < len; p += 32) {
-      const float e = __expf(sc[g * kSplit + p] - m);
+      const float e = expf(sc[g * kSplit + p] - m);
       sc[g * kSplit + p] = e;
       l += e;
     }
@@ -103,15 +112,16 @@ __global__ void __launch_bounds__(kThreads) attn_decode_split_kernel(
     float ax[kMaxGroup], ay[kMaxGroup];
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) ax[g] = ay[g] = 0.f;
-    const __half* vbase = vc + (static_cast<int64_t>(kvh) * ctx + t0) * hd + 2 * pr;
+    const T* vbase = vc + (static_cast<int64_t>(kvh) * ctx + t0) * hd + 2 * pr;
     for (int p = grp; p < len; p += ngrp) {
-      const float2 v = __half22float2(*reinterpret_cast<const __half2*>(vbase + static_cast<int64_t>(p) * hd));
+      float v[2];
+      E::template ldg<2>(vbase + static_cast<int64_t>(p) * hd, v);
 #pragma unroll
       for (int g = 0; g < kMaxGroup; ++g) {
         if (g < group) {
           const float w = sc[g * kSplit + p];
-          ax[g] += w * v.x;
-          ay[g] += w * v.y;
+          ax[g] += w * v[0];
+          ay[g] += w * v[1];
         }
       }
     }
@@ -143,11 +153,11 @@ __global__ void __launch_bounds__(kThreads) attn_decode_merge_kernel(
   float M = -FLT_MAX;
   for (int s = 0; s < ns; ++s) M = fmaxf(M, mlh[s].x);
   float L = 0.f;
-  for (int s = 0; s < ns; ++s) L += mlh[s].y * __expf(mlh[s].x - M);
+  for (int s = 0; s < ns; ++s) L += mlh[s].y * expf(mlh[s].x - M);
   const float invL = L > 0.f ? 1.f / L : 0.f;
   for (int d = threadIdx.x; d < hd; d += kThreads) {
     float acc = 0.f;
-    for (int s = 0; s < ns; ++s) acc += part_o[(static_cast<int64_t>(h) * n_split_max + s) * hd + d] * __expf(mlh[s].x - M);
+    for (int s = 0; s < ns; ++s) acc += part_o[(static_cast<int64_t>(h) * n_split_max + s) * hd + d] * expf(mlh[s].x - M);
     out[static_cast<int64_t>(h) * hd + d] = acc * invL;
   }
 }
@@ -175,45 +185,51 @@ constexpr int kTile = 32;  // positions per warp step (one per lane)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegBig = -1e30f;  // "no score yet": finite, so 2^(kNegBig - m) is 0, never NaN
 
-int fast_splits(int n_kv, int max_kv_len, int n_sm) {
-  const int by_len = (max_kv_len + kFastWarps * kTile - 1) / (kFastWarps * kTile);
-  const int by_sm = (2 * n_sm + n_kv - 1) / n_kv;
+// Warps of a block split the G query heads WH ways and the positions WP ways.
+__host__ __device__ constexpr int heads_ways(int g) { return g >= kFastWarps ? kFastWarps : g; }
+__host__ __device__ constexpr int pos_ways(int g) { return kFastWarps / heads_ways(g); }
+
+int fast_splits(int group, int n_kv, int max_kv_len, int n_sm) {
+  const int per_block = pos_ways(group) * kTile;  // positions a block covers in one step
+  const int by_len = (max_kv_len + per_block - 1) / per_block;
+  const int by_sm = (8 * n_sm + n_kv - 1) / n_kv;  // about 8 blocks per SM at long contexts
   return std::max(1, std::min(by_len, by_sm));
 }
 
 bool fast_ok(const AttentionShape& s) {
   const int g = s.n_head / s.n_kv;
-  return s.head_dim % 32 == 0 && s.head_dim <= 256 && (g == 1 || g == 2 || g == 4 || g == 8 || g == 16) &&
-         g * s.head_dim <= 2048;
+  return (g == 1 || g == 2 || g == 4 || g == 8 || g == 16) && (s.head_dim == 64 || s.head_dim == 128 || s.head_dim == 256) &&
+         g * s.head_dim <= 4096;
 }
 
-// 8 f16 -> 8 floats dotted with q[0..7] (shared memory, 16-byte aligned).
-__device__ __forceinline__ float dot8(const uint4 k, const float* q) {
+// 8 key elements (as floats) dotted with q[0..7] (shared memory, 16-byte aligned).
+__device__ __forceinline__ float dot8(const float* k, const float* q) {
   const float4 qa = *reinterpret_cast<const float4*>(q), qb = *reinterpret_cast<const float4*>(q + 4);
-  const float2 k0 = __half22float2(*reinterpret_cast<const __half2*>(&k.x));
-  const float2 k1 = __half22float2(*reinterpret_cast<const __half2*>(&k.y));
-  const float2 k2 = __half22float2(*reinterpret_cast<const __half2*>(&k.z));
-  const float2 k3 = __half22float2(*reinterpret_cast<const __half2*>(&k.w));
-  return qa.x * k0.x + qa.y * k0.y + qa.z * k1.x + qa.w * k1.y + qb.x * k2.x + qb.y * k2.y + qb.z * k3.x +
-         qb.w * k3.y;
+  return qa.x * k[0] + qa.y * k[1] + qa.z * k[2] + qa.w * k[3] + qb.x * k[4] + qb.y * k[5] + qb.z * k[6] +
+         qb.w * k[7];
 }
 
-template <int G, int HD>
+// Block (split, kv head). Warp w takes heads hw*GW .. +GW (hw = w % WH) of the
+// block's G, and the 32-position tiles pw, pw+WP, ... (pw = w / WH) of the
+// chunk: lane = position for the scores, lane = HD/32 dims for P*V.
+template <class T, int G, int HD>
 __global__ void __launch_bounds__(kFastWarps * 32) attn_decode_fast_kernel(
-    const float* __restrict__ q, const __half* __restrict__ kc, const __half* __restrict__ vc, int64_t ctx,
+    const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc, int64_t ctx,
     int max_kv_len, const int32_t* __restrict__ kv_len_dev, float scale_log2, int n_split,
     float* __restrict__ part_o, float2* __restrict__ part_ml) {
+  constexpr int WH = heads_ways(G), WP = pos_ways(G), GW = G / WH;
   constexpr int D = HD / 32;  // dims per lane in P*V
   // q_s and p_s during the sweep; o_s (the warps' partial outputs) reuses them after it
-  constexpr int kSweep = G * HD + kFastWarps * kTile * G, kMerge = kFastWarps * G * HD;
+  constexpr int kSweep = G * HD + kFastWarps * kTile * GW, kMerge = kFastWarps * GW * HD;
   __shared__ __align__(16) float buf[kSweep > kMerge ? kSweep : kMerge];
-  __shared__ float m_s[kFastWarps][G], l_s[kFastWarps][G];
-  float* q_s = buf;                                                          // [G][HD], pre-scaled
-  float (*p_s)[kTile][G] = reinterpret_cast<float (*)[kTile][G]>(buf + G * HD);  // [warp][pos][G]
-  float (*o_s)[G * HD] = reinterpret_cast<float (*)[G * HD]>(buf);            // [warp][G*HD]
+  __shared__ float m_s[kFastWarps][GW], l_s[kFastWarps][GW];
+  float* q_s = buf;                                                                  // [G][HD], pre-scaled
+  float (*p_s)[kTile][GW] = reinterpret_cast<float (*)[kTile][GW]>(buf + G * HD);  // [warp][pos][GW]
+  float (*o_s)[GW * HD] = reinterpret_cast<float (*)[GW * HD]>(buf);                // [warp][GW*HD]
 
   const int split = blockIdx.x, kvh = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int hw = warp % WH, pw = warp / WH;
   const int kv_len = kv_len_dev ? max(0, min(__ldg(kv_len_dev), max_kv_len)) : max_kv_len;
   const int chunk = ((kv_len + n_split - 1) / n_split + kTile - 1) / kTile * kTile;
   const int t0 = split * chunk, t1 = min(kv_len, t0 + chunk);
@@ -221,34 +237,37 @@ __global__ void __launch_bounds__(kFastWarps * 32) attn_decode_fast_kernel(
 
   for (int i = threadIdx.x; i < G * HD; i += kFastWarps * 32) q_s[i] = q[static_cast<int64_t>(h0) * HD + i] * scale_log2;
   __syncthreads();
+  const float* qw = q_s + hw * GW * HD;
 
-  float m[G], l[G], o[G][D];
+  float m[GW], l[GW], o[GW][D];
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
+  for (int g = 0; g < GW; ++g) {
     m[g] = kNegBig;
     l[g] = 0.f;
 #pragma unroll
     for (int d = 0; d < D; ++d) o[g][d] = 0.f;
   }
 
-  const __half* kbase = kc + static_cast<int64_t>(kvh) * ctx * HD;
-  const __half* vbase = vc + static_cast<int64_t>(kvh) * ctx * HD;
-  for (int tt = t0 + warp * kTile; tt < t1; tt += kFastWarps * kTile) {
+  using E = dev::KvElem<T>;
+  const T* kbase = kc + static_cast<int64_t>(kvh) * ctx * HD;
+  const T* vbase = vc + static_cast<int64_t>(kvh) * ctx * HD;
+  for (int tt = t0 + pw * kTile; tt < t1; tt += WP * kTile) {
     const int pos = tt + lane;
     const bool valid = pos < t1;
-    const __half* kr = kbase + static_cast<int64_t>(valid ? pos : tt) * HD;
-    float s[G];
+    const T* kr = kbase + static_cast<int64_t>(valid ? pos : tt) * HD;
+    float s[GW];
 #pragma unroll
-    for (int g = 0; g < G; ++g) s[g] = 0.f;
-#pragma unroll 4
+    for (int g = 0; g < GW; ++g) s[g] = 0.f;
+#pragma unroll  // all K loads of the row in flight at once (unroll 4 spilled at G=8, HD=128)
     for (int c = 0; c < HD / 8; ++c) {
-      const uint4 kv = __ldg(reinterpret_cast<const uint4*>(kr) + c);
+      float kv[8];
+      E::template ldg<8>(kr + c * 8, kv);
 #pragma unroll
-      for (int g = 0; g < G; ++g) s[g] += dot8(kv, q_s + g * HD + c * 8);
+      for (int g = 0; g < GW; ++g) s[g] += dot8(kv, qw + g * HD + c * 8);
     }
     // online softmax, per head, over the warp's 32 positions
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
+    for (int g = 0; g < GW; ++g) {
       const float sg = valid ? s[g] : -INFINITY;
       const float mn = fmaxf(m[g], dev::warp_max(sg));
       const float corr = exp2f(m[g] - mn);
@@ -261,24 +280,13 @@ __global__ void __launch_bounds__(kFastWarps * 32) attn_decode_fast_kernel(
     }
     __syncwarp();
     const int n_here = min(kTile, t1 - tt);
-    const __half* vr = vbase + static_cast<int64_t>(tt) * HD + lane * D;
+    const T* vr = vbase + static_cast<int64_t>(tt) * HD + lane * D;
 #pragma unroll 4
     for (int j = 0; j < n_here; ++j) {
       float v[D];
-      if constexpr (D == 2) {
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(vr + static_cast<int64_t>(j) * HD));
-        v[0] = f.x; v[1] = f.y;
-      } else {
+      E::template ldg<D>(vr + static_cast<int64_t>(j) * HD, v);
 #pragma unroll
-        for (int d = 0; d < D; d += 4) {
-          const uint2 u = __ldg(reinterpret_cast<const uint2*>(vr + static_cast<int64_t>(j) * HD + d));
-          const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
-          const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
-          v[d] = a.x; v[d + 1] = a.y; v[d + 2] = b.x; v[d + 3] = b.y;
-        }
-      }
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
+      for (int g = 0; g < GW; ++g) {
         const float pg = p_s[warp][j][g];
 #pragma unroll
         for (int d = 0; d < D; ++d) o[g][d] += pg * v[d];
@@ -287,54 +295,57 @@ __global__ void __launch_bounds__(kFastWarps * 32) attn_decode_fast_kernel(
     __syncwarp();
   }
 
-  // merge the warps of the block
+  // merge the WP warps that share heads
   __syncthreads();  // every warp is done with q_s / p_s
   if (lane == 0) {
 #pragma unroll
-    for (int g = 0; g < G; ++g) { m_s[warp][g] = m[g]; l_s[warp][g] = l[g]; }
+    for (int g = 0; g < GW; ++g) { m_s[warp][g] = m[g]; l_s[warp][g] = l[g]; }
   }
 #pragma unroll
-  for (int g = 0; g < G; ++g)
+  for (int g = 0; g < GW; ++g)
 #pragma unroll
     for (int d = 0; d < D; ++d) o_s[warp][g * HD + lane * D + d] = o[g][d];
   __syncthreads();
   for (int i = threadIdx.x; i < G * HD; i += kFastWarps * 32) {
-    const int g = i / HD;
+    const int g = i / HD, ghw = g / GW, gl = g % GW, d = i % HD;
     float M = kNegBig;
 #pragma unroll
-    for (int w = 0; w < kFastWarps; ++w) M = fmaxf(M, m_s[w][g]);
+    for (int p = 0; p < WP; ++p) M = fmaxf(M, m_s[p * WH + ghw][gl]);
     float acc = 0.f;
 #pragma unroll
-    for (int w = 0; w < kFastWarps; ++w) acc += o_s[w][i] * exp2f(m_s[w][g] - M);
-    part_o[(static_cast<int64_t>(h0 + g) * n_split + split) * HD + (i % HD)] = acc;
+    for (int p = 0; p < WP; ++p) acc += o_s[p * WH + ghw][gl * HD + d] * exp2f(m_s[p * WH + ghw][gl] - M);
+    part_o[(static_cast<int64_t>(h0 + g) * n_split + split) * HD + d] = acc;
   }
   if (threadIdx.x < G) {
-    const int g = threadIdx.x;
+    const int g = threadIdx.x, ghw = g / GW, gl = g % GW;
     float M = kNegBig, L = 0.f;
-    for (int w = 0; w < kFastWarps; ++w) M = fmaxf(M, m_s[w][g]);
-    for (int w = 0; w < kFastWarps; ++w) L += l_s[w][g] * exp2f(m_s[w][g] - M);
+    for (int p = 0; p < WP; ++p) M = fmaxf(M, m_s[p * WH + ghw][gl]);
+    for (int p = 0; p < WP; ++p) L += l_s[p * WH + ghw][gl] * exp2f(m_s[p * WH + ghw][gl] - M);
     part_ml[static_cast<int64_t>(h0 + g) * n_split + split] = make_float2(M, L);
   }
 }
 
-// Block per query head; threads over dims. Split weights 2^(m_s - M) are
+// Block per query head, 256 threads: 256/hd segments of threads each sum a
+// strided share of the splits for every dim; split weights 2^(m_s - M) are
 // computed once into shared memory.
-__global__ void __launch_bounds__(128) attn_decode_fast_merge_kernel(const float* __restrict__ part_o,
-                                                                      const float2* __restrict__ part_ml, int hd,
-                                                                      int n_split, float* __restrict__ out) {
-  extern __shared__ float wsh[];  // [n_split]
+constexpr int kMergeThreads = 256;
+__global__ void __launch_bounds__(kMergeThreads) attn_decode_fast_merge_kernel(const float* __restrict__ part_o,
+                                                                                const float2* __restrict__ part_ml,
+                                                                                int hd, int n_split,
+                                                                                float* __restrict__ out) {
+  extern __shared__ float wsh[];  // [n_split] weights, then [segments][hd] partial sums
   __shared__ float red[32];
   const int h = blockIdx.x;
   const float2* mlh = part_ml + static_cast<int64_t>(h) * n_split;
   float M = kNegBig;
-  for (int s = threadIdx.x; s < n_split; s += blockDim.x) M = fmaxf(M, mlh[s].x);
+  for (int s = threadIdx.x; s < n_split; s += kMergeThreads) M = fmaxf(M, mlh[s].x);
   M = dev::warp_max(M);
   if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = M;
   __syncthreads();
   M = kNegBig;
-  for (int w = 0; w < static_cast<int>(blockDim.x) / 32; ++w) M = fmaxf(M, red[w]);
+  for (int w = 0; w < kMergeThreads / 32; ++w) M = fmaxf(M, red[w]);
   float L = 0.f;
-  for (int s = threadIdx.x; s < n_split; s += blockDim.x) {
+  for (int s = threadIdx.x; s < n_split; s += kMergeThreads) {
     const float2 ml = mlh[s];
     const float w = exp2f(ml.x - M);
     wsh[s] = w;
@@ -342,35 +353,44 @@ __global__ void __launch_bounds__(128) attn_decode_fast_merge_kernel(const float
   }
   L = dev::block_sum(L, red);  // syncs, so wsh is complete
   const float invL = L > 0.f ? 1.f / L : 0.f;
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+  const int nseg = kMergeThreads / hd;  // hd <= 256
+  float* seg_sum = wsh + n_split;
+  const int d = threadIdx.x % hd, seg = threadIdx.x / hd;
+  if (seg < nseg) {
     float acc = 0.f;
     const float* po = part_o + static_cast<int64_t>(h) * n_split * hd + d;
-    for (int s = 0; s < n_split; ++s) acc += po[static_cast<int64_t>(s) * hd] * wsh[s];
+    for (int s = seg; s < n_split; s += nseg) acc += po[static_cast<int64_t>(s) * hd] * wsh[s];
+    seg_sum[seg * hd + d] = acc;
+  }
+  __syncthreads();
+  if (seg == 0) {
+    float acc = 0.f;
+    for (int k = 0; k < nseg; ++k) acc += seg_sum[k * hd + d];
     out[static_cast<int64_t>(h) * hd + d] = acc * invL;
   }
 }
 
-template <int G, int HD>
-void launch_fast(const AttentionShape& s, const float* q, const __half* kc, const __half* vc, int max_kv_len,
+template <class T, int G, int HD>
+void launch_fast(const AttentionShape& s, const float* q, const T* kc, const T* vc, int max_kv_len,
                  const int32_t* kv_len, int n_split, float* part_o, float2* part_ml, cudaStream_t stream) {
-  if constexpr (G * HD <= 2048) {
-    attn_decode_fast_kernel<G, HD><<<dim3(n_split, s.n_kv), kFastWarps * 32, 0, stream>>>(
+  if constexpr (G * HD <= 4096) {
+    attn_decode_fast_kernel<T, G, HD><<<dim3(n_split, s.n_kv), kFastWarps * 32, 0, stream>>>(
         q, kc, vc, s.ctx, max_kv_len, kv_len, s.scale * kLog2e, n_split, part_o, part_ml);
   }
 }
 
-template <int G>
-void launch_fast_g(const AttentionShape& s, const float* q, const __half* kc, const __half* vc, int max_kv_len,
+template <class T, int G>
+void launch_fast_g(const AttentionShape& s, const float* q, const T* kc, const T* vc, int max_kv_len,
                    const int32_t* kv_len, int n_split, float* part_o, float2* part_ml, cudaStream_t stream) {
   switch (s.head_dim) {
-    case 64: launch_fast<G, 64>(s, q, kc, vc, max_kv_len, kv_len, n_split, part_o, part_ml, stream); break;
-    case 128: launch_fast<G, 128>(s, q, kc, vc, max_kv_len, kv_len, n_split, part_o, part_ml, stream); break;
-    case 256: launch_fast<G, 256>(s, q, kc, vc, max_kv_len, kv_len, n_split, part_o, part_ml, stream); break;
+    case 64: launch_fast<T, G, 64>(s, q, kc, vc, max_kv_len, kv_len, n_split, part_o, part_ml, stream); break;
+    case 128: launch_fast<T, G, 128>(s, q, kc, vc, max_kv_len, kv_len, n_split, part_o, part_ml, stream); break;
+    case 256: launch_fast<T, G, 256>(s, q, kc, vc, max_kv_len, kv_len, n_split, part_o, part_ml, stream); break;
     default: break;
   }
 }
 
-// P*V gives each lane head_dim/32 dims, read as 2 (f16x2) or groups of 4.
+// P*V gives each lane head_dim/32 dims (2, 4 or 8), read with one or two vector loads.
 bool fast_dims_ok(int hd) { return hd == 64 || hd == 128 || hd == 256; }
 
 int sm_count() {
@@ -392,35 +412,37 @@ size_t attention_decode_scratch_bytes(const AttentionShape& s, int max_kv_len) {
   const size_t o = sizeof(float) * s.n_head * ns * s.head_dim;
   const size_t generic = ((o + 255) & ~size_t{255}) + sizeof(float2) * s.n_head * ns;
   // fast path
-  const size_t nf = static_cast<size_t>(fast_splits(s.n_kv > 0 ? s.n_kv : 1, len, sm_count()));
+  const size_t nf = static_cast<size_t>(fast_splits(s.n_kv > 0 && s.n_head % s.n_kv == 0 ? s.n_head / s.n_kv : 1, s.n_kv > 0 ? s.n_kv : 1, len, sm_count()));
   const size_t of = sizeof(float) * s.n_head * nf * s.head_dim;
   const size_t fast = ((of + 255) & ~size_t{255}) + sizeof(float2) * s.n_head * nf;
   return std::max(generic, fast);
 }
 
-void attention_decode(const AttentionShape& s, const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
-                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream) {
+namespace {
+
+template <class T>
+void decode_impl(const AttentionShape& s, const float* q, const T* kc, const T* vc, int max_kv_len,
+                 const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream) {
   check_shape(s);
   if (max_kv_len <= 0 || max_kv_len > s.ctx)
     throw Error("attention_decode: max_kv_len " + std::to_string(max_kv_len) + " outside 1.." + std::to_string(s.ctx));
   const int group = s.n_head / s.n_kv;
-  const auto* kc = reinterpret_cast<const __half*>(k_cache);
-  const auto* vc = reinterpret_cast<const __half*>(v_cache);
   if (fast_ok(s) && fast_dims_ok(s.head_dim)) {
-    const int ns = fast_splits(s.n_kv, max_kv_len, sm_count());
+    const int ns = fast_splits(group, s.n_kv, max_kv_len, sm_count());
     auto* part_o = static_cast<float*>(scratch);
     const size_t o_bytes = sizeof(float) * s.n_head * static_cast<size_t>(ns) * s.head_dim;
     auto* part_ml = reinterpret_cast<float2*>(static_cast<char*>(scratch) + ((o_bytes + 255) & ~size_t{255}));
     switch (group) {
-      case 1: launch_fast_g<1>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
-      case 2: launch_fast_g<2>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
-      case 4: launch_fast_g<4>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
-      case 8: launch_fast_g<8>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
-      case 16: launch_fast_g<16>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
+      case 1: launch_fast_g<T, 1>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
+      case 2: launch_fast_g<T, 2>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
+      case 4: launch_fast_g<T, 4>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
+      case 8: launch_fast_g<T, 8>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
+      case 16: launch_fast_g<T, 16>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
       default: break;
     }
     MS_CUDA_CHECK_LAUNCH();
-    attn_decode_fast_merge_kernel<<<s.n_head, 128, sizeof(float) * ns, stream>>>(part_o, part_ml, s.head_dim, ns, out);
+    attn_decode_fast_merge_kernel<<<s.n_head, kMergeThreads, sizeof(float) * (ns + kMergeThreads), stream>>>(
+        part_o, part_ml, s.head_dim, ns, out);
     MS_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -429,11 +451,24 @@ void attention_decode(const AttentionShape& s, const float* q, const uint16_t* k
   const size_t o_bytes = sizeof(float) * s.n_head * static_cast<size_t>(ns) * s.head_dim;
   auto* part_ml = reinterpret_cast<float2*>(static_cast<char*>(scratch) + ((o_bytes + 255) & ~size_t{255}));
   const size_t smem = split_smem_bytes(group, s.head_dim);
-  attn_decode_split_kernel<<<dim3(ns, s.n_kv), kThreads, smem, stream>>>(
+  attn_decode_split_kernel<T><<<dim3(ns, s.n_kv), kThreads, smem, stream>>>(
       q, kc, vc, s.n_kv, group, s.head_dim, s.ctx, max_kv_len, kv_len, s.scale, ns, part_o, part_ml);
   MS_CUDA_CHECK_LAUNCH();
   attn_decode_merge_kernel<<<s.n_head, kThreads, 0, stream>>>(part_o, part_ml, s.head_dim, max_kv_len, kv_len, ns, out);
   MS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void attention_decode(const AttentionShape& s, const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
+                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream) {
+  decode_impl(s, q, reinterpret_cast<const __half*>(k_cache), reinterpret_cast<const __half*>(v_cache), max_kv_len,
+              kv_len, out, scratch, stream);
+}
+
+void attention_decode(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache,
+                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream) {
+  decode_impl(s, q, k_cache, v_cache, max_kv_len, kv_len, out, scratch, stream);
 }
 
 }  // namespace ms::cuda

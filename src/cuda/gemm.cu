@@ -13,6 +13,7 @@
 
 #include "cuda/device.h"
 #include "cuda/gemm.h"
+#include "cuda/gemm_float.cuh"
 #include "cuda/gemm_q8.cuh"
 #include "cuda/matvec_kernel.cuh"
 #include "cuda/quant_dequant.cuh"
@@ -143,6 +144,10 @@ void matmul(const MatrixSet& w, const MatvecInput& x, const MatvecGroups& g, flo
             const float* residual, cudaStream_t stream) {
   if (!matmul_supported(w.type))
     throw Error(std::string("CUDA matmul: weight type ") + type_name(w.type) + " is not supported");
+  if (detail::gemm_float_supported(w.type)) {
+    detail::gemm_float_launch(w, x, g, y, y_stride, residual, stream);
+    return;
+  }
   static const bool int8_mma = device_has_int8_mma();
   if (x.q8.q != nullptr && int8_mma && detail::gemm_q8_supported(w.type)) {
     float* ys[1] = {y};
@@ -179,7 +184,7 @@ void matmul(const MatrixSet& w, const MatvecInput& x, const MatvecGroups& g, flo
   const dim3 grid(static_cast<unsigned>((w.rows + BM - 1) / BM), static_cast<unsigned>(g.max_groups));
   switch (w.type) {
 #define MS_GEMM(T) case DType::T: gemm_kernel<DType::T><<<grid, kThreads, 0, stream>>>(gp); break
-    MS_GEMM(F32); MS_GEMM(F16); MS_GEMM(BF16); MS_GEMM(Q8_0); MS_GEMM(Q4_0);
+    MS_GEMM(Q8_0); MS_GEMM(Q4_0);
     MS_GEMM(Q4_K); MS_GEMM(Q5_K); MS_GEMM(Q6_K); MS_GEMM(MXFP4);
 #undef MS_GEMM
     default: break;

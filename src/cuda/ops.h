@@ -5,7 +5,7 @@
 // CUDA-only header. Pointers are device pointers; all launchers are
 // asynchronous on `stream`, allocate nothing and never synchronise (CUDA graph
 // capturable). Tensors are row-major f32 unless said otherwise; the KV cache
-// is f16 (raw uint16_t bits).
+// is f16 (raw uint16_t bits) or f32.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -59,10 +59,13 @@ bool embed_supported(DType t);
 void embed_rows(DType t, const void* table, int64_t n_vocab, int64_t n, const int32_t* ids, int n_tokens,
                 float* out, cudaStream_t stream);
 
-// KV cache of one layer: k_cache, v_cache = [n_kv][ctx][head_dim] f16. Writes
-// the f32 rows k, v = [n_tokens][n_kv][head_dim] at positions[t]; positions
-// outside [0, ctx) are skipped.
+// KV cache of one layer: k_cache, v_cache = [n_kv][ctx][head_dim] of f16
+// (raw bits, rounded to nearest even) or f32 (stored exactly). Writes the f32
+// rows k, v = [n_tokens][n_kv][head_dim] at positions[t]; positions outside
+// [0, ctx) are skipped.
 void kv_append(const float* k, const float* v, int n_tokens, int n_kv, int head_dim, const int32_t* positions,
                uint16_t* k_cache, uint16_t* v_cache, int64_t ctx, cudaStream_t stream);
+void kv_append(const float* k, const float* v, int n_tokens, int n_kv, int head_dim, const int32_t* positions,
+               float* k_cache, float* v_cache, int64_t ctx, cudaStream_t stream);
 
 }  // namespace ms::cuda

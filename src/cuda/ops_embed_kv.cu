@@ -2,6 +2,7 @@
 #include <string>
 
 #include "cuda/device.h"
+#include "cuda/kv_elem.cuh"
 #include "cuda/ops.h"
 #include "cuda/quant_dequant.cuh"
 #include "util/error.h"
@@ -23,10 +24,10 @@ __global__ void embed_kernel(const uint8_t* __restrict__ table, int64_t n_vocab,
   }
 }
 
-// One thread per element; f32 -> f16 with round-to-nearest-even.
+// One thread per element; f32 -> T (f16: round-to-nearest-even; f32: as is).
+template <class T>
 __global__ void kv_append_kernel(const float* __restrict__ k, const float* __restrict__ v, int n_kv, int head_dim,
-                                 const int32_t* __restrict__ positions, uint16_t* k_cache, uint16_t* v_cache,
-                                 int64_t ctx) {
+                                 const int32_t* __restrict__ positions, T* k_cache, T* v_cache, int64_t ctx) {
   const int t = blockIdx.y;
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= n_kv * head_dim) return;
@@ -35,8 +36,19 @@ __global__ void kv_append_kernel(const float* __restrict__ k, const float* __res
   const int h = idx / head_dim, d = idx % head_dim;
   const int64_t src = static_cast<int64_t>(t) * n_kv * head_dim + idx;
   const int64_t dst = (static_cast<int64_t>(h) * ctx + pos) * head_dim + d;
-  k_cache[dst] = __half_as_ushort(__float2half_rn(k[src]));
-  v_cache[dst] = __half_as_ushort(__float2half_rn(v[src]));
+  k_cache[dst] = dev::KvElem<T>::from_float(k[src]);
+  v_cache[dst] = dev::KvElem<T>::from_float(v[src]);
+}
+
+template <class T>
+void kv_append_impl(const float* k, const float* v, int n_tokens, int n_kv, int head_dim, const int32_t* positions,
+                    T* k_cache, T* v_cache, int64_t ctx, cudaStream_t stream) {
+  if (n_tokens <= 0) return;
+  if (n_tokens > 65535) throw Error("kv_append: at most 65535 tokens per call");
+  const int per_token = n_kv * head_dim;
+  const dim3 grid(static_cast<unsigned>((per_token + kThreads - 1) / kThreads), static_cast<unsigned>(n_tokens));
+  kv_append_kernel<T><<<grid, kThreads, 0, stream>>>(k, v, n_kv, head_dim, positions, k_cache, v_cache, ctx);
+  MS_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -73,12 +85,13 @@ void embed_rows(DType t, const void* table, int64_t n_vocab, int64_t n, const in
 
 void kv_append(const float* k, const float* v, int n_tokens, int n_kv, int head_dim, const int32_t* positions,
                uint16_t* k_cache, uint16_t* v_cache, int64_t ctx, cudaStream_t stream) {
-  if (n_tokens <= 0) return;
-  if (n_tokens > 65535) throw Error("kv_append: at most 65535 tokens per call");
-  const int per_token = n_kv * head_dim;
-  const dim3 grid(static_cast<unsigned>((per_token + kThreads - 1) / kThreads), static_cast<unsigned>(n_tokens));
-  kv_append_kernel<<<grid, kThreads, 0, stream>>>(k, v, n_kv, head_dim, positions, k_cache, v_cache, ctx);
-  MS_CUDA_CHECK_LAUNCH();
+  kv_append_impl(k, v, n_tokens, n_kv, head_dim, positions, reinterpret_cast<__half*>(k_cache),
+                 reinterpret_cast<__half*>(v_cache), ctx, stream);
+}
+
+void kv_append(const float* k, const float* v, int n_tokens, int n_kv, int head_dim, const int32_t* positions,
+               float* k_cache, float* v_cache, int64_t ctx, cudaStream_t stream) {
+  kv_append_impl(k, v, n_tokens, n_kv, head_dim, positions, k_cache, v_cache, ctx, stream);
 }
 
 }  // namespace ms::cuda

@@ -32,7 +32,7 @@ __global__ void router_kernel(const float* __restrict__ logits, int n_tokens, in
   if (softmax_first) {
     float s = 0.f;
     for (int e = lane; e < n_expert; e += 32) {
-      v[e] = __expf(v[e] - mx);
+      v[e] = expf(v[e] - mx);
       s += v[e];
     }
     total = dev::warp_sum(s);
@@ -58,7 +58,7 @@ __global__ void router_kernel(const float* __restrict__ logits, int n_tokens, in
       w = best / total;
     } else {
       if (j == 0) first = best;
-      w = __expf(best - first);  // softmax over the picked logits; first is their max
+      w = expf(best - first);  // softmax over the picked logits; first is their max
     }
     picked_sum += w;
     if (lane == j) { my_w = w; my_id = best_e; }

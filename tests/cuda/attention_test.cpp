@@ -1,5 +1,7 @@
 // Decode (split-K) and causal prefill attention against a double-precision
-// reference over the same f16 cache contents.
+// reference over the same cache contents, for both cache element types: f16
+// (the reference reads the rounded values) and f32 (a bound ten times
+// tighter, which a kernel rounding keys or values to f16 would miss).
 #include <gtest/gtest.h>
 
 #include "cuda/attention.h"
@@ -8,19 +10,57 @@
 namespace ms::cuda::test {
 namespace {
 
+// [n_kv][ctx][hd] keys and values as the reference reads them (f32: exactly
+// what the device holds; f16: rounded) and on the device.
 struct Cache {
-  std::vector<uint16_t> k, v;  // [n_kv][ctx][hd]
+  bool f32 = false;
+  std::vector<float> k, v;
+  DeviceBuffer dk, dv;
 };
 
-Cache random_cache(int n_kv, int64_t ctx, int hd, std::mt19937& rng) {
+Cache random_cache(int n_kv, int64_t ctx, int hd, bool f32, std::mt19937& rng) {
   Cache c;
+  c.f32 = f32;
   std::uniform_real_distribution<float> u(-1.f, 1.f);
-  c.k.resize(static_cast<size_t>(n_kv * ctx * hd));
-  c.v.resize(c.k.size());
-  for (auto& x : c.k) x = f32_to_f16(u(rng) * 2.f);
-  for (auto& x : c.v) x = f32_to_f16(u(rng));
+  const size_t n = static_cast<size_t>(n_kv * ctx * hd);
+  c.k.resize(n);
+  c.v.resize(n);
+  for (auto& x : c.k) x = u(rng) * 2.f;
+  for (auto& x : c.v) x = u(rng);
+  if (f32) {
+    c.dk = upload(c.k);
+    c.dv = upload(c.v);
+    return c;
+  }
+  std::vector<uint16_t> hk(n), hv(n);
+  for (size_t i = 0; i < n; ++i) {
+    hk[i] = f32_to_f16(c.k[i]);
+    hv[i] = f32_to_f16(c.v[i]);
+    c.k[i] = f16_to_f32(hk[i]);
+    c.v[i] = f16_to_f32(hv[i]);
+  }
+  c.dk = upload(hk);
+  c.dv = upload(hv);
   return c;
 }
+
+void decode(const AttentionShape& as, const float* q, const Cache& c, int max_kv_len, const int32_t* kv_len,
+            float* out, void* scratch, cudaStream_t s) {
+  if (c.f32)
+    attention_decode(as, q, c.dk.as<float>(), c.dv.as<float>(), max_kv_len, kv_len, out, scratch, s);
+  else
+    attention_decode(as, q, c.dk.as<uint16_t>(), c.dv.as<uint16_t>(), max_kv_len, kv_len, out, scratch, s);
+}
+
+void prefill(const AttentionShape& as, const float* q, const Cache& c, int n_tok, int pos0, float* out,
+             cudaStream_t s) {
+  if (c.f32)
+    attention_prefill(as, q, c.dk.as<float>(), c.dv.as<float>(), n_tok, pos0, out, s);
+  else
+    attention_prefill(as, q, c.dk.as<uint16_t>(), c.dv.as<uint16_t>(), n_tok, pos0, out, s);
+}
+
+std::string type_tag(const Cache& c) { return c.f32 ? " (f32 cache)" : " (f16 cache)"; }
 
 // out[h][d] for one query (head h) attending to positions 0..last.
 std::vector<double> ref_attend(const float* q, const Cache& c, int kvh, int64_t ctx, int hd, int last, float scale) {
@@ -28,7 +68,7 @@ std::vector<double> ref_attend(const float* q, const Cache& c, int kvh, int64_t 
   double mx = -1e300;
   for (int t = 0; t <= last; ++t) {
     double acc = 0;
-    for (int d = 0; d < hd; ++d) acc += double(q[d]) * f16_to_f32(c.k[(kvh * ctx + t) * hd + d]);
+    for (int d = 0; d < hd; ++d) acc += double(q[d]) * c.k[(kvh * ctx + t) * hd + d];
     s[t] = acc * scale;
     mx = std::max(mx, s[t]);
   }
@@ -36,16 +76,18 @@ std::vector<double> ref_attend(const float* q, const Cache& c, int kvh, int64_t 
   for (auto& x : s) { x = std::exp(x - mx); l += x; }
   std::vector<double> o(hd, 0.0);
   for (int t = 0; t <= last; ++t)
-    for (int d = 0; d < hd; ++d) o[d] += s[t] * f16_to_f32(c.v[(kvh * ctx + t) * hd + d]);
+    for (int d = 0; d < hd; ++d) o[d] += s[t] * c.v[(kvh * ctx + t) * hd + d];
   for (auto& x : o) x /= l;
   return o;
 }
 
-void expect_close(const std::vector<float>& got, const std::vector<double>& want, const std::string& what) {
+void expect_close(const std::vector<float>& got, const std::vector<double>& want, const Cache& c,
+                  const std::string& what) {
   ASSERT_EQ(got.size(), want.size());
+  const double abs = c.f32 ? 1e-5 : 2e-4, rel = c.f32 ? 1e-4 : 1e-3;
   int bad = 0;
   for (size_t i = 0; i < got.size(); ++i)
-    if (!(std::fabs(got[i] - want[i]) <= 2e-4 + 1e-3 * std::fabs(want[i])))
+    if (!(std::fabs(got[i] - want[i]) <= abs + rel * std::fabs(want[i])))
       if (++bad <= 5) ADD_FAILURE() << what << ": [" << i << "] got " << got[i] << " want " << want[i];
   EXPECT_EQ(bad, 0) << what;
 }
@@ -58,10 +100,10 @@ TEST(CudaAttention, DecodeSplitKMatchesReference) {
   MS_REQUIRE_GPU();
   std::mt19937 rng(21);
   Stream s;
-  for (Shape sh : {Shape{32, 4, 128}, Shape{8, 8, 64}, Shape{16, 1, 256}, Shape{6, 2, 80}}) {
+  for (bool f32 : {false, true})
+  for (Shape sh : {Shape{32, 4, 128}, Shape{8, 8, 64}, Shape{16, 1, 256}, Shape{6, 2, 80}, Shape{4, 2, 32}}) {
     const int64_t ctx = 1100;
-    const Cache c = random_cache(sh.n_kv, ctx, sh.hd, rng);
-    DeviceBuffer dk = upload(c.k), dv = upload(c.v);
+    const Cache c = random_cache(sh.n_kv, ctx, sh.hd, f32, rng);
     AttentionShape as{sh.n_head, sh.n_kv, sh.hd, ctx, 1.f / std::sqrt(float(sh.hd))};
     const int group = sh.n_head / sh.n_kv;
     for (int kv_len : {1, 127, 128, 129, 1100}) {
@@ -71,22 +113,20 @@ TEST(CudaAttention, DecodeSplitKMatchesReference) {
       DeviceBuffer scratch(attention_decode_scratch_bytes(as, static_cast<int>(ctx)));
       const std::vector<int32_t> len = {kv_len};
       DeviceBuffer dlen = upload(len);
-      attention_decode(as, dq.as<float>(), dk.as<uint16_t>(), dv.as<uint16_t>(), static_cast<int>(ctx),
-                       dlen.as<int32_t>(), out.as<float>(), scratch.get(), s);
+      decode(as, dq.as<float>(), c, static_cast<int>(ctx), dlen.as<int32_t>(), out.as<float>(), scratch.get(), s);
       std::vector<double> want;
       for (int h = 0; h < sh.n_head; ++h) {
         const auto o = ref_attend(q.data() + h * sh.hd, c, h / group, ctx, sh.hd, kv_len - 1, as.scale);
         want.insert(want.end(), o.begin(), o.end());
       }
-      expect_close(download<float>(out.get(), q.size()), want,
-                   "decode heads " + std::to_string(sh.n_head) + "/" + std::to_string(sh.n_kv) + " hd " +
-                       std::to_string(sh.hd) + " kv_len " + std::to_string(kv_len));
+      const std::string what = "decode heads " + std::to_string(sh.n_head) + "/" + std::to_string(sh.n_kv) +
+                               " hd " + std::to_string(sh.hd) + " kv_len " + std::to_string(kv_len) + type_tag(c);
+      expect_close(download<float>(out.get(), q.size()), want, c, what);
       // and with the host length
       poison(out.get(), q.size() * 4);
       DeviceBuffer scratch2(attention_decode_scratch_bytes(as, kv_len));
-      attention_decode(as, dq.as<float>(), dk.as<uint16_t>(), dv.as<uint16_t>(), kv_len, nullptr, out.as<float>(),
-                       scratch2.get(), s);
-      expect_close(download<float>(out.get(), q.size()), want, "decode host length " + std::to_string(kv_len));
+      decode(as, dq.as<float>(), c, kv_len, nullptr, out.as<float>(), scratch2.get(), s);
+      expect_close(download<float>(out.get(), q.size()), want, c, what + " (host length)");
     }
   }
 }
@@ -98,10 +138,11 @@ TEST(CudaAttention, DecodeLongContextMatchesReference) {
   MS_REQUIRE_GPU();
   std::mt19937 rng(23);
   Stream s;
-  for (Shape sh : {Shape{32, 4, 128}, Shape{8, 1, 64}, Shape{16, 8, 128}, Shape{4, 4, 256}, Shape{16, 1, 128}}) {
+  for (bool f32 : {false, true})
+  for (Shape sh : {Shape{32, 4, 128}, Shape{8, 1, 64}, Shape{16, 8, 128}, Shape{4, 4, 256}, Shape{16, 1, 128},
+                   Shape{32, 2, 256}}) {
     const int64_t ctx = 5000;
-    const Cache c = random_cache(sh.n_kv, ctx, sh.hd, rng);
-    DeviceBuffer dk = upload(c.k), dv = upload(c.v);
+    const Cache c = random_cache(sh.n_kv, ctx, sh.hd, f32, rng);
     AttentionShape as{sh.n_head, sh.n_kv, sh.hd, ctx, 1.f / std::sqrt(float(sh.hd))};
     const int group = sh.n_head / sh.n_kv;
     DeviceBuffer scratch(attention_decode_scratch_bytes(as, static_cast<int>(ctx)));
@@ -110,21 +151,19 @@ TEST(CudaAttention, DecodeLongContextMatchesReference) {
       DeviceBuffer dq = upload(q), out = poisoned(q.size());
       const std::vector<int32_t> len = {kv_len};
       DeviceBuffer dlen = upload(len);
-      attention_decode(as, dq.as<float>(), dk.as<uint16_t>(), dv.as<uint16_t>(), static_cast<int>(ctx),
-                       dlen.as<int32_t>(), out.as<float>(), scratch.get(), s);
+      decode(as, dq.as<float>(), c, static_cast<int>(ctx), dlen.as<int32_t>(), out.as<float>(), scratch.get(), s);
       std::vector<double> want;
       for (int h = 0; h < sh.n_head; ++h) {
         const auto o = ref_attend(q.data() + h * sh.hd, c, h / group, ctx, sh.hd, kv_len - 1, as.scale);
         want.insert(want.end(), o.begin(), o.end());
       }
       const std::string what = "long decode heads " + std::to_string(sh.n_head) + "/" + std::to_string(sh.n_kv) +
-                               " hd " + std::to_string(sh.hd) + " kv_len " + std::to_string(kv_len);
-      expect_close(download<float>(out.get(), q.size()), want, what);
+                               " hd " + std::to_string(sh.hd) + " kv_len " + std::to_string(kv_len) + type_tag(c);
+      expect_close(download<float>(out.get(), q.size()), want, c, what);
       poison(out.get(), q.size() * 4);
       DeviceBuffer scratch2(attention_decode_scratch_bytes(as, kv_len));
-      attention_decode(as, dq.as<float>(), dk.as<uint16_t>(), dv.as<uint16_t>(), kv_len, nullptr, out.as<float>(),
-                       scratch2.get(), s);
-      expect_close(download<float>(out.get(), q.size()), want, what + " (host length)");
+      decode(as, dq.as<float>(), c, kv_len, nullptr, out.as<float>(), scratch2.get(), s);
+      expect_close(download<float>(out.get(), q.size()), want, c, what + " (host length)");
     }
   }
 }
@@ -133,16 +172,17 @@ TEST(CudaAttention, PrefillCausalMatchesReference) {
   MS_REQUIRE_GPU();
   std::mt19937 rng(22);
   Stream s;
-  for (Shape sh : {Shape{8, 2, 128}, Shape{4, 4, 64}, Shape{6, 3, 256}, Shape{4, 2, 80}}) {
+  for (bool f32 : {false, true})
+  for (Shape sh : {Shape{8, 2, 128}, Shape{4, 4, 64}, Shape{6, 3, 256}, Shape{4, 2, 80}, Shape{4, 2, 32},
+                   Shape{2, 1, 6}}) {
     const int64_t ctx = 200;
-    const Cache c = random_cache(sh.n_kv, ctx, sh.hd, rng);
-    DeviceBuffer dk = upload(c.k), dv = upload(c.v);
+    const Cache c = random_cache(sh.n_kv, ctx, sh.hd, f32, rng);
     AttentionShape as{sh.n_head, sh.n_kv, sh.hd, ctx, 1.f / std::sqrt(float(sh.hd))};
     const int group = sh.n_head / sh.n_kv;
     for (auto [n_tok, pos0] : {std::pair{1, 0}, std::pair{13, 0}, std::pair{37, 50}, std::pair{70, 130}}) {
       const auto q = random_floats(static_cast<size_t>(n_tok * sh.n_head * sh.hd), rng);
       DeviceBuffer dq = upload(q), out = poisoned(q.size());
-      attention_prefill(as, dq.as<float>(), dk.as<uint16_t>(), dv.as<uint16_t>(), n_tok, pos0, out.as<float>(), s);
+      prefill(as, dq.as<float>(), c, n_tok, pos0, out.as<float>(), s);
       std::vector<double> want;
       for (int t = 0; t < n_tok; ++t)
         for (int h = 0; h < sh.n_head; ++h) {
@@ -150,13 +190,15 @@ TEST(CudaAttention, PrefillCausalMatchesReference) {
                                     as.scale);
           want.insert(want.end(), o.begin(), o.end());
         }
-      expect_close(download<float>(out.get(), q.size()), want,
+      expect_close(download<float>(out.get(), q.size()), want, c,
                    "prefill hd " + std::to_string(sh.hd) + " tokens " + std::to_string(n_tok) + " pos0 " +
-                       std::to_string(pos0));
+                       std::to_string(pos0) + type_tag(c));
     }
   }
   AttentionShape bad{4, 3, 64, 100, 0.125f};
-  EXPECT_THROW(attention_prefill(bad, nullptr, nullptr, nullptr, 1, 0, nullptr, s), Error);
+  EXPECT_THROW(attention_prefill(bad, nullptr, static_cast<const uint16_t*>(nullptr), nullptr, 1, 0, nullptr, s),
+               Error);
+  EXPECT_THROW(attention_prefill(bad, nullptr, static_cast<const float*>(nullptr), nullptr, 1, 0, nullptr, s), Error);
 }
 
 }  // namespace

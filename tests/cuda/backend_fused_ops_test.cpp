@@ -106,6 +106,49 @@ TEST(CudaBackendFusedOps, QkPrologueMatchesSeparateOps) {
   }
 }
 
+// The same with an f32 cache: every cache element of the fused kernel within
+// float reassociation of the separate ops', the rest left as poisoned.
+TEST(CudaBackendFusedOps, QkPrologueF32CacheMatchesSeparateOps) {
+  MS_REQUIRE_GPU();
+  std::mt19937 rng(44);
+  Stream s;
+  const int64_t ctx = 19;
+  for (const PrologueShape& p : {PrologueShape{8, 2, 128, 128, RopeMode::Neox, true},
+                                 PrologueShape{6, 3, 80, 32, RopeMode::Normal, false}}) {
+    SCOPED_TRACE("heads " + std::to_string(p.n_head) + "/" + std::to_string(p.n_kv) + " of " + std::to_string(p.hd));
+    const int64_t qd = int64_t(p.n_head) * p.hd, kvd = int64_t(p.n_kv) * p.hd;
+    const std::vector<float> qkv = random_floats(static_cast<size_t>(qd + 2 * kvd), rng, -2.f, 2.f);
+    const std::vector<float> qn = random_floats(p.hd, rng, 0.5f, 1.5f), kn = random_floats(p.hd, rng, 0.5f, 1.5f);
+    const std::vector<int32_t> pos = {ctx - 1};
+    DeviceBuffer a = upload(qkv), b = upload(qkv), dqn = upload(qn), dkn = upload(kn), dpos = upload(pos);
+    const size_t cache = static_cast<size_t>(kvd * ctx);
+    DeviceBuffer kc_a = poisoned(cache), vc_a = poisoned(cache), kc_b = poisoned(cache), vc_b = poisoned(cache);
+    const float* qnorm = p.norm ? dqn.as<float>() : nullptr;
+    const float* knorm = p.norm ? dkn.as<float>() : nullptr;
+    float* qa = a.as<float>();
+    if (p.norm) {
+      rmsnorm(qa, qnorm, qa, p.n_head, p.hd, 1e-6f, s);
+      rmsnorm(qa + qd, knorm, qa + qd, p.n_kv, p.hd, 1e-6f, s);
+    }
+    rope(qa, 1, p.n_head + p.n_kv, p.hd, p.n_rot, dpos.as<int32_t>(), 1e6f, 1.f, p.mode, s);
+    kv_append(qa + qd, qa + qd + kvd, 1, p.n_kv, p.hd, dpos.as<int32_t>(), kc_a.as<float>(), vc_a.as<float>(), ctx, s);
+    decode_qk_prologue(b.as<float>(), p.n_head, p.n_kv, p.hd, qnorm, knorm, 1e-6f, p.n_rot, dpos.as<int32_t>(), 1e6f,
+                       1.f, p.mode, kc_b.as<float>(), vc_b.as<float>(), ctx, s);
+    s.synchronize();
+    const auto ra = download<float>(a.get(), qd + kvd), rb = download<float>(b.get(), qd + kvd);
+    for (int64_t i = 0; i < qd + kvd; ++i) ASSERT_NEAR(rb[i], ra[i], 2e-5f * (1.f + std::fabs(ra[i]))) << i;
+    for (auto [x, y] : {std::pair{&kc_a, &kc_b}, std::pair{&vc_a, &vc_b}}) {
+      const auto ca = download<float>(x->get(), cache), cb = download<float>(y->get(), cache);
+      int off = 0;
+      for (size_t i = 0; i < cache; ++i) {
+        const bool written = static_cast<int64_t>(i / p.hd) % ctx == ctx - 1;
+        if (written ? !(std::fabs(ca[i] - cb[i]) <= 2e-5f * (1.f + std::fabs(ca[i]))) : !std::isnan(cb[i])) ++off;
+      }
+      EXPECT_EQ(off, 0);
+    }
+  }
+}
+
 struct RouterCase {
   int n_expert, k;
   int64_t n;

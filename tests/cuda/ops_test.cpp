@@ -260,5 +260,33 @@ TEST(CudaOps, KvAppendWritesF16AtPositions) {
   EXPECT_EQ(gv, wv);
 }
 
+// The f32 cache keeps the rows bit for bit; untouched positions keep their poison.
+TEST(CudaOps, KvAppendWritesF32AtPositions) {
+  MS_REQUIRE_GPU();
+  std::mt19937 rng(12);
+  Stream s;
+  const int n_tok = 4, n_kv = 3, hd = 80;
+  const int64_t ctx = 33;
+  const auto k = random_floats(n_tok * n_kv * hd, rng, -8.f, 8.f), v = random_floats(n_tok * n_kv * hd, rng);
+  const std::vector<int32_t> pos = {0, 32, -1, 7};  // -1 is outside the cache: skipped
+  DeviceBuffer dk = upload(k), dv = upload(v), dp = upload(pos);
+  const size_t n = static_cast<size_t>(n_kv * ctx * hd);
+  DeviceBuffer kc = poisoned(n), vc = poisoned(n);
+  kv_append(dk.as<float>(), dv.as<float>(), n_tok, n_kv, hd, dp.as<int32_t>(), kc.as<float>(), vc.as<float>(), ctx,
+            s);
+  const auto gk = download<uint32_t>(kc.get(), n), gv = download<uint32_t>(vc.get(), n);
+  std::vector<uint32_t> wk(n, 0xffffffffu), wv(n, 0xffffffffu);
+  for (int t = 0; t < n_tok; ++t) {
+    if (pos[t] < 0 || pos[t] >= ctx) continue;
+    for (int h = 0; h < n_kv; ++h)
+      for (int d = 0; d < hd; ++d) {
+        std::memcpy(&wk[(h * ctx + pos[t]) * hd + d], &k[(t * n_kv + h) * hd + d], 4);
+        std::memcpy(&wv[(h * ctx + pos[t]) * hd + d], &v[(t * n_kv + h) * hd + d], 4);
+      }
+  }
+  EXPECT_EQ(gk, wk);
+  EXPECT_EQ(gv, wv);
+}
+
 }  // namespace
 }  // namespace ms::cuda::test

@@ -56,7 +56,8 @@ struct DevLayer {
   const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr;
   cuda::ExpertWeights experts;
-  uint16_t *kc = nullptr, *vc = nullptr;
+  // This layer's K and V cache, [n_kv][ctx][head_dim] of f16 or f32 (Impl::kv_f32).
+  void *kc = nullptr, *vc = nullptr;
 };
 
 // Whether Wq, Wk, Wv can be one matrix of stacked rows: same type and width,
@@ -96,6 +97,7 @@ struct CudaBackend::Impl {
   Options opt;
   cuda::DeviceInfo info;
   int64_t kv_ctx = 0;
+  bool kv_f32 = false;  // the device cache holds f32 (exact) or f16 keys and values
 
   cuda::DeviceArena weights_arena, kv_arena, act_arena;
   // Made after cudaSetDevice (a member Stream would be created before it).
@@ -280,13 +282,39 @@ struct CudaBackend::Impl {
   }
 
   void allocate_kv() {
-    const size_t per_layer = 2ull * c.n_head_kv * static_cast<size_t>(kv_ctx) * c.head_dim;  // halves
-    kv_arena = cuda::DeviceArena("KV cache", align_up(per_layer * sizeof(uint16_t)) * c.n_layer);
+    const size_t elem = kv_f32 ? sizeof(float) : sizeof(uint16_t);
+    const size_t half_layer = static_cast<size_t>(c.n_head_kv) * static_cast<size_t>(kv_ctx) * c.head_dim * elem;
+    kv_arena = cuda::DeviceArena();  // the old cache goes first: both may not fit at once
+    kv_arena = cuda::DeviceArena(kv_f32 ? "KV cache (f32)" : "KV cache (f16)", 2 * align_up(half_layer) * c.n_layer);
     for (DevLayer& D : layers) {
-      D.kc = kv_arena.alloc_n<uint16_t>(per_layer);
-      D.vc = D.kc + per_layer / 2;
+      D.kc = kv_arena.alloc(half_layer);
+      D.vc = kv_arena.alloc(half_layer);
     }
     MS_CUDA_CHECK(cudaMemset(kv_arena.base(), 0, kv_arena.capacity()));
+    MS_CUDA_CHECK(cudaDeviceSynchronize());  // the memset runs on the legacy stream; `stream` does not wait for it
+  }
+
+  // Switches the device cache to f32 or f16 (reallocating it, contents lost);
+  // the decode graph holds the old cache's addresses, so it goes too.
+  void set_kv_f32(bool f32) {
+    if (f32 == kv_f32) return;
+    MS_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (graph) {
+      MS_CUDA_CHECK(cudaGraphExecDestroy(graph));
+      graph = nullptr;
+    }
+    kv_f32 = f32;
+    allocate_kv();
+  }
+
+  // Calls f(k_cache, v_cache) with layer L's cache pointers as their element
+  // type (uint16_t: f16 bits, or float); every cache launcher has both overloads.
+  template <class F>
+  void with_cache(const DevLayer& L, F&& f) const {
+    if (kv_f32)
+      f(static_cast<float*>(L.kc), static_cast<float*>(L.vc));
+    else
+      f(static_cast<uint16_t*>(L.kc), static_cast<uint16_t*>(L.vc));
   }
 
   cuda::AttentionShape attn_shape() const {
@@ -404,17 +432,21 @@ struct CudaBackend::Impl {
       project(L.wv, x, &xq8, n, v, nullptr);
     }
     if (one_qkv && !L.bq && opt.fused_decode) {
-      cuda::decode_qk_prologue(qkv, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps, c.n_rot,
-                               positions, c.rope_base, c.rope_freq_scale, to_cuda(c.arch->rope_mode), L.kc, L.vc,
-                               kv_ctx, s);
+      with_cache(L, [&](auto* kc, auto* vc) {
+        cuda::decode_qk_prologue(qkv, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps, c.n_rot,
+                                 positions, c.rope_base, c.rope_freq_scale, to_cuda(c.arch->rope_mode), kc, vc,
+                                 kv_ctx, s);
+      });
     } else {
       prologue(L, n, qp, kp, vp, positions, one_qkv);
     }
     const cuda::AttentionShape shape = attn_shape();
-    if (decode)
-      cuda::attention_decode(shape, qp, L.kc, L.vc, max_kv_len, kv_len, att, attn_scratch, s);
-    else
-      cuda::attention_prefill(shape, qp, L.kc, L.vc, n, pos0, att, s);
+    with_cache(L, [&](const auto* kc, const auto* vc) {
+      if (decode)
+        cuda::attention_decode(shape, qp, kc, vc, max_kv_len, kv_len, att, attn_scratch, s);
+      else
+        cuda::attention_prefill(shape, qp, kc, vc, n, pos0, att, s);
+    });
     if (uses_q8(L.wo)) cuda::quantize_q8act(att, qd, n, attq8, s);
     project(L.wo, att, &attq8, n, h, h);
   }
@@ -440,7 +472,9 @@ struct CudaBackend::Impl {
       cuda::rope(qp, n, c.n_head, c.head_dim, c.n_rot, positions, c.rope_base, c.rope_freq_scale, rm, s);
       cuda::rope(kp, n, c.n_head_kv, c.head_dim, c.n_rot, positions, c.rope_base, c.rope_freq_scale, rm, s);
     }
-    cuda::kv_append(kp, vp, n, c.n_head_kv, c.head_dim, positions, L.kc, L.vc, kv_ctx, s);
+    with_cache(L, [&](auto* kc, auto* vc) {
+      cuda::kv_append(kp, vp, n, c.n_head_kv, c.head_dim, positions, kc, vc, kv_ctx, s);
+    });
   }
 
   void ffn_block(int il, int n) {

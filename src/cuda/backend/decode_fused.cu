@@ -10,6 +10,7 @@
 #include "cuda/backend/decode_fused.h"
 #include "cuda/common.cuh"
 #include "cuda/device.h"
+#include "cuda/kv_elem.cuh"
 #include "util/error.h"
 
 namespace ms::cuda {
@@ -18,13 +19,15 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kMaxHeadDim = 256;
 
-// One block per head: q heads, then k heads, then v heads.
+// One block per head: q heads, then k heads, then v heads. T: the cache's
+// element type (__half or float).
+template <class T>
 __global__ void __launch_bounds__(kThreads) qk_prologue_kernel(float* qkv, int n_head, int n_kv, int hd,
                                                                const float* __restrict__ q_norm,
                                                                const float* __restrict__ k_norm, float eps, int n_rot,
                                                                const int32_t* __restrict__ position, double log2_base,
-                                                               float freq_scale, bool neox, __half* k_cache,
-                                                               __half* v_cache, int64_t ctx) {
+                                                               float freq_scale, bool neox, T* k_cache, T* v_cache,
+                                                               int64_t ctx) {
   __shared__ float buf[kMaxHeadDim];
   __shared__ float scratch[32];
   const int b = blockIdx.x;
@@ -35,7 +38,7 @@ __global__ void __launch_bounds__(kThreads) qk_prologue_kernel(float* qkv, int n
     const int j = b - n_head - n_kv;
     if (!pos_ok) return;
     for (int d = threadIdx.x; d < hd; d += kThreads)
-      v_cache[(static_cast<int64_t>(j) * ctx + pos) * hd + d] = __float2half_rn(row[d]);
+      v_cache[(static_cast<int64_t>(j) * ctx + pos) * hd + d] = dev::KvElem<T>::from_float(row[d]);
     return;
   }
   const bool is_q = b < n_head;
@@ -69,7 +72,7 @@ __global__ void __launch_bounds__(kThreads) qk_prologue_kernel(float* qkv, int n
   const int j = b - n_head;
   for (int d = threadIdx.x; d < hd; d += kThreads) {
     row[d] = buf[d];
-    if (!is_q && pos_ok) k_cache[(static_cast<int64_t>(j) * ctx + pos) * hd + d] = __float2half_rn(buf[d]);
+    if (!is_q && pos_ok) k_cache[(static_cast<int64_t>(j) * ctx + pos) * hd + d] = dev::KvElem<T>::from_float(buf[d]);
   }
 }
 
@@ -152,7 +155,7 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(
   if (softmax_first) {
     float s = 0.f;
     for (int e = lane; e < n_expert; e += 32) {
-      v[e] = __expf(v[e] - mx);
+      v[e] = expf(v[e] - mx);
       s += v[e];
     }
     total = dev::warp_sum(s);
@@ -178,7 +181,7 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(
       w = best / total;
     } else {
       if (j == 0) first = best;
-      w = __expf(best - first);
+      w = expf(best - first);
     }
     picked_sum += w;
     if (lane == j) { my_w = w; my_id = best_e; }
@@ -232,19 +235,38 @@ void rmsnorm_row_q8(const float* x, const float* w, float* out, int64_t n, float
   MS_CUDA_CHECK_LAUNCH();
 }
 
-void decode_qk_prologue(float* qkv, int n_head, int n_kv, int head_dim, const float* q_norm, const float* k_norm,
-                        float eps, int n_rot, const int32_t* position, float theta_base, float freq_scale,
-                        RopeMode mode, uint16_t* k_cache, uint16_t* v_cache, int64_t ctx, cudaStream_t stream) {
+namespace {
+
+template <class T>
+void qk_prologue_impl(float* qkv, int n_head, int n_kv, int head_dim, const float* q_norm, const float* k_norm,
+                      float eps, int n_rot, const int32_t* position, float theta_base, float freq_scale, RopeMode mode,
+                      T* k_cache, T* v_cache, int64_t ctx, cudaStream_t stream) {
   if (n_head <= 0 || n_kv <= 0) return;
   if (head_dim <= 0 || head_dim > kMaxHeadDim)
     throw Error("decode_qk_prologue: head_dim " + std::to_string(head_dim) + " outside 1.." +
                 std::to_string(kMaxHeadDim));
   if (n_rot <= 0 || n_rot > head_dim || n_rot % 2 != 0)
     throw Error("decode_qk_prologue: n_rot " + std::to_string(n_rot) + " must be even and within head_dim");
-  qk_prologue_kernel<<<n_head + 2 * n_kv, kThreads, 0, stream>>>(
+  qk_prologue_kernel<T><<<n_head + 2 * n_kv, kThreads, 0, stream>>>(
       qkv, n_head, n_kv, head_dim, q_norm, k_norm, eps, n_rot, position, std::log2(static_cast<double>(theta_base)),
-      freq_scale, mode == RopeMode::Neox, reinterpret_cast<__half*>(k_cache), reinterpret_cast<__half*>(v_cache), ctx);
+      freq_scale, mode == RopeMode::Neox, k_cache, v_cache, ctx);
   MS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void decode_qk_prologue(float* qkv, int n_head, int n_kv, int head_dim, const float* q_norm, const float* k_norm,
+                        float eps, int n_rot, const int32_t* position, float theta_base, float freq_scale,
+                        RopeMode mode, uint16_t* k_cache, uint16_t* v_cache, int64_t ctx, cudaStream_t stream) {
+  qk_prologue_impl(qkv, n_head, n_kv, head_dim, q_norm, k_norm, eps, n_rot, position, theta_base, freq_scale, mode,
+                   reinterpret_cast<__half*>(k_cache), reinterpret_cast<__half*>(v_cache), ctx, stream);
+}
+
+void decode_qk_prologue(float* qkv, int n_head, int n_kv, int head_dim, const float* q_norm, const float* k_norm,
+                        float eps, int n_rot, const int32_t* position, float theta_base, float freq_scale,
+                        RopeMode mode, float* k_cache, float* v_cache, int64_t ctx, cudaStream_t stream) {
+  qk_prologue_impl(qkv, n_head, n_kv, head_dim, q_norm, k_norm, eps, n_rot, position, theta_base, freq_scale, mode,
+                   k_cache, v_cache, ctx, stream);
 }
 
 }  // namespace ms::cuda

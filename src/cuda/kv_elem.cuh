@@ -1,0 +1,90 @@
+// KV cache elements (f16 or f32) as floats, for the attention kernels and the
+// cache appends that are templated on the cache's element type. F16 halves the
+// cache's bytes; F32 keeps keys and values exactly as computed (parity with
+// f32 references).
+#pragma once
+#include "cuda/common.cuh"
+
+namespace ms::cuda::dev {
+
+template <class T>
+struct KvElem;
+
+template <>
+struct KvElem<__half> {
+  static __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
+  // N (2, 4 or 8) consecutive elements at p, aligned to N * 2 bytes. Plain
+  // loads (shared or global memory).
+  template <int N>
+  static __device__ __forceinline__ void load(const __half* p, float* f) {
+    static_assert(N == 2 || N == 4 || N == 8, "2, 4 or 8 elements");
+    if constexpr (N == 2) {
+      const float2 a = __half22float2(*reinterpret_cast<const __half2*>(p));
+      f[0] = a.x; f[1] = a.y;
+    } else if constexpr (N == 4) {
+      const uint2 u = *reinterpret_cast<const uint2*>(p);
+      unpack(u.x, f);
+      unpack(u.y, f + 2);
+    } else {
+      const uint4 u = *reinterpret_cast<const uint4*>(p);
+      unpack(u.x, f); unpack(u.y, f + 2); unpack(u.z, f + 4); unpack(u.w, f + 6);
+    }
+  }
+  // As load, through the read-only data path (global memory not written by the kernel).
+  template <int N>
+  static __device__ __forceinline__ void ldg(const __half* p, float* f) {
+    if constexpr (N == 2) {
+      const uint32_t u = __ldg(reinterpret_cast<const unsigned int*>(p));
+      unpack(u, f);
+    } else if constexpr (N == 4) {
+      const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
+      unpack(u.x, f);
+      unpack(u.y, f + 2);
+    } else {
+      static_assert(N == 8, "2, 4 or 8 elements");
+      const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+      unpack(u.x, f); unpack(u.y, f + 2); unpack(u.z, f + 4); unpack(u.w, f + 6);
+    }
+  }
+
+ private:
+  static __device__ __forceinline__ void unpack(uint32_t w, float* f) {
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&w));
+    f[0] = a.x; f[1] = a.y;
+  }
+};
+
+template <>
+struct KvElem<float> {
+  static __device__ __forceinline__ float from_float(float x) { return x; }
+  template <int N>
+  static __device__ __forceinline__ void load(const float* p, float* f) {
+    static_assert(N == 2 || N == 4 || N == 8, "2, 4 or 8 elements");
+    if constexpr (N == 2) {
+      const float2 a = *reinterpret_cast<const float2*>(p);
+      f[0] = a.x; f[1] = a.y;
+    } else {
+#pragma unroll
+      for (int i = 0; i < N; i += 4) {
+        const float4 a = *reinterpret_cast<const float4*>(p + i);
+        f[i] = a.x; f[i + 1] = a.y; f[i + 2] = a.z; f[i + 3] = a.w;
+      }
+    }
+  }
+  template <int N>
+  static __device__ __forceinline__ void ldg(const float* p, float* f) {
+    static_assert(N == 2 || N == 4 || N == 8, "2, 4 or 8 elements");
+    if constexpr (N == 2) {
+      const float2 a = __ldg(reinterpret_cast<const float2*>(p));
+      f[0] = a.x; f[1] = a.y;
+    } else {
+#pragma unroll
+      for (int i = 0; i < N; i += 4) {
+        const float4 a = __ldg(reinterpret_cast<const float4*>(p + i));
+        f[i] = a.x; f[i + 1] = a.y; f[i + 2] = a.z; f[i + 3] = a.w;
+      }
+    }
+  }
+};
+
+}  // namespace ms::cuda::dev
