@@ -525,6 +525,8 @@ int main(int argc, char** argv) {
       double attn512 = 0;
       for (int len : {128, 512, 4096, 32768}) {
         DeviceBuffer sc(attention_decode_scratch_bytes(as, len));
+        MS_CUDA_CHECK(cudaMemset(sc.get(), 0, sc.size()));  // attention.h: zero before first use
+        MS_CUDA_CHECK(cudaDeviceSynchronize());
         const double us = time_us(s, [&](int) {
           attention_decode(as, q.as<float>(), kc.as<uint16_t>(), vc.as<uint16_t>(), len, nullptr, ao.as<float>(),
                            sc.get(), s);
@@ -545,6 +547,8 @@ int main(int argc, char** argv) {
         MS_CUDA_CHECK(cudaDeviceSynchronize());
         for (int len : {512, 4096, 32768}) {
           DeviceBuffer sc(attention_decode_scratch_bytes(as, len));
+          MS_CUDA_CHECK(cudaMemset(sc.get(), 0, sc.size()));  // attention.h: zero before first use
+          MS_CUDA_CHECK(cudaDeviceSynchronize());
           const double us = time_us(s, [&](int) {
             attention_decode(as, q.as<float>(), kf.as<float>(), vf.as<float>(), len, nullptr, ao.as<float>(), sc.get(),
                              s);

@@ -23,6 +23,8 @@ struct AttentionShape {
 // chunks processed by separate blocks, then merged (log-sum-exp).
 // kv_len (device, optional) overrides max_kv_len at run time, so one captured
 // graph serves every step; max_kv_len (host) sizes the launch and the scratch.
+// scratch: zero-filled before its first use (it starts with counters that
+// every call leaves at zero), then reused by every call as is.
 size_t attention_decode_scratch_bytes(const AttentionShape& s, int max_kv_len);
 void attention_decode(const AttentionShape& s, const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
                       int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream);

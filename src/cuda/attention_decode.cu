@@ -2,18 +2,21 @@
 //
 // Fast path (head_dim 64, 128 or 256, G = n_head/n_kv in {1,2,4,8,16}):
 // block (split, kv head) of 4 warps covers one chunk of the sequence for all
-// G query heads of its KV head (K and V come from HBM once per group, the
-// other warps hit L1). The warps split the G heads (up to 4 ways, so a lane's
-// serial work per position is G/4 heads) and, for G < 4, the 32-position
-// tiles. A lane owns one position for the scores (16-byte loads of its K row,
-// q from shared memory) and head_dim/32 dims for P*V (coalesced V rows), with
-// an online softmax per warp (exp2 domain). Warps sharing heads merge in
-// shared memory; the block writes an unnormalised partial output with its max
-// m and sum l. The number of splits comes from max_kv_len (up to about 8
-// blocks per SM); the chunk length from the device kv_len, so a captured
-// graph stays balanced as the sequence grows.
-// A second kernel (block per query head) merges the splits:
-//   out = sum_s o_s 2^(m_s-M) / sum_s l_s 2^(m_s-M).
+// G query heads of its KV head (K and V come from HBM once per group). A
+// lane owns one position for the scores (its K row loaded whole, q from
+// shared memory) and head_dim/32 dims for P*V (coalesced V rows, a batch of
+// rows loaded before use), with an online softmax per warp (exp2 domain).
+// Two geometries: up to 1024 positions the warps split the G heads (up to 4
+// ways, so a lane's serial work per position is G/4 heads) and one block step
+// of positions per split; beyond, every warp serves all G heads on its own
+// tiles and splits are capped at ~2 blocks per SM (fewer instructions per
+// byte, fewer partials). Warps sharing heads merge in shared memory; the
+// block writes an unnormalised partial output with its max m and sum l. The
+// chunk length comes from the device kv_len, so a captured graph stays
+// balanced as the sequence grows. The splits are merged
+//   out = sum_s o_s 2^(m_s-M) / sum_s l_s 2^(m_s-M)
+// by the last block of each KV head to finish (up to 8 splits: one launch)
+// or by a second kernel (block per query head).
 //
 // Generic path (any even head_dim, any group up to 16): fixed chunks of
 // kSplit positions, a warp per position for the scores, natural-exp domain.
@@ -185,16 +188,37 @@ constexpr int kTile = 32;  // positions per warp step (one per lane)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegBig = -1e30f;  // "no score yet": finite, so 2^(kNegBig - m) is 0, never NaN
 
-// Warps of a block split the G query heads WH ways and the positions WP ways.
-__host__ __device__ constexpr int heads_ways(int g) { return g >= kFastWarps ? kFastWarps : g; }
-__host__ __device__ constexpr int pos_ways(int g) { return kFastWarps / heads_ways(g); }
+// Warps of a block split the G query heads WH ways and the positions WP ways
+// (WH * WP = 4). SPLIT (short contexts): WH = min(G, 4), so a lane's serial
+// work per position is G/4 heads; the latency of one tile is what counts.
+// Long contexts (!SPLIT): WH = 1, every warp serves all G heads on its own
+// tiles, so K and V are read once per block (fewer instructions per byte).
+__host__ __device__ constexpr int heads_ways(int g, bool split) { return !split ? 1 : g >= kFastWarps ? kFastWarps : g; }
+__host__ __device__ constexpr int pos_ways(int g, bool split) { return kFastWarps / heads_ways(g, split); }
 
-int fast_splits(int group, int n_kv, int max_kv_len, int n_sm) {
-  const int per_block = pos_ways(group) * kTile;  // positions a block covers in one step
+// Up to this many positions the split-heads geometry runs (measured on the
+// H100, 32/4 heads of 128: 9.8 against 11.5 us at kv 512, but 16.7 against
+// 12.6 us at kv 4096 and 84 against 58 us at kv 32768).
+constexpr int kSplitHeadsMaxLen = 1024;
+// Whole-G-per-warp keeps G*HD/32 output floats per lane in registers.
+bool split_heads(int group, int hd, int max_kv_len) { return max_kv_len <= kSplitHeadsMaxLen || group * hd > 2048; }
+
+// Splits per KV head: one block step of positions each (split heads: up to
+// ~8 blocks per SM) or up to ~2 blocks per SM (long contexts: fewer partial
+// outputs to write and merge).
+int fast_splits(int group, int hd, int n_kv, int max_kv_len, int n_sm) {
+  const bool split = split_heads(group, hd, max_kv_len);
+  const int per_block = pos_ways(group, split) * kTile;  // positions a block covers in one step
   const int by_len = (max_kv_len + per_block - 1) / per_block;
-  const int by_sm = (8 * n_sm + n_kv - 1) / n_kv;  // about 8 blocks per SM at long contexts
+  const int by_sm = ((split ? 8 : 2) * n_sm + n_kv - 1) / n_kv;
   return std::max(1, std::min(by_len, by_sm));
 }
+
+// Up to this many splits, the last block of each KV head merges them in the
+// same launch (saving the merge kernel's launch: 8.8 against 9.6 us at kv
+// 128); beyond it, the merge kernel below spreads the work over one block per
+// query head (fusing 16-32 splits measured slower: 14.4 us at kv 512).
+constexpr int kFuseMaxSplits = 8;
 
 bool fast_ok(const AttentionShape& s) {
   const int g = s.n_head / s.n_kv;
@@ -209,16 +233,59 @@ __device__ __forceinline__ float dot8(const float* k, const float* q) {
          qb.w * k[7];
 }
 
+// The last block of a KV head: out for its G heads from the n_split (<= 8)
+// partial outputs, read through L2 (other blocks wrote them). A warp per head
+// for the split weights (lane = split), then each thread 4 dims at a time
+// over all splits, the loads unrolled so that they go out together.
+template <int G, int HD>
+__device__ void merge_splits_in_block(const float* part_o, const float2* part_ml, int h0, int n_split,
+                                      float* __restrict__ out) {
+  __shared__ float w_s[G][kFuseMaxSplits];
+  __shared__ float inv_l[G];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int g = warp; g < G; g += kFastWarps) {
+    const float2 v = lane < n_split ? __ldcg(part_ml + static_cast<int64_t>(h0 + g) * n_split + lane)
+                                    : make_float2(kNegBig, 0.f);
+    const float M = dev::warp_max(v.x);
+    const float w = lane < n_split ? exp2f(v.x - M) : 0.f;
+    const float L = dev::warp_sum(v.y * w);
+    if (lane < kFuseMaxSplits) w_s[g][lane] = w;
+    if (lane == 0) inv_l[g] = L > 0.f ? 1.f / L : 0.f;
+  }
+  __syncthreads();
+  constexpr int kQuads = G * HD / 4;  // float4 outputs of the block
+  for (int i = threadIdx.x; i < kQuads; i += kFastWarps * 32) {
+    const int g = i / (HD / 4), d = 4 * (i % (HD / 4));
+    const float* po = part_o + static_cast<int64_t>(h0 + g) * n_split * HD + d;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int s = 0; s < kFuseMaxSplits; ++s) {
+      if (s < n_split) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(po + static_cast<int64_t>(s) * HD));
+        const float w = w_s[g][s];
+        acc.x += v.x * w; acc.y += v.y * w; acc.z += v.z * w; acc.w += v.w * w;
+      }
+    }
+    const float il = inv_l[g];
+    *reinterpret_cast<float4*>(out + static_cast<int64_t>(h0 + g) * HD + d) =
+        make_float4(acc.x * il, acc.y * il, acc.z * il, acc.w * il);
+  }
+}
+
 // Block (split, kv head). Warp w takes heads hw*GW .. +GW (hw = w % WH) of the
 // block's G, and the 32-position tiles pw, pw+WP, ... (pw = w / WH) of the
 // chunk: lane = position for the scores, lane = HD/32 dims for P*V.
-template <class T, int G, int HD>
+// counters (n_split <= kFuseMaxSplits): one per KV head, zero on entry and on
+// exit; the block that counts last merges (out). Null: partials only.
+template <class T, int G, int HD, bool SPLIT>
 __global__ void __launch_bounds__(kFastWarps * 32) attn_decode_fast_kernel(
     const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc, int64_t ctx,
     int max_kv_len, const int32_t* __restrict__ kv_len_dev, float scale_log2, int n_split,
-    float* __restrict__ part_o, float2* __restrict__ part_ml) {
-  constexpr int WH = heads_ways(G), WP = pos_ways(G), GW = G / WH;
+    float* __restrict__ part_o, float2* __restrict__ part_ml, unsigned int* counters, float* __restrict__ out) {
+  constexpr int WH = heads_ways(G, SPLIT), WP = pos_ways(G, SPLIT), GW = G / WH;
   constexpr int D = HD / 32;  // dims per lane in P*V
+  // V rows loaded at once in P*V: 64 floats of registers per lane
+  constexpr int kVRows = 64 / D < kTile ? 64 / D : kTile;
   // q_s and p_s during the sweep; o_s (the warps' partial outputs) reuses them after it
   constexpr int kSweep = G * HD + kFastWarps * kTile * GW, kMerge = kFastWarps * GW * HD;
   __shared__ __align__(16) float buf[kSweep > kMerge ? kSweep : kMerge];
@@ -276,20 +343,28 @@ __global__ void __launch_bounds__(kFastWarps * 32) attn_decode_fast_kernel(
       m[g] = mn;
 #pragma unroll
       for (int d = 0; d < D; ++d) o[g][d] *= corr;
-      p_s[warp][lane][g] = pg;
+      p_s[warp][lane][g] = pg;  // 0 for positions past the end
     }
     __syncwarp();
-    const int n_here = min(kTile, t1 - tt);
+    // P*V: kVRows rows of V per batch, all loaded before they are used (the
+    // load latency, not the arithmetic, is the time at short contexts). Rows
+    // past the end re-read the last valid one; their weight is 0.
+    const int last = min(kTile, t1 - tt) - 1;
     const T* vr = vbase + static_cast<int64_t>(tt) * HD + lane * D;
-#pragma unroll 4
-    for (int j = 0; j < n_here; ++j) {
-      float v[D];
-      E::template ldg<D>(vr + static_cast<int64_t>(j) * HD, v);
 #pragma unroll
-      for (int g = 0; g < GW; ++g) {
-        const float pg = p_s[warp][j][g];
+    for (int j0 = 0; j0 < kTile; j0 += kVRows) {
+      if (j0 > last) break;
+      float v[kVRows][D];
 #pragma unroll
-        for (int d = 0; d < D; ++d) o[g][d] += pg * v[d];
+      for (int j = 0; j < kVRows; ++j) E::template ldg<D>(vr + static_cast<int64_t>(min(j0 + j, last)) * HD, v[j]);
+#pragma unroll
+      for (int j = 0; j < kVRows; ++j) {
+#pragma unroll
+        for (int g = 0; g < GW; ++g) {
+          const float pg = p_s[warp][j0 + j][g];
+#pragma unroll
+          for (int d = 0; d < D; ++d) o[g][d] += pg * v[j][d];
+        }
       }
     }
     __syncwarp();
@@ -323,6 +398,16 @@ __global__ void __launch_bounds__(kFastWarps * 32) attn_decode_fast_kernel(
     for (int p = 0; p < WP; ++p) L += l_s[p * WH + ghw][gl] * exp2f(m_s[p * WH + ghw][gl] - M);
     part_ml[static_cast<int64_t>(h0 + g) * n_split + split] = make_float2(M, L);
   }
+  if (counters == nullptr) return;
+  __shared__ bool last_block;
+  __threadfence();  // this block's partials visible device-wide before it counts itself done
+  __syncthreads();
+  if (threadIdx.x == 0) last_block = atomicAdd(counters + kvh, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last_block) return;
+  __threadfence();
+  if (threadIdx.x == 0) counters[kvh] = 0u;  // every block of this KV head has counted: ready for the next call
+  merge_splits_in_block<G, HD>(part_o, part_ml, h0, n_split, out);
 }
 
 // Block per query head, 256 threads: 256/hd segments of threads each sum a
@@ -370,22 +455,36 @@ __global__ void __launch_bounds__(kMergeThreads) attn_decode_fast_merge_kernel(c
   }
 }
 
+struct FastOut {
+  float* part_o;
+  float2* part_ml;
+  unsigned int* counters;  // null: merge kernel
+  float* out;
+};
+
 template <class T, int G, int HD>
 void launch_fast(const AttentionShape& s, const float* q, const T* kc, const T* vc, int max_kv_len,
-                 const int32_t* kv_len, int n_split, float* part_o, float2* part_ml, cudaStream_t stream) {
+                 const int32_t* kv_len, int n_split, const FastOut& o, cudaStream_t stream) {
+  const dim3 grid(n_split, s.n_kv);
+  const float sl = s.scale * kLog2e;
   if constexpr (G * HD <= 4096) {
-    attn_decode_fast_kernel<T, G, HD><<<dim3(n_split, s.n_kv), kFastWarps * 32, 0, stream>>>(
-        q, kc, vc, s.ctx, max_kv_len, kv_len, s.scale * kLog2e, n_split, part_o, part_ml);
+    if (split_heads(G, HD, max_kv_len)) {
+      attn_decode_fast_kernel<T, G, HD, true><<<grid, kFastWarps * 32, 0, stream>>>(
+          q, kc, vc, s.ctx, max_kv_len, kv_len, sl, n_split, o.part_o, o.part_ml, o.counters, o.out);
+    } else if constexpr (G * HD <= 2048) {
+      attn_decode_fast_kernel<T, G, HD, false><<<grid, kFastWarps * 32, 0, stream>>>(
+          q, kc, vc, s.ctx, max_kv_len, kv_len, sl, n_split, o.part_o, o.part_ml, o.counters, o.out);
+    }
   }
 }
 
 template <class T, int G>
 void launch_fast_g(const AttentionShape& s, const float* q, const T* kc, const T* vc, int max_kv_len,
-                   const int32_t* kv_len, int n_split, float* part_o, float2* part_ml, cudaStream_t stream) {
+                   const int32_t* kv_len, int n_split, const FastOut& o, cudaStream_t stream) {
   switch (s.head_dim) {
-    case 64: launch_fast<T, G, 64>(s, q, kc, vc, max_kv_len, kv_len, n_split, part_o, part_ml, stream); break;
-    case 128: launch_fast<T, G, 128>(s, q, kc, vc, max_kv_len, kv_len, n_split, part_o, part_ml, stream); break;
-    case 256: launch_fast<T, G, 256>(s, q, kc, vc, max_kv_len, kv_len, n_split, part_o, part_ml, stream); break;
+    case 64: launch_fast<T, G, 64>(s, q, kc, vc, max_kv_len, kv_len, n_split, o, stream); break;
+    case 128: launch_fast<T, G, 128>(s, q, kc, vc, max_kv_len, kv_len, n_split, o, stream); break;
+    case 256: launch_fast<T, G, 256>(s, q, kc, vc, max_kv_len, kv_len, n_split, o, stream); break;
     default: break;
   }
 }
@@ -405,17 +504,44 @@ int sm_count() {
 
 }  // namespace
 
+namespace {
+
+size_t align256(size_t v) { return (v + 255) & ~size_t{255}; }
+
+// Scratch: the fused merge's counters first (a fixed place, whatever the
+// split count, so they stay zero between calls of different lengths), then
+// the partial outputs [n_head][n_split][head_dim] and their {m, l}.
+struct Scratch {
+  unsigned int* counters;
+  float* part_o;
+  float2* part_ml;
+};
+size_t counters_bytes(const AttentionShape& s) { return align256(sizeof(unsigned int) * std::max(s.n_kv, 1)); }
+size_t partials_bytes(const AttentionShape& s, int ns) {
+  return align256(sizeof(float) * s.n_head * static_cast<size_t>(ns) * s.head_dim) +
+         sizeof(float2) * s.n_head * static_cast<size_t>(ns);
+}
+Scratch scratch_layout(const AttentionShape& s, int ns, void* base) {
+  char* b = static_cast<char*>(base);
+  Scratch r;
+  r.counters = reinterpret_cast<unsigned int*>(b);
+  r.part_o = reinterpret_cast<float*>(b + counters_bytes(s));
+  r.part_ml = reinterpret_cast<float2*>(b + counters_bytes(s) +
+                                        align256(sizeof(float) * s.n_head * static_cast<size_t>(ns) * s.head_dim));
+  return r;
+}
+
+}  // namespace
+
 size_t attention_decode_scratch_bytes(const AttentionShape& s, int max_kv_len) {
   const int len = max_kv_len > 0 ? max_kv_len : 1;
-  // generic path
-  const size_t ns = static_cast<size_t>(n_splits(len));
-  const size_t o = sizeof(float) * s.n_head * ns * s.head_dim;
-  const size_t generic = ((o + 255) & ~size_t{255}) + sizeof(float2) * s.n_head * ns;
-  // fast path
-  const size_t nf = static_cast<size_t>(fast_splits(s.n_kv > 0 && s.n_head % s.n_kv == 0 ? s.n_head / s.n_kv : 1, s.n_kv > 0 ? s.n_kv : 1, len, sm_count()));
-  const size_t of = sizeof(float) * s.n_head * nf * s.head_dim;
-  const size_t fast = ((of + 255) & ~size_t{255}) + sizeof(float2) * s.n_head * nf;
-  return std::max(generic, fast);
+  const int group = s.n_kv > 0 && s.n_head % s.n_kv == 0 ? s.n_head / s.n_kv : 1;
+  const int n_kv = s.n_kv > 0 ? s.n_kv : 1;
+  // Each geometry's split count grows with the length; a shorter call may take the other geometry.
+  const int generic = n_splits(len), fast_long = fast_splits(group, s.head_dim, n_kv, len, sm_count()),
+            fast_short = fast_splits(group, s.head_dim, n_kv, std::min(len, kSplitHeadsMaxLen), sm_count());
+  return counters_bytes(s) + std::max({partials_bytes(s, generic), partials_bytes(s, fast_long),
+                                       partials_bytes(s, fast_short)});
 }
 
 namespace {
@@ -428,33 +554,33 @@ void decode_impl(const AttentionShape& s, const float* q, const T* kc, const T* 
     throw Error("attention_decode: max_kv_len " + std::to_string(max_kv_len) + " outside 1.." + std::to_string(s.ctx));
   const int group = s.n_head / s.n_kv;
   if (fast_ok(s) && fast_dims_ok(s.head_dim)) {
-    const int ns = fast_splits(group, s.n_kv, max_kv_len, sm_count());
-    auto* part_o = static_cast<float*>(scratch);
-    const size_t o_bytes = sizeof(float) * s.n_head * static_cast<size_t>(ns) * s.head_dim;
-    auto* part_ml = reinterpret_cast<float2*>(static_cast<char*>(scratch) + ((o_bytes + 255) & ~size_t{255}));
+    const int ns = fast_splits(group, s.head_dim, s.n_kv, max_kv_len, sm_count());
+    const Scratch sc = scratch_layout(s, ns, scratch);
+    const bool fused = ns <= kFuseMaxSplits;
+    const FastOut o{sc.part_o, sc.part_ml, fused ? sc.counters : nullptr, out};
     switch (group) {
-      case 1: launch_fast_g<T, 1>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
-      case 2: launch_fast_g<T, 2>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
-      case 4: launch_fast_g<T, 4>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
-      case 8: launch_fast_g<T, 8>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
-      case 16: launch_fast_g<T, 16>(s, q, kc, vc, max_kv_len, kv_len, ns, part_o, part_ml, stream); break;
+      case 1: launch_fast_g<T, 1>(s, q, kc, vc, max_kv_len, kv_len, ns, o, stream); break;
+      case 2: launch_fast_g<T, 2>(s, q, kc, vc, max_kv_len, kv_len, ns, o, stream); break;
+      case 4: launch_fast_g<T, 4>(s, q, kc, vc, max_kv_len, kv_len, ns, o, stream); break;
+      case 8: launch_fast_g<T, 8>(s, q, kc, vc, max_kv_len, kv_len, ns, o, stream); break;
+      case 16: launch_fast_g<T, 16>(s, q, kc, vc, max_kv_len, kv_len, ns, o, stream); break;
       default: break;
     }
     MS_CUDA_CHECK_LAUNCH();
+    if (fused) return;
     attn_decode_fast_merge_kernel<<<s.n_head, kMergeThreads, sizeof(float) * (ns + kMergeThreads), stream>>>(
-        part_o, part_ml, s.head_dim, ns, out);
+        sc.part_o, sc.part_ml, s.head_dim, ns, out);
     MS_CUDA_CHECK_LAUNCH();
     return;
   }
   const int ns = n_splits(max_kv_len);
-  auto* part_o = static_cast<float*>(scratch);
-  const size_t o_bytes = sizeof(float) * s.n_head * static_cast<size_t>(ns) * s.head_dim;
-  auto* part_ml = reinterpret_cast<float2*>(static_cast<char*>(scratch) + ((o_bytes + 255) & ~size_t{255}));
+  const Scratch sc = scratch_layout(s, ns, scratch);
   const size_t smem = split_smem_bytes(group, s.head_dim);
   attn_decode_split_kernel<T><<<dim3(ns, s.n_kv), kThreads, smem, stream>>>(
-      q, kc, vc, s.n_kv, group, s.head_dim, s.ctx, max_kv_len, kv_len, s.scale, ns, part_o, part_ml);
+      q, kc, vc, s.n_kv, group, s.head_dim, s.ctx, max_kv_len, kv_len, s.scale, ns, sc.part_o, sc.part_ml);
   MS_CUDA_CHECK_LAUNCH();
-  attn_decode_merge_kernel<<<s.n_head, kThreads, 0, stream>>>(part_o, part_ml, s.head_dim, max_kv_len, kv_len, ns, out);
+  attn_decode_merge_kernel<<<s.n_head, kThreads, 0, stream>>>(sc.part_o, sc.part_ml, s.head_dim, max_kv_len, kv_len,
+                                                              ns, out);
   MS_CUDA_CHECK_LAUNCH();
 }
 

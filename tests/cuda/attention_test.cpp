@@ -60,6 +60,13 @@ void prefill(const AttentionShape& as, const float* q, const Cache& c, int n_tok
     attention_prefill(as, q, c.dk.as<uint16_t>(), c.dv.as<uint16_t>(), n_tok, pos0, out, s);
 }
 
+// Decode scratch as attention.h asks: zero-filled once, then reused.
+DeviceBuffer decode_scratch(const AttentionShape& as, int max_kv_len) {
+  DeviceBuffer b(attention_decode_scratch_bytes(as, max_kv_len));
+  device_fill(b.get(), 0, b.size());
+  return b;
+}
+
 std::string type_tag(const Cache& c) { return c.f32 ? " (f32 cache)" : " (f16 cache)"; }
 
 // out[h][d] for one query (head h) attending to positions 0..last.
@@ -110,7 +117,7 @@ TEST(CudaAttention, DecodeSplitKMatchesReference) {
       const auto q = random_floats(static_cast<size_t>(sh.n_head * sh.hd), rng);
       DeviceBuffer dq = upload(q), out = poisoned(q.size());
       // launch sized for the whole cache, actual length from the device (graph-style)
-      DeviceBuffer scratch(attention_decode_scratch_bytes(as, static_cast<int>(ctx)));
+      DeviceBuffer scratch = decode_scratch(as, static_cast<int>(ctx));
       const std::vector<int32_t> len = {kv_len};
       DeviceBuffer dlen = upload(len);
       decode(as, dq.as<float>(), c, static_cast<int>(ctx), dlen.as<int32_t>(), out.as<float>(), scratch.get(), s);
@@ -124,7 +131,7 @@ TEST(CudaAttention, DecodeSplitKMatchesReference) {
       expect_close(download<float>(out.get(), q.size()), want, c, what);
       // and with the host length
       poison(out.get(), q.size() * 4);
-      DeviceBuffer scratch2(attention_decode_scratch_bytes(as, kv_len));
+      DeviceBuffer scratch2 = decode_scratch(as, kv_len);
       decode(as, dq.as<float>(), c, kv_len, nullptr, out.as<float>(), scratch2.get(), s);
       expect_close(download<float>(out.get(), q.size()), want, c, what + " (host length)");
     }
@@ -145,7 +152,7 @@ TEST(CudaAttention, DecodeLongContextMatchesReference) {
     const Cache c = random_cache(sh.n_kv, ctx, sh.hd, f32, rng);
     AttentionShape as{sh.n_head, sh.n_kv, sh.hd, ctx, 1.f / std::sqrt(float(sh.hd))};
     const int group = sh.n_head / sh.n_kv;
-    DeviceBuffer scratch(attention_decode_scratch_bytes(as, static_cast<int>(ctx)));
+    DeviceBuffer scratch = decode_scratch(as, static_cast<int>(ctx));
     for (int kv_len : {1, 31, 33, 600, 4097, 5000}) {
       const auto q = random_floats(static_cast<size_t>(sh.n_head * sh.hd), rng);
       DeviceBuffer dq = upload(q), out = poisoned(q.size());
@@ -161,7 +168,7 @@ TEST(CudaAttention, DecodeLongContextMatchesReference) {
                                " hd " + std::to_string(sh.hd) + " kv_len " + std::to_string(kv_len) + type_tag(c);
       expect_close(download<float>(out.get(), q.size()), want, c, what);
       poison(out.get(), q.size() * 4);
-      DeviceBuffer scratch2(attention_decode_scratch_bytes(as, kv_len));
+      DeviceBuffer scratch2 = decode_scratch(as, kv_len);
       decode(as, dq.as<float>(), c, kv_len, nullptr, out.as<float>(), scratch2.get(), s);
       expect_close(download<float>(out.get(), q.size()), want, c, what + " (host length)");
     }

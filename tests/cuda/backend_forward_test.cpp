@@ -222,13 +222,21 @@ TEST(CudaBackend, GraphReplayMatchesDirectLaunches) {
   EXPECT_EQ(without.graph_captures(), 0);
 }
 
-// The fused decode prologue (decode_fused.h) against the separate ops, over
-// steps long enough for rounding differences in the cache to show.
+// The fused decode kernels (decode_fused.h) against the separate ops, over
+// steps long enough for rounding differences in the cache to show. F16
+// weights (no int8 activations): the two paths may differ only by float
+// reassociation, so 2e-3 of the logits' RMS is a loose bound. With quantized
+// weights a last-ulp difference in a normalised value can move one int8
+// activation by a step (seen on the H100: ~3e-3 of the RMS on some steps,
+// routes unchanged), so those models get the backends' tolerance, kRelTol.
 TEST(CudaBackend, FusedDecodeMatchesSeparateOps) {
   MS_REQUIRE_GPU();
-  for (const char* arch : {"qwen3moe", "llama"}) {  // neox + qk norm; normal rope, no norm
-    SCOPED_TRACE(arch);
-    const LoadedModel& m = tiny_model(arch, "q4_k");  // one type for q, k, v: the stacked decode path
+  struct C { const char* arch; const char* quant; double tol; };
+  // neox + qk norm; normal rope, no norm. One type for q, k, v: the stacked decode path.
+  for (const C& c : {C{"qwen3moe", "f16", 2e-3}, C{"llama", "f16", 2e-3}, C{"qwen3moe", "q4_k", kRelTol},
+                     C{"llama", "q4_k", kRelTol}}) {
+    SCOPED_TRACE(std::string(c.arch) + " " + c.quant);
+    const LoadedModel& m = tiny_model(c.arch, c.quant);
     CudaBackend fused(m.weights, CudaBackend::Options{.ctx = 128});
     CudaBackend separate(m.weights, CudaBackend::Options{.ctx = 128, .fused_decode = false});
     const std::vector<int32_t> prompt = some_tokens(6, m.weights.cfg.n_vocab, 11);
@@ -244,8 +252,8 @@ TEST(CudaBackend, FusedDecodeMatchesSeparateOps) {
       separate.forward(kb, std::span<const int32_t>(&next, 1), lb);
       worst = std::max(worst, compare(la, lb).rel());
     }
-    std::printf("fused vs separate decode (%s): worst rel %.2e\n", arch, worst);
-    EXPECT_LE(worst, 2e-3);
+    std::printf("fused vs separate decode (%s %s): worst rel %.2e\n", c.arch, c.quant, worst);
+    EXPECT_LE(worst, c.tol);
   }
 }
 

@@ -373,7 +373,8 @@ struct CudaBackend::Impl {
     Layout bind;
     bind.base = reinterpret_cast<uintptr_t>(act_arena.alloc(measure.used, kAlign));
     layout_activations(bind);
-    MS_CUDA_CHECK(cudaMemset(act_arena.base(), 0, act_arena.capacity()));  // router_counter starts at 0
+    // router_counter and the attention scratch's counters start at 0 (the constructor syncs after this)
+    MS_CUDA_CHECK(cudaMemset(act_arena.base(), 0, act_arena.capacity()));
     host_in = cuda::PinnedBuffer(sizeof(int32_t) * 2 * static_cast<size_t>(B) + 64);
     host_logits = cuda::PinnedBuffer(sizeof(float) * kLogitRows * static_cast<size_t>(c.n_vocab));
   }
