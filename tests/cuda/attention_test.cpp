@@ -134,6 +134,11 @@ TEST(CudaAttention, DecodeSplitKMatchesReference) {
       DeviceBuffer scratch2 = decode_scratch(as, kv_len);
       decode(as, dq.as<float>(), c, kv_len, nullptr, out.as<float>(), scratch2.get(), s);
       expect_close(download<float>(out.get(), q.size()), want, c, what + " (host length)");
+      // The scratch sized for the whole cache serves shorter launches too (as
+      // the backend uses it: the launch geometry and split count change).
+      poison(out.get(), q.size() * 4);
+      decode(as, dq.as<float>(), c, kv_len, nullptr, out.as<float>(), scratch.get(), s);
+      expect_close(download<float>(out.get(), q.size()), want, c, what + " (host length, shared scratch)");
     }
   }
 }
@@ -171,6 +176,11 @@ TEST(CudaAttention, DecodeLongContextMatchesReference) {
       DeviceBuffer scratch2 = decode_scratch(as, kv_len);
       decode(as, dq.as<float>(), c, kv_len, nullptr, out.as<float>(), scratch2.get(), s);
       expect_close(download<float>(out.get(), q.size()), want, c, what + " (host length)");
+      // The scratch sized for the whole cache serves shorter launches too (as
+      // the backend uses it: the launch geometry and split count change).
+      poison(out.get(), q.size() * 4);
+      decode(as, dq.as<float>(), c, kv_len, nullptr, out.as<float>(), scratch.get(), s);
+      expect_close(download<float>(out.get(), q.size()), want, c, what + " (host length, shared scratch)");
     }
   }
 }
