@@ -64,6 +64,7 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
   if (const char* g = std::getenv("MOESTREAM_CUDA_GROUPED_EXPERTS")) o.grouped_matmul_experts = std::string(g) == "1";
   if (const char* g = std::getenv("MOESTREAM_CUDA_NO_GRAPH")) o.use_graph = std::string(g) != "1";
   if (const char* g = std::getenv("MOESTREAM_CUDA_NO_FUSE")) o.fused_decode = std::string(g) != "1";
+  if (const char* g = std::getenv("MOESTREAM_CUDA_KV_F32")) o.kv_f32 = std::string(g) == "1";
   try {
     return std::make_unique<CudaBackend>(w, o);
   } catch (const Error& e) {

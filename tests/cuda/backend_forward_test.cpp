@@ -199,6 +199,55 @@ TEST(CudaBackend, PrefillMatchesTokenByToken) {
   EXPECT_LE(d.rel(), kRelTol);
 }
 
+// The f32 KV cache (Options::kv_f32) on a float-weight model, where nothing
+// else rounds: batched prefill (f32 matmul, prefill attention, kv_append)
+// and token-by-token decode (fused prologue, decode attention, graphs) agree
+// to float reassociation, and the f16 cache differs from it by its rounding
+// (so the f32 kernels did run) but stays within the backends' tolerance.
+TEST(CudaBackend, F32KvCacheAgreesAcrossPathsAndWithF16) {
+  MS_REQUIRE_GPU();
+  const LoadedModel& m = tiny_model("qwen3moe", "f16");
+  CudaBackend f32(m.weights, CudaBackend::Options{.ctx = 300, .kv_f32 = true});
+  CudaBackend f16(m.weights, CudaBackend::Options{.ctx = 300});
+  EXPECT_EQ(f32.memory_use().kv, 2 * f16.memory_use().kv);
+  const std::vector<int32_t> toks = some_tokens(40, m.weights.cfg.n_vocab, 17);
+  std::vector<float> batch, one, steps, half;
+  {
+    KvCache kv = f32.make_cache(300);
+    f32.forward(kv, toks, batch, true);
+  }
+  {
+    KvCache kv = f16.make_cache(300);
+    f16.forward(kv, toks, half, true);
+  }
+  KvCache kv = f32.make_cache(300);
+  for (int32_t t : toks) {
+    f32.forward(kv, std::span<const int32_t>(&t, 1), one);
+    steps.insert(steps.end(), one.begin(), one.end());
+  }
+  const Diff d = compare(batch, steps), h = compare(half, batch);
+  std::printf("f32 kv: prefill vs token by token rel %.2e; f16 kv vs f32 kv rel %.2e\n", d.rel(), h.rel());
+  EXPECT_LE(d.rel(), 1e-4);
+  EXPECT_GT(h.max_abs, 0.0);
+  EXPECT_LE(h.rel(), kRelTol);
+  // Decode past the graph's 256-position re-capture, still agreeing with the f16 cache's run.
+  KvCache ka = f32.make_cache(300), kb = f16.make_cache(300);
+  std::vector<float> la, lb;
+  f32.forward(ka, toks, la);
+  f16.forward(kb, toks, lb);
+  const int32_t V = static_cast<int32_t>(m.weights.cfg.n_vocab);
+  double worst = 0;
+  for (int i = 0; i < 230; ++i) {
+    const int32_t next = argmax(lb.data(), V);
+    f32.forward(ka, std::span<const int32_t>(&next, 1), la);
+    f16.forward(kb, std::span<const int32_t>(&next, 1), lb);
+    worst = std::max(worst, compare(la, lb).rel());
+  }
+  std::printf("f32 kv vs f16 kv over 230 decode steps: worst rel %.2e\n", worst);
+  EXPECT_LE(worst, kRelTol);
+  EXPECT_EQ(f32.graph_captures(), 2);
+}
+
 TEST(CudaBackend, GraphReplayMatchesDirectLaunches) {
   MS_REQUIRE_GPU();
   const LoadedModel& m = tiny_model("qwen3moe", "q4_k_m");

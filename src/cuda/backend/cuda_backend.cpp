@@ -680,6 +680,7 @@ CudaBackend::CudaBackend(const ModelWeights& w, Options opt) : impl_(std::make_u
   m.kv_ctx = opt.ctx > 0 ? opt.ctx : std::min<int64_t>(c.n_ctx_train > 0 ? c.n_ctx_train : 4096, 4096);
   if (m.kv_ctx > (int64_t{1} << 30)) throw Error("CUDA backend: context too large");
   m.B = std::max(1, opt.max_batch);
+  m.kv_f32 = opt.kv_f32;
   m.opt.max_batch = m.B;
   m.opt.gemm_min_batch = std::max(2, opt.gemm_min_batch);
   m.check_types();

@@ -1,7 +1,7 @@
 // The whole forward pass on one GPU: every weight in device memory in its
-// file's quant format, the F16 KV cache on the device, the layer recipe of
-// model/arch.h (the same one CpuBackend runs) built from the kernels of
-// src/cuda.
+// file's quant format, the KV cache (f16, or f32: Options::kv_f32) on the
+// device, the layer recipe of model/arch.h (the same one CpuBackend runs)
+// built from the kernels of src/cuda.
 //
 //   CudaBackend be(weights, {.ctx = 4096});
 //   KvCache kv = be.make_cache(4096);     // counts positions; K/V live on the GPU
@@ -47,6 +47,9 @@ class CudaBackend : public Backend {
     // Batches: routed experts through cuda::expert_ffn (false: the default), or
     // grouped by expert here and run as three matmul launches (true).
     bool grouped_matmul_experts = false;
+    // The device KV cache in f32: keys and values exactly as computed (parity
+    // with f32 references), twice the bytes of the default f16.
+    bool kv_f32 = false;
   };
   struct MemoryUse {
     uint64_t weights = 0, kv = 0, activations = 0;
