@@ -23,7 +23,9 @@ tokenizers; no network). For each architecture (Qwen3-MoE, Mixtral) it
          norms and other vectors stay f32, as the converter keeps them), and
          computes in f32. So the error measures moestream's arithmetic, not
          the weight format's rounding; that rounding's own effect (moestream
-         against the unrounded f32 model) is printed as an "info" row;
+         against the unrounded f32 model) is printed as an "info" row.
+         f32 on the CPU backend runs with --kv-type f32: rounding K/V to
+         half can by itself use up the 1e-4 bound (the GPU's cache is F16);
        - greedy continuation of 32 tokens at f32: identical ids;
        - the router's chosen experts per layer and token at f32: identical
          sets;
@@ -41,7 +43,7 @@ the tokenizer files, without importing torch.
 moestream interface used (src/cli/cmd_convert.cpp, src/cli/cmd_logits.cpp):
     moestream convert HF_DIR -o OUT.gguf --type T --quiet
     moestream logits -m FILE --tokens 1,2,3 -o OUT.f32 --backend B
-                     [--routes ROUTES.json] [--greedy N]
+                     [--routes ROUTES.json] [--greedy N] [--kv-type f32]
         stdout: lines "top5: ...", "greedy: id,id,..." (with --greedy)
         ROUTES.json: {"experts": [layer][token][k]} for the prompt's tokens
     moestream logits -m FILE -p TEXT --print-tokens   -> "tokens: id,id,..."
@@ -172,10 +174,18 @@ class Moestream:
     def convert(self, hf_dir, out, typ):
         run([self.bin, "convert", str(hf_dir), "-o", str(out), "--type", typ, "--quiet"])
 
-    def logits(self, gguf, tokens, tag, routes=False, greedy=0):
+    def kv_type(self, typ):
+        """The KV cache type for weights of type `typ`: f32 for f32 weights on
+        the CPU (parity at 1e-4 needs unrounded K/V), else the default f16."""
+        return "f32" if typ == "f32" and self.backend == "cpu" else "f16"
+
+    def logits(self, gguf, typ, tokens, tag, routes=False, greedy=0):
+        """`typ`: the weights type of `gguf` (picks the KV cache type)."""
         out = self.work / f"{tag}.f32"
         cmd = [self.bin, "logits", "-m", str(gguf), "--tokens", ",".join(map(str, tokens)),
                "-o", str(out), "--backend", self.backend]
+        if self.kv_type(typ) == "f32":
+            cmd += ["--kv-type", "f32"]
         routes_path = None
         if routes:
             routes_path = self.work / f"{tag}.routes.json"
@@ -458,7 +468,7 @@ def check_model(name, spec, args, ms, res, torch, transformers):
         routes_ok, routes_checked = True, typ == "f32"
         bound = LOGIT_BOUNDS[typ]
         for pi, ids in enumerate(prompts):
-            r = ms.logits(ggufs[typ], ids, f"{name}-{typ}-p{pi}", routes=routes_checked)
+            r = ms.logits(ggufs[typ], typ, ids, f"{name}-{typ}-p{pi}", routes=routes_checked)
             last = list(r["logits"][-vocab:])
             if len(last) != vocab:
                 raise RuntimeError(f"moestream returned {len(r['logits'])} logits, expected {vocab}")
@@ -501,7 +511,7 @@ def check_model(name, spec, args, ms, res, torch, transformers):
         same = True
         for pi, ids in enumerate(prompts[:2]):
             want = hf_greedy(torch, model, ids, GREEDY_TOKENS)
-            got = ms.logits(ggufs["f32"], ids, f"{name}-greedy-p{pi}", greedy=GREEDY_TOKENS)["greedy"]
+            got = ms.logits(ggufs["f32"], "f32", ids, f"{name}-greedy-p{pi}", greedy=GREEDY_TOKENS)["greedy"]
             if got != want:
                 same = False
                 print(f"    greedy mismatch (prompt {pi}):\n      moestream {got}\n      hf        {want}", flush=True)
@@ -531,7 +541,8 @@ def dry_run(args):
             first = out.strip().splitlines()[0] if out.strip() else ""
             print(f"  {' '.join(sub):16s} ok   {first}")
             if sub[0] == "logits":
-                for flag in ("--tokens", "--routes", "--greedy", "--print-tokens", "--backend", "--all"):
+                for flag in ("--tokens", "--routes", "--greedy", "--print-tokens", "--backend", "--all",
+                             "--kv-type"):
                     if flag not in out:
                         print(f"  logits has no {flag} flag")
                         ok = False
@@ -543,6 +554,8 @@ def dry_run(args):
         d = find_tokenizer(t)
         print(f"{name}: tokenizer {'fixture ' + str(d) if d else 'none found: a BPE will be trained'}")
     print(f"types: {', '.join(args.types)}; backend: {args.backend}; out: {args.out}")
+    kv = Moestream(args.moestream, args.backend, args.out).kv_type
+    print("kv cache by weights type: " + ", ".join(f"{t} -> {kv(t)}" for t in args.types))
     print("dry run " + ("ok" if ok else "found problems"))
     return 0 if ok else 1
 
@@ -590,7 +603,8 @@ def main():
             res.add(name, "-", "ran to the end", "error", "-", False, str(e).splitlines()[0][:120])
     header = (f"# moestream vs transformers {transformers.__version__} (torch {torch.__version__}), "
               f"backend {args.backend}\n\nGenerated by tools/hf_parity.py. Relative error = "
-              f"max|moestream - hf| / max|hf| over the last position's logits.")
+              f"max|moestream - hf| / max|hf| over the last position's logits. KV cache by weights type: "
+              + ", ".join(f"{t} -> {ms.kv_type(t)}" for t in args.types) + ".")
     md = res.markdown(header)
     (Path(args.out) / "parity.md").write_text(md)
     print()

@@ -1,5 +1,6 @@
 #include "cli/backend_choice.h"
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -46,11 +47,29 @@ bool cuda_built() {
 #endif
 }
 
+void add_kv_type_option(CLI::App& sub, KvType* type) {
+  sub.add_option_function<std::string>(
+         "--kv-type", [type](const std::string& name) { *type = name == "f32" ? KvType::F32 : KvType::F16; },
+         "KV cache type: f16 (default) or f32 (unrounded K/V, for numerical parity checks; CPU backend only, "
+         "twice the memory)")
+      ->check(CLI::IsMember({"f16", "f32"}))
+      ->option_text("f16|f32");
+}
+
 std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights& w, ThreadPool& pool) {
   if (s.requested == "cpu") return make_cpu(s, w, pool);
   if (!s.requested.empty() && s.requested != "cuda")
     throw Error("--backend " + s.requested + ": unknown backend (cpu or cuda)");
 #ifdef MOESTREAM_HAVE_CUDA
+  // The device cache is F16 (CudaBackend::make_cache refuses F32): by default
+  // run F32 on the CPU; asked for cuda by name, fail now rather than after
+  // uploading the weights.
+  if (s.kv_type == KvType::F32) {
+    if (s.requested == "cuda")
+      throw Error("CUDA backend: the KV cache is F16 on the GPU; --kv-type f32 needs --backend cpu");
+    if (!s.quiet) std::fprintf(stderr, "moestream: --kv-type f32 runs on the CPU (the GPU's KV cache is F16)\n");
+    return make_cpu(s, w, pool);
+  }
   std::string why;
   if (cuda::device_count(&why) == 0) {
     if (!s.quiet) std::fprintf(stderr, "moestream: no usable CUDA device (%s); running on the CPU\n", why.c_str());

@@ -291,6 +291,7 @@ TEST(CudaBackend, ErrorsAreCleanAndLeaveTheCacheAlone) {
   const LoadedModel& m = tiny_model("qwen3moe", "q4_k_m");
   CudaBackend gpu(m.weights, CudaBackend::Options{.ctx = 16});
   EXPECT_THROW(gpu.make_cache(17), Error);
+  EXPECT_THROW(gpu.make_cache(16, KvType::F32), Error);  // the device cache is F16
   KvCache kv = gpu.make_cache(16);
   std::vector<float> logits;
   const std::vector<int32_t> bad = {1, static_cast<int32_t>(m.weights.cfg.n_vocab)};

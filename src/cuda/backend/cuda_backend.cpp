@@ -675,7 +675,9 @@ CudaBackend::MemoryUse CudaBackend::memory_use() const {
   return {impl_->weights_arena.capacity(), impl_->kv_arena.capacity(), impl_->act_arena.capacity()};
 }
 
-KvCache CudaBackend::make_cache(int64_t ctx) const {
+KvCache CudaBackend::make_cache(int64_t ctx, KvType type) const {
+  if (type != KvType::F16)
+    throw Error("CUDA backend: the KV cache is F16 on the GPU; --kv-type f32 needs --backend cpu");
   if (ctx <= 0) throw Error("KV cache: the context must be positive");
   if (ctx > impl_->kv_ctx)
     throw Error("CUDA backend: a context of " + std::to_string(ctx) + " tokens does not fit the device KV cache of " +

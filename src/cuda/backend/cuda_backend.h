@@ -60,8 +60,9 @@ class CudaBackend : public Backend {
 
   void forward(KvCache& kv, std::span<const int32_t> tokens, std::vector<float>& logits,
                bool all_logits = false) override;
-  // ctx must be at most the device capacity (Options::ctx); throws otherwise.
-  KvCache make_cache(int64_t ctx) const override;
+  // ctx must be at most the device capacity (Options::ctx), and the type F16
+  // (the device cache's); throws otherwise.
+  KvCache make_cache(int64_t ctx, KvType type = KvType::F16) const override;
   const ModelConfig& config() const override;
   std::string name() const override { return "cuda"; }
 
