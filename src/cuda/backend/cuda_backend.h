@@ -47,6 +47,9 @@ class CudaBackend : public Backend {
     // Batches: routed experts through cuda::expert_ffn (false: the default), or
     // grouped by expert here and run as three matmul launches (true).
     bool grouped_matmul_experts = false;
+    // Decode of MoE layers (with fused_decode): router + its RMSNorm, gate/up +
+    // Q8, down + combine + the next RMSNorm in three launches (decode_moe.h).
+    bool fused_moe_decode = true;
   };
   struct MemoryUse {
     uint64_t weights = 0, kv = 0, activations = 0;
