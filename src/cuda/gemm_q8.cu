@@ -325,7 +325,8 @@ struct Stage {
   // Scales are stored slot-major ([slot][row], [block][vector]) so that the
   // lanes of a warp, which read 8 consecutive rows / vectors of one slot in
   // the mma loop, hit distinct banks.
-  static constexpr int kAs = kBq + BN * LDQ;       // f32 [16][BM]: scales [16] (Q6_K) or scales [8] + mins [8]
+  // Per 32-element slot c: {scale, min}, or for Q6_K the two 16-element scales.
+  static constexpr int kAs = kBq + BN * LDQ;       // float2 [8][BM]
   static constexpr int kBds = kAs + BM * 16 * 4;   // float2 [8][BN]
   static constexpr int kBytes = kBds + BN * 8 * 8;
 };
@@ -400,17 +401,13 @@ __global__ void __launch_bounds__(kThreads, BN == 32 ? 2 : 1) gemm_q8_kernel(con
       uint8_t* s = smem + st * S::kBytes;
       float sc[8], mn[4];
       F::unpack(ra, ah, reinterpret_cast<int8_t*>(s + S::kAq + ar * LDQ + ah * 128), sc, mn);
-      float* as = reinterpret_cast<float*>(s + S::kAs) + ar;
-      if constexpr (F::kSG == 16) {
+      float2* as = reinterpret_cast<float2*>(s + S::kAs) + ar;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) as[(8 * ah + i) * BM] = sc[i];
-      } else {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) as[(4 * ah + i) * BM] = sc[i];
-        if constexpr (F::kMin) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) as[(8 + 4 * ah + i) * BM] = mn[i];
-        }
+      for (int i = 0; i < 4; ++i) {  // this half's slots 4 ah + i
+        if constexpr (F::kSG == 16)
+          as[(4 * ah + i) * BM] = make_float2(sc[2 * i], sc[2 * i + 1]);
+        else
+          as[(4 * ah + i) * BM] = make_float2(sc[i], F::kMin ? mn[i] : 0.f);
       }
 #pragma unroll
       for (int i = 0; i < BV / 16; ++i) *reinterpret_cast<uint4*>(s + S::kBq + bv * LDQ + bo + 16 * i) = rb[i];
@@ -439,7 +436,7 @@ __global__ void __launch_bounds__(kThreads, BN == 32 ? 2 : 1) gemm_q8_kernel(con
       const uint8_t* s = smem + (kt & 1) * S::kBytes;
       const int8_t* aq = reinterpret_cast<const int8_t*>(s + S::kAq);
       const int8_t* bq = reinterpret_cast<const int8_t*>(s + S::kBq);
-      const float* as = reinterpret_cast<const float*>(s + S::kAs);
+      const float2* as = reinterpret_cast<const float2*>(s + S::kAs);
       const float2* bds = reinterpret_cast<const float2*>(s + S::kBds);
 #pragma unroll 2
       for (int c = 0; c < BK / 32; ++c) {
@@ -460,21 +457,18 @@ __global__ void __launch_bounds__(kThreads, BN == 32 ? 2 : 1) gemm_q8_kernel(con
         for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {
-            const float* ar_s = as + (wm * 32 + mi * 16 + gq + 8 * hr);
-            if constexpr (F::kSG == 16) {
-              ws[mi][hr][0] = ar_s[(2 * c) * BM];
-              ws[mi][hr][1] = ar_s[(2 * c + 1) * BM];
-            } else {
-              ws[mi][hr][0] = ar_s[c * BM];
-              ws[mi][hr][1] = 0.f;
-            }
-            wmn[mi][hr] = F::kMin ? ar_s[(8 + c) * BM] : 0.f;
+            const float2 t = as[c * BM + wm * 32 + mi * 16 + gq + 8 * hr];
+            ws[mi][hr][0] = t.x;
+            ws[mi][hr][1] = F::kSG == 16 ? t.y : 0.f;
+            wmn[mi][hr] = F::kMin ? t.y : 0.f;
           }
         float2 xd[NI][2];
 #pragma unroll
-        for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-          for (int hv = 0; hv < 2; ++hv) xd[ni][hv] = bds[c * BN + wn * (BN / 2) + ni * 8 + 2 * tq + hv];
+        for (int ni = 0; ni < NI; ++ni) {  // vectors 2tq, 2tq+1: adjacent, one 16-byte load
+          const float4 t = *reinterpret_cast<const float4*>(bds + c * BN + wn * (BN / 2) + ni * 8 + 2 * tq);
+          xd[ni][0] = make_float2(t.x, t.y);
+          xd[ni][1] = make_float2(t.z, t.w);
+        }
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi)
 #pragma unroll

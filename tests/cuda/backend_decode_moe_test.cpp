@@ -4,10 +4,16 @@
 // quantized expert type, odd sizes and poisoned outputs.
 #include <gtest/gtest.h>
 
-#include "cuda/backend/decode_fused.h"
+#include <filesystem>
+#include <unistd.h>
+
+#include "cuda/backend/cuda_backend.h"
 #include "cuda/backend/decode_moe.h"
 #include "cuda/ops.h"
 #include "cuda_test_util.h"
+#include "engine/generator.h"
+#include "engine/loaded_model.h"
+#include "engine/sampler.h"
 
 namespace ms::cuda::test {
 namespace {
@@ -242,6 +248,47 @@ TEST(CudaDecodeMoe, DownCombineMatchesMatvecCombineAndNorm) {
       }
     }
   }
+}
+
+// The whole decode step with the three-launch MoE (Options::fused_moe_decode)
+// against the default six launches: the kernels compute the same sums in the
+// same order, so the logits agree to float contraction differences.
+TEST(CudaDecodeMoe, BackendFusedMoeMatchesDefault) {
+  MS_REQUIRE_GPU();
+  ThreadPool pool(2);
+  const auto path = std::filesystem::temp_directory_path() / ("ms_decode_moe_" + std::to_string(getpid()) + ".gguf");
+  GenOptions o;
+  o.arch = "qwen3moe";
+  o.preset = "tiny";
+  o.quant = "q4_k";
+  o.router_skew = 0.5;
+  generate_model(o, path.string(), pool);
+  auto m = LoadedModel::open(path.string());
+  std::filesystem::remove(path);
+  CudaBackend fused(m->weights, CudaBackend::Options{.ctx = 128, .fused_moe_decode = true});
+  CudaBackend plain(m->weights, CudaBackend::Options{.ctx = 128});
+  std::mt19937 rng(5);
+  std::vector<int32_t> prompt(7);
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % 500);
+  KvCache ka = fused.make_cache(128), kb = plain.make_cache(128);
+  std::vector<float> la, lb;
+  fused.forward(ka, prompt, la);
+  plain.forward(kb, prompt, lb);
+  const int32_t V = static_cast<int32_t>(m->weights.cfg.n_vocab);
+  double worst = 0;
+  for (int i = 0; i < 40; ++i) {
+    const int32_t next = argmax(lb.data(), V);
+    fused.forward(ka, std::span<const int32_t>(&next, 1), la);
+    plain.forward(kb, std::span<const int32_t>(&next, 1), lb);
+    double ss = 0, mx = 0;
+    for (int32_t v = 0; v < V; ++v) {
+      ss += double(lb[v]) * lb[v];
+      mx = std::max(mx, std::fabs(double(la[v]) - lb[v]));
+    }
+    worst = std::max(worst, mx / std::sqrt(ss / V));
+  }
+  std::printf("fused MoE vs default decode: worst rel %.2e\n", worst);
+  EXPECT_LE(worst, 2e-3);
 }
 
 }  // namespace

@@ -48,8 +48,10 @@ class CudaBackend : public Backend {
     // grouped by expert here and run as three matmul launches (true).
     bool grouped_matmul_experts = false;
     // Decode of MoE layers (with fused_decode): router + its RMSNorm, gate/up +
-    // Q8, down + combine + the next RMSNorm in three launches (decode_moe.h).
-    bool fused_moe_decode = true;
+    // Q8, down + combine + the next RMSNorm in three launches (decode_moe.h)
+    // instead of six. Same results; off by default: on the H100 it measured
+    // slower (tg128 295 vs 308 tok/s, bench/results/cuda_bench.md).
+    bool fused_moe_decode = false;
   };
   struct MemoryUse {
     uint64_t weights = 0, kv = 0, activations = 0;
