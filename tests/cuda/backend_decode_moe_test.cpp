@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <tuple>
 #include <unistd.h>
 
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/backend/decode_moe.h"
+#include "cuda/backend/prefill_fused.h"
 #include "cuda/ops.h"
 #include "cuda_test_util.h"
 #include "engine/generator.h"
@@ -289,6 +291,65 @@ TEST(CudaDecodeMoe, BackendFusedMoeMatchesDefault) {
   }
   std::printf("fused MoE vs default decode: worst rel %.2e\n", worst);
   EXPECT_LE(worst, 2e-3);
+}
+
+struct BatchPrologueShape {
+  int n, n_head, n_kv, hd, n_rot;
+  RopeMode mode;
+  bool norm;
+};
+
+// batch_qk_prologue (prefill_fused.h) against rmsnorm + rope + kv_append.
+TEST(CudaPrefillFused, BatchQkPrologueMatchesSeparateOps) {
+  MS_REQUIRE_GPU();
+  std::mt19937 rng(89);
+  Stream s;
+  const int64_t ctx = 300;
+  for (const BatchPrologueShape& p : {BatchPrologueShape{37, 32, 4, 128, 128, RopeMode::Neox, true},
+                                      BatchPrologueShape{5, 4, 2, 64, 64, RopeMode::Normal, false},
+                                      BatchPrologueShape{16, 6, 3, 80, 32, RopeMode::Neox, true},
+                                      BatchPrologueShape{3, 8, 8, 256, 256, RopeMode::Normal, true}}) {
+    SCOPED_TRACE("n " + std::to_string(p.n) + " heads " + std::to_string(p.n_head) + "/" + std::to_string(p.n_kv) +
+                 " of " + std::to_string(p.hd));
+    const int64_t qn = int64_t(p.n) * p.n_head * p.hd, kn = int64_t(p.n) * p.n_kv * p.hd;
+    const auto q = random_floats(static_cast<size_t>(qn), rng, -2.f, 2.f);
+    const auto k = random_floats(static_cast<size_t>(kn), rng, -2.f, 2.f);
+    const auto v = random_floats(static_cast<size_t>(kn), rng, -2.f, 2.f);
+    const auto qnw = random_floats(p.hd, rng, 0.5f, 1.5f), knw = random_floats(p.hd, rng, 0.5f, 1.5f);
+    std::vector<int32_t> pos(static_cast<size_t>(p.n));
+    for (int t = 0; t < p.n; ++t) pos[t] = 250 + t;  // the last ones fall outside the cache: skipped
+    DeviceBuffer qa = upload(q), qb = upload(q), ka = upload(k), kb = upload(k), dv = upload(v);
+    DeviceBuffer dqn = upload(qnw), dkn = upload(knw), dpos = upload(pos);
+    const size_t cache = static_cast<size_t>(int64_t(p.n_kv) * p.hd * ctx);
+    DeviceBuffer kc_a(cache * 2), vc_a(cache * 2), kc_b(cache * 2), vc_b(cache * 2);
+    for (DeviceBuffer* c : {&kc_a, &vc_a, &kc_b, &vc_b}) MS_CUDA_CHECK(cudaMemset(c->get(), 0x11, cache * 2));
+    MS_CUDA_CHECK(cudaDeviceSynchronize());
+    const float* qnorm = p.norm ? dqn.as<float>() : nullptr;
+    const float* knorm = p.norm ? dkn.as<float>() : nullptr;
+    if (p.norm) {
+      rmsnorm(qa.as<float>(), qnorm, qa.as<float>(), int64_t(p.n) * p.n_head, p.hd, 1e-6f, s);
+      rmsnorm(ka.as<float>(), knorm, ka.as<float>(), int64_t(p.n) * p.n_kv, p.hd, 1e-6f, s);
+    }
+    rope(qa.as<float>(), p.n, p.n_head, p.hd, p.n_rot, dpos.as<int32_t>(), 1e6f, 1.f, p.mode, s);
+    rope(ka.as<float>(), p.n, p.n_kv, p.hd, p.n_rot, dpos.as<int32_t>(), 1e6f, 1.f, p.mode, s);
+    kv_append(ka.as<float>(), dv.as<float>(), p.n, p.n_kv, p.hd, dpos.as<int32_t>(), kc_a.as<uint16_t>(),
+              vc_a.as<uint16_t>(), ctx, s);
+    batch_qk_prologue(qb.as<float>(), kb.as<float>(), dv.as<float>(), p.n, p.n_head, p.n_kv, p.hd, qnorm, knorm, 1e-6f,
+                      p.n_rot, dpos.as<int32_t>(), 1e6f, 1.f, p.mode, kc_b.as<uint16_t>(), vc_b.as<uint16_t>(), ctx, s);
+    s.synchronize();
+    for (auto [a, b, n] : {std::tuple{&qa, &qb, qn}, std::tuple{&ka, &kb, kn}}) {
+      const auto ra = download<float>(a->get(), n), rb = download<float>(b->get(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(rb[i], ra[i], 2e-5f * (1.f + std::fabs(ra[i]))) << i;
+    }
+    for (auto [x, y] : {std::pair{&kc_a, &kc_b}, std::pair{&vc_a, &vc_b}}) {
+      const auto ca = download<uint16_t>(x->get(), cache), cb = download<uint16_t>(y->get(), cache);
+      int off = 0;
+      for (size_t i = 0; i < cache; ++i)
+        if (ca[i] != cb[i] && std::fabs(f16_to_f32(ca[i]) - f16_to_f32(cb[i])) > 1e-3f * (1 + std::fabs(f16_to_f32(ca[i]))))
+          ++off;
+      EXPECT_EQ(off, 0);
+    }
+  }
 }
 
 }  // namespace

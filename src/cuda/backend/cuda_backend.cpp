@@ -14,6 +14,7 @@
 #include "cuda/attention.h"
 #include "cuda/backend/decode_fused.h"
 #include "cuda/backend/decode_moe.h"
+#include "cuda/backend/prefill_fused.h"
 #include "cuda/device.h"
 #include "cuda/expert_ffn.h"
 #include "cuda/gemm.h"
@@ -445,6 +446,10 @@ struct CudaBackend::Impl {
       cuda::decode_qk_prologue(qkv, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps, c.n_rot,
                                positions, c.rope_base, c.rope_freq_scale, to_cuda(c.arch->rope_mode), L.kc, L.vc,
                                kv_ctx, s);
+    } else if (!one_qkv && !L.bq && opt.fused_prefill && (L.q_norm == nullptr) == (L.k_norm == nullptr)) {
+      cuda::batch_qk_prologue(qp, kp, vp, n, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps, c.n_rot,
+                              positions, c.rope_base, c.rope_freq_scale, to_cuda(c.arch->rope_mode), L.kc, L.vc, kv_ctx,
+                              s);
     } else {
       prologue(L, n, qp, kp, vp, positions, one_qkv);
     }

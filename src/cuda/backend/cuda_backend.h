@@ -52,6 +52,8 @@ class CudaBackend : public Backend {
     // instead of six. Same results; off by default: on the H100 it measured
     // slower (tg128 295 vs 308 tok/s, bench/results/cuda_bench.md).
     bool fused_moe_decode = false;
+    // Batches: q/k norms, RoPE and the cache append in one launch (prefill_fused.h).
+    bool fused_prefill = true;
   };
   struct MemoryUse {
     uint64_t weights = 0, kv = 0, activations = 0;
