@@ -6,7 +6,8 @@
 # model. Everything goes to $OUT/summary.txt (plus a few logs).
 #
 #   OUT=dir BASE=/path/to/baseline/tree tools/perf_device.sh [steps]
-#   steps: build,tests,bench,ncu (default all)
+#   steps: build,tests,bench,ncu,ncu-gemm (default: build,tests,bench,ncu)
+#   VARIANTS="label|ENV=1|bench args;..." overrides the env-toggle variants benched
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -70,7 +71,7 @@ fi
 if want bench; then
   "$MS" bench -m "$MODEL" --backend cuda -p 512 -n 128 -r 3 > "$OUT/bench.md" 2> /tmp/b.err; cat "$OUT/bench.md" >> "$S"
   # Variants: VARIANTS="label|ENV=1 ENV2=0|bench args;..." (default below)
-  V=${VARIANTS:-"timing|MOESTREAM_CUDA_TIMING=1|-p 0 -n 128 -r 3;nopdl|MOESTREAM_CUDA_PDL=0|-p 512 -n 128 -r 3;nofusemoe|MOESTREAM_CUDA_NO_FUSE_MOE=1|-p 0 -n 128 -r 3;bn32|MOESTREAM_CUDA_GEMM_BN=32|-p 512 -n 0 -r 3;bn64|MOESTREAM_CUDA_GEMM_BN=64|-p 512 -n 0 -r 3"}
+  V=${VARIANTS:-"timing|MOESTREAM_CUDA_TIMING=1|-p 0 -n 128 -r 3;nopdl|MOESTREAM_CUDA_PDL=0|-p 512 -n 128 -r 3;fusemoe|MOESTREAM_CUDA_FUSE_MOE=1|-p 0 -n 128 -r 3;notiles|MOESTREAM_CUDA_EXPERT_TILES=0|-p 512 -n 0 -r 3;nofuseprefill|MOESTREAM_CUDA_NO_FUSE_PREFILL=1|-p 512 -n 0 -r 3"}
   IFS=';' read -ra VS <<< "$V"
   for v in "${VS[@]}"; do
     IFS='|' read -r label envs args <<< "$v"
