@@ -77,7 +77,7 @@ TEST(CudaBackendFusedOps, QkPrologueMatchesSeparateOps) {
     DeviceBuffer a = upload(qkv), b = upload(qkv), dqn = upload(qn), dkn = upload(kn), dpos = upload(pos);
     const size_t cache = static_cast<size_t>(kvd * ctx);
     DeviceBuffer kc_a(cache * 2), vc_a(cache * 2), kc_b(cache * 2), vc_b(cache * 2);
-    for (DeviceBuffer* c : {&kc_a, &vc_a, &kc_b, &vc_b}) MS_CUDA_CHECK(cudaMemset(c->get(), 0x11, cache * 2));
+    for (DeviceBuffer* c : {&kc_a, &vc_a, &kc_b, &vc_b}) device_fill(c->get(), 0x11, cache * 2);
     const float* qnorm = p.norm ? dqn.as<float>() : nullptr;
     const float* knorm = p.norm ? dkn.as<float>() : nullptr;
     float* qa = a.as<float>();
@@ -118,7 +118,7 @@ TEST(CudaBackendFusedOps, RouterDecodeMatchesMatvecAndTopK) {
   std::mt19937 rng(47);
   Stream s;
   DeviceBuffer counter(4);
-  MS_CUDA_CHECK(cudaMemset(counter.get(), 0, 4));
+  device_fill(counter.get(), 0, 4);
   for (const RouterCase& r : {RouterCase{128, 8, 2048, RouterMode::SoftmaxTopK, true},
                               RouterCase{128, 8, 2048, RouterMode::SoftmaxTopK, false},
                               RouterCase{8, 2, 4096, RouterMode::TopKSoftmax, false},

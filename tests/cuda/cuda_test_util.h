@@ -28,10 +28,21 @@ namespace ms::cuda::test {
       GTEST_SKIP() << "no CUDA device, GPU test skipped (" << ms_why_ << ")";    \
   } while (0)
 
+// cudaMemcpy from pageable memory and cudaMemset run on the legacy default
+// stream and may return before the device has finished them; Stream is
+// non-blocking, so a kernel launched on it right after would race with them
+// (stale inputs, or poison landing after the kernel wrote its output). Every
+// helper below that writes device memory therefore waits for the device.
+inline void device_fill(void* p, int byte, size_t bytes) {
+  MS_CUDA_CHECK(cudaMemset(p, byte, bytes));
+  MS_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 template <class T>
 DeviceBuffer upload(const std::vector<T>& v) {
   DeviceBuffer b(v.size() * sizeof(T) + 16, "test buffer");
   if (!v.empty()) MS_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  MS_CUDA_CHECK(cudaDeviceSynchronize());
   return b;
 }
 
@@ -47,10 +58,10 @@ std::vector<T> download(const void* p, size_t n) {
 // not write is caught.
 inline DeviceBuffer poisoned(size_t n_floats) {
   DeviceBuffer b(n_floats * sizeof(float) + 16, "poisoned output");
-  MS_CUDA_CHECK(cudaMemset(b.get(), 0xff, n_floats * sizeof(float) + 16));
+  device_fill(b.get(), 0xff, n_floats * sizeof(float) + 16);
   return b;
 }
-inline void poison(void* p, size_t bytes) { MS_CUDA_CHECK(cudaMemset(p, 0xff, bytes)); }
+inline void poison(void* p, size_t bytes) { device_fill(p, 0xff, bytes); }
 
 inline std::vector<float> random_floats(size_t n, std::mt19937& rng, float lo = -1.f, float hi = 1.f) {
   std::uniform_real_distribution<float> u(lo, hi);

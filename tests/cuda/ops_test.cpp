@@ -242,8 +242,8 @@ TEST(CudaOps, KvAppendWritesF16AtPositions) {
   const std::vector<int32_t> pos = {5, 39, 40};  // the last is outside the cache: skipped
   DeviceBuffer dk = upload(k), dv = upload(v), dp = upload(pos);
   DeviceBuffer kc(2 * n_kv * ctx * hd), vc(2 * n_kv * ctx * hd);
-  MS_CUDA_CHECK(cudaMemset(kc.get(), 0, kc.size()));
-  MS_CUDA_CHECK(cudaMemset(vc.get(), 0, vc.size()));
+  device_fill(kc.get(), 0, kc.size());
+  device_fill(vc.get(), 0, vc.size());
   kv_append(dk.as<float>(), dv.as<float>(), n_tok, n_kv, hd, dp.as<int32_t>(), kc.as<uint16_t>(), vc.as<uint16_t>(),
             ctx, s);
   const auto gk = download<uint16_t>(kc.get(), n_kv * ctx * hd), gv = download<uint16_t>(vc.get(), n_kv * ctx * hd);

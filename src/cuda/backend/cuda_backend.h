@@ -47,6 +47,13 @@ class CudaBackend : public Backend {
     // Batches: routed experts through cuda::expert_ffn (false: the default), or
     // grouped by expert here and run as three matmul launches (true).
     bool grouped_matmul_experts = false;
+    // Decode of MoE layers (with fused_decode): router + its RMSNorm, gate/up +
+    // Q8, down + combine + the next RMSNorm in three launches (decode_moe.h)
+    // instead of six. Same results; off by default: on the H100 it measured
+    // slower (tg128 295 vs 308 tok/s, bench/results/cuda_bench.md).
+    bool fused_moe_decode = false;
+    // Batches: q/k norms, RoPE and the cache append in one launch (prefill_fused.h).
+    bool fused_prefill = true;
   };
   struct MemoryUse {
     uint64_t weights = 0, kv = 0, activations = 0;
