@@ -1,5 +1,6 @@
 #include "cli/backend_choice.h"
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -10,6 +11,8 @@
 #ifdef MOESTREAM_HAVE_CUDA
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/device.h"
+#include "cuda/expert_ffn.h"
+#include "cuda/gemm.h"
 #endif
 
 namespace ms::cli {
@@ -46,6 +49,14 @@ bool cuda_built() {
 #endif
 }
 
+void add_kv_type_option(CLI::App& sub, KvType* type) {
+  sub.add_option_function<std::string>(
+         "--kv-type", [type](const std::string& name) { *type = name == "f32" ? KvType::F32 : KvType::F16; },
+         "KV cache type: f16 (default) or f32 (unrounded K/V, for numerical parity checks; twice the memory)")
+      ->check(CLI::IsMember({"f16", "f32"}))
+      ->option_text("f16|f32");
+}
+
 std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights& w, ThreadPool& pool) {
   if (s.requested == "cpu") return make_cpu(s, w, pool);
   if (!s.requested.empty() && s.requested != "cuda")
@@ -57,6 +68,7 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
     return make_cpu(s, w, pool);
   }
   CudaBackend::Options o;
+  o.kv_f32 = s.kv_type == KvType::F32;  // the device cache is sized now; make_cache could switch it later
   if (s.ctx > 0) o.ctx = s.ctx;
   if (s.max_batch > 0) o.max_batch = s.max_batch;
   // For A/B measurements: the prefill expert path, decode with or without graphs
@@ -64,7 +76,10 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
   if (const char* g = std::getenv("MOESTREAM_CUDA_GROUPED_EXPERTS")) o.grouped_matmul_experts = std::string(g) == "1";
   if (const char* g = std::getenv("MOESTREAM_CUDA_NO_GRAPH")) o.use_graph = std::string(g) != "1";
   if (const char* g = std::getenv("MOESTREAM_CUDA_NO_FUSE")) o.fused_decode = std::string(g) != "1";
-  if (const char* g = std::getenv("MOESTREAM_CUDA_KV_F32")) o.kv_f32 = std::string(g) == "1";
+  if (const char* g = std::getenv("MOESTREAM_CUDA_FUSE_MOE")) o.fused_moe_decode = std::string(g) == "1";
+  if (const char* g = std::getenv("MOESTREAM_CUDA_NO_FUSE_PREFILL")) o.fused_prefill = std::string(g) != "1";
+  if (const char* g = std::getenv("MOESTREAM_CUDA_EXPERT_TILES")) cuda::expert_ffn_set_balanced_tiles(std::string(g) != "0");
+  if (const char* g = std::getenv("MOESTREAM_CUDA_GEMM_BN")) cuda::matmul_set_int8_tile(std::atoi(g));
   try {
     return std::make_unique<CudaBackend>(w, o);
   } catch (const Error& e) {

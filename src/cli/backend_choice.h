@@ -2,7 +2,8 @@
 // pass and builds it. The default (empty name) is cuda when this build has
 // the CUDA backend and a device is found, else cpu. Where cuda was asked for
 // (or defaulted to) but cannot be used, the CPU runs it and one line on
-// stderr says why.
+// stderr says why. `--kv-type f16|f32` picks the KV cache's element type
+// (both backends; the CUDA backend sizes its device cache for it).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -12,6 +13,10 @@
 #include "engine/backend.h"
 #include "model/weights.h"
 
+namespace CLI {
+class App;
+}
+
 namespace ms::cli {
 
 struct BackendSetup {
@@ -19,10 +24,14 @@ struct BackendSetup {
   int64_t ctx = 0;        // the longest sequence this run needs (sizes the device KV cache)
   int max_batch = 0;      // prompt tokens per batch (0: the backend's default)
   bool quiet = false;     // no notice on fallback
+  KvType kv_type = KvType::F16;  // the cache make_cache will be asked for (CUDA: sizes the device cache)
 };
 
 // The CLI11 check for --backend values.
 inline const char* backend_help() { return "cpu or cuda (default: cuda when built with CUDA and a GPU is found)"; }
+
+// Adds `--kv-type f16|f32` to a command, stored in *type (default F16).
+void add_kv_type_option(CLI::App& sub, KvType* type);
 
 std::unique_ptr<Backend> make_backend(const BackendSetup& setup, const ModelWeights& w, ThreadPool& pool);
 

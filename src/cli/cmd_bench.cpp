@@ -4,7 +4,8 @@
 // the build and the model in the header. The one tool performance claims are
 // made with; keep its output formats stable.
 //
-//   moestream bench [-m FILE] [-p 512] [-n 128] [-r 3] [--backend cpu|cuda] [-t N] [--json] [-o FILE]
+//   moestream bench [-m FILE] [-p 512] [-n 128] [-r 3] [--backend cpu|cuda] [-t N] [--kv-type f16|f32]
+//                   [--json] [-o FILE]
 //
 // pp: a synthetic prompt of p tokens into an empty cache, one forward call
 //     (batched prefill), logits of the last token copied back.
@@ -56,6 +57,7 @@ struct BenchArgs {
   int n_prompt = 512, n_gen = 128, reps = 3, threads = 0, batch = 0;
   bool json = false;
   double bandwidth_gbs = 0;  // > 0: use this instead of measuring
+  KvType kv_type = KvType::F16;
 };
 
 struct Stat {
@@ -148,6 +150,7 @@ int run(const BenchArgs& a) {
   bs.requested = a.backend;
   bs.ctx = ctx;
   bs.max_batch = a.batch > 0 ? a.batch : std::max(a.n_prompt, 1);
+  bs.kv_type = a.kv_type;
   std::unique_ptr<Backend> be = make_backend(bs, w, pool);
   const std::string device = backend_device(*be, pool);
 
@@ -156,13 +159,13 @@ int run(const BenchArgs& a) {
   const std::vector<int32_t> tg_prompt = bench_prompt(kTgPrompt, c.n_vocab, 777);
   std::vector<float> logits;
   auto run_pp = [&]() {
-    KvCache kv = be->make_cache(ctx);
+    KvCache kv = be->make_cache(ctx, a.kv_type);
     const auto t0 = clock::now();
     be->forward(kv, prompt, logits);
     return std::chrono::duration<double>(clock::now() - t0).count();
   };
   auto run_tg = [&](int n) {
-    KvCache kv = be->make_cache(ctx);
+    KvCache kv = be->make_cache(ctx, a.kv_type);
     be->forward(kv, tg_prompt, logits);
     int32_t tok = argmax(logits.data(), static_cast<int32_t>(c.n_vocab));
     const auto t0 = clock::now();
@@ -193,7 +196,7 @@ int run(const BenchArgs& a) {
     if (!cpu) throw Error("bench --record-routes needs the CPU backend (use --backend cpu)");
     RouteRecorder rec(a.record_routes, w, static_cast<uint32_t>(prompt.size()));
     rec.attach(*cpu);
-    KvCache kv = be->make_cache(static_cast<int64_t>(prompt.size()) + a.n_gen + 1);
+    KvCache kv = be->make_cache(static_cast<int64_t>(prompt.size()) + a.n_gen + 1, a.kv_type);
     if (!prompt.empty()) be->forward(kv, prompt, logits);
     int32_t tok = prompt.empty() ? 0 : argmax(logits.data(), static_cast<int32_t>(c.n_vocab));
     for (int j = 0; j < a.n_gen; ++j) {
@@ -218,6 +221,7 @@ int run(const BenchArgs& a) {
     j["backend"] = be->name();
     j["device"] = device;
     j["threads"] = pool.size();
+    j["kv_type"] = kv_type_name(a.kv_type);
     j["model"] = {{"path", path},         {"name", model_name},        {"arch", c.arch_name},
                   {"describe", c.describe()}, {"file_bytes", model->file->file_size()}, {"quant", mix},
                   {"active_bytes_per_token", w.active_bytes_per_token()}};
@@ -231,8 +235,9 @@ int run(const BenchArgs& a) {
     out = j.dump(2) + "\n";
   } else {
     char buf[1024];
+    // The KV type only when not the default, so default headers stay as they were.
     out += "moestream bench | build " MOESTREAM_VERSION " (git " MOESTREAM_GIT_HASH ") | backend " + be->name() +
-           " | device: " + device + "\n";
+           (a.kv_type == KvType::F32 ? " | kv f32" : "") + " | device: " + device + "\n";
     out += "model: " + (model_name.empty() ? path : model_name) + " | " + c.describe() + " | " + size + " | " + mix +
            "\n";
     std::snprintf(buf, sizeof buf, "floor: %s active bytes/token at %.1f GB/s (%s) = %.1f tok/s\n\n",
@@ -272,6 +277,7 @@ RegisterCommand reg("bench", [](CLI::App& app) {
   sub->add_option("-o,--output", a->output, "also write the output to this file");
   sub->add_option("--record-routes", a->record_routes,
                   "after the timed runs, record one prompt + decode run's expert choices to FILE (routing trace)");
+  add_kv_type_option(*sub, &a->kv_type);
   return [a]() -> int { return run(*a); };
 });
 

@@ -10,6 +10,8 @@
 //                     {"n_layer": L, "n_tokens": T, "experts": [L][T][k]} (ids ascending)
 //   --greedy N        then continue greedily for N tokens: "greedy: id,id,..."
 //   --print-tokens    only tokenize: "tokens: id,id,..."
+//   --kv-type f32     keep K/V unrounded (CPU): at F32 parity's 1e-4 relative
+//                     logit error, half-rounded K/V can be the largest error
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -39,6 +41,7 @@ struct LogitsArgs {
   bool all = false, print_tokens = false, no_special = false;
   int greedy = 0;
   int threads = 0;
+  KvType kv_type = KvType::F16;
 };
 
 std::vector<int32_t> parse_token_list(const std::string& text, int64_t n_vocab) {
@@ -154,6 +157,7 @@ RegisterCommand reg("logits", [](CLI::App& app) {
   sub->add_flag("--print-tokens", a->print_tokens, "only print the prompt's token ids");
   sub->add_flag("--no-special", a->no_special, "-p: do not add BOS/EOS (the vocabulary's add_bos/add_eos)");
   sub->add_option("-t,--threads", a->threads, "CPU threads (0: all cores)");
+  add_kv_type_option(*sub, &a->kv_type);
   return [a]() -> int {
     if (a->tokens.empty() && a->prompt.empty()) throw Error("give the prompt with --tokens 1,2,3 or -p TEXT");
     auto model = LoadedModel::open(a->model);
@@ -171,8 +175,9 @@ RegisterCommand reg("logits", [](CLI::App& app) {
     BackendSetup bs;
     bs.requested = a->backend;
     bs.ctx = n + a->greedy + 1;
+    bs.kv_type = a->kv_type;
     const std::unique_ptr<Backend> be = make_backend(bs, model->weights, pool);
-    KvCache kv = be->make_cache(n + a->greedy + 1);
+    KvCache kv = be->make_cache(n + a->greedy + 1, a->kv_type);
     CpuExpertExecutor cpu_experts(model->weights, pool);
     RouteRecorder recorder(cpu_experts, c.n_layer);
     auto* cpu_be = dynamic_cast<CpuBackend*>(be.get());

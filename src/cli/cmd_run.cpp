@@ -46,6 +46,7 @@ struct RunArgs {
   bool bench = false;
   bool no_mmap = false;
   int reps = 3;
+  KvType kv_type = KvType::F16;
   SamplerParams sp;
 };
 
@@ -114,18 +115,18 @@ int run_bench(const RunArgs& r, const std::string& path) {
   std::vector<float> logits;
   using clock = std::chrono::steady_clock;
   {  // warm-up: pages in the weights, spins up the pool
-    KvCache kv = be.make_cache(pp + tg + 1);
+    KvCache kv = be.make_cache(pp + tg + 1, r.kv_type);
     be.forward(kv, prompt, logits);
   }
   double pp_s = 0, tg_s = 0;
   for (int i = 0; i < reps; ++i) {
-    KvCache kv = be.make_cache(pp + 1);
+    KvCache kv = be.make_cache(pp + 1, r.kv_type);
     const auto t0 = clock::now();
     be.forward(kv, prompt, logits);
     pp_s += std::chrono::duration<double>(clock::now() - t0).count();
   }
   for (int i = 0; i < reps; ++i) {
-    KvCache kv = be.make_cache(tg + 1);
+    KvCache kv = be.make_cache(tg + 1, r.kv_type);
     int32_t tok = prompt[0];
     const auto t0 = clock::now();
     for (int j = 0; j < tg; ++j) {
@@ -177,6 +178,7 @@ RegisterCommand reg("run", [](CLI::App& app) {
   sub->add_flag("--no-mmap", a->no_mmap,
                 "copy the weights into RAM (huge pages where available) instead of reading the file mapping");
   sub->add_option("--reps", a->reps, "benchmark repetitions")->capture_default_str();
+  add_kv_type_option(*sub, &a->kv_type);
   sub->add_option("--temp", a->sp.temperature, "temperature (0: greedy)")->capture_default_str();
   sub->add_option("--top-k", a->sp.top_k, "top-k (0: off)")->capture_default_str();
   sub->add_option("--top-p", a->sp.top_p, "top-p (1: off)")->capture_default_str();
@@ -219,12 +221,14 @@ RegisterCommand reg("run", [](CLI::App& app) {
     bs.ctx = ctx;
     bs.max_batch = std::max(1, r.batch);
     bs.quiet = r.quiet;
+    bs.kv_type = r.kv_type;
     const std::unique_ptr<Backend> be = make_backend(bs, model->weights, pool);
-    KvCache kv = be->make_cache(ctx);
+    KvCache kv = be->make_cache(ctx, r.kv_type);
     Sampler sampler(r.sp);
     if (!r.quiet)
-      std::fprintf(stderr, "moestream: %s | %s: %s | ctx %lld | %s\n", c.describe().c_str(), be->name().c_str(),
-                   backend_device(*be, pool).c_str(), static_cast<long long>(ctx), r.sp.describe().c_str());
+      std::fprintf(stderr, "moestream: %s | %s: %s | ctx %lld%s | %s\n", c.describe().c_str(), be->name().c_str(),
+                   backend_device(*be, pool).c_str(), static_cast<long long>(ctx),
+                   r.kv_type == KvType::F32 ? " (kv f32)" : "", r.sp.describe().c_str());
 
     StreamDecoder dec(tok);
     if (!r.quiet && r.prompt_tokens <= 0 && !r.chat) {

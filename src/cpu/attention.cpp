@@ -13,35 +13,52 @@
 namespace ms {
 namespace {
 
-float dot_f32_f16_scalar(const float* a, const uint16_t* b, int n) {
+// Every function below is written once for both cache element types (uint16_t
+// halves, float); to_f32 is the only place they differ.
+inline float to_f32(uint16_t h) { return f16_to_f32(h); }
+inline float to_f32(float x) { return x; }
+
+template <typename T>
+float dot_scalar(const float* a, const T* b, int n) {
   float sum = 0;
-  for (int i = 0; i < n; ++i) sum += a[i] * f16_to_f32(b[i]);
+  for (int i = 0; i < n; ++i) sum += a[i] * to_f32(b[i]);
   return sum;
 }
 
-void axpy_f16_scalar(float w, const uint16_t* v, float* y, int n) {
-  for (int i = 0; i < n; ++i) y[i] += w * f16_to_f32(v[i]);
+template <typename T>
+void axpy_scalar(float w, const T* v, float* y, int n) {
+  for (int i = 0; i < n; ++i) y[i] += w * to_f32(v[i]);
 }
 
-struct HalfKernels {
-  float (*dot)(const float*, const uint16_t*, int);
-  void (*axpy)(float, const uint16_t*, float*, int);
+template <typename T>
+struct RowKernels {
+  float (*dot)(const float*, const T*, int);
+  void (*axpy)(float, const T*, float*, int);
 };
 
-const HalfKernels& half_kernels() {
-  static const HalfKernels k = cpu_features().avx2
-                                   ? HalfKernels{attn_kernels::dot_f32_f16_avx2, attn_kernels::axpy_f16_avx2}
-                                   : HalfKernels{dot_f32_f16_scalar, axpy_f16_scalar};
+// Chosen once from the CPU's features; the overload is picked by the cache type.
+const RowKernels<uint16_t>& row_kernels(const uint16_t*) {
+  static const RowKernels<uint16_t> k =
+      cpu_features().avx2 ? RowKernels<uint16_t>{attn_kernels::dot_f32_f16_avx2, attn_kernels::axpy_f16_avx2}
+                          : RowKernels<uint16_t>{dot_scalar<uint16_t>, axpy_scalar<uint16_t>};
+  return k;
+}
+
+const RowKernels<float>& row_kernels(const float*) {
+  static const RowKernels<float> k =
+      cpu_features().avx2 ? RowKernels<float>{attn_kernels::dot_f32_f32_avx2, attn_kernels::axpy_f32_avx2}
+                          : RowKernels<float>{dot_scalar<float>, axpy_scalar<float>};
   return k;
 }
 
 // One (token, head): scores over kv_len positions, softmax, weighted V sum.
-void attend_one(const AttentionShape& s, const HalfKernels& hk, const float* q, const uint16_t* k_head,
-                const uint16_t* v_head, int64_t kv_len, float* scores, float* out) {
+template <typename T>
+void attend_one(const AttentionShape& s, const RowKernels<T>& rk, const float* q, const T* k_head, const T* v_head,
+                int64_t kv_len, float* scores, float* out) {
   const int d = s.head_dim;
   float mx = -INFINITY;
   for (int64_t j = 0; j < kv_len; ++j) {
-    scores[j] = hk.dot(q, k_head + j * d, d) * s.scale;
+    scores[j] = rk.dot(q, k_head + j * d, d) * s.scale;
     mx = std::max(mx, scores[j]);
   }
   float sum = 0;
@@ -51,13 +68,12 @@ void attend_one(const AttentionShape& s, const HalfKernels& hk, const float* q, 
   }
   std::fill(out, out + d, 0.0f);
   const float inv = 1.0f / sum;
-  for (int64_t j = 0; j < kv_len; ++j) hk.axpy(scores[j] * inv, v_head + j * d, out, d);
+  for (int64_t j = 0; j < kv_len; ++j) rk.axpy(scores[j] * inv, v_head + j * d, out, d);
 }
 
-}  // namespace
-
-void attention_ref(const AttentionShape& s, const float* q, const uint16_t* k_cache,
-                   const uint16_t* v_cache, int n_tokens, int64_t pos0, float* out) {
+template <typename T>
+void attention_ref_impl(const AttentionShape& s, const float* q, const T* k_cache, const T* v_cache, int n_tokens,
+                        int64_t pos0, float* out) {
   const int d = s.head_dim;
   const int group = s.n_head / s.n_kv;
   std::vector<double> scores;
@@ -70,7 +86,7 @@ void attention_ref(const AttentionShape& s, const float* q, const uint16_t* k_ca
       double mx = -INFINITY;
       for (int64_t j = 0; j < kv_len; ++j) {
         double dot = 0;
-        for (int i = 0; i < d; ++i) dot += static_cast<double>(qh[i]) * f16_to_f32(k_cache[kv_base + j * d + i]);
+        for (int i = 0; i < d; ++i) dot += static_cast<double>(qh[i]) * to_f32(k_cache[kv_base + j * d + i]);
         scores[j] = dot * s.scale;
         mx = std::max(mx, scores[j]);
       }
@@ -79,16 +95,17 @@ void attention_ref(const AttentionShape& s, const float* q, const uint16_t* k_ca
       float* oh = out + (static_cast<int64_t>(t) * s.n_head + h) * d;
       for (int i = 0; i < d; ++i) {
         double acc = 0;
-        for (int64_t j = 0; j < kv_len; ++j) acc += scores[j] * f16_to_f32(v_cache[kv_base + j * d + i]);
+        for (int64_t j = 0; j < kv_len; ++j) acc += scores[j] * to_f32(v_cache[kv_base + j * d + i]);
         oh[i] = static_cast<float>(acc / sum);
       }
     }
   }
 }
 
-void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const uint16_t* k_cache,
-               const uint16_t* v_cache, int n_tokens, int64_t pos0, float* out) {
-  const HalfKernels& hk = half_kernels();
+template <typename T>
+void attention_impl(ThreadPool& pool, const AttentionShape& s, const float* q, const T* k_cache, const T* v_cache,
+                    int n_tokens, int64_t pos0, float* out) {
+  const RowKernels<T>& rk = row_kernels(k_cache);
   const int d = s.head_dim;
   const int group = s.n_head / s.n_kv;
   const int64_t n_items = static_cast<int64_t>(n_tokens) * s.n_head;
@@ -103,7 +120,7 @@ void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const 
       if (item >= n_items) break;
       const int t = static_cast<int>(item / s.n_head), h = static_cast<int>(item % s.n_head);
       const int64_t kv_base = static_cast<int64_t>(h / group) * s.ctx * d;
-      attend_one(s, hk, q + item * d, k_cache + kv_base, v_cache + kv_base, pos0 + t + 1, scores.data(),
+      attend_one(s, rk, q + item * d, k_cache + kv_base, v_cache + kv_base, pos0 + t + 1, scores.data(),
                  out + item * d);
     }
   };
@@ -113,24 +130,59 @@ void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const 
     pool.run_on_all(work);
 }
 
-void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0,
-              uint16_t* k_cache, uint16_t* v_cache) {
+// Calls store_row(src, dst) for k and v of every (token, KV head).
+template <typename T, typename StoreRow>
+void kv_store_impl(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0, T* k_cache,
+                   T* v_cache, StoreRow store_row) {
   const int d = s.head_dim;
-  const bool avx2 = cpu_features().avx2;
   for (int t = 0; t < n_tokens; ++t)
     for (int h = 0; h < s.n_kv; ++h) {
       const int64_t src = (static_cast<int64_t>(t) * s.n_kv + h) * d;
       const int64_t dst = (static_cast<int64_t>(h) * s.ctx + pos0 + t) * d;
-      if (avx2) {
-        attn_kernels::f32_to_f16_row_avx2(k + src, k_cache + dst, d);
-        attn_kernels::f32_to_f16_row_avx2(v + src, v_cache + dst, d);
-      } else {
-        for (int i = 0; i < d; ++i) {
-          k_cache[dst + i] = f32_to_f16(k[src + i]);
-          v_cache[dst + i] = f32_to_f16(v[src + i]);
-        }
-      }
+      store_row(k + src, k_cache + dst);
+      store_row(v + src, v_cache + dst);
     }
+}
+
+}  // namespace
+
+void attention_ref(const AttentionShape& s, const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
+                   int n_tokens, int64_t pos0, float* out) {
+  attention_ref_impl(s, q, k_cache, v_cache, n_tokens, pos0, out);
+}
+
+void attention_ref(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache, int n_tokens,
+                   int64_t pos0, float* out) {
+  attention_ref_impl(s, q, k_cache, v_cache, n_tokens, pos0, out);
+}
+
+void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const uint16_t* k_cache,
+               const uint16_t* v_cache, int n_tokens, int64_t pos0, float* out) {
+  attention_impl(pool, s, q, k_cache, v_cache, n_tokens, pos0, out);
+}
+
+void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache,
+               int n_tokens, int64_t pos0, float* out) {
+  attention_impl(pool, s, q, k_cache, v_cache, n_tokens, pos0, out);
+}
+
+void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0,
+              uint16_t* k_cache, uint16_t* v_cache) {
+  const int d = s.head_dim;
+  if (cpu_features().avx2)
+    kv_store_impl(s, k, v, n_tokens, pos0, k_cache, v_cache,
+                  [d](const float* src, uint16_t* dst) { attn_kernels::f32_to_f16_row_avx2(src, dst, d); });
+  else
+    kv_store_impl(s, k, v, n_tokens, pos0, k_cache, v_cache, [d](const float* src, uint16_t* dst) {
+      for (int i = 0; i < d; ++i) dst[i] = f32_to_f16(src[i]);
+    });
+}
+
+void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0, float* k_cache,
+              float* v_cache) {
+  const int d = s.head_dim;
+  kv_store_impl(s, k, v, n_tokens, pos0, k_cache, v_cache,
+                [d](const float* src, float* dst) { std::copy(src, src + d, dst); });
 }
 
 }  // namespace ms

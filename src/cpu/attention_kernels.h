@@ -1,6 +1,6 @@
-// Internal: the half-float vector kernels of attention.cpp, one ISA level per
-// file (attention_avx2.cpp is built with AVX2/FMA/F16C flags; the dispatcher
-// calls it only when cpu_features().avx2 says the CPU has them).
+// Internal: the vector kernels of attention.cpp (F16 and F32 caches), one
+// ISA level per file (attention_avx2.cpp is built with AVX2/FMA/F16C flags;
+// the dispatcher calls it only when cpu_features().avx2 says the CPU has them).
 #pragma once
 #include <cstdint>
 
@@ -10,6 +10,9 @@ namespace ms::attn_kernels {
 float dot_f32_f16_avx2(const float* a, const uint16_t* b, int n);
 // y[i] += w * half(v[i])
 void axpy_f16_avx2(float w, const uint16_t* v, float* y, int n);
+// sum_i a[i] * b[i] and y[i] += w * v[i], for an F32 cache
+float dot_f32_f32_avx2(const float* a, const float* b, int n);
+void axpy_f32_avx2(float w, const float* v, float* y, int n);
 // dst[i] = half(src[i]) (round to nearest even)
 void f32_to_f16_row_avx2(const float* src, uint16_t* dst, int n);
 

@@ -1,5 +1,7 @@
 #include "cuda/device.h"
 
+#include <cstdlib>
+#include <string>
 #include <utility>
 
 #include "util/bytes.h"
@@ -219,6 +221,17 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
     bytes_ = std::exchange(o.bytes_, 0);
   }
   return *this;
+}
+
+bool pdl_enabled() {
+  static const bool on = [] {
+    if (const char* e = std::getenv("MOESTREAM_CUDA_PDL"); e && std::string(e) == "0") return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+    return major >= 9;
+  }();
+  return on;
 }
 
 }  // namespace ms::cuda

@@ -62,11 +62,15 @@ __device__ int block_exclusive_scan(int* a, int n, int* warp_tot) {
   return total;
 }
 
+// tile: an expert's pairs are cut into groups of at most `tile` (consecutive
+// in the list), so a launch over groups does the same work per block however
+// the tokens spread over the experts.
 __global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* __restrict__ ids, int n_pairs,
-                                                              int n_expert, int32_t* n_groups, int32_t* group_expert,
-                                                              int32_t* offsets, int32_t* list) {
+                                                              int n_expert, int tile, int32_t* n_groups,
+                                                              int32_t* group_expert, int32_t* offsets,
+                                                              int32_t* list) {
   __shared__ int start[kMaxExperts];   // counts, then exclusive offsets, then cursors
-  __shared__ int gidx[kMaxExperts];    // non-empty flags, then group index
+  __shared__ int gidx[kMaxExperts];    // groups of each expert, then its first group index
   __shared__ int warp_tot[33];
   for (int e = threadIdx.x; e < n_expert; e += kGroupThreads) start[e] = 0;
   __syncthreads();
@@ -75,15 +79,15 @@ __global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* __r
     atomicAdd(&start[e], 1);
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < n_expert; e += kGroupThreads) gidx[e] = start[e] > 0 ? 1 : 0;
+  for (int e = threadIdx.x; e < n_expert; e += kGroupThreads) gidx[e] = (start[e] + tile - 1) / tile;
   __syncthreads();
   block_exclusive_scan(start, n_expert, warp_tot);
   const int ng = block_exclusive_scan(gidx, n_expert, warp_tot);
   for (int e = threadIdx.x; e < n_expert; e += kGroupThreads) {
     const int next = e + 1 < n_expert ? start[e + 1] : n_pairs;
-    if (next > start[e]) {
-      group_expert[gidx[e]] = e;
-      offsets[gidx[e]] = start[e];
+    for (int i = 0, o = start[e]; o < next; ++i, o += tile) {
+      group_expert[gidx[e] + i] = e;
+      offsets[gidx[e] + i] = o;
     }
   }
   if (threadIdx.x == 0) {
@@ -159,9 +163,23 @@ void moe_group_by_expert(const int32_t* ids, int n_pairs, int n_expert, int32_t*
     throw Error("moe_group_by_expert: n_expert " + std::to_string(n_expert) + " outside 1.." +
                 std::to_string(kMaxExperts));
   if (n_pairs <= 0) return;
-  group_kernel<<<1, kGroupThreads, 0, stream>>>(ids, n_pairs, n_expert, n_groups, group_expert, offsets, list);
+  group_kernel<<<1, kGroupThreads, 0, stream>>>(ids, n_pairs, n_expert, n_pairs, n_groups, group_expert, offsets,
+                                                 list);
   MS_CUDA_CHECK_LAUNCH();
 }
+
+namespace {
+// As moe_group_by_expert, with each expert's pairs cut into groups of at most
+// `tile`; at most n_pairs / tile + min(n_pairs, n_expert) groups.
+void group_by_expert_tiled(const int32_t* ids, int n_pairs, int n_expert, int tile, int32_t* n_groups,
+                           int32_t* group_expert, int32_t* offsets, int32_t* list, cudaStream_t stream) {
+  group_kernel<<<1, kGroupThreads, 0, stream>>>(ids, n_pairs, n_expert, tile, n_groups, group_expert, offsets, list);
+  MS_CUDA_CHECK_LAUNCH();
+}
+std::atomic<bool> g_balanced_tiles{true};
+}  // namespace
+
+void expert_ffn_set_balanced_tiles(bool on) { g_balanced_tiles.store(on); }
 
 size_t expert_ffn_scratch_bytes(const ExpertWeights& w, int n_tokens, int k) { return layout(w, n_tokens, k).total; }
 
@@ -199,6 +217,14 @@ void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n
   MatvecGroups g;
   g.n_expert = w.n_expert;  // clamps ids into range on the device
   auto* gi = reinterpret_cast<int32_t*>(s + L.groups);
+  const int min_tok = g_gemm_min_tokens.load();
+  const bool gemm_ok = n_tokens > 1 && min_tok > 0 && n_tokens >= min_tok && device_has_int8_mma();
+  const bool gemm_gu = gemm_ok && detail::gemm_q8_supported(w.gate.type) && d_ff % 32 == 0;
+  const bool gemm_down = gemm_ok && detail::gemm_q8_supported(w.down.type);
+  // vector tile: 64 when experts average 48+ pairs, else 32
+  const int active = std::min(pairs, w.n_expert);
+  const int bn = pairs >= 48 * active ? 64 : 32;
+
   if (n_tokens == 1) {
     g.max_groups = k;  // group j = slot j, its expert read straight from ids
     g.per_group = 1;
@@ -208,22 +234,22 @@ void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n
     int32_t* group_expert = gi + 1;
     int32_t* offsets = group_expert + pairs;
     int32_t* list = offsets + pairs + 1;
-    moe_group_by_expert(ids, pairs, w.n_expert, n_groups, group_expert, offsets, list, stream);
-    g.max_groups = pairs < w.n_expert ? pairs : w.n_expert;
-    g.per_group = n_tokens;  // upper bound: a token picks an expert at most once
+    if ((gemm_gu || gemm_down) && g_balanced_tiles.load()) {
+      // One group per GEMM tile of bn vectors: every block of the launch has
+      // at most one tile to do, however unevenly the tokens chose experts.
+      group_by_expert_tiled(ids, pairs, w.n_expert, bn, n_groups, group_expert, offsets, list, stream);
+      g.max_groups = std::min(pairs, pairs / bn + active);
+      g.per_group = bn;
+    } else {
+      moe_group_by_expert(ids, pairs, w.n_expert, n_groups, group_expert, offsets, list, stream);
+      g.max_groups = active;
+      g.per_group = n_tokens;  // upper bound: a token picks an expert at most once
+    }
     g.n_groups = n_groups;
     g.expert = group_expert;
     g.offsets = offsets;
     g.list = list;
   }
-
-  const int min_tok = g_gemm_min_tokens.load();
-  const bool gemm_ok = n_tokens > 1 && min_tok > 0 && n_tokens >= min_tok && device_has_int8_mma();
-  const bool gemm_gu = gemm_ok && detail::gemm_q8_supported(w.gate.type) && d_ff % 32 == 0;
-  const bool gemm_down = gemm_ok && detail::gemm_q8_supported(w.down.type);
-  // vector tile: 64 when experts average 48+ pairs, else 32
-  const int active = std::min(pairs, w.n_expert);
-  const int bn = pairs >= 48 * active ? 64 : 32;
 
   // gate/up + SwiGLU -> h [pairs][d_ff] (and its Q8 copy when down takes Q8)
   auto* h = reinterpret_cast<float*>(s + L.h);

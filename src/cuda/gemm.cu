@@ -7,6 +7,7 @@
 // group's vectors 64 at a time; results go through shared memory so edge
 // tiles and scattered output vectors (expert lists) are stored with bounds
 // checks and coalesced along rows.
+#include <atomic>
 #include <mma.h>
 
 #include <string>
@@ -132,6 +133,11 @@ bool matmul_supported(DType t) { return matvec_supported(t); }
 bool matmul_int8_supported(DType t) { return detail::gemm_q8_supported(t); }
 
 namespace {
+std::atomic<int> g_int8_tile{0};
+}  // namespace
+void matmul_set_int8_tile(int bn) { g_int8_tile.store(bn == 32 || bn == 64 ? bn : 0); }
+
+namespace {
 bool device_has_int8_mma() {
   int dev = 0, major = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return false;
@@ -139,6 +145,42 @@ bool device_has_int8_mma() {
   return major >= 8;
 }
 }  // namespace
+
+void matmul_stacked(const MatrixSet& w, const MatvecInput& x, int n, int segments, const int64_t* rows,
+                    float* const* y, cudaStream_t stream) {
+  if (segments < 1 || segments > 3 || n <= 0) throw Error("CUDA matmul_stacked: 1 to 3 segments, n > 0");
+  if (w.base == nullptr || w.table != nullptr) throw Error("CUDA matmul_stacked: one dense matrix (base) needed");
+  if (x.q8.q == nullptr || !detail::gemm_q8_supported(w.type) || !device_has_int8_mma()) {
+    // No int8 path: one matmul per row block.
+    MatvecGroups g;
+    g.max_groups = 1;
+    g.per_group = n;
+    int64_t first = 0;
+    for (int i = 0; i < segments; ++i) {
+      MatrixSet part = w;
+      part.rows = rows[i];
+      part.base = static_cast<const uint8_t*>(w.base) + first * row_bytes(w.type, w.cols);
+      matmul(part, x, g, y[i], rows[i], nullptr, stream);
+      first += rows[i];
+    }
+    return;
+  }
+  detail::RowSegments seg;
+  seg.n = segments;
+  for (int i = 0; i < segments; ++i) {
+    seg.rows[i] = rows[i];
+    seg.y[i] = y[i];
+  }
+  MatvecGroups g;
+  g.max_groups = 1;
+  g.per_group = n;
+  float* ys[1] = {y[0]};
+  if (segments == 1) {
+    detail::gemm_q8_launch(&w, 1, x.q8, g, ys, w.rows, nullptr, g_int8_tile.load(), 0, stream);
+    return;
+  }
+  detail::gemm_q8_launch(&w, 1, x.q8, g, ys, w.rows, nullptr, g_int8_tile.load(), 0, stream, &seg);
+}
 
 void matmul(const MatrixSet& w, const MatvecInput& x, const MatvecGroups& g, float* y, int64_t y_stride,
             const float* residual, cudaStream_t stream) {
@@ -152,7 +194,7 @@ void matmul(const MatrixSet& w, const MatvecInput& x, const MatvecGroups& g, flo
   if (x.q8.q != nullptr && int8_mma && detail::gemm_q8_supported(w.type)) {
     float* ys[1] = {y};
     const float* rs[1] = {residual};
-    detail::gemm_q8_launch(&w, 1, x.q8, g, ys, y_stride, rs, 0, g.max_groups > 1 ? 2 : 0, stream);
+    detail::gemm_q8_launch(&w, 1, x.q8, g, ys, y_stride, rs, g_int8_tile.load(), g.max_groups > 1 ? 2 : 0, stream);
     return;
   }
   if (w.rows <= 0 || w.cols <= 0) throw Error("CUDA matmul: empty matrix");

@@ -38,6 +38,9 @@ bool matmul_supported(DType t);
 // Whether matmul takes the int8 tensor-core path for weight type t (given
 // x.q8 and a device of compute capability 8.0+).
 bool matmul_int8_supported(DType t);
+// Vectors per block tile of the int8 path (32 or 64; 0: chosen from the
+// batch, the default). Process-wide; for A/B measurements.
+void matmul_set_int8_tile(int bn);
 
 // y[p*y_stride + r] = sum_c W_g[r][c] * x.f32[p/x_div][c] (+ residual), for
 // every output vector p of every group (see MatvecGroups). Float weights:
@@ -47,5 +50,13 @@ bool matmul_int8_supported(DType t);
 // range (normalised hidden states are).
 void matmul(const MatrixSet& w, const MatvecInput& x, const MatvecGroups& groups, float* y, int64_t y_stride,
             const float* residual, cudaStream_t stream);
+
+// One dense matrix of stacked row blocks (e.g. Wq|Wk|Wv) times n vectors (as
+// matmul; one matmul per block where the int8 path cannot run), each row block
+// into its own output: rows [0, rows[0]) to y[0] (row stride rows[0]), the
+// next rows[1] to y[1], and so on (segments <= 3, summing to w.rows). One
+// launch instead of one per block, so small blocks (k, v) share its waves.
+void matmul_stacked(const MatrixSet& w, const MatvecInput& x, int n, int segments, const int64_t* rows,
+                    float* const* y, cudaStream_t stream);
 
 }  // namespace ms::cuda

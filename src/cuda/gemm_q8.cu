@@ -53,6 +53,9 @@ struct Q8GemmParams {
   int64_t xn;
   int64_t y_stride;
   int parts, zsplit;
+  int nseg;             // > 1: row segments (RowSegments), parts == 1
+  int64_t seg_end[3];   // cumulative row ends
+  float* seg_y[3];
 };
 
 __device__ __forceinline__ float h2f(uint32_t h) { return dev::f16_bits_to_f32(h); }
@@ -319,8 +322,12 @@ template <int BN>
 struct Stage {
   static constexpr int kAq = 0;                    // int8 [BM][LDQ]
   static constexpr int kBq = kAq + BM * LDQ;       // int8 [BN][LDQ]
-  static constexpr int kAs = kBq + BN * LDQ;       // f32 [BM][16]: scales [16] (Q6_K) or scales [8] + mins [8]
-  static constexpr int kBds = kAs + BM * 16 * 4;   // float2 [BN][8]
+  // Scales are stored slot-major ([slot][row], [block][vector]) so that the
+  // lanes of a warp, which read 8 consecutive rows / vectors of one slot in
+  // the mma loop, hit distinct banks.
+  // Per 32-element slot c: {scale, min}, or for Q6_K the two 16-element scales.
+  static constexpr int kAs = kBq + BN * LDQ;       // float2 [8][BM]
+  static constexpr int kBds = kAs + BM * 16 * 4;   // float2 [8][BN]
   static constexpr int kBytes = kBds + BN * 8 * 8;
 };
 
@@ -394,22 +401,21 @@ __global__ void __launch_bounds__(kThreads, BN == 32 ? 2 : 1) gemm_q8_kernel(con
       uint8_t* s = smem + st * S::kBytes;
       float sc[8], mn[4];
       F::unpack(ra, ah, reinterpret_cast<int8_t*>(s + S::kAq + ar * LDQ + ah * 128), sc, mn);
-      float* as = reinterpret_cast<float*>(s + S::kAs) + ar * 16;
-      if constexpr (F::kSG == 16) {
+      float2* as = reinterpret_cast<float2*>(s + S::kAs) + ar;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) as[8 * ah + i] = sc[i];
-      } else {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) as[4 * ah + i] = sc[i];
-        if constexpr (F::kMin) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) as[8 + 4 * ah + i] = mn[i];
-        }
+      for (int i = 0; i < 4; ++i) {  // this half's slots 4 ah + i
+        if constexpr (F::kSG == 16)
+          as[(4 * ah + i) * BM] = make_float2(sc[2 * i], sc[2 * i + 1]);
+        else
+          as[(4 * ah + i) * BM] = make_float2(sc[i], F::kMin ? mn[i] : 0.f);
       }
 #pragma unroll
       for (int i = 0; i < BV / 16; ++i) *reinterpret_cast<uint4*>(s + S::kBq + bv * LDQ + bo + 16 * i) = rb[i];
 #pragma unroll
-      for (int i = 0; i < BN / 32; ++i) reinterpret_cast<float2*>(s + S::kBds)[tid + kThreads * i] = rd[i];
+      for (int i = 0; i < BN / 32; ++i) {
+        const int ent = tid + kThreads * i;  // vector ent / 8, block ent % 8, as loaded
+        reinterpret_cast<float2*>(s + S::kBds)[(ent % 8) * BN + ent / 8] = rd[i];
+      }
     };
     (void)xdrow;
 
@@ -430,7 +436,7 @@ __global__ void __launch_bounds__(kThreads, BN == 32 ? 2 : 1) gemm_q8_kernel(con
       const uint8_t* s = smem + (kt & 1) * S::kBytes;
       const int8_t* aq = reinterpret_cast<const int8_t*>(s + S::kAq);
       const int8_t* bq = reinterpret_cast<const int8_t*>(s + S::kBq);
-      const float* as = reinterpret_cast<const float*>(s + S::kAs);
+      const float2* as = reinterpret_cast<const float2*>(s + S::kAs);
       const float2* bds = reinterpret_cast<const float2*>(s + S::kBds);
 #pragma unroll 2
       for (int c = 0; c < BK / 32; ++c) {
@@ -451,21 +457,18 @@ __global__ void __launch_bounds__(kThreads, BN == 32 ? 2 : 1) gemm_q8_kernel(con
         for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {
-            const float* ar_s = as + (wm * 32 + mi * 16 + gq + 8 * hr) * 16;
-            if constexpr (F::kSG == 16) {
-              ws[mi][hr][0] = ar_s[2 * c];
-              ws[mi][hr][1] = ar_s[2 * c + 1];
-            } else {
-              ws[mi][hr][0] = ar_s[c];
-              ws[mi][hr][1] = 0.f;
-            }
-            wmn[mi][hr] = F::kMin ? ar_s[8 + c] : 0.f;
+            const float2 t = as[c * BM + wm * 32 + mi * 16 + gq + 8 * hr];
+            ws[mi][hr][0] = t.x;
+            ws[mi][hr][1] = F::kSG == 16 ? t.y : 0.f;
+            wmn[mi][hr] = F::kMin ? t.y : 0.f;
           }
         float2 xd[NI][2];
 #pragma unroll
-        for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-          for (int hv = 0; hv < 2; ++hv) xd[ni][hv] = bds[(wn * (BN / 2) + ni * 8 + 2 * tq + hv) * 8 + c];
+        for (int ni = 0; ni < NI; ++ni) {  // vectors 2tq, 2tq+1: adjacent, one 16-byte load
+          const float4 t = *reinterpret_cast<const float4*>(bds + c * BN + wn * (BN / 2) + ni * 8 + 2 * tq);
+          xd[ni][0] = make_float2(t.x, t.y);
+          xd[ni][1] = make_float2(t.z, t.w);
+        }
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
@@ -508,10 +511,16 @@ __global__ void __launch_bounds__(kThreads, BN == 32 ? 2 : 1) gemm_q8_kernel(con
           const int vl = wn * (BN / 2) + ni * 8 + 2 * tq + (r % 2);
           const int vo = vec_out[vl];
           if (row < p.rows && vo >= 0) {
-            const int64_t o = static_cast<int64_t>(vo) * p.y_stride + row;
             float v = acc[mi][ni][r];
-            if (res != nullptr) v += res[o];
-            y[o] = v;
+            if (p.nseg > 1) {
+              const int si = row < p.seg_end[0] ? 0 : (row < p.seg_end[1] ? 1 : 2);
+              const int64_t first = si == 0 ? 0 : p.seg_end[si - 1];
+              p.seg_y[si][static_cast<int64_t>(vo) * (p.seg_end[si] - first) + (row - first)] = v;
+            } else {
+              const int64_t o = static_cast<int64_t>(vo) * p.y_stride + row;
+              if (res != nullptr) v += res[o];
+              y[o] = v;
+            }
           }
         }
   }
@@ -548,7 +557,8 @@ bool gemm_q8_supported(DType t) {
 }
 
 void gemm_q8_launch(const MatrixSet* w, int parts, const Q8Act& x, const MatvecGroups& g, float* const* y,
-                    int64_t y_stride, const float* const* residual, int bn, int zcap, cudaStream_t stream) {
+                    int64_t y_stride, const float* const* residual, int bn, int zcap, cudaStream_t stream,
+                    const RowSegments* seg) {
   const MatrixSet& w0 = w[0];
   if (!gemm_q8_supported(w0.type))
     throw Error(std::string("CUDA int8 GEMM: weight type ") + type_name(w0.type) + " is not supported");
@@ -589,6 +599,19 @@ void gemm_q8_launch(const MatrixSet* w, int parts, const Q8Act& x, const MatvecG
   p.xn = x.n;
   p.y_stride = y_stride > 0 ? y_stride : w0.rows;
   p.parts = parts;
+  if (seg != nullptr && seg->n > 1) {
+    if (parts != 1 || seg->n > 3) throw Error("CUDA int8 GEMM: row segments need one matrix and at most 3 segments");
+    int64_t end = 0;
+    for (int i = 0; i < seg->n; ++i) {
+      if (seg->rows[i] <= 0 || seg->y[i] == nullptr) throw Error("CUDA int8 GEMM: empty row segment");
+      end += seg->rows[i];
+      p.seg_end[i] = end;
+      p.seg_y[i] = seg->y[i];
+    }
+    for (int i = seg->n; i < 3; ++i) p.seg_end[i] = end;
+    if (end != w0.rows) throw Error("CUDA int8 GEMM: row segments do not add up to the matrix's rows");
+    p.nseg = seg->n;
+  }
   if (bn != 32 && bn != 64) bn = (g.max_groups > 1 || g.per_group <= 32) ? 32 : 64;
   const int tiles = (g.per_group + bn - 1) / bn;
   p.zsplit = std::max(1, zcap > 0 ? std::min(zcap, tiles) : tiles);

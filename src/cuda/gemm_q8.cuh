@@ -18,7 +18,15 @@ bool gemm_q8_supported(DType t);
 // zcap: at most this many blocks share one (row tile, group) pair, each
 // looping over every zcap-th tile of bn vectors (0: as many as the group
 // bound per_group needs).
+// seg (optional, parts == 1): the rows in up to 3 segments, segment i's rows
+// written to seg->y[i] with row stride seg->rows[i] (y and residual unused).
+struct RowSegments {
+  int n = 0;
+  int64_t rows[3] = {0, 0, 0};
+  float* y[3] = {nullptr, nullptr, nullptr};
+};
 void gemm_q8_launch(const MatrixSet* w, int parts, const Q8Act& x, const MatvecGroups& g, float* const* y,
-                    int64_t y_stride, const float* const* residual, int bn, int zcap, cudaStream_t stream);
+                    int64_t y_stride, const float* const* residual, int bn, int zcap, cudaStream_t stream,
+                    const RowSegments* seg = nullptr);
 
 }  // namespace ms::cuda::detail

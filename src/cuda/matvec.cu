@@ -3,6 +3,7 @@
 
 #include "cuda/device.h"
 #include "cuda/matvec_kernel.cuh"
+#include "cuda/pdl.cuh"
 #include "util/error.h"
 
 namespace ms::cuda {
@@ -15,6 +16,8 @@ size_t align_up(size_t v) { return (v + kAlign - 1) & ~(kAlign - 1); }
 // One warp per block of 32: amax -> d = amax/127, q = round(x/d).
 __global__ void quantize_q8act_kernel(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ q,
                                       float2* __restrict__ ds) {
+  dev::pdl_wait();  // x is the previous kernel's output
+  dev::pdl_trigger();
   const int64_t blk = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (blk >= n_blocks) return;  // whole warps exit together
   const int lane = threadIdx.x % 32;
@@ -122,9 +125,8 @@ void quantize_q8act(const float* x, int64_t n, int64_t nvec, Q8Act out, cudaStre
   if (n_blocks == 0) return;
   constexpr int kThreads = 256;
   const int64_t grid = (n_blocks + kThreads / 32 - 1) / (kThreads / 32);
-  quantize_q8act_kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
-      x, n_blocks, out.q, reinterpret_cast<float2*>(out.ds));
-  MS_CUDA_CHECK_LAUNCH();
+  MS_CUDA_CHECK(launch_pdl(quantize_q8act_kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), 0, stream, x,
+                           n_blocks, out.q, reinterpret_cast<float2*>(out.ds)));
 }
 
 bool matvec_supported(DType t) {

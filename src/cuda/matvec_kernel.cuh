@@ -7,7 +7,9 @@
 // once per NV vectors. PARTS = 2 reads two matrices (gate, up) for the same
 // row and writes silu(gate) * up.
 #pragma once
+#include "cuda/device.h"
 #include "cuda/matvec.h"
+#include "cuda/pdl.cuh"
 #include "cuda/quant_dot.cuh"
 
 namespace ms::cuda::dev {
@@ -44,6 +46,18 @@ template <class Op, int TPR, int NV, int PARTS>
 __global__ void __launch_bounds__(kMatvecThreads, NV == 1 ? 8 : 2) matvec_kernel(const MatvecParams p) {
   constexpr int kRowsPerBlock = kMatvecThreads / TPR;
   const int g = blockIdx.y;
+  // Launched with programmatic dependent launch (pdl.cuh): a dense matrix's
+  // rows of this block are no kernel's output, so they start their way into
+  // L2 before the wait for the previous kernel (whose output x is).
+  if (p.expert == nullptr && p.table[0] == nullptr) {
+    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
+    const int64_t nr = min(static_cast<int64_t>(kRowsPerBlock), p.rows - r0);
+#pragma unroll
+    for (int z = 0; z < PARTS; ++z)
+      dev::prefetch_l2(p.base[z] + r0 * p.row_bytes, nr * p.row_bytes, threadIdx.x, kMatvecThreads);
+  }
+  dev::pdl_wait();
+  dev::pdl_trigger();
   if (p.n_groups != nullptr && g >= __ldg(p.n_groups)) return;
   const int lane = threadIdx.x % TPR;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / TPR;
@@ -134,7 +148,7 @@ void launch_matvec(const MatvecParams& p, int max_groups, int max_per_group, int
   const int rpb = kMatvecThreads / (wide ? 32 : 16);
   const dim3 grid(static_cast<unsigned>((p.rows + rpb - 1) / rpb), static_cast<unsigned>(max_groups));
   const dim3 block(kMatvecThreads);
-#define MS_MV_LAUNCH(TPR, NV, PARTS) matvec_kernel<Op, TPR, NV, PARTS><<<grid, block, 0, stream>>>(p)
+#define MS_MV_LAUNCH(TPR, NV, PARTS) MS_CUDA_CHECK(launch_pdl(matvec_kernel<Op, TPR, NV, PARTS>, grid, block, 0, stream, p))
   if (parts == 2) {
     if (wide) { if (multi) MS_MV_LAUNCH(32, 4, 2); else MS_MV_LAUNCH(32, 1, 2); }
     else      { if (multi) MS_MV_LAUNCH(16, 4, 2); else MS_MV_LAUNCH(16, 1, 2); }

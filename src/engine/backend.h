@@ -24,8 +24,10 @@ class Backend {
                        bool all_logits = false) = 0;
   // A cache for one sequence of up to ctx tokens. (Where the keys and values
   // live is the backend's business: the CUDA backend keeps them on the device
-  // and the KvCache only counts positions.)
-  virtual KvCache make_cache(int64_t ctx) const = 0;
+  // and the KvCache only counts positions.) KvType::F32 keeps K/V unrounded
+  // for parity checks; a backend that cannot hold them throws ms::Error.
+  // Overrides repeat the default (defaults bind to the static type).
+  virtual KvCache make_cache(int64_t ctx, KvType type = KvType::F16) const = 0;
   virtual const ModelConfig& config() const = 0;
   // "cpu", "cuda"
   virtual std::string name() const = 0;

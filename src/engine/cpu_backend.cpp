@@ -75,8 +75,8 @@ CpuBackend::CpuBackend(const ModelWeights& w, ThreadPool& pool, Options opt)
   }
 }
 
-KvCache CpuBackend::make_cache(int64_t ctx) const {
-  return KvCache(w_.cfg.n_layer, w_.cfg.n_head_kv, w_.cfg.head_dim, ctx);
+KvCache CpuBackend::make_cache(int64_t ctx, KvType type) const {
+  return KvCache(w_.cfg.n_layer, w_.cfg.n_head_kv, w_.cfg.head_dim, ctx, type);
 }
 
 void CpuBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vector<float>& logits, bool all_logits) {
@@ -148,8 +148,13 @@ void CpuBackend::attention_block(KvCache& kv, int il, int n, int64_t pos0) {
   if (n == 1) norm_rope(0, 1);
   else pool_.parallel_for(n, 4, norm_rope);
   const AttentionShape s{c.n_head, c.n_head_kv, c.head_dim, kv.ctx(), 1.0f / std::sqrt(static_cast<float>(hd))};
-  kv_store(s, k_.data(), v_.data(), n, pos0, kv.k(il), kv.v(il));
-  attention(pool_, s, q_.data(), kv.k(il), kv.v(il), n, pos0, att_.data());
+  if (kv.type() == KvType::F32) {
+    kv_store(s, k_.data(), v_.data(), n, pos0, kv.k_f32(il), kv.v_f32(il));
+    attention(pool_, s, q_.data(), kv.k_f32(il), kv.v_f32(il), n, pos0, att_.data());
+  } else {
+    kv_store(s, k_.data(), v_.data(), n, pos0, kv.k_f16(il), kv.v_f16(il));
+    attention(pool_, s, q_.data(), kv.k_f16(il), kv.v_f16(il), n, pos0, att_.data());
+  }
   project(pool_, att_.data(), n, q_dim, {{&L.wo, tmp_.data()}});
   add_inplace(h_.data(), tmp_.data(), static_cast<int64_t>(n) * D);
 }

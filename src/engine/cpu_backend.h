@@ -43,7 +43,8 @@ class CpuBackend : public Backend {
   void forward(KvCache& kv, std::span<const int32_t> tokens, std::vector<float>& logits,
                bool all_logits = false) override;
 
-  KvCache make_cache(int64_t ctx) const override;
+  // F16 or F32 keys/values (attention runs over either).
+  KvCache make_cache(int64_t ctx, KvType type = KvType::F16) const override;
   const ModelWeights& weights() const { return w_; }
   const ModelConfig& config() const override { return w_.cfg; }
   std::string name() const override { return "cpu"; }

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "util/error.h"
 
@@ -31,11 +34,34 @@ void SamplerParams::validate() const {
   if (repeat_last_n < 0) throw Error("sampling: the repetition window must be >= 0 tokens");
 }
 
+// Two passes: the largest value (NaNs never win), then its first index. The
+// obvious one-pass loop compares against x[best], a load whose address
+// depends on the previous comparison: ~5-8 cycles per element, 0.3-0.8 ms
+// per 152k-entry vocabulary, which a greedy decode step on the GPU waits for.
+// Here the max runs over 16 independent lanes (SSE where there is SSE).
 int32_t argmax(const float* x, int32_t n) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < n; ++i)
-    if (x[i] > x[best]) best = i;
-  return best;
+  if (n <= 1 || std::isnan(x[0])) return 0;  // as the one-pass loop: a NaN first value is never beaten
+  float m = x[0];
+  int32_t i = 1;
+#if defined(__SSE2__)
+  if (n >= 17) {
+    __m128 a = _mm_set1_ps(x[0]), b = a, c = a, d = a;
+    for (; i + 16 <= n; i += 16) {
+      // maxps(v, acc) returns acc when v is NaN: NaNs are skipped.
+      a = _mm_max_ps(_mm_loadu_ps(x + i), a);
+      b = _mm_max_ps(_mm_loadu_ps(x + i + 4), b);
+      c = _mm_max_ps(_mm_loadu_ps(x + i + 8), c);
+      d = _mm_max_ps(_mm_loadu_ps(x + i + 12), d);
+    }
+    alignas(16) float lanes[4];
+    _mm_store_ps(lanes, _mm_max_ps(_mm_max_ps(a, b), _mm_max_ps(c, d)));
+    for (float v : lanes) m = v > m ? v : m;
+  }
+#endif
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  for (int32_t j = 0; j < n; ++j)
+    if (x[j] == m) return j;
+  return 0;  // not reached: m is one of the values
 }
 
 Sampler::Sampler(const SamplerParams& params) : params_(params), rng_(params.seed) { params_.validate(); }

@@ -246,6 +246,12 @@ TEST(CudaBackend, F32KvCacheAgreesAcrossPathsAndWithF16) {
   std::printf("f32 kv vs f16 kv over 230 decode steps: worst rel %.2e\n", worst);
   EXPECT_LE(worst, kRelTol);
   EXPECT_EQ(f32.graph_captures(), 2);
+  // make_cache(ctx, F32) on the f16 backend switches its device cache: the
+  // same logits as the backend built for f32.
+  KvCache kc = f16.make_cache(300, KvType::F32);
+  std::vector<float> switched;
+  f16.forward(kc, toks, switched, true);
+  EXPECT_EQ(switched, batch);
 }
 
 TEST(CudaBackend, GraphReplayMatchesDirectLaunches) {
@@ -348,7 +354,19 @@ TEST(CudaBackend, ErrorsAreCleanAndLeaveTheCacheAlone) {
   const LoadedModel& m = tiny_model("qwen3moe", "q4_k_m");
   CudaBackend gpu(m.weights, CudaBackend::Options{.ctx = 16});
   EXPECT_THROW(gpu.make_cache(17), Error);
+  EXPECT_THROW(gpu.make_cache(17, KvType::F32), Error);
+  // The device holds one cache: making an f32 one switches it, and the f16
+  // cache made next switches it back, so the f32 one is refused.
+  KvCache stale = gpu.make_cache(16, KvType::F32);
+  EXPECT_EQ(stale.type(), KvType::F32);
+  EXPECT_EQ(gpu.memory_use().kv, 2 * CudaBackend(m.weights, CudaBackend::Options{.ctx = 16}).memory_use().kv);
   KvCache kv = gpu.make_cache(16);
+  {
+    std::vector<float> l;
+    const int32_t t = 3;
+    EXPECT_THROW(gpu.forward(stale, std::span<const int32_t>(&t, 1), l), Error);
+    EXPECT_EQ(stale.n_past(), 0);
+  }
   std::vector<float> logits;
   const std::vector<int32_t> bad = {1, static_cast<int32_t>(m.weights.cfg.n_vocab)};
   EXPECT_THROW(gpu.forward(kv, bad, logits), Error);

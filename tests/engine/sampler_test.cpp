@@ -30,6 +30,39 @@ TEST(Sampler, GreedyTakesArgmaxLowestIdOnTies) {
   EXPECT_EQ(argmax(logits, 5), 1);
 }
 
+// argmax against the plain one-pass loop: every length around the vector
+// width, maxima at every position, ties, NaNs (never picked unless first),
+// infinities and signed zeros.
+TEST(Sampler, ArgmaxMatchesOnePassLoop) {
+  auto plain_argmax = [](const std::vector<float>& x) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < static_cast<int32_t>(x.size()); ++i)
+      if (x[i] > x[best]) best = i;
+    return best;
+  };
+  uint32_t st = 12345;
+  auto next = [&] {
+    st = st * 1664525u + 1013904223u;
+    return st >> 8;
+  };
+  const float specials[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 3.0f};
+  for (int n = 1; n <= 70; ++n) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (auto& v : x) v = static_cast<float>(next() % 7) - 3.0f;  // many ties
+      const int n_special = trial % 4;
+      for (int k = 0; k < n_special; ++k) x[next() % n] = specials[next() % 6];
+      ASSERT_EQ(argmax(x.data(), n), plain_argmax(x)) << "n " << n << " trial " << trial;
+    }
+  }
+  std::vector<float> big(151936);
+  for (auto& v : big) v = static_cast<float>(next() % 100000) * 1e-3f;
+  big[151935] = 1000.0f;
+  EXPECT_EQ(argmax(big.data(), 151936), 151935);
+  big[77] = 1000.0f;
+  EXPECT_EQ(argmax(big.data(), 151936), 77);
+}
+
 TEST(Sampler, RepetitionPenaltyDividesPositiveMultipliesNegative) {
   SamplerParams p = plain(0.0f);
   p.repeat_penalty = 2.0f;

@@ -3,14 +3,18 @@
 #include "cuda/backend/cuda_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
 
 #include "cuda/attention.h"
 #include "cuda/backend/decode_fused.h"
+#include "cuda/backend/decode_moe.h"
+#include "cuda/backend/prefill_fused.h"
 #include "cuda/device.h"
 #include "cuda/expert_ffn.h"
 #include "cuda/gemm.h"
@@ -115,12 +119,19 @@ struct CudaBackend::Impl {
   float *router_logits = nullptr, *route_w = nullptr, *ffg = nullptr, *ffu = nullptr;
   float *exp_gate = nullptr, *exp_up = nullptr, *exp_y = nullptr, *logits = nullptr;
   uint32_t* router_counter = nullptr;
+  uint32_t* norm_counter = nullptr;  // down_combine_decode's next-norm tail
+  cuda::Q8Act dec_hq8;               // decode: the k experts' SwiGLU outputs, Q8
+  // Decode: the next RMSNorm (x, xq8) was already made by the previous
+  // launch (down_combine_decode's tail); the norm it stands for is skipped.
+  bool norm_ready = false;
   int32_t *tok = nullptr, *pos = nullptr, *route_ids = nullptr, *step_in = nullptr, *groups = nullptr;
   cuda::Q8Act xq8, attq8, ffq8, expq8;
   void* attn_scratch = nullptr;
   void* exp_scratch = nullptr;
   size_t exp_scratch_bytes = 0;
   cuda::PinnedBuffer host_in, host_logits;
+  static constexpr int kCopyChunks = 4;
+  std::vector<cuda::Event> copy_done;
 
   CudaBackend::RouteObserver route_observer;
   std::vector<int32_t> route_host;
@@ -132,6 +143,12 @@ struct CudaBackend::Impl {
   Impl(const ModelWeights& weights, Options o) : w(weights), c(weights.cfg), opt(o) {}
   ~Impl() {
     if (graph) cudaGraphExecDestroy(graph);
+    if (timing.on && timing.steps > 1)
+      std::fprintf(stderr,
+                   "moestream cuda timing: %d decode steps: GPU (step launch to end) %.3f ms/step, forward() %.3f "
+                   "ms/step (incl. logits copy), caller between steps %.3f ms/step\n",
+                   timing.steps, timing.gpu_ms / timing.steps, timing.call_ms / timing.steps,
+                   timing.between_ms / (timing.steps - 1));
   }
 
   // ---------------------------------------------------------------- setup
@@ -335,6 +352,7 @@ struct CudaBackend::Impl {
     pos = L.take_n<int32_t>(b);
     step_in = L.take_n<int32_t>(4);
     router_counter = L.take_n<uint32_t>(1);
+    norm_counter = L.take_n<uint32_t>(1);
     logits = L.take_n<float>(static_cast<size_t>(kLogitRows) * c.n_vocab);
     xq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(c.n_embd, B)), c.n_embd, B);
     attq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(static_cast<int64_t>(qd), B)), static_cast<int64_t>(qd), B);
@@ -346,6 +364,8 @@ struct CudaBackend::Impl {
       route_w = L.take_n<float>(b * K);
       route_ids = L.take_n<int32_t>(b * K);
       groups = L.take_n<int32_t>(1 + 3 * pairs + 1);
+      dec_hq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(c.n_ff_exp, c.n_expert_used)), c.n_ff_exp,
+                                 c.n_expert_used);
       if (B >= opt.gemm_min_batch && opt.grouped_matmul_experts) {
         exp_gate = L.take_n<float>(pairs * F);
         exp_up = L.take_n<float>(pairs * F);
@@ -377,6 +397,13 @@ struct CudaBackend::Impl {
     MS_CUDA_CHECK(cudaMemset(act_arena.base(), 0, act_arena.capacity()));
     host_in = cuda::PinnedBuffer(sizeof(int32_t) * 2 * static_cast<size_t>(B) + 64);
     host_logits = cuda::PinnedBuffer(sizeof(float) * kLogitRows * static_cast<size_t>(c.n_vocab));
+    copy_done.clear();
+    for (int i = 0; i < kCopyChunks; ++i) copy_done.emplace_back(false);
+    if (const char* t = std::getenv("MOESTREAM_CUDA_TIMING"); t && std::string(t) == "1") {
+      timing.on = true;
+      timing.t0 = std::make_unique<cuda::Event>(true);
+      timing.t1 = std::make_unique<cuda::Event>(true);
+    }
   }
 
   // ---------------------------------------------------------------- pieces
@@ -402,6 +429,10 @@ struct CudaBackend::Impl {
 
   // RMSNorm of n rows of the hidden state into x (and xq8).
   void norm_rows(const float* src, const float* weight, int n) {
+    if (n == 1 && norm_ready) {  // made by the previous layer's last launch
+      norm_ready = false;
+      return;
+    }
     if (n == 1 && opt.fused_decode && cuda::rmsnorm_row_supported(c.n_embd))
       cuda::rmsnorm_row_q8(src, weight, x, c.n_embd, c.rms_eps, xq8, stream);
     else
@@ -427,6 +458,14 @@ struct CudaBackend::Impl {
     float* vp = one_qkv ? qkv + qd + kvd : v;
     if (one_qkv) {
       project(L.wqkv, x, &xq8, 1, qkv, nullptr);
+    } else if (L.wqkv && n >= opt.gemm_min_batch && cuda::matmul_int8_supported(L.wqkv.type)) {
+      // Batches: Wq|Wk|Wv as one int8 GEMM launch writing q, k and v.
+      cuda::MatvecInput in;
+      in.f32 = x;
+      in.q8 = xq8;
+      const int64_t rows[3] = {L.wq.rows, L.wk.rows, L.wv.rows};
+      float* outs[3] = {q, k, v};
+      cuda::matmul_stacked(L.wqkv.set(), in, n, 3, rows, outs, stream);
     } else {
       project(L.wq, x, &xq8, n, q, nullptr);
       project(L.wk, x, &xq8, n, k, nullptr);
@@ -437,6 +476,12 @@ struct CudaBackend::Impl {
         cuda::decode_qk_prologue(qkv, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps, c.n_rot,
                                  positions, c.rope_base, c.rope_freq_scale, to_cuda(c.arch->rope_mode), kc, vc,
                                  kv_ctx, s);
+      });
+    } else if (!one_qkv && !L.bq && opt.fused_prefill && (L.q_norm == nullptr) == (L.k_norm == nullptr)) {
+      with_cache(L, [&](auto* kc, auto* vc) {
+        cuda::batch_qk_prologue(qp, kp, vp, n, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps,
+                                c.n_rot, positions, c.rope_base, c.rope_freq_scale, to_cuda(c.arch->rope_mode), kc, vc,
+                                kv_ctx, s);
       });
     } else {
       prologue(L, n, qp, kp, vp, positions, one_qkv);
@@ -478,11 +523,49 @@ struct CudaBackend::Impl {
     });
   }
 
+  // The three-launch MoE decode (decode_moe.h) applies to this layer.
+  bool moe_decode_fusable(const DevLayer& L) const {
+    if (!c.is_moe() || !opt.fused_decode || !opt.fused_moe_decode) return false;
+    const int E = c.n_expert, K = c.n_expert_used;
+    return cuda::router_norm_decode_supported(L.router.type, E, c.n_embd, K) && cuda::gate_up_q8_decode_supported(L.experts) &&
+           cuda::down_combine_decode_supported(L.experts) && L.experts.gate.rows == c.n_ff_exp &&
+           L.experts.down.rows == c.n_embd && c.n_embd % 32 == 0;
+  }
+
+  // Router logits of n tokens (x / xq8) into router_logits. Several tokens:
+  // launched as groups of 8 vectors (one block row per group), not one group
+  // of n that a few blocks would walk through 8 vectors at a time.
+  void router_logits_rows(const DevMat& R, int n) {
+    const int64_t D = c.n_embd, E = c.n_expert;
+    const bool q8 = cuda::matvec_takes_q8(R.type);
+    auto input = [&](int first) {
+      cuda::MatvecInput in;
+      in.f32 = x + static_cast<int64_t>(first) * D;
+      if (q8) {
+        in.q8 = xq8;
+        in.q8.q += static_cast<int64_t>(first) * D;
+        in.q8.ds += static_cast<int64_t>(first) * (D / 32) * 2;
+      }
+      return in;
+    };
+    constexpr int kVec = 8;
+    const int full = n >= 2 * kVec ? n / kVec * kVec : 0;
+    if (full > 0) {
+      cuda::MatvecGroups g;
+      g.max_groups = full / kVec;
+      g.per_group = kVec;
+      cuda::matvec(R.set(), input(0), g, router_logits, E, nullptr, stream);
+    }
+    if (n > full)
+      cuda::linear(R.type, R.data, R.rows, R.cols, input(full), n - full, router_logits + full * E, nullptr, stream);
+  }
+
   void ffn_block(int il, int n) {
     cudaStream_t s = stream;
     const DevLayer& L = layers[static_cast<size_t>(il)];
     const int64_t D = c.n_embd;
-    norm_rows(h, L.ffn_norm, n);
+    const bool moe_fused = n == 1 && moe_decode_fusable(L);
+    if (!moe_fused) norm_rows(h, L.ffn_norm, n);
     if (!c.is_moe()) {
       const int64_t F = c.n_ff;
       if (n >= opt.gemm_min_batch) {
@@ -502,14 +585,15 @@ struct CudaBackend::Impl {
       return;
     }
     const int E = c.n_expert, K = c.n_expert_used;
-    if (n == 1 && opt.fused_decode && cuda::router_decode_supported(L.router.type, E, D, K)) {
+    if (moe_fused) {
+      cuda::router_norm_decode(h, L.ffn_norm, c.rms_eps, static_cast<const float*>(L.router.data), E, D, K,
+                               to_cuda(c.arch->router_mode), c.router_renorm, x, xq8, router_logits, route_ids,
+                               route_w, router_counter, s);
+    } else if (n == 1 && opt.fused_decode && cuda::router_decode_supported(L.router.type, E, D, K)) {
       cuda::router_decode_f32(static_cast<const float*>(L.router.data), x, E, D, K, to_cuda(c.arch->router_mode),
                               c.router_renorm, router_logits, route_ids, route_w, router_counter, s);
     } else {  // router: always the exact matvec (f32 weights, no f16 rounding), so batch and decode choose alike
-      cuda::MatvecInput in;
-      in.f32 = x;
-      if (cuda::matvec_takes_q8(L.router.type)) in.q8 = xq8;
-      cuda::linear(L.router.type, L.router.data, L.router.rows, L.router.cols, in, n, router_logits, nullptr, s);
+      router_logits_rows(L.router, n);
       cuda::router_topk(router_logits, n, E, K, to_cuda(c.arch->router_mode), c.router_renorm, route_ids, route_w, s);
     }
     if (route_observer) {
@@ -517,6 +601,18 @@ struct CudaBackend::Impl {
       MS_CUDA_CHECK(cudaMemcpyAsync(route_host.data(), route_ids, sizeof(int32_t) * n * K, cudaMemcpyDeviceToHost, s));
       MS_CUDA_CHECK(cudaStreamSynchronize(s));
       route_observer(il, n, K, route_host.data());
+    }
+    if (moe_fused) {
+      cuda::gate_up_q8_decode(L.experts, xq8, route_ids, K, dec_hq8, nullptr, s);
+      cuda::NextNorm next;
+      next.w = il + 1 < c.n_layer ? layers[static_cast<size_t>(il) + 1].attn_norm : output_norm;
+      next.eps = c.rms_eps;
+      next.x_out = x;
+      next.x_q8 = xq8;
+      next.counter = norm_counter;
+      cuda::down_combine_decode(L.experts, dec_hq8, route_ids, route_w, K, h, h, &next, s);
+      norm_ready = true;  // the next norm_rows (next layer's attention, or the head) is done
+      return;
     }
     if (n < opt.gemm_min_batch || !opt.grouped_matmul_experts) {
       cuda::expert_ffn(L.experts, x, &xq8, n, K, route_ids, route_w, h, h, exp_scratch, exp_scratch_bytes, s);
@@ -571,6 +667,7 @@ struct CudaBackend::Impl {
   // One decode step, all on the device: token, position and attention length
   // come from step_in = {token, pos, kv_len}.
   void enqueue_decode(int max_kv_len) {
+    norm_ready = false;
     cuda::embed_rows(token_embd.type, token_embd.data, c.n_vocab, c.n_embd, step_in, 1, h, stream);
     for (int il = 0; il < c.n_layer; ++il) {
       attention_block(il, 1, step_in + 1, true, max_kv_len, step_in + 2, 0);
@@ -601,12 +698,34 @@ struct CudaBackend::Impl {
     ++captures;
   }
 
+  // Device logits -> pinned staging -> dst, in kCopyChunks pieces so the host
+  // copy of one piece overlaps the device-to-host transfer of the next (a
+  // decode step waits for all of it: 600 KB for a 152k vocabulary).
   void copy_logits(float* dst, int m) {
-    const size_t bytes = sizeof(float) * static_cast<size_t>(m) * c.n_vocab;
-    MS_CUDA_CHECK(cudaMemcpyAsync(host_logits.get(), logits, bytes, cudaMemcpyDeviceToHost, stream));
-    MS_CUDA_CHECK(cudaStreamSynchronize(stream));
-    std::memcpy(dst, host_logits.get(), bytes);
+    const size_t n = static_cast<size_t>(m) * c.n_vocab;
+    const size_t per = (n + kCopyChunks - 1) / kCopyChunks;
+    auto* staging = static_cast<float*>(host_logits.get());
+    for (int i = 0; i < kCopyChunks; ++i) {
+      const size_t b = std::min(n, i * per), e = std::min(n, b + per);
+      if (e > b)
+        MS_CUDA_CHECK(cudaMemcpyAsync(staging + b, logits + b, (e - b) * sizeof(float), cudaMemcpyDeviceToHost, stream));
+      copy_done[i].record(stream);
+    }
+    for (int i = 0; i < kCopyChunks; ++i) {
+      const size_t b = std::min(n, i * per), e = std::min(n, b + per);
+      copy_done[i].synchronize();
+      if (e > b) std::memcpy(dst + b, staging + b, (e - b) * sizeof(float));
+    }
   }
+
+  // MOESTREAM_CUDA_TIMING=1: where a decode step's time goes, printed at exit.
+  struct StepTiming {
+    bool on = false;
+    int steps = 0;
+    double gpu_ms = 0, call_ms = 0, between_ms = 0;
+    std::chrono::steady_clock::time_point last_end{};
+    std::unique_ptr<cuda::Event> t0, t1;
+  } timing;
 
   void decode(int32_t token, int64_t p, float* out) {
     auto* in = host_in.as<int32_t>();
@@ -627,12 +746,24 @@ struct CudaBackend::Impl {
         std::fprintf(stderr, "moestream: CUDA graph capture failed (%s); decoding without graphs\n", e.what());
       }
     }
+    const auto call_start = std::chrono::steady_clock::now();
+    if (timing.on) timing.t0->record(stream);
     if (use_graph && opt.use_graph) {
       MS_CUDA_CHECK(cudaGraphLaunch(graph, stream));
     } else {
       enqueue_decode(max_kv);
     }
+    if (timing.on) timing.t1->record(stream);
     copy_logits(out, 1);
+    if (timing.on) {
+      const auto now = std::chrono::steady_clock::now();
+      if (timing.steps > 0)
+        timing.between_ms += std::chrono::duration<double, std::milli>(call_start - timing.last_end).count();
+      timing.call_ms += std::chrono::duration<double, std::milli>(now - call_start).count();
+      timing.gpu_ms += timing.t1->ms_since(*timing.t0);
+      timing.last_end = now;
+      ++timing.steps;
+    }
   }
 
   // n <= B tokens at positions pos0..; logits of the last token (out) or of
@@ -711,13 +842,17 @@ CudaBackend::MemoryUse CudaBackend::memory_use() const {
   return {impl_->weights_arena.capacity(), impl_->kv_arena.capacity(), impl_->act_arena.capacity()};
 }
 
-KvCache CudaBackend::make_cache(int64_t ctx) const {
+KvCache CudaBackend::make_cache(int64_t ctx, KvType type) const {
   if (ctx <= 0) throw Error("KV cache: the context must be positive");
   if (ctx > impl_->kv_ctx)
     throw Error("CUDA backend: a context of " + std::to_string(ctx) + " tokens does not fit the device KV cache of " +
                 std::to_string(impl_->kv_ctx) + " tokens (set CudaBackend::Options::ctx / --ctx)");
-  // Keys and values live in the device arena; this cache only counts positions.
-  return KvCache(1, 1, 1, ctx);
+  // The device holds one cache: asking for the other element type reallocates
+  // it (Options::kv_f32 sizes the right one up front).
+  impl_->set_kv_f32(type == KvType::F32);
+  // Keys and values live in the device arena; this cache only counts positions
+  // (and says which type it was made for).
+  return KvCache(1, 1, 1, ctx, type);
 }
 
 void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vector<float>& logits, bool all_logits) {
@@ -728,6 +863,10 @@ void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vec
   if (kv.ctx() > m.kv_ctx)
     throw Error("CUDA backend: this KV cache holds " + std::to_string(kv.ctx()) + " positions, the device cache " +
                 std::to_string(m.kv_ctx) + "; make it with CudaBackend::make_cache");
+  if ((kv.type() == KvType::F32) != m.kv_f32)
+    throw Error(std::string("CUDA backend: this KV cache was made as ") + kv_type_name(kv.type()) +
+                " but the device cache is now " + (m.kv_f32 ? "f32" : "f16") +
+                " (a later make_cache switched it; the device holds one cache)");
   kv.check_room(n);
   for (int32_t id : tokens)
     if (id < 0 || id >= c.n_vocab)

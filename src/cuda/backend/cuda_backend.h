@@ -47,8 +47,16 @@ class CudaBackend : public Backend {
     // Batches: routed experts through cuda::expert_ffn (false: the default), or
     // grouped by expert here and run as three matmul launches (true).
     bool grouped_matmul_experts = false;
-    // The device KV cache in f32: keys and values exactly as computed (parity
-    // with f32 references), twice the bytes of the default f16.
+    // Decode of MoE layers (with fused_decode): router + its RMSNorm, gate/up +
+    // Q8, down + combine + the next RMSNorm in three launches (decode_moe.h)
+    // instead of six. Same results; off by default: on the H100 it measured
+    // slower (tg128 295 vs 308 tok/s, bench/results/cuda_bench.md).
+    bool fused_moe_decode = false;
+    // Batches: q/k norms, RoPE and the cache append in one launch (prefill_fused.h).
+    bool fused_prefill = true;
+    // The device KV cache in f32 (KvType::F32): keys and values exactly as
+    // computed (parity with f32 references), twice the bytes of the default
+    // f16. make_cache switches it to the type asked for.
     bool kv_f32 = false;
   };
   struct MemoryUse {
@@ -64,7 +72,9 @@ class CudaBackend : public Backend {
   void forward(KvCache& kv, std::span<const int32_t> tokens, std::vector<float>& logits,
                bool all_logits = false) override;
   // ctx must be at most the device capacity (Options::ctx); throws otherwise.
-  KvCache make_cache(int64_t ctx) const override;
+  // A type other than the device cache's reallocates that cache (contents
+  // lost, a cache made earlier is then refused by forward()).
+  KvCache make_cache(int64_t ctx, KvType type = KvType::F16) const override;
   const ModelConfig& config() const override;
   std::string name() const override { return "cuda"; }
 
