@@ -213,14 +213,14 @@ TEST(CudaBackend, F32KvCacheAgreesAcrossPathsAndWithF16) {
   const std::vector<int32_t> toks = some_tokens(40, m.weights.cfg.n_vocab, 17);
   std::vector<float> batch, one, steps, half;
   {
-    KvCache kv = f32.make_cache(300);
+    KvCache kv = f32.make_cache(300, KvType::F32);
     f32.forward(kv, toks, batch, true);
   }
   {
     KvCache kv = f16.make_cache(300);
     f16.forward(kv, toks, half, true);
   }
-  KvCache kv = f32.make_cache(300);
+  KvCache kv = f32.make_cache(300, KvType::F32);
   for (int32_t t : toks) {
     f32.forward(kv, std::span<const int32_t>(&t, 1), one);
     steps.insert(steps.end(), one.begin(), one.end());
@@ -231,7 +231,7 @@ TEST(CudaBackend, F32KvCacheAgreesAcrossPathsAndWithF16) {
   EXPECT_GT(h.max_abs, 0.0);
   EXPECT_LE(h.rel(), kRelTol);
   // Decode past the graph's 256-position re-capture, still agreeing with the f16 cache's run.
-  KvCache ka = f32.make_cache(300), kb = f16.make_cache(300);
+  KvCache ka = f32.make_cache(300, KvType::F32), kb = f16.make_cache(300);
   std::vector<float> la, lb;
   f32.forward(ka, toks, la);
   f16.forward(kb, toks, lb);

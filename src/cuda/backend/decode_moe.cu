@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kRouterThreads) router_norm_kernel(
   if (softmax_first) {
     float s = 0.f;
     for (int e = lane; e < n_expert; e += 32) {
-      v[e] = __expf(v[e] - mx);
+      v[e] = expf(v[e] - mx);
       s += v[e];
     }
     total = dev::warp_sum(s);
@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(kRouterThreads) router_norm_kernel(
       w = best / total;
     } else {
       if (j == 0) first = best;
-      w = __expf(best - first);
+      w = expf(best - first);
     }
     picked_sum += w;
     if (lane == j) { my_w = w; my_id = best_e; }
