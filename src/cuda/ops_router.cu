@@ -5,6 +5,7 @@
 #include "cuda/common.cuh"
 #include "cuda/device.h"
 #include "cuda/ops.h"
+#include "cuda/router_topk.cuh"
 #include "util/error.h"
 
 namespace ms::cuda {
@@ -22,54 +23,13 @@ __global__ void router_kernel(const float* __restrict__ logits, int n_tokens, in
   if (t >= n_tokens) return;
   float* v = sh + warp * n_expert;
   const float* lt = logits + static_cast<int64_t>(t) * n_expert;
-  float mx = -FLT_MAX;
-  for (int e = lane; e < n_expert; e += 32) {
-    v[e] = lt[e];
-    mx = fmaxf(mx, v[e]);
-  }
-  mx = dev::warp_max(mx);
-  float total = 1.f;
-  if (softmax_first) {
-    float s = 0.f;
-    for (int e = lane; e < n_expert; e += 32) {
-      v[e] = expf(v[e] - mx);
-      s += v[e];
-    }
-    total = dev::warp_sum(s);
-  }
-  __syncwarp();
-  float picked_sum = 0.f, first = 0.f, my_w = 0.f;
-  int my_id = 0;
-  for (int j = 0; j < k; ++j) {
-    float best = -FLT_MAX;
-    int best_e = 0x7fffffff;
-    for (int e = lane; e < n_expert; e += 32) {
-      const float x = v[e];
-      if (x > best) { best = x; best_e = e; }  // strided scan: first hit is the lowest index
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(dev::kFullMask, best, o);
-      const int oe = __shfl_xor_sync(dev::kFullMask, best_e, o);
-      if (ob > best || (ob == best && oe < best_e)) { best = ob; best_e = oe; }
-    }
-    float w;
-    if (softmax_first) {
-      w = best / total;
-    } else {
-      if (j == 0) first = best;
-      w = expf(best - first);  // softmax over the picked logits; first is their max
-    }
-    picked_sum += w;
-    if (lane == j) { my_w = w; my_id = best_e; }
-    __syncwarp();
-    if (lane == 0) v[best_e] = -FLT_MAX;
-    __syncwarp();
-  }
+  int my_id;
+  float my_w;
+  dev::warp_router_topk(v, [&](int e) { return lt[e]; }, n_expert, k, softmax_first, renorm, lane,
+                        my_id, my_w);
   if (lane < k) {
-    const bool norm = softmax_first ? renorm : true;
     ids[static_cast<int64_t>(t) * k + lane] = my_id;
-    weights[static_cast<int64_t>(t) * k + lane] = norm ? my_w / picked_sum : my_w;
+    weights[static_cast<int64_t>(t) * k + lane] = my_w;
   }
 }
 

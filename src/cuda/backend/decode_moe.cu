@@ -7,6 +7,7 @@
 #include "cuda/backend/decode_moe.h"
 #include "cuda/common.cuh"
 #include "cuda/device.h"
+#include "cuda/router_topk.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/quant_dot.cuh"
 #include "util/error.h"
@@ -173,55 +174,14 @@ __global__ void __launch_bounds__(kRouterThreads) router_norm_kernel(
   __threadfence();
   if (lane == 0) *counter = 0u;  // every block has counted: reset for the next call
 
-  // As router_topk's warp (ops_router.cu): k rounds of arg-max, ties to the lower index.
-  float mx = -FLT_MAX;
-  for (int e = lane; e < n_expert; e += 32) {
-    v[e] = __ldcg(logits + e);
-    mx = fmaxf(mx, v[e]);
-  }
-  mx = dev::warp_max(mx);
-  float total = 1.f;
-  if (softmax_first) {
-    float s = 0.f;
-    for (int e = lane; e < n_expert; e += 32) {
-      v[e] = expf(v[e] - mx);
-      s += v[e];
-    }
-    total = dev::warp_sum(s);
-  }
-  __syncwarp();
-  float picked_sum = 0.f, first = 0.f, my_w = 0.f;
-  int my_id = 0;
-  for (int j = 0; j < k; ++j) {
-    float best = -FLT_MAX;
-    int best_e = 0x7fffffff;
-    for (int e = lane; e < n_expert; e += 32) {
-      const float xv = v[e];
-      if (xv > best) { best = xv; best_e = e; }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(dev::kFullMask, best, o);
-      const int oe = __shfl_xor_sync(dev::kFullMask, best_e, o);
-      if (ob > best || (ob == best && oe < best_e)) { best = ob; best_e = oe; }
-    }
-    float w;
-    if (softmax_first) {
-      w = best / total;
-    } else {
-      if (j == 0) first = best;
-      w = expf(best - first);
-    }
-    picked_sum += w;
-    if (lane == j) { my_w = w; my_id = best_e; }
-    __syncwarp();
-    if (lane == 0) v[best_e] = -FLT_MAX;
-    __syncwarp();
-  }
+  // The same choice as router_topk's (cuda/router_topk.cuh).
+  int my_id;
+  float my_w;
+  dev::warp_router_topk(v, [&](int e) { return __ldcg(logits + e); }, n_expert, k, softmax_first, renorm, lane,
+                        my_id, my_w);
   if (lane < k) {
-    const bool norm = softmax_first ? renorm : true;
     ids[lane] = my_id;
-    weights[lane] = norm ? my_w / picked_sum : my_w;
+    weights[lane] = my_w;
   }
 }
 
