@@ -410,6 +410,22 @@ def round_act_q8_0(torch, x, half_scale):
     return (q * ds).reshape(shape)
 
 
+def use_eager_experts(model):
+    """transformers 5 may run the 3-D expert tensors through grouped or
+    batched matmuls (gathered copies, no F.linear); its eager path calls
+    F.linear on a view of each expert, which Q8ActivationRounding sees."""
+    if hasattr(model, "set_experts_implementation"):
+        try:
+            model.set_experts_implementation("eager")
+            return
+        except Exception:  # noqa: BLE001 -- fall back to the config attribute
+            pass
+    try:
+        model.config._experts_implementation = "eager"
+    except Exception:  # noqa: BLE001 -- older versions: per-expert nn.Linear, nothing to do
+        pass
+
+
 class Q8ActivationRounding:
     """While active, torch.nn.functional.linear rounds its input to Q8_0
     blocks when the weight is (a slice of) one of `model`'s Q8_0 matrices.
@@ -535,6 +551,7 @@ def check_model(name, spec, args, ms, res, torch, transformers):
             ref_last[typ] = [hf_logits(torch, rmodel, ids)[-1].tolist() for ids in prompts]
             if typ == "q8_0":
                 float_act_last[typ] = ref_last[typ]
+                use_eager_experts(rmodel)
                 with Q8ActivationRounding(torch, rmodel, half_scale=args.backend == "cpu") as qa:
                     ref_last[typ] = [hf_logits(torch, rmodel, ids)[-1].tolist() for ids in prompts]
                 if qa.unseen():
