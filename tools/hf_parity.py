@@ -13,8 +13,9 @@ tokenizers; no network). For each architecture (Qwen3-MoE, Mixtral) it
   3. runs both on fixed prompts (token ids from the HF tokenizer, given to
      moestream with --tokens) and compares:
        - last-position logits: max relative error, defined as
-         max_i |ms_i - hf_i| / max_i |hf_i|, at most 1e-4 (f32) and 1e-2
-         (f16, bf16, q8_0).
+         max_i |ms_i - hf_i| / max_i |hf_i|, at most 1e-4 (f32), 1e-2
+         (f16, bf16) and for q8_0 the larger of 1e-2 and twice the
+         reference's own spread (below).
          The reference for a type holds the same weights the converted file
          holds: HF's matrices rounded to f16 / bf16 / Q8_0 blocks (routers,
          norms and other vectors stay f32, as the converter keeps them), and
@@ -28,7 +29,15 @@ tokenizers; no network). For each architecture (Qwen3-MoE, Mixtral) it
          defining kernel (llama.cpp does the same). It is applied by wrapping
          torch.nn.functional.linear during the reference forward; the script
          fails if any Q8_0 weight was not seen through it (a transformers
-         version computing experts another way). Against the same weights
+         version computing experts another way). Rounding is discontinuous:
+         a last-bit difference that moves one activation across a rounding
+         boundary changes it by a whole step, and the difference spreads
+         through later layers, so two correct implementations differ by
+         more than their f32 arithmetic. The script measures that scale on
+         the reference itself: it reruns it with every rounded input first
+         scaled by (1 + 1e-6 N(0,1)) (1e-6: the f32-level difference measured
+         at f32), three seeds, and takes the median seed's worst prompt.
+         Against the same weights
          with float activations moestream must still agree on the top-1 token
          (unless that reference's top-2 gap is smaller than the two HF
          references' own difference, the format's effect: a near tie,
@@ -93,8 +102,8 @@ TYPES = ["f32", "f16", "bf16", "q8_0"]
 LOGIT_BOUNDS = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2, "q8_0": 1e-2}
 # q8_0: the bound is also at least Q8_SPREAD_FACTOR x the reference's own
 # spread when every rounded matmul input is first jittered by Q8_JITTER
-# (relative, the size of the f32 differences measured at f32), over
-# Q8_JITTER_RUNS seeds.
+# (relative, the size of the f32 differences measured at f32): the median
+# over Q8_JITTER_RUNS seeds of the worst prompt's error.
 Q8_JITTER, Q8_JITTER_RUNS, Q8_SPREAD_FACTOR = 1e-6, 3, 2.0
 
 # Tiny models: a few layers, 8-16 experts, top-2..4, hidden 128.
@@ -577,14 +586,18 @@ def check_model(name, spec, args, ms, res, torch, transformers):
                 # whole step, and that difference spreads. How far the
                 # reference itself moves under f32-sized input jitter is the
                 # scale any correct implementation can differ by.
-                spread = 0.0
+                per_seed = []
                 for seed in range(1, Q8_JITTER_RUNS + 1):
+                    worst_seed = 0.0
                     with Q8ActivationRounding(torch, rmodel, half, Q8_JITTER, seed):
                         for pi, ids in enumerate(prompts):
-                            spread = max(spread, max_rel_err(hf_logits(torch, rmodel, ids)[-1].tolist(),
-                                                             ref_last[typ][pi]))
+                            worst_seed = max(worst_seed, max_rel_err(hf_logits(torch, rmodel, ids)[-1].tolist(),
+                                                                     ref_last[typ][pi]))
+                    per_seed.append(worst_seed)
+                # The median seed: one unlucky cascade should not widen the bound.
+                spread = sorted(per_seed)[len(per_seed) // 2]
                 bounds[typ] = max(LOGIT_BOUNDS[typ], Q8_SPREAD_FACTOR * spread)
-                spreads[typ] = spread
+                spreads[typ] = f"{spread:.3e} (seeds: " + ", ".join(f"{v:.2e}" for v in per_seed) + ")"
             del rmodel
 
     for typ in args.types:
@@ -629,7 +642,7 @@ def check_model(name, spec, args, ms, res, torch, transformers):
                                 break
         res.add(name, typ, "last logits max rel err", f"{worst:.3e}", f"{bound:.3g}", worst <= bound)
         if typ in spreads:
-            res.info(name, typ, f"reference spread, {Q8_JITTER:g} jitter", f"{spreads[typ]:.3e}")
+            res.info(name, typ, f"reference spread, {Q8_JITTER:g} jitter", spreads[typ])
         if typ in float_act_last:
             res.info(name, typ, "rel err vs float activations", f"{worst_fa:.3e}")
         if typ != "f32":
