@@ -4,8 +4,9 @@
 # leave logs under $OUT. Each step has its own time limit and a failing step
 # does not stop the next, so one call gives a full picture.
 #
-#   OUT=dir tools/device_full.sh [steps]     steps: build,tests,bench,parity-cpu,parity-cuda
-#                                            (default: all of them)
+#   OUT=dir tools/device_full.sh [steps]     steps: build,tests,bench,greedy,parity-cpu,parity-cuda
+#                                            (default: all of them; greedy: CPU vs CUDA greedy 64 on the
+#                                            bench model, tools/greedy_backends.py)
 #   BENCH_MODEL=/tmp/q.gguf  reuse or place the generated 16 GiB model there
 #
 # The dev machine's .deps (Debian headers/libs, tools/make_device_deps.sh) and
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/gpu_out}
 mkdir -p "$OUT"
-STEPS=${1:-build,tests,bench,parity-cpu,parity-cuda}
+STEPS=${1:-build,tests,bench,greedy,parity-cpu,parity-cuda}
 BUILD=$ROOT/build-gpu
 MODEL=${BENCH_MODEL:-/tmp/q.gguf}
 START=$(date +%s)
@@ -40,14 +41,23 @@ if want tests; then
   sed -n '/The following tests FAILED/,$p' "$OUT/ctest_gpu.log" | head -30 | tee -a "$OUT/summary.txt"
 fi
 
-if want bench; then
+if want bench || want greedy; then
   if [ ! -f "$MODEL" ]; then
     say "gen $MODEL (synthetic Qwen3-30B-A3B, q4_k)"
     timeout 240 "$MS" gen --arch qwen3moe --preset qwen3-30b-a3b --quant q4_k -o "$MODEL" > "$OUT/gen.log" 2>&1 || say "FAIL gen"
   fi
+fi
+if want bench; then
   say "bench -p 512 -n 128 -r 3 --backend cuda"
   timeout 300 "$MS" bench -m "$MODEL" -p 512 -n 128 -r 3 --backend cuda > "$OUT/bench.md" 2> "$OUT/bench.err"
   say "bench rc=$?"; cat "$OUT/bench.md" | tee -a "$OUT/summary.txt"; tail -3 "$OUT/bench.err"
+fi
+
+if want greedy; then
+  say "greedy 64, cpu vs cuda, on $MODEL"
+  timeout 400 python3 tools/greedy_backends.py --moestream "$MS" -m "$MODEL" -n 64 --out /tmp/greedy \
+    > "$OUT/greedy.log" 2>&1
+  say "greedy rc=$?"; tail -8 "$OUT/greedy.log" | tee -a "$OUT/summary.txt"
 fi
 
 for be in cpu cuda; do
