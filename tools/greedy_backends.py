@@ -26,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from hf_parity import argmax  # same directory; hf_parity imports torch only in main()
+
 DEFAULT_PROMPT = "1000,2000,3000,4000,5000,6000,7000,8000"
 
 
@@ -55,14 +57,6 @@ def all_logits(ms, model, tokens, backend, out):
     if len(a) % len(tokens) != 0:
         raise RuntimeError(f"{backend}: {len(a)} floats is not a whole number of rows for {len(tokens)} tokens")
     return a, len(a) // len(tokens)
-
-
-def argmax(row):
-    best, bi = -math.inf, -1
-    for i, x in enumerate(row):
-        if x > best:
-            best, bi = x, i
-    return bi
 
 
 def main():

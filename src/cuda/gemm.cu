@@ -13,6 +13,7 @@
 #include <string>
 
 #include "cuda/device.h"
+#include "cuda/expert_groups.cuh"
 #include "cuda/gemm.h"
 #include "cuda/gemm_float.cuh"
 #include "cuda/gemm_q8.cuh"
@@ -38,19 +39,11 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams gp) {
   const dev::MatvecParams& p = gp.mv;
   const int g = blockIdx.y;
   if (p.n_groups != nullptr && g >= __ldg(p.n_groups)) return;
-  int e = p.expert != nullptr ? __ldg(p.expert + g) : 0;
-  if (p.n_expert > 0) e = min(max(e, 0), p.n_expert - 1);
-  const uint8_t* mat = p.table[0] != nullptr ? static_cast<const uint8_t*>(p.table[0][e]) + p.offset[0]
-                                             : p.base[0] + static_cast<int64_t>(e) * p.stride[0];
+  const int e = dev::group_expert(p, g);
+  const uint8_t* mat = dev::expert_matrix(p, 0, e);
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * BM;
-  int begin, end;
-  if (p.offsets != nullptr) {
-    begin = __ldg(p.offsets + g);
-    end = __ldg(p.offsets + g + 1);
-  } else {
-    begin = g * p.per_group;
-    end = begin + p.per_group;
-  }
+  const int2 vr = dev::group_vectors(p, g);
+  const int begin = vr.x, end = vr.y;
 
   __shared__ __align__(32) half As[BM * LDA];
   __shared__ __align__(32) half Bs[BN * LDB];
@@ -197,31 +190,9 @@ void matmul(const MatrixSet& w, const MatvecInput& x, const MatvecGroups& g, flo
     detail::gemm_q8_launch(&w, 1, x.q8, g, ys, y_stride, rs, g_int8_tile.load(), g.max_groups > 1 ? 2 : 0, stream);
     return;
   }
-  if (w.rows <= 0 || w.cols <= 0) throw Error("CUDA matmul: empty matrix");
-  if (x.f32 == nullptr) throw Error("CUDA matmul: needs f32 activations (or x.q8 for an int8 weight type)");
-  if (w.table == nullptr && w.base == nullptr) throw Error("CUDA matmul: no weights given");
-  if (g.max_groups <= 0 || g.max_groups > 65535 || g.per_group <= 0 || g.x_div <= 0)
-    throw Error("CUDA matmul: bad group layout");
   GemmParams gp{};
-  dev::MatvecParams& p = gp.mv;
-  p.table[0] = w.table;
-  p.offset[0] = w.offset;
-  p.base[0] = static_cast<const uint8_t*>(w.base);
-  p.stride[0] = w.stride;
-  p.rows = w.rows;
-  p.row_bytes = row_bytes(w.type, w.cols);
-  p.per_group = g.per_group;
-  p.x_div = g.x_div;
-  p.n_expert = g.n_expert;
-  p.n_groups = g.n_groups;
-  p.expert = g.expert;
-  p.offsets = g.offsets;
-  p.list = g.list;
-  p.xf = x.f32;
-  p.xf_stride = x.f32_stride > 0 ? x.f32_stride : w.cols;
-  p.y = y;
-  p.y_stride = y_stride > 0 ? y_stride : w.rows;
-  p.residual = residual;
+  gp.mv = dev::one_matrix_f32_params(w, x, g, y, y_stride, residual,
+                                     "needs f32 activations (or x.q8 for an int8 weight type)");
   gp.cols = w.cols;
   const dim3 grid(static_cast<unsigned>((w.rows + BM - 1) / BM), static_cast<unsigned>(g.max_groups));
   switch (w.type) {

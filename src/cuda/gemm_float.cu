@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cuda/device.h"
+#include "cuda/expert_groups.cuh"
 #include "cuda/gemm_float.cuh"
 #include "cuda/matvec_kernel.cuh"
 #include "cuda/quant_dequant.cuh"
@@ -24,19 +25,11 @@ template <DType T>
 __global__ void __launch_bounds__(kThreads) gemm_float_kernel(const dev::MatvecParams p, int64_t cols) {
   const int g = blockIdx.y;
   if (p.n_groups != nullptr && g >= __ldg(p.n_groups)) return;
-  int e = p.expert != nullptr ? __ldg(p.expert + g) : 0;
-  if (p.n_expert > 0) e = min(max(e, 0), p.n_expert - 1);
-  const uint8_t* mat = p.table[0] != nullptr ? static_cast<const uint8_t*>(p.table[0][e]) + p.offset[0]
-                                             : p.base[0] + static_cast<int64_t>(e) * p.stride[0];
+  const int e = dev::group_expert(p, g);
+  const uint8_t* mat = dev::expert_matrix(p, 0, e);
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * BM;
-  int begin, end;
-  if (p.offsets != nullptr) {
-    begin = __ldg(p.offsets + g);
-    end = __ldg(p.offsets + g + 1);
-  } else {
-    begin = g * p.per_group;
-    end = begin + p.per_group;
-  }
+  const int2 vr = dev::group_vectors(p, g);
+  const int begin = vr.x, end = vr.y;
 
   __shared__ __align__(16) float Ws[BK][LD];  // Ws[k][m]
   __shared__ __align__(16) float Xs[BK][LD];  // Xs[k][n]
@@ -111,30 +104,8 @@ void gemm_float_launch(const MatrixSet& w, const MatvecInput& x, const MatvecGro
                        const float* residual, cudaStream_t stream) {
   if (!gemm_float_supported(w.type))
     throw Error(std::string("CUDA float matmul: weight type ") + type_name(w.type) + " is not F32, F16 or BF16");
-  if (w.rows <= 0 || w.cols <= 0) throw Error("CUDA matmul: empty matrix");
-  if (x.f32 == nullptr) throw Error("CUDA matmul: float weights need f32 activations");
-  if (w.table == nullptr && w.base == nullptr) throw Error("CUDA matmul: no weights given");
-  if (g.max_groups <= 0 || g.max_groups > 65535 || g.per_group <= 0 || g.x_div <= 0)
-    throw Error("CUDA matmul: bad group layout");
-  dev::MatvecParams p{};
-  p.table[0] = w.table;
-  p.offset[0] = w.offset;
-  p.base[0] = static_cast<const uint8_t*>(w.base);
-  p.stride[0] = w.stride;
-  p.rows = w.rows;
-  p.row_bytes = row_bytes(w.type, w.cols);
-  p.per_group = g.per_group;
-  p.x_div = g.x_div;
-  p.n_expert = g.n_expert;
-  p.n_groups = g.n_groups;
-  p.expert = g.expert;
-  p.offsets = g.offsets;
-  p.list = g.list;
-  p.xf = x.f32;
-  p.xf_stride = x.f32_stride > 0 ? x.f32_stride : w.cols;
-  p.y = y;
-  p.y_stride = y_stride > 0 ? y_stride : w.rows;
-  p.residual = residual;
+  const dev::MatvecParams p =
+      dev::one_matrix_f32_params(w, x, g, y, y_stride, residual, "float weights need f32 activations");
   const dim3 grid(static_cast<unsigned>((w.rows + BM - 1) / BM), static_cast<unsigned>(g.max_groups));
   switch (w.type) {
     case DType::F32: gemm_float_kernel<DType::F32><<<grid, kThreads, 0, stream>>>(p, w.cols); break;

@@ -24,6 +24,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/device.h"
+#include "cuda/expert_groups.cuh"
 #include "cuda/gemm_q8.cuh"
 #include "util/error.h"
 
@@ -185,25 +186,40 @@ struct FmtQ6K {
   }
 };
 
-// 32-element formats: 4 blocks per half step; blocks past the row's end
-// (cols not a multiple of 256) read as zeros.
+// 32-element formats: 4 blocks per half step, each a scale (f16, or one
+// E8M0 byte) then kWords 32-bit words of quants, kept as kWords + 1
+// registers per block; blocks past the row's end (cols not a multiple of
+// 256) read as a zero scale and `kPad` quant words (the format's zero).
+template <int kBlockBytes, int kScaleBytes, int kWords, uint32_t kPad>
+__device__ __forceinline__ void load_blocks32(const uint8_t* row, int kt, int h, int nb, uint32_t* r) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int b = kt * 8 + 4 * h + i;
+    uint32_t* ri = r + (kWords + 1) * i;
+    if (b < nb) {
+      const uint8_t* blk = row + static_cast<int64_t>(b) * kBlockBytes;
+      if constexpr (kScaleBytes == 2) {
+        ri[0] = dev::ld2(blk);
+#pragma unroll
+        for (int w = 0; w < kWords; ++w) ri[1 + w] = dev::ld4_a2(blk + 2 + 4 * w);
+      } else {
+        ri[0] = __ldg(blk);
+#pragma unroll
+        for (int w = 0; w < kWords; ++w) ri[1 + w] = dev::ld4_a1(blk + 1 + 4 * w);
+      }
+    } else {
+      ri[0] = 0;
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) ri[1 + w] = kPad;
+    }
+  }
+}
+
 struct FmtQ8_0 {
   static constexpr int kSG = 32, kRaw = 36;
   static constexpr bool kMin = false;
   static __device__ __forceinline__ void load(const uint8_t* row, int kt, int h, int nb, uint32_t* r) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int b = kt * 8 + 4 * h + i;
-      if (b < nb) {
-        const uint8_t* blk = row + static_cast<int64_t>(b) * 34;
-        r[9 * i] = dev::ld2(blk);
-#pragma unroll
-        for (int w = 0; w < 8; ++w) r[9 * i + 1 + w] = dev::ld4_a2(blk + 2 + 4 * w);
-      } else {
-#pragma unroll
-        for (int w = 0; w < 9; ++w) r[9 * i + w] = 0;
-      }
-    }
+    load_blocks32<34, 2, 8, 0u>(row, kt, h, nb, r);
   }
   static __device__ __forceinline__ void unpack(const uint32_t* r, int, int8_t* dst, float* sc, float*) {
 #pragma unroll
@@ -219,19 +235,7 @@ struct FmtQ4_0 {
   static constexpr int kSG = 32, kRaw = 20;
   static constexpr bool kMin = false;
   static __device__ __forceinline__ void load(const uint8_t* row, int kt, int h, int nb, uint32_t* r) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int b = kt * 8 + 4 * h + i;
-      if (b < nb) {
-        const uint8_t* blk = row + static_cast<int64_t>(b) * 18;
-        r[5 * i] = dev::ld2(blk);
-#pragma unroll
-        for (int w = 0; w < 4; ++w) r[5 * i + 1 + w] = dev::ld4_a2(blk + 2 + 4 * w);
-      } else {
-#pragma unroll
-        for (int w = 0; w < 5; ++w) r[5 * i + w] = 0x08080808u * (w > 0);  // quants 8: value 0
-      }
-    }
+    load_blocks32<18, 2, 4, 0x08080808u>(row, kt, h, nb, r);  // quants 8: value 0
   }
   static __device__ __forceinline__ void unpack(const uint32_t* r, int, int8_t* dst, float* sc, float*) {
 #pragma unroll
@@ -263,19 +267,7 @@ struct FmtMXFP4 {
   static constexpr int kSG = 32, kRaw = 20;
   static constexpr bool kMin = false;
   static __device__ __forceinline__ void load(const uint8_t* row, int kt, int h, int nb, uint32_t* r) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int b = kt * 8 + 4 * h + i;
-      if (b < nb) {
-        const uint8_t* blk = row + static_cast<int64_t>(b) * 17;
-        r[5 * i] = __ldg(blk);
-#pragma unroll
-        for (int w = 0; w < 4; ++w) r[5 * i + 1 + w] = dev::ld4_a1(blk + 1 + 4 * w);
-      } else {
-#pragma unroll
-        for (int w = 0; w < 5; ++w) r[5 * i + w] = 0;
-      }
-    }
+    load_blocks32<17, 1, 4, 0u>(row, kt, h, nb, r);
   }
   static __device__ __forceinline__ void unpack(const uint32_t* r, int, int8_t* dst, float* sc, float*) {
 #pragma unroll
@@ -343,19 +335,10 @@ __global__ void __launch_bounds__(kThreads, BN == 32 ? 2 : 1) gemm_q8_kernel(con
   const int g = blockIdx.y;
   if (p.n_groups != nullptr && g >= __ldg(p.n_groups)) return;
   const int part = blockIdx.z % p.parts, zi = blockIdx.z / p.parts;
-  int e = p.expert != nullptr ? __ldg(p.expert + g) : 0;
-  if (p.n_expert > 0) e = min(max(e, 0), p.n_expert - 1);
-  const uint8_t* mat = p.table[part] != nullptr
-                           ? static_cast<const uint8_t*>(p.table[part][e]) + p.offset[part]
-                           : p.base[part] + static_cast<int64_t>(e) * p.stride[part];
-  int begin, end;
-  if (p.offsets != nullptr) {
-    begin = __ldg(p.offsets + g);
-    end = __ldg(p.offsets + g + 1);
-  } else {
-    begin = g * p.per_group;
-    end = begin + p.per_group;
-  }
+  const int e = dev::group_expert(p, g);
+  const uint8_t* mat = dev::expert_matrix(p, part, e);
+  const int2 vr = dev::group_vectors(p, g);
+  const int begin = vr.x, end = vr.y;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * BM;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wm = warp % 4, wn = warp / 4;
@@ -576,10 +559,7 @@ void gemm_q8_launch(const MatrixSet* w, int parts, const Q8Act& x, const MatvecG
     throw Error("CUDA int8 GEMM: bad group layout");
   Q8GemmParams p{};
   for (int z = 0; z < parts; ++z) {
-    p.table[z] = w[z].table;
-    p.offset[z] = w[z].offset;
-    p.base[z] = static_cast<const uint8_t*>(w[z].base);
-    p.stride[z] = w[z].stride;
+    dev::set_matrix(p, z, w[z]);
     p.y[z] = y[z];
     p.residual[z] = residual != nullptr ? residual[z] : nullptr;
   }
@@ -587,13 +567,7 @@ void gemm_q8_launch(const MatrixSet* w, int parts, const Q8Act& x, const MatvecG
   p.row_bytes = row_bytes(w0.type, w0.cols);
   p.nb32 = static_cast<int>(w0.cols / 32);
   p.ktiles = static_cast<int>((w0.cols + BK - 1) / BK);
-  p.per_group = g.per_group;
-  p.x_div = g.x_div;
-  p.n_expert = g.n_expert;
-  p.n_groups = g.n_groups;
-  p.expert = g.expert;
-  p.offsets = g.offsets;
-  p.list = g.list;
+  dev::set_groups(p, g);
   p.xq = x.q;
   p.xds = reinterpret_cast<const float2*>(x.ds);
   p.xn = x.n;

@@ -55,20 +55,11 @@ void run_matvec(const MatrixSet* ws, int parts, const MatvecInput& x, const Matv
     if (ws[z].type != w.type || ws[z].rows != w.rows || ws[z].cols != w.cols)
       throw Error("CUDA matvec_glu: gate and up differ in type or shape");
     if (ws[z].table == nullptr && ws[z].base == nullptr) throw Error("CUDA matvec: no weights given");
-    p.table[z] = ws[z].table;
-    p.offset[z] = ws[z].offset;
-    p.base[z] = static_cast<const uint8_t*>(ws[z].base);
-    p.stride[z] = ws[z].stride;
+    dev::set_matrix(p, z, ws[z]);
   }
   p.rows = w.rows;
   p.row_bytes = rb;
-  p.per_group = g.per_group;
-  p.x_div = g.x_div;
-  p.n_expert = g.n_expert;
-  p.n_groups = g.n_groups;
-  p.expert = g.expert;
-  p.offsets = g.offsets;
-  p.list = g.list;
+  dev::set_groups(p, g);
   p.y = y;
   p.y_stride = y_stride > 0 ? y_stride : w.rows;
   p.residual = residual;

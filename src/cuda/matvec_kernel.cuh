@@ -7,10 +7,14 @@
 // once per NV vectors. PARTS = 2 reads two matrices (gate, up) for the same
 // row and writes silu(gate) * up.
 #pragma once
+#include <string>
+
 #include "cuda/device.h"
+#include "cuda/expert_groups.cuh"
 #include "cuda/matvec.h"
 #include "cuda/pdl.cuh"
 #include "cuda/quant_dot.cuh"
+#include "util/error.h"
 
 namespace ms::cuda::dev {
 
@@ -42,6 +46,30 @@ struct MatvecParams {
 
 constexpr int kMatvecThreads = 128;
 
+// The parameters of one matrix (no gate|up pair) times f32 activations, as
+// both matmul launchers (gemm.cu's dequantising one, gemm_float.cu) fill
+// them, after the checks they share. `f32_need` ends the error for a
+// missing x.f32.
+inline MatvecParams one_matrix_f32_params(const MatrixSet& w, const MatvecInput& x, const MatvecGroups& g, float* y,
+                                          int64_t y_stride, const float* residual, const char* f32_need) {
+  if (w.rows <= 0 || w.cols <= 0) throw Error("CUDA matmul: empty matrix");
+  if (x.f32 == nullptr) throw Error(std::string("CUDA matmul: ") + f32_need);
+  if (w.table == nullptr && w.base == nullptr) throw Error("CUDA matmul: no weights given");
+  if (g.max_groups <= 0 || g.max_groups > 65535 || g.per_group <= 0 || g.x_div <= 0)
+    throw Error("CUDA matmul: bad group layout");
+  MatvecParams p{};
+  set_matrix(p, 0, w);
+  p.rows = w.rows;
+  p.row_bytes = row_bytes(w.type, w.cols);
+  set_groups(p, g);
+  p.xf = x.f32;
+  p.xf_stride = x.f32_stride > 0 ? x.f32_stride : w.cols;
+  p.y = y;
+  p.y_stride = y_stride > 0 ? y_stride : w.rows;
+  p.residual = residual;
+  return p;
+}
+
 template <class Op, int TPR, int NV, int PARTS>
 __global__ void __launch_bounds__(kMatvecThreads, NV == 1 ? 8 : 2) matvec_kernel(const MatvecParams p) {
   constexpr int kRowsPerBlock = kMatvecThreads / TPR;
@@ -64,26 +92,16 @@ __global__ void __launch_bounds__(kMatvecThreads, NV == 1 ? 8 : 2) matvec_kernel
   // Rows past the end still run (clamped) so every lane of a warp takes part
   // in the shuffles; they do not store.
   const int64_t rr = r < p.rows ? r : p.rows - 1;
-  int e = p.expert != nullptr ? __ldg(p.expert + g) : 0;
-  if (p.n_expert > 0) e = min(max(e, 0), p.n_expert - 1);
+  const int e = dev::group_expert(p, g);
 
   const uint8_t* wrow[PARTS];
 #pragma unroll
   for (int z = 0; z < PARTS; ++z) {
-    const uint8_t* m = p.table[z] != nullptr
-                           ? static_cast<const uint8_t*>(p.table[z][e]) + p.offset[z]
-                           : p.base[z] + static_cast<int64_t>(e) * p.stride[z];
-    wrow[z] = m + rr * p.row_bytes;
+    wrow[z] = dev::expert_matrix(p, z, e) + rr * p.row_bytes;
   }
 
-  int begin, end;
-  if (p.offsets != nullptr) {
-    begin = __ldg(p.offsets + g);
-    end = __ldg(p.offsets + g + 1);
-  } else {
-    begin = g * p.per_group;
-    end = begin + p.per_group;
-  }
+  const int2 vr = dev::group_vectors(p, g);
+  const int begin = vr.x, end = vr.y;
 
   for (int c0 = begin; c0 < end; c0 += NV) {
     const int nv = min(NV, end - c0);

@@ -103,6 +103,36 @@ struct Shape {
   int n_head, n_kv, hd;
 };
 
+// One decode case, checked three ways: the device length in a launch sized
+// for the whole cache (as a captured graph runs it), the host length with
+// scratch sized for it, and the host length with `full_scratch` (sized for
+// the whole cache, as the backend shares it: geometry and split count change).
+void check_decode(const Shape& sh, const Cache& c, int64_t ctx, int kv_len, void* full_scratch, std::mt19937& rng,
+                  cudaStream_t s, const std::string& label) {
+  const AttentionShape as{sh.n_head, sh.n_kv, sh.hd, ctx, 1.f / std::sqrt(float(sh.hd))};
+  const int group = sh.n_head / sh.n_kv;
+  const auto q = random_floats(static_cast<size_t>(sh.n_head * sh.hd), rng);
+  DeviceBuffer dq = upload(q), out = poisoned(q.size());
+  const std::vector<int32_t> len = {kv_len};
+  DeviceBuffer dlen = upload(len);
+  decode(as, dq.as<float>(), c, static_cast<int>(ctx), dlen.as<int32_t>(), out.as<float>(), full_scratch, s);
+  std::vector<double> want;
+  for (int h = 0; h < sh.n_head; ++h) {
+    const auto o = ref_attend(q.data() + h * sh.hd, c, h / group, ctx, sh.hd, kv_len - 1, as.scale);
+    want.insert(want.end(), o.begin(), o.end());
+  }
+  const std::string what = label + " heads " + std::to_string(sh.n_head) + "/" + std::to_string(sh.n_kv) + " hd " +
+                           std::to_string(sh.hd) + " kv_len " + std::to_string(kv_len) + type_tag(c);
+  expect_close(download<float>(out.get(), q.size()), want, c, what);
+  poison(out.get(), q.size() * 4);
+  DeviceBuffer own_scratch = decode_scratch(as, kv_len);
+  decode(as, dq.as<float>(), c, kv_len, nullptr, out.as<float>(), own_scratch.get(), s);
+  expect_close(download<float>(out.get(), q.size()), want, c, what + " (host length)");
+  poison(out.get(), q.size() * 4);
+  decode(as, dq.as<float>(), c, kv_len, nullptr, out.as<float>(), full_scratch, s);
+  expect_close(download<float>(out.get(), q.size()), want, c, what + " (host length, shared scratch)");
+}
+
 TEST(CudaAttention, DecodeSplitKMatchesReference) {
   MS_REQUIRE_GPU();
   std::mt19937 rng(21);
@@ -111,35 +141,9 @@ TEST(CudaAttention, DecodeSplitKMatchesReference) {
   for (Shape sh : {Shape{32, 4, 128}, Shape{8, 8, 64}, Shape{16, 1, 256}, Shape{6, 2, 80}, Shape{4, 2, 32}}) {
     const int64_t ctx = 1100;
     const Cache c = random_cache(sh.n_kv, ctx, sh.hd, f32, rng);
-    AttentionShape as{sh.n_head, sh.n_kv, sh.hd, ctx, 1.f / std::sqrt(float(sh.hd))};
-    const int group = sh.n_head / sh.n_kv;
-    for (int kv_len : {1, 127, 128, 129, 1100}) {
-      const auto q = random_floats(static_cast<size_t>(sh.n_head * sh.hd), rng);
-      DeviceBuffer dq = upload(q), out = poisoned(q.size());
-      // launch sized for the whole cache, actual length from the device (graph-style)
-      DeviceBuffer scratch = decode_scratch(as, static_cast<int>(ctx));
-      const std::vector<int32_t> len = {kv_len};
-      DeviceBuffer dlen = upload(len);
-      decode(as, dq.as<float>(), c, static_cast<int>(ctx), dlen.as<int32_t>(), out.as<float>(), scratch.get(), s);
-      std::vector<double> want;
-      for (int h = 0; h < sh.n_head; ++h) {
-        const auto o = ref_attend(q.data() + h * sh.hd, c, h / group, ctx, sh.hd, kv_len - 1, as.scale);
-        want.insert(want.end(), o.begin(), o.end());
-      }
-      const std::string what = "decode heads " + std::to_string(sh.n_head) + "/" + std::to_string(sh.n_kv) +
-                               " hd " + std::to_string(sh.hd) + " kv_len " + std::to_string(kv_len) + type_tag(c);
-      expect_close(download<float>(out.get(), q.size()), want, c, what);
-      // and with the host length
-      poison(out.get(), q.size() * 4);
-      DeviceBuffer scratch2 = decode_scratch(as, kv_len);
-      decode(as, dq.as<float>(), c, kv_len, nullptr, out.as<float>(), scratch2.get(), s);
-      expect_close(download<float>(out.get(), q.size()), want, c, what + " (host length)");
-      // The scratch sized for the whole cache serves shorter launches too (as
-      // the backend uses it: the launch geometry and split count change).
-      poison(out.get(), q.size() * 4);
-      decode(as, dq.as<float>(), c, kv_len, nullptr, out.as<float>(), scratch.get(), s);
-      expect_close(download<float>(out.get(), q.size()), want, c, what + " (host length, shared scratch)");
-    }
+    const AttentionShape as{sh.n_head, sh.n_kv, sh.hd, ctx, 1.f / std::sqrt(float(sh.hd))};
+    DeviceBuffer scratch = decode_scratch(as, static_cast<int>(ctx));
+    for (int kv_len : {1, 127, 128, 129, 1100}) check_decode(sh, c, ctx, kv_len, scratch.get(), rng, s, "decode");
   }
 }
 
@@ -155,33 +159,10 @@ TEST(CudaAttention, DecodeLongContextMatchesReference) {
                    Shape{32, 2, 256}}) {
     const int64_t ctx = 5000;
     const Cache c = random_cache(sh.n_kv, ctx, sh.hd, f32, rng);
-    AttentionShape as{sh.n_head, sh.n_kv, sh.hd, ctx, 1.f / std::sqrt(float(sh.hd))};
-    const int group = sh.n_head / sh.n_kv;
+    const AttentionShape as{sh.n_head, sh.n_kv, sh.hd, ctx, 1.f / std::sqrt(float(sh.hd))};
     DeviceBuffer scratch = decode_scratch(as, static_cast<int>(ctx));
-    for (int kv_len : {1, 31, 33, 600, 4097, 5000}) {
-      const auto q = random_floats(static_cast<size_t>(sh.n_head * sh.hd), rng);
-      DeviceBuffer dq = upload(q), out = poisoned(q.size());
-      const std::vector<int32_t> len = {kv_len};
-      DeviceBuffer dlen = upload(len);
-      decode(as, dq.as<float>(), c, static_cast<int>(ctx), dlen.as<int32_t>(), out.as<float>(), scratch.get(), s);
-      std::vector<double> want;
-      for (int h = 0; h < sh.n_head; ++h) {
-        const auto o = ref_attend(q.data() + h * sh.hd, c, h / group, ctx, sh.hd, kv_len - 1, as.scale);
-        want.insert(want.end(), o.begin(), o.end());
-      }
-      const std::string what = "long decode heads " + std::to_string(sh.n_head) + "/" + std::to_string(sh.n_kv) +
-                               " hd " + std::to_string(sh.hd) + " kv_len " + std::to_string(kv_len) + type_tag(c);
-      expect_close(download<float>(out.get(), q.size()), want, c, what);
-      poison(out.get(), q.size() * 4);
-      DeviceBuffer scratch2 = decode_scratch(as, kv_len);
-      decode(as, dq.as<float>(), c, kv_len, nullptr, out.as<float>(), scratch2.get(), s);
-      expect_close(download<float>(out.get(), q.size()), want, c, what + " (host length)");
-      // The scratch sized for the whole cache serves shorter launches too (as
-      // the backend uses it: the launch geometry and split count change).
-      poison(out.get(), q.size() * 4);
-      decode(as, dq.as<float>(), c, kv_len, nullptr, out.as<float>(), scratch.get(), s);
-      expect_close(download<float>(out.get(), q.size()), want, c, what + " (host length, shared scratch)");
-    }
+    for (int kv_len : {1, 31, 33, 600, 4097, 5000})
+      check_decode(sh, c, ctx, kv_len, scratch.get(), rng, s, "long decode");
   }
 }
 

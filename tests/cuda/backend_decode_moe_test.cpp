@@ -299,7 +299,63 @@ struct BatchPrologueShape {
   bool norm;
 };
 
-// batch_qk_prologue (prefill_fused.h) against rmsnorm + rope + kv_append.
+// The two caches, as the separate ops and the fused kernel left them.
+template <class T>
+struct PrologueCaches {
+  std::vector<T> k_ops, v_ops, k_fused, v_fused;
+};
+
+// batch_qk_prologue (prefill_fused.h) against rmsnorm + rope + kv_append on
+// the same random q, k, v for positions pos0.. (the last ones may fall
+// outside the cache, which must skip them): q and k must agree to float
+// reassociation here; the caches (poisoned first) are returned for the
+// caller's check. T: the cache element (uint16_t: f16, or float).
+template <class T>
+PrologueCaches<T> run_both_prologues(const BatchPrologueShape& p, int64_t ctx, int pos0, std::mt19937& rng,
+                                     Stream& s) {
+  const int64_t qn = int64_t(p.n) * p.n_head * p.hd, kn = int64_t(p.n) * p.n_kv * p.hd;
+  const auto q = random_floats(static_cast<size_t>(qn), rng, -2.f, 2.f);
+  const auto k = random_floats(static_cast<size_t>(kn), rng, -2.f, 2.f);
+  const auto v = random_floats(static_cast<size_t>(kn), rng, -2.f, 2.f);
+  const auto qnw = random_floats(p.hd, rng, 0.5f, 1.5f), knw = random_floats(p.hd, rng, 0.5f, 1.5f);
+  std::vector<int32_t> pos(static_cast<size_t>(p.n));
+  for (int t = 0; t < p.n; ++t) pos[t] = pos0 + t;
+  DeviceBuffer qa = upload(q), qb = upload(q), ka = upload(k), kb = upload(k), dv = upload(v);
+  DeviceBuffer dqn = upload(qnw), dkn = upload(knw), dpos = upload(pos);
+  const size_t cache = static_cast<size_t>(int64_t(p.n_kv) * p.hd * ctx);
+  DeviceBuffer kc_a(cache * sizeof(T)), vc_a(cache * sizeof(T)), kc_b(cache * sizeof(T)), vc_b(cache * sizeof(T));
+  for (DeviceBuffer* c : {&kc_a, &vc_a, &kc_b, &vc_b}) poison(c->get(), cache * sizeof(T));
+  const float* qnorm = p.norm ? dqn.as<float>() : nullptr;
+  const float* knorm = p.norm ? dkn.as<float>() : nullptr;
+  if (p.norm) {
+    rmsnorm(qa.as<float>(), qnorm, qa.as<float>(), int64_t(p.n) * p.n_head, p.hd, 1e-6f, s);
+    rmsnorm(ka.as<float>(), knorm, ka.as<float>(), int64_t(p.n) * p.n_kv, p.hd, 1e-6f, s);
+  }
+  rope(qa.as<float>(), p.n, p.n_head, p.hd, p.n_rot, dpos.as<int32_t>(), 1e6f, 1.f, p.mode, s);
+  rope(ka.as<float>(), p.n, p.n_kv, p.hd, p.n_rot, dpos.as<int32_t>(), 1e6f, 1.f, p.mode, s);
+  kv_append(ka.as<float>(), dv.as<float>(), p.n, p.n_kv, p.hd, dpos.as<int32_t>(), kc_a.as<T>(), vc_a.as<T>(), ctx, s);
+  batch_qk_prologue(qb.as<float>(), kb.as<float>(), dv.as<float>(), p.n, p.n_head, p.n_kv, p.hd, qnorm, knorm, 1e-6f,
+                    p.n_rot, dpos.as<int32_t>(), 1e6f, 1.f, p.mode, kc_b.as<T>(), vc_b.as<T>(), ctx, s);
+  s.synchronize();
+  for (auto [a, b, n] : {std::tuple{&qa, &qb, qn}, std::tuple{&ka, &kb, kn}}) {
+    const auto ra = download<float>(a->get(), n), rb = download<float>(b->get(), n);
+    int off = 0;
+    for (int64_t i = 0; i < n; ++i)
+      if (!(std::fabs(rb[i] - ra[i]) <= 2e-5f * (1.f + std::fabs(ra[i]))) && ++off <= 3)
+        ADD_FAILURE() << (a == &qa ? "q" : "k") << "[" << i << "]: fused " << rb[i] << ", separate ops " << ra[i];
+    EXPECT_EQ(off, 0);
+  }
+  return {download<T>(kc_a.get(), cache), download<T>(vc_a.get(), cache), download<T>(kc_b.get(), cache),
+          download<T>(vc_b.get(), cache)};
+}
+
+std::string prologue_trace(const BatchPrologueShape& p) {
+  return "n " + std::to_string(p.n) + " heads " + std::to_string(p.n_head) + "/" + std::to_string(p.n_kv) + " of " +
+         std::to_string(p.hd);
+}
+
+// f16 cache: each element within f16 rounding of the separate ops' (the
+// poison of skipped positions and unwritten rows is the same bits in both).
 TEST(CudaPrefillFused, BatchQkPrologueMatchesSeparateOps) {
   MS_REQUIRE_GPU();
   std::mt19937 rng(89);
@@ -309,96 +365,39 @@ TEST(CudaPrefillFused, BatchQkPrologueMatchesSeparateOps) {
                                       BatchPrologueShape{5, 4, 2, 64, 64, RopeMode::Normal, false},
                                       BatchPrologueShape{16, 6, 3, 80, 32, RopeMode::Neox, true},
                                       BatchPrologueShape{3, 8, 8, 256, 256, RopeMode::Normal, true}}) {
-    SCOPED_TRACE("n " + std::to_string(p.n) + " heads " + std::to_string(p.n_head) + "/" + std::to_string(p.n_kv) +
-                 " of " + std::to_string(p.hd));
-    const int64_t qn = int64_t(p.n) * p.n_head * p.hd, kn = int64_t(p.n) * p.n_kv * p.hd;
-    const auto q = random_floats(static_cast<size_t>(qn), rng, -2.f, 2.f);
-    const auto k = random_floats(static_cast<size_t>(kn), rng, -2.f, 2.f);
-    const auto v = random_floats(static_cast<size_t>(kn), rng, -2.f, 2.f);
-    const auto qnw = random_floats(p.hd, rng, 0.5f, 1.5f), knw = random_floats(p.hd, rng, 0.5f, 1.5f);
-    std::vector<int32_t> pos(static_cast<size_t>(p.n));
-    for (int t = 0; t < p.n; ++t) pos[t] = 250 + t;  // the last ones fall outside the cache: skipped
-    DeviceBuffer qa = upload(q), qb = upload(q), ka = upload(k), kb = upload(k), dv = upload(v);
-    DeviceBuffer dqn = upload(qnw), dkn = upload(knw), dpos = upload(pos);
-    const size_t cache = static_cast<size_t>(int64_t(p.n_kv) * p.hd * ctx);
-    DeviceBuffer kc_a(cache * 2), vc_a(cache * 2), kc_b(cache * 2), vc_b(cache * 2);
-    for (DeviceBuffer* c : {&kc_a, &vc_a, &kc_b, &vc_b}) MS_CUDA_CHECK(cudaMemset(c->get(), 0x11, cache * 2));
-    MS_CUDA_CHECK(cudaDeviceSynchronize());
-    const float* qnorm = p.norm ? dqn.as<float>() : nullptr;
-    const float* knorm = p.norm ? dkn.as<float>() : nullptr;
-    if (p.norm) {
-      rmsnorm(qa.as<float>(), qnorm, qa.as<float>(), int64_t(p.n) * p.n_head, p.hd, 1e-6f, s);
-      rmsnorm(ka.as<float>(), knorm, ka.as<float>(), int64_t(p.n) * p.n_kv, p.hd, 1e-6f, s);
-    }
-    rope(qa.as<float>(), p.n, p.n_head, p.hd, p.n_rot, dpos.as<int32_t>(), 1e6f, 1.f, p.mode, s);
-    rope(ka.as<float>(), p.n, p.n_kv, p.hd, p.n_rot, dpos.as<int32_t>(), 1e6f, 1.f, p.mode, s);
-    kv_append(ka.as<float>(), dv.as<float>(), p.n, p.n_kv, p.hd, dpos.as<int32_t>(), kc_a.as<uint16_t>(),
-              vc_a.as<uint16_t>(), ctx, s);
-    batch_qk_prologue(qb.as<float>(), kb.as<float>(), dv.as<float>(), p.n, p.n_head, p.n_kv, p.hd, qnorm, knorm, 1e-6f,
-                      p.n_rot, dpos.as<int32_t>(), 1e6f, 1.f, p.mode, kc_b.as<uint16_t>(), vc_b.as<uint16_t>(), ctx, s);
-    s.synchronize();
-    for (auto [a, b, n] : {std::tuple{&qa, &qb, qn}, std::tuple{&ka, &kb, kn}}) {
-      const auto ra = download<float>(a->get(), n), rb = download<float>(b->get(), n);
-      for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(rb[i], ra[i], 2e-5f * (1.f + std::fabs(ra[i]))) << i;
-    }
-    for (auto [x, y] : {std::pair{&kc_a, &kc_b}, std::pair{&vc_a, &vc_b}}) {
-      const auto ca = download<uint16_t>(x->get(), cache), cb = download<uint16_t>(y->get(), cache);
+    SCOPED_TRACE(prologue_trace(p));
+    const PrologueCaches<uint16_t> c = run_both_prologues<uint16_t>(p, ctx, 250, rng, s);
+    for (auto [a, b] : {std::pair{&c.k_ops, &c.k_fused}, std::pair{&c.v_ops, &c.v_fused}}) {
       int off = 0;
-      for (size_t i = 0; i < cache; ++i)
-        if (ca[i] != cb[i] && std::fabs(f16_to_f32(ca[i]) - f16_to_f32(cb[i])) > 1e-3f * (1 + std::fabs(f16_to_f32(ca[i]))))
-          ++off;
+      for (size_t i = 0; i < a->size(); ++i) {
+        const float x = f16_to_f32((*a)[i]), y = f16_to_f32((*b)[i]);
+        if ((*a)[i] != (*b)[i] && !(std::fabs(x - y) <= 1e-3f * (1 + std::fabs(x)))) ++off;
+      }
       EXPECT_EQ(off, 0);
     }
   }
 }
 
-// The same with an f32 cache: every element the fused kernel writes within
-// float reassociation of the separate ops'; positions outside the cache and
+// f32 cache: every element the fused kernel writes within float
+// reassociation of the separate ops'; positions outside the cache and
 // unwritten rows keep their poison.
 TEST(CudaPrefillFused, BatchQkPrologueF32CacheMatchesSeparateOps) {
   MS_REQUIRE_GPU();
   std::mt19937 rng(90);
   Stream s;
   const int64_t ctx = 40;
+  const int pos0 = 33;
   for (const BatchPrologueShape& p : {BatchPrologueShape{9, 8, 2, 128, 128, RopeMode::Neox, true},
                                       BatchPrologueShape{4, 6, 3, 80, 32, RopeMode::Normal, false}}) {
-    SCOPED_TRACE("n " + std::to_string(p.n) + " heads " + std::to_string(p.n_head) + "/" + std::to_string(p.n_kv) +
-                 " of " + std::to_string(p.hd));
-    const int64_t qn = int64_t(p.n) * p.n_head * p.hd, kn = int64_t(p.n) * p.n_kv * p.hd;
-    const auto q = random_floats(static_cast<size_t>(qn), rng, -2.f, 2.f);
-    const auto k = random_floats(static_cast<size_t>(kn), rng, -2.f, 2.f);
-    const auto v = random_floats(static_cast<size_t>(kn), rng, -2.f, 2.f);
-    const auto qnw = random_floats(p.hd, rng, 0.5f, 1.5f), knw = random_floats(p.hd, rng, 0.5f, 1.5f);
-    std::vector<int32_t> pos(static_cast<size_t>(p.n));
-    for (int t = 0; t < p.n; ++t) pos[t] = 33 + t;  // the last ones fall outside the cache: skipped
-    DeviceBuffer qa = upload(q), qb = upload(q), ka = upload(k), kb = upload(k), dv = upload(v);
-    DeviceBuffer dqn = upload(qnw), dkn = upload(knw), dpos = upload(pos);
-    const size_t cache = static_cast<size_t>(int64_t(p.n_kv) * p.hd * ctx);
-    DeviceBuffer kc_a = poisoned(cache), vc_a = poisoned(cache), kc_b = poisoned(cache), vc_b = poisoned(cache);
-    const float* qnorm = p.norm ? dqn.as<float>() : nullptr;
-    const float* knorm = p.norm ? dkn.as<float>() : nullptr;
-    if (p.norm) {
-      rmsnorm(qa.as<float>(), qnorm, qa.as<float>(), int64_t(p.n) * p.n_head, p.hd, 1e-6f, s);
-      rmsnorm(ka.as<float>(), knorm, ka.as<float>(), int64_t(p.n) * p.n_kv, p.hd, 1e-6f, s);
-    }
-    rope(qa.as<float>(), p.n, p.n_head, p.hd, p.n_rot, dpos.as<int32_t>(), 1e6f, 1.f, p.mode, s);
-    rope(ka.as<float>(), p.n, p.n_kv, p.hd, p.n_rot, dpos.as<int32_t>(), 1e6f, 1.f, p.mode, s);
-    kv_append(ka.as<float>(), dv.as<float>(), p.n, p.n_kv, p.hd, dpos.as<int32_t>(), kc_a.as<float>(),
-              vc_a.as<float>(), ctx, s);
-    batch_qk_prologue(qb.as<float>(), kb.as<float>(), dv.as<float>(), p.n, p.n_head, p.n_kv, p.hd, qnorm, knorm, 1e-6f,
-                      p.n_rot, dpos.as<int32_t>(), 1e6f, 1.f, p.mode, kc_b.as<float>(), vc_b.as<float>(), ctx, s);
-    s.synchronize();
-    for (auto [a, b, n] : {std::tuple{&qa, &qb, qn}, std::tuple{&ka, &kb, kn}}) {
-      const auto ra = download<float>(a->get(), n), rb = download<float>(b->get(), n);
-      for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(rb[i], ra[i], 2e-5f * (1.f + std::fabs(ra[i]))) << i;
-    }
-    for (auto [x, y] : {std::pair{&kc_a, &kc_b}, std::pair{&vc_a, &vc_b}}) {
-      const auto ca = download<float>(x->get(), cache), cb = download<float>(y->get(), cache);
+    SCOPED_TRACE(prologue_trace(p));
+    const PrologueCaches<float> c = run_both_prologues<float>(p, ctx, pos0, rng, s);
+    for (auto [a, b] : {std::pair{&c.k_ops, &c.k_fused}, std::pair{&c.v_ops, &c.v_fused}}) {
       int off = 0;
-      for (size_t i = 0; i < cache; ++i) {
+      for (size_t i = 0; i < a->size(); ++i) {
         const int64_t row_pos = static_cast<int64_t>(i / p.hd) % ctx;
-        const bool written = row_pos >= 33 && row_pos < 33 + p.n;
-        if (written ? !(std::fabs(ca[i] - cb[i]) <= 2e-5f * (1.f + std::fabs(ca[i]))) : !std::isnan(cb[i])) ++off;
+        const bool written = row_pos >= pos0 && row_pos < pos0 + p.n;
+        const float x = (*a)[i], y = (*b)[i];
+        if (written ? !(std::fabs(x - y) <= 2e-5f * (1.f + std::fabs(x))) : !std::isnan(y)) ++off;
       }
       EXPECT_EQ(off, 0);
     }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cuda/backend/decode_fused.h"
+#include "cuda/backend/head_prologue.cuh"
 #include "cuda/common.cuh"
 #include "cuda/device.h"
 #include "cuda/router_topk.cuh"
@@ -17,64 +18,24 @@
 namespace ms::cuda {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kMaxHeadDim = 256;
-
 // One block per head: q heads, then k heads, then v heads. T: the cache's
 // element type (__half or float).
 template <class T>
-__global__ void __launch_bounds__(kThreads) qk_prologue_kernel(float* qkv, int n_head, int n_kv, int hd,
-                                                               const float* __restrict__ q_norm,
-                                                               const float* __restrict__ k_norm, float eps, int n_rot,
-                                                               const int32_t* __restrict__ position, double log2_base,
-                                                               float freq_scale, bool neox, T* k_cache, T* v_cache,
-                                                               int64_t ctx) {
-  __shared__ float buf[kMaxHeadDim];
-  __shared__ float scratch[32];
+__global__ void __launch_bounds__(kHeadPrologueThreads)
+    qk_prologue_kernel(float* qkv, int n_head, int n_kv, int hd, const float* __restrict__ q_norm,
+                       const float* __restrict__ k_norm, float eps, int n_rot, const int32_t* __restrict__ position,
+                       double log2_base, float freq_scale, bool neox, T* k_cache, T* v_cache, int64_t ctx) {
   const int b = blockIdx.x;
   const int pos = __ldg(position);
   const bool pos_ok = pos >= 0 && pos < ctx;
   float* row = qkv + static_cast<int64_t>(b) * hd;
   if (b >= n_head + n_kv) {  // v head: cache only
-    const int j = b - n_head - n_kv;
-    if (!pos_ok) return;
-    for (int d = threadIdx.x; d < hd; d += kThreads)
-      v_cache[(static_cast<int64_t>(j) * ctx + pos) * hd + d] = dev::KvElem<T>::from_float(row[d]);
+    if (pos_ok) dev::head_store_v(row, hd, v_cache, b - n_head - n_kv, pos, ctx);
     return;
   }
   const bool is_q = b < n_head;
-  const float* w = is_q ? q_norm : k_norm;
-  float ss = 0.f;
-  for (int d = threadIdx.x; d < hd; d += kThreads) {
-    const float v = row[d];
-    buf[d] = v;
-    ss += v * v;
-  }
-  if (w != nullptr) {
-    ss = dev::block_sum(ss, scratch);  // synchronises: buf is complete
-    const float inv = rsqrtf(ss / static_cast<float>(hd) + eps);
-    for (int d = threadIdx.x; d < hd; d += kThreads) buf[d] = buf[d] * inv * w[d];
-  }
-  __syncthreads();
-  const int half = n_rot / 2;
-  for (int i = threadIdx.x; i < half; i += kThreads) {
-    // As rope(): the angle and its sine/cosine in double.
-    const double inv_freq = exp2(-2.0 * i / n_rot * log2_base);
-    const double theta = static_cast<double>(pos) * freq_scale * inv_freq;
-    double sd, cd;
-    sincos(theta, &sd, &cd);
-    const float s = static_cast<float>(sd), c = static_cast<float>(cd);
-    const int a = neox ? i : 2 * i, bb = neox ? i + half : 2 * i + 1;
-    const float x0 = buf[a], x1 = buf[bb];
-    buf[a] = x0 * c - x1 * s;
-    buf[bb] = x0 * s + x1 * c;
-  }
-  __syncthreads();
-  const int j = b - n_head;
-  for (int d = threadIdx.x; d < hd; d += kThreads) {
-    row[d] = buf[d];
-    if (!is_q && pos_ok) k_cache[(static_cast<int64_t>(j) * ctx + pos) * hd + d] = dev::KvElem<T>::from_float(buf[d]);
-  }
+  dev::head_norm_rope(row, hd, is_q ? q_norm : k_norm, eps, n_rot, pos, log2_base, freq_scale, neox,
+                      is_q || !pos_ok ? static_cast<T*>(nullptr) : k_cache, b - n_head, ctx);
 }
 
 constexpr int kRowThreads = 1024;
@@ -202,12 +163,8 @@ void qk_prologue_impl(float* qkv, int n_head, int n_kv, int head_dim, const floa
                       float eps, int n_rot, const int32_t* position, float theta_base, float freq_scale, RopeMode mode,
                       T* k_cache, T* v_cache, int64_t ctx, cudaStream_t stream) {
   if (n_head <= 0 || n_kv <= 0) return;
-  if (head_dim <= 0 || head_dim > kMaxHeadDim)
-    throw Error("decode_qk_prologue: head_dim " + std::to_string(head_dim) + " outside 1.." +
-                std::to_string(kMaxHeadDim));
-  if (n_rot <= 0 || n_rot > head_dim || n_rot % 2 != 0)
-    throw Error("decode_qk_prologue: n_rot " + std::to_string(n_rot) + " must be even and within head_dim");
-  qk_prologue_kernel<T><<<n_head + 2 * n_kv, kThreads, 0, stream>>>(
+  check_head_prologue_args("decode_qk_prologue", head_dim, n_rot);
+  qk_prologue_kernel<T><<<n_head + 2 * n_kv, kHeadPrologueThreads, 0, stream>>>(
       qkv, n_head, n_kv, head_dim, q_norm, k_norm, eps, n_rot, position, std::log2(static_cast<double>(theta_base)),
       freq_scale, mode == RopeMode::Neox, k_cache, v_cache, ctx);
   MS_CUDA_CHECK_LAUNCH();
