@@ -29,6 +29,7 @@
 
 #include "cuda/attention.h"
 #include "cuda/common.cuh"
+#include "cuda/last_block.cuh"
 #include "cuda/device.h"
 #include "cuda/kv_elem.cuh"
 #include "util/error.h"
@@ -399,14 +400,8 @@ __global__ void __launch_bounds__(kFastWarps * 32) attn_decode_fast_kernel(
     part_ml[static_cast<int64_t>(h0 + g) * n_split + split] = make_float2(M, L);
   }
   if (counters == nullptr) return;
-  __shared__ bool last_block;
-  __threadfence();  // this block's partials visible device-wide before it counts itself done
-  __syncthreads();
-  if (threadIdx.x == 0) last_block = atomicAdd(counters + kvh, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last_block) return;
-  __threadfence();
-  if (threadIdx.x == 0) counters[kvh] = 0u;  // every block of this KV head has counted: ready for the next call
+  // The last of this KV head's blocks merges the splits.
+  if (!dev::last_block_to_arrive(counters + kvh, gridDim.x)) return;
   merge_splits_in_block<G, HD>(part_o, part_ml, h0, n_split, out);
 }
 

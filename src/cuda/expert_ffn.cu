@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cuda/common.cuh"
+#include "cuda/warp_q8.cuh"
 #include "cuda/device.h"
 #include "cuda/expert_ffn.h"
 #include "cuda/gemm_q8.cuh"
@@ -126,12 +127,7 @@ __global__ void swiglu_q8_kernel(float* __restrict__ gate, const float* __restri
   const float v = dev::silu(gate[i]) * up[i];
   gate[i] = v;
   if (q == nullptr) return;
-  const float amax = dev::warp_max(fabsf(v));
-  const float d = amax / 127.f;
-  const int qi = amax > 0.f ? __float2int_rn(v / d) : 0;
-  q[i] = static_cast<int8_t>(qi);
-  const float sum = dev::warp_sum(static_cast<float>(qi));
-  if (lane == 0) ds[blk] = make_float2(d, d * sum);
+  dev::warp_q8(v, q + i, ds + blk, lane);
 }
 
 struct Layout {

@@ -4,6 +4,7 @@
 #include "cuda/device.h"
 #include "cuda/matvec_kernel.cuh"
 #include "cuda/pdl.cuh"
+#include "cuda/warp_q8.cuh"
 #include "util/error.h"
 
 namespace ms::cuda {
@@ -21,13 +22,7 @@ __global__ void quantize_q8act_kernel(const float* __restrict__ x, int64_t n_blo
   const int64_t blk = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (blk >= n_blocks) return;  // whole warps exit together
   const int lane = threadIdx.x % 32;
-  const float v = x[blk * 32 + lane];
-  const float amax = dev::warp_max(fabsf(v));
-  const float d = amax / 127.f;
-  const int qi = amax > 0.f ? __float2int_rn(v / d) : 0;
-  q[blk * 32 + lane] = static_cast<int8_t>(qi);
-  const float sum = dev::warp_sum(static_cast<float>(qi));
-  if (lane == 0) ds[blk] = make_float2(d, d * sum);
+  dev::warp_q8(x[blk * 32 + lane], q + blk * 32 + lane, ds + blk, lane);
 }
 
 int item_elems(DType t) {

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "cuda/common.cuh"
+#include "cuda/warp_q8.cuh"
 #include "cuda/device.h"
 #include "cuda/ops.h"
 #include "util/error.h"
@@ -30,13 +31,8 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const float* x, const
   for (int64_t b = threadIdx.x / 32; b < nb; b += kThreads / 32) {
     const int64_t i = b * 32 + lane;
     const float v = xr[i] * inv * (w ? w[i] : 1.f);
-    const float amax = dev::warp_max(fabsf(v));
-    const float d = amax / 127.f;
-    const int qi = amax > 0.f ? __float2int_rn(v / d) : 0;
-    const float sum = dev::warp_sum(static_cast<float>(qi));
     if (out) out[row * n + i] = v;  // after the reads of xr (out may alias x): same thread, same i
-    q[row * n + i] = static_cast<int8_t>(qi);
-    if (lane == 0) ds[row * nb + b] = make_float2(d, d * sum);
+    dev::warp_q8(v, q + row * n + i, ds + row * nb + b, lane);
   }
 }
 

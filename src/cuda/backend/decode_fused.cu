@@ -10,6 +10,8 @@
 #include "cuda/backend/decode_fused.h"
 #include "cuda/backend/head_prologue.cuh"
 #include "cuda/common.cuh"
+#include "cuda/last_block.cuh"
+#include "cuda/warp_q8.cuh"
 #include "cuda/device.h"
 #include "cuda/router_topk.cuh"
 #include "cuda/kv_elem.cuh"
@@ -63,13 +65,8 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_row_q8_kernel(const float
     const int i = c * kRowThreads + threadIdx.x;
     if (i >= n) break;  // n % 32 == 0: whole warps leave together
     const float y = v[c] * inv * (w ? w[i] : 1.f);
-    const float amax = dev::warp_max(fabsf(y));
-    const float d = amax / 127.f;
-    const int qi = amax > 0.f ? __float2int_rn(y / d) : 0;
-    const float sum = dev::warp_sum(static_cast<float>(qi));
     if (out) out[i] = y;
-    q[i] = static_cast<int8_t>(qi);
-    if (lane == 0) ds[i / 32] = make_float2(d, d * sum);
+    dev::warp_q8(y, q + i, ds + i / 32, lane);
   }
 }
 
@@ -83,7 +80,6 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(
     const float* __restrict__ W, const float* __restrict__ x, int n_expert, int n, int k, bool softmax_first,
     bool renorm, float* logits, int32_t* __restrict__ ids, float* __restrict__ weights, unsigned int* counter) {
   __shared__ float v[kMaxExperts];
-  __shared__ bool last;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = blockIdx.x * kRouterWarps + warp;
   if (r < n_expert) {
@@ -98,13 +94,7 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(
     acc = dev::warp_sum(acc);
     if (lane == 0) logits[r] = acc;
   }
-  __threadfence();  // this block's logits visible before it counts itself done
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last || warp != 0) return;
-  __threadfence();
-  if (lane == 0) *counter = 0u;  // every other block has counted: safe to reset for the next call
+  if (!dev::last_block_to_arrive(counter, gridDim.x) || warp != 0) return;
 
   // The same choice as router_topk's (cuda/router_topk.cuh).
   int my_id;

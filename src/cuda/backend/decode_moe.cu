@@ -6,6 +6,8 @@
 
 #include "cuda/backend/decode_moe.h"
 #include "cuda/common.cuh"
+#include "cuda/last_block.cuh"
+#include "cuda/warp_q8.cuh"
 #include "cuda/device.h"
 #include "cuda/router_topk.cuh"
 #include "cuda/pdl.cuh"
@@ -38,17 +40,6 @@ DevMats dev_mats(const MatrixSet& m, int item_elems) {
 
 __device__ __forceinline__ const uint8_t* mat_of(const DevMats& m, int e) {
   return m.table != nullptr ? static_cast<const uint8_t*>(m.table[e]) + m.offset : m.base + static_cast<int64_t>(e) * m.stride;
-}
-
-// Q8 of the 32 values v of a warp (lane i holds element i of the block), as
-// quantize_q8act_kernel.
-__device__ __forceinline__ void warp_q8(float v, int8_t* q, float2* ds, int lane) {
-  const float amax = dev::warp_max(fabsf(v));
-  const float d = amax / 127.f;
-  const int qi = amax > 0.f ? __float2int_rn(v / d) : 0;
-  *q = static_cast<int8_t>(qi);
-  const float sum = dev::warp_sum(static_cast<float>(qi));
-  if (lane == 0) *ds = make_float2(d, d * sum);
 }
 
 // ------------------------------------------------------------------ RMSNorm as rmsnorm_row_q8
@@ -113,7 +104,6 @@ __global__ void __launch_bounds__(kRouterThreads) router_norm_kernel(
   float* xs = reinterpret_cast<float*>(xs4);
   __shared__ float scratch[32];
   __shared__ float v[kMaxExperts];
-  __shared__ bool last;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int r = blockIdx.x;
   const int n4 = n / 4;
@@ -141,12 +131,7 @@ __global__ void __launch_bounds__(kRouterThreads) router_norm_kernel(
     const int i = b * 32 + lane;
     const float y = xs[i];
     if (x_out != nullptr) x_out[i] = y;
-    const float amax = dev::warp_max(fabsf(y));
-    const float d = amax / 127.f;
-    const int qi = amax > 0.f ? __float2int_rn(y / d) : 0;
-    const float sum = dev::warp_sum(static_cast<float>(qi));
-    xq[i] = static_cast<int8_t>(qi);
-    if (lane == 0) xds[b] = make_float2(d, d * sum);
+    dev::warp_q8(y, xq + i, xds + b, lane);
   }
   if (warp == 0) {
     float acc = 0.f;
@@ -166,13 +151,7 @@ __global__ void __launch_bounds__(kRouterThreads) router_norm_kernel(
     if (lane == 0) logits[r] = acc;
   }
 
-  __threadfence();  // this block's logit visible before it counts itself done
-  __syncthreads();
-  if (tid == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last || warp != 0) return;
-  __threadfence();
-  if (lane == 0) *counter = 0u;  // every block has counted: reset for the next call
+  if (!dev::last_block_to_arrive(counter, gridDim.x) || warp != 0) return;
 
   // The same choice as router_topk's (cuda/router_topk.cuh).
   int my_id;
@@ -230,7 +209,7 @@ __global__ void __launch_bounds__(kGuThreads) gate_up_q8_kernel(const DevMats ga
   const float v = hs[lane];
   const int64_t i = static_cast<int64_t>(j) * d_ff + static_cast<int64_t>(c) * 32 + lane;
   if (hf != nullptr) hf[i] = v;
-  warp_q8(v, hq + i, hds + i / 32, lane);
+  dev::warp_q8(v, hq + i, hds + i / 32, lane);
 }
 
 // ------------------------------------------------------------------ down + combine (+ next norm)
@@ -251,7 +230,6 @@ __global__ void __launch_bounds__(kDcThreads) down_combine_kernel(
   constexpr int P = 32 / TPR;
   __shared__ const uint8_t* mats[kMaxK];
   __shared__ float scratch[32];
-  __shared__ bool last;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * (kDcThreads / 32) + warp;
   // ids were written two kernels back (the router): complete once the kernel
@@ -309,13 +287,7 @@ __global__ void __launch_bounds__(kDcThreads) down_combine_kernel(
   if (counter == nullptr) return;
 
   // The block that finishes last normalises the whole of out (as rmsnorm_row_q8).
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  if (tid == 0) *counter = 0u;
+  if (!dev::last_block_to_arrive(counter, gridDim.x)) return;
   const int n = static_cast<int>(rows);
   const float ss = row_sum_squares<kDcThreads, true>(out, n, scratch);
   const float inv = rsqrtf(ss / static_cast<float>(n) + eps);
@@ -323,7 +295,7 @@ __global__ void __launch_bounds__(kDcThreads) down_combine_kernel(
     const int i = b * 32 + lane;
     const float y = __ldcg(out + i) * inv * (next_w != nullptr ? next_w[i] : 1.f);
     if (x_out != nullptr) x_out[i] = y;
-    warp_q8(y, xq + i, xds + b, lane);
+    dev::warp_q8(y, xq + i, xds + b, lane);
   }
 }
 
