@@ -23,14 +23,8 @@ __global__ void router_kernel(const float* __restrict__ logits, int n_tokens, in
   if (t >= n_tokens) return;
   float* v = sh + warp * n_expert;
   const float* lt = logits + static_cast<int64_t>(t) * n_expert;
-  int my_id;
-  float my_w;
   dev::warp_router_topk(v, [&](int e) { return lt[e]; }, n_expert, k, softmax_first, renorm, lane,
-                        my_id, my_w);
-  if (lane < k) {
-    ids[static_cast<int64_t>(t) * k + lane] = my_id;
-    weights[static_cast<int64_t>(t) * k + lane] = my_w;
-  }
+                        ids + static_cast<int64_t>(t) * k, weights + static_cast<int64_t>(t) * k);
 }
 
 }  // namespace

@@ -12,10 +12,10 @@ namespace ms::cuda::dev {
 // clobbered), then k rounds of arg-max (ties go to the lower index). Weights:
 // softmax over all experts then the picked ones (renormalised if `renorm`),
 // or, without softmax_first, softmax over the k picked logits. Lane j < k
-// gets pick j in id / w.
+// writes pick j to ids[j] / weights[j].
 template <class Load>
 __device__ __forceinline__ void warp_router_topk(float* v, Load load, int n_expert, int k, bool softmax_first,
-                                                 bool renorm, int lane, int& id, float& w_out) {
+                                                 bool renorm, int lane, int32_t* ids, float* weights) {
   float mx = -FLT_MAX;
   for (int e = lane; e < n_expert; e += 32) {
     v[e] = load(e);
@@ -61,8 +61,10 @@ __device__ __forceinline__ void warp_router_topk(float* v, Load load, int n_expe
     __syncwarp();
   }
   const bool norm = softmax_first ? renorm : true;
-  id = my_id;
-  w_out = norm ? my_w / picked_sum : my_w;
+  if (lane < k) {
+    ids[lane] = my_id;
+    weights[lane] = norm ? my_w / picked_sum : my_w;
+  }
 }
 
 }  // namespace ms::cuda::dev

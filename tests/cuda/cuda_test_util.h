@@ -63,6 +63,18 @@ inline DeviceBuffer poisoned(size_t n_floats) {
 }
 inline void poison(void* p, size_t bytes) { device_fill(p, 0xff, bytes); }
 
+// Elements of two f16 arrays (two kernels' KV caches) that differ by more than
+// rel * (1 + |a|); equal bits (poison left in both) always match.
+inline int count_f16_mismatches(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, float rel) {
+  int off = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (a[i] == b[i]) continue;
+    const float x = f16_to_f32(a[i]), y = f16_to_f32(b[i]);
+    if (!(std::fabs(x - y) <= rel * (1 + std::fabs(x)))) ++off;
+  }
+  return off + static_cast<int>(a.size() > b.size() ? a.size() - b.size() : b.size() - a.size());
+}
+
 inline std::vector<float> random_floats(size_t n, std::mt19937& rng, float lo = -1.f, float hi = 1.f) {
   std::uniform_real_distribution<float> u(lo, hi);
   std::vector<float> v(n);

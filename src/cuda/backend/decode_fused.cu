@@ -97,14 +97,8 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(
   if (!dev::last_block_to_arrive(counter, gridDim.x) || warp != 0) return;
 
   // The same choice as router_topk's (cuda/router_topk.cuh).
-  int my_id;
-  float my_w;
   dev::warp_router_topk(v, [&](int e) { return __ldcg(logits + e); }, n_expert, k, softmax_first, renorm, lane,
-                        my_id, my_w);
-  if (lane < k) {
-    ids[lane] = my_id;
-    weights[lane] = my_w;
-  }
+                        ids, weights);
 }
 
 }  // namespace
