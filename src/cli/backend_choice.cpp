@@ -6,6 +6,9 @@
 #include <fstream>
 
 #include "engine/cpu_backend.h"
+#include "experts/policy.h"
+#include "experts/profile.h"
+#include "util/bytes.h"
 #include "util/error.h"
 
 #ifdef MOESTREAM_HAVE_CUDA
@@ -57,8 +60,51 @@ void add_kv_type_option(CLI::App& sub, KvType* type) {
       ->option_text("f16|f32");
 }
 
+void add_vram_options(CLI::App& sub, VramSetup* v, bool steps) {
+  sub.add_option("--vram", v->budget,
+                 "VRAM budget for the CUDA backend: 8G, 8000M, full (every expert resident); default: free device "
+                 "memory less 512 MiB. Routed experts that do not fit stay in host RAM and are streamed or run on the CPU")
+      ->option_text("BYTES|full");
+  std::string names;
+  for (const std::string& n : policy_names()) names += (names.empty() ? "" : ", ") + n;
+  sub.add_option("--policy", v->policy, "expert cache policy (default, " + names + ")")->option_text("NAME");
+  sub.add_option("--profile", v->profile, "expert access profile (moestream trace profile): hottest experts start resident")
+      ->option_text("FILE");
+  sub.add_option("--host-pin", v->host_pin,
+                 "how streamed experts reach the GPU: register (page-lock the mapped model), staging (pinned ring), "
+                 "auto (register when the experts take under half the RAM)")
+      ->check(CLI::IsMember({"auto", "register", "staging"}))
+      ->option_text("auto|register|staging");
+  sub.add_option("--cost", v->cost, "override measured cost-model figures, e.g. pcie_gbps=20,cpu_gbps=30")
+      ->option_text("NAME=VALUE,...");
+  if (steps) sub.add_flag("--verbose-steps", v->verbose_steps, "one line per forward pass: where experts ran, times");
+}
+
+uint64_t parse_vram(const std::string& text, bool* full) {
+  *full = false;
+  if (text.empty() || text == "auto") return 0;
+  if (text == "full") {
+    *full = true;
+    return 0;
+  }
+  uint64_t b = 0;
+  try {
+    b = parse_bytes(text);
+  } catch (const Error& e) {
+    throw Error("--vram " + text + ": not a size (" + e.what() + "); use e.g. 8G, 8000M, 10.5G or full");
+  }
+  if (b == 0) throw Error("--vram " + text + ": the budget must be positive");
+  return b;
+}
+
 std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights& w, ThreadPool& pool) {
-  if (s.requested == "cpu") return make_cpu(s, w, pool);
+  bool vram_full = false;
+  const uint64_t vram = parse_vram(s.vram.budget, &vram_full);
+  if (s.requested == "cpu") {
+    if (!s.vram.budget.empty() && !s.quiet)
+      std::fprintf(stderr, "moestream: --vram applies to the CUDA backend; the CPU backend ignores it\n");
+    return make_cpu(s, w, pool);
+  }
   if (!s.requested.empty() && s.requested != "cuda")
     throw Error("--backend " + s.requested + ": unknown backend (cpu or cuda)");
 #ifdef MOESTREAM_HAVE_CUDA
@@ -80,10 +126,27 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
   if (const char* g = std::getenv("MOESTREAM_CUDA_NO_FUSE_PREFILL")) o.fused_prefill = std::string(g) != "1";
   if (const char* g = std::getenv("MOESTREAM_CUDA_EXPERT_TILES")) cuda::expert_ffn_set_balanced_tiles(std::string(g) != "0");
   if (const char* g = std::getenv("MOESTREAM_CUDA_GEMM_BN")) cuda::matmul_set_int8_tile(std::atoi(g));
+  o.vram_budget = vram;
+  o.vram_full = vram_full;
+  o.policy = s.vram.policy;
+  o.host_pin = s.vram.host_pin;
+  o.cost_overrides = s.vram.cost;
+  o.verbose_steps = s.vram.verbose_steps;
+  o.cpu_pool = &pool;
+  ExpertProfile profile;
+  if (!s.vram.profile.empty()) {
+    profile = ExpertProfile::load(s.vram.profile);
+    if (profile.n_layer != static_cast<uint32_t>(w.cfg.n_layer) || profile.n_expert != static_cast<uint32_t>(w.cfg.n_expert))
+      throw Error("--profile " + s.vram.profile + ": made for " + std::to_string(profile.n_layer) + " layers x " +
+                  std::to_string(profile.n_expert) + " experts, this model has " + std::to_string(w.cfg.n_layer) +
+                  " x " + std::to_string(w.cfg.n_expert));
+    o.profile = &profile;
+  }
   try {
     return std::make_unique<CudaBackend>(w, o);
   } catch (const Error& e) {
-    if (s.requested == "cuda") throw;  // asked for explicitly: say why it cannot run
+    // Asked for explicitly, or a budget was given: say why it cannot run.
+    if (s.requested == "cuda" || !s.vram.budget.empty()) throw;
     if (!s.quiet) std::fprintf(stderr, "moestream: the CUDA backend cannot run this model (%s); running on the CPU\n", e.what());
     return make_cpu(s, w, pool);
   }

@@ -19,12 +19,23 @@ class App;
 
 namespace ms::cli {
 
+// `--vram` and the options of tiered experts (CUDA backend).
+struct VramSetup {
+  std::string budget;        // "" (free memory less a margin), "full", or bytes ("8G", "8000M")
+  std::string policy = "default";
+  std::string host_pin = "auto";
+  std::string profile;       // --profile FILE: initial placement, hottest first
+  std::string cost;          // --cost name=value,...: override measured figures
+  bool verbose_steps = false;
+};
+
 struct BackendSetup {
   std::string requested;  // "", "cpu", "cuda"
   int64_t ctx = 0;        // the longest sequence this run needs (sizes the device KV cache)
   int max_batch = 0;      // prompt tokens per batch (0: the backend's default)
   bool quiet = false;     // no notice on fallback
   KvType kv_type = KvType::F16;  // the cache make_cache will be asked for (CUDA: sizes the device cache)
+  VramSetup vram;
 };
 
 // The CLI11 check for --backend values.
@@ -32,6 +43,12 @@ inline const char* backend_help() { return "cpu or cuda (default: cuda when buil
 
 // Adds `--kv-type f16|f32` to a command, stored in *type (default F16).
 void add_kv_type_option(CLI::App& sub, KvType* type);
+
+// Adds --vram, --policy, --profile, --host-pin, --cost (and --verbose-steps
+// when `steps`) to a command.
+void add_vram_options(CLI::App& sub, VramSetup* v, bool steps);
+// "8G" / "8000M" / "full" / "" checked; throws ms::Error with the accepted forms.
+uint64_t parse_vram(const std::string& text, bool* full);
 
 std::unique_ptr<Backend> make_backend(const BackendSetup& setup, const ModelWeights& w, ThreadPool& pool);
 

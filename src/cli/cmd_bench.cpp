@@ -58,6 +58,7 @@ struct BenchArgs {
   bool json = false;
   double bandwidth_gbs = 0;  // > 0: use this instead of measuring
   KvType kv_type = KvType::F16;
+  VramSetup vram;
 };
 
 struct Stat {
@@ -104,6 +105,11 @@ std::string quant_mix(const GgufFile& f) {
 
 // Memory bandwidth the floor is computed against, in bytes/s, and how it was had.
 double floor_bandwidth(const Backend& be, ThreadPool& pool, std::string* how) {
+  if (const ExpertTelemetry t = be.expert_telemetry(); t.hybrid) {
+    // Within a VRAM budget: no 2 GiB probe; the backend measured it at start-up.
+    *how = "device copy, measured by the hybrid step at start-up";
+    return t.gpu_gbps * 1e9;
+  }
 #ifdef MOESTREAM_HAVE_CUDA
   if (be.name() == "cuda") {
     // Device-to-device copy of 1 GiB: bytes read + bytes written per second.
@@ -151,6 +157,7 @@ int run(const BenchArgs& a) {
   bs.ctx = ctx;
   bs.max_batch = a.batch > 0 ? a.batch : std::max(a.n_prompt, 1);
   bs.kv_type = a.kv_type;
+  bs.vram = a.vram;
   std::unique_ptr<Backend> be = make_backend(bs, w, pool);
   const std::string device = backend_device(*be, pool);
 
@@ -211,6 +218,7 @@ int run(const BenchArgs& a) {
   const double active = static_cast<double>(w.active_bytes_per_token());
   const double floor_tps = bw / active;
 
+  const ExpertTelemetry tel = be->expert_telemetry();
   const std::string model_name = model->file->get_string("general.name", "");
   const std::string size = format_bytes(model->file->file_size());
   const std::string mix = quant_mix(*model->file);
@@ -232,6 +240,8 @@ int run(const BenchArgs& a) {
       rs.push_back({{"test", s.test}, {"n_tokens", s.n_tokens}, {"reps", a.reps}, {"tps_mean", s.mean()},
                     {"tps_sd", s.sd()}, {"tps", s.tps}});
     j["results"] = rs;
+    j["experts"] = tel.to_json();
+    if (tel.hybrid) j["vram_budget_bytes"] = tel.budget_bytes;
     out = j.dump(2) + "\n";
   } else {
     char buf[1024];
@@ -243,6 +253,17 @@ int run(const BenchArgs& a) {
     std::snprintf(buf, sizeof buf, "floor: %s active bytes/token at %.1f GB/s (%s) = %.1f tok/s\n\n",
                   format_bytes(static_cast<uint64_t>(active)).c_str(), bw / 1e9, bw_how.c_str(), floor_tps);
     out += buf;
+    if (tel.hybrid) {
+      const TierCounts pairs = tel.all();
+      std::snprintf(buf, sizeof buf,
+                    "vram: budget %s, %llu expert slots (%.1f%% of experts); hit rate %.1f%%, CPU share %.1f%%, H2D "
+                    "%.1f GB/s; policy %s; host %s\n\n",
+                    format_bytes(tel.budget_bytes).c_str(), static_cast<unsigned long long>(tel.cache_slots),
+                    tel.experts_total ? 100.0 * tel.cache_slots / tel.experts_total : 0.0, 100.0 * pairs.hit_rate(),
+                    pairs.total() ? 100.0 * pairs.host / pairs.total() : 0.0, tel.h2d_gbps(), tel.policy.c_str(),
+                    tel.host_pin.c_str());
+      out += buf;
+    }
     out += "| model | size | backend | test | t/s | of floor |\n|---|---|---|---|---:|---:|\n";
     for (const Stat& s : stats) {
       const bool tg = s.test[0] == 't';
@@ -278,6 +299,7 @@ RegisterCommand reg("bench", [](CLI::App& app) {
   sub->add_option("--record-routes", a->record_routes,
                   "after the timed runs, record one prompt + decode run's expert choices to FILE (routing trace)");
   add_kv_type_option(*sub, &a->kv_type);
+  add_vram_options(*sub, &a->vram, false);
   return [a]() -> int { return run(*a); };
 });
 

@@ -42,6 +42,7 @@ struct LogitsArgs {
   int greedy = 0;
   int threads = 0;
   KvType kv_type = KvType::F16;
+  VramSetup vram;
 };
 
 std::vector<int32_t> parse_token_list(const std::string& text, int64_t n_vocab) {
@@ -158,6 +159,7 @@ RegisterCommand reg("logits", [](CLI::App& app) {
   sub->add_flag("--no-special", a->no_special, "-p: do not add BOS/EOS (the vocabulary's add_bos/add_eos)");
   sub->add_option("-t,--threads", a->threads, "CPU threads (0: all cores)");
   add_kv_type_option(*sub, &a->kv_type);
+  add_vram_options(*sub, &a->vram, false);
   return [a]() -> int {
     if (a->tokens.empty() && a->prompt.empty()) throw Error("give the prompt with --tokens 1,2,3 or -p TEXT");
     auto model = LoadedModel::open(a->model);
@@ -176,6 +178,7 @@ RegisterCommand reg("logits", [](CLI::App& app) {
     bs.requested = a->backend;
     bs.ctx = n + a->greedy + 1;
     bs.kv_type = a->kv_type;
+    bs.vram = a->vram;
     const std::unique_ptr<Backend> be = make_backend(bs, model->weights, pool);
     KvCache kv = be->make_cache(n + a->greedy + 1, a->kv_type);
     CpuExpertExecutor cpu_experts(model->weights, pool);

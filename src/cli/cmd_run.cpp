@@ -32,6 +32,7 @@ namespace {
 struct RunArgs {
   std::string model, prompt = "Once upon a time";
   std::string backend;  // --backend: "", cpu, cuda
+  VramSetup vram;       // --vram and the tiered-expert options
   int n_predict = 64;
   bool chat = false;
   int threads = 0;
@@ -179,6 +180,7 @@ RegisterCommand reg("run", [](CLI::App& app) {
                 "copy the weights into RAM (huge pages where available) instead of reading the file mapping");
   sub->add_option("--reps", a->reps, "benchmark repetitions")->capture_default_str();
   add_kv_type_option(*sub, &a->kv_type);
+  add_vram_options(*sub, &a->vram, true);
   sub->add_option("--temp", a->sp.temperature, "temperature (0: greedy)")->capture_default_str();
   sub->add_option("--top-k", a->sp.top_k, "top-k (0: off)")->capture_default_str();
   sub->add_option("--top-p", a->sp.top_p, "top-p (1: off)")->capture_default_str();
@@ -222,6 +224,7 @@ RegisterCommand reg("run", [](CLI::App& app) {
     bs.max_batch = std::max(1, r.batch);
     bs.quiet = r.quiet;
     bs.kv_type = r.kv_type;
+    bs.vram = r.vram;
     const std::unique_ptr<Backend> be = make_backend(bs, model->weights, pool);
     KvCache kv = be->make_cache(ctx, r.kv_type);
     Sampler sampler(r.sp);
@@ -265,6 +268,7 @@ RegisterCommand reg("run", [](CLI::App& app) {
                    st.stop_reason.c_str(), format_bytes(peak_rss_bytes()).c_str());
       if (st.stop_reason.rfind("context full", 0) == 0)
         std::fprintf(stderr, "moestream: stopped: %s; use a larger --ctx\n", st.stop_reason.c_str());
+      std::fputs(be->expert_telemetry().summary().c_str(), stderr);
     }
     if (recorder) {
       recorder->finish(dynamic_cast<CpuBackend*>(be.get()));

@@ -52,6 +52,12 @@ void router_topk(const float* logits, int n_tokens, int n_expert, int k, RouterM
 void moe_combine(const float* y, const float* weights, int n_tokens, int k, int64_t n, const float* residual,
                  float* out, cudaStream_t stream);
 
+// dst[rows[i]] = src[i] for i < n_rows, rows of n floats (rows: device ids,
+// distinct, within dst). Places rows computed elsewhere (the CPU's experts).
+void scatter_rows(const float* src, const int32_t* rows, int n_rows, int64_t n, float* dst, cudaStream_t stream);
+// dst[i] = src[rows[i]] for i < n_rows (rows: device ids within src).
+void gather_rows(const float* src, const int32_t* rows, int n_rows, int64_t n, float* dst, cudaStream_t stream);
+
 // out[t] = row ids[t] of `table` ([n_vocab][n] of type t), dequantised to f32.
 // Supports F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, MXFP4. An id outside
 // [0, n_vocab) gives a row of zeros (the tokenizer never makes one).

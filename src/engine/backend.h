@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/kv_cache.h"
+#include "experts/telemetry.h"
 #include "model/weights.h"
 
 namespace ms {
@@ -31,6 +32,8 @@ class Backend {
   virtual const ModelConfig& config() const = 0;
   // "cpu", "cuda"
   virtual std::string name() const = 0;
+  // Where routed experts were computed so far (hybrid false: all in one place).
+  virtual ExpertTelemetry expert_telemetry() const { return {}; }
 };
 
 }  // namespace ms

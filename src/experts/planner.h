@@ -74,6 +74,7 @@ class Planner {
                   CachePolicy& cache);
 
   const CostModel& cost() const { return cost_; }
+  void set_cost(const CostModel& cost) { cost_ = cost; }
   uint64_t bytes_of(ExpertKey key) const { return expert_bytes_[key / n_expert_]; }
 
  private:

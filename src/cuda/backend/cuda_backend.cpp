@@ -14,12 +14,16 @@
 #include "cuda/attention.h"
 #include "cuda/backend/decode_fused.h"
 #include "cuda/backend/decode_moe.h"
+#include "cuda/backend/hybrid_moe.h"
 #include "cuda/backend/prefill_fused.h"
 #include "cuda/device.h"
 #include "cuda/expert_ffn.h"
 #include "cuda/gemm.h"
 #include "cuda/matvec.h"
 #include "cuda/ops.h"
+#include "format/gguf.h"
+#include "model/hparams.h"
+#include "model/tensor_roles.h"
 #include "util/bytes.h"
 #include "util/error.h"
 
@@ -133,6 +137,12 @@ struct CudaBackend::Impl {
   static constexpr int kCopyChunks = 4;
   std::vector<cuda::Event> copy_done;
 
+  // Routed experts tiered (VRAM slots / PCIe / CPU) when the budget does not
+  // hold them all; null when every expert is resident.
+  std::unique_ptr<HybridMoe> hybrid;
+  bool tiered = false;     // decided before upload: experts stay on the host
+  uint64_t budget = 0;     // bytes (0 when every expert is resident by --vram full)
+
   CudaBackend::RouteObserver route_observer;
   std::vector<int32_t> route_host;
 
@@ -152,6 +162,63 @@ struct CudaBackend::Impl {
   }
 
   // ---------------------------------------------------------------- setup
+  // The VRAM budget against what the model needs (the same sums as
+  // `moestream inspect --vram`): throws below the minimum; sets `tiered` when
+  // the routed experts do not all fit.
+  VramPlan plan_budget() {
+    VramPlan plan;
+    if (opt.vram_full || !c.is_moe()) return plan;
+    if (w.file == nullptr) return plan;  // weights not from a file: nothing to stream from
+    budget = opt.vram_budget;
+    const bool automatic = budget == 0;
+    if (automatic) {
+      const uint64_t free_now = cuda::free_device_bytes();
+      budget = free_now > CudaBackend::kAutoMargin ? free_now - CudaBackend::kAutoMargin : 0;
+    }
+    const WeightSplit split = split_weights(*w.file);
+    plan = plan_vram(split, inspect_hparams(*w.file), budget, kv_ctx);
+    if (!plan.fits_minimum)
+      throw Error(std::string(automatic ? "the GPU's free memory less a " + format_bytes(CudaBackend::kAutoMargin) +
+                                              " margin (" + format_bytes(budget) + ")"
+                                        : "--vram " + format_bytes(budget)) +
+                  " is too small: this model needs at least " + format_bytes(plan.minimum_bytes) +
+                  " for dense weights + KV at ctx " + std::to_string(kv_ctx) + " (dense " +
+                  format_bytes(plan.dense_bytes) + ", KV " + format_bytes(plan.kv_bytes) + ", reserve " +
+                  format_bytes(plan.reserve_bytes) + "); lower --ctx or raise --vram");
+    tiered = !plan.fits_everything;
+    return plan;
+  }
+
+  // The slot pool is what the budget leaves after the dense weights, the KV
+  // cache, the activations and the hybrid step's buffers; up to half the
+  // reserve (the other half is for the CUDA context) absorbs those buffers.
+  void make_hybrid(const VramPlan& plan) {
+    uint64_t largest = 0;
+    std::map<uint64_t, int> sizes;
+    for (const LayerWeights& L : w.layers)
+      if (L.experts.n_expert > 0) {
+        const uint64_t b = HybridMoe::slot_bytes(L.experts);
+        largest = std::max(largest, b);
+        sizes[b] = 1;
+      }
+    const uint64_t buffers = HybridMoe::buffer_bytes(c, B, opt.transit_slots, largest, sizes.size());
+    const uint64_t used = weights_arena.capacity() + kv_arena.capacity() + act_arena.capacity() + buffers;
+    const uint64_t fixed = plan.dense_bytes + plan.kv_bytes + plan.reserve_bytes / 2;
+    const uint64_t over = used > fixed ? used - fixed : 0;
+    HybridMoeOptions ho;
+    ho.pool_bytes = plan.room - std::min(plan.room, over);
+    ho.transit_slots = opt.transit_slots;
+    ho.policy = opt.policy;
+    ho.host_pin = opt.host_pin;
+    ho.profile = opt.profile;
+    ho.max_tokens = B;
+    ho.gemm_min_batch = opt.gemm_min_batch;
+    ho.cost_overrides = opt.cost_overrides;
+    ho.verbose_steps = opt.verbose_steps;
+    ho.pool = opt.cpu_pool;
+    hybrid = std::make_unique<HybridMoe>(w, ho, stream);
+  }
+
   void check_types() const {
     auto need = [&](const TensorView& t) {
       if (t && !cuda::matvec_supported(t.type))
@@ -199,7 +266,7 @@ struct CudaBackend::Impl {
       for (const TensorView* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm,
                                   &L.ffn_norm, &L.ffn_gate, &L.ffn_up, &L.ffn_down, &L.router})
         blob_size(*t);
-      if (c.is_moe()) {
+      if (c.is_moe() && !tiered) {
         const ExpertWeights& e = L.experts;
         total += align_up(e.gate_bytes() * e.n_expert) + align_up(e.up_bytes() * e.n_expert) +
                  align_up(e.down_bytes() * e.n_expert);
@@ -275,7 +342,7 @@ struct CudaBackend::Impl {
       D.ffn_up = mat(L.ffn_up);
       D.ffn_down = mat(L.ffn_down);
       D.router = mat(L.router);
-      if (c.is_moe()) {
+      if (c.is_moe() && !tiered) {
         const ExpertWeights& e = L.experts;
         cuda::ExpertWeights& x = D.experts;
         x.n_expert = e.n_expert;
@@ -374,10 +441,13 @@ struct CudaBackend::Impl {
                                  static_cast<int64_t>(pairs));
       }
       // expert_ffn runs every batch (it groups by expert itself) unless the
-      // grouped matmul path takes the large ones.
-      const int largest = opt.grouped_matmul_experts ? std::min(B, std::max(1, opt.gemm_min_batch - 1)) : B;
-      exp_scratch_bytes = cuda::expert_ffn_scratch_bytes(layers[0].experts, largest, c.n_expert_used);
-      exp_scratch = L.take(exp_scratch_bytes);
+      // grouped matmul path takes the large ones. Tiered experts use the
+      // hybrid step's own buffers instead.
+      if (!tiered) {
+        const int largest = opt.grouped_matmul_experts ? std::min(B, std::max(1, opt.gemm_min_batch - 1)) : B;
+        exp_scratch_bytes = cuda::expert_ffn_scratch_bytes(layers[0].experts, largest, c.n_expert_used);
+        exp_scratch = L.take(exp_scratch_bytes);
+      }
     } else {
       const size_t F = static_cast<size_t>(c.n_ff);
       ffg = L.take_n<float>(b * F);
@@ -525,7 +595,7 @@ struct CudaBackend::Impl {
 
   // The three-launch MoE decode (decode_moe.h) applies to this layer.
   bool moe_decode_fusable(const DevLayer& L) const {
-    if (!c.is_moe() || !opt.fused_decode || !opt.fused_moe_decode) return false;
+    if (!c.is_moe() || !opt.fused_decode || !opt.fused_moe_decode || tiered) return false;
     const int E = c.n_expert, K = c.n_expert_used;
     return cuda::router_norm_decode_supported(L.router.type, E, c.n_embd, K) && cuda::gate_up_q8_decode_supported(L.experts) &&
            cuda::down_combine_decode_supported(L.experts) && L.experts.gate.rows == c.n_ff_exp &&
@@ -601,6 +671,10 @@ struct CudaBackend::Impl {
       MS_CUDA_CHECK(cudaMemcpyAsync(route_host.data(), route_ids, sizeof(int32_t) * n * K, cudaMemcpyDeviceToHost, s));
       MS_CUDA_CHECK(cudaStreamSynchronize(s));
       route_observer(il, n, K, route_host.data());
+    }
+    if (hybrid) {
+      hybrid->run(il, n, x, xq8, route_ids, route_w, h);
+      return;
     }
     if (moe_fused) {
       cuda::gate_up_q8_decode(L.experts, xq8, route_ids, K, dec_hq8, nullptr, s);
@@ -728,6 +802,7 @@ struct CudaBackend::Impl {
   } timing;
 
   void decode(int32_t token, int64_t p, float* out) {
+    if (hybrid) hybrid->begin_pass(1);
     auto* in = host_in.as<int32_t>();
     in[0] = token;
     in[1] = static_cast<int32_t>(p);
@@ -735,7 +810,7 @@ struct CudaBackend::Impl {
     in[3] = 0;
     MS_CUDA_CHECK(cudaMemcpyAsync(step_in, in, 4 * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
     const int max_kv = static_cast<int>(std::min<int64_t>(kv_ctx, (p + kGraphKvStep) / kGraphKvStep * kGraphKvStep));
-    const bool use_graph = opt.use_graph && !route_observer;
+    const bool use_graph = opt.use_graph && !route_observer && !hybrid;
     if (use_graph && (!graph || graph_kv != max_kv)) {
       try {
         capture(max_kv);
@@ -755,6 +830,7 @@ struct CudaBackend::Impl {
     }
     if (timing.on) timing.t1->record(stream);
     copy_logits(out, 1);
+    if (hybrid) hybrid->end_pass();
     if (timing.on) {
       const auto now = std::chrono::steady_clock::now();
       if (timing.steps > 0)
@@ -769,6 +845,12 @@ struct CudaBackend::Impl {
   // n <= B tokens at positions pos0..; logits of the last token (out) or of
   // every token (all).
   void prefill(const int32_t* tokens, int n, int64_t pos0, float* out, bool all) {
+    if (hybrid) hybrid->begin_pass(n);
+    prefill_batch(tokens, n, pos0, out, all);
+    if (hybrid) hybrid->end_pass();
+  }
+
+  void prefill_batch(const int32_t* tokens, int n, int64_t pos0, float* out, bool all) {
     auto* in = host_in.as<int32_t>();
     std::memcpy(in, tokens, sizeof(int32_t) * n);
     for (int t = 0; t < n; ++t) in[B + t] = static_cast<int32_t>(pos0 + t);
@@ -817,13 +899,16 @@ CudaBackend::CudaBackend(const ModelWeights& w, Options opt) : impl_(std::make_u
   m.check_types();
   m.stream_owner = std::make_unique<cuda::Stream>();
   m.stream = m.stream_owner->get();
+  const VramPlan plan = m.plan_budget();
   try {
     m.upload_weights();
     m.allocate_kv();
     m.allocate_activations();
+    if (m.tiered) m.make_hybrid(plan);
   } catch (const Error& e) {
-    throw Error(std::string(e.what()) +
-                "; --backend cuda needs the whole model on the GPU (use --backend cpu, or a smaller --ctx)");
+    if (m.tiered) throw;
+    throw Error(std::string(e.what()) + "; the whole model does not fit the GPU: give a VRAM budget (--vram) to "
+                "keep routed experts in host memory, or use --backend cpu or a smaller --ctx");
   }
   MS_CUDA_CHECK(cudaDeviceSynchronize());
 }
@@ -839,7 +924,15 @@ std::string CudaBackend::device_description() const { return cuda::describe(impl
 std::string CudaBackend::device_name() const { return impl_->info.name; }
 
 CudaBackend::MemoryUse CudaBackend::memory_use() const {
-  return {impl_->weights_arena.capacity(), impl_->kv_arena.capacity(), impl_->act_arena.capacity()};
+  return {impl_->weights_arena.capacity(), impl_->kv_arena.capacity(), impl_->act_arena.capacity(),
+          impl_->hybrid ? impl_->hybrid->device_bytes() : 0};
+}
+
+ExpertTelemetry CudaBackend::expert_telemetry() const {
+  if (!impl_->hybrid) return {};
+  ExpertTelemetry t = impl_->hybrid->telemetry();
+  t.budget_bytes = impl_->budget;
+  return t;
 }
 
 KvCache CudaBackend::make_cache(int64_t ctx, KvType type) const {

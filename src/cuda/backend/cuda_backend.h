@@ -30,7 +30,10 @@
 #include <string>
 #include <vector>
 
+#include "cpu/thread_pool.h"
 #include "engine/backend.h"
+#include "experts/profile.h"
+#include "experts/telemetry.h"
 #include "model/weights.h"
 
 namespace ms {
@@ -58,9 +61,29 @@ class CudaBackend : public Backend {
     // computed (parity with f32 references), twice the bytes of the default
     // f16. make_cache switches it to the type asked for.
     bool kv_f32 = false;
+
+    // ---- VRAM budget (what `--vram` sets)
+    // Bytes of device memory this backend may use (weights, KV cache,
+    // activations, expert slots; the CUDA context comes out of the reserve
+    // model/tensor_roles.h counts). 0: free memory minus kAutoMargin. When the
+    // whole model fits the budget, every expert is resident (the fused,
+    // graph-replayed path); otherwise routed experts are tiered: VRAM slots,
+    // PCIe streaming and the CPU (hybrid_moe.h). A budget below the dense
+    // weights + KV + reserve throws, naming the minimum.
+    uint64_t vram_budget = 0;
+    bool vram_full = false;           // every expert resident, whatever the budget (`--vram full`)
+    std::string policy = "default";   // expert cache policy (experts/policy.h)
+    std::string host_pin = "auto";    // auto | register | staging (cuda/expert_copier.h)
+    const ExpertProfile* profile = nullptr;  // initial placement: hottest first
+    uint32_t transit_slots = 16;      // per slot pool, for streamed-not-kept experts
+    std::string cost_overrides;       // CostModel figures replacing the measured ones
+    bool verbose_steps = false;       // one stderr line per forward pass (hybrid)
+    ThreadPool* cpu_pool = nullptr;   // CPU experts (hybrid); null: the backend makes one
   };
+  // Margin left free when no budget is given.
+  static constexpr uint64_t kAutoMargin = 512ull << 20;
   struct MemoryUse {
-    uint64_t weights = 0, kv = 0, activations = 0;
+    uint64_t weights = 0, kv = 0, activations = 0, experts = 0;
   };
 
   explicit CudaBackend(const ModelWeights& w) : CudaBackend(w, Options{}) {}
@@ -90,6 +113,8 @@ class CudaBackend : public Backend {
   std::string device_description() const;  // cuda::describe() of the device
   std::string device_name() const;         // "NVIDIA H100 80GB HBM3"
   int graph_captures() const;              // how often the decode graph was (re)captured
+  // Where experts ran (hybrid is false when every expert is resident).
+  ExpertTelemetry expert_telemetry() const override;
 
  private:
   struct Impl;

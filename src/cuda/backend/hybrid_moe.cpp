@@ -1,0 +1,556 @@
+// HybridMoe: route read-back -> plan -> copies + GPU waves + CPU experts -> combine.
+// Host code only: kernels through the launchers of src/cuda.
+#include "cuda/backend/hybrid_moe.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda/device.h"
+#include "cuda/expert_copier.h"
+#include "cuda/expert_slots.h"
+#include "cuda/gemm.h"
+#include "cuda/ops.h"
+#include "engine/expert_executor.h"
+#include "experts/residency.h"
+#include "util/error.h"
+
+namespace ms {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t v) { return (v + kAlign - 1) & ~(kAlign - 1); }
+
+// Route read-back brings the FFN input along when a pass has at most this
+// many tokens (decode: 8 KB more in the same copy); larger passes fetch it
+// only when some expert runs on the CPU.
+constexpr int kEagerInputTokens = 64;
+
+cuda::Q8Act q8_rows(cuda::Q8Act a, int64_t first) {
+  a.q += first * a.n;
+  a.ds += first * (a.n / 32) * 2;
+  return a;
+}
+
+}  // namespace
+
+uint64_t HybridMoe::slot_bytes(const ExpertWeights& e) {
+  return cuda::SlotGeometry::of(e.gate_bytes(), e.up_bytes(), e.down_bytes()).slot_bytes;
+}
+
+uint64_t HybridMoe::buffer_bytes(const ModelConfig& c, int max_tokens, uint32_t transit_slots, uint64_t largest_slot,
+                                 size_t n_pools) {
+  const size_t P = static_cast<size_t>(max_tokens) * c.n_expert_used, D = c.n_embd, F = c.n_ff_exp;
+  size_t b = 0;
+  b += align_up(P * D * 4) * 3;  // gathered inputs (reused for the CPU rows), compact outputs, pair outputs
+  b += align_up(P * F * 4) * 2;  // gate (then SwiGLU), up
+  b += cuda::q8act_bytes(D, P) + cuda::q8act_bytes(F, P);
+  b += align_up(P * 4 * 5 + 4);  // row/pair/offset/expert/cpu index arrays
+  b += static_cast<size_t>(largest_slot) * transit_slots * n_pools;
+  b += align_up(static_cast<size_t>(c.n_layer) * c.n_expert * sizeof(void*));
+  return b;
+}
+
+struct HybridMoe::Impl {
+  const ModelWeights& w;
+  const ModelConfig& c;
+  HybridMoeOptions opt;
+  cudaStream_t stream;
+  std::unique_ptr<ThreadPool> own_pool;
+  ThreadPool* pool = nullptr;
+  std::unique_ptr<CpuExpertExecutor> cpu;
+  std::unique_ptr<ExpertResidency> res;
+  std::unique_ptr<cuda::DeviceExpertSlots> slots;
+  std::unique_ptr<cuda::ExpertCopier> copier;
+  std::vector<cuda::SlotGeometry> geom;  // per layer
+  CostModel cost;
+
+  cuda::DeviceArena arena;
+  float *xg = nullptr, *hg = nullptr, *hu = nullptr, *yc = nullptr, *exp_y = nullptr;
+  cuda::Q8Act xg_q8, h_q8;
+  int32_t* idx = nullptr;  // [token_of_row | pair_of_row | offsets | group_expert | cpu_pair], P each (+1)
+  cuda::PinnedBuffer ids_host, x_host, idx_host, cpu_y_host;
+  cuda::Event routes_ready{false}, x_ready{false};
+  std::vector<std::unique_ptr<cuda::Event>> copied, wave_done;
+  cuda::Event gpu0{true}, gpu1{true}, copy0{true}, copy1{true};
+  bool timing_pending = false, copy_timing_pending = false;
+
+  uint64_t step = 0;
+  int pass_tokens = 0;
+  Clock::time_point pass_start;
+  ExpertTelemetry tel;
+  TierCounts pass_counts;
+  double pass_cpu_s = 0;
+
+  // Per-layer scratch on the host.
+  std::vector<int32_t> count, start, by_expert, tier_index;
+  std::vector<ExpertKey> keys;
+  std::vector<uint32_t> tokens;
+  std::vector<ExpertWork> cpu_work;
+
+  Impl(const ModelWeights& weights, const HybridMoeOptions& o, cudaStream_t s) : w(weights), c(weights.cfg), opt(o), stream(s) {}
+
+  cuda::Event& event(std::vector<std::unique_ptr<cuda::Event>>& v, size_t i) {
+    while (v.size() <= i) v.push_back(std::make_unique<cuda::Event>(false));
+    return *v[i];
+  }
+
+  int P() const { return opt.max_tokens * c.n_expert_used; }
+  int32_t* token_of_row() const { return idx; }
+  int32_t* pair_of_row() const { return idx + P(); }
+  int32_t* offsets() const { return idx + 2 * P(); }
+  int32_t* group_expert() const { return idx + 3 * P() + 1; }
+  int32_t* cpu_pair() const { return idx + 4 * P() + 1; }
+
+  void allocate_buffers() {
+    const size_t Pn = static_cast<size_t>(P()), D = c.n_embd, F = c.n_ff_exp;
+    arena = cuda::DeviceArena("hybrid expert buffers", buffer_bytes(c, opt.max_tokens, 0, 0, 0));
+    xg = arena.alloc_n<float>(Pn * D);
+    yc = arena.alloc_n<float>(Pn * D);
+    exp_y = arena.alloc_n<float>(Pn * D);
+    hg = arena.alloc_n<float>(Pn * F);
+    hu = arena.alloc_n<float>(Pn * F);
+    xg_q8 = cuda::q8act_view(arena.alloc(cuda::q8act_bytes(D, Pn)), D, Pn);
+    h_q8 = cuda::q8act_view(arena.alloc(cuda::q8act_bytes(F, Pn)), F, Pn);
+    idx = arena.alloc_n<int32_t>(Pn * 5 + 1);
+    ids_host = cuda::PinnedBuffer(Pn * sizeof(int32_t));
+    x_host = cuda::PinnedBuffer(static_cast<size_t>(opt.max_tokens) * D * sizeof(float));
+    idx_host = cuda::PinnedBuffer((Pn * 5 + 1) * sizeof(int32_t));
+    cpu_y_host = cuda::PinnedBuffer(Pn * D * sizeof(float));
+    MS_CUDA_CHECK(cudaMemset(arena.base(), 0, arena.capacity()));
+  }
+
+  void make_slots() {
+    ResidencyConfig rc;
+    rc.n_layer = static_cast<uint32_t>(c.n_layer);
+    rc.n_expert = static_cast<uint32_t>(c.n_expert);
+    rc.k = static_cast<uint32_t>(c.n_expert_used);
+    rc.pool_bytes = opt.pool_bytes;
+    rc.transit_slots = std::max<uint32_t>(2, opt.transit_slots & ~1u);  // even: waves take half each
+    rc.policy = opt.policy;
+    rc.cost = cost;
+    rc.profile = opt.profile;
+    geom.resize(static_cast<size_t>(c.n_layer));
+    for (int l = 0; l < c.n_layer; ++l) {
+      const ExpertWeights& e = w.layers[static_cast<size_t>(l)].experts;
+      geom[static_cast<size_t>(l)] = cuda::SlotGeometry::of(e.gate_bytes(), e.up_bytes(), e.down_bytes());
+      rc.slot_bytes.push_back(geom[static_cast<size_t>(l)].slot_bytes);
+    }
+    res = std::make_unique<ExpertResidency>(rc);
+    const PoolLayout& layout = res->layout();
+    std::vector<cuda::DeviceExpertSlots::PoolSpec> pools;
+    for (const Pool& p : layout.pools)
+      pools.push_back({p.slot_bytes, static_cast<uint32_t>(p.slots) + res->transit_slots()});
+    std::vector<cuda::DeviceExpertSlots::LayerSpec> layers;
+    for (int l = 0; l < c.n_layer; ++l) {
+      const ExpertWeights& e = w.layers[static_cast<size_t>(l)].experts;
+      layers.push_back({layout.pool_of_layer[static_cast<size_t>(l)], e.gate_type, e.up_type, e.down_type, e.n_embd,
+                        e.n_ff, geom[static_cast<size_t>(l)]});
+    }
+    slots = std::make_unique<cuda::DeviceExpertSlots>(pools, layers, c.n_expert);
+  }
+
+  void make_copier() {
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (const LayerWeights& L : w.layers)
+      for (int e = 0; e < L.experts.n_expert; ++e)
+        for (auto [p, n] : {std::pair{L.experts.gate(e), L.experts.gate_bytes()},
+                            std::pair{L.experts.up(e), L.experts.up_bytes()},
+                            std::pair{L.experts.down(e), L.experts.down_bytes()}}) {
+          lo = std::min(lo, reinterpret_cast<uintptr_t>(p));
+          hi = std::max(hi, reinterpret_cast<uintptr_t>(p) + n);
+        }
+    copier = std::make_unique<cuda::ExpertCopier>(reinterpret_cast<const void*>(lo), hi - lo,
+                                                  cuda::parse_host_pin(opt.host_pin));
+  }
+
+  // Expert e of layer l into `dst` (a slot), on the copy stream.
+  void copy_expert(int l, int e, void* dst) {
+    const ExpertWeights& x = w.layers[static_cast<size_t>(l)].experts;
+    const cuda::SlotGeometry& g = geom[static_cast<size_t>(l)];
+    auto* d = static_cast<char*>(dst);
+    copier->copy(d, x.gate(e), g.gate_bytes);
+    copier->copy(d + g.up_offset, x.up(e), g.up_bytes);
+    copier->copy(d + g.down_offset, x.down(e), g.down_bytes);
+  }
+
+  int first_moe_layer() const {
+    for (int l = 0; l < c.n_layer; ++l)
+      if (res->pool_of_layer(static_cast<uint32_t>(l)) >= 0) return l;
+    return 0;
+  }
+
+  // PCIe, CPU expert and GPU bandwidths of this machine, for the split.
+  void measure_cost() {
+    cost = CostModel();
+    const int l = first_moe_layer();
+    const int32_t pool = res->pool_of_layer(static_cast<uint32_t>(l));
+    const uint32_t cache = static_cast<uint32_t>(res->layout().pools[static_cast<size_t>(pool)].slots);
+    const uint64_t bytes = geom[static_cast<size_t>(l)].gate_bytes + geom[static_cast<size_t>(l)].up_bytes +
+                           geom[static_cast<size_t>(l)].down_bytes;
+    const int n_copy = static_cast<int>(std::min<uint32_t>(res->transit_slots(), static_cast<uint32_t>(c.n_expert)));
+    // PCIe: the transit slots filled twice (the first pass warms up).
+    for (int rep = 0; rep < 2; ++rep) {
+      copier->record(copy0.get());
+      for (int i = 0; i < n_copy; ++i) copy_expert(l, i, slots->slot_address(pool, static_cast<int32_t>(cache + i)));
+      copier->record(copy1.get());
+      copy1.synchronize();
+    }
+    const double copy_s = copy1.ms_since(copy0) * 1e-3;
+    if (copy_s > 0) cost.pcie_gbps = double(bytes) * n_copy / copy_s / 1e9;
+    // CPU: one token through 1 and through 4 experts; the difference is the
+    // streaming rate, the rest per-expert overhead.
+    std::vector<float> x(static_cast<size_t>(c.n_embd), 0.01f), y(static_cast<size_t>(4 * c.n_embd));
+    auto time_cpu = [&](int n_exp) {
+      std::vector<ExpertWork> work;
+      for (int e = 0; e < n_exp; ++e) work.push_back({e % c.n_expert, {0}, {e}});
+      double best = 1e9;
+      for (int rep = 0; rep < 3; ++rep) {
+        const auto t = Clock::now();
+        cpu->compute(l, x.data(), 1, work, y.data());
+        best = std::min(best, seconds_since(t));
+      }
+      return best;
+    };
+    const double t1 = time_cpu(1), t4 = time_cpu(4);
+    if (t4 > t1) {
+      cost.cpu_gbps = 3.0 * double(bytes) / (t4 - t1) / 1e9;
+      cost.cpu_overhead_us = std::max(0.0, (t1 - double(bytes) / (cost.cpu_gbps * 1e9)) * 1e6);
+    }
+    // GPU: device-to-device copies between two step buffers (read + write).
+    const size_t n = static_cast<size_t>(P()) * c.n_embd * sizeof(float);
+    MS_CUDA_CHECK(cudaMemcpyAsync(yc, exp_y, n, cudaMemcpyDeviceToDevice, stream));
+    gpu0.record(stream);
+    for (int i = 0; i < 5; ++i) MS_CUDA_CHECK(cudaMemcpyAsync(yc, exp_y, n, cudaMemcpyDeviceToDevice, stream));
+    gpu1.record(stream);
+    gpu1.synchronize();
+    const double gpu_s = gpu1.ms_since(gpu0) * 1e-3;
+    if (gpu_s > 0) cost.gpu_hbm_gbps = 2.0 * 5 * double(n) / gpu_s / 1e9;
+    if (!opt.cost_overrides.empty()) cost.apply_overrides(opt.cost_overrides);
+    cost.validate();
+  }
+
+  void place_initial() {
+    for (const auto& [key, slot] : res->initial_placement()) {
+      const int l = static_cast<int>(key / c.n_expert), e = static_cast<int>(key % c.n_expert);
+      copy_expert(l, e, slots->slot_address(slot.pool, slot.slot));
+      slots->point(l, e, slot.pool, slot.slot);
+    }
+    for (int l = 0; l < c.n_layer; ++l) slots->upload(l, stream);
+    MS_CUDA_CHECK(cudaStreamSynchronize(copier->stream()));
+    MS_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+
+  void collect_timing() {
+    if (timing_pending) {
+      tel.gpu_experts_s += gpu1.ms_since(gpu0) * 1e-3;
+      timing_pending = false;
+    }
+    if (copy_timing_pending) {
+      tel.copy_busy_s += copy1.ms_since(copy0) * 1e-3;
+      copy_timing_pending = false;
+    }
+  }
+
+  void run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* wts, float* h);
+};
+
+void HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids,
+                          const float* wts, float* h) {
+  (void)x_q8;  // the waves quantize their gathered rows themselves
+  const int K = c.n_expert_used, E = c.n_expert, np = n * K;
+  const int64_t D = c.n_embd, F = c.n_ff_exp;
+  if (n > opt.max_tokens) throw Error("hybrid MoE: more tokens than the step's buffers hold");
+
+  // ---- route: ids (and the input for small passes) to the host
+  auto t0 = Clock::now();
+  auto* ids_h = ids_host.as<int32_t>();
+  MS_CUDA_CHECK(cudaMemcpyAsync(ids_h, ids, sizeof(int32_t) * np, cudaMemcpyDeviceToHost, stream));
+  const bool x_early = n <= kEagerInputTokens;
+  if (x_early) MS_CUDA_CHECK(cudaMemcpyAsync(x_host.get(), x, sizeof(float) * n * D, cudaMemcpyDeviceToHost, stream));
+  routes_ready.record(stream);
+  routes_ready.synchronize();
+  tel.route_wait_s += seconds_since(t0);
+  collect_timing();
+  const auto t_plan = Clock::now();
+
+  // ---- plan
+  count.assign(static_cast<size_t>(E), 0);
+  for (int p = 0; p < np; ++p) {
+    if (ids_h[p] < 0 || ids_h[p] >= E)
+      throw Error("router chose expert " + std::to_string(ids_h[p]) + " of " + std::to_string(E));
+    ++count[static_cast<size_t>(ids_h[p])];
+  }
+  keys.clear();
+  tokens.clear();
+  start.assign(static_cast<size_t>(E) + 1, 0);
+  for (int e = 0; e < E; ++e) {
+    start[static_cast<size_t>(e) + 1] = start[static_cast<size_t>(e)] + count[static_cast<size_t>(e)];
+    if (count[static_cast<size_t>(e)]) {
+      keys.push_back(static_cast<ExpertKey>(il) * E + e);
+      tokens.push_back(static_cast<uint32_t>(count[static_cast<size_t>(e)]));
+    }
+  }
+  by_expert.resize(static_cast<size_t>(np));  // pairs grouped by expert, in pair order
+  {
+    std::vector<int32_t> cur(start.begin(), start.end() - 1);
+    for (int p = 0; p < np; ++p) by_expert[static_cast<size_t>(cur[static_cast<size_t>(ids_h[p])]++)] = p;
+  }
+  const StepPlan& sp = res->plan(step, static_cast<uint32_t>(il), keys, tokens);
+
+  // ---- waves: resident and admitted experts in wave 0; transit experts in
+  // waves of half the transit slots, so wave w's copies overlap wave w-1's
+  // compute and only wait for wave w-2 (whose transit slots they reuse).
+  const uint32_t half = std::max<uint32_t>(1, res->transit_slots() / 2);
+  std::vector<std::vector<size_t>> waves(1);
+  uint32_t n_transit = 0;
+  cpu_work.clear();
+  int n_cpu_rows = 0;
+  auto* idx_h = idx_host.as<int32_t>();
+  int32_t* cpu_pair_h = idx_h + 4 * P() + 1;
+  TierCounts& lc = tel.layers[static_cast<size_t>(il)];
+  for (size_t i = 0; i < sp.plan.experts.size(); ++i) {
+    const PlannedExpert& pe = sp.plan.experts[i];
+    const int e = static_cast<int>(pe.key % static_cast<uint32_t>(E));
+    const uint64_t pairs = static_cast<uint64_t>(count[static_cast<size_t>(e)]);
+    if (pe.tier == Tier::Host) {
+      lc.host += pairs;
+      pass_counts.host += pairs;
+      ExpertWork wk{e, {}, {}};
+      for (int q = start[static_cast<size_t>(e)]; q < start[static_cast<size_t>(e) + 1]; ++q) {
+        const int p = by_expert[static_cast<size_t>(q)];
+        wk.tokens.push_back(p / K);
+        wk.slots.push_back(n_cpu_rows);
+        cpu_pair_h[n_cpu_rows++] = p;
+      }
+      cpu_work.push_back(std::move(wk));
+      continue;
+    }
+    (pe.tier == Tier::Resident ? lc.resident : lc.streamed) += pairs;
+    (pe.tier == Tier::Resident ? pass_counts.resident : pass_counts.streamed) += pairs;
+    slots->point(il, e, sp.where[i].pool, sp.where[i].slot);
+    size_t wv = 0;
+    if (sp.transit[i]) wv = n_transit++ / half;
+    if (waves.size() <= wv) waves.resize(wv + 1);
+    waves[wv].push_back(i);
+  }
+
+  // Rows in wave order: a wave's rows are consecutive, so its elementwise
+  // steps (quantize, SwiGLU) touch only its own rows.
+  int32_t* token_h = idx_h;
+  int32_t* pair_h = idx_h + P();
+  int32_t* offs_h = idx_h + 2 * P();
+  int32_t* gexp_h = idx_h + 3 * P() + 1;
+  struct WaveRange { int r0, r1, g0, g1, max_rows; bool copies; };
+  std::vector<WaveRange> wr;
+  int rows = 0, groups = 0;
+  for (const auto& wave : waves) {
+    WaveRange r{rows, rows, groups, groups, 1, false};
+    for (size_t i : wave) {
+      const int e = static_cast<int>(sp.plan.experts[i].key % static_cast<uint32_t>(E));
+      offs_h[groups] = rows;
+      gexp_h[groups] = e;
+      ++groups;
+      for (int q = start[static_cast<size_t>(e)]; q < start[static_cast<size_t>(e) + 1]; ++q) {
+        const int p = by_expert[static_cast<size_t>(q)];
+        token_h[rows] = p / K;
+        pair_h[rows] = p;
+        ++rows;
+      }
+      r.max_rows = std::max(r.max_rows, count[static_cast<size_t>(e)]);
+      r.copies = r.copies || sp.copy[i];
+    }
+    r.r1 = rows;
+    r.g1 = groups;
+    wr.push_back(r);
+  }
+  offs_h[groups] = rows;
+
+  // The CPU's input, if it was not fetched with the routes: ahead of the waves
+  // so that waiting for it does not wait for them.
+  if (!cpu_work.empty() && !x_early) {
+    MS_CUDA_CHECK(cudaMemcpyAsync(x_host.get(), x, sizeof(float) * n * D, cudaMemcpyDeviceToHost, stream));
+    x_ready.record(stream);
+  }
+
+  // ---- copies (copy stream) and GPU waves (compute stream), interleaved so
+  // every event is recorded before anything waits on it.
+  slots->upload(il, stream);
+  MS_CUDA_CHECK(cudaMemcpyAsync(idx, idx_h, sizeof(int32_t) * (4 * static_cast<size_t>(P()) + 1 + n_cpu_rows),
+                                cudaMemcpyHostToDevice, stream));
+  const bool any_copy = std::any_of(wr.begin(), wr.end(), [](const WaveRange& r) { return r.copies; });
+  if (any_copy) {
+    copier->record(copy0.get());
+    copy_timing_pending = true;
+  }
+  gpu0.record(stream);
+  const cuda::ExpertWeights& ew = slots->weights(il);
+  const bool batch = n >= opt.gemm_min_batch;
+  for (size_t wv = 0; wv < wr.size(); ++wv) {
+    const WaveRange& r = wr[wv];
+    if (r.r1 == r.r0) continue;
+    if (r.copies) {
+      if (wv >= 2) copier->wait(event(wave_done, wv - 2).get());
+      for (size_t i : waves[wv])
+        if (sp.copy[i]) {
+          const int e = static_cast<int>(sp.plan.experts[i].key % static_cast<uint32_t>(E));
+          copy_expert(il, e, slots->slot_address(sp.where[i].pool, sp.where[i].slot));
+        }
+      copier->record(event(copied, wv).get());
+      MS_CUDA_CHECK(cudaStreamWaitEvent(stream, event(copied, wv).get(), 0));
+    }
+    const int nr = r.r1 - r.r0;
+    cuda::gather_rows(x, token_of_row() + r.r0, nr, D, xg + r.r0 * D, stream);
+    cuda::MatvecGroups g;
+    g.max_groups = r.g1 - r.g0;
+    g.per_group = r.max_rows;
+    g.n_expert = E;
+    g.expert = group_expert() + r.g0;
+    g.offsets = offsets() + r.g0;
+    cuda::MatvecInput in;
+    in.f32 = xg;
+    if (cuda::matvec_takes_q8(ew.gate.type)) {
+      cuda::quantize_q8act(xg + r.r0 * D, D, nr, q8_rows(xg_q8, r.r0), stream);
+      in.q8 = xg_q8;
+    }
+    if (batch) {
+      cuda::matmul(ew.gate, in, g, hg, F, nullptr, stream);
+      cuda::matmul(ew.up, in, g, hu, F, nullptr, stream);
+      cuda::silu_mul(hg + r.r0 * F, hu + r.r0 * F, hg + r.r0 * F, static_cast<int64_t>(nr) * F, stream);
+    } else {
+      cuda::matvec_glu(ew.gate, ew.up, in, g, hg, F, stream);
+    }
+    cuda::MatvecInput hin;
+    hin.f32 = hg;
+    if (cuda::matvec_takes_q8(ew.down.type)) {
+      cuda::quantize_q8act(hg + r.r0 * F, F, nr, q8_rows(h_q8, r.r0), stream);
+      hin.q8 = h_q8;
+    }
+    if (batch) cuda::matmul(ew.down, hin, g, yc, D, nullptr, stream);
+    else cuda::matvec(ew.down, hin, g, yc, D, nullptr, stream);
+    cuda::scatter_rows(yc + r.r0 * D, pair_of_row() + r.r0, nr, D, exp_y, stream);
+    event(wave_done, wv).record(stream);
+  }
+  if (any_copy) copier->record(copy1.get());
+  tel.plan_s += seconds_since(t_plan);
+
+  // ---- CPU experts, while the GPU runs the waves
+  if (!cpu_work.empty()) {
+    if (!x_early) x_ready.synchronize();
+    const auto t = Clock::now();
+    cpu->compute(il, x_host.as<float>(), n, cpu_work, cpu_y_host.as<float>());
+    const double s = seconds_since(t);
+    tel.cpu_experts_s += s;
+    pass_cpu_s += s;
+    // The gathered-input buffer is free once the waves ran (same stream).
+    MS_CUDA_CHECK(cudaMemcpyAsync(xg, cpu_y_host.get(), sizeof(float) * n_cpu_rows * D, cudaMemcpyHostToDevice, stream));
+    cuda::scatter_rows(xg, cpu_pair(), n_cpu_rows, D, exp_y, stream);
+  }
+
+  // ---- combine: every pair at its index, summed in fixed order
+  cuda::moe_combine(exp_y, wts, n, K, D, h, h, stream);
+  gpu1.record(stream);
+  timing_pending = true;
+}
+
+HybridMoe::HybridMoe(const ModelWeights& w, const HybridMoeOptions& opt, cudaStream_t compute)
+    : impl_(std::make_unique<Impl>(w, opt, compute)) {
+  Impl& m = *impl_;
+  const ModelConfig& c = w.cfg;
+  if (!c.is_moe()) throw Error("hybrid MoE: the model has no routed experts");
+  if (opt.max_tokens * c.n_expert_used > 65535) throw Error("hybrid MoE: too many (token, expert) pairs per pass");
+  m.pool = opt.pool;
+  if (!m.pool) {
+    m.own_pool = std::make_unique<ThreadPool>(0);
+    m.pool = m.own_pool.get();
+  }
+  m.cpu = std::make_unique<CpuExpertExecutor>(w, *m.pool);
+  auto t = Clock::now();
+  auto stage = [&](const char* what) {
+    if (opt.verbose_steps || std::getenv("MOESTREAM_HYBRID_TRACE"))
+      std::fprintf(stderr, "moestream: hybrid start-up: %s (%.2f s)\n", what, seconds_since(t));
+    t = Clock::now();
+  };
+  m.allocate_buffers();
+  stage("buffers");
+  m.make_slots();
+  stage("slots");
+  m.make_copier();
+  stage(m.copier->mode_name());
+  m.measure_cost();
+  stage("cost model measured");
+  m.res->set_cost(m.cost);  // the split uses this machine's figures from here on
+  m.place_initial();
+  stage("initial placement copied");
+  ExpertTelemetry& tl = m.tel;
+  tl.hybrid = true;
+  tl.policy = opt.policy;
+  tl.host_pin = m.copier->mode_name();
+  tl.pool_bytes = opt.pool_bytes;
+  tl.cache_slots = m.res->layout().total_slots();
+  tl.transit_slots = static_cast<uint64_t>(m.res->transit_slots()) * m.res->layout().pools.size();
+  tl.experts_total = static_cast<uint64_t>(c.n_expert) * static_cast<uint64_t>(m.res->layout().pool_of_layer.size() -
+                     std::count(m.res->layout().pool_of_layer.begin(), m.res->layout().pool_of_layer.end(), -1));
+  tl.pcie_gbps = m.cost.pcie_gbps;
+  tl.cpu_gbps = m.cost.cpu_gbps;
+  tl.gpu_gbps = m.cost.gpu_hbm_gbps;
+  tl.layers.resize(static_cast<size_t>(c.n_layer));
+}
+
+HybridMoe::~HybridMoe() = default;
+
+void HybridMoe::begin_pass(int n_tokens) {
+  Impl& m = *impl_;
+  m.pass_tokens = n_tokens;
+  m.pass_start = Clock::now();
+  m.pass_counts = TierCounts{};
+  m.pass_cpu_s = 0;
+}
+
+void HybridMoe::end_pass() {
+  Impl& m = *impl_;
+  MS_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  m.collect_timing();
+  ExpertTelemetry& t = m.tel;
+  const double s = seconds_since(m.pass_start);
+  t.total_s += s;
+  ++t.passes;
+  t.tokens += static_cast<uint64_t>(m.pass_tokens);
+  if (m.pass_tokens == 1) {
+    ++t.decode_tokens;
+    t.decode.resident += m.pass_counts.resident;
+    t.decode.streamed += m.pass_counts.streamed;
+    t.decode.host += m.pass_counts.host;
+  }
+  ++m.step;
+  if (m.opt.verbose_steps)
+    std::fprintf(stderr, "step %llu: %d tokens, %.3f ms; pairs resident %llu, streamed %llu, CPU %llu (CPU %.3f ms)\n",
+                 static_cast<unsigned long long>(m.step), m.pass_tokens, s * 1e3,
+                 static_cast<unsigned long long>(m.pass_counts.resident),
+                 static_cast<unsigned long long>(m.pass_counts.streamed),
+                 static_cast<unsigned long long>(m.pass_counts.host), m.pass_cpu_s * 1e3);
+}
+
+void HybridMoe::run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* weights,
+                    float* h) {
+  impl_->run(il, n, x, x_q8, ids, weights, h);
+}
+
+ExpertTelemetry HybridMoe::telemetry() const {
+  ExpertTelemetry t = impl_->tel;
+  const ResidencyCounters& rc = impl_->res->counters();
+  t.admitted = rc.admitted;
+  t.evicted = rc.evicted;
+  t.h2d_bytes = rc.copy_bytes;
+  t.h2d_copies = rc.streamed;
+  return t;
+}
+
+uint64_t HybridMoe::device_bytes() const { return impl_->arena.capacity() + impl_->slots->capacity(); }
+
+}  // namespace ms

@@ -1,0 +1,78 @@
+// The hybrid MoE step: the one place that knows a layer's routed experts run
+// split between VRAM slots, PCIe streaming and the CPU. Used by CudaBackend
+// when the VRAM budget does not hold every expert.
+//
+// One layer, as data flows:
+//   route    the router's ids (and, for CPU experts, the FFN input rows) come
+//            back to the host: the one round trip of the layer
+//   plan     experts/residency.h: resident / stream (into a cache slot or a
+//            transit slot) / host, by the cache policy and the cost model
+//   experts  copy stream: the streamed experts' bytes into their slots, in
+//            waves over the transit slots; compute stream: per wave, waits for
+//            its copies, then gate/up -> SwiGLU -> down over the wave's
+//            (token, expert) rows, gathered into consecutive rows; meanwhile
+//            the CPU computes its experts from the mapped file
+//   combine  the CPU's rows go up, every pair's output sits at its pair index,
+//            and one weighted sum in fixed order adds them to the residual
+//
+// CUDA-only header.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cpu/thread_pool.h"
+#include "cuda/matvec.h"
+#include "experts/cost_model.h"
+#include "experts/profile.h"
+#include "experts/telemetry.h"
+#include "model/weights.h"
+
+namespace ms {
+
+struct HybridMoeOptions {
+  uint64_t pool_bytes = 0;        // VRAM for cache slots (0: every cold expert streams or runs on the CPU)
+  uint32_t transit_slots = 16;    // per slot pool, for experts streamed without being kept
+  std::string policy = "default";
+  std::string host_pin = "auto";  // cuda::HostPin
+  const ExpertProfile* profile = nullptr;
+  int max_tokens = 512;           // tokens per forward chunk
+  int gemm_min_batch = 16;        // tensor-core matmul from this many tokens
+  std::string cost_overrides;     // "pcie_gbps=20,..." after measuring (tests, what-if runs)
+  bool verbose_steps = false;     // one stderr line per forward pass
+  ThreadPool* pool = nullptr;     // CPU experts (null: one of hardware threads)
+};
+
+class HybridMoe {
+ public:
+  // Device bytes the step's own buffers take for these sizes (the budget
+  // counts them before the slot pool).
+  static uint64_t buffer_bytes(const ModelConfig& c, int max_tokens, uint32_t transit_slots,
+                               uint64_t largest_slot, size_t n_pools);
+  // Slot bytes of one expert of layer L (gate|up|down, aligned).
+  static uint64_t slot_bytes(const ExpertWeights& e);
+
+  HybridMoe(const ModelWeights& w, const HybridMoeOptions& opt, cudaStream_t compute);
+  ~HybridMoe();
+  HybridMoe(const HybridMoe&) = delete;
+  HybridMoe& operator=(const HybridMoe&) = delete;
+
+  // A forward call starts / ends (the policies' clock; telemetry).
+  void begin_pass(int n_tokens);
+  void end_pass();
+  // Layer il for n tokens: x [n][n_embd] the FFN input (x_q8 the same as Q8,
+  // valid when the experts take Q8), ids/weights [n][k] from the router, all
+  // on the device; h[t] += sum_j weights[t][j] * expert_j(x[t]).
+  void run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* weights, float* h);
+
+  ExpertTelemetry telemetry() const;
+  uint64_t device_bytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ms

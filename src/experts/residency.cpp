@@ -1,0 +1,153 @@
+#include "experts/residency.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "util/error.h"
+
+namespace ms {
+
+TraceHeader residency_header(const ResidencyConfig& cfg) {
+  TraceHeader h;
+  h.n_layer = cfg.n_layer;
+  h.n_expert = cfg.n_expert;
+  h.k = cfg.k;
+  h.expert_bytes = cfg.slot_bytes;
+  h.expert_bytes.resize(cfg.n_layer, 0);
+  return h;
+}
+
+namespace {
+
+PoolLayout layout_for(const ResidencyConfig& cfg) {
+  if (cfg.n_layer == 0 || cfg.n_expert == 0) throw Error("expert residency: the model has no routed experts");
+  CapacitySpec cap;
+  cap.kind = CapacitySpec::Kind::Bytes;
+  cap.value = double(cfg.pool_bytes);
+  return make_pool_layout(residency_header(cfg), cap);
+}
+
+PolicyOptions policy_options(const ResidencyConfig& cfg) {
+  PolicyOptions o;
+  o.n_keys = cfg.n_layer * cfg.n_expert;
+  if (cfg.profile) o.pinned = cfg.profile->hottest(o.n_keys);
+  return o;
+}
+
+}  // namespace
+
+ExpertResidency::ExpertResidency(const ResidencyConfig& cfg)
+    : cfg_(cfg),
+      layout_(layout_for(cfg)),
+      cache_(layout_, cfg.n_expert, cfg.policy, policy_options(cfg)),
+      planner_(cfg.cost, residency_header(cfg).expert_bytes, cfg.n_expert) {
+  slot_of_key_.assign(size_t(cfg.n_layer) * cfg.n_expert, -1);
+  free_slots_.resize(layout_.pools.size());
+  transit_next_.assign(layout_.pools.size(), 0);
+  for (size_t p = 0; p < layout_.pools.size(); ++p)
+    for (size_t s = layout_.pools[p].slots; s-- > 0;) free_slots_[p].push_back(int32_t(s));
+}
+
+int32_t ExpertResidency::take_slot(int32_t pool) {
+  auto& f = free_slots_[size_t(pool)];
+  // The policy admitted more experts than the pool has slots: a bug in the
+  // policy's capacity accounting, never a user error.
+  if (f.empty()) throw std::logic_error("expert residency: no free slot in pool " + std::to_string(pool));
+  const int32_t s = f.back();
+  f.pop_back();
+  return s;
+}
+
+void ExpertResidency::release(ExpertKey key) {
+  int32_t& s = slot_of_key_[key];
+  if (s < 0) throw std::logic_error("expert residency: evicting an expert that holds no slot");
+  free_slots_[size_t(layout_.pool_of_layer[key / cfg_.n_expert])].push_back(s);
+  s = -1;
+}
+
+SlotRef ExpertResidency::slot_of(ExpertKey key) const {
+  if (key >= slot_of_key_.size() || slot_of_key_[key] < 0) return {};
+  return {layout_.pool_of_layer[key / cfg_.n_expert], slot_of_key_[key]};
+}
+
+size_t ExpertResidency::resident_count() const {
+  size_t n = 0;
+  for (int32_t s : slot_of_key_) n += s >= 0;
+  return n;
+}
+
+std::vector<std::pair<ExpertKey, SlotRef>> ExpertResidency::initial_placement() {
+  std::vector<std::pair<ExpertKey, SlotRef>> out;
+  auto place = [&](ExpertKey key) {
+    const int32_t pool = layout_.pool_of_layer[key / cfg_.n_expert];
+    slot_of_key_[key] = take_slot(pool);
+    out.push_back({key, slot_of(key)});
+  };
+  // What the policy starts with (pinned experts), then offers in order: the
+  // profile's hottest, then expert e of every layer of a pool for e = 0, 1, ...
+  // (an even spread when nothing is known about popularity).
+  for (ExpertKey key : cache_.resident())
+    if (slot_of_key_[key] < 0) place(key);
+  std::vector<ExpertKey> offers;
+  if (cfg_.profile) offers = cfg_.profile->hottest(slot_of_key_.size());
+  for (const Pool& pool : layout_.pools)
+    for (uint32_t e = 0; e < cfg_.n_expert; ++e)
+      for (uint32_t layer : pool.layers) offers.push_back(layer * cfg_.n_expert + e);
+  std::vector<ExpertKey> evicted;
+  std::vector<size_t> room(layout_.pools.size());
+  for (size_t p = 0; p < room.size(); ++p) room[p] = free_slots_[p].size();
+  for (ExpertKey key : offers) {
+    const int32_t pool = layout_.pool_of_layer[key / cfg_.n_expert];
+    if (pool < 0 || room[size_t(pool)] == 0 || slot_of_key_[key] >= 0) continue;
+    evicted.clear();
+    // Offered only while the pool has room: nothing may be evicted.
+    if (!cache_.prefetch(0, key, 1.0f, {}, evicted)) continue;
+    if (!evicted.empty()) throw std::logic_error("expert residency: initial placement evicted an expert");
+    place(key);
+    --room[size_t(pool)];
+  }
+  return out;
+}
+
+const StepPlan& ExpertResidency::plan(uint64_t step, uint32_t layer, std::span<const ExpertKey> keys,
+                                      std::span<const uint32_t> tokens) {
+  StepPlan& p = plan_;
+  p.plan = planner_.plan(step, layer, keys, tokens, cache_);
+  // Evictions free slots first; admissions then take them.
+  for (ExpertKey key : p.plan.evicted) release(key);
+  const int32_t pool = layout_.pool_of_layer[layer];
+  for (ExpertKey key : p.plan.admitted) slot_of_key_[key] = take_slot(pool);
+  const size_t n = p.plan.experts.size();
+  p.where.assign(n, SlotRef{});
+  p.copy.assign(n, 0);
+  p.transit.assign(n, 0);
+  const uint32_t cache_slots = pool >= 0 ? uint32_t(layout_.pools[size_t(pool)].slots) : 0;
+  for (size_t i = 0; i < n; ++i) {
+    const PlannedExpert& e = p.plan.experts[i];
+    if (e.tier == Tier::Host) continue;
+    if (e.tier == Tier::Resident || e.admit) {
+      p.where[i] = slot_of(e.key);
+      if (!p.where[i].valid()) throw std::logic_error("expert residency: a resident expert holds no slot");
+      p.copy[i] = e.admit;
+      continue;
+    }
+    // Streamed for this step only.
+    if (cfg_.transit_slots == 0) throw std::logic_error("expert residency: streaming needs transit slots");
+    uint32_t& t = transit_next_[size_t(pool)];
+    p.where[i] = {pool, int32_t(cache_slots + t)};
+    t = (t + 1) % cfg_.transit_slots;
+    p.copy[i] = 1;
+    p.transit[i] = 1;
+  }
+  ++counters_.layer_steps;
+  counters_.resident += p.plan.n_resident;
+  counters_.streamed += p.plan.n_stream;  // admitted ones included
+  counters_.host += p.plan.n_host;
+  counters_.admitted += p.plan.admitted.size();
+  counters_.evicted += p.plan.evicted.size();
+  for (size_t i = 0; i < n; ++i)
+    if (p.copy[i]) counters_.copy_bytes += planner_.bytes_of(p.plan.experts[i].key);
+  return p;
+}
+
+}  // namespace ms

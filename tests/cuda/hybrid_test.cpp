@@ -1,0 +1,268 @@
+// Tiered experts (CudaBackend with a VRAM budget below the model): a plan
+// never changes results. Every budget from the minimum to just below the
+// whole model, every cache policy, each tier on its own (CPU only, PCIe only,
+// staging ring), gives the all-resident run's greedy tokens; logits stay
+// within the backends' tolerance; a budget below the minimum is a clear error.
+//
+// Identity: with f16 weights the greedy tokens must be identical, full stop.
+// With quantized weights the CPU experts quantize activations per 256/32
+// elements and the GPU per 32 (see backend_forward_test.cpp), so on the tiny
+// random models a near-tie may flip: both runs are fed the reference's token
+// and must pick the same one unless the reference's two candidates are within
+// the tolerance of each other.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "cuda/backend/cuda_backend.h"
+#include "cuda_test_util.h"
+#include "engine/generator.h"
+#include "engine/loaded_model.h"
+#include "engine/sampler.h"
+#include "experts/policy.h"
+#include "format/gguf.h"
+#include "model/hparams.h"
+#include "model/tensor_roles.h"
+#include "util/error.h"
+
+namespace ms::cuda::test {
+namespace {
+
+constexpr double kRelTol = 0.05;
+constexpr int kCtx = 128;
+
+ThreadPool& pool() {
+  static ThreadPool p(0);
+  return p;
+}
+
+const LoadedModel& tiny_model(const std::string& arch, const std::string& quant) {
+  static std::map<std::string, std::unique_ptr<LoadedModel>> cache;
+  const std::string key = arch + "-" + quant;
+  if (auto it = cache.find(key); it != cache.end()) return *it->second;
+  const auto dir = std::filesystem::temp_directory_path() / ("ms_hybrid_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / (key + ".gguf")).string();
+  GenOptions o;
+  o.arch = arch;
+  o.preset = "tiny";
+  o.quant = quant;
+  o.router_skew = 0.5;
+  generate_model(o, path, pool());
+  auto m = LoadedModel::open(path);
+  std::filesystem::remove(path);  // the mapping stays valid
+  return *(cache[key] = std::move(m));
+}
+
+VramPlan needs(const LoadedModel& m) {
+  return vram_needs(split_weights(*m.file), inspect_hparams(*m.file), kCtx);
+}
+
+std::vector<int32_t> some_tokens(int n, int64_t n_vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_vocab - 3));
+  return t;
+}
+
+double rms(const std::vector<float>& v) {
+  double s = 0;
+  for (float x : v) s += double(x) * x;
+  return v.empty() ? 0 : std::sqrt(s / double(v.size()));
+}
+
+CudaBackend::Options budget_options(uint64_t budget, const std::string& policy = "default") {
+  CudaBackend::Options o;
+  o.ctx = kCtx;
+  o.vram_budget = budget;
+  o.policy = policy;
+  o.cpu_pool = &pool();
+  return o;
+}
+
+std::vector<int32_t> greedy(Backend& be, const std::vector<int32_t>& prompt, int steps) {
+  KvCache kv = be.make_cache(kCtx);
+  std::vector<float> logits;
+  be.forward(kv, prompt, logits);
+  std::vector<int32_t> out;
+  const auto V = static_cast<int32_t>(be.config().n_vocab);
+  for (int i = 0; i < steps; ++i) {
+    const int32_t next = argmax(logits.data(), V);
+    out.push_back(next);
+    be.forward(kv, std::span<const int32_t>(&next, 1), logits);
+  }
+  return out;
+}
+
+// Lockstep greedy against the reference (see the header comment); returns
+// the number of identical picks.
+int lockstep(Backend& ref, Backend& got, const std::vector<int32_t>& prompt, int steps, const std::string& what) {
+  KvCache kr = ref.make_cache(kCtx), kg = got.make_cache(kCtx);
+  std::vector<float> lr, lg;
+  ref.forward(kr, prompt, lr);
+  got.forward(kg, prompt, lg);
+  const auto V = static_cast<int32_t>(ref.config().n_vocab);
+  int same = 0;
+  for (int i = 0; i < steps; ++i) {
+    const int32_t a = argmax(lr.data(), V), b = argmax(lg.data(), V);
+    if (a == b) {
+      ++same;
+    } else {
+      EXPECT_LE(lr[a] - lr[b], 2 * kRelTol * rms(lr)) << what << ": step " << i << " picks " << b << " not " << a
+                                                       << " with a clear margin";
+    }
+    ref.forward(kr, std::span<const int32_t>(&a, 1), lr);
+    got.forward(kg, std::span<const int32_t>(&a, 1), lg);
+  }
+  return same;
+}
+
+// Budgets from the minimum to one expert short of everything.
+std::vector<uint64_t> budgets(const LoadedModel& m) {
+  const VramPlan p = needs(m);
+  const uint64_t experts = p.everything_bytes - p.minimum_bytes;
+  const uint64_t one = split_weights(*m.file).one_expert_bytes;
+  return {p.minimum_bytes, p.minimum_bytes + experts / 4, p.minimum_bytes + experts / 2,
+          p.everything_bytes - one - 1};
+}
+
+struct Case {
+  const char* arch;
+  const char* quant;
+};
+
+class Hybrid : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Hybrid, GreedyMatchesAllResidentAtEveryBudgetAndPolicy) {
+  MS_REQUIRE_GPU();
+  const LoadedModel& m = tiny_model(GetParam().arch, GetParam().quant);
+  const bool exact = std::string(GetParam().quant) == "f16";
+  CudaBackend::Options full;
+  full.ctx = kCtx;
+  full.vram_full = true;
+  CudaBackend ref(m.weights, full);
+  ASSERT_FALSE(ref.expert_telemetry().hybrid);
+  // 20 tokens: the prompt runs the tensor-core (batch) expert path.
+  const std::vector<int32_t> prompt = some_tokens(20, m.weights.cfg.n_vocab, 7);
+  const std::vector<int32_t> want = greedy(ref, prompt, 64);
+  std::vector<std::string> policies = policy_names();
+  policies.insert(policies.begin(), "default");
+  for (uint64_t b : budgets(m))
+    for (const std::string& pol : policies) {
+      const std::string what = std::string(GetParam().arch) + " " + GetParam().quant + " budget " +
+                               std::to_string(b >> 10) + " KiB policy " + pol;
+      CudaBackend be(m.weights, budget_options(b, pol));
+      if (exact) {
+        EXPECT_EQ(greedy(be, prompt, 64), want) << what;
+      } else {
+        const int same = lockstep(ref, be, prompt, 64, what);
+        EXPECT_GE(same, 56) << what;
+      }
+      const ExpertTelemetry t = be.expert_telemetry();
+      EXPECT_TRUE(t.hybrid) << what;
+      EXPECT_GT(t.all().total(), 0u) << what;
+      EXPECT_LE(t.cache_slots, t.experts_total) << what;
+    }
+}
+
+// Each tier alone at the minimum budget, by making the other one look
+// hopeless to the cost model; and the staging ring instead of registration.
+TEST_P(Hybrid, EachTierAloneGivesTheSameTokens) {
+  MS_REQUIRE_GPU();
+  const LoadedModel& m = tiny_model(GetParam().arch, GetParam().quant);
+  const bool exact = std::string(GetParam().quant) == "f16";
+  CudaBackend::Options full;
+  full.ctx = kCtx;
+  full.vram_full = true;
+  CudaBackend ref(m.weights, full);
+  const std::vector<int32_t> prompt = some_tokens(20, m.weights.cfg.n_vocab, 11);
+  const std::vector<int32_t> want = greedy(ref, prompt, 64);
+  const uint64_t min_budget = needs(m).minimum_bytes;
+  struct Mode {
+    const char* name;
+    const char* cost;
+    const char* pin;
+  };
+  for (const Mode& mode : {Mode{"cpu only", "pcie_gbps=0.0001", "auto"}, Mode{"pcie only", "cpu_gbps=0.0001", "auto"},
+                           Mode{"staging ring", "cpu_gbps=0.0001", "staging"}}) {
+    CudaBackend::Options o = budget_options(min_budget);
+    o.cost_overrides = mode.cost;
+    o.host_pin = mode.pin;
+    CudaBackend be(m.weights, o);
+    const std::string what = std::string(GetParam().arch) + " " + GetParam().quant + " " + mode.name;
+    if (exact) EXPECT_EQ(greedy(be, prompt, 64), want) << what;
+    else EXPECT_GE(lockstep(ref, be, prompt, 64, what), 56) << what;
+    const ExpertTelemetry t = be.expert_telemetry();
+    const TierCounts c = t.all();
+    if (std::string(mode.name) == "cpu only") {
+      EXPECT_GT(c.host, 0u) << what;
+      EXPECT_EQ(c.streamed, t.admitted) << what;  // only what the cache admitted crossed PCIe
+    } else {
+      EXPECT_EQ(c.host, 0u) << what;
+      EXPECT_GT(c.streamed, 0u) << what;
+      EXPECT_GT(t.h2d_bytes, 0u) << what;
+    }
+    if (std::string(mode.pin) == "staging") EXPECT_EQ(t.host_pin, "pinned staging ring");
+  }
+}
+
+TEST_P(Hybrid, LogitsOfEveryPromptPositionWithinTolerance) {
+  MS_REQUIRE_GPU();
+  const LoadedModel& m = tiny_model(GetParam().arch, GetParam().quant);
+  CudaBackend::Options full;
+  full.ctx = kCtx;
+  full.vram_full = true;
+  CudaBackend ref(m.weights, full);
+  CudaBackend be(m.weights, budget_options(needs(m).minimum_bytes));
+  KvCache kr = ref.make_cache(kCtx), kb = be.make_cache(kCtx);
+  int step = 0;
+  for (int n : {40, 5, 1, 1}) {
+    const std::vector<int32_t> toks = some_tokens(n, m.weights.cfg.n_vocab, 100 + step++);
+    std::vector<float> lr, lb;
+    ref.forward(kr, toks, lr, true);
+    be.forward(kb, toks, lb, true);
+    ASSERT_EQ(lr.size(), lb.size());
+    double max_abs = 0;
+    for (size_t i = 0; i < lr.size(); ++i) {
+      const double e = std::fabs(double(lb[i]) - lr[i]);
+      max_abs = std::isnan(e) ? INFINITY : std::max(max_abs, e);
+    }
+    std::printf("[ %s %s ] hybrid batch %2d: max |hybrid-full| %.5f, rms %.4f\n", GetParam().arch, GetParam().quant,
+                n, max_abs, rms(lr));
+    EXPECT_LE(max_abs, kRelTol * rms(lr)) << "batch " << n;
+  }
+}
+
+TEST_P(Hybrid, BudgetBelowTheMinimumIsAClearError) {
+  MS_REQUIRE_GPU();
+  const LoadedModel& m = tiny_model(GetParam().arch, GetParam().quant);
+  const uint64_t min_budget = needs(m).minimum_bytes;
+  try {
+    CudaBackend be(m.weights, budget_options(min_budget - 1));
+    FAIL() << "a budget one byte below the minimum was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs at least"), std::string::npos) << e.what();
+  }
+  // Nothing half-allocated is left behind: the whole model still fits afterwards.
+  CudaBackend::Options full;
+  full.ctx = kCtx;
+  full.vram_full = true;
+  EXPECT_NO_THROW(CudaBackend(m.weights, full));
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, Hybrid,
+                         ::testing::Values(Case{"qwen3moe", "f16"}, Case{"qwen3moe", "q4_k_m"},
+                                           Case{"mixtral", "f16"}, Case{"mixtral", "q4_k_m"}),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           return std::string(i.param.arch) + "_" + i.param.quant;
+                         });
+
+}  // namespace
+}  // namespace ms::cuda::test

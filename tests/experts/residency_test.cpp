@@ -1,0 +1,212 @@
+// ExpertResidency with a simulated slot pool (no GPU): slot bookkeeping
+// agrees with the policy, the working set is never evicted, pools never
+// overfill, transit slots are used for streamed-not-kept experts, and the
+// cost model's split sends cold experts where it says.
+#include "experts/residency.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <set>
+
+#include "experts/policy.h"
+#include "util/error.h"
+
+namespace ms {
+namespace {
+
+constexpr uint32_t kLayers = 6, kExperts = 32, kTopK = 4;
+
+ResidencyConfig config(uint64_t pool_bytes, const std::string& policy = "default") {
+  ResidencyConfig c;
+  c.n_layer = kLayers;
+  c.n_expert = kExperts;
+  c.k = kTopK;
+  // Two slot classes: layers 0..3 of 1 MiB experts, 4..5 of 1.5 MiB.
+  for (uint32_t l = 0; l < kLayers; ++l) c.slot_bytes.push_back(l < 4 ? (1u << 20) : (3u << 19));
+  c.pool_bytes = pool_bytes;
+  c.transit_slots = 8;
+  c.policy = policy;
+  return c;
+}
+
+// One layer step: n_tokens tokens, each choosing kTopK distinct experts
+// (skewed towards low ids when skew > 0).
+void route(std::mt19937& rng, int n_tokens, double skew, std::vector<ExpertKey>& keys, std::vector<uint32_t>& uses,
+           uint32_t layer) {
+  std::map<uint32_t, uint32_t> count;
+  for (int t = 0; t < n_tokens; ++t) {
+    std::set<uint32_t> picked;
+    while (picked.size() < kTopK) {
+      const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+      picked.insert(std::min<uint32_t>(kExperts - 1, uint32_t(kExperts * std::pow(u, 1.0 + skew))));
+    }
+    for (uint32_t e : picked) ++count[e];
+  }
+  keys.clear();
+  uses.clear();
+  for (auto [e, n] : count) {
+    keys.push_back(layer * kExperts + e);
+    uses.push_back(n);
+  }
+}
+
+// Checks every invariant of one plan against the residency's state.
+void check_plan(const ExpertResidency& r, const StepPlan& p, std::span<const ExpertKey> keys, uint32_t layer) {
+  ASSERT_EQ(p.plan.experts.size(), keys.size());
+  for (ExpertKey e : p.plan.evicted)
+    EXPECT_FALSE(std::binary_search(keys.begin(), keys.end(), e)) << "evicted a key of the working set";
+  const int32_t pool = r.pool_of_layer(layer);
+  const auto cache_slots = int32_t(r.layout().pools[size_t(pool)].slots);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const PlannedExpert& e = p.plan.experts[i];
+    EXPECT_EQ(e.key, keys[i]);
+    switch (e.tier) {
+      case Tier::Host:
+        EXPECT_FALSE(p.where[i].valid());
+        EXPECT_FALSE(p.copy[i]);
+        break;
+      case Tier::Resident:
+        EXPECT_EQ(p.where[i].pool, pool);
+        EXPECT_LT(p.where[i].slot, cache_slots);
+        EXPECT_FALSE(p.copy[i]);
+        EXPECT_TRUE(r.resident(e.key));
+        break;
+      case Tier::Stream:
+        EXPECT_TRUE(p.copy[i]);
+        EXPECT_EQ(p.where[i].pool, pool);
+        if (e.admit) {
+          EXPECT_FALSE(p.transit[i]);
+          EXPECT_LT(p.where[i].slot, cache_slots);
+          EXPECT_TRUE(r.resident(e.key));
+        } else {
+          EXPECT_TRUE(p.transit[i]);
+          EXPECT_GE(p.where[i].slot, cache_slots);
+          EXPECT_LT(p.where[i].slot, cache_slots + int32_t(r.transit_slots()));
+          EXPECT_FALSE(r.resident(e.key));
+        }
+        break;
+    }
+  }
+}
+
+// No two resident experts share a slot, and no pool holds more than its slots.
+void check_slots(const ExpertResidency& r) {
+  std::set<std::pair<int32_t, int32_t>> used;
+  std::vector<size_t> per_pool(r.layout().pools.size(), 0);
+  for (ExpertKey k = 0; k < kLayers * kExperts; ++k) {
+    const SlotRef s = r.slot_of(k);
+    if (!s.valid()) continue;
+    EXPECT_EQ(s.pool, r.pool_of_layer(k / kExperts));
+    EXPECT_TRUE(used.insert({s.pool, s.slot}).second) << "slot shared by two experts";
+    ++per_pool[size_t(s.pool)];
+  }
+  for (size_t p = 0; p < per_pool.size(); ++p) EXPECT_LE(per_pool[p], r.layout().pools[p].slots);
+}
+
+TEST(ExpertResidency, PoolsAreSizedFromTheByteBudgetPerSlotClass) {
+  const ExpertResidency r(config(64ull << 20));
+  ASSERT_EQ(r.layout().pools.size(), 2u);
+  EXPECT_LE(r.layout().total_bytes(), 64ull << 20);
+  EXPECT_GT(r.layout().total_bytes(), (64ull << 20) - (3u << 19));
+  EXPECT_EQ(r.pool_of_layer(0), r.pool_of_layer(3));
+  EXPECT_NE(r.pool_of_layer(3), r.pool_of_layer(4));
+}
+
+TEST(ExpertResidency, InitialPlacementFillsEverySlotOnce) {
+  ExpertResidency r(config(40ull << 20));
+  const auto placed = r.initial_placement();
+  EXPECT_EQ(placed.size(), r.layout().total_slots());
+  EXPECT_EQ(r.resident_count(), r.layout().total_slots());
+  check_slots(r);
+  // Spread evenly over the layers of a pool.
+  std::map<uint32_t, int> per_layer;
+  for (auto& [k, s] : placed) ++per_layer[k / kExperts];
+  for (uint32_t l = 1; l < 4; ++l) EXPECT_LE(std::abs(per_layer[l] - per_layer[0]), 1);
+}
+
+TEST(ExpertResidency, ProfileHottestExpertsStartResident) {
+  ExpertProfile prof;
+  prof.n_layer = kLayers;
+  prof.n_expert = kExperts;
+  prof.counts.assign(kLayers * kExperts, 0);
+  prof.counts[2 * kExperts + 31] = 100;  // expert 31 of layer 2: would come last in the even spread
+  ResidencyConfig c = config(8ull << 20);
+  c.profile = &prof;
+  ExpertResidency r(c);
+  r.initial_placement();
+  EXPECT_TRUE(r.resident(2 * kExperts + 31));
+}
+
+TEST(ExpertResidency, EveryPolicyKeepsTheInvariantsOverManySteps) {
+  std::vector<std::string> policies = policy_names();
+  policies.push_back("default");
+  for (const std::string& pol : policies)
+    for (double skew : {0.0, 1.5}) {
+      SCOPED_TRACE(pol + " skew " + std::to_string(skew));
+      ExpertResidency r(config(48ull << 20, pol));
+      r.initial_placement();
+      std::mt19937 rng(42);
+      std::vector<ExpertKey> keys;
+      std::vector<uint32_t> uses;
+      uint64_t step = 0;
+      for (int pass = 0; pass < 60; ++pass, ++step) {
+        const int n_tokens = pass % 10 == 0 ? 24 : 1;  // prompt batches now and then
+        for (uint32_t l = 0; l < kLayers; ++l) {
+          route(rng, n_tokens, skew, keys, uses, l);
+          const StepPlan& p = r.plan(step, l, keys, uses);
+          check_plan(r, p, keys, l);
+          if (HasFailure()) return;
+        }
+        check_slots(r);
+      }
+      const ResidencyCounters& c = r.counters();
+      EXPECT_EQ(c.layer_steps, 60u * kLayers);
+      EXPECT_GT(c.resident, 0u);
+    }
+}
+
+TEST(ExpertResidency, TheCostModelDecidesBetweenPcieAndCpu) {
+  for (bool cpu_fast : {true, false}) {
+    ResidencyConfig c = config(0);  // no cache slots: every expert is cold
+    c.cost.pcie_gbps = cpu_fast ? 0.001 : 1000;
+    c.cost.cpu_gbps = cpu_fast ? 1000 : 0.001;
+    ExpertResidency r(c);
+    EXPECT_EQ(r.layout().total_slots(), 0u);
+    r.initial_placement();
+    std::mt19937 rng(1);
+    std::vector<ExpertKey> keys;
+    std::vector<uint32_t> uses;
+    route(rng, 3, 0.0, keys, uses, 1);
+    const StepPlan& p = r.plan(0, 1, keys, uses);
+    for (const PlannedExpert& e : p.plan.experts) EXPECT_EQ(e.tier, cpu_fast ? Tier::Host : Tier::Stream);
+    check_plan(r, p, keys, 1);
+  }
+}
+
+TEST(ExpertResidency, StreamedExpertsCycleThroughTheTransitSlots) {
+  ResidencyConfig c = config(0);
+  c.cost.cpu_gbps = 0.001;  // stream everything
+  ExpertResidency r(c);
+  std::vector<ExpertKey> keys;
+  std::vector<uint32_t> uses;
+  for (uint32_t e = 0; e < 20; ++e) keys.push_back(kExperts + e), uses.push_back(1);
+  const StepPlan& p = r.plan(0, 1, keys, uses);
+  std::vector<int32_t> slots;
+  for (size_t i = 0; i < keys.size(); ++i) slots.push_back(p.where[i].slot);
+  // 8 transit slots reused in order: expert i and i+8 share one.
+  for (size_t i = 0; i + 8 < slots.size(); ++i) EXPECT_EQ(slots[i], slots[i + 8]);
+  EXPECT_EQ(std::set<int32_t>(slots.begin(), slots.end()).size(), 8u);
+}
+
+TEST(ExpertResidency, RejectsAModelWithoutExperts) {
+  ResidencyConfig c = config(1 << 20);
+  c.n_expert = 0;
+  EXPECT_THROW(ExpertResidency r(c), Error);
+}
+
+}  // namespace
+}  // namespace ms
