@@ -71,8 +71,8 @@ void add_vram_options(CLI::App& sub, VramSetup* v, bool steps) {
   sub.add_option("--profile", v->profile, "expert access profile (moestream trace profile): hottest experts start resident")
       ->option_text("FILE");
   sub.add_option("--host-pin", v->host_pin,
-                 "how streamed experts reach the GPU: register (page-lock the mapped model), staging (pinned ring), "
-                 "auto (register when the experts take under half the RAM)")
+                 "how streamed experts reach the GPU: staging (a ring of pinned buffers; auto = staging) or register "
+                 "(page-lock the mapped model in place: no host copy, but minutes of start-up for a large file)")
       ->check(CLI::IsMember({"auto", "register", "staging"}))
       ->option_text("auto|register|staging");
   sub.add_option("--cost", v->cost, "override measured cost-model figures, e.g. pcie_gbps=20,cpu_gbps=30")

@@ -30,6 +30,7 @@ PoolLayout layout_for(const ResidencyConfig& cfg) {
 PolicyOptions policy_options(const ResidencyConfig& cfg) {
   PolicyOptions o;
   o.n_keys = cfg.n_layer * cfg.n_expert;
+  o.admit_margin = cfg.admit_margin;
   if (cfg.profile) o.pinned = cfg.profile->hottest(o.n_keys);
   return o;
 }

@@ -40,6 +40,10 @@ struct ResidencyConfig {
   uint64_t pool_bytes = 0;      // VRAM for cache slots, all pools together
   uint32_t transit_slots = 16;  // per pool, outside pool_bytes
   std::string policy = "default";
+  // A newcomer must out-score the expert it evicts by this ratio (decayed-
+  // frequency policies): without it a near-uniform router makes every miss
+  // evict a peer as hot as itself, and each such swap costs a full copy.
+  double admit_margin = 1.0;
   CostModel cost;
   const ExpertProfile* profile = nullptr;  // initial placement: hottest first (optional)
 };

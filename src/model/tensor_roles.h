@@ -89,7 +89,9 @@ WeightSplit split_weights(const GgufFile& file);
 //   room = budget - dense weights - KV cache(n_ctx) - reserve
 //   reserve = kVramFixedReserve + n_vocab * 4 B * kVramLogitRows   (f32 logits)
 //   KV cache = n_ctx * sum over attention layers of n_head_kv * (key_length + value_length) * 2 B   (F16 K and V)
-constexpr uint64_t kVramFixedReserve = 512ull << 20;  // CUDA context, activations, workspaces
+// CUDA context, activations, workspaces (measured on the H100: activations
+// and the hybrid step's buffers for 512-token batches take ~250 MiB).
+constexpr uint64_t kVramFixedReserve = 384ull << 20;
 constexpr int64_t kVramLogitRows = 64;                // logits of up to 64 tokens (speculative verify batches)
 
 struct VramPlan {

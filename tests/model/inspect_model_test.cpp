@@ -413,7 +413,7 @@ TEST_F(InspectModelTest, VramPlanCountsExpertsThatFit) {
   const WeightSplit s = split_weights(*f);
   const uint64_t dense = kGlobal + 2 * kLayerDense;
   const uint64_t kv = 100 * 512;
-  const uint64_t reserve = (512ull << 20) + 10 * 4 * 64;
+  const uint64_t reserve = kVramFixedReserve + 10 * 4 * 64;
   const uint64_t minimum = dense + kv + reserve;
   EXPECT_EQ(vram_reserve_bytes(10), reserve);
 
