@@ -39,26 +39,26 @@ __global__ void moe_combine_kernel(const float* __restrict__ y, const float* __r
   }
 }
 
-// Row i of src goes to row rows[i] of dst (n floats per row).
-__global__ void scatter_rows_kernel(const float* __restrict__ src, const int32_t* __restrict__ rows, int64_t n,
-                                    float* __restrict__ dst) {
+// Row i of the launch copies src row (src_rows ? src_rows[i] : i) to dst row
+// (dst_rows ? dst_rows[i] : i), n floats: gather and scatter in one kernel.
+__global__ void copy_rows_kernel(const float* __restrict__ src, const int32_t* __restrict__ src_rows,
+                                 const int32_t* __restrict__ dst_rows, int64_t n, float* __restrict__ dst) {
   const int i = blockIdx.y;
-  const float* s = src + static_cast<int64_t>(i) * n;
-  float* d = dst + static_cast<int64_t>(__ldg(rows + i)) * n;
+  const float* s = src + static_cast<int64_t>(src_rows ? __ldg(src_rows + i) : i) * n;
+  float* d = dst + static_cast<int64_t>(dst_rows ? __ldg(dst_rows + i) : i) * n;
   for (int64_t c = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; c < n;
        c += static_cast<int64_t>(gridDim.x) * kThreads)
     d[c] = s[c];
 }
 
-// Row rows[i] of src goes to row i of dst (n floats per row).
-__global__ void gather_rows_kernel(const float* __restrict__ src, const int32_t* __restrict__ rows, int64_t n,
-                                   float* __restrict__ dst) {
-  const int i = blockIdx.y;
-  const float* s = src + static_cast<int64_t>(__ldg(rows + i)) * n;
-  float* d = dst + static_cast<int64_t>(i) * n;
-  for (int64_t c = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; c < n;
-       c += static_cast<int64_t>(gridDim.x) * kThreads)
-    d[c] = s[c];
+void copy_rows(const float* src, const int32_t* src_rows, const int32_t* dst_rows, int n_rows, int64_t n, float* dst,
+               cudaStream_t stream) {
+  if (n_rows <= 0 || n <= 0) return;
+  if (n_rows > 65535) throw Error("gather_rows/scatter_rows: at most 65535 rows per call");
+  const int64_t bx = (n + kThreads - 1) / kThreads;
+  const dim3 grid(static_cast<unsigned>(bx < 1024 ? bx : 1024), static_cast<unsigned>(n_rows));
+  copy_rows_kernel<<<grid, kThreads, 0, stream>>>(src, src_rows, dst_rows, n, dst);
+  MS_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -86,21 +86,11 @@ void moe_combine(const float* y, const float* weights, int n_tokens, int k, int6
 }
 
 void scatter_rows(const float* src, const int32_t* rows, int n_rows, int64_t n, float* dst, cudaStream_t stream) {
-  if (n_rows <= 0 || n <= 0) return;
-  if (n_rows > 65535) throw Error("scatter_rows: at most 65535 rows per call");
-  const int64_t bx = (n + kThreads - 1) / kThreads;
-  const dim3 grid(static_cast<unsigned>(bx < 1024 ? bx : 1024), static_cast<unsigned>(n_rows));
-  scatter_rows_kernel<<<grid, kThreads, 0, stream>>>(src, rows, n, dst);
-  MS_CUDA_CHECK_LAUNCH();
+  copy_rows(src, nullptr, rows, n_rows, n, dst, stream);
 }
 
 void gather_rows(const float* src, const int32_t* rows, int n_rows, int64_t n, float* dst, cudaStream_t stream) {
-  if (n_rows <= 0 || n <= 0) return;
-  if (n_rows > 65535) throw Error("gather_rows: at most 65535 rows per call");
-  const int64_t bx = (n + kThreads - 1) / kThreads;
-  const dim3 grid(static_cast<unsigned>(bx < 1024 ? bx : 1024), static_cast<unsigned>(n_rows));
-  gather_rows_kernel<<<grid, kThreads, 0, stream>>>(src, rows, n, dst);
-  MS_CUDA_CHECK_LAUNCH();
+  copy_rows(src, rows, nullptr, n_rows, n, dst, stream);
 }
 
 }  // namespace ms::cuda

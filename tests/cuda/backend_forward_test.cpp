@@ -22,6 +22,7 @@
 
 #include "cuda/backend/cuda_backend.h"
 #include "cuda_test_util.h"
+#include "tiny_models.h"
 #include "engine/cpu_backend.h"
 #include "engine/generator.h"
 #include "engine/loaded_model.h"
@@ -31,31 +32,6 @@ namespace ms::cuda::test {
 namespace {
 
 constexpr double kRelTol = 0.05;
-
-ThreadPool& pool() {
-  static ThreadPool p(0);
-  return p;
-}
-
-// Generated once per (arch, quant) per process, in a temp dir.
-const LoadedModel& tiny_model(const std::string& arch, const std::string& quant) {
-  static std::map<std::string, std::unique_ptr<LoadedModel>> cache;
-  const std::string key = arch + "-" + quant;
-  auto it = cache.find(key);
-  if (it != cache.end()) return *it->second;
-  const auto dir = std::filesystem::temp_directory_path() / ("ms_cuda_backend_test_" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  const std::string path = (dir / (key + ".gguf")).string();
-  GenOptions o;
-  o.arch = arch;
-  o.preset = "tiny";
-  o.quant = quant;
-  o.router_skew = 0.5;
-  generate_model(o, path, pool());
-  auto m = LoadedModel::open(path);
-  std::filesystem::remove(path);  // the mapping stays valid
-  return *(cache[key] = std::move(m));
-}
 
 struct Diff {
   double max_abs = 0, rms_ref = 0;
@@ -73,27 +49,6 @@ Diff compare(const std::vector<float>& got, const std::vector<float>& ref) {
   }
   d.rms_ref = ref.empty() ? 0 : std::sqrt(ss / ref.size());
   return d;
-}
-
-std::vector<int32_t> some_tokens(int n, int64_t n_vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_vocab - 3));
-  return t;
-}
-
-std::vector<int32_t> greedy(Backend& be, const std::vector<int32_t>& prompt, int steps) {
-  KvCache kv = be.make_cache(static_cast<int64_t>(prompt.size()) + steps + 1);
-  std::vector<float> logits;
-  be.forward(kv, prompt, logits);
-  std::vector<int32_t> out;
-  const int32_t V = static_cast<int32_t>(be.config().n_vocab);
-  for (int i = 0; i < steps; ++i) {
-    const int32_t next = argmax(logits.data(), V);
-    out.push_back(next);
-    be.forward(kv, std::span<const int32_t>(&next, 1), logits);
-  }
-  return out;
 }
 
 struct Case {

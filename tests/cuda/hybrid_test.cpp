@@ -13,19 +13,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <filesystem>
-#include <map>
-#include <memory>
-#include <random>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "cuda/backend/cuda_backend.h"
 #include "cuda_test_util.h"
-#include "engine/generator.h"
-#include "engine/loaded_model.h"
-#include "engine/sampler.h"
+#include "tiny_models.h"
 #include "experts/policy.h"
 #include "format/gguf.h"
 #include "model/hparams.h"
@@ -38,44 +31,21 @@ namespace {
 constexpr double kRelTol = 0.05;
 constexpr int kCtx = 128;
 
-ThreadPool& pool() {
-  static ThreadPool p(0);
-  return p;
-}
-
-const LoadedModel& tiny_model(const std::string& arch, const std::string& quant) {
-  static std::map<std::string, std::unique_ptr<LoadedModel>> cache;
-  const std::string key = arch + "-" + quant;
-  if (auto it = cache.find(key); it != cache.end()) return *it->second;
-  const auto dir = std::filesystem::temp_directory_path() / ("ms_hybrid_test_" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  const std::string path = (dir / (key + ".gguf")).string();
-  GenOptions o;
-  o.arch = arch;
-  o.preset = "tiny";
-  o.quant = quant;
-  o.router_skew = 0.5;
-  generate_model(o, path, pool());
-  auto m = LoadedModel::open(path);
-  std::filesystem::remove(path);  // the mapping stays valid
-  return *(cache[key] = std::move(m));
-}
-
 VramPlan needs(const LoadedModel& m) {
   return vram_needs(split_weights(*m.file), inspect_hparams(*m.file), kCtx);
-}
-
-std::vector<int32_t> some_tokens(int n, int64_t n_vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_vocab - 3));
-  return t;
 }
 
 double rms(const std::vector<float>& v) {
   double s = 0;
   for (float x : v) s += double(x) * x;
   return v.empty() ? 0 : std::sqrt(s / double(v.size()));
+}
+
+CudaBackend::Options all_resident_options() {
+  CudaBackend::Options o;
+  o.ctx = kCtx;
+  o.vram_full = true;
+  return o;
 }
 
 CudaBackend::Options budget_options(uint64_t budget, const std::string& policy = "default") {
@@ -85,20 +55,6 @@ CudaBackend::Options budget_options(uint64_t budget, const std::string& policy =
   o.policy = policy;
   o.cpu_pool = &pool();
   return o;
-}
-
-std::vector<int32_t> greedy(Backend& be, const std::vector<int32_t>& prompt, int steps) {
-  KvCache kv = be.make_cache(kCtx);
-  std::vector<float> logits;
-  be.forward(kv, prompt, logits);
-  std::vector<int32_t> out;
-  const auto V = static_cast<int32_t>(be.config().n_vocab);
-  for (int i = 0; i < steps; ++i) {
-    const int32_t next = argmax(logits.data(), V);
-    out.push_back(next);
-    be.forward(kv, std::span<const int32_t>(&next, 1), logits);
-  }
-  return out;
 }
 
 // Lockstep greedy against the reference (see the header comment); returns
@@ -144,14 +100,11 @@ TEST_P(Hybrid, GreedyMatchesAllResidentAtEveryBudgetAndPolicy) {
   MS_REQUIRE_GPU();
   const LoadedModel& m = tiny_model(GetParam().arch, GetParam().quant);
   const bool exact = std::string(GetParam().quant) == "f16";
-  CudaBackend::Options full;
-  full.ctx = kCtx;
-  full.vram_full = true;
-  CudaBackend ref(m.weights, full);
+  CudaBackend ref(m.weights, all_resident_options());
   ASSERT_FALSE(ref.expert_telemetry().hybrid);
   // 20 tokens: the prompt runs the tensor-core (batch) expert path.
   const std::vector<int32_t> prompt = some_tokens(20, m.weights.cfg.n_vocab, 7);
-  const std::vector<int32_t> want = greedy(ref, prompt, 64);
+  const std::vector<int32_t> want = greedy(ref, prompt, 64, kCtx);
   std::vector<std::string> policies = policy_names();
   policies.insert(policies.begin(), "default");
   for (uint64_t b : budgets(m))
@@ -160,7 +113,7 @@ TEST_P(Hybrid, GreedyMatchesAllResidentAtEveryBudgetAndPolicy) {
                                std::to_string(b >> 10) + " KiB policy " + pol;
       CudaBackend be(m.weights, budget_options(b, pol));
       if (exact) {
-        EXPECT_EQ(greedy(be, prompt, 64), want) << what;
+        EXPECT_EQ(greedy(be, prompt, 64, kCtx), want) << what;
       } else {
         const int same = lockstep(ref, be, prompt, 64, what);
         EXPECT_GE(same, 56) << what;
@@ -178,12 +131,9 @@ TEST_P(Hybrid, EachTierAloneGivesTheSameTokens) {
   MS_REQUIRE_GPU();
   const LoadedModel& m = tiny_model(GetParam().arch, GetParam().quant);
   const bool exact = std::string(GetParam().quant) == "f16";
-  CudaBackend::Options full;
-  full.ctx = kCtx;
-  full.vram_full = true;
-  CudaBackend ref(m.weights, full);
+  CudaBackend ref(m.weights, all_resident_options());
   const std::vector<int32_t> prompt = some_tokens(20, m.weights.cfg.n_vocab, 11);
-  const std::vector<int32_t> want = greedy(ref, prompt, 64);
+  const std::vector<int32_t> want = greedy(ref, prompt, 64, kCtx);
   const uint64_t min_budget = needs(m).minimum_bytes;
   struct Mode {
     const char* name;
@@ -197,7 +147,7 @@ TEST_P(Hybrid, EachTierAloneGivesTheSameTokens) {
     o.host_pin = mode.pin;
     CudaBackend be(m.weights, o);
     const std::string what = std::string(GetParam().arch) + " " + GetParam().quant + " " + mode.name;
-    if (exact) EXPECT_EQ(greedy(be, prompt, 64), want) << what;
+    if (exact) EXPECT_EQ(greedy(be, prompt, 64, kCtx), want) << what;
     else EXPECT_GE(lockstep(ref, be, prompt, 64, what), 56) << what;
     const ExpertTelemetry t = be.expert_telemetry();
     const TierCounts c = t.all();
@@ -216,10 +166,7 @@ TEST_P(Hybrid, EachTierAloneGivesTheSameTokens) {
 TEST_P(Hybrid, LogitsOfEveryPromptPositionWithinTolerance) {
   MS_REQUIRE_GPU();
   const LoadedModel& m = tiny_model(GetParam().arch, GetParam().quant);
-  CudaBackend::Options full;
-  full.ctx = kCtx;
-  full.vram_full = true;
-  CudaBackend ref(m.weights, full);
+  CudaBackend ref(m.weights, all_resident_options());
   CudaBackend be(m.weights, budget_options(needs(m).minimum_bytes));
   KvCache kr = ref.make_cache(kCtx), kb = be.make_cache(kCtx);
   int step = 0;
@@ -251,10 +198,7 @@ TEST_P(Hybrid, BudgetBelowTheMinimumIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("needs at least"), std::string::npos) << e.what();
   }
   // Nothing half-allocated is left behind: the whole model still fits afterwards.
-  CudaBackend::Options full;
-  full.ctx = kCtx;
-  full.vram_full = true;
-  EXPECT_NO_THROW(CudaBackend(m.weights, full));
+  EXPECT_NO_THROW(CudaBackend(m.weights, all_resident_options()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, Hybrid,

@@ -133,6 +133,37 @@ TEST(CudaOps, AddSiluMulCombine) {
   expect_near_all(download<float>(dout.get(), wc.size()), wc, 1e-5, 1e-6, "moe_combine");
 }
 
+// Rows moved by index (the hybrid MoE step's gather of (token, expert) rows and
+// scatter of expert outputs): exact copies, rows not named stay untouched.
+TEST(CudaOps, GatherAndScatterRows) {
+  MS_REQUIRE_GPU();
+  std::mt19937 rng(9);
+  Stream s;
+  const int n_src = 13, n_rows = 7;
+  const int64_t n = 1031;  // odd width
+  const auto src = random_floats(static_cast<size_t>(n_src * n), rng);
+  std::vector<int32_t> rows(n_src);
+  for (int i = 0; i < n_src; ++i) rows[i] = i;
+  std::shuffle(rows.begin(), rows.end(), rng);
+  rows.resize(n_rows);  // distinct rows of src, in random order
+  DeviceBuffer dsrc = upload(src), drows = upload(rows), dg = poisoned(n_rows * n);
+  gather_rows(dsrc.as<float>(), drows.as<int32_t>(), n_rows, n, dg.as<float>(), s);
+  const std::vector<float> g = download<float>(dg.get(), static_cast<size_t>(n_rows * n));
+  for (int i = 0; i < n_rows; ++i)
+    for (int64_t c = 0; c < n; ++c) ASSERT_EQ(g[i * n + c], src[rows[i] * n + c]) << "gather row " << i;
+  // Back to their places in a poisoned buffer: named rows equal src, the rest stay poison (NaN).
+  DeviceBuffer dsc = poisoned(n_src * n);
+  scatter_rows(dg.as<float>(), drows.as<int32_t>(), n_rows, n, dsc.as<float>(), s);
+  const std::vector<float> sc = download<float>(dsc.get(), static_cast<size_t>(n_src * n));
+  for (int r = 0; r < n_src; ++r) {
+    const bool named = std::find(rows.begin(), rows.end(), r) != rows.end();
+    for (int64_t c = 0; c < n; ++c) {
+      if (named) ASSERT_EQ(sc[r * n + c], src[r * n + c]) << "scatter row " << r;
+      else ASSERT_TRUE(std::isnan(sc[r * n + c])) << "row " << r << " was written";
+    }
+  }
+}
+
 TEST(CudaOps, RopeNormalAndNeox) {
   MS_REQUIRE_GPU();
   std::mt19937 rng(7);
