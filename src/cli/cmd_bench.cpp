@@ -28,7 +28,6 @@
 #include "cli/commands.h"
 #include "cpu/bandwidth.h"
 #include "cpu/thread_pool.h"
-#include "engine/cpu_backend.h"
 #include "engine/loaded_model.h"
 #include "engine/route_recorder.h"
 #include "engine/sampler.h"
@@ -199,10 +198,8 @@ int run(const BenchArgs& a) {
   }
   if (!a.record_routes.empty()) {
     // Untimed: the pp prompt, then n_gen greedy decode tokens, in one context.
-    auto* cpu = dynamic_cast<CpuBackend*>(be.get());
-    if (!cpu) throw Error("bench --record-routes needs the CPU backend (use --backend cpu)");
     RouteRecorder rec(a.record_routes, w, static_cast<uint32_t>(prompt.size()));
-    rec.attach(*cpu);
+    rec.attach(*be);
     KvCache kv = be->make_cache(static_cast<int64_t>(prompt.size()) + a.n_gen + 1, a.kv_type);
     if (!prompt.empty()) be->forward(kv, prompt, logits);
     int32_t tok = prompt.empty() ? 0 : argmax(logits.data(), static_cast<int32_t>(c.n_vocab));
@@ -210,7 +207,7 @@ int run(const BenchArgs& a) {
       be->forward(kv, std::span<const int32_t>(&tok, 1), logits);
       tok = argmax(logits.data(), static_cast<int32_t>(c.n_vocab));
     }
-    rec.finish(cpu);
+    rec.finish(be.get());
   }
   std::string bw_how;
   const double bw = a.bandwidth_gbs > 0 ? a.bandwidth_gbs * 1e9 : floor_bandwidth(*be, pool, &bw_how);

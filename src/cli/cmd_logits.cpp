@@ -22,13 +22,9 @@
 #include <vector>
 
 #include "cli/backend_choice.h"
-#ifdef MOESTREAM_HAVE_CUDA
-#include "cuda/backend/cuda_backend.h"
-#endif
 #include "cli/commands.h"
 #include "cpu/thread_pool.h"
-#include "engine/cpu_backend.h"
-#include "engine/expert_executor.h"
+#include "engine/backend.h"
 #include "engine/loaded_model.h"
 #include "engine/sampler.h"
 #include "util/error.h"
@@ -75,34 +71,19 @@ std::string join(const std::vector<int32_t>& v) {
   return s;
 }
 
-// Passes the work on to the CPU executor and notes, per layer and token, which
-// experts were chosen.
-class RouteRecorder : public ExpertExecutor {
+// The experts each MoE layer chose for each token, from the backend's route
+// hook (any backend), ids ascending per token.
+class RouteTable {
  public:
-  RouteRecorder(ExpertExecutor& inner, int n_layer)
-      : inner_(inner), routes_(static_cast<size_t>(n_layer)), seen_(static_cast<size_t>(n_layer), 0) {}
+  explicit RouteTable(int n_layer) : routes_(static_cast<size_t>(n_layer)) {}
 
-  void compute(int layer, const float* x, int n_tokens, const std::vector<ExpertWork>& work, float* y) override {
-    auto& rows = routes_.at(static_cast<size_t>(layer));
-    const int64_t base = seen_[static_cast<size_t>(layer)];
-    rows.resize(static_cast<size_t>(base + n_tokens));
-    for (const ExpertWork& w : work)  // in increasing expert id: rows stay sorted
-      for (int32_t t : w.tokens) rows[static_cast<size_t>(base + t)].push_back(w.expert);
-    seen_[static_cast<size_t>(layer)] += n_tokens;
-    inner_.compute(layer, x, n_tokens, work, y);
-  }
-
-  // The same from a backend that reports the router's ids [n_tokens][k] (CUDA).
-  void record(int layer, int n_tokens, int k, const int32_t* ids) {
-    auto& rows = routes_.at(static_cast<size_t>(layer));
-    const int64_t base = seen_[static_cast<size_t>(layer)];
-    rows.resize(static_cast<size_t>(base + n_tokens));
-    for (int t = 0; t < n_tokens; ++t) {
-      std::vector<int32_t>& r = rows[static_cast<size_t>(base + t)];
-      r.assign(ids + static_cast<int64_t>(t) * k, ids + static_cast<int64_t>(t + 1) * k);
-      std::sort(r.begin(), r.end());
+  void record(const RouteEvent& ev) {
+    auto& rows = routes_.at(static_cast<size_t>(ev.layer));
+    for (int t = 0; t < ev.n_tokens; ++t) {
+      const int32_t* ids = ev.ids + static_cast<int64_t>(t) * ev.k;
+      rows.emplace_back(ids, ids + ev.k);
+      std::sort(rows.back().begin(), rows.back().end());
     }
-    seen_[static_cast<size_t>(layer)] += n_tokens;
   }
 
   nlohmann::json to_json(int64_t n_tokens) const {
@@ -117,9 +98,7 @@ class RouteRecorder : public ExpertExecutor {
   }
 
  private:
-  ExpertExecutor& inner_;
-  std::vector<std::vector<std::vector<int32_t>>> routes_;
-  std::vector<int64_t> seen_;
+  std::vector<std::vector<std::vector<int32_t>>> routes_;  // [layer][token][k]
 };
 
 void print_top5(const float* row, int64_t n_vocab, const Tokenizer& tok) {
@@ -181,23 +160,12 @@ RegisterCommand reg("logits", [](CLI::App& app) {
     bs.vram = a->vram;
     const std::unique_ptr<Backend> be = make_backend(bs, model->weights, pool);
     KvCache kv = be->make_cache(n + a->greedy + 1, a->kv_type);
-    CpuExpertExecutor cpu_experts(model->weights, pool);
-    RouteRecorder recorder(cpu_experts, c.n_layer);
-    auto* cpu_be = dynamic_cast<CpuBackend*>(be.get());
-    if (!a->routes.empty() && cpu_be) cpu_be->set_expert_executor(&recorder);
-#ifdef MOESTREAM_HAVE_CUDA
-    auto* cuda_be = dynamic_cast<CudaBackend*>(be.get());
-    if (!a->routes.empty() && cuda_be)
-      cuda_be->set_route_observer(
-          [&](int layer, int n_tok, int k, const int32_t* ids) { recorder.record(layer, n_tok, k, ids); });
-#endif
+    RouteTable routes(c.n_layer);
+    if (!a->routes.empty()) be->set_route_hook([&](const RouteEvent& ev) { routes.record(ev); });
 
     std::vector<float> logits;
     be->forward(kv, prompt, logits, a->all);
-    if (cpu_be) cpu_be->set_expert_executor(nullptr);
-#ifdef MOESTREAM_HAVE_CUDA
-    if (cuda_be) cuda_be->set_route_observer(nullptr);
-#endif
+    be->set_route_hook(nullptr);  // the greedy continuation is not part of --routes
     const int64_t rows = a->all ? n : 1;
     if (static_cast<int64_t>(logits.size()) != rows * c.n_vocab)
       throw Error("internal: the forward pass returned " + std::to_string(logits.size()) + " logits, expected " +
@@ -210,7 +178,7 @@ RegisterCommand reg("logits", [](CLI::App& app) {
     }
     if (!a->routes.empty()) {
       std::ofstream out(a->routes);
-      out << recorder.to_json(n).dump() << '\n';
+      out << routes.to_json(n).dump() << '\n';
       if (!out) throw Error(a->routes + ": cannot write the routes");
     }
     const float* last = logits.data() + (rows - 1) * c.n_vocab;

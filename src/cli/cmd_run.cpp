@@ -243,13 +243,11 @@ RegisterCommand reg("run", [](CLI::App& app) {
     gp.stop_at_eog = !r.ignore_eos;
     std::unique_ptr<RouteRecorder> recorder;
     if (!r.record_routes.empty()) {
-      auto* cpu = dynamic_cast<CpuBackend*>(be.get());
-      if (!cpu) throw Error("--record-routes needs the CPU backend (use --backend cpu)");
       RouteRecorder::Options ro;
       ro.predictions = r.record_predictions;
       recorder = std::make_unique<RouteRecorder>(r.record_routes, model->weights,
                                                  static_cast<uint32_t>(prompt.size()), ro);
-      recorder->attach(*cpu);
+      recorder->attach(*be);
     }
     GenerateStats st = generate(*be, kv, sampler, &tok, prompt, gp, [&](int32_t id) {
       if (gp.stop_at_eog && tok.is_eog(id)) return true;
@@ -271,7 +269,7 @@ RegisterCommand reg("run", [](CLI::App& app) {
       std::fputs(be->expert_telemetry().summary().c_str(), stderr);
     }
     if (recorder) {
-      recorder->finish(dynamic_cast<CpuBackend*>(be.get()));
+      recorder->finish(be.get());
       if (!r.quiet)
         std::fprintf(stderr, "moestream: wrote %llu routing records (%u forward passes) to %s\n",
                      static_cast<unsigned long long>(recorder->records_written()), recorder->steps(),

@@ -6,8 +6,13 @@
 // floats for the last token, or for every token ([n_tokens][n_vocab]) with
 // all_logits. It throws ms::Error "context full (N tokens)" before computing
 // anything if they do not fit, and for a token id outside the vocabulary.
+//
+// Every backend also reports the router's choices through one route hook
+// (set_route_hook): routing traces (`--record-routes`, RouteRecorder),
+// `logits --routes` and routing statistics hang on it, whatever the device.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -17,6 +22,21 @@
 #include "model/weights.h"
 
 namespace ms {
+
+// One MoE layer's routing for one forward batch, in host memory that is valid
+// during the hook call only.
+struct RouteEvent {
+  int layer = 0;
+  int n_tokens = 0;
+  int k = 0;                       // experts per token
+  const int32_t* ids = nullptr;    // [n_tokens][k] expert ids, in the router's order
+  const float* weights = nullptr;  // [n_tokens][k] gate weights (after any renormalisation)
+  // [n_tokens][n_embd] the layer's FFN input (what the router saw): set
+  // exactly when the hook was installed with want_hidden, null otherwise
+  // (a device backend copies it back only when asked).
+  const float* hidden = nullptr;
+};
+using RouteHook = std::function<void(const RouteEvent&)>;
 
 class Backend {
  public:
@@ -34,6 +54,15 @@ class Backend {
   virtual std::string name() const = 0;
   // Where routed experts were computed so far (hybrid false: all in one place).
   virtual ExpertTelemetry expert_telemetry() const { return {}; }
+
+  // Installs `hook`, called once per MoE layer and forward batch with the
+  // router's choice (replacing any earlier hook; null removes it). It runs on
+  // the thread that called forward(), before the layer's experts are
+  // computed; an exception from it propagates out of forward(). Results do
+  // not change, but a device backend pays for a hook: it copies the routes
+  // back after every router (and the FFN input with want_hidden), so it may
+  // run slower while one is set. Overrides repeat the default.
+  virtual void set_route_hook(RouteHook hook, bool want_hidden = false) = 0;
 };
 
 }  // namespace ms

@@ -179,7 +179,8 @@ void CpuBackend::ffn_block(int il, int n) {
                     route_ids_.data() + t * k, route_w_.data() + t * k);
     for (int j = 0; j < k; ++j) ++expert_counts_[static_cast<size_t>(il) * E + route_ids_[t * k + j]];
   }
-  if (route_observer_) route_observer_(il, n, k, route_ids_.data(), route_w_.data(), x_.data());
+  if (route_hook_)
+    route_hook_({il, n, k, route_ids_.data(), route_w_.data(), route_hook_hidden_ ? x_.data() : nullptr});
   const std::vector<ExpertWork> work = group_by_expert(route_ids_.data(), n, k, E);
   executor_->compute(il, x_.data(), n, work, expert_y_.data());
   // Combine in slot order, the same for every batch size and device (tokens

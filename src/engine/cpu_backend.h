@@ -15,7 +15,6 @@
 // expert gate+up, expert down).
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <span>
 #include <vector>
 
@@ -53,13 +52,12 @@ class CpuBackend : public Backend {
   // Where routed experts are computed (default: the CPU executor). Not owned.
   void set_expert_executor(ExpertExecutor* ex) { executor_ = ex ? ex : &cpu_executor_; }
 
-  // Called once per MoE layer and batch with the router's choice:
-  // ids/weights are [n_tokens][k] (weights after any renormalisation),
-  // hidden is the layer's FFN input [n_tokens][n_embd]. For routing traces
-  // (`--record-routes`); null disables it. Not owned.
-  using RouteObserver = std::function<void(int layer, int n_tokens, int k, const int32_t* ids, const float* weights,
-                                           const float* hidden)>;
-  void set_route_observer(RouteObserver obs) { route_observer_ = std::move(obs); }
+  // The router's choice per MoE layer and batch (Backend::set_route_hook);
+  // hidden, when asked for, points at the layer's FFN input rows.
+  void set_route_hook(RouteHook hook, bool want_hidden = false) override {
+    route_hook_ = std::move(hook);
+    route_hook_hidden_ = want_hidden;
+  }
 
   // How often each expert was chosen since the last reset: [layer][expert].
   const std::vector<uint64_t>& expert_counts() const { return expert_counts_; }
@@ -76,7 +74,8 @@ class CpuBackend : public Backend {
   CpuExpertExecutor cpu_executor_;
   ExpertExecutor* executor_;
   std::vector<uint64_t> expert_counts_;
-  RouteObserver route_observer_;
+  RouteHook route_hook_;
+  bool route_hook_hidden_ = false;
 
   // Scratch for one batch (sized to max_batch tokens).
   std::vector<float> h_, x_, q_, k_, v_, att_, tmp_, rope_cs_, router_logits_, route_w_, expert_y_, ff_gate_, ff_up_;

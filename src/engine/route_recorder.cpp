@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <numeric>
 
-#include "engine/cpu_backend.h"
 #include "quant/quant.h"
 #include "quant/types.h"
 #include "util/error.h"
@@ -54,14 +53,12 @@ RouteRecorder::RouteRecorder(const std::string& path, const ModelWeights& w, uin
   writer_ = std::make_unique<TraceWriter>(path, header_);
 }
 
-void RouteRecorder::attach(CpuBackend& be) {
-  be.set_route_observer([this](int layer, int n, int k, const int32_t* ids, const float* weights, const float* hidden) {
-    observe(layer, n, k, ids, weights, hidden);
-  });
+void RouteRecorder::attach(Backend& be) {
+  be.set_route_hook([this](const RouteEvent& ev) { record(ev); }, opt_.predictions);
 }
 
-void RouteRecorder::finish(CpuBackend* be) {
-  if (be) be->set_route_observer(nullptr);
+void RouteRecorder::finish(Backend* be) {
+  if (be) be->set_route_hook(nullptr);
   writer_->close();
 }
 
@@ -95,11 +92,18 @@ void RouteRecorder::predict(int layer, int n, const float* hidden) {
   }
 }
 
-void RouteRecorder::observe(int layer, int n, int k, const int32_t* ids, const float* weights, const float* hidden) {
+void RouteRecorder::record(const RouteEvent& ev) {
+  const int layer = ev.layer, n = ev.n_tokens, k = ev.k;
   if (k != static_cast<int>(header_.k) || layer < 0 || layer >= static_cast<int>(header_.n_layer))
     throw Error("--record-routes: the backend reported layer " + std::to_string(layer) + " with k = " +
                 std::to_string(k) + ", the trace header has " + std::to_string(header_.n_layer) + " layers, k = " +
                 std::to_string(header_.k));
+  // Predictions without the FFN input, or gate weights without weights, would
+  // record garbage: refuse instead.
+  if (opt_.predictions && !ev.hidden)
+    throw Error("--record-predictions: the backend did not supply the layers' FFN input (RouteEvent::hidden)");
+  if (opt_.gate_weights && !ev.weights)
+    throw Error("--record-routes: the backend did not supply the gate weights (RouteEvent::weights)");
   if (layer <= last_layer_) {  // a new forward pass
     writer_->begin_step();
     pos0_ = next_pos_;
@@ -107,10 +111,10 @@ void RouteRecorder::observe(int layer, int n, int k, const int32_t* ids, const f
   }
   last_layer_ = layer;
   ids16_.resize(static_cast<size_t>(n) * k);
-  for (size_t i = 0; i < ids16_.size(); ++i) ids16_[i] = static_cast<uint16_t>(ids[i]);
-  if (opt_.predictions) predict(layer, n, hidden);
+  for (size_t i = 0; i < ids16_.size(); ++i) ids16_[i] = static_cast<uint16_t>(ev.ids[i]);
+  if (opt_.predictions) predict(layer, n, ev.hidden);
   const std::span<const float> all_w =
-      opt_.gate_weights ? std::span<const float>(weights, static_cast<size_t>(n) * k) : std::span<const float>{};
+      opt_.gate_weights ? std::span<const float>(ev.weights, static_cast<size_t>(n) * k) : std::span<const float>{};
   // A pass may straddle the end of the prompt (a caller batching freely):
   // record the prompt part and the decode part separately.
   int t = 0;

@@ -1,19 +1,20 @@
-// Records the router's choices of a CpuBackend into a routing trace
-// (`moestream run --record-routes FILE`, format in docs/traces.md):
+// Records the router's choices of a Backend (CPU or CUDA) into a routing
+// trace (`moestream run --record-routes FILE`, format in docs/traces.md):
 //
 //   RouteRecorder rec(path, weights, n_prompt);   // writes the header
-//   rec.attach(backend);                          // installs the route observer
+//   rec.attach(backend);                          // installs the route hook
 //   generate(...);                                // every MoE layer is recorded
-//   rec.finish(backend);                          // detaches, closes the file
+//   rec.finish(&backend);                         // detaches, closes the file
 //
-// Forward passes are found from the observer calls themselves: a call for a
-// layer at or below the previous one starts a new pass (a prompt batch or one
+// Forward passes are found from the hook calls themselves: a call for a layer
+// at or below the previous one starts a new pass (a prompt batch or one
 // decode token), so the engine needs no extra hook. Positions count up from 0;
 // tokens before `n_prompt` are marked Prompt, the rest Decode.
 //
 // With `predictions`, every record also holds the top-k_pred experts of router
 // L+1 applied to layer L's FFN input (the "can layer L predict layer L+1"
-// statistic of `trace stats`). Routers are dequantized once; the cost is one
+// statistic of `trace stats`); the hook is then installed asking for that
+// input (RouteEvent::hidden). Routers are dequantized once; the cost is one
 // small matmul per layer and token, and k_pred ids per record.
 #pragma once
 #include <cstdint>
@@ -21,12 +22,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend.h"
 #include "experts/trace.h"
 #include "model/weights.h"
 
 namespace ms {
-
-class CpuBackend;
 
 class RouteRecorder {
  public:
@@ -44,13 +44,15 @@ class RouteRecorder {
   // The header this recorder writes (also what the tests compare against).
   static TraceHeader header_for(const ModelWeights& w, const Options& opt);
 
-  // Installs the observer on `be` (replacing any other).
-  void attach(CpuBackend& be);
-  // The observer body: one MoE layer of one forward pass.
-  void observe(int layer, int n_tokens, int k, const int32_t* ids, const float* weights, const float* hidden);
-  // Removes the observer from `be` (if attached) and closes the file; throws
+  // Installs the route hook on `be` (replacing any other).
+  void attach(Backend& be);
+  // The hook body: one MoE layer of one forward pass. Throws ms::Error for an
+  // event that does not fit the header or lacks what the trace holds (gate
+  // weights; the FFN input when predicting).
+  void record(const RouteEvent& ev);
+  // Removes the hook from `be` (if given) and closes the file; throws
   // ms::Error if the data could not be written.
-  void finish(CpuBackend* be = nullptr);
+  void finish(Backend* be = nullptr);
 
   uint64_t records_written() const { return writer_->records_written(); }
   uint32_t steps() const { return writer_->step(); }

@@ -267,41 +267,85 @@ TEST(CudaBackend, FusedDecodeMatchesSeparateOps) {
   }
 }
 
-// `logits --routes` on the GPU: the observer sees every MoE layer's choice
-// (k distinct ids in range per token) and does not change the results.
-TEST(CudaBackend, RouteObserverSeesEveryLayerAndChangesNothing) {
+// The route hook on the GPU (`--record-routes`, `logits --routes`): it sees
+// every MoE layer's choice (k distinct ids in range per token, weights in
+// (0, 1]), the FFN input only when asked for, and changes no result.
+TEST(CudaBackend, RouteHookSeesEveryLayerAndChangesNothing) {
   MS_REQUIRE_GPU();
   const LoadedModel& m = tiny_model("qwen3moe", "q4_k_m");
   const ModelConfig& c = m.weights.cfg;
   CudaBackend plain(m.weights, CudaBackend::Options{.ctx = 64});
   CudaBackend observed(m.weights, CudaBackend::Options{.ctx = 64});
-  std::vector<int> calls(static_cast<size_t>(c.n_layer), 0);
-  int bad = 0;
-  observed.set_route_observer([&](int layer, int n, int k, const int32_t* ids) {
-    ++calls.at(static_cast<size_t>(layer));
-    EXPECT_EQ(k, c.n_expert_used);
-    for (int t = 0; t < n; ++t)
-      for (int j = 0; j < k; ++j) {
-        const int32_t e = ids[t * k + j];
-        if (e < 0 || e >= c.n_expert) ++bad;
-        for (int i = 0; i < j; ++i) bad += ids[t * k + i] == e;
-      }
-  });
-  const std::vector<int32_t> prompt = some_tokens(20, c.n_vocab, 13);
-  KvCache ka = plain.make_cache(64), kb = observed.make_cache(64);
-  std::vector<float> la, lb;
-  plain.forward(ka, prompt, la, true);
-  observed.forward(kb, prompt, lb, true);
-  EXPECT_EQ(la, lb);
-  for (int i = 0; i < 3; ++i) {
-    const int32_t next = argmax(la.data() + (la.size() - c.n_vocab), static_cast<int32_t>(c.n_vocab));
-    plain.forward(ka, std::span<const int32_t>(&next, 1), la);
-    observed.forward(kb, std::span<const int32_t>(&next, 1), lb);
-    EXPECT_EQ(la, lb) << "step " << i;
+  for (bool want_hidden : {false, true}) {
+    std::vector<int> calls(static_cast<size_t>(c.n_layer), 0);
+    int bad = 0;
+    observed.set_route_hook(
+        [&](const RouteEvent& ev) {
+          ++calls.at(static_cast<size_t>(ev.layer));
+          EXPECT_EQ(ev.k, c.n_expert_used);
+          ASSERT_NE(ev.weights, nullptr);
+          EXPECT_EQ(ev.hidden != nullptr, want_hidden);
+          const int k = ev.k;
+          for (int t = 0; t < ev.n_tokens; ++t)
+            for (int j = 0; j < k; ++j) {
+              const int32_t e = ev.ids[t * k + j];
+              if (e < 0 || e >= c.n_expert) ++bad;
+              for (int i = 0; i < j; ++i) bad += ev.ids[t * k + i] == e;
+              bad += !(ev.weights[t * k + j] > 0.0f && ev.weights[t * k + j] <= 1.0f);
+            }
+          if (ev.hidden)
+            for (int64_t i = 0; i < ev.n_tokens * c.n_embd; ++i) bad += !std::isfinite(ev.hidden[i]);
+        },
+        want_hidden);
+    const std::vector<int32_t> prompt = some_tokens(20, c.n_vocab, 13);
+    KvCache ka = plain.make_cache(64), kb = observed.make_cache(64);
+    std::vector<float> la, lb;
+    plain.forward(ka, prompt, la, true);
+    observed.forward(kb, prompt, lb, true);
+    EXPECT_EQ(la, lb);
+    for (int i = 0; i < 3; ++i) {
+      const int32_t next = argmax(la.data() + (la.size() - c.n_vocab), static_cast<int32_t>(c.n_vocab));
+      plain.forward(ka, std::span<const int32_t>(&next, 1), la);
+      observed.forward(kb, std::span<const int32_t>(&next, 1), lb);
+      EXPECT_EQ(la, lb) << "step " << i;
+    }
+    for (int l = 0; l < c.n_layer; ++l) EXPECT_EQ(calls[static_cast<size_t>(l)], 4) << "layer " << l;
+    EXPECT_EQ(bad, 0);
+    observed.set_route_hook(nullptr);
   }
-  for (int l = 0; l < c.n_layer; ++l) EXPECT_EQ(calls[static_cast<size_t>(l)], 4) << "layer " << l;
-  EXPECT_EQ(bad, 0);
-  observed.set_route_observer(nullptr);
+}
+
+// The FFN input the hook reports (for `--record-predictions`) is the real
+// one: per layer, over a prompt batch and two decode steps, close to the CPU
+// backend's.
+TEST(CudaBackend, RouteHookHiddenMatchesCpu) {
+  MS_REQUIRE_GPU();
+  const LoadedModel& m = tiny_model("qwen3moe", "q4_k_m");
+  const ModelConfig& c = m.weights.cfg;
+  CpuBackend cpu(m.weights, pool());
+  CudaBackend gpu(m.weights, CudaBackend::Options{.ctx = 64});
+  auto hidden_per_layer = [&](Backend& be) {
+    std::vector<std::vector<float>> rows(static_cast<size_t>(c.n_layer));
+    be.set_route_hook(
+        [&](const RouteEvent& ev) {
+          ASSERT_NE(ev.hidden, nullptr);
+          auto& r = rows.at(static_cast<size_t>(ev.layer));
+          r.insert(r.end(), ev.hidden, ev.hidden + ev.n_tokens * c.n_embd);
+        },
+        true);
+    KvCache kv = be.make_cache(64);
+    std::vector<float> logits;
+    be.forward(kv, some_tokens(20, c.n_vocab, 7), logits);
+    for (int32_t next : {5, 9}) be.forward(kv, std::span<const int32_t>(&next, 1), logits);
+    be.set_route_hook(nullptr);
+    return rows;
+  };
+  const auto ref = hidden_per_layer(cpu), got = hidden_per_layer(gpu);
+  for (int l = 0; l < c.n_layer; ++l) {
+    const auto& r = ref[static_cast<size_t>(l)];
+    ASSERT_EQ(r.size(), static_cast<size_t>(22 * c.n_embd)) << "layer " << l;
+    EXPECT_LE(compare(got[static_cast<size_t>(l)], r).rel(), kRelTol) << "layer " << l;
+  }
 }
 
 TEST(CudaBackend, ErrorsAreCleanAndLeaveTheCacheAlone) {

@@ -1,10 +1,13 @@
 // RouteRecorder: a trace recorded from the tiny model reads back with the
 // right header, phases, positions and steps, and its expert ids count up to
-// exactly the backend's expert_counts().
+// exactly the backend's expert_counts(). The route hook (Backend::
+// set_route_hook) of the CPU backend: what it reports, and that it asks for
+// the FFN input only when predictions need it.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -124,6 +127,99 @@ TEST(RouteRecorder, PredictionsAreValidAndOptIn) {
   const TraceStats st = compute_trace_stats(t);
   EXPECT_GE(st.overall.prediction_recall, 0.0);
   EXPECT_LE(st.overall.prediction_recall, 1.0);
+}
+
+// The CPU backend's hook: every MoE layer once per batch, ids as counted,
+// weights in (0, 1], hidden exactly when asked for and equal to the layer's
+// FFN input (the same rows whichever batch size ran them).
+TEST(RouteHook, CpuBackendReportsEveryLayerAndHiddenOnRequest) {
+  TinyModel m;
+  const ModelConfig& c = m.model->weights.cfg;
+  CpuBackend be(m.model->weights, m.pool);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 9; ++i) prompt.push_back(5 + i * 3);
+  for (bool want_hidden : {false, true}) {
+    std::vector<int> calls(static_cast<size_t>(c.n_layer), 0);
+    std::vector<uint64_t> counts(static_cast<size_t>(c.n_layer) * c.n_expert, 0);
+    int bad = 0;
+    be.reset_expert_counts();
+    be.set_route_hook(
+        [&](const RouteEvent& ev) {
+          ++calls.at(static_cast<size_t>(ev.layer));
+          EXPECT_EQ(ev.n_tokens, static_cast<int>(prompt.size()));
+          EXPECT_EQ(ev.k, c.n_expert_used);
+          ASSERT_NE(ev.ids, nullptr);
+          ASSERT_NE(ev.weights, nullptr);
+          EXPECT_EQ(ev.hidden != nullptr, want_hidden);
+          for (int p = 0; p < ev.n_tokens * ev.k; ++p) {
+            ++counts.at(static_cast<size_t>(ev.layer) * c.n_expert + ev.ids[p]);
+            bad += !(ev.weights[p] > 0.0f && ev.weights[p] <= 1.0f);
+          }
+          if (ev.hidden)
+            for (int64_t i = 0; i < ev.n_tokens * c.n_embd; ++i) bad += !std::isfinite(ev.hidden[i]);
+        },
+        want_hidden);
+    KvCache kv = be.make_cache(16);
+    std::vector<float> logits;
+    be.forward(kv, prompt, logits);
+    be.set_route_hook(nullptr);
+    for (int l = 0; l < c.n_layer; ++l) EXPECT_EQ(calls[static_cast<size_t>(l)], 1) << "layer " << l;
+    EXPECT_EQ(counts, be.expert_counts());
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+// A backend that only reports routes: RouteRecorder works with any Backend
+// and asks for the FFN input exactly when it records predictions.
+class HookOnlyBackend : public Backend {
+ public:
+  explicit HookOnlyBackend(const ModelConfig& c) : c_(c) {}
+  void forward(KvCache&, std::span<const int32_t>, std::vector<float>&, bool = false) override {}
+  KvCache make_cache(int64_t ctx, KvType type = KvType::F16) const override {
+    return KvCache(c_.n_layer, c_.n_head_kv, c_.head_dim, ctx, type);
+  }
+  const ModelConfig& config() const override { return c_; }
+  std::string name() const override { return "hook-only"; }
+  void set_route_hook(RouteHook hook, bool want_hidden = false) override {
+    hook_ = std::move(hook);
+    want_hidden_ = want_hidden;
+  }
+  RouteHook hook_;
+  bool want_hidden_ = false;
+
+ private:
+  const ModelConfig& c_;
+};
+
+TEST(RouteRecorder, AttachesToAnyBackendAndAsksForHiddenOnlyForPredictions) {
+  TinyModel m;
+  const ModelConfig& c = m.model->weights.cfg;
+  HookOnlyBackend be(c);
+  const int k = c.n_expert_used;
+  std::vector<int32_t> ids(static_cast<size_t>(k));
+  std::vector<float> weights(static_cast<size_t>(k), 1.0f / static_cast<float>(k));
+  for (int j = 0; j < k; ++j) ids[static_cast<size_t>(j)] = j;
+  std::vector<float> hidden(static_cast<size_t>(c.n_embd), 0.5f);
+  for (bool predictions : {false, true}) {
+    const std::string path = tmp_path(predictions ? "route_rec_pred" : "route_rec_plain", ".trace");
+    RouteRecorder::Options opt;
+    opt.predictions = predictions;
+    RouteRecorder rec(path, m.model->weights, 1, opt);
+    rec.attach(be);
+    ASSERT_TRUE(be.hook_);
+    EXPECT_EQ(be.want_hidden_, predictions);
+    for (int l = 0; l < c.n_layer; ++l) be.hook_({l, 1, k, ids.data(), weights.data(), hidden.data()});
+    // A backend that leaves out what the trace needs is an error, not a
+    // record of garbage.
+    if (predictions) EXPECT_THROW(be.hook_({0, 1, k, ids.data(), weights.data(), nullptr}), Error);
+    EXPECT_THROW(be.hook_({0, 1, k, ids.data(), nullptr, hidden.data()}), Error);
+    rec.finish(&be);
+    EXPECT_FALSE(be.hook_);
+    const Trace t = read_trace(path);
+    fs::remove(path);
+    EXPECT_EQ(t.records.size(), static_cast<size_t>(c.n_layer));
+    EXPECT_EQ(t.header.has_predictions(), predictions);
+  }
 }
 
 TEST(RouteRecorder, DenseModelIsRejected) {

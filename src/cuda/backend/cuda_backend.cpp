@@ -143,8 +143,10 @@ struct CudaBackend::Impl {
   bool tiered = false;     // decided before upload: experts stay on the host
   uint64_t budget = 0;     // bytes (0 when every expert is resident by --vram full)
 
-  CudaBackend::RouteObserver route_observer;
+  RouteHook route_hook;
+  bool route_hook_hidden = false;  // the hook wants the FFN input rows too
   std::vector<int32_t> route_host;
+  std::vector<float> route_w_host, hidden_host;
 
   cudaGraphExec_t graph = nullptr;
   int graph_kv = 0;  // the max_kv_len the graph was captured with
@@ -666,11 +668,17 @@ struct CudaBackend::Impl {
       router_logits_rows(L.router, n);
       cuda::router_topk(router_logits, n, E, K, to_cuda(c.arch->router_mode), c.router_renorm, route_ids, route_w, s);
     }
-    if (route_observer) {
+    if (route_hook) {
       route_host.resize(static_cast<size_t>(n) * K);
+      route_w_host.resize(static_cast<size_t>(n) * K);
       MS_CUDA_CHECK(cudaMemcpyAsync(route_host.data(), route_ids, sizeof(int32_t) * n * K, cudaMemcpyDeviceToHost, s));
+      MS_CUDA_CHECK(cudaMemcpyAsync(route_w_host.data(), route_w, sizeof(float) * n * K, cudaMemcpyDeviceToHost, s));
+      if (route_hook_hidden) {  // x: the FFN input, made by every router path above
+        hidden_host.resize(static_cast<size_t>(n) * D);
+        MS_CUDA_CHECK(cudaMemcpyAsync(hidden_host.data(), x, sizeof(float) * n * D, cudaMemcpyDeviceToHost, s));
+      }
       MS_CUDA_CHECK(cudaStreamSynchronize(s));
-      route_observer(il, n, K, route_host.data());
+      route_hook({il, n, K, route_host.data(), route_w_host.data(), route_hook_hidden ? hidden_host.data() : nullptr});
     }
     if (hybrid) {
       hybrid->run(il, n, x, xq8, route_ids, route_w, h);
@@ -810,7 +818,7 @@ struct CudaBackend::Impl {
     in[3] = 0;
     MS_CUDA_CHECK(cudaMemcpyAsync(step_in, in, 4 * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
     const int max_kv = static_cast<int>(std::min<int64_t>(kv_ctx, (p + kGraphKvStep) / kGraphKvStep * kGraphKvStep));
-    const bool use_graph = opt.use_graph && !route_observer && !hybrid;
+    const bool use_graph = opt.use_graph && !route_hook && !hybrid;
     if (use_graph && (!graph || graph_kv != max_kv)) {
       try {
         capture(max_kv);
@@ -916,7 +924,10 @@ CudaBackend::CudaBackend(const ModelWeights& w, Options opt) : impl_(std::make_u
 CudaBackend::~CudaBackend() = default;
 
 const ModelConfig& CudaBackend::config() const { return impl_->c; }
-void CudaBackend::set_route_observer(RouteObserver obs) { impl_->route_observer = std::move(obs); }
+void CudaBackend::set_route_hook(RouteHook hook, bool want_hidden) {
+  impl_->route_hook = std::move(hook);
+  impl_->route_hook_hidden = want_hidden;
+}
 
 int64_t CudaBackend::ctx_capacity() const { return impl_->kv_ctx; }
 int CudaBackend::graph_captures() const { return impl_->captures; }

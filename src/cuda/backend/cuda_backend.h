@@ -101,12 +101,10 @@ class CudaBackend : public Backend {
   const ModelConfig& config() const override;
   std::string name() const override { return "cuda"; }
 
-  // Called once per MoE layer and forward batch with the router's choice,
-  // ids [n_tokens][k] (host memory, valid during the call), e.g. for
-  // `logits --routes`. While one is set, decode steps run without the graph
-  // (the ids are copied back after every router). Null disables it.
-  using RouteObserver = std::function<void(int layer, int n_tokens, int k, const int32_t* ids)>;
-  void set_route_observer(RouteObserver obs);
+  // Backend::set_route_hook: after every router the ids and weights (and,
+  // with want_hidden, the FFN input rows) are copied back and the stream
+  // synchronised; while a hook is set, decode steps run without the graph.
+  void set_route_hook(RouteHook hook, bool want_hidden = false) override;
 
   int64_t ctx_capacity() const;
   MemoryUse memory_use() const;
