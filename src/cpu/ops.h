@@ -12,6 +12,7 @@
 #pragma once
 #include <cstdint>
 
+#include "model/rope_router.h"  // RopeMode, RouterMode (header-only)
 #include "quant/types.h"
 
 namespace ms {
@@ -24,11 +25,7 @@ void rmsnorm(const float* x, const float* w, float* out, int64_t n, float eps);
 
 // ---------------------------------------------------------------- RoPE
 // Rotary position embedding, in place, on x = [n_heads][head_dim] of one token
-// at position `pos`. The first n_rot dims of each head rotate; pair i turns by
-// angle pos * freq_scale * theta_base^(-2i/n_rot).
-//   Normal: pairs (2i, 2i+1)       (GGUF `llama`: q/k rows stored permuted)
-//   Neox:   pairs (i, i + n_rot/2) (qwen2, qwen3, qwen3moe)
-enum class RopeMode { Normal, Neox };
+// at position `pos` (the pairing and angles: RopeMode, model/rope_router.h).
 void rope_ref(float* x, int n_heads, int head_dim, int n_rot, int64_t pos, float theta_base,
               float freq_scale, RopeMode mode);
 // Same result from a table of (cos, sin) per pair for this position, built once
@@ -46,13 +43,8 @@ void silu_mul_ref(const float* gate, const float* up, float* out, int64_t n);
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 
 // ---------------------------------------------------------------- router
-// One token's router logits [n_expert] -> k (expert id, weight) pairs in
-// descending weight; ties go to the lower expert id.
-//   SoftmaxTopK: p = softmax(logits) over all experts, keep the k largest,
-//                renormalise them to sum 1 when `renorm` (Qwen3-MoE).
-//   TopKSoftmax: keep the k largest logits, weights = softmax over those k
-//                (Mixtral); `renorm` has no effect (they already sum to 1).
-enum class RouterMode { SoftmaxTopK, TopKSoftmax };
+// One token's router logits [n_expert] -> ids[k], weights[k], as RouterMode
+// (model/rope_router.h) defines them.
 void router_topk_ref(const float* logits, int n_expert, int k, RouterMode mode, bool renorm,
                      int32_t* ids, float* weights);
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "cuda/matvec.h"
+#include "model/rope_router.h"  // RopeMode, RouterMode: ms::, shared with model/ and cpu/
 #include "quant/types.h"
 
 namespace ms::cuda {
@@ -30,20 +31,14 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t count, cud
 
 // Rotary position embedding, in place, on x = [n_tokens][n_heads][head_dim];
 // token t is at position positions[t]; the first n_rot dims of each head are
-// rotated with angle pos * freq_scale * base^(-2i/n_rot) for pair i.
-// Normal: pairs (2i, 2i+1) (GPT-J / llama style); Neox: pairs (i, i + n_rot/2).
-enum class RopeMode { Normal, Neox };
+// rotated with angle pos * freq_scale * base^(-2i/n_rot) for pair i, paired
+// as RopeMode says.
 void rope(float* x, int n_tokens, int n_heads, int head_dim, int n_rot, const int32_t* positions,
           float theta_base, float freq_scale, RopeMode mode, cudaStream_t stream);
 
 // Router: logits [n_tokens][n_expert] -> ids [n_tokens][k], weights [n_tokens][k]
-// (descending weight; ties go to the lower expert id).
-//   SoftmaxTopK: p = softmax(logits) over all experts, keep the k largest,
-//                renormalise them to sum 1 when `renorm` (Qwen3-MoE, Mixtral).
-//   TopKSoftmax: keep the k largest logits, weights = softmax over those k
-//                (gpt-oss); `renorm` has no effect.
+// (descending weight; ties go to the lower expert id), as RouterMode says.
 // n_expert <= 1024, k <= 32 and k <= n_expert.
-enum class RouterMode { SoftmaxTopK, TopKSoftmax };
 void router_topk(const float* logits, int n_tokens, int n_expert, int k, RouterMode mode, bool renorm,
                  int32_t* ids, float* weights, cudaStream_t stream);
 

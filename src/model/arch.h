@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu/ops.h"
+#include "model/rope_router.h"
 
 namespace ms {
 

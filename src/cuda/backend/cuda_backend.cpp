@@ -76,11 +76,6 @@ bool fusable_qkv(const LayerWeights& L) {
          L.wk.data != L.wv.data;
 }
 
-cuda::RopeMode to_cuda(RopeMode m) { return m == RopeMode::Neox ? cuda::RopeMode::Neox : cuda::RopeMode::Normal; }
-cuda::RouterMode to_cuda(RouterMode m) {
-  return m == RouterMode::TopKSoftmax ? cuda::RouterMode::TopKSoftmax : cuda::RouterMode::SoftmaxTopK;
-}
-
 // Lays buffers out back to back: run once with base 0 to measure, once with
 // the arena's base to bind.
 struct Layout {
@@ -546,13 +541,13 @@ struct CudaBackend::Impl {
     if (one_qkv && !L.bq && opt.fused_decode) {
       with_cache(L, [&](auto* kc, auto* vc) {
         cuda::decode_qk_prologue(qkv, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps, c.n_rot,
-                                 positions, c.rope_base, c.rope_freq_scale, to_cuda(c.arch->rope_mode), kc, vc,
+                                 positions, c.rope_base, c.rope_freq_scale, c.arch->rope_mode, kc, vc,
                                  kv_ctx, s);
       });
     } else if (!one_qkv && !L.bq && opt.fused_prefill && (L.q_norm == nullptr) == (L.k_norm == nullptr)) {
       with_cache(L, [&](auto* kc, auto* vc) {
         cuda::batch_qk_prologue(qp, kp, vp, n, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps,
-                                c.n_rot, positions, c.rope_base, c.rope_freq_scale, to_cuda(c.arch->rope_mode), kc, vc,
+                                c.n_rot, positions, c.rope_base, c.rope_freq_scale, c.arch->rope_mode, kc, vc,
                                 kv_ctx, s);
       });
     } else {
@@ -583,7 +578,7 @@ struct CudaBackend::Impl {
       cuda::rmsnorm(qp, L.q_norm, qp, static_cast<int64_t>(n) * c.n_head, hd, c.rms_eps, s);
       cuda::rmsnorm(kp, L.k_norm, kp, static_cast<int64_t>(n) * c.n_head_kv, hd, c.rms_eps, s);
     }
-    const cuda::RopeMode rm = to_cuda(c.arch->rope_mode);
+    const RopeMode rm = c.arch->rope_mode;
     if (one_qkv) {
       cuda::rope(qp, 1, c.n_head + c.n_head_kv, c.head_dim, c.n_rot, positions, c.rope_base, c.rope_freq_scale, rm, s);
     } else {
@@ -659,14 +654,14 @@ struct CudaBackend::Impl {
     const int E = c.n_expert, K = c.n_expert_used;
     if (moe_fused) {
       cuda::router_norm_decode(h, L.ffn_norm, c.rms_eps, static_cast<const float*>(L.router.data), E, D, K,
-                               to_cuda(c.arch->router_mode), c.router_renorm, x, xq8, router_logits, route_ids,
+                               c.arch->router_mode, c.router_renorm, x, xq8, router_logits, route_ids,
                                route_w, router_counter, s);
     } else if (n == 1 && opt.fused_decode && cuda::router_decode_supported(L.router.type, E, D, K)) {
-      cuda::router_decode_f32(static_cast<const float*>(L.router.data), x, E, D, K, to_cuda(c.arch->router_mode),
+      cuda::router_decode_f32(static_cast<const float*>(L.router.data), x, E, D, K, c.arch->router_mode,
                               c.router_renorm, router_logits, route_ids, route_w, router_counter, s);
     } else {  // router: always the exact matvec (f32 weights, no f16 rounding), so batch and decode choose alike
       router_logits_rows(L.router, n);
-      cuda::router_topk(router_logits, n, E, K, to_cuda(c.arch->router_mode), c.router_renorm, route_ids, route_w, s);
+      cuda::router_topk(router_logits, n, E, K, c.arch->router_mode, c.router_renorm, route_ids, route_w, s);
     }
     if (route_hook) {
       route_host.resize(static_cast<size_t>(n) * K);
