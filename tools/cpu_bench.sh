@@ -15,7 +15,7 @@
 #   MOESTREAM=path/to/moestream (default build/moestream)
 # Needs about 17 GB of disk and RAM for the full model. Generation takes a
 # minute or two on 16 cores (rows come from pre-quantized pools, see
-# src/engine/generator.h).
+# src/engine/synthetic_model.h).
 set -euo pipefail
 model=/tmp/moestream-bench/qwen3-30b-a3b-q4_k.gguf
 out=bench/results

@@ -1,13 +1,13 @@
 // `moestream gen`: writes a synthetic model with the real shapes and quant
 // mix of a known MoE (random weights, working tokenizer), for tests and
-// benchmarks. See src/engine/generator.h for how weights and skew are made.
+// benchmarks. See src/engine/synthetic_model.h for how weights and skew are made.
 #include <chrono>
 #include <cstdio>
 #include <string>
 
 #include "cli/commands.h"
 #include "cpu/thread_pool.h"
-#include "engine/generator.h"
+#include "engine/synthetic_model.h"
 #include "util/bytes.h"
 
 namespace ms::cli {

@@ -11,7 +11,7 @@
 #include <system_error>
 
 #include "cpu/thread_pool.h"
-#include "engine/generator.h"
+#include "engine/synthetic_model.h"
 #include "util/error.h"
 
 namespace ms {

@@ -69,8 +69,8 @@ struct Vocab {
 // tokenizer, mismatched array lengths, or out-of-range ids.
 Vocab load_vocab(const GgufFile& file);
 
-// Sets every `tokenizer.*` key for `vocab` on a writer (used by the model
-// generator, the converter and the tests' vocab-only files).
+// Sets every `tokenizer.*` key for `vocab` on a writer (used by the synthetic
+// model writer, the converter and the tests' vocab-only files).
 void write_vocab_metadata(GgufWriter& writer, const Vocab& vocab);
 
 }  // namespace ms

@@ -13,9 +13,9 @@
 #include "cuda/backend/prefill_fused.h"
 #include "cuda/ops.h"
 #include "cuda_test_util.h"
-#include "engine/generator.h"
 #include "engine/loaded_model.h"
 #include "engine/sampler.h"
+#include "engine/synthetic_model.h"
 
 namespace ms::cuda::test {
 namespace {

@@ -24,9 +24,9 @@
 #include "cuda_test_util.h"
 #include "tiny_models.h"
 #include "engine/cpu_backend.h"
-#include "engine/generator.h"
 #include "engine/loaded_model.h"
 #include "engine/sampler.h"
+#include "engine/synthetic_model.h"
 
 namespace ms::cuda::test {
 namespace {

@@ -16,9 +16,9 @@
 #include "cpu/thread_pool.h"
 #include "engine/cpu_backend.h"
 #include "engine/generate.h"
-#include "engine/generator.h"
 #include "engine/loaded_model.h"
 #include "engine/sampler.h"
+#include "engine/synthetic_model.h"
 #include "ref_model.h"
 #include "util/error.h"
 
@@ -277,7 +277,7 @@ TEST(ExpertExecutor, MatchesReferencePerPair) {
   }
 }
 
-TEST(Generator, RouterSkewConcentratesRouting) {
+TEST(SyntheticModel, RouterSkewConcentratesRouting) {
   auto popularity = [&](double skew) {
     auto m = LoadedModel::open(Models::get().path("qwen3moe", "q4_k_m", "stacked", skew));
     ThreadPool pool(2);

@@ -18,8 +18,8 @@
 
 #include "cpu/thread_pool.h"
 #include "engine/cpu_backend.h"
-#include "engine/generator.h"
 #include "engine/loaded_model.h"
+#include "engine/synthetic_model.h"
 #include "ref_model.h"
 
 namespace ms {

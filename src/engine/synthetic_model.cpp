@@ -1,4 +1,4 @@
-#include "engine/generator.h"
+#include "engine/synthetic_model.h"
 
 #include <algorithm>
 #include <cctype>
@@ -19,7 +19,7 @@
 namespace ms {
 namespace {
 
-// The constant hidden channel that carries the router bias (see generator.h).
+// The constant hidden channel that carries the router bias (see synthetic_model.h).
 constexpr float kChannel = 2.0f;
 
 // ---------------------------------------------------------------- random numbers

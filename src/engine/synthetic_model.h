@@ -73,7 +73,7 @@ struct GenOptions {
   int n_layer = 0;
   int64_t n_ctx = 0;
   // Rows per pre-quantized row pool for big tensors (-1: auto, 4096 for
-  // models over 256M weights, none below; 0: off). See generator.cpp.
+  // models over 256M weights, none below; 0: off). See synthetic_model.cpp.
   int64_t pool_rows = -1;
   // Called after each chunk with bytes written so far and the total.
   std::function<void(uint64_t, uint64_t)> progress;

@@ -1,4 +1,4 @@
-// The synthetic model generator: presets, quant mixes, determinism, and the
+// The synthetic model writer (`moestream gen`): presets, quant mixes, determinism, and the
 // real shapes of the big presets (checked from the tensor plan, without
 // writing 16 GB).
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <string>
 
 #include "cpu/thread_pool.h"
-#include "engine/generator.h"
+#include "engine/synthetic_model.h"
 #include "format/gguf.h"
 #include "model/weights.h"
 #include "util/error.h"
@@ -30,7 +30,7 @@ std::string slurp(const std::string& p) {
   return {std::istreambuf_iterator<char>(f), {}};
 }
 
-TEST(Generator, PresetsHaveTheRealShapes) {
+TEST(SyntheticModel, PresetsHaveTheRealShapes) {
   const GenShape q = gen_preset("qwen3moe", "qwen3-30b-a3b");
   EXPECT_EQ(q.n_layer, 48);
   EXPECT_EQ(q.n_embd, 2048);
@@ -54,7 +54,7 @@ TEST(Generator, PresetsHaveTheRealShapes) {
   EXPECT_THROW(gen_preset("gpt2", "tiny"), Error);
 }
 
-TEST(Generator, QuantMixes) {
+TEST(SyntheticModel, QuantMixes) {
   // Q4_K_M: Q4_K by default, Q6_K for the output head and for attn_v /
   // ffn_down in the first and last eighth and every third layer between.
   EXPECT_EQ(gen_tensor_type("q4_k_m", "ffn_gate", 10, 48, 2048), DType::Q4_K);
@@ -72,7 +72,7 @@ TEST(Generator, QuantMixes) {
   EXPECT_THROW(gen_tensor_type("q9_z", "attn_q", 0, 1, 256), Error);
 }
 
-TEST(Generator, SameSeedSameFileDifferentSeedDiffers) {
+TEST(SyntheticModel, SameSeedSameFileDifferentSeedDiffers) {
   ThreadPool two(2), one(1);
   GenOptions o;
   o.seed = 3;
@@ -93,7 +93,7 @@ TEST(Generator, SameSeedSameFileDifferentSeedDiffers) {
   for (const auto& p : {a, b, c}) fs::remove(p);
 }
 
-TEST(Generator, BadOptionsAreErrors) {
+TEST(SyntheticModel, BadOptionsAreErrors) {
   ThreadPool pool(1);
   GenOptions o;
   o.layout = "diagonal";
