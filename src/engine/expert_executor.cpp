@@ -1,129 +1,37 @@
 #include "engine/expert_executor.h"
 
-#include <algorithm>
-#include <cmath>
 #include <string>
 
-#include "cpu/matvec.h"
-#include "cpu/matvec_many.h"
-#include "cpu/ops.h"
-#include "quant/quant.h"
 #include "util/error.h"
 
 namespace ms {
 
-std::vector<ExpertWork> group_by_expert(const int32_t* ids, int n_tokens, int k, int n_expert) {
-  std::vector<int> count(static_cast<size_t>(n_expert), 0);
-  for (int p = 0; p < n_tokens * k; ++p) {
-    if (ids[p] < 0 || ids[p] >= n_expert)
-      throw Error("router chose expert " + std::to_string(ids[p]) + " of " + std::to_string(n_expert));
-    ++count[static_cast<size_t>(ids[p])];
-  }
-  std::vector<int> index(static_cast<size_t>(n_expert), -1);
-  std::vector<ExpertWork> work;
-  for (int e = 0; e < n_expert; ++e)
-    if (count[static_cast<size_t>(e)]) {
-      index[static_cast<size_t>(e)] = static_cast<int>(work.size());
-      work.push_back({e, {}, {}});
-      work.back().tokens.reserve(static_cast<size_t>(count[static_cast<size_t>(e)]));
-      work.back().slots.reserve(static_cast<size_t>(count[static_cast<size_t>(e)]));
-    }
-  for (int t = 0; t < n_tokens; ++t)
-    for (int j = 0; j < k; ++j) {
-      ExpertWork& w = work[static_cast<size_t>(index[static_cast<size_t>(ids[t * k + j])])];
-      w.tokens.push_back(t);
-      w.slots.push_back(t * k + j);
-    }
-  return work;
+ExpertFfnWeights expert_ffn_weights(const ExpertWeights& ex) {
+  ExpertFfnWeights w;
+  w.n_embd = ex.n_embd;
+  w.n_ff = ex.n_ff;
+  w.gate_type = ex.gate_type;
+  w.up_type = ex.up_type;
+  w.down_type = ex.down_type;
+  w.gate = ex.gate_;
+  w.up = ex.up_;
+  w.down = ex.down_;
+  return w;
+}
+
+std::vector<ExpertFfnWeights> expert_ffn_layers(const ModelWeights& w) {
+  std::vector<ExpertFfnWeights> layers;
+  layers.reserve(w.layers.size());
+  for (const LayerWeights& L : w.layers) layers.push_back(expert_ffn_weights(L.experts));
+  return layers;
 }
 
 void CpuExpertExecutor::compute(int layer, const float* x, int n_tokens, const std::vector<ExpertWork>& work,
                                 float* y) {
   if (work.empty()) return;
-  const ExpertWeights& ex = w_.layers[static_cast<size_t>(layer)].experts;
-  const int64_t D = ex.n_embd, F = ex.n_ff;
-
-  // Inputs quantized once per token for the gate (and up, if its type differs).
-  const int64_t ga = act_row_bytes(ex.gate_type, D), ua = act_row_bytes(ex.up_type, D);
-  act_gate_.resize(static_cast<size_t>(ga * n_tokens));
-  quantize_rows(pool_, ex.gate_type, x, n_tokens, D, act_gate_.data());
-  const bool same_act = type_info(ex.gate_type).vec_dot_type == type_info(ex.up_type).vec_dot_type;
-  if (!same_act) {
-    act_up_.resize(static_cast<size_t>(ua * n_tokens));
-    quantize_rows(pool_, ex.up_type, x, n_tokens, D, act_up_.data());
-  }
-
-  // Pair p (in work order) gets rows p of gate_ and up_.
-  int64_t n_pairs = 0;
-  for (const ExpertWork& w : work) n_pairs += static_cast<int64_t>(w.tokens.size());
-  gate_.resize(static_cast<size_t>(n_pairs * F));
-  up_.resize(static_cast<size_t>(n_pairs * F));
-  std::vector<MatmulJob> jobs;
-  jobs.reserve(2 * work.size());
-  int64_t p0 = 0;
-  for (const ExpertWork& w : work) {
-    if (w.expert < 0 || w.expert >= ex.n_expert) throw Error("expert id " + std::to_string(w.expert) + " out of range");
-    const int64_t n = static_cast<int64_t>(w.tokens.size());
-    jobs.push_back({ex.gate_type, ex.gate(w.expert), F, D, act_gate_.data(), w.tokens.data(), n, gate_.data() + p0 * F});
-    jobs.push_back({ex.up_type, ex.up(w.expert), F, D, same_act ? act_gate_.data() : act_up_.data(), w.tokens.data(), n,
-                    up_.data() + p0 * F});
-    p0 += n;
-  }
-  matmul_many(pool_, jobs.data(), static_cast<int>(jobs.size()));
-
-  // SwiGLU, then the down projection's input quantized per pair.
-  // Both per pair row, in one parallel loop for a batch (serial for a few
-  // pairs, where starting the pool would cost more than the work).
-  const int64_t da = act_row_bytes(ex.down_type, F);
-  act_down_.resize(static_cast<size_t>(da * n_pairs));
-  auto swiglu_quantize = [&](int64_t p_begin, int64_t p_end) {
-    float* g = gate_.data() + p_begin * F;
-    silu_mul(g, up_.data() + p_begin * F, g, (p_end - p_begin) * F);
-    quantize_activations(ex.down_type, g, F, p_end - p_begin, act_down_.data() + p_begin * da);
-  };
-  if (n_pairs < 16) swiglu_quantize(0, n_pairs);
-  else pool_.parallel_for(n_pairs, 4, swiglu_quantize);
-
-  // Down: a work item's pairs are consecutive rows of act_down_; outputs go
-  // to rows of up_ (reused), then to their slots of y.
-  jobs.clear();
-  up_.resize(static_cast<size_t>(n_pairs * D));
-  p0 = 0;
-  for (const ExpertWork& w : work) {
-    const int64_t n = static_cast<int64_t>(w.tokens.size());
-    jobs.push_back({ex.down_type, ex.down(w.expert), D, F, act_down_.data() + p0 * da, nullptr, n, up_.data() + p0 * D});
-    p0 += n;
-  }
-  matmul_many(pool_, jobs.data(), static_cast<int>(jobs.size()));
-  pair_slot_.clear();
-  for (const ExpertWork& w : work) pair_slot_.insert(pair_slot_.end(), w.slots.begin(), w.slots.end());
-  auto scatter = [&](int64_t p_begin, int64_t p_end) {
-    for (int64_t p = p_begin; p < p_end; ++p)
-      std::copy_n(up_.data() + p * D, D, y + static_cast<int64_t>(pair_slot_[static_cast<size_t>(p)]) * D);
-  };
-  if (n_pairs < 16) scatter(0, n_pairs);
-  else pool_.parallel_for(n_pairs, 8, scatter);
-}
-
-void expert_ffn_ref(const ExpertWeights& ex, int expert, const float* x, float* y) {
-  const int64_t D = ex.n_embd, F = ex.n_ff;
-  std::vector<float> row(static_cast<size_t>(std::max(D, F))), h(static_cast<size_t>(F));
-  const int64_t gb = row_bytes(ex.gate_type, D), ub = row_bytes(ex.up_type, D), db = row_bytes(ex.down_type, F);
-  for (int64_t r = 0; r < F; ++r) {
-    dequantize_row_ref(ex.gate_type, ex.gate(expert) + r * gb, row.data(), D);
-    double g = 0;
-    for (int64_t c = 0; c < D; ++c) g += static_cast<double>(row[c]) * x[c];
-    dequantize_row_ref(ex.up_type, ex.up(expert) + r * ub, row.data(), D);
-    double u = 0;
-    for (int64_t c = 0; c < D; ++c) u += static_cast<double>(row[c]) * x[c];
-    h[r] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
-  }
-  for (int64_t r = 0; r < D; ++r) {
-    dequantize_row_ref(ex.down_type, ex.down(expert) + r * db, row.data(), F);
-    double acc = 0;
-    for (int64_t c = 0; c < F; ++c) acc += static_cast<double>(row[c]) * h[c];
-    y[r] = static_cast<float>(acc);
-  }
+  if (layer < 0 || layer >= static_cast<int>(layers_.size()))
+    throw Error("expert executor: layer " + std::to_string(layer) + " out of range");
+  ffn_.compute(layers_[static_cast<size_t>(layer)], x, n_tokens, work, y);
 }
 
 }  // namespace ms

@@ -267,7 +267,7 @@ TEST(ExpertExecutor, MatchesReferencePerPair) {
   std::vector<float> y(n * k * D, NAN), ref(D);
   ex.compute(1, x.data(), n, work, y.data());
   for (int p = 0; p < n * k; ++p) {
-    expert_ffn_ref(m->weights.layers[1].experts, ids[p], x.data() + (p / k) * D, ref.data());
+    expert_ffn_ref(expert_ffn_weights(m->weights.layers[1].experts), ids[p], x.data() + (p / k) * D, ref.data());
     double num = 0, den = 0;
     for (int64_t i = 0; i < D; ++i) {
       num += (y[p * D + i] - ref[i]) * (y[p * D + i] - ref[i]);

@@ -1,0 +1,75 @@
+// The routed-expert FFN of one MoE layer on the CPU:
+//   y[slot] = down_e(silu(gate_e x[token]) * up_e x[token])
+// for every (token, slot) pair the router sent to expert e. The engine's
+// CpuExpertExecutor (engine/expert_executor.h) and the asynchronous form for
+// the hybrid step (cpu/expert_ffn_async.h) both run this code.
+//
+// cpu/ sits below model/ in the library layering, so the weights come as
+// plain data (types, dims, one pointer per expert and matrix), not as
+// ModelWeights; engine/expert_executor.h builds them from a model.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cpu/thread_pool.h"
+#include "quant/types.h"
+
+namespace ms {
+
+// One expert's share of a layer's routing.
+struct ExpertWork {
+  int expert = 0;
+  std::vector<int32_t> tokens;  // rows of x
+  std::vector<int32_t> slots;   // rows of y (token * k + j), same length as tokens
+};
+
+// Groups a layer's routing (ids [n_tokens][k]) by expert, in increasing
+// expert id; within an expert, tokens in increasing order. Throws ms::Error
+// for an id outside [0, n_expert).
+std::vector<ExpertWork> group_by_expert(const int32_t* ids, int n_tokens, int k, int n_expert);
+
+// One layer's routed experts. gate_e and up_e are n_ff rows x n_embd cols,
+// down_e is n_embd rows x n_ff cols, row-major in their types' row layout;
+// gate[e], up[e], down[e] point at expert e's matrices (n_expert entries each).
+// A view: the pointer arrays and the weights must outlive its users.
+struct ExpertFfnWeights {
+  int64_t n_embd = 0, n_ff = 0;
+  DType gate_type = DType::F32, up_type = DType::F32, down_type = DType::F32;
+  std::span<const uint8_t* const> gate, up, down;
+  int n_expert() const { return static_cast<int>(gate.size()); }
+};
+
+// The expert FFN over a ThreadPool, with its scratch kept between calls. All
+// work items of a call share two parallel regions (gate+up of every expert,
+// then down), so each expert's weight rows are read once per call whatever
+// its token count. Results do not depend on the pool's size.
+class ExpertFfn {
+ public:
+  explicit ExpertFfn(ThreadPool& pool) : pool_(pool) {}
+  ExpertFfn(const ExpertFfn&) = delete;
+  ExpertFfn& operator=(const ExpertFfn&) = delete;
+
+  // x: [n_tokens][n_embd]; y: n_embd floats per slot. Writes exactly the
+  // rows named by the work items' slots and leaves every other row of y
+  // alone. Throws ms::Error, before computing or writing anything, for an
+  // expert id or token out of range, a negative slot, tokens and slots of
+  // different lengths, or weights the CPU kernels cannot run. One call at a
+  // time (the scratch is shared).
+  void compute(const ExpertFfnWeights& w, const float* x, int n_tokens, const std::vector<ExpertWork>& work,
+               float* y);
+
+  ThreadPool& pool() { return pool_; }
+
+ private:
+  ThreadPool& pool_;
+  std::vector<uint8_t> act_gate_, act_up_, act_down_;
+  std::vector<float> gate_, up_;
+  std::vector<int32_t> pair_slot_;  // slot of each pair, in work order
+};
+
+// The reference the fast path is tested against: one (expert, x) pair,
+// weights dequantized to f32, double accumulation, no threads.
+void expert_ffn_ref(const ExpertFfnWeights& w, int expert, const float* x, float* y);
+
+}  // namespace ms
