@@ -13,7 +13,7 @@
 
 #include "cpu/thread_pool.h"
 #include "engine/backend.h"
-#include "engine/generator.h"
+#include "engine/synthetic_model.h"
 #include "engine/loaded_model.h"
 #include "engine/sampler.h"
 
