@@ -190,6 +190,10 @@ RegisterCommand reg("run", [](CLI::App& app) {
   sub->add_option("--seed", a->sp.seed, "sampling seed")->capture_default_str();
   return [a]() -> int {
     RunArgs& r = *a;
+    // The same checks the server applies to a request's values.
+    r.sp.validate();
+    GenerateParams{.n_predict = r.n_predict}.validate();
+    if (r.ctx < 0) throw Error("--ctx must be >= 0 (0: the model's context, at most 4096)");
     std::string path = r.model;
     if (path.empty()) {
       bool generated = false;

@@ -7,6 +7,12 @@
 
 namespace ms {
 
+void GenerateParams::validate() const {
+  if (n_predict < -1)
+    throw Error("the number of tokens to generate must be >= 0, or -1 for \"until end of text\" (got " +
+                std::to_string(n_predict) + ")");
+}
+
 GenerateStats generate(Backend& backend, KvCache& kv, Sampler& sampler, const Tokenizer* tok,
                        std::span<const int32_t> prompt, const GenerateParams& params,
                        const std::function<bool(int32_t)>& on_token) {

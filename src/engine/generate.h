@@ -17,8 +17,11 @@ namespace ms {
 class Tokenizer;
 
 struct GenerateParams {
-  int n_predict = 128;        // tokens to generate at most (< 0: until EOG or a full context)
+  int n_predict = 128;        // tokens to generate at most (-1: until end of text or a full context)
   bool stop_at_eog = true;    // stop at the tokenizer's end-of-generation tokens
+  // Throws ms::Error for n_predict < -1 (the one negative value means "until
+  // end of text"). Shared by `run` and the server.
+  void validate() const;
 };
 
 struct GenerateStats {

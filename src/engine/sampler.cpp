@@ -26,12 +26,18 @@ std::string SamplerParams::describe() const {
 }
 
 void SamplerParams::validate() const {
-  if (!std::isfinite(temperature)) throw Error("sampling: temperature must be a finite number");
-  if (!(top_p > 0.0f) || !std::isfinite(top_p)) throw Error("sampling: top-p must be in (0, 1] (1 turns it off)");
+  if (!(temperature >= 0.0f) || !std::isfinite(temperature))
+    throw Error("sampling: temperature must be a number >= 0 (0: greedy)");
+  if (top_k < 0) throw Error("sampling: top-k must be >= 0 (0 turns it off)");
+  if (!(top_p > 0.0f && top_p <= 1.0f)) throw Error("sampling: top-p must be in (0, 1] (1 turns it off)");
   if (!(min_p >= 0.0f && min_p <= 1.0f)) throw Error("sampling: min-p must be in [0, 1] (0 turns it off)");
   if (!(repeat_penalty > 0.0f) || !std::isfinite(repeat_penalty))
     throw Error("sampling: the repetition penalty must be > 0 (1 turns it off)");
   if (repeat_last_n < 0) throw Error("sampling: the repetition window must be >= 0 tokens");
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f))
+    throw Error("sampling: the presence penalty must be in [-2, 2] (0 turns it off)");
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f))
+    throw Error("sampling: the frequency penalty must be in [-2, 2] (0 turns it off)");
 }
 
 // Two passes: the largest value (NaNs never win), then its first index. The
@@ -92,6 +98,18 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
       if (id < 0 || id >= n_vocab) continue;
       float& l = work_[id];
       l = l > 0 ? l / params_.repeat_penalty : l * params_.repeat_penalty;
+    }
+  }
+  // Presence and frequency penalties (OpenAI's): subtracted from the logit.
+  if ((params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) && !recent_.empty()) {
+    std::vector<int32_t> seen(recent_.begin(), recent_.end());
+    std::sort(seen.begin(), seen.end());
+    for (size_t i = 0; i < seen.size();) {
+      size_t j = i;
+      while (j < seen.size() && seen[j] == seen[i]) ++j;
+      if (seen[i] >= 0 && seen[i] < n_vocab)
+        work_[seen[i]] -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(j - i);
+      i = j;
     }
   }
   if (params_.temperature <= 0) return argmax(work_.data(), n_vocab);

@@ -15,17 +15,24 @@
 namespace ms {
 
 struct SamplerParams {
-  float temperature = 0.8f;  // <= 0: greedy (argmax)
+  float temperature = 0.8f;  // 0: greedy (argmax); negative values are rejected
   int top_k = 40;            // <= 0: no limit
   float top_p = 0.95f;       // >= 1: off
   float min_p = 0.05f;       // <= 0: off; keep tokens with p >= min_p * p_max
   float repeat_penalty = 1.0f;  // 1: off; > 1 discourages tokens seen in the last repeat_last_n
   int repeat_last_n = 64;
+  // OpenAI-style penalties over the same window: each token's logit is
+  // lowered by presence_penalty once if it occurs there and by
+  // frequency_penalty times its count. 0: off; in [-2, 2].
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
   uint64_t seed = 0;
 
   // "greedy" or "temp=0.8 top_k=40 top_p=0.95 min_p=0.05 rep=1.1 seed=1"
   std::string describe() const;
-  // Throws ms::Error for values out of range (negative top_p, ...).
+  // Throws ms::Error for values out of range (negative temperature, top_p
+  // outside (0, 1], ...), saying what the valid range is. Shared by `run`
+  // and the server, so both accept the same values.
   void validate() const;
 };
 

@@ -6,6 +6,7 @@
 #include <map>
 #include <vector>
 
+#include "engine/generate.h"
 #include "engine/sampler.h"
 #include "util/error.h"
 
@@ -173,6 +174,51 @@ TEST(Sampler, RejectsBadParameters) {
   p = SamplerParams{};
   p.repeat_penalty = 0.0f;
   EXPECT_THROW(Sampler{p}, Error);
+  p = SamplerParams{};
+  p.temperature = -1.0f;
+  EXPECT_THROW(Sampler{p}, Error);
+  p = SamplerParams{};
+  p.top_k = -1;
+  EXPECT_THROW(Sampler{p}, Error);
+  p = SamplerParams{};
+  p.top_p = 1.5f;
+  EXPECT_THROW(Sampler{p}, Error);
+  p = SamplerParams{};
+  p.presence_penalty = 2.5f;
+  EXPECT_THROW(Sampler{p}, Error);
+  p = SamplerParams{};
+  p.frequency_penalty = -3.0f;
+  EXPECT_THROW(Sampler{p}, Error);
+  p = SamplerParams{};
+  p.temperature = 0.0f;  // greedy is valid
+  EXPECT_NO_THROW(Sampler{p});
+}
+
+TEST(GenerateParams, NPredictMinusOneMeansUntilEndOfText) {
+  GenerateParams g;
+  g.n_predict = -1;
+  EXPECT_NO_THROW(g.validate());
+  g.n_predict = 0;
+  EXPECT_NO_THROW(g.validate());
+  g.n_predict = -5;
+  EXPECT_THROW(g.validate(), Error);
+}
+
+TEST(Sampler, PresenceAndFrequencyPenaltiesLowerSeenTokens) {
+  SamplerParams p;
+  p.temperature = 0;
+  p.frequency_penalty = 1.0f;
+  Sampler s(p);
+  const float logits[3] = {3.0f, 2.5f, 0.0f};
+  EXPECT_EQ(s.sample(logits, 3), 0);
+  s.accept(0);  // token 0 seen once: 3 - 1 = 2 < 2.5
+  EXPECT_EQ(s.sample(logits, 3), 1);
+  p.frequency_penalty = 0.0f;
+  p.presence_penalty = 0.4f;  // 3 - 0.4 = 2.6 > 2.5, however often it was seen
+  Sampler q(p);
+  q.accept(0);
+  q.accept(0);
+  EXPECT_EQ(q.sample(logits, 3), 0);
 }
 
 }  // namespace
