@@ -1,0 +1,160 @@
+// `moestream serve`: an OpenAI-compatible HTTP server (src/server) over one
+// engine. Without -m it serves the built-in tiny model. Stops cleanly on
+// SIGINT/SIGTERM: open requests end, the port is released, no thread is left.
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "cli/backend_choice.h"
+#include "cli/commands.h"
+#include "cpu/thread_pool.h"
+#include "engine/loaded_model.h"
+#include "server/chat.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/scheduler.h"
+#include "util/error.h"
+
+namespace ms::cli {
+namespace {
+
+struct ServeArgs {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;
+  std::string backend;
+  std::string chat_template;
+  std::string model_name;
+  int64_t ctx = 0;
+  int parallel = 1;
+  int threads = 0;
+  int batch = 256;
+  size_t max_body = 8u << 20;
+  KvType kv_type = KvType::F16;
+  bool quiet = false;
+};
+
+RegisterCommand reg("serve", [](CLI::App& app) {
+  auto* sub = app.add_subcommand(
+      "serve", "OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics");
+  auto a = std::make_shared<ServeArgs>();
+  sub->add_option("-m,--model", a->model, "GGUF model file (default: the built-in tiny model)");
+  sub->add_option("--host", a->host, "address to listen on (0.0.0.0: every interface)")->capture_default_str();
+  sub->add_option("--port", a->port, "TCP port (0: a free one, printed at start)")->capture_default_str();
+  sub->add_option("--api-key", a->api_key,
+                  "require 'Authorization: Bearer KEY' on every route but /health (default: $MOESTREAM_API_KEY, "
+                  "else none)");
+  sub->add_option("-c,--ctx", a->ctx, "context per request slot in tokens (0: the model's, at most 4096)");
+  sub->add_option("--parallel", a->parallel,
+                  "request slots served in turn (each has its own KV cache; the CUDA backend holds one)")
+      ->capture_default_str();
+  sub->add_option("-t,--threads", a->threads, "CPU threads (0: all cores)");
+  sub->add_option("-b,--batch", a->batch, "prompt tokens per forward batch")->capture_default_str();
+  sub->add_option("--backend", a->backend, backend_help())->check(CLI::IsMember({"cpu", "cuda"}));
+  add_kv_type_option(*sub, &a->kv_type);
+  sub->add_option("--chat-template", a->chat_template,
+                  "a built-in chat format instead of the model's Jinja template (chatml, llama3, mistral-v3, ...)");
+  sub->add_option("--model-name", a->model_name, "the model id /v1/models lists (default: the file's name)");
+  sub->add_option("--max-body", a->max_body, "request body limit in bytes")->capture_default_str();
+  sub->add_flag("-q,--quiet", a->quiet, "no start-up lines");
+  return [a]() -> int {
+    ServeArgs& r = *a;
+    if (r.parallel < 1) throw Error("--parallel must be >= 1");
+    if (r.ctx < 0) throw Error("--ctx must be >= 0 (0: the model's context, at most 4096)");
+    if (r.port < 0 || r.port > 65535) throw Error("--port must be in 0..65535");
+    if (r.api_key.empty())
+      if (const char* k = std::getenv("MOESTREAM_API_KEY")) r.api_key = k;
+
+    // SIGINT/SIGTERM go to one thread that shuts down (blocked here, before
+    // any thread exists, so every later thread inherits the mask); a client
+    // that vanishes must not kill the process with SIGPIPE.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+
+    std::string path = r.model;
+    if (path.empty()) {
+      bool generated = false;
+      path = default_model_path(&generated);
+      if (!r.quiet)
+        std::fprintf(stderr, "moestream: %s the built-in tiny model (random weights) at %s; pass -m FILE for a real one\n",
+                     generated ? "generated" : "using", path.c_str());
+    }
+    auto model = LoadedModel::open(path);
+    const ModelConfig& c = model->weights.cfg;
+    ThreadPool pool(r.threads);
+    const int64_t ctx = r.ctx > 0 ? r.ctx : std::min<int64_t>(c.n_ctx_train > 0 ? c.n_ctx_train : 4096, 4096);
+    BackendSetup bs;
+    bs.requested = r.backend;
+    bs.ctx = ctx;
+    bs.max_batch = std::max(1, r.batch);
+    bs.quiet = r.quiet;
+    bs.kv_type = r.kv_type;
+    const std::unique_ptr<Backend> be = make_backend(bs, model->weights, pool);
+    int parallel = r.parallel;
+    if (be->name() == "cuda" && parallel > 1) {
+      // One device KV cache per CUDA backend: requests queue for it.
+      std::fprintf(stderr, "moestream: the CUDA backend holds one sequence; --parallel %d becomes 1 (requests queue)\n",
+                   parallel);
+      parallel = 1;
+    }
+    server::Metrics metrics;
+    server::ChatRenderer chat(*model->tokenizer, r.chat_template);
+    server::Scheduler::Options so;
+    so.parallel = parallel;
+    so.ctx = ctx;
+    so.kv_type = r.kv_type;
+    so.prefill_chunk = std::max(1, r.batch);
+    server::Scheduler sched(*be, *model->tokenizer, so, &metrics);
+    server::HttpOptions ho;
+    ho.host = r.host;
+    ho.port = r.port;
+    ho.api_key = r.api_key;
+    ho.max_body = r.max_body;
+    ho.model_name = r.model_name.empty() ? std::filesystem::path(path).stem().string() : r.model_name;
+    server::HttpServer http(sched, *model->tokenizer, chat, metrics, ho);
+    const int port = http.bind();
+    if (!r.quiet)
+      std::fprintf(stderr, "moestream: %s | %s: %s | ctx %lld x %d slots | chat template: %s%s\n",
+                   c.describe().c_str(), be->name().c_str(), backend_device(*be, pool).c_str(),
+                   static_cast<long long>(ctx), parallel, chat.description().c_str(),
+                   r.api_key.empty() ? "" : " | API key required");
+    // The line tests and scripts wait for (stable format).
+    std::fprintf(stderr, "moestream: listening on http://%s:%d\n", r.host.c_str(), port);
+    std::fflush(stderr);
+
+    std::atomic<bool> done{false};
+    std::thread sig_thread([&] {
+      int sig = 0;
+      sigwait(&stop_signals, &sig);
+      if (done) return;  // woken by the main thread after listen() ended on its own
+      if (!r.quiet) std::fprintf(stderr, "moestream: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      sched.stop();  // open requests end (cancelled), so their HTTP threads finish
+      while (!done) {
+        http.stop();
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+    http.listen();
+    done = true;
+    pthread_kill(sig_thread.native_handle(), SIGTERM);
+    sig_thread.join();
+    sched.stop();
+    if (!r.quiet) std::fprintf(stderr, "moestream: stopped\n");
+    return 0;
+  };
+});
+
+}  // namespace
+}  // namespace ms::cli

@@ -1,0 +1,225 @@
+#include "server/api.h"
+
+#include <cmath>
+#include <limits>
+
+#include "util/error.h"
+
+namespace ms::server {
+
+// Requests are read keeping the order of their objects' keys (templates
+// print tool schemas with tojson in the order the client sent).
+using json = nlohmann::ordered_json;
+
+nlohmann::json ApiError::body() const {
+  nlohmann::json e = {{"message", what()}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!param.empty()) e["param"] = param;
+  if (!code.empty()) e["code"] = code;
+  return nlohmann::json{{"error", e}};
+}
+
+namespace {
+
+const char* type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    default: return "a number";
+  }
+}
+
+[[noreturn]] void bad(const std::string& field, const std::string& what) {
+  throw ApiError(400, "'" + field + "' " + what, "invalid_request_error", field);
+}
+
+// A present, non-null field, or null.
+const json* field(const json& body, const char* name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+double number(const json& body, const char* name, double dflt) {
+  const json* v = field(body, name);
+  if (!v) return dflt;
+  if (!v->is_number()) bad(name, std::string("must be a number, not ") + type_name(*v));
+  const double d = v->get<double>();
+  if (!std::isfinite(d)) bad(name, "must be a finite number");
+  return d;
+}
+
+int64_t integer(const json& body, const char* name, int64_t dflt) {
+  const json* v = field(body, name);
+  if (!v) return dflt;
+  if (v->is_number_integer()) return v->get<int64_t>();
+  if (v->is_number_float()) {  // 16.0 is accepted as 16, 16.5 is not
+    const double d = v->get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) return static_cast<int64_t>(d);
+  }
+  bad(name, std::string("must be an integer, not ") + type_name(*v));
+}
+
+bool boolean(const json& body, const char* name, bool dflt) {
+  const json* v = field(body, name);
+  if (!v) return dflt;
+  if (!v->is_boolean()) bad(name, std::string("must be a boolean, not ") + type_name(*v));
+  return v->get<bool>();
+}
+
+// A message's content: a string, or an array of parts of which the text
+// parts are joined (images and audio are refused: this is a text model).
+std::string content_text(const json& c, const std::string& where) {
+  if (c.is_null()) return "";
+  if (c.is_string()) return c.get<std::string>();
+  if (!c.is_array()) bad(where, std::string("must be a string or an array of content parts, not ") + type_name(c));
+  std::string out;
+  for (const json& part : c) {
+    if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+      bad(where, "has a content part without a string 'type'");
+    const std::string type = part["type"].get<std::string>();
+    if (type != "text") bad(where, "has a content part of type '" + type + "'; this model reads text only");
+    if (!part.contains("text") || !part["text"].is_string()) bad(where, "has a text part without a string 'text'");
+    out += part["text"].get<std::string>();
+  }
+  return out;
+}
+
+json check_messages(const json& body) {
+  const json* m = field(body, "messages");
+  if (!m) throw ApiError(400, "'messages' is required", "invalid_request_error", "messages");
+  if (!m->is_array()) bad("messages", std::string("must be an array, not ") + type_name(*m));
+  if (m->empty()) bad("messages", "must have at least one message");
+  json out = json::array();
+  for (size_t i = 0; i < m->size(); ++i) {
+    const json& msg = (*m)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!msg.is_object()) bad(where, std::string("must be an object, not ") + type_name(msg));
+    if (!msg.contains("role") || !msg["role"].is_string()) bad(where + ".role", "is required and must be a string");
+    std::string role = msg["role"].get<std::string>();
+    if (role == "developer") role = "system";  // OpenAI's newer name for the system role
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool")
+      bad(where + ".role", "must be one of system, developer, user, assistant, tool (got '" + role + "')");
+    json copy = msg;  // keep other fields (tool_calls, name, ...) for the template
+    copy["role"] = role;
+    copy["content"] = content_text(msg.contains("content") ? msg["content"] : json(), where + ".content");
+    out.push_back(std::move(copy));
+  }
+  return out;
+}
+
+std::vector<std::string> check_stop(const json& body) {
+  const json* s = field(body, "stop");
+  std::vector<std::string> out;
+  if (!s) return out;
+  if (s->is_string()) {
+    if (!s->get<std::string>().empty()) out.push_back(s->get<std::string>());
+    return out;
+  }
+  if (!s->is_array()) bad("stop", std::string("must be a string or an array of strings, not ") + type_name(*s));
+  if (s->size() > 16) bad("stop", "may have at most 16 strings");
+  for (const json& x : *s) {
+    if (!x.is_string()) bad("stop", "must contain only strings");
+    if (!x.get<std::string>().empty()) out.push_back(x.get<std::string>());
+  }
+  return out;
+}
+
+}  // namespace
+
+CompletionRequest parse_request(const std::string& text, bool chat) {
+  json body;
+  try {
+    body = json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
+  }
+  if (!body.is_object())
+    throw ApiError(400, std::string("the request body must be a JSON object, not ") + type_name(body));
+
+  CompletionRequest r;
+  r.chat = chat;
+  if (const json* m = field(body, "model")) {
+    if (!m->is_string()) bad("model", "must be a string");
+    r.model = m->get<std::string>();
+  }
+  if (chat) {
+    r.messages = check_messages(body);
+  } else {
+    const json* p = field(body, "prompt");
+    if (!p) throw ApiError(400, "'prompt' is required", "invalid_request_error", "prompt");
+    if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) p = &(*p)[0];
+    if (!p->is_string()) bad("prompt", "must be a string (one prompt per request)");
+    r.prompt = p->get<std::string>();
+    if (r.prompt.empty()) bad("prompt", "must not be empty");
+  }
+
+  if (integer(body, "n", 1) != 1) bad("n", "must be 1: this server makes one choice per request");
+  r.stream = boolean(body, "stream", false);
+  if (const json* so = field(body, "stream_options")) {
+    if (!so->is_object()) bad("stream_options", "must be an object");
+    r.include_usage = boolean(*so, "include_usage", false);
+  }
+
+  // max_completion_tokens is the newer name; either may be given.
+  int64_t max_tokens = integer(body, "max_completion_tokens", integer(body, "max_tokens", -1));
+  if (max_tokens > std::numeric_limits<int>::max()) max_tokens = std::numeric_limits<int>::max();
+  if (max_tokens < std::numeric_limits<int>::min()) max_tokens = -2;
+  r.gen.n_predict = static_cast<int>(max_tokens);
+  r.gen.stop_at_eog = true;
+
+  SamplerParams& sp = r.sampling;
+  sp.temperature = static_cast<float>(number(body, "temperature", sp.temperature));
+  sp.top_p = static_cast<float>(number(body, "top_p", sp.top_p));
+  const int64_t top_k = integer(body, "top_k", sp.top_k);
+  sp.top_k = top_k > std::numeric_limits<int>::max() ? std::numeric_limits<int>::max()
+                                                     : static_cast<int>(std::max<int64_t>(top_k, -1));
+  sp.min_p = static_cast<float>(number(body, "min_p", sp.min_p));
+  sp.presence_penalty = static_cast<float>(number(body, "presence_penalty", 0));
+  sp.frequency_penalty = static_cast<float>(number(body, "frequency_penalty", 0));
+  sp.repeat_penalty = static_cast<float>(number(body, "repeat_penalty", 1.0));
+  if (const json* s = field(body, "seed")) {
+    if (!s->is_number_integer()) bad("seed", std::string("must be an integer, not ") + type_name(*s));
+    sp.seed = s->is_number_unsigned() ? s->get<uint64_t>() : static_cast<uint64_t>(s->get<int64_t>());
+  } else {
+    sp.seed = std::random_device{}();
+  }
+  // Which field a range error is about: the checks name the value, the
+  // client needs the field.
+  try {
+    sp.validate();
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    std::string param;
+    if (m.find("temperature") != std::string::npos) param = "temperature";
+    else if (m.find("top-k") != std::string::npos) param = "top_k";
+    else if (m.find("top-p") != std::string::npos) param = "top_p";
+    else if (m.find("min-p") != std::string::npos) param = "min_p";
+    else if (m.find("presence") != std::string::npos) param = "presence_penalty";
+    else if (m.find("frequency") != std::string::npos) param = "frequency_penalty";
+    else if (m.find("repetition") != std::string::npos) param = "repeat_penalty";
+    throw ApiError(400, m, "invalid_request_error", param);
+  }
+  try {
+    r.gen.validate();
+  } catch (const Error& e) {
+    throw ApiError(400, std::string("'max_tokens': ") + e.what(), "invalid_request_error", "max_tokens");
+  }
+  r.stop = check_stop(body);
+
+  if (const json* rf = field(body, "reasoning_format")) {
+    if (!rf->is_string()) bad("reasoning_format", "must be a string: none or separate");
+    const std::string v = rf->get<std::string>();
+    if (v == "separate" || v == "deepseek" || v == "parsed") r.separate_reasoning = true;
+    else if (v != "none") bad("reasoning_format", "must be none or separate (got '" + v + "')");
+  }
+  if (const json* kw = field(body, "chat_template_kwargs")) {
+    if (!kw->is_object()) bad("chat_template_kwargs", "must be an object");
+    r.template_kwargs = *kw;
+  }
+  return r;
+}
+
+}  // namespace ms::server

@@ -1,0 +1,57 @@
+// The OpenAI request and error shapes, without HTTP: a request body (JSON
+// text) becomes a CompletionRequest, or an ApiError with the status and the
+// message a client sees. Unknown fields are ignored; a known field of the
+// wrong type or out of range is a 400 naming the field. Sampling values are
+// checked by SamplerParams::validate / GenerateParams::validate, the same
+// checks `moestream run` applies to its flags.
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/generate.h"
+#include "engine/sampler.h"
+
+namespace ms::server {
+
+// An error for the client: HTTP status, OpenAI's error type and code, the
+// request field it is about (or empty).
+struct ApiError : std::runtime_error {
+  int status;
+  std::string type;   // "invalid_request_error", "authentication_error", "server_error", ...
+  std::string code;   // "context_length_exceeded", "invalid_api_key", ... or empty
+  std::string param;  // the field, e.g. "temperature", or empty
+  ApiError(int status, std::string message, std::string type = "invalid_request_error", std::string param = "",
+           std::string code = "")
+      : std::runtime_error(std::move(message)),
+        status(status),
+        type(std::move(type)),
+        code(std::move(code)),
+        param(std::move(param)) {}
+  // {"error": {"message", "type", "param", "code"}}
+  nlohmann::json body() const;
+};
+
+struct CompletionRequest {
+  bool chat = true;              // /v1/chat/completions (messages) or /v1/completions (prompt)
+  nlohmann::ordered_json messages;  // chat: the array as sent, in its order (roles checked, contents as strings)
+  std::string prompt;            // completions
+  std::string model;             // echoed back
+  bool stream = false;
+  bool include_usage = false;    // stream_options.include_usage: a last chunk with usage
+  SamplerParams sampling;        // greedy when temperature is 0
+  GenerateParams gen;            // n_predict from max_tokens (-1: until end of text or a full context)
+  std::vector<std::string> stop;  // never emitted; at most 4 in OpenAI's API, 16 here
+  bool separate_reasoning = false;  // <think>...</think> to reasoning_content
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs (e.g. enable_thinking)
+};
+
+// Parses and checks a request body. `chat` selects which endpoint's fields
+// are required. Throws ApiError (400) for malformed JSON, a wrong type, a value
+// out of range, n != 1, an empty message list or prompt.
+CompletionRequest parse_request(const std::string& body, bool chat);
+
+}  // namespace ms::server

@@ -1,0 +1,75 @@
+#include "server/chat.h"
+
+#include "server/api.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/jinja.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace ms::server {
+
+ChatRenderer::ChatRenderer(const Tokenizer& tok, const std::string& format) : tok_(tok) {
+  const Vocab& v = tok.vocab();
+  if (!format.empty()) {
+    ChatTemplate t = ChatTemplate::for_vocab(v, format);  // throws for an unknown name
+    format_ = t.name();
+    description_ = std::string("built-in ") + format_ + " (--chat-template)";
+    return;
+  }
+  if (!v.chat_template.empty()) {
+    try {
+      jinja_ = std::make_unique<jinja::Template>(v.chat_template);
+      description_ = "the model's Jinja template";
+      return;
+    } catch (const Error& e) {
+      // Not renderable here: the built-in format it resembles.
+      format_ = ChatTemplate::for_vocab(v).name();
+      description_ = std::string("built-in ") + format_ + " (the model's template: " + e.what() + ")";
+      return;
+    }
+  }
+  format_ = ChatTemplate::for_vocab(v).name();
+  description_ = std::string("built-in ") + format_ + " (the model has no chat template)";
+}
+
+ChatRenderer::~ChatRenderer() = default;
+
+std::string ChatRenderer::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                 const nlohmann::ordered_json& kwargs) const {
+  if (jinja_) {
+    jinja::Json ctx = jinja::Json::object();
+    for (auto it = kwargs.begin(); it != kwargs.end(); ++it) ctx[it.key()] = it.value();
+    ctx["messages"] = messages;
+    ctx["add_generation_prompt"] = add_generation_prompt;
+    const int32_t bos = tok_.bos_id(), eos = tok_.eos_id();
+    const std::string bos_text = bos >= 0 ? tok_.token_to_piece(bos, true) : "";
+    ctx["bos_token"] = bos_text;
+    ctx["eos_token"] = eos >= 0 ? tok_.token_to_piece(eos, true) : "";
+    std::string out;
+    try {
+      out = jinja_->render(ctx);
+    } catch (const jinja::TemplateRaised& e) {
+      throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(),
+                     "invalid_request_error", "messages");
+    } catch (const Error& e) {
+      throw ApiError(500, std::string("the model's chat template failed: ") + e.what(), "server_error");
+    }
+    // The tokenizer adds BOS itself where the vocabulary asks for it.
+    if (tok_.vocab().add_bos && !bos_text.empty() && out.rfind(bos_text, 0) == 0) out.erase(0, bos_text.size());
+    return out;
+  }
+  std::vector<ChatMessage> msgs;
+  for (const auto& m : messages) {
+    ChatMessage cm;
+    cm.role = m.value("role", "");
+    cm.content = m.contains("content") && m["content"].is_string() ? m["content"].get<std::string>() : "";
+    msgs.push_back(std::move(cm));
+  }
+  try {
+    return ChatTemplate(*parse_chat_format(format_)).apply(msgs, add_generation_prompt);
+  } catch (const Error& e) {
+    throw ApiError(400, e.what(), "invalid_request_error", "messages");
+  }
+}
+
+}  // namespace ms::server

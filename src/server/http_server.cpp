@@ -1,0 +1,316 @@
+#include "server/http_server.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "server/api.h"
+#include "server/chat.h"
+#include "server/metrics.h"
+#include "server/scheduler.h"
+#include "server/text_stream.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+#ifndef MOESTREAM_NO_HTTPLIB
+#include <httplib.h>
+#endif
+
+namespace ms::server {
+
+using nlohmann::json;
+
+#ifdef MOESTREAM_NO_HTTPLIB
+
+struct HttpServer::Impl {};
+HttpServer::HttpServer(Scheduler&, const Tokenizer&, const ChatRenderer&, Metrics&, HttpOptions) {
+  throw Error("this build has no HTTP server: libcpp-httplib was not found at configure time");
+}
+HttpServer::~HttpServer() = default;
+int HttpServer::bind() { return 0; }
+void HttpServer::listen() {}
+void HttpServer::stop() {}
+
+#else
+
+namespace {
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(e.body().dump(), "application/json");
+}
+
+std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
+
+json usage_json(const Update& u) {
+  return {{"prompt_tokens", u.n_prompt},
+          {"completion_tokens", u.n_completion},
+          {"total_tokens", u.n_prompt + u.n_completion},
+          {"prompt_tokens_details", {{"cached_tokens", u.n_cached}}}};
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Scheduler& sched;
+  const Tokenizer& tok;
+  const ChatRenderer& chat;
+  Metrics& metrics;
+  HttpOptions opt;
+  httplib::Server svr;
+  std::atomic<uint64_t> next_id{0};
+  std::string id_prefix;
+  std::atomic<bool> stopped{false};
+
+  Impl(Scheduler& s, const Tokenizer& t, const ChatRenderer& c, Metrics& m, HttpOptions o)
+      : sched(s), tok(t), chat(c), metrics(m), opt(std::move(o)) {
+    std::random_device rd;
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%08x%08x", rd(), rd());
+    id_prefix = buf;
+    routes();
+  }
+
+  bool authorized(const httplib::Request& req, httplib::Response& res) {
+    if (opt.api_key.empty()) return true;
+    const std::string h = req.get_header_value("Authorization");
+    if (h == "Bearer " + opt.api_key) return true;
+    send_error(res, ApiError(401,
+                             h.empty() ? "no API key given: send the header 'Authorization: Bearer KEY'"
+                                       : "incorrect API key",
+                             "authentication_error", "", "invalid_api_key"));
+    return false;
+  }
+
+  void routes() {
+    const size_t threads = opt.threads > 0 ? static_cast<size_t>(opt.threads)
+                                           : static_cast<size_t>(std::max(16, 4 * sched.parallel() + 8));
+    svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    svr.set_payload_max_length(opt.max_body);
+    svr.set_keep_alive_timeout(2);  // idle keep-alive connections must not hold up a shutdown for long
+    svr.set_read_timeout(30);
+    svr.set_write_timeout(30);
+
+    svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      std::string msg;
+      switch (res.status) {
+        case 404: msg = "no route " + req.method + " " + req.path; break;
+        case 413: msg = "the request body is larger than the server's limit (--max-body)"; break;
+        case 405: msg = "method " + req.method + " is not allowed on " + req.path; break;
+        default: msg = "HTTP " + std::to_string(res.status); break;
+      }
+      const std::string type = res.status >= 500 ? "server_error" : "invalid_request_error";
+      res.set_content(ApiError(res.status, msg, type).body().dump(), "application/json");
+    });
+    svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "internal error";
+      try {
+        if (ep) std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      send_error(res, ApiError(500, what, "server_error"));
+    });
+    svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      // Known routes by name; anything else under one label (no unbounded label set).
+      static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"};
+      const char* endpoint = "other";
+      for (const char* k : known)
+        if (req.path == k) endpoint = k;
+      metrics.request(endpoint, res.status);
+    });
+
+    svr.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"status":"ok"})", "application/json");
+    });
+    svr.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!authorized(req, res)) return;
+      metrics.set_queue(sched.queue_depth(), sched.active_slots());
+      res.set_content(metrics.render(), "text/plain; version=0.0.4");
+    });
+    svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!authorized(req, res)) return;
+      json m = {{"id", opt.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "moestream"},
+                {"meta", {{"n_ctx", sched.ctx()}, {"n_vocab", tok.n_tokens()}}}};
+      res.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(), "application/json");
+    });
+    svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      completion(req, res, true);
+    });
+    svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      completion(req, res, false);
+    });
+  }
+
+  void completion(const httplib::Request& hreq, httplib::Response& res, bool is_chat) {
+    if (!authorized(hreq, res)) return;
+    try {
+      CompletionRequest r = parse_request(hreq.body, is_chat);
+      std::string text = is_chat ? chat.render(r.messages, true, r.template_kwargs) : r.prompt;
+      std::vector<int32_t> ids = tok.encode(text, true, true);
+      if (ids.empty()) throw ApiError(400, "the prompt is empty after tokenization");
+      if (static_cast<int64_t>(ids.size()) >= sched.ctx())
+        throw ApiError(400,
+                       "this model's context is " + std::to_string(sched.ctx()) + " tokens (--ctx) and the " +
+                           (is_chat ? "messages" : "prompt") + " take " + std::to_string(ids.size()) +
+                           " tokens, leaving no room for the answer; shorten them or restart with a larger --ctx",
+                       "invalid_request_error", is_chat ? "messages" : "prompt", "context_length_exceeded");
+      Job job;
+      job.prompt = std::move(ids);
+      job.sampling = r.sampling;
+      job.gen = r.gen;
+      job.stop = r.stop;
+      job.separate_reasoning = is_chat && r.separate_reasoning;
+      job.starts_in_reasoning = job.separate_reasoning && prompt_opens_think(text);
+      std::shared_ptr<Request> req = sched.submit(std::move(job));
+      const std::string id =
+          std::string(is_chat ? "chatcmpl-" : "cmpl-") + id_prefix + std::to_string(next_id.fetch_add(1));
+      const int64_t created = static_cast<int64_t>(std::time(nullptr));
+      const std::string model = r.model.empty() ? opt.model_name : r.model;
+      if (r.stream) stream(res, req, r, id, created, model);
+      else whole(res, req, r, id, created, model);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    }
+  }
+
+  void whole(httplib::Response& res, const std::shared_ptr<Request>& req, const CompletionRequest& r,
+             const std::string& id, int64_t created, const std::string& model) {
+    std::string content, reasoning;
+    Update u;
+    do {
+      u = req->take(std::chrono::milliseconds(1000));
+      content += u.content;
+      reasoning += u.reasoning;
+    } while (!u.done);
+    if (u.finish_reason == "error") throw ApiError(500, "generation failed: " + u.error, "server_error");
+    if (u.finish_reason == "cancelled") throw ApiError(503, "the server is shutting down", "server_error");
+    json choice = {{"index", 0}, {"finish_reason", u.finish_reason}, {"logprobs", nullptr}};
+    if (r.chat) {
+      json msg = {{"role", "assistant"}, {"content", content}};
+      if (r.separate_reasoning) msg["reasoning_content"] = reasoning;
+      choice["message"] = msg;
+    } else {
+      choice["text"] = content;
+    }
+    json out = {{"id", id},
+                {"object", r.chat ? "chat.completion" : "text_completion"},
+                {"created", created},
+                {"model", model},
+                {"choices", json::array({choice})},
+                {"usage", usage_json(u)}};
+    res.set_content(out.dump(), "application/json");
+  }
+
+  void stream(httplib::Response& res, const std::shared_ptr<Request>& req, const CompletionRequest& r,
+              const std::string& id, int64_t created, const std::string& model) {
+    res.set_header("Cache-Control", "no-cache");
+    const bool is_chat = r.chat, include_usage = r.include_usage;
+    auto chunk = [=](json choice) {
+      choice["index"] = 0;
+      if (!choice.contains("finish_reason")) choice["finish_reason"] = nullptr;
+      return json{{"id", id},
+                  {"object", is_chat ? "chat.completion.chunk" : "text_completion"},
+                  {"created", created},
+                  {"model", model},
+                  {"choices", json::array({choice})}};
+    };
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [=](size_t, httplib::DataSink& sink) {
+          auto send = [&](const std::string& s) {
+            if (sink.write(s.data(), s.size())) return true;
+            req->cancel();  // the client went away: free its slot
+            return false;
+          };
+          if (is_chat && !send(sse(chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}})))) return false;
+          for (;;) {
+            Update u = req->take(std::chrono::milliseconds(1000));
+            if (!u.content.empty() || !u.reasoning.empty()) {
+              json c;
+              if (is_chat) {
+                json delta = json::object();
+                if (!u.content.empty()) delta["content"] = u.content;
+                if (!u.reasoning.empty()) delta["reasoning_content"] = u.reasoning;
+                c = chunk({{"delta", delta}});
+              } else {
+                c = chunk({{"text", u.content}, {"logprobs", nullptr}});
+              }
+              if (!send(sse(c))) return false;
+            } else if (!u.done) {
+              // Nothing yet (queued, or a long prefill): an SSE comment, which
+              // also tells us whether the client is still there.
+              if (!send(": waiting\n\n")) return false;
+            }
+            if (!u.done) continue;
+            if (u.finish_reason == "error" || u.finish_reason == "cancelled") {
+              const ApiError e = u.finish_reason == "error"
+                                     ? ApiError(500, "generation failed: " + u.error, "server_error")
+                                     : ApiError(503, "the server is shutting down", "server_error");
+              send(sse(e.body()));
+            } else {
+              json last = is_chat ? chunk({{"delta", json::object()}, {"finish_reason", u.finish_reason}})
+                                  : chunk({{"text", ""}, {"logprobs", nullptr}, {"finish_reason", u.finish_reason}});
+              if (include_usage) last["usage"] = nullptr;
+              if (!send(sse(last))) return false;
+              if (include_usage) {
+                json uj = {{"id", id},
+                           {"object", is_chat ? "chat.completion.chunk" : "text_completion"},
+                           {"created", created},
+                           {"model", model},
+                           {"choices", json::array()},
+                           {"usage", usage_json(u)}};
+                if (!send(sse(uj))) return false;
+              }
+            }
+            send("data: [DONE]\n\n");
+            sink.done();
+            return true;
+          }
+        },
+        [req](bool success) {
+          if (!success) req->cancel();
+        });
+  }
+};
+
+HttpServer::HttpServer(Scheduler& sched, const Tokenizer& tok, const ChatRenderer& chat, Metrics& metrics,
+                       HttpOptions opt)
+    : impl_(std::make_unique<Impl>(sched, tok, chat, metrics, std::move(opt))) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+int HttpServer::bind() {
+  Impl& m = *impl_;
+  if (m.opt.port == 0) {
+    const int port = m.svr.bind_to_any_port(m.opt.host);
+    if (port <= 0) throw Error("cannot bind " + m.opt.host + " to a free port");
+    m.opt.port = port;
+    return port;
+  }
+  if (!m.svr.bind_to_port(m.opt.host, m.opt.port))
+    throw Error("cannot bind " + m.opt.host + ":" + std::to_string(m.opt.port) +
+                " (in use? try another --port, or --port 0 for a free one)");
+  return m.opt.port;
+}
+
+void HttpServer::listen() {
+  if (impl_->stopped) return;
+  impl_->svr.listen_after_bind();
+}
+
+void HttpServer::stop() {
+  if (!impl_) return;
+  impl_->stopped = true;
+  impl_->svr.stop();
+}
+
+#endif
+
+}  // namespace ms::server

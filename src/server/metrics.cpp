@@ -1,0 +1,100 @@
+#include "server/metrics.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace ms::server {
+
+void Metrics::request(const std::string& endpoint, int status) {
+  std::lock_guard lk(m_);
+  ++requests_[{endpoint, status}];
+}
+
+void Metrics::tokens(int prompt, int cached, int completion) {
+  std::lock_guard lk(m_);
+  prompt_tokens_ += static_cast<uint64_t>(std::max(prompt, 0));
+  cached_tokens_ += static_cast<uint64_t>(std::max(cached, 0));
+  completion_tokens_ += static_cast<uint64_t>(std::max(completion, 0));
+}
+
+void Metrics::generated_token(Clock::time_point t) {
+  std::lock_guard lk(m_);
+  recent_.push_back(t);
+  // Bounded: a minute of tokens at most.
+  while (!recent_.empty() && t - recent_.front() > std::chrono::seconds(60)) recent_.pop_front();
+}
+
+void Metrics::set_queue(size_t queued, int active) {
+  std::lock_guard lk(m_);
+  queued_ = queued;
+  active_ = active;
+}
+
+void Metrics::set_expert_source(std::function<ExpertTelemetry()> f) {
+  std::lock_guard lk(m_);
+  experts_ = std::move(f);
+}
+
+double Metrics::tokens_per_second(double window) const {
+  std::lock_guard lk(m_);
+  const auto now = Clock::now();
+  const double up = std::chrono::duration<double>(now - start_).count();
+  const double w = std::min(window, std::max(up, 1e-3));
+  size_t n = 0;
+  for (auto it = recent_.rbegin(); it != recent_.rend(); ++it) {
+    if (std::chrono::duration<double>(now - *it).count() > w) break;
+    ++n;
+  }
+  return static_cast<double>(n) / w;
+}
+
+std::string Metrics::render() const {
+  const double tps = tokens_per_second();
+  std::function<ExpertTelemetry()> src;
+  {
+    std::lock_guard lk(m_);
+    src = experts_;
+  }
+  const ExpertTelemetry ex = src ? src() : ExpertTelemetry{};
+  std::lock_guard lk(m_);
+  std::string out;
+  char line[256];
+  auto metric = [&](const char* name, const char* type, const char* help) {
+    std::snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    out += line;
+  };
+  auto value = [&](const char* name, double v) {
+    std::snprintf(line, sizeof line, "%s %.17g\n", name, v);
+    out += line;
+  };
+  metric("moestream_requests_total", "counter", "HTTP requests by endpoint and status");
+  for (const auto& [key, n] : requests_) {
+    std::snprintf(line, sizeof line, "moestream_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n",
+                  key.first.c_str(), key.second, static_cast<unsigned long long>(n));
+    out += line;
+  }
+  metric("moestream_prompt_tokens_total", "counter", "prompt tokens of finished requests (cached ones included)");
+  value("moestream_prompt_tokens_total", static_cast<double>(prompt_tokens_));
+  metric("moestream_prompt_cached_tokens_total", "counter", "prompt tokens reused from the prompt cache");
+  value("moestream_prompt_cached_tokens_total", static_cast<double>(cached_tokens_));
+  metric("moestream_completion_tokens_total", "counter", "generated tokens of finished requests");
+  value("moestream_completion_tokens_total", static_cast<double>(completion_tokens_));
+  metric("moestream_tokens_per_second", "gauge", "generated tokens per second over the last 10 s, all slots");
+  value("moestream_tokens_per_second", tps);
+  metric("moestream_queue_depth", "gauge", "requests waiting for a slot");
+  value("moestream_queue_depth", static_cast<double>(queued_));
+  metric("moestream_active_slots", "gauge", "slots generating now");
+  value("moestream_active_slots", active_);
+  metric("moestream_expert_telemetry_available", "gauge",
+         "1 when the backend tiers experts and reports the expert_* values (else they are 0)");
+  value("moestream_expert_telemetry_available", ex.available ? 1 : 0);
+  metric("moestream_expert_hit_rate", "gauge", "routed experts found resident in VRAM / all routed");
+  value("moestream_expert_hit_rate", ex.hit_rate);
+  metric("moestream_expert_h2d_bytes_total", "counter", "expert bytes copied host to device");
+  value("moestream_expert_h2d_bytes_total", static_cast<double>(ex.h2d_bytes));
+  metric("moestream_expert_cpu_share", "gauge", "routed experts computed on the CPU / all routed");
+  value("moestream_expert_cpu_share", ex.cpu_expert_share);
+  return out;
+}
+
+}  // namespace ms::server

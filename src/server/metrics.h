@@ -1,0 +1,54 @@
+// Counters the server exports at GET /metrics (Prometheus text format):
+// requests by endpoint and status, prompt/completion/cached tokens,
+// generated tokens/s over the last 10 s, queue depth and active slots, and
+// the expert telemetry of the backend.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace ms::server {
+
+// Where routed experts ran, for backends that tier them (the CUDA backend
+// with a --vram budget). Backends that do not (the CPU backend, an
+// all-resident GPU) leave `available` false and the numbers 0.
+struct ExpertTelemetry {
+  bool available = false;
+  double hit_rate = 0;           // routed experts found resident in VRAM / all routed
+  uint64_t h2d_bytes = 0;        // expert bytes copied host -> device so far
+  double cpu_expert_share = 0;   // routed experts computed on the CPU / all routed
+};
+
+class Metrics {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  void request(const std::string& endpoint, int status);
+  void tokens(int prompt, int cached, int completion);
+  void generated_token(Clock::time_point t = Clock::now());
+  void set_queue(size_t queued, int active);
+  // The backend's telemetry, polled at each scrape (null: not available).
+  void set_expert_source(std::function<ExpertTelemetry()> f);
+
+  // Generated tokens per second over the last `window` seconds (all slots).
+  double tokens_per_second(double window = 10.0) const;
+  // The Prometheus exposition text.
+  std::string render() const;
+
+ private:
+  mutable std::mutex m_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_;
+  uint64_t prompt_tokens_ = 0, cached_tokens_ = 0, completion_tokens_ = 0;
+  size_t queued_ = 0;
+  int active_ = 0;
+  mutable std::deque<Clock::time_point> recent_;
+  Clock::time_point start_ = Clock::now();
+  std::function<ExpertTelemetry()> experts_;
+};
+
+}  // namespace ms::server

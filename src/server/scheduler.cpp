@@ -1,0 +1,261 @@
+#include "server/scheduler.h"
+
+#include <algorithm>
+
+#include "server/text_stream.h"
+#include "tokenizer/stream_decoder.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace ms::server {
+
+// ------------------------------------------------------------------ Request
+
+Update Request::take(std::chrono::milliseconds timeout) {
+  std::unique_lock lk(m_);
+  cv_.wait_for(lk, timeout, [&] { return finished_ || !pending_.content.empty() || !pending_.reasoning.empty(); });
+  Update u = std::move(pending_);
+  pending_ = Update{};
+  if (u.done) {  // a later take() sees the end again, with no text
+    pending_ = u;
+    pending_.content.clear();
+    pending_.reasoning.clear();
+  }
+  return u;
+}
+
+void Request::post(const std::string& content, const std::string& reasoning) {
+  if (content.empty() && reasoning.empty()) return;
+  {
+    std::lock_guard lk(m_);
+    pending_.content += content;
+    pending_.reasoning += reasoning;
+  }
+  cv_.notify_all();
+}
+
+void Request::finish(const std::string& reason, const std::string& error, int n_prompt, int n_cached,
+                     int n_completion) {
+  {
+    std::lock_guard lk(m_);
+    pending_.done = true;
+    pending_.finish_reason = reason;
+    pending_.error = error;
+    pending_.n_prompt = n_prompt;
+    pending_.n_cached = n_cached;
+    pending_.n_completion = n_completion;
+    finished_ = true;
+  }
+  cv_.notify_all();
+}
+
+// ------------------------------------------------------------------ slot choice
+
+std::pair<int, size_t> choose_slot(const std::vector<SlotView>& slots, const std::vector<int32_t>& prompt) {
+  int best = -1;
+  size_t best_len = 0;
+  uint64_t best_used = 0;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const SlotView& s = slots[i];
+    if (s.busy) continue;
+    const std::vector<int32_t>& t = *s.tokens;
+    const size_t n = std::min(t.size(), prompt.size());
+    size_t len = 0;
+    while (len < n && t[len] == prompt[len]) ++len;
+    if (best < 0 || len > best_len || (len == best_len && s.last_used < best_used)) {
+      best = static_cast<int>(i);
+      best_len = len;
+      best_used = s.last_used;
+    }
+  }
+  if (best < 0) return {-1, 0};
+  // The last prompt token is always run: its logits choose the first token.
+  if (best_len >= prompt.size()) best_len = prompt.empty() ? 0 : prompt.size() - 1;
+  return {best, best_len};
+}
+
+// ------------------------------------------------------------------ Scheduler
+
+struct Scheduler::Slot {
+  explicit Slot(KvCache cache) : kv(std::move(cache)) {}
+  KvCache kv;
+  std::vector<int32_t> tokens;  // what kv holds
+  uint64_t last_used = 0;
+  // The job in this slot (none: free).
+  std::shared_ptr<Request> req;
+  Job job;
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<StreamDecoder> dec;
+  std::unique_ptr<StopMatcher> stop;
+  std::unique_ptr<ThinkSplitter> think;
+  size_t prefilled = 0;  // prompt tokens in kv
+  int n_cached = 0;
+  int n_generated = 0;
+  std::vector<float> logits;
+};
+
+Scheduler::Scheduler(Backend& backend, const Tokenizer& tok, Options opt, Metrics* metrics)
+    : be_(backend), tok_(tok), opt_(opt), metrics_(metrics) {
+  if (opt_.parallel < 1) throw Error("--parallel must be >= 1");
+  if (opt_.ctx < 2) throw Error("--ctx must be at least 2 tokens");
+  for (int i = 0; i < opt_.parallel; ++i) slots_.push_back(std::make_unique<Slot>(be_.make_cache(opt_.ctx, opt_.kv_type)));
+  worker_ = std::thread([this] { run(); });
+}
+
+Scheduler::~Scheduler() { stop(); }
+
+std::shared_ptr<Request> Scheduler::submit(Job job) {
+  auto req = std::make_shared<Request>();
+  if (job.prompt.empty()) {
+    req->finish("error", "the prompt has no tokens", 0, 0, 0);
+    return req;
+  }
+  {
+    std::lock_guard lk(m_);
+    if (stopping_) {
+      req->finish("cancelled", "the server is shutting down", static_cast<int>(job.prompt.size()), 0, 0);
+      return req;
+    }
+    queue_.emplace_back(std::move(job), req);
+    if (metrics_) metrics_->set_queue(queue_.size(), active_);
+  }
+  cv_.notify_all();
+  return req;
+}
+
+void Scheduler::stop() {
+  {
+    std::lock_guard lk(m_);
+    if (stopping_ && !worker_.joinable()) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+size_t Scheduler::queue_depth() const {
+  std::lock_guard lk(m_);
+  return queue_.size();
+}
+
+int Scheduler::active_slots() const { return active_; }
+
+void Scheduler::admit() {
+  std::lock_guard lk(m_);
+  while (!queue_.empty()) {
+    if (queue_.front().second->cancelled()) {
+      auto& [job, req] = queue_.front();
+      req->finish("cancelled", "", static_cast<int>(job.prompt.size()), 0, 0);
+      queue_.pop_front();
+      continue;
+    }
+    std::vector<SlotView> views;
+    for (auto& s : slots_) views.push_back({&s->tokens, s->req != nullptr, s->last_used});
+    auto [idx, keep] = choose_slot(views, queue_.front().first.prompt);
+    if (idx < 0) break;
+    Slot& s = *slots_[static_cast<size_t>(idx)];
+    s.job = std::move(queue_.front().first);
+    s.req = std::move(queue_.front().second);
+    queue_.pop_front();
+    s.kv.truncate(static_cast<int64_t>(keep));
+    s.tokens.resize(keep);
+    s.prefilled = keep;
+    s.n_cached = static_cast<int>(keep);
+    s.n_generated = 0;
+    s.last_used = ++clock_;
+    s.sampler = std::make_unique<Sampler>(s.job.sampling);
+    for (int32_t id : s.job.prompt) s.sampler->accept(id);
+    s.dec = std::make_unique<StreamDecoder>(tok_);
+    s.stop = std::make_unique<StopMatcher>(s.job.stop);
+    s.think = s.job.separate_reasoning ? std::make_unique<ThinkSplitter>(s.job.starts_in_reasoning) : nullptr;
+    ++active_;
+  }
+  if (metrics_) metrics_->set_queue(queue_.size(), active_);
+}
+
+void Scheduler::finish(Slot& s, const std::string& reason, const std::string& error) {
+  if (reason != "error" && reason != "cancelled") {
+    // Text held back for a stop string that never came, and the decoder's tail.
+    std::string tail = s.stop->push(s.dec->flush());
+    tail += s.stop->flush();
+    if (s.think) {
+      ThinkSplitter::Out o = s.think->push(tail), f = s.think->flush();
+      s.req->post(o.content + f.content, o.reasoning + f.reasoning);
+    } else {
+      s.req->post(tail, "");
+    }
+  }
+  const int n_prompt = static_cast<int>(s.job.prompt.size());
+  if (metrics_) metrics_->tokens(n_prompt, s.n_cached, s.n_generated);
+  s.req->finish(reason, error, n_prompt, s.n_cached, s.n_generated);
+  s.req.reset();
+  s.sampler.reset();
+  s.dec.reset();
+  s.stop.reset();
+  s.think.reset();
+  s.job = Job{};
+  s.last_used = ++clock_;
+  --active_;
+  if (metrics_) metrics_->set_queue(queue_depth(), active_);
+}
+
+void Scheduler::step(Slot& s) {
+  if (s.req->cancelled()) return finish(s, "cancelled");
+  const std::vector<int32_t>& prompt = s.job.prompt;
+  const int32_t n_vocab = static_cast<int32_t>(be_.config().n_vocab);
+  try {
+    if (s.prefilled < prompt.size()) {
+      const size_t n = std::min(prompt.size() - s.prefilled, static_cast<size_t>(std::max(1, opt_.prefill_chunk)));
+      be_.forward(s.kv, std::span<const int32_t>(prompt.data() + s.prefilled, n), s.logits);
+      s.tokens.insert(s.tokens.end(), prompt.begin() + static_cast<std::ptrdiff_t>(s.prefilled),
+                      prompt.begin() + static_cast<std::ptrdiff_t>(s.prefilled + n));
+      s.prefilled += n;
+      return;
+    }
+    if (s.job.gen.n_predict == 0) return finish(s, "length");
+    const int32_t id = s.sampler->sample(s.logits.data(), n_vocab);
+    s.sampler->accept(id);
+    ++s.n_generated;
+    if (metrics_) metrics_->generated_token();
+    if (s.job.gen.stop_at_eog && tok_.is_eog(id)) return finish(s, "stop");
+    const std::string text = s.stop->push(s.dec->push(id));
+    if (s.think) {
+      ThinkSplitter::Out o = s.think->push(text);
+      s.req->post(o.content, o.reasoning);
+    } else {
+      s.req->post(text, "");
+    }
+    if (s.stop->stopped()) return finish(s, "stop");
+    if (s.job.gen.n_predict > 0 && s.n_generated >= s.job.gen.n_predict) return finish(s, "length");
+    if (s.kv.n_past() + 1 > s.kv.ctx()) return finish(s, "length");
+    const int32_t next[1] = {id};
+    be_.forward(s.kv, next, s.logits);
+    s.tokens.push_back(id);
+  } catch (const std::exception& e) {
+    // The cache may hold part of a batch: forget it.
+    s.kv.clear();
+    s.tokens.clear();
+    finish(s, "error", e.what());
+  }
+}
+
+void Scheduler::run() {
+  for (;;) {
+    {
+      std::unique_lock lk(m_);
+      cv_.wait(lk, [&] { return stopping_ || !queue_.empty() || active_ > 0; });
+      if (stopping_) break;
+    }
+    admit();
+    for (auto& s : slots_)
+      if (s->req) step(*s);
+  }
+  // Shutting down: everything still open ends as cancelled.
+  for (auto& s : slots_)
+    if (s->req) finish(*s, "cancelled");
+  std::lock_guard lk(m_);
+  for (auto& [job, req] : queue_) req->finish("cancelled", "the server is shutting down", 0, 0, 0);
+  queue_.clear();
+}
+
+}  // namespace ms::server

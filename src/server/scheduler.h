@@ -1,0 +1,138 @@
+// One engine serving many requests: a FIFO queue of jobs, --parallel slots
+// (each a sequence with its own KV cache), and one worker thread that owns
+// the backend.
+//
+// Scheduling is a fair queue, not batching: each turn of the worker gives
+// every active slot one step (a prefill chunk of at most prefill_chunk
+// tokens, or one sampled token and its forward), round robin, so concurrent
+// clients all make progress and a long prompt does not stall the others'
+// streams. The backend sees one sequence per forward(); aggregate tokens/s
+// therefore stays at a single stream's rate (see bench/results/serve.md).
+//
+// Prompt cache: a slot keeps the tokens its KV cache holds after a request.
+// A new job takes the free slot whose tokens share the longest prefix with
+// its prompt and prefills only the rest, so a multi-turn chat re-reads only
+// the new turn. (At least the prompt's last token is always run again: its
+// logits give the first sampled token.)
+//
+// Jobs report to their Request (a thread-safe mailbox the HTTP thread waits
+// on); cancel() from the client side (a disconnect) frees the slot at the
+// worker's next turn.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/generate.h"
+#include "engine/sampler.h"
+#include "server/metrics.h"
+
+namespace ms {
+class Tokenizer;
+}
+
+namespace ms::server {
+
+struct Job {
+  std::vector<int32_t> prompt;
+  SamplerParams sampling;
+  GenerateParams gen;
+  std::vector<std::string> stop;
+  bool separate_reasoning = false;  // <think> text to reasoning
+  bool starts_in_reasoning = false;  // the prompt opened <think>
+};
+
+// What a job has produced since the last take(), and how it ended.
+struct Update {
+  std::string content, reasoning;
+  bool done = false;
+  std::string finish_reason;  // "stop", "length", "cancelled", "error"
+  std::string error;          // with "error"
+  int n_prompt = 0, n_cached = 0, n_completion = 0;
+};
+
+class Request {
+ public:
+  // Waits until there is new text or the job ended (or `timeout` passed), and
+  // takes it: content/reasoning are what came since the last take.
+  Update take(std::chrono::milliseconds timeout);
+  void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+ private:
+  friend class Scheduler;
+  void post(const std::string& content, const std::string& reasoning);
+  void finish(const std::string& reason, const std::string& error, int n_prompt, int n_cached, int n_completion);
+
+  std::mutex m_;
+  std::condition_variable cv_;
+  Update pending_;
+  bool finished_ = false;
+  std::atomic<bool> cancelled_{false};
+};
+
+// Which slot a prompt should use: among the free ones, the one whose cached
+// tokens share the longest prefix with it (ties: the least recently used).
+// Returns the slot index and the number of cached tokens it can keep
+// (the common prefix, less one when it covers the whole prompt); -1 when none
+// is free.
+struct SlotView {
+  const std::vector<int32_t>* tokens;
+  bool busy;
+  uint64_t last_used;
+};
+std::pair<int, size_t> choose_slot(const std::vector<SlotView>& slots, const std::vector<int32_t>& prompt);
+
+class Scheduler {
+ public:
+  struct Options {
+    int parallel = 1;         // slots (sequences decoded in turn)
+    int64_t ctx = 4096;       // tokens per slot
+    KvType kv_type = KvType::F16;
+    int prefill_chunk = 512;  // prompt tokens per turn of the worker
+  };
+  Scheduler(Backend& backend, const Tokenizer& tok, Options opt, Metrics* metrics = nullptr);
+  ~Scheduler();  // stop()
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a job (its prompt must fit: prompt.size() < ctx). Thread-safe.
+  std::shared_ptr<Request> submit(Job job);
+  // Cancels every job, queued or running, and joins the worker.
+  void stop();
+
+  int64_t ctx() const { return opt_.ctx; }
+  int parallel() const { return opt_.parallel; }
+  size_t queue_depth() const;
+  int active_slots() const;
+
+ private:
+  struct Slot;
+  void run();
+  void admit();
+  void step(Slot& s);
+  void finish(Slot& s, const std::string& reason, const std::string& error = "");
+
+  Backend& be_;
+  const Tokenizer& tok_;
+  Options opt_;
+  Metrics* metrics_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::deque<std::pair<Job, std::shared_ptr<Request>>> queue_;
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  uint64_t clock_ = 0;
+  std::atomic<int> active_{0};
+  std::thread worker_;
+};
+
+}  // namespace ms::server
