@@ -1,0 +1,309 @@
+// The server's policy without HTTP: request parsing and its errors, stop
+// strings and reasoning split on streamed pieces, the prompt cache's slot
+// choice, and the scheduler on the tiny model (greedy output equals
+// generate(), a cached prefix gives the same tokens as a fresh prefill,
+// cancellation frees the slot, concurrent jobs all finish).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "cpu/thread_pool.h"
+#include "engine/cpu_backend.h"
+#include "engine/generate.h"
+#include "engine/generator.h"
+#include "engine/loaded_model.h"
+#include "server/api.h"
+#include "server/chat.h"
+#include "server/metrics.h"
+#include "server/scheduler.h"
+#include "server/text_stream.h"
+#include "tokenizer/stream_decoder.h"
+
+namespace ms::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+int status_of(const std::string& body, bool chat = true) {
+  try {
+    parse_request(body, chat);
+    return 200;
+  } catch (const ApiError& e) {
+    return e.status;
+  }
+}
+
+std::string param_of(const std::string& body) {
+  try {
+    parse_request(body, true);
+  } catch (const ApiError& e) {
+    return e.param;
+  }
+  return "";
+}
+
+TEST(Api, ParsesAChatRequest) {
+  const CompletionRequest r = parse_request(
+      R"({"model": "m", "messages": [{"role": "developer", "content": "be brief"},
+          {"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]}],
+          "max_tokens": 16, "temperature": 0, "top_k": 5, "seed": 7, "stop": "END", "stream": true,
+          "stream_options": {"include_usage": true}, "some_future_field": {"x": 1},
+          "chat_template_kwargs": {"enable_thinking": false}, "reasoning_format": "separate"})",
+      true);
+  EXPECT_EQ(r.messages.size(), 2u);
+  EXPECT_EQ(r.messages[0]["role"], "system");
+  EXPECT_EQ(r.messages[1]["content"], "hi there");
+  EXPECT_EQ(r.gen.n_predict, 16);
+  EXPECT_EQ(r.sampling.temperature, 0.0f);
+  EXPECT_EQ(r.sampling.top_k, 5);
+  EXPECT_EQ(r.sampling.seed, 7u);
+  ASSERT_EQ(r.stop.size(), 1u);
+  EXPECT_TRUE(r.stream && r.include_usage && r.separate_reasoning);
+  EXPECT_EQ(r.template_kwargs["enable_thinking"], false);
+  const CompletionRequest c = parse_request(R"({"prompt": "Once", "stop": ["a", "b"]})", false);
+  EXPECT_EQ(c.prompt, "Once");
+  EXPECT_EQ(c.stop.size(), 2u);
+  EXPECT_EQ(c.gen.n_predict, -1);  // no max_tokens: until end of text or a full context
+}
+
+TEST(Api, RejectsBadRequestsWith400AndTheField) {
+  EXPECT_EQ(status_of("{not json"), 400);
+  EXPECT_EQ(status_of("[1, 2]"), 400);
+  EXPECT_EQ(status_of(R"({"messages": []})"), 400);
+  EXPECT_EQ(status_of(R"({})"), 400);
+  EXPECT_EQ(status_of(R"({"messages": "hi"})"), 400);
+  EXPECT_EQ(status_of(R"({"messages": [{"role": "wizard", "content": "x"}]})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": ""})", false), 400);
+  const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
+  EXPECT_EQ(param_of("{" + m + R"(, "temperature": "hot"})"), "temperature");
+  EXPECT_EQ(param_of("{" + m + R"(, "temperature": -1})"), "temperature");
+  EXPECT_EQ(param_of("{" + m + R"(, "top_p": 2})"), "top_p");
+  EXPECT_EQ(param_of("{" + m + R"(, "max_tokens": -5})"), "max_tokens");
+  EXPECT_EQ(param_of("{" + m + R"(, "max_tokens": 1.5})"), "max_tokens");
+  EXPECT_EQ(param_of("{" + m + R"(, "n": 2})"), "n");
+  EXPECT_EQ(param_of("{" + m + R"(, "stop": 3})"), "stop");
+  EXPECT_EQ(param_of("{" + m + R"(, "stream": "yes"})"), "stream");
+  EXPECT_EQ(param_of("{" + m + R"(, "presence_penalty": 5})"), "presence_penalty");
+  EXPECT_EQ(status_of("{" + m + R"(, "n": 1, "max_tokens": null, "unknown": [1]})"), 200);
+  ApiError e(400, "x", "invalid_request_error", "temperature");
+  EXPECT_EQ(e.body()["error"]["param"], "temperature");
+  EXPECT_EQ(e.body()["error"]["type"], "invalid_request_error");
+}
+
+TEST(TextStream, StopStringsAreNeverEmittedEvenAcrossPieces) {
+  StopMatcher m({"STOP", "\n\n"});
+  std::string out = m.push("Hello ST");
+  EXPECT_EQ(out, "Hello ");  // "ST" could start STOP: held back
+  out += m.push("ART and S");
+  EXPECT_EQ(out, "Hello START and ");
+  out += m.push("TOP more");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(out, "Hello START and ");
+  EXPECT_EQ(m.push("x"), "");
+  StopMatcher n({"END"});
+  EXPECT_EQ(n.push("abE"), "ab");
+  EXPECT_EQ(n.flush(), "E");  // no stop came: the held text is emitted at the end
+  EXPECT_FALSE(n.stopped());
+}
+
+TEST(TextStream, ThinkSplitterSeparatesReasoning) {
+  ThinkSplitter s;
+  std::string content, reasoning;
+  for (const char* piece : {"<th", "ink>\nI should", " answer.</thi", "nk>\n\nThe answer", " is 4."}) {
+    ThinkSplitter::Out o = s.push(piece);
+    content += o.content;
+    reasoning += o.reasoning;
+  }
+  ThinkSplitter::Out f = s.flush();
+  content += f.content;
+  reasoning += f.reasoning;
+  EXPECT_EQ(reasoning, "I should answer.");
+  EXPECT_EQ(content, "The answer is 4.");
+  ThinkSplitter opened(true);  // the template already wrote <think>
+  ThinkSplitter::Out o = opened.push("\nhmm</think>ok");
+  EXPECT_EQ(o.reasoning, "hmm");
+  EXPECT_EQ(o.content, "ok");
+  EXPECT_TRUE(prompt_opens_think("<|im_start|>assistant\n<think>\n"));
+  EXPECT_FALSE(prompt_opens_think("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+}
+
+TEST(PromptCache, ChoosesTheFreeSlotWithTheLongestSharedPrefix) {
+  std::vector<int32_t> a = {1, 2, 3, 4}, b = {1, 2, 9}, empty;
+  std::vector<SlotView> slots = {{&a, false, 5}, {&b, false, 1}, {&empty, false, 0}};
+  auto [i, keep] = choose_slot(slots, {1, 2, 3, 4, 5, 6});
+  EXPECT_EQ(i, 0);
+  EXPECT_EQ(keep, 4u);
+  // The whole prompt cached: its last token is run again for its logits.
+  std::tie(i, keep) = choose_slot(slots, {1, 2, 3, 4});
+  EXPECT_EQ(i, 0);
+  EXPECT_EQ(keep, 3u);
+  // Nothing shared: the least recently used slot.
+  std::tie(i, keep) = choose_slot(slots, {7, 7});
+  EXPECT_EQ(i, 2);
+  EXPECT_EQ(keep, 0u);
+  slots[0].busy = slots[1].busy = slots[2].busy = true;
+  EXPECT_EQ(choose_slot(slots, {1}).first, -1);
+}
+
+TEST(Metrics, RendersPrometheusText) {
+  Metrics m;
+  m.request("/v1/chat/completions", 200);
+  m.tokens(10, 4, 3);
+  m.generated_token();
+  m.set_queue(2, 1);
+  const std::string t = m.render();
+  for (const char* want : {"moestream_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 1",
+                           "moestream_prompt_tokens_total 10", "moestream_prompt_cached_tokens_total 4",
+                           "moestream_completion_tokens_total 3", "moestream_queue_depth 2",
+                           "moestream_expert_telemetry_available 0", "moestream_expert_hit_rate 0",
+                           "moestream_expert_h2d_bytes_total 0", "moestream_expert_cpu_share 0",
+                           "# TYPE moestream_tokens_per_second gauge"})
+    EXPECT_NE(t.find(want), std::string::npos) << want << "\n" << t;
+}
+
+// ---------------------------------------------------------------- the scheduler on the tiny model
+
+struct Tiny {
+  ThreadPool pool{2};
+  std::string path = (fs::temp_directory_path() / ("server_test_" + std::to_string(::getpid()) + ".gguf")).string();
+  std::unique_ptr<LoadedModel> model;
+  std::unique_ptr<CpuBackend> be;
+  Tiny() {
+    GenOptions g;
+    g.preset = "tiny";
+    generate_model(g, path, pool);
+    model = LoadedModel::open(path);
+    be = std::make_unique<CpuBackend>(model->weights, pool);
+  }
+  ~Tiny() { fs::remove(path); }
+  const Tokenizer& tok() const { return *model->tokenizer; }
+
+  // generate() on a fresh cache: the reference text.
+  std::string reference(const std::vector<int32_t>& prompt, int n) {
+    KvCache kv = be->make_cache(512);
+    SamplerParams sp;
+    sp.temperature = 0;
+    Sampler s(sp);
+    GenerateParams gp;
+    gp.n_predict = n;
+    StreamDecoder dec(tok());
+    std::string out;
+    generate(*be, kv, s, &tok(), prompt, gp, [&](int32_t id) {
+      if (!tok().is_eog(id)) out += dec.push(id);
+      return true;
+    });
+    return out + dec.flush();
+  }
+};
+
+Job greedy_job(std::vector<int32_t> prompt, int n) {
+  Job j;
+  j.prompt = std::move(prompt);
+  j.sampling.temperature = 0;
+  j.gen.n_predict = n;
+  return j;
+}
+
+Update wait(const std::shared_ptr<Request>& r, std::string* text = nullptr) {
+  for (;;) {
+    Update u = r->take(std::chrono::milliseconds(100));
+    if (text) *text += u.content;
+    if (u.done) return u;
+  }
+}
+
+TEST(Scheduler, GreedyOutputEqualsGenerateAndThePromptCacheChangesNothing) {
+  Tiny t;
+  Scheduler::Options o;
+  o.parallel = 1;
+  o.ctx = 512;
+  o.prefill_chunk = 7;  // several prefill turns
+  Scheduler sched(*t.be, t.tok(), o);
+  const std::vector<int32_t> p1 = t.tok().encode("Once upon a time there was", true, true);
+  std::string text1;
+  Update u1 = wait(sched.submit(greedy_job(p1, 12)), &text1);
+  EXPECT_EQ(u1.finish_reason, "length");
+  EXPECT_EQ(u1.n_completion, 12);
+  EXPECT_EQ(u1.n_prompt, static_cast<int>(p1.size()));
+  EXPECT_EQ(u1.n_cached, 0);
+  EXPECT_EQ(text1, t.reference(p1, 12));
+
+  // The next turn extends the conversation: only the new part is prefilled,
+  // and the result is what a fresh prefill of the whole prompt gives.
+  std::vector<int32_t> p2 = p1;
+  for (int32_t id : t.tok().encode(text1 + " and then", false, true)) p2.push_back(id);
+  std::string text2;
+  Update u2 = wait(sched.submit(greedy_job(p2, 10)), &text2);
+  EXPECT_GE(u2.n_cached, static_cast<int>(p1.size()));
+  EXPECT_EQ(text2, t.reference(p2, 10));
+}
+
+TEST(Scheduler, ConcurrentJobsAllFinishAndCancelFreesTheSlot) {
+  Tiny t;
+  Scheduler::Options o;
+  o.parallel = 2;
+  o.ctx = 256;
+  Scheduler sched(*t.be, t.tok(), o);
+  const std::vector<int32_t> p = t.tok().encode("The experts", true, true);
+  // One job that would run to the end of its context, cancelled after a while.
+  auto long_job = sched.submit(greedy_job(p, -1));
+  std::vector<std::shared_ptr<Request>> rs;
+  for (int i = 0; i < 4; ++i) rs.push_back(sched.submit(greedy_job(p, 6 + i)));
+  long_job->cancel();
+  EXPECT_EQ(wait(long_job).finish_reason, "cancelled");
+  for (int i = 0; i < 4; ++i) {
+    std::string text;
+    Update u = wait(rs[static_cast<size_t>(i)], &text);
+    EXPECT_EQ(u.finish_reason, "length");
+    EXPECT_EQ(u.n_completion, 6 + i);
+    EXPECT_EQ(text, t.reference(p, 6 + i));  // interleaving does not change any output
+  }
+  EXPECT_EQ(sched.active_slots(), 0);
+  EXPECT_EQ(sched.queue_depth(), 0u);
+}
+
+TEST(Scheduler, StopStringsEndWithStopAndAreNotEmitted) {
+  Tiny t;
+  Scheduler::Options o;
+  o.ctx = 256;
+  Scheduler sched(*t.be, t.tok(), o);
+  const std::vector<int32_t> p = t.tok().encode("Once upon a time", true, true);
+  const std::string full = t.reference(p, 16);
+  ASSERT_GE(full.size(), 6u);
+  Job j = greedy_job(p, 16);
+  j.stop = {full.substr(3, 3)};
+  std::string text;
+  Update u = wait(sched.submit(j), &text);
+  EXPECT_EQ(u.finish_reason, "stop");
+  EXPECT_EQ(text, full.substr(0, full.find(j.stop[0])));
+}
+
+TEST(Scheduler, ShutdownCancelsOpenJobs) {
+  Tiny t;
+  Scheduler::Options o;
+  o.ctx = 128;
+  auto sched = std::make_unique<Scheduler>(*t.be, t.tok(), o);
+  const std::vector<int32_t> p = t.tok().encode("x", true, true);
+  auto a = sched->submit(greedy_job(p, -1));
+  auto b = sched->submit(greedy_job(p, -1));
+  sched->stop();
+  EXPECT_TRUE(wait(a).done);
+  EXPECT_EQ(wait(b).finish_reason, "cancelled");
+  EXPECT_EQ(sched->submit(greedy_job(p, 1))->take(std::chrono::milliseconds(0)).finish_reason, "cancelled");
+}
+
+TEST(ChatRenderer, UsesTheModelsTemplate) {
+  Tiny t;
+  ChatRenderer chat(t.tok());
+  EXPECT_EQ(chat.description(), "the model's Jinja template");
+  nlohmann::ordered_json msgs = nlohmann::ordered_json::parse(
+      R"([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}])");
+  EXPECT_EQ(chat.render(msgs, true), "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n");
+  ChatRenderer builtin(t.tok(), "mistral-v3");
+  EXPECT_EQ(builtin.render(nlohmann::ordered_json::parse(R"([{"role": "user", "content": "U"}])"), true), "[INST] U[/INST]");
+}
+
+}  // namespace
+}  // namespace ms::server
