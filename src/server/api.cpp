@@ -168,7 +168,8 @@ CompletionRequest parse_request(const std::string& text, bool chat) {
   if (max_tokens > std::numeric_limits<int>::max()) max_tokens = std::numeric_limits<int>::max();
   if (max_tokens < std::numeric_limits<int>::min()) max_tokens = -2;
   r.gen.n_predict = static_cast<int>(max_tokens);
-  r.gen.stop_at_eog = true;
+  // llama.cpp's extension, for benchmarks: keep going past end-of-text tokens.
+  r.gen.stop_at_eog = !boolean(body, "ignore_eos", false);
 
   SamplerParams& sp = r.sampling;
   sp.temperature = static_cast<float>(number(body, "temperature", sp.temperature));

@@ -17,6 +17,11 @@ void Metrics::tokens(int prompt, int cached, int completion) {
   completion_tokens_ += static_cast<uint64_t>(std::max(completion, 0));
 }
 
+void Metrics::cancelled() {
+  std::lock_guard lk(m_);
+  ++cancelled_;
+}
+
 void Metrics::generated_token(Clock::time_point t) {
   std::lock_guard lk(m_);
   recent_.push_back(t);
@@ -79,6 +84,9 @@ std::string Metrics::render() const {
   value("moestream_prompt_cached_tokens_total", static_cast<double>(cached_tokens_));
   metric("moestream_completion_tokens_total", "counter", "generated tokens of finished requests");
   value("moestream_completion_tokens_total", static_cast<double>(completion_tokens_));
+  metric("moestream_requests_cancelled_total", "counter",
+         "generations stopped before their end (the client went away, or a shutdown)");
+  value("moestream_requests_cancelled_total", static_cast<double>(cancelled_));
   metric("moestream_tokens_per_second", "gauge", "generated tokens per second over the last 10 s, all slots");
   value("moestream_tokens_per_second", tps);
   metric("moestream_queue_depth", "gauge", "requests waiting for a slot");

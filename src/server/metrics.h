@@ -30,6 +30,8 @@ class Metrics {
 
   void request(const std::string& endpoint, int status);
   void tokens(int prompt, int cached, int completion);
+  // A request that ended before its answer was complete (client gone, shutdown).
+  void cancelled();
   void generated_token(Clock::time_point t = Clock::now());
   void set_queue(size_t queued, int active);
   // The backend's telemetry, polled at each scrape (null: not available).
@@ -43,7 +45,7 @@ class Metrics {
  private:
   mutable std::mutex m_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
-  uint64_t prompt_tokens_ = 0, cached_tokens_ = 0, completion_tokens_ = 0;
+  uint64_t prompt_tokens_ = 0, cached_tokens_ = 0, completion_tokens_ = 0, cancelled_ = 0;
   size_t queued_ = 0;
   int active_ = 0;
   mutable std::deque<Clock::time_point> recent_;

@@ -146,6 +146,7 @@ void Scheduler::admit() {
     if (queue_.front().second->cancelled()) {
       auto& [job, req] = queue_.front();
       req->finish("cancelled", "", static_cast<int>(job.prompt.size()), 0, 0);
+      if (metrics_) metrics_->cancelled();
       queue_.pop_front();
       continue;
     }
@@ -186,9 +187,13 @@ void Scheduler::finish(Slot& s, const std::string& reason, const std::string& er
     }
   }
   const int n_prompt = static_cast<int>(s.job.prompt.size());
-  if (metrics_) metrics_->tokens(n_prompt, s.n_cached, s.n_generated);
-  s.req->finish(reason, error, n_prompt, s.n_cached, s.n_generated);
-  s.req.reset();
+  if (metrics_) {
+    metrics_->tokens(n_prompt, s.n_cached, s.n_generated);
+    if (reason == "cancelled") metrics_->cancelled();
+  }
+  // The slot is free before the client hears that the job ended.
+  std::shared_ptr<Request> req = std::move(s.req);
+  const int n_cached = s.n_cached, n_generated = s.n_generated;
   s.sampler.reset();
   s.dec.reset();
   s.stop.reset();
@@ -197,6 +202,7 @@ void Scheduler::finish(Slot& s, const std::string& reason, const std::string& er
   s.last_used = ++clock_;
   --active_;
   if (metrics_) metrics_->set_queue(queue_depth(), active_);
+  req->finish(reason, error, n_prompt, n_cached, n_generated);
 }
 
 void Scheduler::step(Slot& s) {
