@@ -1,9 +1,33 @@
 #!/usr/bin/env bash
-# A newcomer's first command: install dependencies, build, and run the main
-# job — text generation — on the embedded tiny model (random weights, made by
-# `moestream gen` on first use). Extra arguments go to `moestream run`.
+# A newcomer's first command: install dependencies, build, run the main job —
+# text generation — on the embedded tiny model (random weights, made by
+# `moestream gen` on first use), then show the OpenAI-compatible endpoint
+# (`moestream serve`) answering one chat request. Extra arguments go to
+# `moestream run`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
 ./build/moestream info
 ./build/moestream run -p "The quick brown fox" -n 32 "$@"
+
+echo
+echo "== moestream serve (the same tiny model), one request to /v1/chat/completions:"
+log=$(mktemp)
+./build/moestream serve --port 0 -q 2> "$log" &
+pid=$!
+trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log"' EXIT
+port=""
+for _ in $(seq 100); do
+  port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$' || true)
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+[ -n "$port" ] || { cat "$log"; exit 1; }
+body='{"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16}'
+echo "curl http://127.0.0.1:$port/v1/chat/completions -d '$body'"
+if command -v curl >/dev/null 2>&1; then
+  curl -s "http://127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' -d "$body"
+else
+  python3 -c "import http.client,sys; c=http.client.HTTPConnection('127.0.0.1',$port); c.request('POST','/v1/chat/completions',sys.argv[1]); print(c.getresponse().read().decode())" "$body"
+fi
+echo
