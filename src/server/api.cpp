@@ -127,9 +127,36 @@ std::vector<std::string> check_stop(const json& body) {
   return out;
 }
 
+// Well-formed UTF-8 (no overlongs, surrogates or values past U+10FFFF).
+bool valid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n;
+    uint32_t cp;
+    if (c < 0x80) n = 0, cp = c;
+    else if ((c & 0xE0) == 0xC0) n = 1, cp = c & 0x1F;
+    else if ((c & 0xF0) == 0xE0) n = 2, cp = c & 0x0F;
+    else if ((c & 0xF8) == 0xF0) n = 3, cp = c & 0x07;
+    else return false;
+    if (n > 0 && i + n >= s.size()) return false;  // truncated at the end
+    for (size_t k = 1; k <= n; ++k) {
+      const unsigned char d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    i += n + 1;
+  }
+  return true;
+}
+
 }  // namespace
 
 CompletionRequest parse_request(const std::string& text, bool chat) {
+  if (!valid_utf8(text)) throw ApiError(400, "the request body is not valid UTF-8");
   json body;
   try {
     body = json::parse(text);

@@ -216,6 +216,8 @@ def main():
 
     err(raw="{not json")
     err(raw="[1, 2]")
+    err(raw="[" * 60000)  # deep nesting: refused, not a crash
+    err(raw=b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}')  # not UTF-8
     check(err(chat("x", temperature="hot"))["param"] == "temperature", "wrong type names the field")
     check(err(chat("x", max_tokens=-5))["param"] == "max_tokens", "max_tokens -5")
     check(err(chat("x", n=3))["param"] == "n", "n != 1")

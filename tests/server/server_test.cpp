@@ -76,6 +76,9 @@ TEST(Api, RejectsBadRequestsWith400AndTheField) {
   EXPECT_EQ(status_of(R"({"messages": "hi"})"), 400);
   EXPECT_EQ(status_of(R"({"messages": [{"role": "wizard", "content": "x"}]})"), 400);
   EXPECT_EQ(status_of(R"({"prompt": ""})", false), 400);
+  EXPECT_EQ(status_of("{\"prompt\": \"\xff\xfe\"}", false), 400);           // not UTF-8
+  EXPECT_EQ(status_of("{\"prompt\": \"\xc3\"}", false), 400);                // truncated
+  EXPECT_EQ(status_of("{\"prompt\": \"h\xc3\xa9 \xe4\xbd\xa0\"}", false), 200);  // é 你
   const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
   EXPECT_EQ(param_of("{" + m + R"(, "temperature": "hot"})"), "temperature");
   EXPECT_EQ(param_of("{" + m + R"(, "temperature": -1})"), "temperature");
