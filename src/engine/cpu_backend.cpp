@@ -98,19 +98,53 @@ void CpuBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vect
   }
 }
 
+void CpuBackend::forward_multi(std::span<KvCache* const> kvs, std::span<const int32_t> tokens,
+                               std::vector<float>& logits) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) throw Error("forward: no tokens");
+  if (static_cast<int64_t>(kvs.size()) != n) throw Error("forward_multi: one cache per token");
+  for (int64_t i = 0; i < n; ++i) {
+    kvs[static_cast<size_t>(i)]->check_room(1);
+    for (int64_t j = 0; j < i; ++j)
+      if (kvs[static_cast<size_t>(i)] == kvs[static_cast<size_t>(j)]) throw Error("forward_multi: a cache twice");
+  }
+  for (int32_t id : tokens)
+    if (id < 0 || id >= w_.cfg.n_vocab)
+      throw Error("token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(w_.cfg.n_vocab) +
+                  " tokens)");
+  const int64_t V = w_.cfg.n_vocab;
+  logits.resize(static_cast<size_t>(n * V));
+  for (int64_t done = 0; done < n;) {
+    const int nb = static_cast<int>(std::min<int64_t>(opt_.max_batch, n - done));
+    std::vector<Span> spans;
+    for (int t = 0; t < nb; ++t) {
+      KvCache* kv = kvs[static_cast<size_t>(done + t)];
+      spans.push_back({kv, kv->n_past(), t, 1});
+    }
+    forward_spans(spans, tokens.data() + done, nb, logits.data() + done * V, true);
+    done += nb;
+  }
+}
+
 void CpuBackend::forward_batch(KvCache& kv, const int32_t* tokens, int n, float* logits, bool all_logits) {
+  forward_spans({{&kv, kv.n_past(), 0, n}}, tokens, n, logits, all_logits);
+}
+
+void CpuBackend::forward_spans(const std::vector<Span>& spans, const int32_t* tokens, int n, float* logits,
+                               bool all_logits) {
   const ModelConfig& c = w_.cfg;
   const int64_t D = c.n_embd;
-  const int64_t pos0 = kv.n_past();
-  for (int t = 0; t < n; ++t) {
-    embed_row(w_.token_embd.type, w_.token_embd.data, c.n_vocab, D, tokens[t], h_.data() + t * D);
-    rope_table(rope_cs_.data() + static_cast<int64_t>(t) * c.n_rot, c.n_rot, pos0 + t, c.rope_base, c.rope_freq_scale);
-  }
+  for (const Span& sp : spans)
+    for (int t = sp.t0; t < sp.t0 + sp.n; ++t) {
+      embed_row(w_.token_embd.type, w_.token_embd.data, c.n_vocab, D, tokens[t], h_.data() + t * D);
+      rope_table(rope_cs_.data() + static_cast<int64_t>(t) * c.n_rot, c.n_rot, sp.pos0 + (t - sp.t0), c.rope_base,
+                 c.rope_freq_scale);
+    }
   for (int il = 0; il < c.n_layer; ++il) {
-    attention_block(kv, il, n, pos0);
+    attention_block(spans, il, n);
     ffn_block(il, n);
   }
-  kv.advance(n);
+  for (const Span& sp : spans) sp.kv->advance(sp.n);
   if (!logits) return;
   // Output head over the last token, or over all of them.
   const int first = all_logits ? 0 : n - 1;
@@ -120,7 +154,7 @@ void CpuBackend::forward_batch(KvCache& kv, const int32_t* tokens, int n, float*
   project(pool_, x_.data(), m, D, {{&w_.output, logits}});
 }
 
-void CpuBackend::attention_block(KvCache& kv, int il, int n, int64_t pos0) {
+void CpuBackend::attention_block(const std::vector<Span>& spans, int il, int n) {
   const ModelConfig& c = w_.cfg;
   const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
   const int64_t D = c.n_embd, hd = c.head_dim;
@@ -147,13 +181,21 @@ void CpuBackend::attention_block(KvCache& kv, int il, int n, int64_t pos0) {
   };
   if (n == 1) norm_rope(0, 1);
   else pool_.parallel_for(n, 4, norm_rope);
-  const AttentionShape s{c.n_head, c.n_head_kv, c.head_dim, kv.ctx(), 1.0f / std::sqrt(static_cast<float>(hd))};
-  if (kv.type() == KvType::F32) {
-    kv_store(s, k_.data(), v_.data(), n, pos0, kv.k_f32(il), kv.v_f32(il));
-    attention(pool_, s, q_.data(), kv.k_f32(il), kv.v_f32(il), n, pos0, att_.data());
-  } else {
-    kv_store(s, k_.data(), v_.data(), n, pos0, kv.k_f16(il), kv.v_f16(il));
-    attention(pool_, s, q_.data(), kv.k_f16(il), kv.v_f16(il), n, pos0, att_.data());
+  // Each sequence's tokens against its own cache.
+  for (const Span& sp : spans) {
+    KvCache& kv = *sp.kv;
+    const AttentionShape s{c.n_head, c.n_head_kv, c.head_dim, kv.ctx(), 1.0f / std::sqrt(static_cast<float>(hd))};
+    const float* q = q_.data() + sp.t0 * q_dim;
+    const float* k = k_.data() + sp.t0 * kv_dim;
+    const float* v = v_.data() + sp.t0 * kv_dim;
+    float* att = att_.data() + sp.t0 * q_dim;
+    if (kv.type() == KvType::F32) {
+      kv_store(s, k, v, sp.n, sp.pos0, kv.k_f32(il), kv.v_f32(il));
+      attention(pool_, s, q, kv.k_f32(il), kv.v_f32(il), sp.n, sp.pos0, att);
+    } else {
+      kv_store(s, k, v, sp.n, sp.pos0, kv.k_f16(il), kv.v_f16(il));
+      attention(pool_, s, q, kv.k_f16(il), kv.v_f16(il), sp.n, sp.pos0, att);
+    }
   }
   project(pool_, att_.data(), n, q_dim, {{&L.wo, tmp_.data()}});
   add_inplace(h_.data(), tmp_.data(), static_cast<int64_t>(n) * D);

@@ -42,6 +42,15 @@ class CpuBackend : public Backend {
   void forward(KvCache& kv, std::span<const int32_t> tokens, std::vector<float>& logits,
                bool all_logits = false) override;
 
+  // One decode step for several sequences at once: tokens[i] is appended to
+  // *kvs[i] (distinct caches) at its own position. Projections, the router
+  // and the experts run once over the whole batch (each expert's weights are
+  // read once for every sequence routed to it); attention runs per sequence
+  // against its own cache. logits receives [n][n_vocab]. Each sequence gets
+  // what forward() would give it alone (tokens are independent in a batch).
+  // Throws like forward(), before computing anything.
+  void forward_multi(std::span<KvCache* const> kvs, std::span<const int32_t> tokens, std::vector<float>& logits);
+
   // F16 or F32 keys/values (attention runs over either).
   KvCache make_cache(int64_t ctx, KvType type = KvType::F16) const override;
   const ModelWeights& weights() const { return w_; }
@@ -64,8 +73,15 @@ class CpuBackend : public Backend {
   void reset_expert_counts() { std::fill(expert_counts_.begin(), expert_counts_.end(), 0); }
 
  private:
+  // A run of consecutive tokens of the batch that belong to one sequence.
+  struct Span {
+    KvCache* kv;
+    int64_t pos0;  // the position of its first token
+    int t0, n;     // its tokens in the batch
+  };
   void forward_batch(KvCache& kv, const int32_t* tokens, int n, float* logits, bool all_logits);
-  void attention_block(KvCache& kv, int il, int n, int64_t pos0);
+  void forward_spans(const std::vector<Span>& spans, const int32_t* tokens, int n, float* logits, bool all_logits);
+  void attention_block(const std::vector<Span>& spans, int il, int n);
   void ffn_block(int il, int n);
 
   const ModelWeights& w_;

@@ -181,6 +181,43 @@ TEST(Forward, BatchedPrefillEqualsTokenByToken) {
   }
 }
 
+TEST(Forward, MultiSequenceDecodeEqualsEachSequenceAlone) {
+  for (const char* arch : {"qwen3moe", "mixtral"}) {
+    auto m = LoadedModel::open(Models::get().path(arch, "q4_k_m"));
+    ThreadPool pool(2);
+    CpuBackend be(m->weights, pool);
+    // Three sequences at different positions (prompts of 5, 11 and 1 tokens).
+    std::vector<KvCache> alone, together;
+    std::mt19937 rng(9);
+    std::vector<float> logits;
+    for (int len : {5, 11, 1}) {
+      std::vector<int32_t> prompt;
+      for (int i = 0; i < len; ++i) prompt.push_back(static_cast<int32_t>(rng() % 509));
+      alone.push_back(be.make_cache(32));
+      together.push_back(be.make_cache(32));
+      be.forward(alone.back(), prompt, logits);
+      be.forward(together.back(), prompt, logits);
+    }
+    const std::vector<int32_t> next = {17, 3, 250};
+    for (int step = 0; step < 3; ++step) {
+      std::vector<KvCache*> kvs = {&together[0], &together[1], &together[2]};
+      std::vector<float> multi;
+      be.forward_multi(kvs, next, multi);
+      const size_t V = static_cast<size_t>(m->weights.cfg.n_vocab);
+      ASSERT_EQ(multi.size(), 3 * V);
+      for (size_t i = 0; i < 3; ++i) {
+        be.forward(alone[i], std::span<const int32_t>(&next[i], 1), logits);
+        double worst = 0;
+        for (size_t j = 0; j < V; ++j) worst = std::max(worst, static_cast<double>(std::fabs(logits[j] - multi[i * V + j])));
+        EXPECT_LT(worst, 1e-4) << arch << " sequence " << i << " step " << step;
+        EXPECT_EQ(alone[i].n_past(), together[i].n_past());
+      }
+    }
+    std::vector<KvCache*> twice = {&together[0], &together[0]};
+    EXPECT_THROW(be.forward_multi(twice, std::vector<int32_t>{1, 2}, logits), Error);
+  }
+}
+
 TEST(Forward, GenerationIsDeterministicForASeed) {
   auto m = LoadedModel::open(Models::get().path("qwen3moe", "q4_k_m"));
   auto run = [&](uint64_t seed, int threads) {
