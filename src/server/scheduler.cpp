@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/cpu_backend.h"
 #include "server/text_stream.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -92,6 +93,7 @@ struct Scheduler::Slot {
   int n_cached = 0;
   int n_generated = 0;
   std::vector<float> logits;
+  int32_t next = 0;  // the sampled token the turn's forward pass feeds
 };
 
 Scheduler::Scheduler(Backend& backend, const Tokenizer& tok, Options opt, Metrics* metrics)
@@ -205,8 +207,14 @@ void Scheduler::finish(Slot& s, const std::string& reason, const std::string& er
   req->finish(reason, error, n_prompt, n_cached, n_generated);
 }
 
-void Scheduler::step(Slot& s) {
-  if (s.req->cancelled()) return finish(s, "cancelled");
+// A prefill chunk, or the next token: sampled, emitted, and (when the job
+// goes on) left in s.next for the turn's forward pass. Returns whether the
+// slot needs that forward.
+bool Scheduler::step(Slot& s) {
+  if (s.req->cancelled()) {
+    finish(s, "cancelled");
+    return false;
+  }
   const std::vector<int32_t>& prompt = s.job.prompt;
   const int32_t n_vocab = static_cast<int32_t>(be_.config().n_vocab);
   try {
@@ -216,14 +224,20 @@ void Scheduler::step(Slot& s) {
       s.tokens.insert(s.tokens.end(), prompt.begin() + static_cast<std::ptrdiff_t>(s.prefilled),
                       prompt.begin() + static_cast<std::ptrdiff_t>(s.prefilled + n));
       s.prefilled += n;
-      return;
+      return false;
     }
-    if (s.job.gen.n_predict == 0) return finish(s, "length");
+    if (s.job.gen.n_predict == 0) {
+      finish(s, "length");
+      return false;
+    }
     const int32_t id = s.sampler->sample(s.logits.data(), n_vocab);
     s.sampler->accept(id);
     ++s.n_generated;
     if (metrics_) metrics_->generated_token();
-    if (s.job.gen.stop_at_eog && tok_.is_eog(id)) return finish(s, "stop");
+    if (s.job.gen.stop_at_eog && tok_.is_eog(id)) {
+      finish(s, "stop");
+      return false;
+    }
     const std::string text = s.stop->push(s.dec->push(id));
     if (s.think) {
       ThinkSplitter::Out o = s.think->push(text);
@@ -231,17 +245,54 @@ void Scheduler::step(Slot& s) {
     } else {
       s.req->post(text, "");
     }
-    if (s.stop->stopped()) return finish(s, "stop");
-    if (s.job.gen.n_predict > 0 && s.n_generated >= s.job.gen.n_predict) return finish(s, "length");
-    if (s.kv.n_past() + 1 > s.kv.ctx()) return finish(s, "length");
-    const int32_t next[1] = {id};
-    be_.forward(s.kv, next, s.logits);
-    s.tokens.push_back(id);
+    if (s.stop->stopped() || (s.job.gen.n_predict > 0 && s.n_generated >= s.job.gen.n_predict) ||
+        s.kv.n_past() + 1 > s.kv.ctx()) {
+      finish(s, s.stop->stopped() ? "stop" : "length");
+      return false;
+    }
+    s.next = id;
+    return true;
   } catch (const std::exception& e) {
-    // The cache may hold part of a batch: forget it.
-    s.kv.clear();
-    s.tokens.clear();
-    finish(s, "error", e.what());
+    fail(s, e.what());
+    return false;
+  }
+}
+
+void Scheduler::fail(Slot& s, const std::string& what) {
+  // The cache may hold part of a batch: forget it.
+  s.kv.clear();
+  s.tokens.clear();
+  finish(s, "error", what);
+}
+
+void Scheduler::decode(const std::vector<Slot*>& slots) {
+  auto* cpu = dynamic_cast<CpuBackend*>(&be_);
+  if (slots.size() > 1 && cpu && opt_.batch_decode) {
+    std::vector<KvCache*> kvs;
+    std::vector<int32_t> ids;
+    for (Slot* s : slots) kvs.push_back(&s->kv), ids.push_back(s->next);
+    try {
+      cpu->forward_multi(kvs, ids, batch_logits_);
+    } catch (const std::exception& e) {
+      for (Slot* s : slots) fail(*s, e.what());
+      return;
+    }
+    const size_t V = static_cast<size_t>(be_.config().n_vocab);
+    for (size_t i = 0; i < slots.size(); ++i) {
+      slots[i]->logits.assign(batch_logits_.begin() + static_cast<std::ptrdiff_t>(i * V),
+                              batch_logits_.begin() + static_cast<std::ptrdiff_t>((i + 1) * V));
+      slots[i]->tokens.push_back(slots[i]->next);
+    }
+    return;
+  }
+  for (Slot* s : slots) {
+    try {
+      const int32_t next[1] = {s->next};
+      be_.forward(s->kv, next, s->logits);
+      s->tokens.push_back(s->next);
+    } catch (const std::exception& e) {
+      fail(*s, e.what());
+    }
   }
 }
 
@@ -253,8 +304,10 @@ void Scheduler::run() {
       if (stopping_) break;
     }
     admit();
+    std::vector<Slot*> decoding;
     for (auto& s : slots_)
-      if (s->req) step(*s);
+      if (s->req && step(*s)) decoding.push_back(s.get());
+    if (!decoding.empty()) decode(decoding);
   }
   // Shutting down: everything still open ends as cancelled.
   for (auto& s : slots_)

@@ -2,12 +2,14 @@
 // (each a sequence with its own KV cache), and one worker thread that owns
 // the backend.
 //
-// Scheduling is a fair queue, not batching: each turn of the worker gives
-// every active slot one step (a prefill chunk of at most prefill_chunk
-// tokens, or one sampled token and its forward), round robin, so concurrent
-// clients all make progress and a long prompt does not stall the others'
-// streams. The backend sees one sequence per forward(); aggregate tokens/s
-// therefore stays at a single stream's rate (see bench/results/serve.md).
+// Each turn of the worker: every slot still reading its prompt runs one
+// chunk of it (at most prefill_chunk tokens, so a long prompt does not stall
+// the others' streams), every decoding slot samples its next token, and those
+// tokens go through the model together in one forward pass (continuous
+// batching: CpuBackend::forward_multi runs projections and experts once over
+// the batch, grouping the sequences' tokens by expert, and attention per
+// sequence). Jobs join and leave the batch from one step to the next. Other
+// backends (the CUDA backend holds one sequence) run one pass per slot.
 //
 // Prompt cache: a slot keeps the tokens its KV cache holds after a request.
 // A new job takes the free slot whose tokens share the longest prefix with
@@ -98,6 +100,9 @@ class Scheduler {
     int64_t ctx = 4096;       // tokens per slot
     KvType kv_type = KvType::F16;
     int prefill_chunk = 512;  // prompt tokens per turn of the worker
+    // Decode the active slots' next tokens in one forward pass (the CPU
+    // backend's forward_multi); false: one pass per slot.
+    bool batch_decode = true;
   };
   Scheduler(Backend& backend, const Tokenizer& tok, Options opt, Metrics* metrics = nullptr);
   ~Scheduler();  // stop()
@@ -118,7 +123,9 @@ class Scheduler {
   struct Slot;
   void run();
   void admit();
-  void step(Slot& s);
+  bool step(Slot& s);
+  void decode(const std::vector<Slot*>& slots);
+  void fail(Slot& s, const std::string& what);
   void finish(Slot& s, const std::string& reason, const std::string& error = "");
 
   Backend& be_;
@@ -132,6 +139,7 @@ class Scheduler {
   bool stopping_ = false;
   uint64_t clock_ = 0;
   std::atomic<int> active_{0};
+  std::vector<float> batch_logits_;
   std::thread worker_;
 };
 
