@@ -78,7 +78,12 @@ struct HttpServer::Impl {
   bool authorized(const httplib::Request& req, httplib::Response& res) {
     if (opt.api_key.empty()) return true;
     const std::string h = req.get_header_value("Authorization");
-    if (h == "Bearer " + opt.api_key) return true;
+    const std::string want = "Bearer " + opt.api_key;
+    // Compared in time independent of where they differ.
+    unsigned diff = h.size() != want.size();
+    for (size_t i = 0; i < want.size(); ++i) diff |= static_cast<unsigned char>(i < h.size() ? h[i] : 0) ^
+                                                      static_cast<unsigned char>(want[i]);
+    if (diff == 0) return true;
     send_error(res, ApiError(401,
                              h.empty() ? "no API key given: send the header 'Authorization: Bearer KEY'"
                                        : "incorrect API key",

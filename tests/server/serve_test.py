@@ -175,6 +175,15 @@ def main():
     # The second identical request reused the prompt cache.
     check(usage[0]["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, "prompt cache used: %s" % usage)
 
+    # --- multi-turn: the next turn reuses the cached conversation
+    turn1 = [{"role": "user", "content": "Tell me about experts."}]
+    r1 = s.request("POST", "/v1/chat/completions", {"messages": turn1, "max_tokens": 10, "temperature": 0})[1]
+    turn2 = turn1 + [{"role": "assistant", "content": r1["choices"][0]["message"]["content"]},
+                     {"role": "user", "content": "And then?"}]
+    r2 = s.request("POST", "/v1/chat/completions", {"messages": turn2, "max_tokens": 4, "temperature": 0})[1]
+    check(r2["usage"]["prompt_tokens_details"]["cached_tokens"] >= r1["usage"]["prompt_tokens"] - 1,
+          "multi-turn prompt cache: %s after %s" % (r2["usage"], r1["usage"]))
+
     # --- greedy through the server = moestream run (text completion and chat)
     prompt = "Once upon a time"
     run = subprocess.run([MOESTREAM, "run", "-p", prompt, "-n", "24", "--temp", "0", "-q", "--backend", "cpu",

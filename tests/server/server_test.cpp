@@ -14,12 +14,14 @@
 #include "engine/generate.h"
 #include "engine/generator.h"
 #include "engine/loaded_model.h"
+#include "engine/synthetic_vocab.h"
 #include "server/api.h"
 #include "server/chat.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
 #include "server/text_stream.h"
 #include "tokenizer/stream_decoder.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ms::server {
 namespace {
@@ -298,6 +300,52 @@ TEST(Scheduler, ShutdownCancelsOpenJobs) {
   EXPECT_TRUE(wait(a).done);
   EXPECT_EQ(wait(b).finish_reason, "cancelled");
   EXPECT_EQ(sched->submit(greedy_job(p, 1))->take(std::chrono::milliseconds(0)).finish_reason, "cancelled");
+}
+
+TEST(Scheduler, ReasoningGoesToItsOwnFieldWhenAsked) {
+  Tiny t;
+  Scheduler::Options o;
+  o.ctx = 128;
+  Scheduler sched(*t.be, t.tok(), o);
+  const std::vector<int32_t> p = t.tok().encode("Once upon a time", true, true);
+  const std::string full = t.reference(p, 8);
+  Job j = greedy_job(p, 8);
+  j.separate_reasoning = true;
+  j.starts_in_reasoning = true;  // the template opened <think>; the model never closes it here
+  std::string content, reasoning;
+  auto r = sched.submit(j);
+  for (;;) {
+    Update u = r->take(std::chrono::milliseconds(100));
+    content += u.content;
+    reasoning += u.reasoning;
+    if (u.done) break;
+  }
+  EXPECT_EQ(content, "");
+  size_t b = 0;  // leading whitespace after <think> is dropped
+  while (b < full.size() && (full[b] == ' ' || full[b] == '\n')) ++b;
+  EXPECT_EQ(reasoning, full.substr(b));
+}
+
+TEST(ChatRenderer, PassesTemplateKwargsAndRefusalsAre400) {
+  Vocab v = make_synthetic_vocab(512);
+  v.chat_template =
+      "{% for m in messages %}{% if m.role == 'assistant' and loop.first %}{{ raise_exception('user first') }}"
+      "{% endif %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and "
+      "enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}";
+  Tokenizer tok(std::move(v));
+  ChatRenderer chat(tok);
+  const auto user = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "U"}])");
+  EXPECT_EQ(chat.render(user, true), "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(chat.render(user, true, nlohmann::ordered_json{{"enable_thinking", false}}),
+            "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  try {
+    chat.render(nlohmann::ordered_json::parse(R"([{"role": "assistant", "content": "A"}])"), true);
+    FAIL() << "the template's raise_exception was not reported";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(std::string(e.what()).find("user first"), std::string::npos);
+  }
 }
 
 TEST(ChatRenderer, UsesTheModelsTemplate) {
