@@ -247,6 +247,12 @@ CompletionRequest parse_request(const std::string& text, bool chat) {
     if (!kw->is_object()) bad("chat_template_kwargs", "must be an object");
     r.template_kwargs = *kw;
   }
+  // Tool definitions go to the template (tool calls come back as the model's
+  // text; they are not parsed into tool_calls).
+  if (const json* tools = field(body, "tools")) {
+    if (!tools->is_array()) bad("tools", "must be an array");
+    if (!tools->empty()) r.template_kwargs["tools"] = *tools;
+  }
   return r;
 }
 

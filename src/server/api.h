@@ -46,7 +46,9 @@ struct CompletionRequest {
   GenerateParams gen;            // n_predict from max_tokens (-1: until end of text or a full context)
   std::vector<std::string> stop;  // never emitted; at most 4 in OpenAI's API, 16 here
   bool separate_reasoning = false;  // <think>...</think> to reasoning_content
-  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs (e.g. enable_thinking)
+  // chat_template_kwargs (e.g. enable_thinking), plus `tools` when the request
+  // offers some: what the chat template sees besides messages.
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
 };
 
 // Parses and checks a request body. `chat` selects which endpoint's fields

@@ -64,6 +64,10 @@ TEST(Api, ParsesAChatRequest) {
   ASSERT_EQ(r.stop.size(), 1u);
   EXPECT_TRUE(r.stream && r.include_usage && r.separate_reasoning);
   EXPECT_EQ(r.template_kwargs["enable_thinking"], false);
+  const CompletionRequest t = parse_request(
+      R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]})",
+      true);
+  EXPECT_EQ(t.template_kwargs["tools"][0]["function"]["name"], "f");
   const CompletionRequest c = parse_request(R"({"prompt": "Once", "stop": ["a", "b"]})", false);
   EXPECT_EQ(c.prompt, "Once");
   EXPECT_EQ(c.stop.size(), 2u);
