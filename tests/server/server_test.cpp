@@ -12,7 +12,7 @@
 #include "cpu/thread_pool.h"
 #include "engine/cpu_backend.h"
 #include "engine/generate.h"
-#include "engine/generator.h"
+#include "engine/synthetic_model.h"
 #include "engine/loaded_model.h"
 #include "engine/synthetic_vocab.h"
 #include "server/api.h"
