@@ -71,10 +71,12 @@ void add_vram_options(CLI::App& sub, VramSetup* v, bool steps) {
   sub.add_option("--profile", v->profile, "expert access profile (moestream trace profile): hottest experts start resident")
       ->option_text("FILE");
   sub.add_option("--host-pin", v->host_pin,
-                 "how streamed experts reach the GPU: staging (a ring of pinned buffers; auto = staging) or register "
-                 "(page-lock the mapped model in place: no host copy, but minutes of start-up for a large file)")
-      ->check(CLI::IsMember({"auto", "register", "staging"}))
-      ->option_text("auto|register|staging");
+                 "how streamed experts reach the GPU: copy (a page-locked copy of the experts in RAM, made at "
+                 "start-up: full link rate, no CPU work), staging (a ring of pinned buffers the CPU fills: no second "
+                 "copy in RAM) or register (page-lock the mapped file in place: minutes of start-up for a large "
+                 "file); auto = copy when the experts take at most half the available RAM, else staging")
+      ->check(CLI::IsMember({"auto", "copy", "register", "staging"}))
+      ->option_text("auto|copy|register|staging");
   sub.add_option("--cost", v->cost, "override measured cost-model figures, e.g. pcie_gbps=20,cpu_gbps=30")
       ->option_text("NAME=VALUE,...");
   if (steps) sub.add_flag("--verbose-steps", v->verbose_steps, "one line per forward pass: where experts ran, times");

@@ -13,9 +13,10 @@ namespace ms::cuda {
 
 HostPin parse_host_pin(const std::string& s) {
   if (s == "auto" || s.empty()) return HostPin::Auto;
+  if (s == "copy") return HostPin::Copy;
   if (s == "register") return HostPin::Register;
   if (s == "staging") return HostPin::Staging;
-  throw Error("--host-pin " + s + ": expected auto, register or staging");
+  throw Error("--host-pin " + s + ": expected auto, copy, register or staging");
 }
 
 namespace {
@@ -23,17 +24,56 @@ uint64_t physical_ram() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
 }
+
+// MemAvailable from /proc/meminfo (bytes), or physical RAM when unreadable.
+uint64_t available_ram() {
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kb = 0;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    std::fclose(f);
+    if (kb) return static_cast<uint64_t>(kb) << 10;
+  }
+  return physical_ram();
+}
 }  // namespace
+
+void ExpertCopier::make_copy(uint64_t host_bytes) {
+  copy_ = PinnedBuffer(host_bytes);
+  // Fill in pieces over the pool: one thread reads ~8 GB/s from the page cache.
+  constexpr int64_t kPiece = 4 << 20;
+  const int64_t pieces = (static_cast<int64_t>(host_bytes) + kPiece - 1) / kPiece;
+  auto* dst = static_cast<char*>(copy_.get());
+  const auto* src = static_cast<const char*>(src_begin_);
+  auto fill = [&](int64_t b, int64_t e) {
+    const uint64_t lo = static_cast<uint64_t>(b) * kPiece;
+    const uint64_t hi = std::min<uint64_t>(host_bytes, static_cast<uint64_t>(e) * kPiece);
+    std::memcpy(dst + lo, src + lo, hi - lo);
+  };
+  if (pool_) pool_->parallel_for(pieces, 1, fill);
+  else fill(0, pieces);
+}
 
 ExpertCopier::ExpertCopier(const void* host_begin, uint64_t host_bytes, HostPin pin, ThreadPool* pool,
                            size_t staging_chunk, int staging_buffers)
-    : pool_(pool) {
+    : src_begin_(host_begin), pool_(pool) {
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGE_SIZE));
   const uintptr_t b = reinterpret_cast<uintptr_t>(host_begin) & ~(page - 1);
   const uintptr_t e = (reinterpret_cast<uintptr_t>(host_begin) + host_bytes + page - 1) & ~(page - 1);
   // Auto stages: registering a large file mapping page-locks every page first
   // (measured on the H100 host: over 150 s for 16 GiB), far longer than a run
   // may wait at start-up. Registration stays available on request.
+  const bool want_copy = pin == HostPin::Copy || (pin == HostPin::Auto && host_bytes <= available_ram() / 2);
+  if (want_copy && host_bytes > 0) {
+    try {
+      make_copy(host_bytes);
+    } catch (const Error& e) {
+      if (pin == HostPin::Copy) throw Error(std::string("--host-pin copy: ") + e.what() + "; use --host-pin staging");
+      copy_ = PinnedBuffer();  // auto: fall back to the staging ring
+    }
+    if (copy_.get()) return;
+  }
   const bool try_register = pin == HostPin::Register && host_bytes < physical_ram();
   if (try_register && host_bytes > 0) {
     // Read-only: the mapping is PROT_READ; the driver must not ask for write access.
@@ -69,8 +109,8 @@ ExpertCopier::~ExpertCopier() {
 void ExpertCopier::copy(void* dst, const void* src, size_t bytes) {
   bytes_ += bytes;
   ++n_copies_;
-  if (registered_) {
-    MS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_.get()));
+  if (copy_.get() || registered_) {
+    MS_CUDA_CHECK(cudaMemcpyAsync(dst, host_view(src), bytes, cudaMemcpyHostToDevice, stream_.get()));
     return;
   }
   auto* d = static_cast<char*>(dst);

@@ -63,6 +63,7 @@ struct HybridMoe::Impl {
   cudaStream_t stream;
   std::unique_ptr<ThreadPool> own_pool;
   ThreadPool* pool = nullptr;
+  ModelWeights host_w;  // w with the experts where the CPU reads them (the pinned copy, if any)
   std::unique_ptr<CpuExpertExecutor> cpu;
   std::unique_ptr<ExpertResidency> res;
   std::unique_ptr<cuda::DeviceExpertSlots> slots;
@@ -167,6 +168,13 @@ struct HybridMoe::Impl {
         }
     copier = std::make_unique<cuda::ExpertCopier>(reinterpret_cast<const void*>(lo), hi - lo,
                                                   cuda::parse_host_pin(opt.host_pin), pool);
+    // The CPU experts read the pinned copy when there is one: the mapping's
+    // pages may then leave the page cache, and both readers share one copy.
+    host_w = w;
+    for (LayerWeights& L : host_w.layers)
+      for (auto* v : {&L.experts.gate_, &L.experts.up_, &L.experts.down_})
+        for (const uint8_t*& p : *v) p = static_cast<const uint8_t*>(copier->host_view(p));
+    cpu = std::make_unique<CpuExpertExecutor>(host_w, *pool);
   }
 
   // Expert e of layer l into `dst` (a slot), on the copy stream.
@@ -194,8 +202,8 @@ struct HybridMoe::Impl {
     const uint64_t bytes = geom[static_cast<size_t>(l)].gate_bytes + geom[static_cast<size_t>(l)].up_bytes +
                            geom[static_cast<size_t>(l)].down_bytes;
     const int n_copy = static_cast<int>(std::min<uint32_t>(res->transit_slots(), static_cast<uint32_t>(c.n_expert)));
-    // PCIe: the transit slots filled twice (the first pass warms up).
-    for (int rep = 0; rep < 2; ++rep) {
+    // PCIe: the transit slots filled three times (the first pass warms up).
+    for (int rep = 0; rep < 3; ++rep) {
       copier->record(copy0.get());
       for (int i = 0; i < n_copy; ++i) copy_expert(l, i, slots->slot_address(pool, static_cast<int32_t>(cache + i)));
       copier->record(copy1.get());
@@ -203,21 +211,30 @@ struct HybridMoe::Impl {
     }
     const double copy_s = copy1.ms_since(copy0) * 1e-3;
     if (copy_s > 0) cost.pcie_gbps = double(bytes) * n_copy / copy_s / 1e9;
-    // CPU: one token through 1 and through 4 experts; the difference is the
-    // streaming rate, the rest per-expert overhead.
+    // CPU: one token through 32 distinct experts (a repeated one would come
+    // from the CPU's cache, not DRAM), spread over the MoE layers; the median
+    // of 5 tries after a warm-up (single short tries varied 4.8-76 GB/s).
     std::vector<float> x(static_cast<size_t>(c.n_embd), 0.01f);
-    // Distinct experts every time (a repeated one would be read from the
-    // cache, not DRAM): 8 experts per try, best of 3 tries after a warm-up.
-    std::vector<float> y8(static_cast<size_t>(8 * c.n_embd));
-    double best = 1e9;
-    for (int rep = 0; rep < 4; ++rep) {
+    constexpr int kProbeExperts = 32, kTries = 6;
+    std::vector<float> y(static_cast<size_t>(kProbeExperts) * c.n_embd);
+    std::vector<double> tries;
+    uint64_t probe_bytes = 0;
+    int next_expert = 0, next_layer = l;
+    for (int rep = 0; rep < kTries; ++rep) {
       std::vector<ExpertWork> work;
-      for (int e = 0; e < 8; ++e) work.push_back({(8 * rep + e) % c.n_expert, {0}, {e}});
+      const int layer = next_layer;
+      for (int e = 0; e < std::min(kProbeExperts, c.n_expert); ++e)
+        work.push_back({(next_expert++) % c.n_expert, {0}, {e}});
+      if (next_expert >= c.n_expert) next_expert = 0, next_layer = std::min(next_layer + 1, c.n_layer - 1);
+      while (res->pool_of_layer(static_cast<uint32_t>(next_layer)) < 0 && next_layer + 1 < c.n_layer) ++next_layer;
       const auto t = Clock::now();
-      cpu->compute(std::min(l + rep % 2, c.n_layer - 1), x.data(), 1, work, y8.data());
-      if (rep > 0) best = std::min(best, seconds_since(t));
+      cpu->compute(layer, x.data(), 1, work, y.data());
+      if (rep > 0) tries.push_back(seconds_since(t));
+      probe_bytes = work.size() * bytes;
     }
-    if (best > 0 && best < 1e9) cost.cpu_gbps = 8.0 * double(bytes) / best / 1e9;
+    std::sort(tries.begin(), tries.end());
+    const double best = tries.empty() ? 0 : tries[tries.size() / 2];
+    if (best > 0) cost.cpu_gbps = double(probe_bytes) / best / 1e9;
     // GPU: device-to-device copies between two step buffers (read + write).
     const size_t n = static_cast<size_t>(P()) * c.n_embd * sizeof(float);
     MS_CUDA_CHECK(cudaMemcpyAsync(yc, exp_y, n, cudaMemcpyDeviceToDevice, stream));
@@ -465,7 +482,6 @@ HybridMoe::HybridMoe(const ModelWeights& w, const HybridMoeOptions& opt, cudaStr
     m.own_pool = std::make_unique<ThreadPool>(0);
     m.pool = m.own_pool.get();
   }
-  m.cpu = std::make_unique<CpuExpertExecutor>(w, *m.pool);
   auto t = Clock::now();
   auto stage = [&](const char* what) {
     if (opt.verbose_steps || std::getenv("MOESTREAM_HYBRID_TRACE"))
@@ -477,6 +493,9 @@ HybridMoe::HybridMoe(const ModelWeights& w, const HybridMoeOptions& opt, cudaStr
   m.make_slots();
   stage("slots");
   m.make_copier();
+  if (m.copier->copied() && seconds_since(t) > 2.0)  // a long copy: say what the wait was
+    std::fprintf(stderr, "moestream: experts copied to pinned host memory (%.1f GiB, %.1f s)\n",
+                 double(m.copier->host_bytes()) / double(1ull << 30), seconds_since(t));
   stage(m.copier->mode_name());
   m.measure_cost();
   stage("cost model measured");
