@@ -8,9 +8,10 @@
 //   be.forward(kv, prompt_ids, logits);   // prefill: batched (tensor-core matmul, experts grouped)
 //   be.forward(kv, {next}, logits);       // decode: one CUDA graph replay per token
 //
-// Memory: three arenas sized up front (weights, KV cache, activations); a
-// model that does not fit fails at construction with an ms::Error saying how
-// much was asked and how much the GPU has free.
+// Memory: arenas sized up front (dense weights, resident experts, KV cache,
+// activations); a model that does not fit fails at construction with an
+// ms::Error saying how much was asked and how much the GPU has free.
+// memory_use().weights counts the dense weights and the resident experts.
 //
 // Decode never goes back to the host inside the step: the router's top-k,
 // the expert FFN (ids and weights on the device), the attention length and

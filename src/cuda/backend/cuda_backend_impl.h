@@ -1,0 +1,122 @@
+// CudaBackend's private state and the layer recipe's declarations, shared by
+// cuda_backend.cpp (setup, budget, the public API) and layer_recipe.cpp (the
+// forward pass: attention and FFN blocks, head, decode and prefill). The
+// device storage lives in its own objects: DeviceWeights (dense weights),
+// ResidentExperts (all-resident routed experts) or HybridMoe (tiered ones),
+// DeviceKvCache, DecodeGraph.
+//
+// CUDA-only header; include it only from src/cuda/backend.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "cuda/attention.h"
+#include "cuda/backend/arena_layout.h"
+#include "cuda/backend/cuda_backend.h"
+#include "cuda/backend/decode_graph.h"
+#include "cuda/backend/device_kv_cache.h"
+#include "cuda/backend/device_weights.h"
+#include "cuda/backend/hybrid_moe.h"
+#include "cuda/backend/resident_experts.h"
+#include "cuda/device.h"
+#include "cuda/matvec.h"
+#include "model/tensor_roles.h"
+
+namespace ms {
+
+struct CudaBackend::Impl {
+  // Rows of logits computed (and copied back) per pass when every position's
+  // logits are asked for.
+  static constexpr int kLogitRows = 16;
+
+  const ModelWeights& w;
+  const ModelConfig& c;
+  Options opt;
+  cuda::DeviceInfo info;
+
+  cuda::DeviceWeights weights;
+  // Every routed expert in VRAM (empty when they are tiered: `hybrid`).
+  cuda::ResidentExperts experts;
+  cuda::DeviceKvCache kv;
+  cuda::DeviceArena act_arena;
+  // Made after cudaSetDevice (a member Stream would be created before it).
+  std::unique_ptr<cuda::Stream> stream_owner;
+  cudaStream_t stream = nullptr;
+
+  // Activations, sized for opt.max_batch tokens.
+  int B = 1;
+  float *qkv = nullptr;  // decode: q|k|v of one token
+  float *h = nullptr, *x = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *att = nullptr;
+  float *router_logits = nullptr, *route_w = nullptr, *ffg = nullptr, *ffu = nullptr;
+  float *exp_gate = nullptr, *exp_up = nullptr, *exp_y = nullptr, *logits = nullptr;
+  uint32_t* router_counter = nullptr;
+  uint32_t* norm_counter = nullptr;  // down_combine_decode's next-norm tail
+  cuda::Q8Act dec_hq8;               // decode: the k experts' SwiGLU outputs, Q8
+  // Decode: the next RMSNorm (x, xq8) was already made by the previous
+  // launch (down_combine_decode's tail); the norm it stands for is skipped.
+  bool norm_ready = false;
+  int32_t *tok = nullptr, *pos = nullptr, *route_ids = nullptr, *step_in = nullptr, *groups = nullptr;
+  cuda::Q8Act xq8, attq8, ffq8, expq8;
+  void* attn_scratch = nullptr;
+  void* exp_scratch = nullptr;
+  size_t exp_scratch_bytes = 0;
+  cuda::PinnedBuffer host_in, host_logits;
+  static constexpr int kCopyChunks = 4;
+  std::vector<cuda::Event> copy_done;
+
+  // Routed experts tiered (VRAM slots / PCIe / CPU) when the budget does not
+  // hold them all; null when every expert is resident.
+  std::unique_ptr<HybridMoe> hybrid;
+  bool tiered = false;     // decided before upload: experts stay on the host
+  uint64_t budget = 0;     // bytes (0 when every expert is resident by --vram full)
+
+  RouteHook route_hook;
+  bool route_hook_hidden = false;  // the hook wants the FFN input rows too
+  std::vector<int32_t> route_host;
+  std::vector<float> route_w_host, hidden_host;
+
+  // MOESTREAM_CUDA_TIMING=1: where a decode step's time goes, printed at exit.
+  struct StepTiming {
+    bool on = false;
+    int steps = 0;
+    double gpu_ms = 0, call_ms = 0, between_ms = 0;
+    std::chrono::steady_clock::time_point last_end{};
+    std::unique_ptr<cuda::Event> t0, t1;
+  } timing;
+
+  // Last, so it goes first: its graph holds addresses of everything above.
+  cuda::DecodeGraph graph;
+
+  Impl(const ModelWeights& model, Options o) : w(model), c(model.cfg), opt(o) {}
+  ~Impl();
+
+  // ---- setup (cuda_backend.cpp)
+  void check_types() const;
+  VramPlan plan_budget(int64_t kv_ctx);
+  void make_hybrid(const VramPlan& plan);
+  void layout_activations(cuda::Layout& L);
+  void allocate_activations();
+  void set_kv_f32(bool f32);
+  uint64_t weight_bytes() const { return weights.bytes() + experts.bytes(); }
+  cuda::AttentionShape attn_shape() const;
+
+  // ---- the layer recipe (layer_recipe.cpp)
+  void project(const cuda::DevMat& m, const float* xf, const cuda::Q8Act* xq, int n, float* y, const float* residual);
+  void norm_rows(const float* src, const float* weight, int n);
+  void attention_block(int il, int n, const int32_t* positions, bool decode, int max_kv_len, const int32_t* kv_len,
+                       int pos0);
+  void prologue(int il, int n, float* qp, float* kp, float* vp, const int32_t* positions, bool one_qkv);
+  bool moe_decode_fusable(int il) const;
+  void router_logits_rows(const cuda::DevMat& R, int n);
+  void report_routes(int il, int n);
+  void ffn_block(int il, int n);
+  void head(int first, int m);
+  void enqueue_decode(int max_kv_len);
+  void copy_logits(float* dst, int m);
+  void decode(int32_t token, int64_t p, float* out);
+  void prefill(const int32_t* tokens, int n, int64_t pos0, float* out, bool all);
+  void prefill_batch(const int32_t* tokens, int n, int64_t pos0, float* out, bool all);
+};
+
+}  // namespace ms

@@ -1,0 +1,58 @@
+// The dense weights of a model in device memory, in their file's quant
+// format: embeddings, attention, norms, routers, dense FFNs and the output
+// head, each blob uploaded once into one arena. Routed experts are not here
+// (resident_experts.h, or the hybrid step's slots: hybrid_moe.h).
+//
+// CUDA-only header; used by CudaBackend.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "cuda/device.h"
+#include "cuda/matvec.h"
+#include "model/weights.h"
+
+namespace ms::cuda {
+
+// A weight matrix in device memory.
+struct DevMat {
+  DType type = DType::F32;
+  const void* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  explicit operator bool() const { return data != nullptr; }
+  MatrixSet set() const {
+    MatrixSet m;
+    m.type = type;
+    m.rows = rows;
+    m.cols = cols;
+    m.base = data;
+    return m;
+  }
+};
+
+// One layer's dense weights (absent ones null).
+struct DevLayer {
+  DevMat wq, wk, wv, wo, ffn_gate, ffn_up, ffn_down, router;
+  // Wq, Wk, Wv stored back to back when they share a type: decode computes
+  // q|k|v in one launch (wq/wk/wv then point into it, for batches).
+  DevMat wqkv;
+  const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+  const float *bq = nullptr, *bk = nullptr, *bv = nullptr;
+};
+
+struct DeviceWeights {
+  DeviceArena arena;
+  DevMat token_embd, output;  // output aliases token_embd's bytes when tied
+  const float* output_norm = nullptr;
+  std::vector<DevLayer> layers;
+
+  // Every dense weight blob of w once (a tied output = token_embd is uploaded
+  // once): measure, allocate the arena, copy. Throws ms::Error (from the
+  // arena) when the device has not enough memory.
+  static DeviceWeights upload(const ModelWeights& w);
+
+  const DevLayer& layer(int il) const { return layers[static_cast<size_t>(il)]; }
+  uint64_t bytes() const { return arena.capacity(); }
+};
+
+}  // namespace ms::cuda

@@ -1,0 +1,426 @@
+// CudaBackend's forward pass: the layer recipe of model/arch.h (the same one
+// CpuBackend runs) built from the kernels of src/cuda — attention block, FFN
+// block (dense, routed experts resident or tiered), output head — and the
+// decode step (graph-replayed) and prefill batches that run it.
+// Host code only: every kernel is reached through the launchers of src/cuda.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "cuda/attention.h"
+#include "cuda/backend/cuda_backend_impl.h"
+#include "cuda/backend/decode_fused.h"
+#include "cuda/backend/decode_moe.h"
+#include "cuda/backend/prefill_fused.h"
+#include "cuda/expert_ffn.h"
+#include "cuda/gemm.h"
+#include "cuda/matvec.h"
+#include "cuda/ops.h"
+#include "util/error.h"
+
+namespace ms {
+namespace {
+
+bool uses_q8(const cuda::DevMat& m) { return cuda::matvec_takes_q8(m.type); }
+
+}  // namespace
+
+// ---------------------------------------------------------------- pieces
+// y[t] = W x[t] (+ residual) for n tokens: tensor-core matmul for batches,
+// the fused-dequant matvec (Q8 activations) otherwise.
+void CudaBackend::Impl::project(const cuda::DevMat& m, const float* xf, const cuda::Q8Act* xq, int n, float* y,
+                                const float* residual) {
+  cudaStream_t s = stream;
+  if (n >= opt.gemm_min_batch) {
+    cuda::MatvecInput in;
+    in.f32 = xf;
+    if (cuda::matvec_takes_q8(m.type)) in.q8 = *xq;  // the int8 tensor-core path where there is one
+    cuda::MatvecGroups g;
+    g.max_groups = 1;
+    g.per_group = n;
+    cuda::matmul(m.set(), in, g, y, m.rows, residual, s);
+    return;
+  }
+  cuda::MatvecInput in;
+  in.f32 = xf;
+  if (cuda::matvec_takes_q8(m.type)) in.q8 = *xq;
+  cuda::linear(m.type, m.data, m.rows, m.cols, in, n, y, residual, s);
+}
+
+// RMSNorm of n rows of the hidden state into x (and xq8).
+void CudaBackend::Impl::norm_rows(const float* src, const float* weight, int n) {
+  if (n == 1 && norm_ready) {  // made by the previous layer's last launch
+    norm_ready = false;
+    return;
+  }
+  if (n == 1 && opt.fused_decode && cuda::rmsnorm_row_supported(c.n_embd))
+    cuda::rmsnorm_row_q8(src, weight, x, c.n_embd, c.rms_eps, xq8, stream);
+  else
+    cuda::rmsnorm(src, weight, x, n, c.n_embd, c.rms_eps, stream, &xq8);
+}
+
+// ---------------------------------------------------------------- attention
+// positions: device [n]; decode: kv_len device and max_kv_len for the
+// split-K launch; prefill: pos0 on the host.
+void CudaBackend::Impl::attention_block(int il, int n, const int32_t* positions, bool decode, int max_kv_len,
+                                        const int32_t* kv_len, int pos0) {
+  cudaStream_t s = stream;
+  const cuda::DevLayer& L = weights.layer(il);
+  const int64_t hd = c.head_dim;
+  const int64_t qd = c.n_head * hd, kvd = c.n_head_kv * hd;
+  const int64_t kv_ctx = kv.ctx();
+  norm_rows(h, L.attn_norm, n);
+  // One token with stacked Wq|Wk|Wv: one launch, and q, k adjacent so one
+  // rope launch turns both.
+  const bool one_qkv = n == 1 && L.wqkv;
+  float* qp = one_qkv ? qkv : q;
+  float* kp = one_qkv ? qkv + qd : k;
+  float* vp = one_qkv ? qkv + qd + kvd : v;
+  if (one_qkv) {
+    project(L.wqkv, x, &xq8, 1, qkv, nullptr);
+  } else if (L.wqkv && n >= opt.gemm_min_batch && cuda::matmul_int8_supported(L.wqkv.type)) {
+    // Batches: Wq|Wk|Wv as one int8 GEMM launch writing q, k and v.
+    cuda::MatvecInput in;
+    in.f32 = x;
+    in.q8 = xq8;
+    const int64_t rows[3] = {L.wq.rows, L.wk.rows, L.wv.rows};
+    float* outs[3] = {q, k, v};
+    cuda::matmul_stacked(L.wqkv.set(), in, n, 3, rows, outs, stream);
+  } else {
+    project(L.wq, x, &xq8, n, q, nullptr);
+    project(L.wk, x, &xq8, n, k, nullptr);
+    project(L.wv, x, &xq8, n, v, nullptr);
+  }
+  if (one_qkv && !L.bq && opt.fused_decode) {
+    kv.with_layer(il, [&](auto* kc, auto* vc) {
+      cuda::decode_qk_prologue(qkv, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps, c.n_rot,
+                               positions, c.rope_base, c.rope_freq_scale, c.arch->rope_mode, kc, vc, kv_ctx, s);
+    });
+  } else if (!one_qkv && !L.bq && opt.fused_prefill && (L.q_norm == nullptr) == (L.k_norm == nullptr)) {
+    kv.with_layer(il, [&](auto* kc, auto* vc) {
+      cuda::batch_qk_prologue(qp, kp, vp, n, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps,
+                              c.n_rot, positions, c.rope_base, c.rope_freq_scale, c.arch->rope_mode, kc, vc, kv_ctx,
+                              s);
+    });
+  } else {
+    prologue(il, n, qp, kp, vp, positions, one_qkv);
+  }
+  const cuda::AttentionShape shape = attn_shape();
+  kv.with_layer(il, [&](const auto* kc, const auto* vc) {
+    if (decode)
+      cuda::attention_decode(shape, qp, kc, vc, max_kv_len, kv_len, att, attn_scratch, s);
+    else
+      cuda::attention_prefill(shape, qp, kc, vc, n, pos0, att, s);
+  });
+  if (uses_q8(L.wo)) cuda::quantize_q8act(att, qd, n, attq8, s);
+  project(L.wo, att, &attq8, n, h, h);
+}
+
+// Biases, q/k norms, rope and the cache append as separate launches.
+void CudaBackend::Impl::prologue(int il, int n, float* qp, float* kp, float* vp, const int32_t* positions,
+                                 bool one_qkv) {
+  cudaStream_t s = stream;
+  const cuda::DevLayer& L = weights.layer(il);
+  const int64_t hd = c.head_dim;
+  const int64_t qd = c.n_head * hd, kvd = c.n_head_kv * hd;
+  for (int t = 0; t < n && L.bq; ++t) {
+    cuda::add(qp + t * qd, L.bq, qp + t * qd, qd, s);
+    cuda::add(kp + t * kvd, L.bk, kp + t * kvd, kvd, s);
+    cuda::add(vp + t * kvd, L.bv, vp + t * kvd, kvd, s);
+  }
+  if (L.q_norm) {
+    cuda::rmsnorm(qp, L.q_norm, qp, static_cast<int64_t>(n) * c.n_head, hd, c.rms_eps, s);
+    cuda::rmsnorm(kp, L.k_norm, kp, static_cast<int64_t>(n) * c.n_head_kv, hd, c.rms_eps, s);
+  }
+  const RopeMode rm = c.arch->rope_mode;
+  if (one_qkv) {
+    cuda::rope(qp, 1, c.n_head + c.n_head_kv, c.head_dim, c.n_rot, positions, c.rope_base, c.rope_freq_scale, rm, s);
+  } else {
+    cuda::rope(qp, n, c.n_head, c.head_dim, c.n_rot, positions, c.rope_base, c.rope_freq_scale, rm, s);
+    cuda::rope(kp, n, c.n_head_kv, c.head_dim, c.n_rot, positions, c.rope_base, c.rope_freq_scale, rm, s);
+  }
+  kv.with_layer(il, [&](auto* kc, auto* vc) {
+    cuda::kv_append(kp, vp, n, c.n_head_kv, c.head_dim, positions, kc, vc, kv.ctx(), s);
+  });
+}
+
+// ---------------------------------------------------------------- FFN
+// The three-launch MoE decode (decode_moe.h) applies to this layer.
+bool CudaBackend::Impl::moe_decode_fusable(int il) const {
+  if (!c.is_moe() || !opt.fused_decode || !opt.fused_moe_decode || tiered) return false;
+  const cuda::DevLayer& L = weights.layer(il);
+  const cuda::ExpertWeights& ex = experts.weights(il);
+  const int E = c.n_expert, K = c.n_expert_used;
+  return cuda::router_norm_decode_supported(L.router.type, E, c.n_embd, K) && cuda::gate_up_q8_decode_supported(ex) &&
+         cuda::down_combine_decode_supported(ex) && ex.gate.rows == c.n_ff_exp && ex.down.rows == c.n_embd &&
+         c.n_embd % 32 == 0;
+}
+
+// Router logits of n tokens (x / xq8) into router_logits. Several tokens:
+// launched as groups of 8 vectors (one block row per group), not one group
+// of n that a few blocks would walk through 8 vectors at a time.
+void CudaBackend::Impl::router_logits_rows(const cuda::DevMat& R, int n) {
+  const int64_t D = c.n_embd, E = c.n_expert;
+  const bool q8 = cuda::matvec_takes_q8(R.type);
+  auto input = [&](int first) {
+    cuda::MatvecInput in;
+    in.f32 = x + static_cast<int64_t>(first) * D;
+    if (q8) {
+      in.q8 = xq8;
+      in.q8.q += static_cast<int64_t>(first) * D;
+      in.q8.ds += static_cast<int64_t>(first) * (D / 32) * 2;
+    }
+    return in;
+  };
+  constexpr int kVec = 8;
+  const int full = n >= 2 * kVec ? n / kVec * kVec : 0;
+  if (full > 0) {
+    cuda::MatvecGroups g;
+    g.max_groups = full / kVec;
+    g.per_group = kVec;
+    cuda::matvec(R.set(), input(0), g, router_logits, E, nullptr, stream);
+  }
+  if (n > full)
+    cuda::linear(R.type, R.data, R.rows, R.cols, input(full), n - full, router_logits + full * E, nullptr, stream);
+}
+
+// Backend::set_route_hook: the layer's ids and weights (and, when asked, the
+// FFN input rows) back to the host, the stream synchronised, the hook called.
+void CudaBackend::Impl::report_routes(int il, int n) {
+  cudaStream_t s = stream;
+  const int64_t D = c.n_embd;
+  const int K = c.n_expert_used;
+  route_host.resize(static_cast<size_t>(n) * K);
+  route_w_host.resize(static_cast<size_t>(n) * K);
+  MS_CUDA_CHECK(cudaMemcpyAsync(route_host.data(), route_ids, sizeof(int32_t) * n * K, cudaMemcpyDeviceToHost, s));
+  MS_CUDA_CHECK(cudaMemcpyAsync(route_w_host.data(), route_w, sizeof(float) * n * K, cudaMemcpyDeviceToHost, s));
+  if (route_hook_hidden) {  // x: the FFN input, made by every router path
+    hidden_host.resize(static_cast<size_t>(n) * D);
+    MS_CUDA_CHECK(cudaMemcpyAsync(hidden_host.data(), x, sizeof(float) * n * D, cudaMemcpyDeviceToHost, s));
+  }
+  MS_CUDA_CHECK(cudaStreamSynchronize(s));
+  route_hook({il, n, K, route_host.data(), route_w_host.data(), route_hook_hidden ? hidden_host.data() : nullptr});
+}
+
+void CudaBackend::Impl::ffn_block(int il, int n) {
+  cudaStream_t s = stream;
+  const cuda::DevLayer& L = weights.layer(il);
+  const int64_t D = c.n_embd;
+  const bool moe_fused = n == 1 && moe_decode_fusable(il);
+  if (!moe_fused) norm_rows(h, L.ffn_norm, n);
+  if (!c.is_moe()) {
+    const int64_t F = c.n_ff;
+    if (n >= opt.gemm_min_batch) {
+      project(L.ffn_gate, x, &xq8, n, ffg, nullptr);
+      project(L.ffn_up, x, &xq8, n, ffu, nullptr);
+      cuda::silu_mul(ffg, ffu, ffg, static_cast<int64_t>(n) * F, s);
+    } else {
+      cuda::MatvecInput in;
+      in.f32 = x;
+      if (cuda::matvec_takes_q8(L.ffn_gate.type)) in.q8 = xq8;
+      cuda::MatvecGroups g;
+      g.per_group = n;
+      cuda::matvec_glu(L.ffn_gate.set(), L.ffn_up.set(), in, g, ffg, F, s);
+    }
+    if (uses_q8(L.ffn_down)) cuda::quantize_q8act(ffg, F, n, ffq8, s);
+    project(L.ffn_down, ffg, &ffq8, n, h, h);
+    return;
+  }
+  const int E = c.n_expert, K = c.n_expert_used;
+  if (moe_fused) {
+    cuda::router_norm_decode(h, L.ffn_norm, c.rms_eps, static_cast<const float*>(L.router.data), E, D, K,
+                             c.arch->router_mode, c.router_renorm, x, xq8, router_logits, route_ids, route_w,
+                             router_counter, s);
+  } else if (n == 1 && opt.fused_decode && cuda::router_decode_supported(L.router.type, E, D, K)) {
+    cuda::router_decode_f32(static_cast<const float*>(L.router.data), x, E, D, K, c.arch->router_mode,
+                            c.router_renorm, router_logits, route_ids, route_w, router_counter, s);
+  } else {  // router: always the exact matvec (f32 weights, no f16 rounding), so batch and decode choose alike
+    router_logits_rows(L.router, n);
+    cuda::router_topk(router_logits, n, E, K, c.arch->router_mode, c.router_renorm, route_ids, route_w, s);
+  }
+  if (route_hook) report_routes(il, n);
+  if (hybrid) {
+    hybrid->run(il, n, x, xq8, route_ids, route_w, h);
+    return;
+  }
+  const cuda::ExpertWeights& ex = experts.weights(il);
+  if (moe_fused) {
+    cuda::gate_up_q8_decode(ex, xq8, route_ids, K, dec_hq8, nullptr, s);
+    cuda::NextNorm next;
+    next.w = il + 1 < c.n_layer ? weights.layer(il + 1).attn_norm : weights.output_norm;
+    next.eps = c.rms_eps;
+    next.x_out = x;
+    next.x_q8 = xq8;
+    next.counter = norm_counter;
+    cuda::down_combine_decode(ex, dec_hq8, route_ids, route_w, K, h, h, &next, s);
+    norm_ready = true;  // the next norm_rows (next layer's attention, or the head) is done
+    return;
+  }
+  if (n < opt.gemm_min_batch || !opt.grouped_matmul_experts) {
+    cuda::expert_ffn(ex, x, &xq8, n, K, route_ids, route_w, h, h, exp_scratch, exp_scratch_bytes, s);
+    return;
+  }
+  // Batch: (token, slot) pairs grouped by expert, then each expert's
+  // gate/up/down once over its tokens on tensor cores.
+  const int pairs = n * K;
+  const int64_t F = c.n_ff_exp;
+  int32_t* n_groups = groups;
+  int32_t* group_expert = groups + 1;
+  int32_t* offsets = group_expert + pairs;
+  int32_t* list = offsets + pairs + 1;
+  cuda::moe_group_by_expert(route_ids, pairs, E, n_groups, group_expert, offsets, list, s);
+  cuda::MatvecGroups g;
+  g.max_groups = std::min(pairs, E);
+  g.per_group = n;
+  g.x_div = K;
+  g.n_expert = E;
+  g.n_groups = n_groups;
+  g.expert = group_expert;
+  g.offsets = offsets;
+  g.list = list;
+  cuda::MatvecInput in;
+  in.f32 = x;
+  if (cuda::matvec_takes_q8(ex.gate.type)) in.q8 = xq8;
+  cuda::matmul(ex.gate, in, g, exp_gate, F, nullptr, s);
+  cuda::matmul(ex.up, in, g, exp_up, F, nullptr, s);
+  cuda::silu_mul(exp_gate, exp_up, exp_gate, static_cast<int64_t>(pairs) * F, s);
+  cuda::MatvecInput hin;
+  hin.f32 = exp_gate;
+  if (cuda::matvec_takes_q8(ex.down.type)) {
+    cuda::quantize_q8act(exp_gate, F, pairs, expq8, s);
+    hin.q8 = expq8;
+  }
+  g.x_div = 1;
+  cuda::matmul(ex.down, hin, g, exp_y, D, nullptr, s);
+  cuda::moe_combine(exp_y, route_w, n, K, D, h, h, s);
+}
+
+// ---------------------------------------------------------------- head
+// logits[0..m) of hidden rows first..first+m-1 (m <= kLogitRows).
+void CudaBackend::Impl::head(int first, int m) {
+  cudaStream_t s = stream;
+  const int64_t D = c.n_embd;
+  const cuda::DevMat& output = weights.output;
+  norm_rows(h + first * D, weights.output_norm, m);
+  cuda::MatvecInput in;
+  in.f32 = x;
+  if (cuda::matvec_takes_q8(output.type)) in.q8 = xq8;
+  cuda::linear(output.type, output.data, output.rows, output.cols, in, m, logits, nullptr, s);
+}
+
+// Device logits -> pinned staging -> dst, in kCopyChunks pieces so the host
+// copy of one piece overlaps the device-to-host transfer of the next (a
+// decode step waits for all of it: 600 KB for a 152k vocabulary).
+void CudaBackend::Impl::copy_logits(float* dst, int m) {
+  const size_t n = static_cast<size_t>(m) * c.n_vocab;
+  const size_t per = (n + kCopyChunks - 1) / kCopyChunks;
+  auto* staging = static_cast<float*>(host_logits.get());
+  for (int i = 0; i < kCopyChunks; ++i) {
+    const size_t b = std::min(n, i * per), e = std::min(n, b + per);
+    if (e > b)
+      MS_CUDA_CHECK(cudaMemcpyAsync(staging + b, logits + b, (e - b) * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    copy_done[i].record(stream);
+  }
+  for (int i = 0; i < kCopyChunks; ++i) {
+    const size_t b = std::min(n, i * per), e = std::min(n, b + per);
+    copy_done[i].synchronize();
+    if (e > b) std::memcpy(dst + b, staging + b, (e - b) * sizeof(float));
+  }
+}
+
+// ---------------------------------------------------------------- decode
+// One decode step, all on the device: token, position and attention length
+// come from step_in = {token, pos, kv_len}.
+void CudaBackend::Impl::enqueue_decode(int max_kv_len) {
+  norm_ready = false;
+  const cuda::DevMat& embd = weights.token_embd;
+  cuda::embed_rows(embd.type, embd.data, c.n_vocab, c.n_embd, step_in, 1, h, stream);
+  for (int il = 0; il < c.n_layer; ++il) {
+    attention_block(il, 1, step_in + 1, true, max_kv_len, step_in + 2, 0);
+    ffn_block(il, 1);
+  }
+  head(0, 1);
+}
+
+void CudaBackend::Impl::decode(int32_t token, int64_t p, float* out) {
+  if (hybrid) hybrid->begin_pass(1);
+  auto* in = host_in.as<int32_t>();
+  in[0] = token;
+  in[1] = static_cast<int32_t>(p);
+  in[2] = static_cast<int32_t>(p + 1);
+  in[3] = 0;
+  MS_CUDA_CHECK(cudaMemcpyAsync(step_in, in, 4 * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  const int max_kv = cuda::decode_kv_span(p, kv.ctx());
+  const bool use_graph = opt.use_graph && !route_hook && !hybrid;
+  if (use_graph && !graph.ready(max_kv)) {
+    try {
+      graph.capture(stream, max_kv, [&] { enqueue_decode(max_kv); });
+    } catch (const Error& e) {
+      // A launcher that cannot be captured: run the step directly from now on.
+      cudaGetLastError();
+      opt.use_graph = false;
+      std::fprintf(stderr, "moestream: CUDA graph capture failed (%s); decoding without graphs\n", e.what());
+    }
+  }
+  const auto call_start = std::chrono::steady_clock::now();
+  if (timing.on) timing.t0->record(stream);
+  if (use_graph && opt.use_graph) {
+    graph.launch(stream);
+  } else {
+    enqueue_decode(max_kv);
+  }
+  if (timing.on) timing.t1->record(stream);
+  copy_logits(out, 1);
+  if (hybrid) hybrid->end_pass();
+  if (timing.on) {
+    const auto now = std::chrono::steady_clock::now();
+    if (timing.steps > 0)
+      timing.between_ms += std::chrono::duration<double, std::milli>(call_start - timing.last_end).count();
+    timing.call_ms += std::chrono::duration<double, std::milli>(now - call_start).count();
+    timing.gpu_ms += timing.t1->ms_since(*timing.t0);
+    timing.last_end = now;
+    ++timing.steps;
+  }
+}
+
+// ---------------------------------------------------------------- prefill
+// n <= B tokens at positions pos0..; logits of the last token (out) or of
+// every token (all).
+void CudaBackend::Impl::prefill(const int32_t* tokens, int n, int64_t pos0, float* out, bool all) {
+  if (hybrid) hybrid->begin_pass(n);
+  prefill_batch(tokens, n, pos0, out, all);
+  if (hybrid) hybrid->end_pass();
+}
+
+void CudaBackend::Impl::prefill_batch(const int32_t* tokens, int n, int64_t pos0, float* out, bool all) {
+  auto* in = host_in.as<int32_t>();
+  std::memcpy(in, tokens, sizeof(int32_t) * n);
+  for (int t = 0; t < n; ++t) in[B + t] = static_cast<int32_t>(pos0 + t);
+  MS_CUDA_CHECK(cudaMemcpyAsync(tok, in, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream));
+  MS_CUDA_CHECK(cudaMemcpyAsync(pos, in + B, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream));
+  const cuda::DevMat& embd = weights.token_embd;
+  cuda::embed_rows(embd.type, embd.data, c.n_vocab, c.n_embd, tok, n, h, stream);
+  for (int il = 0; il < c.n_layer; ++il) {
+    attention_block(il, n, pos, false, 0, nullptr, static_cast<int>(pos0));
+    ffn_block(il, n);
+  }
+  if (!out) {
+    // The inputs in pinned memory must stay put until the copies ran.
+    MS_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return;
+  }
+  if (!all) {
+    head(n - 1, 1);
+    copy_logits(out, 1);
+    return;
+  }
+  for (int t = 0; t < n; t += kLogitRows) {
+    const int m = std::min(kLogitRows, n - t);
+    head(t, m);
+    copy_logits(out + static_cast<int64_t>(t) * c.n_vocab, m);
+  }
+}
+
+}  // namespace ms
