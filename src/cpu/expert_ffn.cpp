@@ -7,6 +7,7 @@
 #include "cpu/matvec.h"
 #include "cpu/matvec_many.h"
 #include "cpu/ops.h"
+#include "quant/gpu_q8.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
@@ -82,14 +83,21 @@ void ExpertFfn::compute(const ExpertFfnWeights& w, const float* x, int n_tokens,
   if (n_pairs == 0) return;
   const int64_t D = w.n_embd, F = w.n_ff;
 
-  // Inputs quantized once per token for the gate (and up, if its type differs).
-  const int64_t ga = act_row_bytes(w.gate_type, D), ua = act_row_bytes(w.up_type, D);
+  // Inputs quantized once per token for the gate (and up, if its format
+  // differs). A matrix uses the GPU's Q8 form when asked and its type has it.
+  auto use_gpu_q8 = [this](DType t) { return rounding_ == ActRounding::Gpu && gpu_q8_supported(t); };
+  const bool gpu_g = use_gpu_q8(w.gate_type), gpu_u = use_gpu_q8(w.up_type), gpu_d = use_gpu_q8(w.down_type);
+  const int64_t ga = gpu_g ? gpu_q8_row_bytes(D) : act_row_bytes(w.gate_type, D);
+  const int64_t ua = gpu_u ? gpu_q8_row_bytes(D) : act_row_bytes(w.up_type, D);
   act_gate_.resize(static_cast<size_t>(ga * n_tokens));
-  quantize_rows(pool_, w.gate_type, x, n_tokens, D, act_gate_.data());
-  const bool same_act = type_info(w.gate_type).vec_dot_type == type_info(w.up_type).vec_dot_type;
+  if (gpu_g) quantize_rows_gpu_q8(pool_, x, n_tokens, D, act_gate_.data());
+  else quantize_rows(pool_, w.gate_type, x, n_tokens, D, act_gate_.data());
+  const bool same_act =
+      gpu_g == gpu_u && (gpu_g || type_info(w.gate_type).vec_dot_type == type_info(w.up_type).vec_dot_type);
   if (!same_act) {
     act_up_.resize(static_cast<size_t>(ua * n_tokens));
-    quantize_rows(pool_, w.up_type, x, n_tokens, D, act_up_.data());
+    if (gpu_u) quantize_rows_gpu_q8(pool_, x, n_tokens, D, act_up_.data());
+    else quantize_rows(pool_, w.up_type, x, n_tokens, D, act_up_.data());
   }
 
   // Pair p (in work order) gets rows p of gate_ and up_.
@@ -101,9 +109,10 @@ void ExpertFfn::compute(const ExpertFfnWeights& w, const float* x, int n_tokens,
   for (const ExpertWork& item : work) {
     const int64_t n = static_cast<int64_t>(item.tokens.size());
     const size_t e = static_cast<size_t>(item.expert);
-    jobs.push_back({w.gate_type, w.gate[e], F, D, act_gate_.data(), item.tokens.data(), n, gate_.data() + p0 * F});
+    jobs.push_back(
+        {w.gate_type, w.gate[e], F, D, act_gate_.data(), item.tokens.data(), n, gate_.data() + p0 * F, gpu_g});
     jobs.push_back({w.up_type, w.up[e], F, D, same_act ? act_gate_.data() : act_up_.data(), item.tokens.data(), n,
-                    up_.data() + p0 * F});
+                    up_.data() + p0 * F, gpu_u});
     p0 += n;
   }
   matmul_many(pool_, jobs.data(), static_cast<int>(jobs.size()));
@@ -111,12 +120,19 @@ void ExpertFfn::compute(const ExpertFfnWeights& w, const float* x, int n_tokens,
   // SwiGLU, then the down projection's input quantized per pair.
   // Both per pair row, in one parallel loop for a batch (serial for a few
   // pairs, where starting the pool would cost more than the work).
-  const int64_t da = act_row_bytes(w.down_type, F);
+  // (The GPU's SwiGLU is the same float expression, x / (1 + expf(-x)) * up;
+  // its expf and the C library's may differ in the last bit.)
+  const int64_t da = gpu_d ? gpu_q8_row_bytes(F) : act_row_bytes(w.down_type, F);
   act_down_.resize(static_cast<size_t>(da * n_pairs));
   auto swiglu_quantize = [&](int64_t p_begin, int64_t p_end) {
     float* g = gate_.data() + p_begin * F;
     silu_mul(g, up_.data() + p_begin * F, g, (p_end - p_begin) * F);
-    quantize_activations(w.down_type, g, F, p_end - p_begin, act_down_.data() + p_begin * da);
+    if (gpu_d) {
+      for (int64_t p = p_begin; p < p_end; ++p)
+        quantize_row_gpu_q8(gate_.data() + p * F, act_down_.data() + p * da, F);
+    } else {
+      quantize_activations(w.down_type, g, F, p_end - p_begin, act_down_.data() + p_begin * da);
+    }
   };
   if (n_pairs < 16) swiglu_quantize(0, n_pairs);
   else pool_.parallel_for(n_pairs, 4, swiglu_quantize);
@@ -129,7 +145,7 @@ void ExpertFfn::compute(const ExpertFfnWeights& w, const float* x, int n_tokens,
   for (const ExpertWork& item : work) {
     const int64_t n = static_cast<int64_t>(item.tokens.size());
     jobs.push_back({w.down_type, w.down[static_cast<size_t>(item.expert)], D, F, act_down_.data() + p0 * da, nullptr,
-                    n, up_.data() + p0 * D});
+                    n, up_.data() + p0 * D, gpu_d});
     p0 += n;
   }
   matmul_many(pool_, jobs.data(), static_cast<int>(jobs.size()));

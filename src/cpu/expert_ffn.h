@@ -40,13 +40,30 @@ struct ExpertFfnWeights {
   int n_expert() const { return static_cast<int>(gate.size()); }
 };
 
+// How the expert FFN rounds its activations (the gate/up input x and the
+// down projection's input silu(gate) * up) before the integer dots:
+//   Native: to each weight type's vec_dot_type (Q8_K per 256 for the
+//           K-quants, Q8_0 with an f16 scale for Q8_0/Q4_0/MXFP4), the CPU
+//           backend's format.
+//   Gpu:    to the CUDA kernels' Q8 form (per 32, f32 scale; quant/gpu_q8.h)
+//           for the types the GPU runs with Q8 activations (Q4_0, Q8_0,
+//           Q4_K, Q5_K, Q6_K, MXFP4), with the GPU kernels' per-block
+//           formulas. In the hybrid mode, experts the CPU computes then match
+//           the GPU's to float summation order (~1e-6 relative) instead of
+//           ~1e-3, so greedy decoding follows the all-GPU run. Other types
+//           (F32/F16/BF16 take f32 on both sides; the rest have no GPU
+//           kernel) stay Native. Slower than Native on the CPU (one scale per
+//           32 instead of per 256 in the K-quant dots).
+enum class ActRounding { Native, Gpu };
+
 // The expert FFN over a ThreadPool, with its scratch kept between calls. All
 // work items of a call share two parallel regions (gate+up of every expert,
 // then down), so each expert's weight rows are read once per call whatever
 // its token count. Results do not depend on the pool's size.
 class ExpertFfn {
  public:
-  explicit ExpertFfn(ThreadPool& pool) : pool_(pool) {}
+  explicit ExpertFfn(ThreadPool& pool, ActRounding rounding = ActRounding::Native)
+      : pool_(pool), rounding_(rounding) {}
   ExpertFfn(const ExpertFfn&) = delete;
   ExpertFfn& operator=(const ExpertFfn&) = delete;
 
@@ -60,9 +77,11 @@ class ExpertFfn {
                float* y);
 
   ThreadPool& pool() { return pool_; }
+  ActRounding rounding() const { return rounding_; }
 
  private:
   ThreadPool& pool_;
+  ActRounding rounding_;
   std::vector<uint8_t> act_gate_, act_up_, act_down_;
   std::vector<float> gate_, up_;
   std::vector<int32_t> pair_slot_;  // slot of each pair, in work order

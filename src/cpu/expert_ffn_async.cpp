@@ -21,8 +21,9 @@ inline void cpu_relax() {
 
 }  // namespace
 
-ExpertFfnAsync::ExpertFfnAsync(std::vector<ExpertFfnWeights> layers, ThreadPool& pool, int spin_us)
-    : layers_(std::move(layers)), ffn_(pool), spin_us_(spin_us < 0 ? ThreadPool::spin_microseconds() : spin_us) {
+ExpertFfnAsync::ExpertFfnAsync(std::vector<ExpertFfnWeights> layers, ThreadPool& pool, int spin_us,
+                               ActRounding rounding)
+    : layers_(std::move(layers)), ffn_(pool, rounding), spin_us_(spin_us < 0 ? ThreadPool::spin_microseconds() : spin_us) {
   // More busy threads than cores (the pool's workers, the driver and the
   // caller): a spinning thread takes the core another one needs, so sleep soon.
   if (static_cast<unsigned>(pool.size()) + 1 > std::thread::hardware_concurrency()) spin_us_ = std::min(spin_us_, 50);

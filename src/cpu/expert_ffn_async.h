@@ -45,8 +45,9 @@ class ExpertFfnAsync {
  public:
   // layers: each layer's experts, indexed by the layer number begin() takes
   // (views: the weights must outlive this object). spin_us < 0:
-  // ThreadPool::spin_microseconds().
-  ExpertFfnAsync(std::vector<ExpertFfnWeights> layers, ThreadPool& pool, int spin_us = -1);
+  // ThreadPool::spin_microseconds(). rounding: as ExpertFfn's.
+  ExpertFfnAsync(std::vector<ExpertFfnWeights> layers, ThreadPool& pool, int spin_us = -1,
+                 ActRounding rounding = ActRounding::Native);
   // Waits for a computation still in flight (its error is dropped), then
   // stops the driver thread.
   ~ExpertFfnAsync();

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cpu/matvec.h"
+#include "quant/gpu_q8.h"
 #include "quant/quant.h"
 #include "quant/simd_kernels.h"
 #include "util/error.h"
@@ -28,6 +29,8 @@ void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs) {
     if (jobs[j].cols % info.block_size != 0)
       throw Error("matmul: " + std::to_string(jobs[j].cols) + " columns is not a multiple of " + info.name +
                   "'s block size");
+    if (jobs[j].gpu_q8 && !gpu_q8_supported(jobs[j].type))
+      throw Error(std::string("matmul: no GPU Q8 kernel for weights of type ") + info.name);
     if (jobs[j].n_tokens > 0) total_rows += jobs[j].rows;
   }
   if (total_rows == 0) return;
@@ -58,9 +61,18 @@ void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs) {
       const Tile& t = tiles[static_cast<size_t>(c)];
       const MatmulJob& job = jobs[t.job];
       const int64_t stride = row_bytes(job.type, job.cols);
-      const int64_t act_stride = act_row_bytes(job.type, job.cols);
       const uint8_t* w = static_cast<const uint8_t*>(job.W) + t.row0 * stride;
       const uint8_t* acts = static_cast<const uint8_t*>(job.acts);
+      if (job.gpu_q8) {  // token by token over the tile (it stays in cache)
+        const int64_t act_stride = gpu_q8_row_bytes(job.cols);
+        for (int64_t i = 0; i < job.n_tokens; ++i) {
+          const int64_t ai = job.act_index ? job.act_index[i] : i;
+          vec_dot_rows_gpu_q8(job.type, job.cols, w, stride, t.n_rows, acts + ai * act_stride,
+                              job.Y + i * job.rows + t.row0);
+        }
+        continue;
+      }
+      const int64_t act_stride = act_row_bytes(job.type, job.cols);
       vec_dot_rows_tokens(job.type, job.cols, w, stride, t.n_rows, acts, act_stride, job.act_index, job.n_tokens,
                           job.Y + t.row0, job.rows);
     }
@@ -76,6 +88,16 @@ void quantize_rows(ThreadPool& pool, DType wtype, const float* x, int64_t n, int
     return;
   }
   pool.parallel_for(n, 4, [&](int64_t b, int64_t e) { quantize_activations(wtype, x + b * cols, cols, e - b, d + b * rb); });
+}
+
+void quantize_rows_gpu_q8(ThreadPool& pool, const float* x, int64_t n, int64_t cols, void* dst) {
+  const int64_t rb = gpu_q8_row_bytes(cols);
+  auto* d = static_cast<uint8_t*>(dst);
+  auto rows = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) quantize_row_gpu_q8(x + i * cols, d + i * rb, cols);
+  };
+  if (n < 8) rows(0, n);
+  else pool.parallel_for(n, 4, rows);
 }
 
 }  // namespace ms

@@ -23,6 +23,10 @@ struct MatmulJob {
   const int32_t* act_index = nullptr;
   int64_t n_tokens = 1;
   float* Y = nullptr;         // n_tokens x rows (row-major)
+  // Inputs in the GPU's Q8 form instead (quant/gpu_q8.h: quantize_rows_gpu_q8,
+  // rows gpu_q8_row_bytes(cols) apart), for CPU results that round like the
+  // GPU's. The type must be gpu_q8_supported().
+  bool gpu_q8 = false;
 };
 
 // Y_j[i, r] = W_j[r,:] . act_j[i] for every job. Throws ms::Error for a type
@@ -32,5 +36,7 @@ void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs);
 // Quantizes n rows of `cols` floats for weights of type wtype (to its
 // vec_dot_type), in parallel over rows when there are many.
 void quantize_rows(ThreadPool& pool, DType wtype, const float* x, int64_t n, int64_t cols, void* dst);
+// Same to the GPU's Q8 form (gpu_q8_row_bytes(cols) bytes per row).
+void quantize_rows_gpu_q8(ThreadPool& pool, const float* x, int64_t n, int64_t cols, void* dst);
 
 }  // namespace ms

@@ -31,10 +31,12 @@ ExpertFfnWeights expert_ffn_weights(const ExpertWeights& ex);
 std::vector<ExpertFfnWeights> expert_ffn_layers(const ModelWeights& w);
 
 // Computes experts on the CPU from the mapped weights: ExpertFfn
-// (cpu/expert_ffn.h) on the layer's weights.
+// (cpu/expert_ffn.h) on the layer's weights. rounding: ActRounding::Gpu for
+// the hybrid mode's CPU experts, so they round activations as the GPU's do.
 class CpuExpertExecutor : public ExpertExecutor {
  public:
-  CpuExpertExecutor(const ModelWeights& w, ThreadPool& pool) : layers_(expert_ffn_layers(w)), ffn_(pool) {}
+  CpuExpertExecutor(const ModelWeights& w, ThreadPool& pool, ActRounding rounding = ActRounding::Native)
+      : layers_(expert_ffn_layers(w)), ffn_(pool, rounding) {}
   void compute(int layer, const float* x, int n_tokens, const std::vector<ExpertWork>& work, float* y) override;
 
  private:

@@ -1,0 +1,41 @@
+// Dispatch of GPU Q8 (quant/gpu_q8.h): the AVX2 kernels where this CPU has
+// AVX2 (capped by MOESTREAM_ISA through cpu_features()), else the reference.
+#include <string>
+
+#include "quant/gpu_q8.h"
+#include "quant/simd_kernels.h"
+#include "util/cpu_features.h"
+#include "util/error.h"
+
+namespace ms {
+namespace {
+
+bool use_avx2() {
+  static const bool yes = cpu_features().avx2 && simd::cpu_supports_avx2();
+  return yes;
+}
+
+simd::GpuQ8RowsFn rows_kernel(DType t) { return use_avx2() ? simd::gpu_q8_rows_kernel_avx2(t) : nullptr; }
+
+}  // namespace
+
+void quantize_row_gpu_q8(const float* x, void* dst, int64_t n) {
+  gpu_q8_row_bytes(n);  // throws for a partial block
+  if (use_avx2()) return simd::gpu_q8_quantize_kernel_avx2()(x, dst, n);
+  quantize_row_gpu_q8_ref(x, dst, n);
+}
+
+void vec_dot_rows_gpu_q8(DType t, int64_t n, const void* w, int64_t row_stride, int64_t rows, const void* a,
+                         float* out) {
+  if (!gpu_q8_supported(t))
+    throw Error(std::string("GPU Q8 activations: no dot for weights of type ") + type_name(t));
+  row_bytes(t, n);  // throws for a partial block
+  if (rows <= 0) return;
+  if (simd::GpuQ8RowsFn fn = rows_kernel(t)) return fn(n, w, row_stride, rows, a, out);
+  const auto* wp = static_cast<const uint8_t*>(w);
+  for (int64_t r = 0; r < rows; ++r) out[r] = vec_dot_gpu_q8_ref(t, n, wp + r * row_stride, a);
+}
+
+const char* gpu_q8_path(DType t) { return rows_kernel(t) ? "avx2" : "scalar"; }
+
+}  // namespace ms
