@@ -174,7 +174,9 @@ struct HybridMoe::Impl {
     for (LayerWeights& L : host_w.layers)
       for (auto* v : {&L.experts.gate_, &L.experts.up_, &L.experts.down_})
         for (const uint8_t*& p : *v) p = static_cast<const uint8_t*>(copier->host_view(p));
-    cpu = std::make_unique<CpuExpertExecutor>(host_w, *pool);
+    // The CPU rounds activations as the GPU kernels do, so an expert gives the
+    // same output (to float summation order) whichever side computes it.
+    cpu = std::make_unique<CpuExpertExecutor>(host_w, *pool, ActRounding::Gpu);
   }
 
   // Expert e of layer l into `dst` (a slot), on the copy stream.
