@@ -22,12 +22,7 @@ timeout 150 build-gpu/test_cuda --gtest_filter='*Hybrid*:*GatherAndScatterRows*'
 grep -E "^\[  (PASSED|FAILED)|Failure" "$OUT/hybrid_tests.log" | head -20
 [ -f "$M" ] || timeout 300 $MS gen --arch qwen3moe --preset qwen3-30b-a3b --quant q4_k -o "$M" > /dev/null 2>&1
 
-gtext() { timeout 120 $MS run -m "$M" -p "The history of the" -n 32 --temp 0 --ctx 512 -q "$@" 2>>"$OUT/greedy.err"; }
-gtext --vram full > /tmp/g_full.txt
-for b in "${BUDGETS[@]}"; do
-  gtext --vram "$b" > "/tmp/g_$b.txt"
-  cmp -s /tmp/g_full.txt "/tmp/g_$b.txt" && echo "greedy32 $b: identical to full" || echo "greedy32 $b: DIFFERS from full"
-done
+timeout 900 python3 tools/greedy_divergence.py $MS "$M" "The history of the" 32 "${BUDGETS[@]}" 2>>"$OUT/greedy.err"
 for b in full "${BUDGETS[@]}"; do
   timeout 240 $MS bench -m "$M" -p 512 -n 128 -r 2 --backend cuda --vram "$b" --json -o "/tmp/b_$b.json" \
     > /dev/null 2>> "$OUT/bench.err" || { echo "bench $b failed: $(tail -1 "$OUT/bench.err")"; continue; }
