@@ -304,6 +304,10 @@ def main():
         time.sleep(0.1)
     check(s.metric("moestream_active_slots") == 0 and s.metric("moestream_queue_depth") == 0, "slots freed")
     check(s.metric("moestream_completion_tokens_total") > 0, "metrics count tokens")
+    # The CPU backend does not tier experts: the expert telemetry is there, and 0.
+    check(s.metric("moestream_expert_telemetry_available") == 0, "expert telemetry: not available on the CPU")
+    for name in ("moestream_expert_hit_rate", "moestream_expert_h2d_bytes_total", "moestream_expert_cpu_share"):
+        check(s.metric(name) == 0, "%s is 0 on the CPU backend" % name)
 
     # --- SIGINT: a clean exit, the port closed
     rc = s.stop(signal.SIGINT)
