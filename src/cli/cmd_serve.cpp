@@ -55,7 +55,8 @@ RegisterCommand reg("serve", [](CLI::App& app) {
                   "else none)");
   sub->add_option("-c,--ctx", a->ctx, "context per request slot in tokens (0: the model's, at most 4096)");
   sub->add_option("--parallel", a->parallel,
-                  "request slots served in turn (each has its own KV cache; the CUDA backend holds one)")
+                  "request slots, decoded together in one forward pass (each has its own KV cache; the CUDA "
+                  "backend holds one)")
       ->capture_default_str();
   sub->add_option("-t,--threads", a->threads, "CPU threads (0: all cores)");
   sub->add_option("-b,--batch", a->batch, "prompt tokens per forward batch")->capture_default_str();
