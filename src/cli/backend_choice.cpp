@@ -99,6 +99,12 @@ uint64_t parse_vram(const std::string& text, bool* full) {
   return b;
 }
 
+void check_size_flags(int64_t ctx, int threads, int batch) {
+  if (ctx < 0) throw Error("--ctx must be >= 0 (0: the model's context, at most 4096), got " + std::to_string(ctx));
+  if (threads < 0) throw Error("--threads must be >= 0 (0: all cores), got " + std::to_string(threads));
+  if (batch < 1) throw Error("--batch must be >= 1 prompt token per forward pass, got " + std::to_string(batch));
+}
+
 std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights& w, ThreadPool& pool) {
   bool vram_full = false;
   const uint64_t vram = parse_vram(s.vram.budget, &vram_full);

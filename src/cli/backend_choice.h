@@ -50,6 +50,11 @@ void add_vram_options(CLI::App& sub, VramSetup* v, bool steps);
 // "8G" / "8000M" / "full" / "" checked; throws ms::Error with the accepted forms.
 uint64_t parse_vram(const std::string& text, bool* full);
 
+// The size flags `run` and `serve` share, checked the same way (a negative
+// value used to be taken silently): --ctx >= 0 (0: the model's), -t >= 0
+// (0: all cores), -b >= 1. Throws ms::Error naming the flag.
+void check_size_flags(int64_t ctx, int threads, int batch);
+
 std::unique_ptr<Backend> make_backend(const BackendSetup& setup, const ModelWeights& w, ThreadPool& pool);
 
 // One line describing where the backend runs: the GPU's name, or

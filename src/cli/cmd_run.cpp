@@ -193,7 +193,7 @@ RegisterCommand reg("run", [](CLI::App& app) {
     // The same checks the server applies to a request's values.
     r.sp.validate();
     GenerateParams{.n_predict = r.n_predict}.validate();
-    if (r.ctx < 0) throw Error("--ctx must be >= 0 (0: the model's context, at most 4096)");
+    check_size_flags(r.ctx, r.threads, r.batch);
     std::string path = r.model;
     if (path.empty()) {
       bool generated = false;

@@ -33,11 +33,12 @@ struct ServeArgs {
   std::string backend;
   std::string chat_template;
   std::string model_name;
+  VramSetup vram;  // --vram and the tiered-expert options (CUDA backend)
   int64_t ctx = 0;
   int parallel = 1;
   int threads = 0;
   int batch = 256;
-  size_t max_body = 8u << 20;
+  int64_t max_body = 8 << 20;  // signed: "--max-body -1" must be an error, not 2^64-1
   KvType kv_type = KvType::F16;
   bool quiet = false;
 };
@@ -54,12 +55,14 @@ RegisterCommand reg("serve", [](CLI::App& app) {
                   "else none)");
   sub->add_option("-c,--ctx", a->ctx, "context per request slot in tokens (0: the model's, at most 4096)");
   sub->add_option("--parallel", a->parallel,
-                  "request slots served in turn (each has its own KV cache; the CUDA backend holds one)")
+                  "request slots, decoded together in one forward pass (each has its own KV cache; the CUDA "
+                  "backend holds one)")
       ->capture_default_str();
   sub->add_option("-t,--threads", a->threads, "CPU threads (0: all cores)");
   sub->add_option("-b,--batch", a->batch, "prompt tokens per forward batch")->capture_default_str();
   sub->add_option("--backend", a->backend, backend_help())->check(CLI::IsMember({"cpu", "cuda"}));
   add_kv_type_option(*sub, &a->kv_type);
+  add_vram_options(*sub, &a->vram, true);
   sub->add_option("--chat-template", a->chat_template,
                   "a built-in chat format instead of the model's Jinja template (chatml, llama3, mistral-v3, ...)");
   sub->add_option("--model-name", a->model_name, "the model id /v1/models lists (default: the file's name)");
@@ -68,8 +71,12 @@ RegisterCommand reg("serve", [](CLI::App& app) {
   return [a]() -> int {
     ServeArgs& r = *a;
     if (r.parallel < 1) throw Error("--parallel must be >= 1");
-    if (r.ctx < 0) throw Error("--ctx must be >= 0 (0: the model's context, at most 4096)");
+    check_size_flags(r.ctx, r.threads, r.batch);
     if (r.port < 0 || r.port > 65535) throw Error("--port must be in 0..65535");
+    if (r.max_body < 1) throw Error("--max-body must be at least 1 byte, got " + std::to_string(r.max_body));
+    // Before the model is opened: a typo in the budget is reported at once.
+    bool vram_full = false;
+    parse_vram(r.vram.budget, &vram_full);
     if (r.api_key.empty())
       if (const char* k = std::getenv("MOESTREAM_API_KEY")) r.api_key = k;
 
@@ -101,6 +108,7 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     bs.max_batch = std::max(1, r.batch);
     bs.quiet = r.quiet;
     bs.kv_type = r.kv_type;
+    bs.vram = r.vram;
     const std::unique_ptr<Backend> be = make_backend(bs, model->weights, pool);
     int parallel = r.parallel;
     if (be->name() == "cuda" && parallel > 1) {
@@ -121,7 +129,7 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     ho.host = r.host;
     ho.port = r.port;
     ho.api_key = r.api_key;
-    ho.max_body = r.max_body;
+    ho.max_body = static_cast<size_t>(r.max_body);
     ho.model_name = r.model_name.empty() ? std::filesystem::path(path).stem().string() : r.model_name;
     server::HttpServer http(sched, *model->tokenizer, chat, metrics, ho);
     const int port = http.bind();

@@ -5,6 +5,17 @@
 
 namespace ms::server {
 
+ExpertMetrics expert_metrics(const ExpertTelemetry& t) {
+  ExpertMetrics m;
+  if (!t.hybrid) return m;  // every expert in one place: nothing to report
+  m.available = true;
+  const TierCounts all = t.all();
+  m.hit_rate = all.hit_rate();
+  m.cpu_expert_share = all.total() ? static_cast<double>(all.host) / static_cast<double>(all.total()) : 0.0;
+  m.h2d_bytes = t.h2d_bytes;
+  return m;
+}
+
 void Metrics::request(const std::string& endpoint, int status) {
   std::lock_guard lk(m_);
   ++requests_[{endpoint, status}];
@@ -35,9 +46,9 @@ void Metrics::set_queue(size_t queued, int active) {
   active_ = active;
 }
 
-void Metrics::set_expert_source(std::function<ExpertTelemetry()> f) {
+void Metrics::set_experts(const ExpertMetrics& e) {
   std::lock_guard lk(m_);
-  experts_ = std::move(f);
+  experts_ = e;
 }
 
 double Metrics::tokens_per_second(double window) const {
@@ -55,13 +66,8 @@ double Metrics::tokens_per_second(double window) const {
 
 std::string Metrics::render() const {
   const double tps = tokens_per_second();
-  std::function<ExpertTelemetry()> src;
-  {
-    std::lock_guard lk(m_);
-    src = experts_;
-  }
-  const ExpertTelemetry ex = src ? src() : ExpertTelemetry{};
   std::lock_guard lk(m_);
+  const ExpertMetrics& ex = experts_;
   std::string out;
   char line[256];
   auto metric = [&](const char* name, const char* type, const char* help) {

@@ -7,22 +7,27 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
 
+#include "experts/telemetry.h"
+
 namespace ms::server {
 
-// Where routed experts ran, for backends that tier them (the CUDA backend
-// with a --vram budget). Backends that do not (the CPU backend, an
-// all-resident GPU) leave `available` false and the numbers 0.
-struct ExpertTelemetry {
+// The expert telemetry /metrics exports: where routed experts ran, for
+// backends that tier them (the CUDA backend with a --vram budget below the
+// model). Backends that do not (the CPU backend, an all-resident GPU) leave
+// `available` false and the numbers 0.
+struct ExpertMetrics {
   bool available = false;
-  double hit_rate = 0;           // routed experts found resident in VRAM / all routed
+  double hit_rate = 0;           // routed (token, expert) pairs found resident in VRAM / all routed
   uint64_t h2d_bytes = 0;        // expert bytes copied host -> device so far
-  double cpu_expert_share = 0;   // routed experts computed on the CPU / all routed
+  double cpu_expert_share = 0;   // routed pairs computed on the CPU / all routed
 };
+
+// The backend's telemetry (Backend::expert_telemetry) as /metrics reports it.
+ExpertMetrics expert_metrics(const ExpertTelemetry& t);
 
 class Metrics {
  public:
@@ -34,8 +39,10 @@ class Metrics {
   void cancelled();
   void generated_token(Clock::time_point t = Clock::now());
   void set_queue(size_t queued, int active);
-  // The backend's telemetry, polled at each scrape (null: not available).
-  void set_expert_source(std::function<ExpertTelemetry()> f);
+  // A snapshot of the backend's expert telemetry. The backend may only be
+  // asked on the thread that runs its forward passes, so the scheduler's
+  // worker sets this after its passes and a scrape reads the copy.
+  void set_experts(const ExpertMetrics& e);
 
   // Generated tokens per second over the last `window` seconds (all slots).
   double tokens_per_second(double window = 10.0) const;
@@ -50,7 +57,7 @@ class Metrics {
   int active_ = 0;
   mutable std::deque<Clock::time_point> recent_;
   Clock::time_point start_ = Clock::now();
-  std::function<ExpertTelemetry()> experts_;
+  ExpertMetrics experts_;
 };
 
 }  // namespace ms::server

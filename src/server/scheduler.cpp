@@ -296,7 +296,12 @@ void Scheduler::decode(const std::vector<Slot*>& slots) {
   }
 }
 
+void Scheduler::publish_experts() {
+  if (metrics_) metrics_->set_experts(expert_metrics(be_.expert_telemetry()));
+}
+
 void Scheduler::run() {
+  publish_experts();  // whether the backend tiers experts is known before any request
   for (;;) {
     {
       std::unique_lock lk(m_);
@@ -308,6 +313,7 @@ void Scheduler::run() {
     for (auto& s : slots_)
       if (s->req && step(*s)) decoding.push_back(s.get());
     if (!decoding.empty()) decode(decoding);
+    publish_experts();
   }
   // Shutting down: everything still open ends as cancelled.
   for (auto& s : slots_)

@@ -17,6 +17,10 @@
 // the new turn. (At least the prompt's last token is always run again: its
 // logits give the first sampled token.)
 //
+// The backend's expert telemetry reaches /metrics as a snapshot the worker
+// takes after each turn (the backend is not safe to ask while a pass runs on
+// another thread); a job's passes are in it before the job reports its end.
+//
 // Jobs report to their Request (a thread-safe mailbox the HTTP thread waits
 // on); cancel() from the client side (a disconnect) frees the slot at the
 // worker's next turn.
@@ -123,6 +127,7 @@ class Scheduler {
   struct Slot;
   void run();
   void admit();
+  void publish_experts();
   bool step(Slot& s);
   void decode(const std::vector<Slot*>& slots);
   void fail(Slot& s, const std::string& what);

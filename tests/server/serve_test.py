@@ -3,7 +3,8 @@
 loopback port with the built-in tiny model and talks to it as a client would,
 with Python's http.client (the `openai` package is not in Debian).
 
-Covers: /health, /v1/models, /metrics; chat and text completions, streamed and
+Covers: the flags of `run` and `serve` (out-of-range values are errors, serve takes
+--vram); /health, /v1/models, /metrics; chat and text completions, streamed and
 not; usage counts; stop strings; the API key; every error case (malformed JSON,
 wrong types, unknown fields ignored, context overflow, empty messages, n != 1,
 a body over the limit, unknown routes); greedy output equal to `moestream run`;
@@ -138,7 +139,38 @@ def port_closed(port):
         return True
 
 
+def check_flags():
+    """Out-of-range flags of `run` and `serve` are clear errors (the same checks for
+    both), -1 is "until end of text", and serve takes --vram like run does."""
+    def fails(args, want):
+        p = subprocess.run([MOESTREAM, *args], capture_output=True, text=True, timeout=60)
+        check(p.returncode != 0 and want in p.stderr,
+              "%s: wanted an error naming %r, got rc %d: %s" % (" ".join(args), want, p.returncode, p.stderr))
+
+    for cmd in (["run", "-q"], ["serve", "-q", "--port", "0"]):
+        fails(cmd + ["-t", "-3"], "--threads must be >= 0")
+        fails(cmd + ["-b", "0"], "--batch must be >= 1")
+        fails(cmd + ["-c", "-2"], "--ctx must be >= 0")
+        fails(cmd + ["--vram", "8Q"], "--vram 8Q: not a size")
+    fails(["run", "-q", "--temp", "-1"], "temperature must be a number >= 0")
+    fails(["run", "-q", "-n", "-5"], '-1 for "until end of text"')
+    fails(["run", "-q", "--top-p", "2"], "top-p must be in (0, 1]")
+    fails(["run", "-q", "--top-k", "-1"], "top-k must be >= 0")
+    fails(["serve", "-q", "--max-body", "-1"], "--max-body must be at least 1 byte")
+    fails(["serve", "-q", "--parallel", "0"], "--parallel must be >= 1")
+    # -n -1 runs until end of text (or, here, a context of 16 tokens).
+    p = subprocess.run([MOESTREAM, "run", "-n", "-1", "-c", "16", "--temp", "0", "--backend", "cpu", "-t", "2"],
+                       capture_output=True, text=True, timeout=120)
+    check(p.returncode == 0 and "stop: " in p.stderr, "run -n -1: rc %d %s" % (p.returncode, p.stderr[-300:]))
+    # serve has --vram (and the tiered-expert options); the CPU backend says it ignores it.
+    sv = Server("--vram", "8G", "--policy", "lru", "--backend", "cpu")
+    check(sv.request("GET", "/health", key=None)[0] == 200, "serve --vram 8G --backend cpu answers")
+    check(any("the CPU backend ignores it" in line for line in sv.log), "--vram on the CPU backend: a notice")
+    check(sv.stop(signal.SIGTERM) == 0, "serve --vram exits 0")
+
+
 def main():
+    check_flags()
     s = Server("--api-key", KEY, "--parallel", "4", "--ctx", "256", "--max-body", "65536")
 
     # --- health, models, auth
@@ -272,6 +304,10 @@ def main():
         time.sleep(0.1)
     check(s.metric("moestream_active_slots") == 0 and s.metric("moestream_queue_depth") == 0, "slots freed")
     check(s.metric("moestream_completion_tokens_total") > 0, "metrics count tokens")
+    # The CPU backend does not tier experts: the expert telemetry is there, and 0.
+    check(s.metric("moestream_expert_telemetry_available") == 0, "expert telemetry: not available on the CPU")
+    for name in ("moestream_expert_hit_rate", "moestream_expert_h2d_bytes_total", "moestream_expert_cpu_share"):
+        check(s.metric(name) == 0, "%s is 0 on the CPU backend" % name)
 
     # --- SIGINT: a clean exit, the port closed
     rc = s.stop(signal.SIGINT)

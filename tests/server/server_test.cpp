@@ -7,7 +7,12 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <cmath>
 #include <filesystem>
+#include <mutex>
+#include <set>
+#include <thread>
 
 #include "cpu/thread_pool.h"
 #include "engine/cpu_backend.h"
@@ -172,6 +177,47 @@ TEST(Metrics, RendersPrometheusText) {
     EXPECT_NE(t.find(want), std::string::npos) << want << "\n" << t;
 }
 
+// The value of an unlabelled metric in Prometheus text (NaN when absent).
+double metric_value(const std::string& text, const std::string& name) {
+  const std::string key = "\n" + name + " ";
+  const size_t at = ("\n" + text).find(key);
+  if (at == std::string::npos) return std::nan("");
+  return std::stod(text.substr(at + key.size() - 1));
+}
+
+TEST(Metrics, ExpertTelemetryMapsToTheMetricValues) {
+  ExpertTelemetry t;
+  t.layers = {{6, 2, 2}, {0, 0, 0}, {3, 1, 0}};  // (resident, streamed, host) pairs per layer: 9 of 14 resident
+  t.decode = {1, 1, 1};                         // a subset of the above: must not be counted twice
+  t.h2d_bytes = 123456789;
+  // Not hybrid: every expert in one place, so nothing is reported whatever the counts say.
+  const ExpertMetrics off = expert_metrics(t);
+  EXPECT_FALSE(off.available);
+  EXPECT_EQ(off.hit_rate, 0);
+  EXPECT_EQ(off.h2d_bytes, 0u);
+  EXPECT_EQ(off.cpu_expert_share, 0);
+
+  t.hybrid = true;
+  const ExpertMetrics on = expert_metrics(t);
+  EXPECT_TRUE(on.available);
+  EXPECT_DOUBLE_EQ(on.hit_rate, 9.0 / 14.0);
+  EXPECT_DOUBLE_EQ(on.cpu_expert_share, 2.0 / 14.0);
+  EXPECT_EQ(on.h2d_bytes, 123456789u);
+  // Hybrid before any pass: no pairs, no division by zero.
+  ExpertTelemetry fresh;
+  fresh.hybrid = true;
+  EXPECT_EQ(expert_metrics(fresh).hit_rate, 0);
+  EXPECT_EQ(expert_metrics(fresh).cpu_expert_share, 0);
+
+  Metrics m;
+  m.set_experts(on);
+  const std::string text = m.render();
+  EXPECT_EQ(metric_value(text, "moestream_expert_telemetry_available"), 1) << text;
+  EXPECT_DOUBLE_EQ(metric_value(text, "moestream_expert_hit_rate"), 9.0 / 14.0);
+  EXPECT_DOUBLE_EQ(metric_value(text, "moestream_expert_cpu_share"), 2.0 / 14.0);
+  EXPECT_EQ(metric_value(text, "moestream_expert_h2d_bytes_total"), 123456789.0);
+}
+
 // ---------------------------------------------------------------- the scheduler on the tiny model
 
 struct Tiny {
@@ -328,6 +374,95 @@ TEST(Scheduler, ReasoningGoesToItsOwnFieldWhenAsked) {
   size_t b = 0;  // leading whitespace after <think> is dropped
   while (b < full.size() && (full[b] == ' ' || full[b] == '\n')) ++b;
   EXPECT_EQ(reasoning, full.substr(b));
+}
+
+TEST(Scheduler, MetricsOfTheCpuBackendSayNoExpertTelemetry) {
+  Tiny t;
+  Metrics metrics;
+  Scheduler::Options o;
+  o.ctx = 128;
+  Scheduler sched(*t.be, t.tok(), o, &metrics);
+  EXPECT_EQ(wait(sched.submit(greedy_job(t.tok().encode("x", true, true), 4))).n_completion, 4);
+  const std::string text = metrics.render();
+  EXPECT_EQ(metric_value(text, "moestream_expert_telemetry_available"), 0) << text;
+  EXPECT_EQ(metric_value(text, "moestream_expert_hit_rate"), 0);
+  EXPECT_EQ(metric_value(text, "moestream_expert_h2d_bytes_total"), 0);
+  EXPECT_EQ(metric_value(text, "moestream_expert_cpu_share"), 0);
+  EXPECT_EQ(metric_value(text, "moestream_completion_tokens_total"), 4);
+}
+
+// The CPU backend, reporting made-up tiered-expert telemetry that grows with
+// each pass, and noting which threads ask for it: a backend's telemetry may
+// only be read on the thread that runs its passes.
+class TieredCpuBackend final : public Backend {
+ public:
+  explicit TieredCpuBackend(CpuBackend& be) : be_(be) {}
+  void forward(KvCache& kv, std::span<const int32_t> tokens, std::vector<float>& logits, bool all) override {
+    {
+      std::lock_guard lk(m_);
+      forward_threads_.insert(std::this_thread::get_id());
+    }
+    be_.forward(kv, tokens, logits, all);
+    ++passes_;
+  }
+  KvCache make_cache(int64_t ctx, KvType type = KvType::F16) const override { return be_.make_cache(ctx, type); }
+  const ModelConfig& config() const override { return be_.config(); }
+  std::string name() const override { return "tiered-test"; }
+  void set_route_hook(RouteHook hook, bool want_hidden = false) override { be_.set_route_hook(std::move(hook), want_hidden); }
+  ExpertTelemetry expert_telemetry() const override {
+    {
+      std::lock_guard lk(m_);
+      telemetry_threads_.insert(std::this_thread::get_id());
+    }
+    ExpertTelemetry t;
+    t.hybrid = true;
+    const uint64_t n = passes_;
+    t.layers = {{3 * n, 0, n}};  // 3 of 4 pairs resident, 1 on the CPU
+    t.h2d_bytes = 1000 * n;
+    return t;
+  }
+  uint64_t passes() const { return passes_; }
+  std::set<std::thread::id> forward_threads() const {
+    std::lock_guard lk(m_);
+    return forward_threads_;
+  }
+  std::set<std::thread::id> telemetry_threads() const {
+    std::lock_guard lk(m_);
+    return telemetry_threads_;
+  }
+
+ private:
+  CpuBackend& be_;
+  std::atomic<uint64_t> passes_{0};
+  mutable std::mutex m_;
+  std::set<std::thread::id> forward_threads_;
+  mutable std::set<std::thread::id> telemetry_threads_;
+};
+
+TEST(Scheduler, ExpertTelemetryReachesMetricsFromTheEngineThreadOnly) {
+  Tiny t;
+  TieredCpuBackend tiered(*t.be);
+  Metrics metrics;
+  Scheduler::Options o;
+  o.ctx = 128;
+  o.prefill_chunk = 3;  // a few prefill passes too
+  Scheduler sched(tiered, t.tok(), o, &metrics);
+  const std::vector<int32_t> p = t.tok().encode("Once upon a time there was", true, true);
+  EXPECT_EQ(wait(sched.submit(greedy_job(p, 6))).n_completion, 6);
+  // Scrapes from this thread while the worker idles: they read the snapshot.
+  const std::string text = metrics.render();
+  const uint64_t passes = tiered.passes();
+  EXPECT_GE(passes, 6u);
+  // The job's passes are all in the snapshot taken before it reported its end.
+  EXPECT_EQ(metric_value(text, "moestream_expert_telemetry_available"), 1) << text;
+  EXPECT_EQ(metric_value(text, "moestream_expert_h2d_bytes_total"), 1000.0 * static_cast<double>(passes));
+  EXPECT_DOUBLE_EQ(metric_value(text, "moestream_expert_hit_rate"), 0.75);
+  EXPECT_DOUBLE_EQ(metric_value(text, "moestream_expert_cpu_share"), 0.25);
+  // Asked for on the worker (the thread of the passes), never on a scraping thread.
+  const auto fwd = tiered.forward_threads(), tel = tiered.telemetry_threads();
+  ASSERT_EQ(fwd.size(), 1u);
+  EXPECT_EQ(tel, fwd);
+  EXPECT_EQ(tel.count(std::this_thread::get_id()), 0u);
 }
 
 TEST(ChatRenderer, PassesTemplateKwargsAndRefusalsAre400) {
