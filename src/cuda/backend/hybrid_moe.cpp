@@ -261,12 +261,18 @@ struct HybridMoe::Impl {
     MS_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 
+  // The previous layer's timings. Its end events are done or nearly so (the
+  // compute stream has passed them, and copy1 follows the last copy the
+  // compute stream waited for), but "nearly" is not "done" for
+  // cudaEventElapsedTime: wait for each first.
   void collect_timing() {
     if (timing_pending) {
+      gpu1.synchronize();
       tel.gpu_experts_s += gpu1.ms_since(gpu0) * 1e-3;
       timing_pending = false;
     }
     if (copy_timing_pending) {
+      copy1.synchronize();
       tel.copy_busy_s += copy1.ms_since(copy0) * 1e-3;
       copy_timing_pending = false;
     }
