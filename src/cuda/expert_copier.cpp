@@ -41,33 +41,50 @@ uint64_t available_ram() {
 
 void ExpertCopier::make_copy(uint64_t host_bytes) {
   copy_ = PinnedBuffer(host_bytes);
-  // Fill in pieces over the pool: one thread reads ~8 GB/s from the page cache.
-  constexpr int64_t kPiece = 4 << 20;
-  const int64_t pieces = (static_cast<int64_t>(host_bytes) + kPiece - 1) / kPiece;
+  // Slot images (padding zeroed), filled in parallel over the pool: one
+  // thread reads ~8 GB/s from the page cache.
   auto* dst = static_cast<char*>(copy_.get());
-  const auto* src = static_cast<const char*>(src_begin_);
   auto fill = [&](int64_t b, int64_t e) {
-    const uint64_t lo = static_cast<uint64_t>(b) * kPiece;
-    const uint64_t hi = std::min<uint64_t>(host_bytes, static_cast<uint64_t>(e) * kPiece);
-    std::memcpy(dst + lo, src + lo, hi - lo);
+    for (int64_t i = b; i < e; ++i) {
+      const ExpertSource& x = experts_[static_cast<size_t>(i)];
+      char* slot = dst + copy_offset_[static_cast<size_t>(i)];
+      std::memset(slot, 0, x.slot_bytes);
+      for (int p = 0; p < 3; ++p) std::memcpy(slot + x.offset[p], x.part[p], x.bytes[p]);
+    }
   };
-  if (pool_) pool_->parallel_for(pieces, 1, fill);
-  else fill(0, pieces);
+  const auto n = static_cast<int64_t>(experts_.size());
+  if (pool_) pool_->parallel_for(n, 1, fill);
+  else fill(0, n);
 }
 
-ExpertCopier::ExpertCopier(const void* host_begin, uint64_t host_bytes, HostPin pin, ThreadPool* pool,
-                           size_t staging_chunk, int staging_buffers)
-    : src_begin_(host_begin), pool_(pool) {
+ExpertCopier::ExpertCopier(std::vector<ExpertSource> experts, HostPin pin, ThreadPool* pool, size_t staging_chunk,
+                           int staging_buffers)
+    : experts_(std::move(experts)), pool_(pool) {
+  // The mapping's range that holds every part (for registration and
+  // read-ahead), and the slot images' offsets in a pinned copy.
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  uint64_t copy_bytes = 0;
+  for (const ExpertSource& x : experts_) {
+    for (int p = 0; p < 3; ++p) {
+      if (x.offset[p] + x.bytes[p] > x.slot_bytes) throw Error("expert copier: a part does not fit its slot");
+      if (x.bytes[p] == 0) continue;
+      lo = std::min(lo, reinterpret_cast<uintptr_t>(x.part[p]));
+      hi = std::max(hi, reinterpret_cast<uintptr_t>(x.part[p]) + x.bytes[p]);
+    }
+    copy_offset_.push_back(copy_bytes);
+    copy_bytes += (x.slot_bytes + 255) & ~uint64_t(255);
+  }
+  const uint64_t host_bytes = hi > lo ? hi - lo : 0;
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGE_SIZE));
-  const uintptr_t b = reinterpret_cast<uintptr_t>(host_begin) & ~(page - 1);
-  const uintptr_t e = (reinterpret_cast<uintptr_t>(host_begin) + host_bytes + page - 1) & ~(page - 1);
+  const uintptr_t b = lo & ~(page - 1);
+  const uintptr_t e = (lo + host_bytes + page - 1) & ~(page - 1);
   // Auto stages: registering a large file mapping page-locks every page first
   // (measured on the H100 host: over 150 s for 16 GiB), far longer than a run
   // may wait at start-up. Registration stays available on request.
-  const bool want_copy = pin == HostPin::Copy || (pin == HostPin::Auto && host_bytes <= available_ram() / 2);
-  if (want_copy && host_bytes > 0) {
+  const bool want_copy = pin == HostPin::Copy || (pin == HostPin::Auto && copy_bytes <= available_ram() / 2);
+  if (want_copy && copy_bytes > 0) {
     try {
-      make_copy(host_bytes);
+      make_copy(copy_bytes);
     } catch (const Error& e) {
       if (pin == HostPin::Copy) throw Error(std::string("--host-pin copy: ") + e.what() + "; use --host-pin staging");
       copy_ = PinnedBuffer();  // auto: fall back to the staging ring
@@ -110,7 +127,7 @@ void ExpertCopier::copy(void* dst, const void* src, size_t bytes) {
   bytes_ += bytes;
   ++n_copies_;
   if (copy_.get() || registered_) {
-    MS_CUDA_CHECK(cudaMemcpyAsync(dst, host_view(src), bytes, cudaMemcpyHostToDevice, stream_.get()));
+    MS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_.get()));
     return;
   }
   auto* d = static_cast<char*>(dst);
@@ -137,6 +154,16 @@ void ExpertCopier::copy(void* dst, const void* src, size_t bytes) {
     ring_used_[i] = true;
     done += n;
   }
+}
+
+void ExpertCopier::copy_expert(size_t i, void* dst) {
+  const ExpertSource& x = experts_.at(i);
+  if (copy_.get()) {
+    copy(dst, static_cast<const char*>(copy_.get()) + copy_offset_[i], x.slot_bytes);
+    return;
+  }
+  for (int p = 0; p < 3; ++p)
+    if (x.bytes[p]) copy(static_cast<char*>(dst) + x.offset[p], x.part[p], x.bytes[p]);
 }
 
 void ExpertCopier::record(cudaEvent_t e) { MS_CUDA_CHECK(cudaEventRecord(e, stream_.get())); }

@@ -2,9 +2,11 @@
 // from pageable memory on the hot path (pageable copies run ~5x slower):
 //
 //   Copy:       the experts are copied once, at start-up, into page-locked
-//               host memory; copies DMA straight from it at the link's rate
-//               and cost the CPU nothing, and the CPU experts read the same
-//               copy. Costs the experts' size in RAM for the model's life.
+//               host memory laid out as the VRAM slots are (gate, up, down
+//               of an expert at the slot's offsets), so an expert crosses
+//               the link in one DMA at the link's rate, costing the CPU
+//               nothing; the CPU experts read the same copy. Costs the
+//               experts' size in RAM for the model's life.
 //   Registered: the mapped file range holding the experts is page-locked in
 //               place (cudaHostRegister, read-only), so copies DMA straight
 //               from the page cache. Costs RAM pinned for the model's life.
@@ -34,15 +36,25 @@ enum class HostPin { Auto, Copy, Register, Staging };
 // "auto", "copy", "register", "staging"; throws ms::Error otherwise.
 HostPin parse_host_pin(const std::string& s);
 
+// One expert as the copier sees it: its three matrices in the model's
+// mapping, and where each goes inside a slot of `slot_bytes`.
+struct ExpertSource {
+  const void* part[3] = {};    // gate, up, down (host)
+  uint64_t bytes[3] = {};
+  uint64_t offset[3] = {};     // within the slot
+  uint64_t slot_bytes = 0;
+};
+
 class ExpertCopier {
  public:
-  // [host_begin, host_begin + host_bytes): where every expert byte lives.
-  // Auto copies when the range takes at most half the available RAM, else
-  // stages (registering a 16 GiB mapping took minutes on the H100 host);
-  // Copy and Register throw if the driver refuses.
-  // pool (optional): staging copies into the ring are split over its threads
-  // (one thread copies ~8 GB/s from the page cache; the link takes ~55).
-  ExpertCopier(const void* host_begin, uint64_t host_bytes, HostPin pin, ThreadPool* pool = nullptr,
+  // experts: every expert the copier may be asked for, by index. Auto copies
+  // when they take at most half the available RAM, else stages (registering
+  // a 16 GiB mapping took minutes on the H100 host); Copy and Register throw
+  // if the driver refuses.
+  // pool (optional): the start-up copy and staging copies into the ring are
+  // split over its threads (one thread copies ~8 GB/s from the page cache;
+  // the link takes ~55).
+  ExpertCopier(std::vector<ExpertSource> experts, HostPin pin, ThreadPool* pool = nullptr,
                size_t staging_chunk = 8u << 20, int staging_buffers = 4);
   ~ExpertCopier();
   ExpertCopier(const ExpertCopier&) = delete;
@@ -54,16 +66,18 @@ class ExpertCopier {
   const char* mode_name() const {
     return copy_.get() ? "pinned host copy" : registered_ ? "registered (pinned in place)" : "pinned staging ring";
   }
-  // Where the host's readers (the CPU experts) should read a byte of the
-  // range: inside the pinned copy when there is one, else `src` itself.
-  const void* host_view(const void* src) const {
-    if (!copy_.get()) return src;
-    return static_cast<const char*>(copy_.get()) + (static_cast<const char*>(src) - static_cast<const char*>(src_begin_));
+  size_t n_experts() const { return experts_.size(); }
+  // Where the host's readers (the CPU experts) should read part p of expert
+  // i: inside the pinned copy when there is one, else the mapping.
+  const void* host_part(size_t i, int p) const {
+    if (!copy_.get()) return experts_.at(i).part[p];
+    return static_cast<const char*>(copy_.get()) + copy_offset_.at(i) + experts_[i].offset[p];
   }
   cudaStream_t stream() const { return stream_.get(); }
 
-  // dst (device) <- src (host, inside the range), enqueued on stream().
-  void copy(void* dst, const void* src, size_t bytes);
+  // The slot at dst (device, slot_bytes) <- expert i, enqueued on stream():
+  // one DMA from the pinned copy, else one per part.
+  void copy_expert(size_t i, void* dst);
   // Records `e` on the copy stream after everything enqueued so far.
   void record(cudaEvent_t e);
   // Makes the copy stream wait for work of another stream (before reusing a
@@ -75,9 +89,13 @@ class ExpertCopier {
 
  private:
   void make_copy(uint64_t host_bytes);
+  // dst (device) <- src (host: the pinned copy, the registered range, or
+  // through the staging ring), enqueued on stream().
+  void copy(void* dst, const void* src, size_t bytes);
 
   Stream stream_;
-  const void* src_begin_ = nullptr;
+  std::vector<ExpertSource> experts_;
+  std::vector<uint64_t> copy_offset_;  // expert i's slot image in copy_
   PinnedBuffer copy_;
   void* reg_begin_ = nullptr;
   bool registered_ = false;

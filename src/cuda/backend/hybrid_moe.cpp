@@ -69,6 +69,11 @@ struct HybridMoe::Impl {
   std::unique_ptr<cuda::DeviceExpertSlots> slots;
   std::unique_ptr<cuda::ExpertCopier> copier;
   std::vector<cuda::SlotGeometry> geom;  // per layer
+  std::vector<int64_t> first_source;     // per layer: the copier's index of its expert 0 (-1: dense)
+  // Per layer: which all-resident decode kernels take its experts.
+  static constexpr uint8_t kDecodeMoe = 1, kExpertFfn = 2;
+  std::vector<uint8_t> decode_path;
+  size_t decode_scratch_bytes = 0;  // hg's bytes, lent to cuda::expert_ffn at decode
   CostModel cost;
 
   cuda::DeviceArena arena;
@@ -154,40 +159,62 @@ struct HybridMoe::Impl {
                         e.n_ff, geom[static_cast<size_t>(l)]});
     }
     slots = std::make_unique<cuda::DeviceExpertSlots>(pools, layers, c.n_expert);
+    decode_path.assign(static_cast<size_t>(c.n_layer), 0);
+    decode_scratch_bytes = static_cast<size_t>(P()) * static_cast<size_t>(c.n_ff_exp) * sizeof(float);
+    for (int l = 0; l < c.n_layer; ++l) {
+      if (layout.pool_of_layer[static_cast<size_t>(l)] < 0) continue;
+      const cuda::ExpertWeights& ew = slots->weights(l);
+      uint8_t& p = decode_path[static_cast<size_t>(l)];
+      if (cuda::gate_up_q8_decode_supported(ew) && cuda::down_combine_decode_supported(ew) &&
+          ew.gate.rows == c.n_ff_exp && ew.down.rows == c.n_embd && c.n_embd % 32 == 0)
+        p |= kDecodeMoe;
+      if (cuda::expert_ffn_scratch_bytes(ew, 1, c.n_expert_used) <= decode_scratch_bytes) p |= kExpertFfn;
+    }
+  }
+
+  // The copier's index of expert e of MoE layer l.
+  size_t source_index(int l, int e) const {
+    return static_cast<size_t>(first_source[static_cast<size_t>(l)]) + static_cast<size_t>(e);
   }
 
   void make_copier() {
-    uintptr_t lo = UINTPTR_MAX, hi = 0;
-    for (const LayerWeights& L : w.layers)
-      for (int e = 0; e < L.experts.n_expert; ++e)
-        for (auto [p, n] : {std::pair{L.experts.gate(e), L.experts.gate_bytes()},
-                            std::pair{L.experts.up(e), L.experts.up_bytes()},
-                            std::pair{L.experts.down(e), L.experts.down_bytes()}}) {
-          lo = std::min(lo, reinterpret_cast<uintptr_t>(p));
-          hi = std::max(hi, reinterpret_cast<uintptr_t>(p) + n);
-        }
-    copier = std::make_unique<cuda::ExpertCopier>(reinterpret_cast<const void*>(lo), hi - lo,
-                                                  cuda::parse_host_pin(opt.host_pin), pool);
+    std::vector<cuda::ExpertSource> src;
+    first_source.assign(static_cast<size_t>(c.n_layer), -1);
+    for (int l = 0; l < c.n_layer; ++l) {
+      const LayerWeights& L = w.layers[static_cast<size_t>(l)];
+      if (res->pool_of_layer(static_cast<uint32_t>(l)) < 0) continue;
+      const cuda::SlotGeometry& g = geom[static_cast<size_t>(l)];
+      first_source[static_cast<size_t>(l)] = static_cast<int64_t>(src.size());
+      for (int e = 0; e < L.experts.n_expert; ++e) {
+        cuda::ExpertSource x;
+        x.part[0] = L.experts.gate(e), x.bytes[0] = g.gate_bytes, x.offset[0] = 0;
+        x.part[1] = L.experts.up(e), x.bytes[1] = g.up_bytes, x.offset[1] = g.up_offset;
+        x.part[2] = L.experts.down(e), x.bytes[2] = g.down_bytes, x.offset[2] = g.down_offset;
+        x.slot_bytes = g.slot_bytes;
+        src.push_back(x);
+      }
+    }
+    copier = std::make_unique<cuda::ExpertCopier>(std::move(src), cuda::parse_host_pin(opt.host_pin), pool);
     // The CPU experts read the pinned copy when there is one: the mapping's
     // pages may then leave the page cache, and both readers share one copy.
     host_w = w;
-    for (LayerWeights& L : host_w.layers)
-      for (auto* v : {&L.experts.gate_, &L.experts.up_, &L.experts.down_})
-        for (const uint8_t*& p : *v) p = static_cast<const uint8_t*>(copier->host_view(p));
+    for (int l = 0; l < c.n_layer; ++l) {
+      if (first_source[static_cast<size_t>(l)] < 0) continue;
+      ExpertWeights& x = host_w.layers[static_cast<size_t>(l)].experts;
+      for (int e = 0; e < x.n_expert; ++e) {
+        const size_t i = source_index(l, e);
+        x.gate_[static_cast<size_t>(e)] = static_cast<const uint8_t*>(copier->host_part(i, 0));
+        x.up_[static_cast<size_t>(e)] = static_cast<const uint8_t*>(copier->host_part(i, 1));
+        x.down_[static_cast<size_t>(e)] = static_cast<const uint8_t*>(copier->host_part(i, 2));
+      }
+    }
     // The CPU rounds activations as the GPU kernels do, so an expert gives the
     // same output (to float summation order) whichever side computes it.
     cpu = std::make_unique<CpuExpertExecutor>(host_w, *pool, ActRounding::Gpu);
   }
 
   // Expert e of layer l into `dst` (a slot), on the copy stream.
-  void copy_expert(int l, int e, void* dst) {
-    const ExpertWeights& x = w.layers[static_cast<size_t>(l)].experts;
-    const cuda::SlotGeometry& g = geom[static_cast<size_t>(l)];
-    auto* d = static_cast<char*>(dst);
-    copier->copy(d, x.gate(e), g.gate_bytes);
-    copier->copy(d + g.up_offset, x.up(e), g.up_bytes);
-    copier->copy(d + g.down_offset, x.down(e), g.down_bytes);
-  }
+  void copy_expert(int l, int e, void* dst) { copier->copy_expert(source_index(l, e), dst); }
 
   int first_moe_layer() const {
     for (int l = 0; l < c.n_layer; ++l)
@@ -278,12 +305,52 @@ struct HybridMoe::Impl {
     }
   }
 
-  void run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* wts, float* h);
+  bool run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* wts, float* h,
+           const cuda::NextNorm* next);
+  void copy_wave(int il, const StepPlan& sp, const std::vector<size_t>& wave, size_t wv);
+  void decode_on_gpu(int il, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* wts, float* h,
+                     const cuda::NextNorm* next, bool copies);
 };
 
-void HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids,
-                          const float* wts, float* h) {
-  (void)x_q8;  // the waves quantize their gathered rows themselves
+// The streamed experts of one wave into their slots (copy stream), then the
+// compute stream waits for them.
+void HybridMoe::Impl::copy_wave(int il, const StepPlan& sp, const std::vector<size_t>& wave, size_t wv) {
+  const int E = c.n_expert;
+  for (size_t i : wave)
+    if (sp.copy[i]) {
+      const int e = static_cast<int>(sp.plan.experts[i].key % static_cast<uint32_t>(E));
+      copy_expert(il, e, slots->slot_address(sp.where[i].pool, sp.where[i].slot));
+    }
+  copier->record(event(copied, wv).get());
+  MS_CUDA_CHECK(cudaStreamWaitEvent(stream, event(copied, wv).get(), 0));
+}
+
+// One token whose experts are all on the GPU, after the step's copies: the
+// kernels the all-resident decode runs, over the slot table, so the result
+// is its result bit for bit. With `next` the three-launch MoE of
+// decode_moe.h (which also does the next RMSNorm), else cuda::expert_ffn.
+void HybridMoe::Impl::decode_on_gpu(int il, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids,
+                                    const float* wts, float* h, const cuda::NextNorm* next, bool copies) {
+  const cuda::ExpertWeights& ew = slots->weights(il);
+  const int K = c.n_expert_used;
+  gpu0.record(stream);
+  if (next != nullptr) {
+    cuda::gate_up_q8_decode(ew, x_q8, ids, K, h_q8, nullptr, stream);
+    cuda::down_combine_decode(ew, h_q8, ids, wts, K, h, h, next, stream);
+  } else {
+    const bool q8 = cuda::matvec_takes_q8(ew.gate.type);
+    cuda::expert_ffn(ew, x, q8 ? &x_q8 : nullptr, 1, K, ids, wts, h, h, hg, decode_scratch_bytes, stream);
+  }
+  gpu1.record(stream);
+  timing_pending = true;
+  if (copies) {
+    copier->record(copy1.get());
+    copy_timing_pending = true;
+  }
+}
+
+bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids,
+                          const float* wts, float* h, const cuda::NextNorm* next) {
   const int K = c.n_expert_used, E = c.n_expert, np = n * K;
   const int64_t D = c.n_embd, F = c.n_ff_exp;
   if (n > opt.max_tokens) throw Error("hybrid MoE: more tokens than the step's buffers hold");
@@ -361,6 +428,29 @@ void HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
     waves[wv].push_back(i);
   }
 
+  // Decode with every expert on the GPU: no row bookkeeping, the all-resident
+  // kernels (decode_moe.h) over the slot table. Every streamed expert must
+  // have its own transit slot (they are all copied before the compute).
+  const uint8_t path = decode_path[static_cast<size_t>(il)];
+  if (n == 1 && cpu_work.empty() && n_transit <= res->transit_slots() &&
+      (next != nullptr ? (path & kDecodeMoe) != 0 : (path & kExpertFfn) != 0)) {
+    slots->upload(il, stream);
+    std::vector<size_t> all;
+    bool copies = false;
+    for (const auto& wave : waves)
+      for (size_t i : wave) {
+        all.push_back(i);
+        copies = copies || sp.copy[i];
+      }
+    if (copies) {
+      copier->record(copy0.get());
+      copy_wave(il, sp, all, 0);
+    }
+    decode_on_gpu(il, x, x_q8, ids, wts, h, next, copies);
+    tel.plan_s += seconds_since(t_plan);
+    return next != nullptr;
+  }
+
   // Rows in wave order: a wave's rows are consecutive, so its elementwise
   // steps (quantize, SwiGLU) touch only its own rows.
   int32_t* token_h = idx_h;
@@ -417,13 +507,7 @@ void HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
     if (r.r1 == r.r0) continue;
     if (r.copies) {
       if (wv >= 2) copier->wait(event(wave_done, wv - 2).get());
-      for (size_t i : waves[wv])
-        if (sp.copy[i]) {
-          const int e = static_cast<int>(sp.plan.experts[i].key % static_cast<uint32_t>(E));
-          copy_expert(il, e, slots->slot_address(sp.where[i].pool, sp.where[i].slot));
-        }
-      copier->record(event(copied, wv).get());
-      MS_CUDA_CHECK(cudaStreamWaitEvent(stream, event(copied, wv).get(), 0));
+      copy_wave(il, sp, waves[wv], wv);
     }
     const int nr = r.r1 - r.r0;
     cuda::gather_rows(x, token_of_row() + r.r0, nr, D, xg + r.r0 * D, stream);
@@ -477,6 +561,7 @@ void HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
   cuda::moe_combine(exp_y, wts, n, K, D, h, h, stream);
   gpu1.record(stream);
   timing_pending = true;
+  return false;
 }
 
 HybridMoe::HybridMoe(const ModelWeights& w, const HybridMoeOptions& opt, cudaStream_t compute)
@@ -559,10 +644,12 @@ void HybridMoe::end_pass() {
                  static_cast<unsigned long long>(m.pass_counts.host), m.pass_cpu_s * 1e3);
 }
 
-void HybridMoe::run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* weights,
-                    float* h) {
-  impl_->run(il, n, x, x_q8, ids, weights, h);
+bool HybridMoe::run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* weights,
+                    float* h, const cuda::NextNorm* next) {
+  return impl_->run(il, n, x, x_q8, ids, weights, h, next);
 }
+
+const cuda::ExpertWeights& HybridMoe::weights(int il) const { return impl_->slots->weights(il); }
 
 ExpertTelemetry HybridMoe::telemetry() const {
   ExpertTelemetry t = impl_->tel;

@@ -24,6 +24,7 @@
 #include <string>
 
 #include "cpu/thread_pool.h"
+#include "cuda/backend/decode_moe.h"
 #include "cuda/matvec.h"
 #include "experts/cost_model.h"
 #include "experts/profile.h"
@@ -65,7 +66,14 @@ class HybridMoe {
   // Layer il for n tokens: x [n][n_embd] the FFN input (x_q8 the same as Q8,
   // valid when the experts take Q8), ids/weights [n][k] from the router, all
   // on the device; h[t] += sum_j weights[t][j] * expert_j(x[t]).
-  void run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* weights, float* h);
+  // next (decode only, optional): the RMSNorm that follows; returns true when
+  // it was done here. That happens when every expert of the step is on the
+  // GPU: the all-resident decode kernels (decode_moe.h) then run over the
+  // slot table, so the result is the all-resident run's, bit for bit.
+  bool run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* weights, float* h,
+           const cuda::NextNorm* next = nullptr);
+  // Layer il's experts as the kernels address them (the slot table).
+  const cuda::ExpertWeights& weights(int il) const;
 
   ExpertTelemetry telemetry() const;
   uint64_t device_bytes() const;

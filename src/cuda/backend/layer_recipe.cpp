@@ -149,9 +149,11 @@ void CudaBackend::Impl::prologue(int il, int n, float* qp, float* kp, float* vp,
 // ---------------------------------------------------------------- FFN
 // The three-launch MoE decode (decode_moe.h) applies to this layer.
 bool CudaBackend::Impl::moe_decode_fusable(int il) const {
-  if (!c.is_moe() || !opt.fused_decode || !opt.fused_moe_decode || tiered) return false;
+  if (!c.is_moe() || !opt.fused_decode || !opt.fused_moe_decode) return false;
   const cuda::DevLayer& L = weights.layer(il);
-  const cuda::ExpertWeights& ex = experts.weights(il);
+  // Tiered experts: the slot table (the hybrid step falls back to its own
+  // kernels when some expert of a step runs on the CPU).
+  const cuda::ExpertWeights& ex = hybrid ? hybrid->weights(il) : experts.weights(il);
   const int E = c.n_expert, K = c.n_expert_used;
   return cuda::router_norm_decode_supported(L.router.type, E, c.n_embd, K) && cuda::gate_up_q8_decode_supported(ex) &&
          cuda::down_combine_decode_supported(ex) && ex.gate.rows == c.n_ff_exp && ex.down.rows == c.n_embd &&
@@ -241,19 +243,19 @@ void CudaBackend::Impl::ffn_block(int il, int n) {
     cuda::router_topk(router_logits, n, E, K, c.arch->router_mode, c.router_renorm, route_ids, route_w, s);
   }
   if (route_hook) report_routes(il, n);
+  cuda::NextNorm next;
+  next.w = il + 1 < c.n_layer ? weights.layer(il + 1).attn_norm : weights.output_norm;
+  next.eps = c.rms_eps;
+  next.x_out = x;
+  next.x_q8 = xq8;
+  next.counter = norm_counter;
   if (hybrid) {
-    hybrid->run(il, n, x, xq8, route_ids, route_w, h);
+    norm_ready = hybrid->run(il, n, x, xq8, route_ids, route_w, h, moe_fused ? &next : nullptr);
     return;
   }
   const cuda::ExpertWeights& ex = experts.weights(il);
   if (moe_fused) {
     cuda::gate_up_q8_decode(ex, xq8, route_ids, K, dec_hq8, nullptr, s);
-    cuda::NextNorm next;
-    next.w = il + 1 < c.n_layer ? weights.layer(il + 1).attn_norm : weights.output_norm;
-    next.eps = c.rms_eps;
-    next.x_out = x;
-    next.x_q8 = xq8;
-    next.counter = norm_counter;
     cuda::down_combine_decode(ex, dec_hq8, route_ids, route_w, K, h, h, &next, s);
     norm_ready = true;  // the next norm_rows (next layer's attention, or the head) is done
     return;
