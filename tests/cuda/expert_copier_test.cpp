@@ -52,6 +52,7 @@ void expect_copies(HostPin pin, const char* what) {
   ExpertCopier copier(f.experts, pin, nullptr, /*staging_chunk=*/1 << 20, /*staging_buffers=*/2);
   DeviceBuffer dev(slot * 5);
   MS_CUDA_CHECK(cudaMemset(dev.get(), 0xAB, slot * 5));
+  MS_CUDA_CHECK(cudaDeviceSynchronize());  // the copy stream does not wait for the legacy stream's memset
   for (size_t i = 0; i < 5; ++i) copier.copy_expert(4 - i, static_cast<char*>(dev.get()) + slot * i);
   MS_CUDA_CHECK(cudaStreamSynchronize(copier.stream()));
   const std::vector<uint8_t> got = download<uint8_t>(dev.get(), slot * 5);
