@@ -2,7 +2,8 @@
 """Numerical parity of moestream against Hugging Face transformers.
 
 Runs on the GPU machine (python3 with torch, transformers 5.x, safetensors,
-tokenizers; no network). For each architecture (Qwen3-MoE, Mixtral) it
+tokenizers; no network). For each architecture (Qwen3-MoE, Qwen3.5/3.6-MoE
+(qwen35moe), Mixtral) it
 
   1. builds a tiny random-initialised model from a config (a few layers,
      8-16 experts, top-2..4, hidden 128), with the vocabulary of a real
@@ -121,6 +122,31 @@ MODELS = {
         ),
         rope_theta=1000000.0,
         n_expert=16, top_k=4,
+    ),
+    # Qwen3.5/3.6-MoE: the real 3:1 pattern (3 Gated DeltaNet layers, then
+    # full attention), 2 key heads serving 4 value heads (so the grouped ->
+    # tiled value-head reorder of the converter is exercised), partial RoPE
+    # (a quarter of the head), a shared expert. Its extra prompt is longer
+    # than the 64-token chunk of the delta rule's prompt form.
+    "qwen35moe": dict(
+        hf_class="Qwen3_5MoeForCausalLM",
+        config_class="Qwen3_5MoeTextConfig",
+        tokenizer="qwen3",
+        config=dict(
+            hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+            layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+            linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+            linear_num_key_heads=2, linear_num_value_heads=4,
+            num_experts=16, num_experts_per_tok=4, moe_intermediate_size=64, shared_expert_intermediate_size=64,
+            max_position_embeddings=512, rms_norm_eps=1e-6, tie_word_embeddings=False, hidden_act="silu",
+        ),
+        rope_theta=10000000.0,
+        rope_extra=dict(partial_rotary_factor=0.25, mrope_section=[2, 1, 1]),
+        n_expert=16, top_k=4,
+        max_prompt_tokens=100,
+        extra_prompts=[" ".join(f"item {i}: the {w} state carries on" for i, w in
+                                enumerate(["recurrent", "linear", "gated", "delta", "chunked", "decayed",
+                                           "shared", "routed", "partial", "rotary"]))],
     ),
     "mixtral": dict(
         hf_class="MixtralForCausalLM",
@@ -271,8 +297,8 @@ def make_config(transformers, spec, vocab_size):
     kw = dict(spec["config"])
     kw["vocab_size"] = vocab_size
     params = inspect.signature(cls.__init__).parameters
-    if "rope_parameters" in params:  # transformers 5.x
-        kw["rope_parameters"] = {"rope_type": "default", "rope_theta": spec["rope_theta"]}
+    if "rope_parameters" in params or spec.get("rope_extra"):  # transformers 5.x
+        kw["rope_parameters"] = {"rope_type": "default", "rope_theta": spec["rope_theta"], **spec.get("rope_extra", {})}
     else:
         kw["rope_theta"] = spec["rope_theta"]
     cfg = cls(**kw)
@@ -364,8 +390,13 @@ def saved_expert_layout(hf_dir):
 # ---------------------------------------------------------------- reference weights per type
 
 def is_router(param_name):
-    # Qwen3-MoE: mlp.gate.weight; Mixtral: block_sparse_moe.gate.weight (or mlp.gate in 5.x).
-    return param_name.endswith(".gate.weight") or param_name.endswith(".gate")
+    """Matrices the converter keeps in f32 whatever the type (its Router and
+    Norm roles): Qwen3-MoE's mlp.gate.weight, Mixtral's block_sparse_moe.gate
+    (mlp.gate in 5.x); Qwen3.5's shared-expert gate, Gated DeltaNet's alpha/beta
+    projections (in_proj_a/b) and conv taps."""
+    return (param_name.endswith(".gate.weight") or param_name.endswith(".gate")
+            or param_name.endswith("shared_expert_gate.weight")
+            or any(f".linear_attn.{p}." in param_name for p in ("in_proj_a", "in_proj_b", "conv1d")))
 
 
 def round_q8_0(torch, w):
@@ -540,8 +571,8 @@ def check_model(name, spec, args, ms, res, torch, transformers):
     model = model.to(args.hf_device)
 
     prompts = []
-    for p in PROMPTS:
-        ids = hf_tok.encode(p).ids[:MAX_PROMPT_TOKENS]
+    for p in PROMPTS + spec.get("extra_prompts", []):
+        ids = hf_tok.encode(p).ids[:spec.get("max_prompt_tokens", MAX_PROMPT_TOKENS)]
         if ids:
             prompts.append(ids)
 

@@ -19,8 +19,8 @@ RegisterCommand reg("gen", [](CLI::App& app) {
   auto out = std::make_shared<std::string>();
   auto threads = std::make_shared<int>(0);
   auto quiet = std::make_shared<bool>(false);
-  sub->add_option("--arch", opt->arch, "qwen3moe | mixtral | qwen3 | qwen2 | llama (dense)")->capture_default_str();
-  sub->add_option("--preset", opt->preset, "tiny | qwen3-30b-a3b | mixtral-8x7b")->capture_default_str();
+  sub->add_option("--arch", opt->arch, "qwen3moe | qwen35moe | mixtral | qwen3 | qwen2 | llama (dense)")->capture_default_str();
+  sub->add_option("--preset", opt->preset, "tiny | qwen3-30b-a3b | qwen3.6-35b-a3b | mixtral-8x7b")->capture_default_str();
   sub->add_option("--quant", opt->quant, "q4_k_m | q4_k | q5_k | q6_k | q8_0 | q4_0 | f16 | bf16 | f32")
       ->capture_default_str();
   sub->add_option("--router-skew", opt->router_skew,

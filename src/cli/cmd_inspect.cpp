@@ -123,6 +123,8 @@ void print_text(const InspectArgs& a, const GgufFile& f, const ModelHParams& h, 
   else
     std::printf("  dense FFN width %" PRId64 " (no routed experts)\n", h.n_ff);
   std::printf("  rope base %s, rms eps %s, vocab %" PRId64 "\n", num(h.rope_freq_base).c_str(), num(h.rms_eps).c_str(), h.n_vocab);
+  if (h.n_layer_nextn > 0)
+    std::printf("  MTP blocks %" PRId64 " (the last layers; loaded for drafting, not run by the forward pass)\n", h.n_layer_nextn);
   std::printf("  attention layers (KV cache): %s\n", attention_layers_str(h).c_str());
   for (const std::string& p : h.problems) std::printf("  warning: %s\n", p.c_str());
 
@@ -168,8 +170,8 @@ void print_text(const InspectArgs& a, const GgufFile& f, const ModelHParams& h, 
   std::printf("  dense weights  %12s\n", format_bytes(plan.dense_bytes).c_str());
   std::printf("  KV cache       %12s  = %s\n", format_bytes(plan.kv_bytes).c_str(), kv_formula(h, a.ctx).c_str());
   if (h.n_attention_layers() < h.n_layer)
-    std::printf("                               (the %" PRId64 " layers without attention keep a small recurrent state instead; not counted)\n",
-                h.n_layer - h.n_attention_layers());
+    std::printf("                               (the %" PRId64 " layers without attention keep a recurrent state instead: %s, included)\n",
+                h.n_layer - h.n_attention_layers(), format_bytes(h.recurrent_state_bytes()).c_str());
   std::printf("  reserve        %12s  = %s\n", format_bytes(plan.reserve_bytes).c_str(), reserve_formula(h).c_str());
   std::printf("  minimum        %12s  (dense + KV + reserve: experts all outside VRAM)\n", format_bytes(plan.minimum_bytes).c_str());
   std::printf("  everything     %12s  (minimum + every routed expert)\n", format_bytes(plan.everything_bytes).c_str());

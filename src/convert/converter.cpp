@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -85,6 +86,20 @@ void release_pages(const uint8_t* p, uint64_t n) {
   madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advisory: errors are harmless
 }
 
+bool in_order(const Slab& s) { return s.permute_heads == 0 && s.row_map.empty(); }
+
+void apply_value_op(ValueOp op, float* row, int64_t n) {
+  switch (op) {
+    case ValueOp::None: return;
+    case ValueOp::AddOne:
+      for (int64_t i = 0; i < n; ++i) row[i] += 1.0f;
+      return;
+    case ValueOp::NegExp:
+      for (int64_t i = 0; i < n; ++i) row[i] = -std::exp(row[i]);
+      return;
+  }
+}
+
 // Streams one planned tensor into the writer, block of rows by block.
 void write_tensor(GgufWriter& w, const PlannedTensor& t, ThreadPool& pool, ProgressMeter& progress) {
   std::vector<float> f32;
@@ -100,19 +115,27 @@ void write_tensor(GgufWriter& w, const PlannedTensor& t, ThreadPool& pool, Progr
     for (int64_t r0 = 0; r0 < s.n_rows; r0 += block_rows) {
       const int64_t rows = std::min(block_rows, s.n_rows - r0);
       pool.parallel_for(rows, grain, [&](int64_t b, int64_t e) {
+        std::vector<float> src;
         for (int64_t r = b; r < e; ++r) {
           float* row = f32.data() + r * n;
-          read_row_f32(*s.src, s.first_row + source_row_in_slab(s, r0 + r), n, row);
+          if (s.col_map.empty()) {
+            read_row_f32(*s.src, s.first_row + source_row_in_slab(s, r0 + r), n, row);
+          } else {  // elements out of order within the row
+            src.resize(static_cast<size_t>(n));
+            read_row_f32(*s.src, s.first_row + source_row_in_slab(s, r0 + r), n, src.data());
+            for (int64_t i = 0; i < n; ++i) row[i] = src[static_cast<size_t>(s.col_map[static_cast<size_t>(i)])];
+          }
+          apply_value_op(s.op, row, n);
           encode_row(t.type, row, out.data() + r * rb, n);
         }
       });
       w.write_tensor_data(out.data(), static_cast<size_t>(rows * rb));
       progress.add(static_cast<uint64_t>(rows * n * elem));
-      if (s.permute_heads == 0)
+      if (in_order(s))
         release_pages(s.src->data + (s.first_row + r0) * n * elem, static_cast<uint64_t>(rows * n * elem));
     }
-    // Permuted slabs read rows out of order within a head: release at the end.
-    if (s.permute_heads > 0)
+    // Permuted slabs read rows out of order: release at the end.
+    if (!in_order(s))
       release_pages(s.src->data + s.first_row * n * elem, static_cast<uint64_t>(s.n_rows * n * elem));
   }
 }
@@ -186,12 +209,30 @@ void write_model_metadata(GgufWriter& w, const HfModelConfig& c, ConvertType typ
   w.set(a + "attention.value_length", u32(c.head_dim));
   w.set(a + "attention.layer_norm_rms_epsilon", GgufValue::of_f32(static_cast<float>(c.rms_eps)));
   w.set(a + "rope.freq_base", GgufValue::of_f32(static_cast<float>(c.rope_theta)));
-  w.set(a + "rope.dimension_count", u32(c.head_dim));
+  w.set(a + "rope.dimension_count", u32(c.n_rot()));
   if (c.is_moe()) {
     w.set(a + "expert_count", u32(c.n_expert));
     w.set(a + "expert_used_count", u32(c.n_expert_used));
     w.set(a + "expert_feed_forward_length", u32(c.n_ff_exp));
     w.set(a + "expert_weights_norm", GgufValue::of_bool(c.norm_topk_prob));
+  }
+  if (c.arch == HfArch::Qwen35Moe) {
+    // block_count counts the MTP blocks written after the main stack.
+    if (c.n_mtp > 0) {
+      w.set(a + "block_count", u32(c.n_layer + c.n_mtp));
+      w.set(a + "nextn_predict_layers", u32(c.n_mtp));
+    }
+    w.set(a + "expert_shared_feed_forward_length", u32(c.n_ff_shexp));
+    w.set(a + "full_attention_interval", u32(c.full_attn_interval));
+    w.set(a + "ssm.conv_kernel", u32(c.lin_conv_kernel));
+    w.set(a + "ssm.state_size", u32(c.lin_head_k));
+    w.set(a + "ssm.group_count", u32(c.lin_k_heads));
+    w.set(a + "ssm.time_step_rank", u32(c.lin_v_heads));
+    w.set(a + "ssm.inner_size", u32(c.lin_v_heads * c.lin_head_v));
+    std::vector<int32_t> sections = c.mrope_sections;
+    if (sections.empty()) sections = {11, 11, 10};  // the reference's default
+    sections.resize(4, 0);
+    w.set(a + "rope.dimension_sections", GgufValue::of_i32s(sections));
   }
 }
 
@@ -239,7 +280,9 @@ ConvertSummary convert_hf_to_gguf(const ConvertOptions& o, const std::function<v
 
   // Everything checked: now write.
   GgufWriter w(o.output_path);
-  write_model_metadata(w, s.config, o.type, default_name(o, s.config));
+  HfModelConfig written = s.config;
+  written.n_mtp = plan.n_mtp;  // MTP blocks only when the checkpoint had them
+  write_model_metadata(w, written, o.type, default_name(o, s.config));
   if (o.with_vocab) write_vocab_metadata(w, vocab);
   for (const PlannedTensor& t : plan.tensors) {
     w.add_tensor(t.name, t.type, t.shape);

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "util/error.h"
@@ -26,6 +27,8 @@ constexpr ArchName kArchs[] = {
     {"mistral", "MistralForCausalLM", HfArch::Llama, "llama"},
     {"qwen2", "Qwen2ForCausalLM", HfArch::Qwen2, "qwen2"},
     {"qwen3", "Qwen3ForCausalLM", HfArch::Qwen3, "qwen3"},
+    {"qwen3_5_moe_text", "Qwen3_5MoeForCausalLM", HfArch::Qwen35Moe, "qwen35moe"},
+    {"qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration", HfArch::Qwen35Moe, "qwen35moe"},
 };
 
 // A field that may be absent or null.
@@ -94,9 +97,62 @@ double read_rope(const json& j, const std::string& where, double def_theta) {
   return theta;
 }
 
+// Qwen3.5/3.6-MoE's text config: experts, the shared expert, Gated DeltaNet,
+// the layer pattern, partial RoPE and MTP.
+void read_qwen35(const json& j, const std::string& where, HfModelConfig& c) {
+  c.n_expert = get_int(j, "num_experts", where);
+  c.n_expert_used = get_int(j, "num_experts_per_tok", where);
+  c.n_ff_exp = get_int(j, "moe_intermediate_size", where);
+  c.n_ff_shexp = get_int(j, "shared_expert_intermediate_size", where);
+  c.n_ff = get_int_or(j, "intermediate_size", where, c.n_ff_exp);
+  c.norm_topk_prob = true;  // its router always renormalises the top-k
+  c.lin_conv_kernel = get_int(j, "linear_conv_kernel_dim", where);
+  c.lin_k_heads = get_int(j, "linear_num_key_heads", where);
+  c.lin_v_heads = get_int(j, "linear_num_value_heads", where);
+  c.lin_head_k = get_int(j, "linear_key_head_dim", where);
+  c.lin_head_v = get_int(j, "linear_value_head_dim", where);
+  if (c.lin_v_heads % c.lin_k_heads != 0)
+    throw Error(where + ": linear_num_value_heads " + std::to_string(c.lin_v_heads) +
+                " is not a multiple of linear_num_key_heads " + std::to_string(c.lin_k_heads));
+  if (c.lin_conv_kernel < 2 || c.lin_conv_kernel > 16)
+    throw Error(where + ": linear_conv_kernel_dim " + std::to_string(c.lin_conv_kernel) + " is out of range (2..16)");
+  c.full_attn_interval = get_int_or(j, "full_attention_interval", where, 4);
+  // The GGUF layout stores the pattern as an interval: an explicit
+  // layer_types list must be that pattern.
+  if (const json* lt = field(j, "layer_types"); lt && lt->is_array()) {
+    if (static_cast<int64_t>(lt->size()) != c.n_layer)
+      throw Error(where + ": layer_types has " + std::to_string(lt->size()) + " entries for " +
+                  std::to_string(c.n_layer) + " layers");
+    for (int64_t il = 0; il < c.n_layer; ++il) {
+      const std::string want = c.is_linear_layer(il) ? "linear_attention" : "full_attention";
+      if ((*lt)[static_cast<size_t>(il)] != want)
+        throw Error(where + ": layer_types[" + std::to_string(il) + "] is " + (*lt)[static_cast<size_t>(il)].dump() +
+                    ", but the qwen35moe GGUF layout has full attention exactly every " +
+                    std::to_string(c.full_attn_interval) + "th layer");
+    }
+  }
+  c.partial_rotary = 0.25;  // the reference's default for this architecture
+  const json* rp = field(j, "rope_parameters");
+  for (const json* src : {&j, rp})
+    if (src && src->is_object())
+      if (const json* f = field(*src, "partial_rotary_factor")) {
+        if (!f->is_number() || !(f->get<double>() > 0) || f->get<double>() > 1)
+          throw Error(where + ": partial_rotary_factor must be in (0, 1], found " + f->dump());
+        c.partial_rotary = f->get<double>();
+      }
+  if (c.n_rot() % 2 != 0 || c.n_rot() <= 0)
+    throw Error(where + ": head_dim x partial_rotary_factor = " + std::to_string(c.n_rot()) + " is not a positive even number");
+  if (rp && rp->is_object())
+    if (const json* ms = field(*rp, "mrope_section"); ms && ms->is_array())
+      for (const json& v : *ms) c.mrope_sections.push_back(v.get<int32_t>());
+  c.n_mtp = get_int_or(j, "mtp_num_hidden_layers", where, 0);
+}
+
 }  // namespace
 
-const char* hf_supported_model_types() { return "qwen3_moe, mixtral, llama, mistral, qwen2, qwen3"; }
+const char* hf_supported_model_types() {
+  return "qwen3_moe, qwen3_5_moe (and qwen3_5_moe_text), mixtral, llama, mistral, qwen2, qwen3";
+}
 
 HfModelConfig parse_hf_config(const std::string& text, const std::string& where) {
   json j;
@@ -125,6 +181,17 @@ HfModelConfig parse_hf_config(const std::string& text, const std::string& where)
   c.model_type = found->model_type;
   c.gguf_arch = found->gguf_arch;
   if (const json* n = field(j, "_name_or_path"); n && n->is_string()) c.name = n->get<std::string>();
+  // Qwen3.5's image-text checkpoints: the text model's fields are under
+  // text_config, its tensors under model.language_model.
+  std::optional<bool> top_tie;
+  if (c.model_type == "qwen3_5_moe") {
+    const json* t = field(j, "text_config");
+    if (!t || !t->is_object()) throw Error(where + ": model_type qwen3_5_moe without a text_config object");
+    if (const json* tie = field(j, "tie_word_embeddings"); tie && tie->is_boolean()) top_tie = tie->get<bool>();
+    const json text = *t;
+    j = text;
+    c.prefix = "model.language_model.";
+  }
 
   c.n_vocab = get_int(j, "vocab_size", where);
   c.n_embd = get_int(j, "hidden_size", where);
@@ -145,9 +212,9 @@ HfModelConfig parse_hf_config(const std::string& text, const std::string& where)
   const bool llama_family = c.arch == HfArch::Mixtral || c.arch == HfArch::Llama;
   c.rms_eps = get_float_or(j, "rms_norm_eps", where, llama_family ? 1e-5 : 1e-6);
   c.rope_theta = read_rope(j, where, c.arch == HfArch::Mixtral ? 1e6 : 10000.0);
-  c.tie_embeddings = get_bool_or(j, "tie_word_embeddings", where, false);
+  c.tie_embeddings = top_tie ? *top_tie : get_bool_or(j, "tie_word_embeddings", where, false);
   c.permute_qk = llama_family;
-  c.qk_norm = c.arch == HfArch::Qwen3Moe || c.arch == HfArch::Qwen3;
+  c.qk_norm = c.arch == HfArch::Qwen3Moe || c.arch == HfArch::Qwen3 || c.arch == HfArch::Qwen35Moe;
   const bool attention_bias = get_bool_or(j, "attention_bias", where, false);
   c.attn_bias = c.arch == HfArch::Qwen2 || attention_bias;
   c.attn_out_bias = c.arch != HfArch::Qwen2 && attention_bias;
@@ -172,6 +239,9 @@ HfModelConfig parse_hf_config(const std::string& text, const std::string& where)
                     "); the qwen3moe GGUF layout has experts in every layer, so it cannot be converted");
       break;
     }
+    case HfArch::Qwen35Moe:
+      read_qwen35(j, where, c);
+      break;
     case HfArch::Mixtral:
       c.n_ff = get_int(j, "intermediate_size", where);
       c.n_expert = get_int(j, "num_local_experts", where);

@@ -7,15 +7,20 @@
 //   llama, mistral (dense)           -> GGUF arch "llama"
 //   qwen2 (dense)                    -> GGUF arch "qwen2"
 //   qwen3 (dense)                    -> GGUF arch "qwen3"
+//   qwen3_5_moe_text (Qwen3_5MoeForCausalLM), and the text model of
+//   qwen3_5_moe (Qwen3_5MoeForConditionalGeneration: text_config, tensors
+//   under model.language_model.; the vision tower is not converted)
+//                                    -> GGUF arch "qwen35moe"
 // Both transformers 4.x and 5.x spellings are read (e.g. rope_theta or
 // rope_parameters.rope_theta; num_experts or num_local_experts).
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ms {
 
-enum class HfArch { Qwen3Moe, Mixtral, Llama, Qwen2, Qwen3 };
+enum class HfArch { Qwen3Moe, Mixtral, Llama, Qwen2, Qwen3, Qwen35Moe };
 
 struct HfModelConfig {
   HfArch arch = HfArch::Llama;
@@ -48,6 +53,21 @@ struct HfModelConfig {
   // halves: q/k rows are permuted at conversion (see tensor_plan.h).
   bool permute_qk = false;
 
+  // The text model's tensor prefix: "model." ("model.language_model." in
+  // Qwen3.5's image-text checkpoints).
+  std::string prefix = "model.";
+
+  // qwen35moe: Gated DeltaNet layers (all but every full_attn_interval-th),
+  // partial RoPE, a shared expert, MTP blocks (mtp.* tensors).
+  int64_t full_attn_interval = 0;
+  int64_t lin_conv_kernel = 0, lin_k_heads = 0, lin_v_heads = 0, lin_head_k = 0, lin_head_v = 0;
+  int64_t n_ff_shexp = 0;
+  double partial_rotary = 1.0;  // fraction of head_dim that RoPE turns
+  int64_t n_mtp = 0;            // mtp_num_hidden_layers
+  std::vector<int32_t> mrope_sections;  // rope_parameters.mrope_section (written as rope.dimension_sections)
+  int64_t n_rot() const { return static_cast<int64_t>(static_cast<double>(head_dim) * partial_rotary); }
+  bool is_linear_layer(int64_t il) const { return full_attn_interval > 0 && (il + 1) % full_attn_interval != 0; }
+
   bool is_moe() const { return n_expert > 0; }
 };
 
@@ -60,6 +80,6 @@ HfModelConfig parse_hf_config(const std::string& json_text, const std::string& w
 // Reads DIR/config.json.
 HfModelConfig read_hf_config(const std::string& dir);
 
-const char* hf_supported_model_types();  // "qwen3_moe, mixtral, llama, mistral, qwen2, qwen3"
+const char* hf_supported_model_types();  // "qwen3_moe, qwen3_5_moe, mixtral, llama, mistral, qwen2, qwen3"
 
 }  // namespace ms

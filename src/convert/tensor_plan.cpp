@@ -54,19 +54,29 @@ class Builder {
 
   // A tensor whose GGUF rows are one whole source tensor.
   void add_whole(const std::string& gguf, TensorRole role, int layer, const std::string& hf,
-                 const std::vector<int64_t>& hf_shape, const std::string& why, int64_t permute_heads = 0) {
-    const StTensor& t = take(hf, hf_shape, why);
-    PlannedTensor p = make(gguf, role, layer, reversed(hf_shape));
-    Slab s;
-    s.src = &t;
-    s.row_len = hf_shape.back();
-    s.n_rows = t.n_elements() / s.row_len;
+                 const std::vector<int64_t>& hf_shape, const std::string& why, int64_t permute_heads = 0,
+                 ValueOp op = ValueOp::None) {
+    Slab s = whole_slab(hf, hf_shape, why);
     s.permute_heads = permute_heads;
+    s.op = op;
     if (hf_shape.size() == 1 && permute_heads > 0) {  // a permuted bias: one element per row
       s.row_len = 1;
       s.n_rows = hf_shape[0];
     }
-    p.slabs.push_back(s);
+    add_slab(gguf, role, layer, reversed(hf_shape), std::move(s));
+  }
+  // One source tensor as a slab (rows of its last dimension).
+  Slab whole_slab(const std::string& hf, const std::vector<int64_t>& hf_shape, const std::string& why) {
+    const StTensor& t = take(hf, hf_shape, why);
+    Slab s;
+    s.src = &t;
+    s.row_len = hf_shape.back();
+    s.n_rows = t.n_elements() / s.row_len;
+    return s;
+  }
+  void add_slab(const std::string& gguf, TensorRole role, int layer, std::vector<int64_t> gguf_shape, Slab s) {
+    PlannedTensor p = make(gguf, role, layer, std::move(gguf_shape));
+    p.slabs.push_back(std::move(s));
     out_.push_back(std::move(p));
   }
 
@@ -98,6 +108,16 @@ class Builder {
   std::vector<PlannedTensor> out_;
   std::set<std::string> used_;
 };
+
+// Rows [first, first + n) of a source tensor, as they are (no maps, no op).
+Slab rows_of(const StTensor* src, int64_t first, int64_t n, int64_t row_len) {
+  Slab s;
+  s.src = src;
+  s.first_row = first;
+  s.n_rows = n;
+  s.row_len = row_len;
+  return s;
+}
 
 // Which spelling of the expert weights a layer uses.
 struct ExpertNames {
@@ -142,8 +162,8 @@ std::string add_experts(Builder& b, const HfModelConfig& c, const SafetensorsMod
       b.check(*gate_up, {E, 2 * F, H}, "fused gate_up_proj: " + why_gu);
       b.mark_used(gate_up->name);
       for (int64_t e = 0; e < E; ++e) {
-        gate.slabs.push_back(Slab{gate_up, e * 2 * F, F, H, 0});      // gate rows come first
-        up.slabs.push_back(Slab{gate_up, e * 2 * F + F, F, H, 0});    // then up rows
+        gate.slabs.push_back(rows_of(gate_up, e * 2 * F, F, H));      // gate rows come first
+        up.slabs.push_back(rows_of(gate_up, e * 2 * F + F, F, H));    // then up rows
       }
     } else {
       const StTensor* up3 = find_fused(m, ex + "up_proj");
@@ -153,11 +173,11 @@ std::string add_experts(Builder& b, const HfModelConfig& c, const SafetensorsMod
       b.mark_used(gate_3d->name);
       b.mark_used(up3->name);
       for (int64_t e = 0; e < E; ++e) {
-        gate.slabs.push_back(Slab{gate_3d, e * F, F, H, 0});
-        up.slabs.push_back(Slab{up3, e * F, F, H, 0});
+        gate.slabs.push_back(rows_of(gate_3d, e * F, F, H));
+        up.slabs.push_back(rows_of(up3, e * F, F, H));
       }
     }
-    for (int64_t e = 0; e < E; ++e) down.slabs.push_back(Slab{down3, e * H, H, F, 0});
+    for (int64_t e = 0; e < E; ++e) down.slabs.push_back(rows_of(down3, e * H, H, F));
   } else {
     layout = "per-expert";
     const ExpertNames& n = m.find(ex + "0." + kMixtralNames.gate + ".weight") ? kMixtralNames : kQwenNames;
@@ -171,9 +191,9 @@ std::string add_experts(Builder& b, const HfModelConfig& c, const SafetensorsMod
       const StTensor& g = b.take(p + n.gate + ".weight", {F, H}, why);
       const StTensor& u = b.take(p + n.up + ".weight", {F, H}, why);
       const StTensor& d = b.take(p + n.down + ".weight", {H, F}, why);
-      gate.slabs.push_back(Slab{&g, 0, F, H, 0});
-      up.slabs.push_back(Slab{&u, 0, F, H, 0});
-      down.slabs.push_back(Slab{&d, 0, H, F, 0});
+      gate.slabs.push_back(rows_of(&g, 0, F, H));
+      up.slabs.push_back(rows_of(&u, 0, F, H));
+      down.slabs.push_back(rows_of(&d, 0, H, F));
     }
   }
   b.out().push_back(std::move(gate));
@@ -184,7 +204,15 @@ std::string add_experts(Builder& b, const HfModelConfig& c, const SafetensorsMod
 
 }  // namespace
 
+std::vector<int64_t> tiled_head_map(int64_t n_k, int64_t n_v, int64_t head_dim) {
+  std::vector<int64_t> m;
+  for (int64_t j = 0; j < n_v; ++j)
+    for (int64_t x = 0; x < head_dim; ++x) m.push_back(tiled_source_head(j, n_k, n_v) * head_dim + x);
+  return m;
+}
+
 int64_t source_row_in_slab(const Slab& s, int64_t r) {
+  if (!s.row_map.empty()) return s.row_map[static_cast<size_t>(r)];
   if (s.permute_heads <= 0) return r;
   const int64_t head_dim = s.n_rows / s.permute_heads;
   return (r / head_dim) * head_dim + permuted_head_row(r % head_dim, head_dim);
@@ -206,6 +234,90 @@ uint64_t PlannedTensor::output_bytes() const {
   return static_cast<uint64_t>(row_bytes(type, row_len()) * n_rows());
 }
 
+// Qwen3.5/3.6-MoE (GGUF qwen35moe). Every transformation the GGUF layout
+// expects, as llama.cpp's converter documents them:
+//   RMSNorm weights + 1 (the reference scales by 1 + w), except the Gated
+//   DeltaNet's own gated norm (linear_attn.norm, which scales by w);
+//   A_log -> ssm_a = -exp(A_log); dt_bias -> ssm_dt.bias;
+//   conv1d [conv_dim, 1, K] -> ssm_conv1d {K, conv_dim};
+//   value heads from grouped to tiled order (tensor_plan.h) in the V rows of
+//   in_proj_qkv and the conv, in_proj_z, in_proj_a/b, A_log, dt_bias and the
+//   columns of out_proj;
+//   shared_expert_gate [1, H] -> ffn_gate_inp_shexp {H};
+//   MTP blocks (mtp.layers.i.*) -> blk.{n_layer + i}.*, with mtp.fc ->
+//   nextn.eh_proj and mtp.pre_fc_norm_{embedding,hidden}, mtp.norm ->
+//   nextn.{enorm,hnorm,shared_head_norm}.
+void plan_qwen35_layer(Builder& b, const HfModelConfig& c, const SafetensorsModel& m, int64_t L, const std::string& hf,
+                       bool mtp, std::set<std::string>& layouts) {
+  const int64_t H = c.n_embd, D = c.head_dim, QH = c.n_head * D, KH = c.n_head_kv * D;
+  const std::string blk = "blk." + std::to_string(L) + ".";
+  const std::string hdims = "hidden_size=" + std::to_string(H);
+  const int layer = static_cast<int>(L);
+  b.add_whole(blk + "attn_norm.weight", TensorRole::Norm, layer, hf + "input_layernorm.weight", {H}, hdims, 0,
+              ValueOp::AddOne);
+  if (!mtp && c.is_linear_layer(L)) {
+    const std::string la = hf + "linear_attn.";
+    const int64_t nk = c.lin_k_heads, nv = c.lin_v_heads, dk = c.lin_head_k, dv = c.lin_head_v;
+    const int64_t KD = nk * dk, VD = nv * dv, CD = 2 * KD + VD;
+    const std::string ldims = "linear heads " + std::to_string(nk) + "/" + std::to_string(nv) + " of " +
+                              std::to_string(dk) + "/" + std::to_string(dv);
+    // Rows [q | k] stay, the V rows follow the tiled head order.
+    std::vector<int64_t> qkv_rows(static_cast<size_t>(2 * KD));
+    for (int64_t r = 0; r < 2 * KD; ++r) qkv_rows[static_cast<size_t>(r)] = r;
+    for (int64_t r : tiled_head_map(nk, nv, dv)) qkv_rows.push_back(2 * KD + r);
+    Slab qkv = b.whole_slab(la + "in_proj_qkv.weight", {CD, H}, ldims + ", " + hdims);
+    qkv.row_map = qkv_rows;
+    b.add_slab(blk + "attn_qkv.weight", TensorRole::AttnQ, layer, {H, CD}, std::move(qkv));
+    Slab z = b.whole_slab(la + "in_proj_z.weight", {VD, H}, ldims + ", " + hdims);
+    z.row_map = tiled_head_map(nk, nv, dv);
+    b.add_slab(blk + "attn_gate.weight", TensorRole::AttnV, layer, {H, VD}, std::move(z));
+    for (const auto& [hf_name, gguf] : {std::pair{"in_proj_b", "ssm_beta"}, std::pair{"in_proj_a", "ssm_alpha"}}) {
+      Slab ba = b.whole_slab(la + hf_name + ".weight", {nv, H}, ldims + ", " + hdims);
+      ba.row_map = tiled_head_map(nk, nv, 1);
+      b.add_slab(blk + gguf + ".weight", TensorRole::Router, layer, {H, nv}, std::move(ba));
+    }
+    Slab a = b.whole_slab(la + "A_log", {nv}, ldims);
+    a.col_map = tiled_head_map(nk, nv, 1);
+    a.op = ValueOp::NegExp;
+    b.add_slab(blk + "ssm_a", TensorRole::Norm, layer, {nv}, std::move(a));
+    Slab dt = b.whole_slab(la + "dt_bias", {nv}, ldims);
+    dt.col_map = tiled_head_map(nk, nv, 1);
+    b.add_slab(blk + "ssm_dt.bias", TensorRole::Norm, layer, {nv}, std::move(dt));
+    Slab conv = b.whole_slab(la + "conv1d.weight", {CD, 1, c.lin_conv_kernel}, ldims + ", linear_conv_kernel_dim");
+    conv.row_map = qkv_rows;
+    b.add_slab(blk + "ssm_conv1d.weight", TensorRole::Norm, layer, {c.lin_conv_kernel, CD}, std::move(conv));
+    b.add_whole(blk + "ssm_norm.weight", TensorRole::Norm, layer, la + "norm.weight", {dv}, ldims);
+    Slab out = b.whole_slab(la + "out_proj.weight", {H, VD}, ldims + ", " + hdims);
+    out.col_map = tiled_head_map(nk, nv, dv);
+    b.add_slab(blk + "ssm_out.weight", TensorRole::AttnOutput, layer, {VD, H}, std::move(out));
+  } else {
+    const std::string at = hf + "self_attn.";
+    const std::string qdims = "num_attention_heads=" + std::to_string(c.n_head) + ", head_dim=" + std::to_string(D);
+    b.add_whole(blk + "attn_q.weight", TensorRole::AttnQ, layer, at + "q_proj.weight", {2 * QH, H},
+                qdims + " (query and output gate), " + hdims);
+    b.add_whole(blk + "attn_k.weight", TensorRole::AttnK, layer, at + "k_proj.weight", {KH, H}, hdims);
+    b.add_whole(blk + "attn_v.weight", TensorRole::AttnV, layer, at + "v_proj.weight", {KH, H}, hdims);
+    b.add_whole(blk + "attn_output.weight", TensorRole::AttnOutput, layer, at + "o_proj.weight", {H, QH}, qdims);
+    b.add_whole(blk + "attn_q_norm.weight", TensorRole::Norm, layer, at + "q_norm.weight", {D}, "head_dim", 0,
+                ValueOp::AddOne);
+    b.add_whole(blk + "attn_k_norm.weight", TensorRole::Norm, layer, at + "k_norm.weight", {D}, "head_dim", 0,
+                ValueOp::AddOne);
+  }
+  b.add_whole(blk + "post_attention_norm.weight", TensorRole::Norm, layer, hf + "post_attention_layernorm.weight", {H},
+              hdims, 0, ValueOp::AddOne);
+  const std::string moe = hf + "mlp";
+  b.add_whole(blk + "ffn_gate_inp.weight", TensorRole::Router, layer, moe + ".gate.weight", {c.n_expert, H},
+              "n_expert=" + std::to_string(c.n_expert) + ", " + hdims);
+  layouts.insert(add_experts(b, c, m, layer, moe));
+  const std::string sh = moe + ".shared_expert.";
+  const std::string sdims = "shared_expert_intermediate_size=" + std::to_string(c.n_ff_shexp) + ", " + hdims;
+  b.add_whole(blk + "ffn_gate_shexp.weight", TensorRole::FfnGate, layer, sh + "gate_proj.weight", {c.n_ff_shexp, H}, sdims);
+  b.add_whole(blk + "ffn_up_shexp.weight", TensorRole::FfnUp, layer, sh + "up_proj.weight", {c.n_ff_shexp, H}, sdims);
+  b.add_whole(blk + "ffn_down_shexp.weight", TensorRole::FfnDown, layer, sh + "down_proj.weight", {H, c.n_ff_shexp}, sdims);
+  Slab sg = b.whole_slab(moe + ".shared_expert_gate.weight", {1, H}, "one gate row, " + hdims);
+  b.add_slab(blk + "ffn_gate_inp_shexp.weight", TensorRole::Router, layer, {H}, std::move(sg));
+}
+
 ConversionPlan plan_conversion(const HfModelConfig& c, const SafetensorsModel& m, ConvertType target) {
   Builder b(c, m, target);
   const int64_t H = c.n_embd, V = c.n_vocab, D = c.head_dim;
@@ -214,9 +326,11 @@ ConversionPlan plan_conversion(const HfModelConfig& c, const SafetensorsModel& m
   const std::string qdims = "num_attention_heads=" + std::to_string(c.n_head) + ", head_dim=" + std::to_string(D);
   const std::string kdims = "num_key_value_heads=" + std::to_string(c.n_head_kv) + ", head_dim=" + std::to_string(D);
 
-  b.add_whole("token_embd.weight", TensorRole::TokenEmbd, -1, "model.embed_tokens.weight", {V, H},
+  const bool q35 = c.arch == HfArch::Qwen35Moe;
+  b.add_whole("token_embd.weight", TensorRole::TokenEmbd, -1, c.prefix + "embed_tokens.weight", {V, H},
               "vocab_size=" + std::to_string(V) + ", " + hdims);
-  b.add_whole("output_norm.weight", TensorRole::Norm, -1, "model.norm.weight", {H}, hdims);
+  b.add_whole("output_norm.weight", TensorRole::Norm, -1, c.prefix + "norm.weight", {H}, hdims, 0,
+              q35 ? ValueOp::AddOne : ValueOp::None);
   ConversionPlan plan;
   if (!c.tie_embeddings) {
     b.add_whole("output.weight", TensorRole::Output, -1, "lm_head.weight", {V, H},
@@ -228,7 +342,28 @@ ConversionPlan plan_conversion(const HfModelConfig& c, const SafetensorsModel& m
   }
 
   std::set<std::string> layouts;
-  for (int L = 0; L < c.n_layer; ++L) {
+  if (q35) {
+    for (int64_t L = 0; L < c.n_layer; ++L)
+      plan_qwen35_layer(b, c, m, L, c.prefix + "layers." + std::to_string(L) + ".", false, layouts);
+    // MTP blocks, when the checkpoint has them (Qwen3_5MoeForCausalLM checkpoints saved by transformers do not).
+    const int64_t n_mtp = m.find("mtp.fc.weight") ? c.n_mtp : 0;
+    for (int64_t i = 0; i < n_mtp; ++i) {
+      const int64_t L = c.n_layer + i;
+      const std::string blk = "blk." + std::to_string(L) + ".";
+      plan_qwen35_layer(b, c, m, L, "mtp.layers." + std::to_string(i) + ".", true, layouts);
+      b.add_whole(blk + "nextn.eh_proj.weight", TensorRole::AttnOutput, static_cast<int>(L), "mtp.fc.weight",
+                  {H, 2 * H}, "[embedding | hidden] -> " + hdims);
+      b.add_whole(blk + "nextn.enorm.weight", TensorRole::Norm, static_cast<int>(L), "mtp.pre_fc_norm_embedding.weight",
+                  {H}, hdims, 0, ValueOp::AddOne);
+      b.add_whole(blk + "nextn.hnorm.weight", TensorRole::Norm, static_cast<int>(L), "mtp.pre_fc_norm_hidden.weight",
+                  {H}, hdims, 0, ValueOp::AddOne);
+      b.add_whole(blk + "nextn.shared_head_norm.weight", TensorRole::Norm, static_cast<int>(L), "mtp.norm.weight", {H},
+                  hdims, 0, ValueOp::AddOne);
+    }
+    plan.n_mtp = n_mtp;
+    if (n_mtp == 0 && c.n_mtp > 0) plan.ignored.push_back("MTP blocks (config has mtp_num_hidden_layers, no mtp.* tensors)");
+  }
+  for (int L = 0; L < (q35 ? 0 : c.n_layer); ++L) {
     const std::string hf = "model.layers." + std::to_string(L) + ".";
     const std::string blk = "blk." + std::to_string(L) + ".";
     const std::string at = hf + "self_attn.";
@@ -277,6 +412,11 @@ ConversionPlan plan_conversion(const HfModelConfig& c, const SafetensorsModel& m
     // Precomputed RoPE tables some older checkpoints carry; derived from the config.
     if (name.ends_with("rotary_emb.inv_freq")) {
       plan.ignored.push_back(name + " (RoPE table, recomputed from rope_theta)");
+      continue;
+    }
+    // Qwen3.5's image-text checkpoints: the vision tower is not part of the text model.
+    if (q35 && (name.starts_with("model.visual.") || name.starts_with("visual."))) {
+      plan.ignored.push_back(name + " (vision tower)");
       continue;
     }
     plan.unused.push_back(name);

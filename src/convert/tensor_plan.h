@@ -36,6 +36,11 @@
 
 namespace ms {
 
+// What a slab does to each value it reads (qwen35moe's conventions):
+//   AddOne: w + 1 (Qwen3.5's RMSNorms scale by 1 + w; GGUF stores 1 + w)
+//   NegExp: -exp(w) (A_log -> ssm_a, the decay rate the engine multiplies by)
+enum class ValueOp { None, AddOne, NegExp };
+
 // A run of rows of one source tensor, viewed as a matrix [rows, row_len]
 // (row_len = the source's last dimension), in the order GGUF stores them.
 struct Slab {
@@ -45,10 +50,21 @@ struct Slab {
   int64_t row_len = 0;
   // > 0: the llama q/k permutation over heads of n_rows / permute_heads rows.
   int64_t permute_heads = 0;
+  // Non-empty: slab row r reads source row first_row + row_map[r] (and
+  // permute_heads is 0); element i of a row is source element col_map[i].
+  std::vector<int64_t> row_map, col_map;
+  ValueOp op = ValueOp::None;
 };
 
 // Slab row r (0 <= r < n_rows) reads source row first_row + source_row_in_slab(r).
 int64_t source_row_in_slab(const Slab& s, int64_t r);
+
+// Qwen3.5's value heads, Hugging Face order (grouped: value head j reads key
+// head j / (n_v / n_k)) to the GGUF's (tiled: value head j reads key head
+// j % n_k): GGUF value head j is HF value head tiled_source_head(j).
+inline int64_t tiled_source_head(int64_t j, int64_t n_k, int64_t n_v) { return (j % n_k) * (n_v / n_k) + j / n_k; }
+// The index map over n_v heads of head_dim consecutive entries.
+std::vector<int64_t> tiled_head_map(int64_t n_k, int64_t n_v, int64_t head_dim);
 
 // The llama RoPE permutation within one head of `head_dim` rows: GGUF row
 // `r` takes source row permuted_head_row(r, head_dim).
@@ -77,6 +93,7 @@ struct ConversionPlan {
   std::vector<std::string> unused;   // checkpoint tensors nothing maps (sorted)
   std::vector<std::string> ignored;  // known-redundant tensors skipped on purpose
   std::string expert_layout;         // "per-expert", "fused", "mixed" or "" (dense)
+  int64_t n_mtp = 0;                 // qwen35moe: MTP blocks planned (after the main stack)
   uint64_t source_bytes = 0;
   uint64_t output_bytes = 0;
 };

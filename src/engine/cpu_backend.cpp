@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cpu/attention.h"
+#include "cpu/delta_net.h"
 #include "cpu/matvec.h"
 #include "cpu/matvec_many.h"
 #include "cpu/ops.h"
@@ -63,6 +64,20 @@ CpuBackend::CpuBackend(const ModelWeights& w, ThreadPool& pool, Options opt)
   att_.resize(B * q_dim);
   tmp_.resize(B * D);
   rope_cs_.resize(B * static_cast<size_t>(c.n_rot));
+  if (c.arch->attn_output_gate) q_gate_.resize(B * 2 * q_dim);
+  if (!c.linear_layer.empty()) {
+    const auto& L = c.lin;
+    lin_qkv_.resize(B * static_cast<size_t>(L.conv_dim()));
+    lin_conv_.resize(B * static_cast<size_t>(L.conv_dim()));
+    lin_z_.resize(B * static_cast<size_t>(L.value_dim()));
+    lin_out_.resize(B * static_cast<size_t>(L.value_dim()));
+    for (auto* v : {&lin_a_, &lin_b_, &lin_g_, &lin_beta_}) v->resize(B * static_cast<size_t>(L.n_v_heads));
+  }
+  if (c.n_ff_shexp > 0) {
+    sh_gate_.resize(B * static_cast<size_t>(c.n_ff_shexp));
+    sh_up_.resize(B * static_cast<size_t>(c.n_ff_shexp));
+    sh_score_.resize(B);
+  }
   if (c.is_moe()) {
     router_logits_.resize(B * static_cast<size_t>(c.n_expert));
     route_ids_.resize(B * static_cast<size_t>(c.n_expert_used));
@@ -76,7 +91,13 @@ CpuBackend::CpuBackend(const ModelWeights& w, ThreadPool& pool, Options opt)
 }
 
 KvCache CpuBackend::make_cache(int64_t ctx, KvType type) const {
-  return KvCache(w_.cfg.n_layer, w_.cfg.n_head_kv, w_.cfg.head_dim, ctx, type);
+  const ModelConfig& c = w_.cfg;
+  if (c.linear_layer.empty()) return KvCache(c.n_layer, c.n_head_kv, c.head_dim, ctx, type);
+  RecurrentLayout rec;
+  rec.recurrent = c.linear_layer;
+  rec.conv_elems = static_cast<int64_t>(c.lin.conv_kernel - 1) * c.lin.conv_dim();
+  rec.state_elems = static_cast<int64_t>(c.lin.n_v_heads) * c.lin.head_v * c.lin.head_k;
+  return KvCache(c.n_layer, c.n_head_kv, c.head_dim, ctx, type, rec);
 }
 
 void CpuBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vector<float>& logits, bool all_logits) {
@@ -141,7 +162,8 @@ void CpuBackend::forward_spans(const std::vector<Span>& spans, const int32_t* to
                  c.rope_freq_scale);
     }
   for (int il = 0; il < c.n_layer; ++il) {
-    attention_block(spans, il, n);
+    if (c.is_linear(il)) linear_attention_block(spans, il, n);
+    else attention_block(spans, il, n);
     ffn_block(il, n);
   }
   for (const Span& sp : spans) sp.kv->advance(sp.n);
@@ -160,7 +182,16 @@ void CpuBackend::attention_block(const std::vector<Span>& spans, int il, int n) 
   const int64_t D = c.n_embd, hd = c.head_dim;
   const int64_t q_dim = c.n_head * hd, kv_dim = c.n_head_kv * hd;
   for (int t = 0; t < n; ++t) rmsnorm(h_.data() + t * D, L.attn_norm.f32(), x_.data() + t * D, D, c.rms_eps);
-  project(pool_, x_.data(), n, D, {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}});
+  const bool gated = c.arch->attn_output_gate;
+  project(pool_, x_.data(), n, D, {{&L.wq, gated ? q_gate_.data() : q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}});
+  if (gated) {
+    // [q | gate] per head: q to q_, the gate stays in the second half of each
+    // head's 2 * head_dim (read after attention).
+    for (int t = 0; t < n; ++t)
+      for (int h = 0; h < c.n_head; ++h)
+        std::copy_n(q_gate_.data() + (static_cast<int64_t>(t) * c.n_head + h) * 2 * hd, hd,
+                    q_.data() + static_cast<int64_t>(t) * q_dim + h * hd);
+  }
   add_bias(q_.data(), L.bq, n, q_dim);
   add_bias(k_.data(), L.bk, n, kv_dim);
   add_bias(v_.data(), L.bv, n, kv_dim);
@@ -197,8 +228,70 @@ void CpuBackend::attention_block(const std::vector<Span>& spans, int il, int n) 
       attention(pool_, s, q, kv.k_f16(il), kv.v_f16(il), sp.n, sp.pos0, att);
     }
   }
+  if (gated)  // the output gate: att *= sigmoid(gate)
+    for (int t = 0; t < n; ++t)
+      for (int h = 0; h < c.n_head; ++h) {
+        const float* g = q_gate_.data() + (static_cast<int64_t>(t) * c.n_head + h) * 2 * hd + hd;
+        float* a = att_.data() + static_cast<int64_t>(t) * q_dim + h * hd;
+        for (int64_t i = 0; i < hd; ++i) a[i] *= 1.0f / (1.0f + std::exp(-g[i]));
+      }
   project(pool_, att_.data(), n, q_dim, {{&L.wo, tmp_.data()}});
   add_inplace(h_.data(), tmp_.data(), static_cast<int64_t>(n) * D);
+}
+
+void CpuBackend::linear_attention_block(const std::vector<Span>& spans, int il, int n) {
+  const ModelConfig& c = w_.cfg;
+  const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
+  const int64_t D = c.n_embd;
+  const DeltaNetShape s{c.lin.n_k_heads, c.lin.n_v_heads, c.lin.head_k, c.lin.head_v};
+  const int64_t CD = s.conv_dim(), VD = s.value_dim(), nv = s.n_v_heads;
+  for (int t = 0; t < n; ++t) rmsnorm(h_.data() + t * D, L.attn_norm.f32(), x_.data() + t * D, D, c.rms_eps);
+  project(pool_, x_.data(), n, D,
+          {{&L.ssm_qkv, lin_qkv_.data()}, {&L.ssm_z, lin_z_.data()}, {&L.ssm_alpha, lin_a_.data()},
+           {&L.ssm_beta, lin_b_.data()}});
+  for (int t = 0; t < n; ++t)
+    delta_gates(lin_a_.data() + t * nv, lin_b_.data() + t * nv, L.ssm_a.f32(), L.ssm_dt.f32(), static_cast<int>(nv),
+                lin_g_.data() + t * nv, lin_beta_.data() + t * nv);
+  // Each sequence's tokens through its conv window and delta-rule state
+  // (both all zeros at position 0, whatever the cache held before).
+  for (const Span& sp : spans) {
+    KvCache& kv = *sp.kv;
+    float* window = kv.conv_state(il);
+    float* S = kv.delta_state(il);
+    if (sp.pos0 == 0) {
+      std::fill_n(window, kv.conv_elems(), 0.0f);
+      std::fill_n(S, kv.state_elems(), 0.0f);
+    }
+    float* conv = lin_conv_.data() + static_cast<int64_t>(sp.t0) * CD;
+    conv1d_silu(lin_qkv_.data() + static_cast<int64_t>(sp.t0) * CD, CD, sp.n, CD, L.ssm_conv.f32(), c.lin.conv_kernel,
+                window, conv);
+    for (int t = 0; t < sp.n; ++t) delta_prepare_qk(s, conv + t * CD, 1e-6f);
+    delta_rule(&pool_, s, conv, CD, lin_g_.data() + static_cast<int64_t>(sp.t0) * nv,
+               lin_beta_.data() + static_cast<int64_t>(sp.t0) * nv, sp.n, S,
+               lin_out_.data() + static_cast<int64_t>(sp.t0) * VD);
+  }
+  // Gated RMSNorm per value head, then the output projection.
+  for (int t = 0; t < n; ++t)
+    for (int h = 0; h < nv; ++h) {
+      const int64_t off = static_cast<int64_t>(t) * VD + h * s.head_v;
+      gated_rmsnorm(lin_out_.data() + off, lin_z_.data() + off, L.ssm_norm.f32(), lin_out_.data() + off, s.head_v,
+                    c.rms_eps);
+    }
+  project(pool_, lin_out_.data(), n, VD, {{&L.ssm_out, tmp_.data()}});
+  add_inplace(h_.data(), tmp_.data(), static_cast<int64_t>(n) * D);
+}
+
+void CpuBackend::shared_expert(int il, int n) {
+  const ModelConfig& c = w_.cfg;
+  const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
+  const int64_t D = c.n_embd, F = c.n_ff_shexp;
+  project(pool_, x_.data(), n, D,
+          {{&L.shexp_gate, sh_gate_.data()}, {&L.shexp_up, sh_up_.data()}, {&L.shexp_router, sh_score_.data()}});
+  silu_mul(sh_gate_.data(), sh_up_.data(), sh_gate_.data(), static_cast<int64_t>(n) * F);
+  project(pool_, sh_gate_.data(), n, F, {{&L.shexp_down, tmp_.data()}});
+  for (int t = 0; t < n; ++t)
+    axpy(1.0f / (1.0f + std::exp(-sh_score_[static_cast<size_t>(t)])), tmp_.data() + static_cast<int64_t>(t) * D,
+         h_.data() + static_cast<int64_t>(t) * D, D);
 }
 
 void CpuBackend::ffn_block(int il, int n) {
@@ -234,6 +327,7 @@ void CpuBackend::ffn_block(int il, int n) {
   };
   if (n == 1) combine(0, 1);
   else pool_.parallel_for(n, 4, combine);
+  if (L.shexp_gate) shared_expert(il, n);
 }
 
 }  // namespace ms

@@ -13,6 +13,10 @@
 // are read once per batch. Decode is the same code with one token; its
 // per-layer work is six parallel regions (q/k/v, attention, output, router,
 // expert gate+up, expert down).
+//
+// Hybrids (qwen35moe) run Gated DeltaNet (src/cpu/delta_net.h) in their
+// linear-attention layers, with a recurrent state per sequence in the
+// KvCache; prompts go through it in chunks, decode one recurrence step.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -82,7 +86,10 @@ class CpuBackend : public Backend {
   void forward_batch(KvCache& kv, const int32_t* tokens, int n, float* logits, bool all_logits);
   void forward_spans(const std::vector<Span>& spans, const int32_t* tokens, int n, float* logits, bool all_logits);
   void attention_block(const std::vector<Span>& spans, int il, int n);
+  // A Gated DeltaNet layer (hybrids): each span against its own recurrent state.
+  void linear_attention_block(const std::vector<Span>& spans, int il, int n);
   void ffn_block(int il, int n);
+  void shared_expert(int il, int n);
 
   const ModelWeights& w_;
   ThreadPool& pool_;
@@ -97,6 +104,10 @@ class CpuBackend : public Backend {
   std::vector<float> h_, x_, q_, k_, v_, att_, tmp_, rope_cs_, router_logits_, route_w_, expert_y_, ff_gate_, ff_up_;
   std::vector<int32_t> route_ids_;
   std::vector<uint8_t> act_, act2_;
+  // Hybrids: the [q | gate] projection of gated attention; Gated DeltaNet's
+  // projections, conv output, gates and output; the shared expert's.
+  std::vector<float> q_gate_, lin_qkv_, lin_conv_, lin_z_, lin_a_, lin_b_, lin_g_, lin_beta_, lin_out_;
+  std::vector<float> sh_gate_, sh_up_, sh_score_;
 };
 
 }  // namespace ms

@@ -1,5 +1,6 @@
 #include "engine/kv_cache.h"
 
+#include <algorithm>
 #include <string>
 
 #include "util/bytes.h"
@@ -14,7 +15,40 @@ KvCache::KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type)
   if (n_layer <= 0 || n_kv <= 0 || head_dim <= 0 || ctx <= 0)
     throw Error("KV cache: layers, heads, head size and context must be positive");
   per_layer_ = 2 * static_cast<int64_t>(n_kv) * head_dim * ctx;
-  const uint64_t total = static_cast<uint64_t>(per_layer_) * n_layer * kv_type_size(type);
+  allocate_kv(n_layer);
+}
+
+KvCache::KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type, const RecurrentLayout& rec)
+    : n_layer_(n_layer), ctx_(ctx), type_(type) {
+  if (n_layer <= 0 || n_kv <= 0 || head_dim <= 0 || ctx <= 0)
+    throw Error("KV cache: layers, heads, head size and context must be positive");
+  if (static_cast<int>(rec.recurrent.size()) != n_layer)
+    throw Error("KV cache: the recurrent layout has " + std::to_string(rec.recurrent.size()) + " layers, not " +
+                std::to_string(n_layer));
+  if (rec.conv_elems < 0 || rec.state_elems < 0) throw Error("KV cache: negative recurrent state size");
+  per_layer_ = 2 * static_cast<int64_t>(n_kv) * head_dim * ctx;
+  conv_elems_ = rec.conv_elems;
+  state_elems_ = rec.state_elems;
+  int n_kv_layers = 0, n_rec = 0;
+  for (bool r : rec.recurrent) {
+    kv_slot_.push_back(r ? -1 : n_kv_layers);
+    rec_slot_.push_back(r ? n_rec : -1);
+    (r ? n_rec : n_kv_layers) += 1;
+  }
+  has_recurrent_ = n_rec > 0;
+  allocate_kv(n_kv_layers);
+  const uint64_t rec_total = static_cast<uint64_t>(n_rec) * static_cast<uint64_t>(conv_elems_ + state_elems_);
+  try {
+    rec_.assign(static_cast<size_t>(rec_total), 0.0f);
+  } catch (const std::bad_alloc&) {
+    throw Error("KV cache: cannot allocate " + format_bytes(rec_total * 4) + " of recurrent state");
+  }
+}
+
+void KvCache::allocate_kv(int n_attn_layers) {
+  const uint64_t total = static_cast<uint64_t>(per_layer_) * static_cast<uint64_t>(n_attn_layers) * kv_type_size(type_);
+  const KvType type = type_;
+  const int64_t ctx = ctx_;
   try {
     data_.assign(static_cast<size_t>(total), std::byte{0});
   } catch (const std::bad_alloc&) {
@@ -26,6 +60,27 @@ KvCache::KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type)
 void KvCache::wrong_type(KvType want) const {
   throw Error(std::string("KV cache: asked for ") + kv_type_name(want) + " keys/values of an " +
               kv_type_name(type_) + " cache");
+}
+
+void KvCache::not_attention(int layer) const {
+  throw Error("KV cache: layer " + std::to_string(layer) + " is recurrent (linear attention); it has no keys/values");
+}
+
+float* KvCache::rec_elems(int layer, int64_t offset) {
+  const int slot = rec_slot_.empty() ? -1 : rec_slot_[static_cast<size_t>(layer)];
+  if (slot < 0) throw Error("KV cache: layer " + std::to_string(layer) + " has no recurrent state");
+  if (rec_.empty()) throw Error("KV cache: the recurrent state is kept by the backend, not here");
+  return rec_.data() + static_cast<int64_t>(slot) * (conv_elems_ + state_elems_) + offset;
+}
+
+void KvCache::clear() {
+  n_past_ = 0;
+  std::fill(rec_.begin(), rec_.end(), 0.0f);
+}
+
+bool KvCache::can_truncate_to(int64_t n) const {
+  if (n < 0 || n > n_past_) return false;
+  return !has_recurrent_ || n == n_past_ || n == 0;
 }
 
 void KvCache::check_room(int64_t n) const {
@@ -42,6 +97,10 @@ void KvCache::advance(int64_t n) {
 void KvCache::truncate(int64_t n) {
   if (n < 0 || n > n_past_) throw Error("KV cache: cannot keep " + std::to_string(n) + " of " +
                                         std::to_string(n_past_) + " positions");
+  if (!can_truncate_to(n))
+    throw Error("KV cache: cannot keep " + std::to_string(n) + " of " + std::to_string(n_past_) +
+                " positions: a recurrent (linear-attention) state cannot be rewound; keep all or none");
+  if (n == 0) clear();
   n_past_ = n;
 }
 

@@ -45,7 +45,12 @@ uint64_t row_key(uint64_t seed, int layer, int role, int64_t expert, int64_t row
 }
 
 // ---------------------------------------------------------------- tensor plans
-enum Role { kEmbd, kOutput, kNorm, kAttnQ, kAttnK, kAttnV, kAttnO, kBias, kGate, kUp, kDown, kRouter, kQkNorm };
+enum Role {
+  kEmbd, kOutput, kNorm, kAttnQ, kAttnK, kAttnV, kAttnO, kBias, kGate, kUp, kDown, kRouter, kQkNorm,
+  // qwen35moe: Gated DeltaNet's decay rate (ssm_a < 0), its conv taps and
+  // small f32 projections (alpha, beta, the shared expert's gate vector).
+  kSsmA, kConv, kSmallF32,
+};
 
 const char* role_name(Role r) {
   switch (r) {
@@ -61,6 +66,7 @@ const char* role_name(Role r) {
     case kUp: return "ffn_up";
     case kDown: return "ffn_down";
     case kRouter: return "router";
+    case kSsmA: case kConv: case kSmallF32: return "router";  // f32
   }
   return "norm";
 }
@@ -114,6 +120,9 @@ void fill_row(const Plan& p, int64_t r, uint64_t seed, const RouterBias& rb, flo
     const uint64_t bits = splitmix(s);
     out[i] = a * (static_cast<float>(bits >> 40) * (2.0f / 16777216.0f) - 1.0f);
   }
+  // ssm_a = -A with A in (0.05, 4.05): decays from slow to fast per head.
+  if (role == kSsmA)
+    for (int64_t i = 0; i < n; ++i) out[i] = -(2.05f + out[i] / a * 2.0f);
   if (role == kEmbd) out[0] = kChannel;
   if (role == kRouter) out[0] = rb.per_layer[static_cast<size_t>(p.layer)][static_cast<size_t>(row)];
   if (role == kOutput && !rb.output_col0.empty()) out[0] += rb.output_col0[static_cast<size_t>(row)];
@@ -157,11 +166,68 @@ DType gen_tensor_type(const std::string& quant_in, const std::string& role, int 
 
 GenShape gen_preset(const std::string& arch_in, const std::string& preset_in) {
   const std::string arch = lower(arch_in), preset = lower(preset_in);
-  const bool moe = arch == "qwen3moe" || arch == "mixtral";
+  const bool moe = arch == "qwen3moe" || arch == "mixtral" || arch == "qwen35moe";
   if (!moe && arch != "qwen3" && arch != "qwen2" && arch != "llama")
-    throw Error("gen: unknown --arch '" + arch_in + "' (qwen3moe, mixtral, or dense qwen3, qwen2, llama)");
+    throw Error("gen: unknown --arch '" + arch_in + "' (qwen3moe, qwen35moe, mixtral, or dense qwen3, qwen2, llama)");
   GenShape s;
   s.gguf_arch = arch == "mixtral" ? "llama" : arch;
+  if (arch == "qwen35moe" && preset != "tiny" && preset != "qwen3.6-35b-a3b")
+    throw Error("gen: qwen35moe presets are tiny and qwen3.6-35b-a3b");
+  if (arch == "qwen35moe" && preset == "tiny") {
+    // Every part of the real recipe at test size: 4 layers (3 Gated DeltaNet,
+    // 1 attention), 16 experts (top 4) plus a shared expert, 2 key heads
+    // serving 4 value heads, partial RoPE, one MTP block.
+    s.name = "tiny-qwen35moe";
+    s.n_layer = 4;
+    s.n_embd = 256;
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.head_dim = 64;
+    s.n_rot = 16;
+    s.n_ff = 256;
+    s.n_vocab = 512;
+    s.n_ctx = 2048;
+    s.rope_base = 1e7f;
+    s.n_expert = 16;
+    s.n_expert_used = 4;
+    s.n_ff_exp = 256;
+    s.n_ff_shexp = 256;
+    s.full_attn_interval = 4;
+    s.ssm_conv_kernel = 4;
+    s.ssm_k_heads = 2;
+    s.ssm_v_heads = 4;
+    s.ssm_head_k = 32;
+    s.ssm_head_v = 32;
+    s.n_mtp = 1;
+    return s;
+  }
+  if (preset == "qwen3.6-35b-a3b") {
+    if (arch != "qwen35moe") throw Error("gen: preset qwen3.6-35b-a3b is a qwen35moe model (use --arch qwen35moe)");
+    // Qwen3.6-35B-A3B's text model (Qwen3.5-35B-A3B has the same shapes).
+    s.name = "synthetic Qwen3.6-35B-A3B";
+    s.n_layer = 40;
+    s.n_embd = 2048;
+    s.n_head = 16;
+    s.n_head_kv = 2;
+    s.head_dim = 256;
+    s.n_rot = 64;
+    s.n_ff = 512;
+    s.n_expert = 256;
+    s.n_expert_used = 8;
+    s.n_ff_exp = 512;
+    s.n_ff_shexp = 512;
+    s.n_vocab = 248320;
+    s.n_ctx = 262144;
+    s.rope_base = 1e7f;
+    s.full_attn_interval = 4;
+    s.ssm_conv_kernel = 4;
+    s.ssm_k_heads = 16;
+    s.ssm_v_heads = 32;
+    s.ssm_head_k = 128;
+    s.ssm_head_v = 128;
+    s.n_mtp = 1;
+    return s;
+  }
   if (preset == "tiny") {
     s.name = "tiny-" + arch;
     s.n_layer = 4;
@@ -212,7 +278,7 @@ GenShape gen_preset(const std::string& arch_in, const std::string& preset_in) {
     s.rope_base = 1e6f;
     s.rms_eps = 1e-5f;
   } else {
-    throw Error("gen: unknown --preset '" + preset_in + "' (tiny, qwen3-30b-a3b, mixtral-8x7b)");
+    throw Error("gen: unknown --preset '" + preset_in + "' (tiny, qwen3-30b-a3b, qwen3.6-35b-a3b, mixtral-8x7b)");
   }
   return s;
 }
@@ -252,30 +318,9 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
   add("token_embd.weight", {D, V}, kEmbd, -1, 1.0f);
   add("output_norm.weight", {D}, kNorm, -1, 0);
   if (!s.tied_output) add("output.weight", {D, V}, kOutput, -1, inv_d);
-  for (int il = 0; il < L; ++il) {
-    const std::string b = "blk." + std::to_string(il) + ".";
-    add(b + "attn_norm.weight", {D}, kNorm, il, 0);
-    add(b + "attn_q.weight", {D, q_dim}, kAttnQ, il, inv_d);
-    add(b + "attn_k.weight", {D, kv_dim}, kAttnK, il, inv_d);
-    add(b + "attn_v.weight", {D, kv_dim}, kAttnV, il, inv_d);
-    if (A == "qwen2") {
-      add(b + "attn_q.bias", {q_dim}, kBias, il, 0.02f).type = DType::F32;
-      add(b + "attn_k.bias", {kv_dim}, kBias, il, 0.02f).type = DType::F32;
-      add(b + "attn_v.bias", {kv_dim}, kBias, il, 0.02f).type = DType::F32;
-    }
-    add(b + "attn_output.weight", {q_dim, D}, kAttnO, il, res_scale / std::sqrt(static_cast<float>(q_dim))).zero_row0 = true;
-    if (A == "qwen3" || A == "qwen3moe") {
-      add(b + "attn_q_norm.weight", {hd}, kQkNorm, il, 0);
-      add(b + "attn_k_norm.weight", {hd}, kQkNorm, il, 0);
-    }
-    add(b + "ffn_norm.weight", {D}, kNorm, il, 0);
-    const float down_std = res_scale / std::sqrt(static_cast<float>(moe ? s.n_ff_exp : s.n_ff));
-    if (!moe) {
-      add(b + "ffn_gate.weight", {D, s.n_ff}, kGate, il, inv_d);
-      add(b + "ffn_up.weight", {D, s.n_ff}, kUp, il, inv_d);
-      add(b + "ffn_down.weight", {s.n_ff, D}, kDown, il, down_std).zero_row0 = true;
-      continue;
-    }
+  const bool hybrid = A == "qwen35moe";
+  // Routed experts of layer il in the chosen layout.
+  auto add_experts = [&](const std::string& b, int il, float down_std) {
     const int64_t E = s.n_expert, F = s.n_ff_exp;
     add(b + "ffn_gate_inp.weight", {D, E}, kRouter, il, inv_d);
     if (layout == "stacked") {
@@ -300,13 +345,75 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
         d.zero_row0 = true;
       }
     }
+  };
+  // qwen35moe: a Gated DeltaNet block (the layers that are not every
+  // full_attn_interval-th), and the shared expert every layer has.
+  const int64_t key_dim = int64_t{s.ssm_k_heads} * s.ssm_head_k, value_dim = int64_t{s.ssm_v_heads} * s.ssm_head_v;
+  auto add_delta_net = [&](const std::string& b, int il) {
+    const int64_t conv_dim = 2 * key_dim + value_dim, nv = s.ssm_v_heads;
+    add(b + "attn_qkv.weight", {D, conv_dim}, kAttnQ, il, inv_d);
+    add(b + "attn_gate.weight", {D, value_dim}, kAttnV, il, inv_d);
+    add(b + "ssm_beta.weight", {D, nv}, kSmallF32, il, inv_d);
+    add(b + "ssm_alpha.weight", {D, nv}, kSmallF32, il, inv_d);
+    add(b + "ssm_a", {nv}, kSsmA, il, 1.0f);
+    add(b + "ssm_dt.bias", {nv}, kNorm, il, 0);  // ones, as the reference initialises dt_bias
+    add(b + "ssm_conv1d.weight", {s.ssm_conv_kernel, conv_dim}, kConv, il,
+        1.0f / std::sqrt(static_cast<float>(s.ssm_conv_kernel)));
+    add(b + "ssm_norm.weight", {s.ssm_head_v}, kQkNorm, il, 0);
+    add(b + "ssm_out.weight", {value_dim, D}, kAttnO, il, res_scale / std::sqrt(static_cast<float>(value_dim)))
+        .zero_row0 = true;
+  };
+  auto add_shared_expert = [&](const std::string& b, int il) {
+    add(b + "ffn_gate_inp_shexp.weight", {D}, kSmallF32, il, inv_d);
+    add(b + "ffn_gate_shexp.weight", {D, s.n_ff_shexp}, kGate, il, inv_d);
+    add(b + "ffn_up_shexp.weight", {D, s.n_ff_shexp}, kUp, il, inv_d);
+    add(b + "ffn_down_shexp.weight", {s.n_ff_shexp, D}, kDown, il,
+        res_scale / std::sqrt(static_cast<float>(s.n_ff_shexp))).zero_row0 = true;
+  };
+  for (int il = 0; il < L + s.n_mtp; ++il) {
+    const std::string b = "blk." + std::to_string(il) + ".";
+    add(b + "attn_norm.weight", {D}, kNorm, il, 0);
+    const bool mtp = il >= L;
+    if (hybrid && !mtp && (il + 1) % s.full_attn_interval != 0) {
+      add_delta_net(b, il);
+    } else {
+      add(b + "attn_q.weight", {D, hybrid ? 2 * q_dim : q_dim}, kAttnQ, il, inv_d);  // hybrid: [q | gate] per head
+      add(b + "attn_k.weight", {D, kv_dim}, kAttnK, il, inv_d);
+      add(b + "attn_v.weight", {D, kv_dim}, kAttnV, il, inv_d);
+      if (A == "qwen2") {
+        add(b + "attn_q.bias", {q_dim}, kBias, il, 0.02f).type = DType::F32;
+        add(b + "attn_k.bias", {kv_dim}, kBias, il, 0.02f).type = DType::F32;
+        add(b + "attn_v.bias", {kv_dim}, kBias, il, 0.02f).type = DType::F32;
+      }
+      add(b + "attn_output.weight", {q_dim, D}, kAttnO, il, res_scale / std::sqrt(static_cast<float>(q_dim))).zero_row0 = true;
+      if (A == "qwen3" || A == "qwen3moe" || hybrid) {
+        add(b + "attn_q_norm.weight", {hd}, kQkNorm, il, 0);
+        add(b + "attn_k_norm.weight", {hd}, kQkNorm, il, 0);
+      }
+    }
+    add(b + (hybrid ? "post_attention_norm.weight" : "ffn_norm.weight"), {D}, kNorm, il, 0);
+    const float down_std = res_scale / std::sqrt(static_cast<float>(moe ? s.n_ff_exp : s.n_ff));
+    if (!moe) {
+      add(b + "ffn_gate.weight", {D, s.n_ff}, kGate, il, inv_d);
+      add(b + "ffn_up.weight", {D, s.n_ff}, kUp, il, inv_d);
+      add(b + "ffn_down.weight", {s.n_ff, D}, kDown, il, down_std).zero_row0 = true;
+      continue;
+    }
+    add_experts(b, il, down_std);
+    if (hybrid) add_shared_expert(b, il);
+    if (mtp) {  // the MTP block's own tensors (concatenated [enorm(embedding) | hnorm(hidden)] -> n_embd)
+      add(b + "nextn.eh_proj.weight", {2 * D, D}, kAttnO, il, 1.0f / std::sqrt(2.0f * static_cast<float>(D)));
+      add(b + "nextn.enorm.weight", {D}, kNorm, il, 0);
+      add(b + "nextn.hnorm.weight", {D}, kNorm, il, 0);
+      add(b + "nextn.shared_head_norm.weight", {D}, kNorm, il, 0);
+    }
   }
 
   // ---- router bias: Zipf(S) over a random ranking of each layer's experts
   RouterBias rb;
   if (moe) {
-    rb.per_layer.resize(static_cast<size_t>(L));
-    for (int il = 0; il < L; ++il) {
+    rb.per_layer.resize(static_cast<size_t>(L + s.n_mtp));
+    for (int il = 0; il < L + s.n_mtp; ++il) {
       std::vector<int> rank(static_cast<size_t>(s.n_expert));
       std::iota(rank.begin(), rank.end(), 0);
       uint64_t st = row_key(opt.seed, il, 99, 0, 0);
@@ -334,7 +441,7 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
   w.set("general.architecture", GgufValue::of_string(A));
   w.set("general.name", GgufValue::of_string(s.name));
   w.set("general.quantization_version", GgufValue::of_u32(2));
-  w.set(A + ".block_count", GgufValue::of_u32(static_cast<uint32_t>(L)));
+  w.set(A + ".block_count", GgufValue::of_u32(static_cast<uint32_t>(L + s.n_mtp)));
   w.set(A + ".context_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_ctx)));
   w.set(A + ".embedding_length", GgufValue::of_u32(static_cast<uint32_t>(D)));
   w.set(A + ".feed_forward_length", GgufValue::of_u32(static_cast<uint32_t>(moe && A == "llama" ? s.n_ff_exp : s.n_ff)));
@@ -344,12 +451,28 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
   w.set(A + ".attention.value_length", GgufValue::of_u32(static_cast<uint32_t>(hd)));
   w.set(A + ".attention.layer_norm_rms_epsilon", GgufValue::of_f32(s.rms_eps));
   w.set(A + ".rope.freq_base", GgufValue::of_f32(s.rope_base));
-  w.set(A + ".rope.dimension_count", GgufValue::of_u32(static_cast<uint32_t>(hd)));
+  w.set(A + ".rope.dimension_count", GgufValue::of_u32(static_cast<uint32_t>(s.n_rot > 0 ? s.n_rot : hd)));
   w.set(A + ".vocab_size", GgufValue::of_u32(static_cast<uint32_t>(V)));
   if (moe) {
     w.set(A + ".expert_count", GgufValue::of_u32(static_cast<uint32_t>(s.n_expert)));
     w.set(A + ".expert_used_count", GgufValue::of_u32(static_cast<uint32_t>(s.n_expert_used)));
-    if (A == "qwen3moe") w.set(A + ".expert_feed_forward_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_ff_exp)));
+    if (A == "qwen3moe" || hybrid)
+      w.set(A + ".expert_feed_forward_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_ff_exp)));
+  }
+  if (hybrid) {
+    w.set(A + ".expert_shared_feed_forward_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_ff_shexp)));
+    w.set(A + ".full_attention_interval", GgufValue::of_u32(static_cast<uint32_t>(s.full_attn_interval)));
+    w.set(A + ".ssm.conv_kernel", GgufValue::of_u32(static_cast<uint32_t>(s.ssm_conv_kernel)));
+    w.set(A + ".ssm.state_size", GgufValue::of_u32(static_cast<uint32_t>(s.ssm_head_k)));
+    w.set(A + ".ssm.group_count", GgufValue::of_u32(static_cast<uint32_t>(s.ssm_k_heads)));
+    w.set(A + ".ssm.time_step_rank", GgufValue::of_u32(static_cast<uint32_t>(s.ssm_v_heads)));
+    w.set(A + ".ssm.inner_size", GgufValue::of_u32(static_cast<uint32_t>(s.ssm_v_heads * s.ssm_head_v)));
+    // MRoPE sections as the real files carry them (text positions make them
+    // plain RoPE: every section sees the same position).
+    const int half = (s.n_rot > 0 ? s.n_rot : static_cast<int>(hd)) / 2;
+    const int32_t a = half * 11 / 32, b = half * 11 / 32;
+    w.set(A + ".rope.dimension_sections", GgufValue::of_i32s({a, b, half - a - b, 0}));
+    if (s.n_mtp > 0) w.set(A + ".nextn_predict_layers", GgufValue::of_u32(static_cast<uint32_t>(s.n_mtp)));
   }
   w.set("moestream.synthetic.seed", GgufValue::of_u64(opt.seed));
   w.set("moestream.synthetic.router_skew", GgufValue::of_f32(static_cast<float>(opt.router_skew)));

@@ -55,11 +55,18 @@ struct GenShape {
   float rope_base = 10000.0f;
   float rms_eps = 1e-6f;
   bool tied_output = false;
+  int n_rot = 0;          // rope.dimension_count (0: head_dim)
+  // qwen35moe (Qwen3.5/3.6-MoE): Gated DeltaNet layers, a shared expert, MTP blocks.
+  int full_attn_interval = 0;  // every Nth layer has softmax attention; the others Gated DeltaNet
+  int ssm_conv_kernel = 0, ssm_k_heads = 0, ssm_v_heads = 0, ssm_head_k = 0, ssm_head_v = 0;
+  int64_t n_ff_shexp = 0;
+  int n_mtp = 0;          // MTP blocks after the main stack (nextn_predict_layers)
 };
 
-// arch: qwen3moe | mixtral | qwen3 | qwen2 | llama (the last three dense);
-// preset: tiny | qwen3-30b-a3b | mixtral-8x7b. Throws ms::Error for an unknown
-// name or a combination that does not exist (e.g. mixtral + qwen3-30b-a3b).
+// arch: qwen3moe | qwen35moe | mixtral | qwen3 | qwen2 | llama (the last three
+// dense); preset: tiny | qwen3-30b-a3b | qwen3.6-35b-a3b | mixtral-8x7b.
+// Throws ms::Error for an unknown name or a combination that does not exist
+// (e.g. mixtral + qwen3-30b-a3b).
 GenShape gen_preset(const std::string& arch, const std::string& preset);
 
 struct GenOptions {

@@ -6,11 +6,12 @@ namespace ms {
 
 const std::vector<ArchInfo>& all_archs() {
   static const std::vector<ArchInfo> table = {
-      //  name        rope              qk_norm qkv_bias moe    moe_opt router                    renorm
-      {"llama", RopeMode::Normal, false, false, false, true, RouterMode::TopKSoftmax, false},
-      {"qwen2", RopeMode::Neox, false, true, false, false, RouterMode::SoftmaxTopK, true},
-      {"qwen3", RopeMode::Neox, true, false, false, false, RouterMode::SoftmaxTopK, true},
-      {"qwen3moe", RopeMode::Neox, true, false, true, false, RouterMode::SoftmaxTopK, true},
+      //  name      rope        qk_norm qkv_bias moe  moe_opt router          renorm linear out_gate shexp
+      {"llama", RopeMode::Normal, false, false, false, true, RouterMode::TopKSoftmax, false, false, false, false},
+      {"qwen2", RopeMode::Neox, false, true, false, false, RouterMode::SoftmaxTopK, true, false, false, false},
+      {"qwen3", RopeMode::Neox, true, false, false, false, RouterMode::SoftmaxTopK, true, false, false, false},
+      {"qwen3moe", RopeMode::Neox, true, false, true, false, RouterMode::SoftmaxTopK, true, false, false, false},
+      {"qwen35moe", RopeMode::Neox, true, false, true, false, RouterMode::SoftmaxTopK, true, true, true, true},
   };
   return table;
 }

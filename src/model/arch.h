@@ -14,6 +14,16 @@
 //   MoE:   ids, w = router(Wr x)                         router_mode
 //          h += sum_j w_j * down_j(silu(gate_j x) * up_j x)
 // then logits = Woutput rmsnorm(h, output_norm) (Woutput = token_embd if absent).
+//
+// Hybrids (qwen35moe, Qwen3.5/3.6-MoE) switch three more parts of the recipe:
+//   linear_attention: most layers replace attention with Gated DeltaNet
+//                     (src/cpu/delta_net.h); every full_attention_interval-th
+//                     layer keeps softmax attention
+//   attn_output_gate: attn_q yields per head [q | gate]; the attention output
+//                     is multiplied by sigmoid(gate) before Wo
+//   shared_expert:    every MoE layer adds sigmoid(w_s . x) * SwiGLU_shexp(x)
+//   the FFN norm is named post_attention_norm, and RoPE may cover only the
+//   first rope.dimension_count dims of each head (partial RoPE).
 #pragma once
 #include <string>
 #include <vector>
@@ -31,12 +41,15 @@ struct ArchInfo {
   bool moe_optional;       // ... or only when `<arch>.expert_count` > 0 (llama: Mixtral)
   RouterMode router_mode;  // how router logits become expert weights
   bool default_renorm;     // SoftmaxTopK: renormalise the top-k unless `<arch>.expert_weights_norm` says otherwise
+  bool linear_attention;   // Gated DeltaNet layers between the full-attention ones (qwen35moe)
+  bool attn_output_gate;   // attn_q holds [q | gate] per head; output *= sigmoid(gate)
+  bool shared_expert;      // ffn_{gate,up,down}_shexp + ffn_gate_inp_shexp in every MoE layer
 };
 
 // The row for a GGUF architecture name. Throws ms::Error naming the
 // architecture and listing the supported ones.
 const ArchInfo& arch_info(const std::string& name);
 const std::vector<ArchInfo>& all_archs();
-std::string supported_arch_names();  // "llama, qwen2, qwen3, qwen3moe"
+std::string supported_arch_names();  // "llama, qwen2, qwen3, qwen3moe, qwen35moe"
 
 }  // namespace ms

@@ -92,10 +92,22 @@ int ModelHParams::n_attention_layers() const {
 
 uint64_t ModelHParams::kv_cache_bytes(int64_t n_ctx) const {
   uint64_t per_token = 0;
-  for (size_t il = 0; il < n_head_kv_layer.size(); ++il)
+  const size_t trunk = static_cast<size_t>(std::max<int64_t>(n_layer - n_layer_nextn, 0));
+  for (size_t il = 0; il < n_head_kv_layer.size() && il < trunk; ++il)
     if (layer_has_attention[il])
       per_token += static_cast<uint64_t>(n_head_kv_layer[il]) * static_cast<uint64_t>(head_dim + head_dim_v) * 2;
   return per_token * static_cast<uint64_t>(std::max<int64_t>(n_ctx, 0));
+}
+
+uint64_t ModelHParams::recurrent_state_bytes() const {
+  if (ssm_dt_rank <= 0 || ssm_group_count <= 0) return 0;
+  const uint64_t head_v = static_cast<uint64_t>(ssm_inner_size / ssm_dt_rank);
+  const uint64_t conv_dim = static_cast<uint64_t>(2 * ssm_group_count * ssm_state_size + ssm_inner_size);
+  const uint64_t per_layer = (static_cast<uint64_t>(std::max<int64_t>(ssm_conv_kernel - 1, 0)) * conv_dim +
+                              static_cast<uint64_t>(ssm_dt_rank) * static_cast<uint64_t>(ssm_state_size) * head_v) *
+                             4;
+  const uint64_t n = static_cast<uint64_t>(std::count(layer_is_recurrent.begin(), layer_is_recurrent.end(), true));
+  return n * per_layer;
 }
 
 void ModelHParams::require_complete(const std::string& path) const {
@@ -184,6 +196,25 @@ ModelHParams read_metadata(const GgufFile& f) {
   // Which layers have softmax attention (and so a KV cache).
   const int64_t every = rules ? rules->default_full_attn_every : 0;
   h.full_attention_interval = optional(p + "full_attention_interval", every);
+  h.n_layer_nextn = optional(p + "nextn_predict_layers", 0);
+  if (h.n_layer_nextn >= h.n_layer && h.n_layer > 0) {
+    problem(p + "nextn_predict_layers", "is " + std::to_string(h.n_layer_nextn) + ", must be below block_count (" +
+                                           std::to_string(h.n_layer) + ")");
+    h.n_layer_nextn = 0;
+  }
+  if (every > 0) {  // a linear-attention hybrid: its Gated DeltaNet shape
+    h.ssm_conv_kernel = required(p + "ssm.conv_kernel");
+    h.ssm_state_size = required(p + "ssm.state_size");
+    h.ssm_group_count = required(p + "ssm.group_count");
+    h.ssm_dt_rank = required(p + "ssm.time_step_rank");
+    h.ssm_inner_size = required(p + "ssm.inner_size");
+    if (h.ssm_group_count > 0 && h.ssm_dt_rank > 0 && h.ssm_dt_rank % h.ssm_group_count != 0)
+      problem(p + "ssm.time_step_rank", "is " + std::to_string(h.ssm_dt_rank) + ", must be a multiple of ssm.group_count (" +
+                                            std::to_string(h.ssm_group_count) + ")");
+    if (h.ssm_dt_rank > 0 && h.ssm_inner_size % h.ssm_dt_rank != 0)
+      problem(p + "ssm.inner_size", "is " + std::to_string(h.ssm_inner_size) +
+                                        ", must be a multiple of ssm.time_step_rank (" + std::to_string(h.ssm_dt_rank) + ")");
+  }
   h.n_head_kv_layer.assign(static_cast<size_t>(h.n_layer), h.n_head_kv);
   if (!kv_heads.per_layer.empty()) {
     if (static_cast<int64_t>(kv_heads.per_layer.size()) != h.n_layer)
@@ -192,9 +223,15 @@ ModelHParams read_metadata(const GgufFile& f) {
     for (size_t il = 0; il < h.n_head_kv_layer.size() && il < kv_heads.per_layer.size(); ++il)
       h.n_head_kv_layer[il] = std::max<int64_t>(kv_heads.per_layer[il], 0);
   }
+  // Linear attention in the main stack only: MTP blocks (the last
+  // n_layer_nextn) are full-attention blocks whatever their index.
+  h.layer_is_recurrent.assign(h.n_head_kv_layer.size(), false);
   if (h.full_attention_interval > 0)
-    for (int64_t il = 0; il < h.n_layer; ++il)
-      if ((il + 1) % h.full_attention_interval != 0) h.n_head_kv_layer[static_cast<size_t>(il)] = 0;  // linear attention
+    for (int64_t il = 0; il < h.n_layer - h.n_layer_nextn; ++il)
+      if ((il + 1) % h.full_attention_interval != 0) {
+        h.n_head_kv_layer[static_cast<size_t>(il)] = 0;  // linear attention
+        h.layer_is_recurrent[static_cast<size_t>(il)] = true;
+      }
   h.layer_has_attention.resize(h.n_head_kv_layer.size());
   for (size_t il = 0; il < h.n_head_kv_layer.size(); ++il) h.layer_has_attention[il] = h.n_head_kv_layer[il] > 0;
   return h;

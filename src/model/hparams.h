@@ -38,12 +38,23 @@ struct ModelHParams {
   int64_t n_vocab = 0;        // tokenizer.ggml.tokens length, else token_embd rows
   std::optional<bool> expert_weights_norm;  // {arch}.expert_weights_norm
   int64_t full_attention_interval = 0;      // {arch}.full_attention_interval (linear-attention hybrids)
+  // {arch}.nextn_predict_layers: MTP (next-token prediction) blocks stored
+  // after the main stack; block_count counts them, the normal forward pass
+  // skips them (they draft tokens for speculative decoding).
+  int64_t n_layer_nextn = 0;
+  // Gated DeltaNet (linear attention) layers: {arch}.ssm.* keys, 0 when absent.
+  int64_t ssm_conv_kernel = 0;  // ssm.conv_kernel: taps of the causal conv1d
+  int64_t ssm_state_size = 0;   // ssm.state_size: key head size (= value head size in llama.cpp's layout)
+  int64_t ssm_group_count = 0;  // ssm.group_count: key heads
+  int64_t ssm_dt_rank = 0;      // ssm.time_step_rank: value heads
+  int64_t ssm_inner_size = 0;   // ssm.inner_size: value heads * value head size
 
   // Per layer (size n_layer): KV heads (0 for a layer without attention, e.g.
   // the linear-attention layers of qwen3next / qwen35moe), and whether the
   // layer has softmax attention and so a KV cache.
   std::vector<int64_t> n_head_kv_layer;
   std::vector<bool> layer_has_attention;
+  std::vector<bool> layer_is_recurrent;  // linear-attention layers (a recurrent state instead of a KV cache)
 
   // Required keys that were absent or invalid, in the order checked, with the
   // reason ("missing" / "must be > 0"). Empty for a complete set.
@@ -53,7 +64,12 @@ struct ModelHParams {
   int n_attention_layers() const;
   // Bytes of an F16 K and V cache for n_ctx tokens:
   //   n_ctx * sum over attention layers of n_head_kv(layer) * (head_dim + head_dim_v) * 2
+  // (MTP layers excluded: the normal forward pass does not run them).
   uint64_t kv_cache_bytes(int64_t n_ctx) const;
+  // Bytes of one sequence's recurrent state, whatever its length: per
+  // linear-attention layer an f32 conv window ((conv_kernel - 1) * conv_dim)
+  // and an f32 delta-rule state (value heads * key head size * value head size).
+  uint64_t recurrent_state_bytes() const;
   // Throws ms::Error naming the first missing or invalid required key (and
   // the file) if `problems` is not empty.
   void require_complete(const std::string& path) const;

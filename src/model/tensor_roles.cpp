@@ -208,7 +208,9 @@ VramPlan vram_needs(const WeightSplit& split, const ModelHParams& hp, int64_t n_
   VramPlan v;
   v.n_ctx = n_ctx;
   v.dense_bytes = split.dense_bytes;
-  v.kv_bytes = hp.kv_cache_bytes(n_ctx);
+  // The sequence state: K/V of the attention layers plus the fixed-size
+  // recurrent state of linear-attention layers (hybrids).
+  v.kv_bytes = hp.kv_cache_bytes(n_ctx) + hp.recurrent_state_bytes();
   v.reserve_bytes = vram_reserve_bytes(hp.n_vocab);
   v.minimum_bytes = v.dense_bytes + v.kv_bytes + v.reserve_bytes;
   v.everything_bytes = v.minimum_bytes + split.expert_bytes;

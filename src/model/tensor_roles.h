@@ -89,6 +89,7 @@ WeightSplit split_weights(const GgufFile& file);
 //   room = budget - dense weights - KV cache(n_ctx) - reserve
 //   reserve = kVramFixedReserve + n_vocab * 4 B * kVramLogitRows   (f32 logits)
 //   KV cache = n_ctx * sum over attention layers of n_head_kv * (key_length + value_length) * 2 B   (F16 K and V)
+//              + the recurrent state of linear-attention layers (hybrids; ModelHParams::recurrent_state_bytes)
 // CUDA context, activations, workspaces (measured on the H100: activations
 // and the hybrid step's buffers for 512-token batches take ~250 MiB).
 constexpr uint64_t kVramFixedReserve = 384ull << 20;

@@ -128,8 +128,23 @@ void bind_experts(const Binder& b, const GgufFile& f, const uint8_t* data, const
 
 }  // namespace
 
+int ModelConfig::n_attention_layers() const {
+  int n = 0;
+  for (int il = 0; il < n_layer; ++il) n += is_linear(il) ? 0 : 1;
+  return n;
+}
+
 std::string ModelConfig::describe() const {
-  char buf[256];
+  char buf[384];
+  if (!linear_layer.empty()) {
+    std::snprintf(buf, sizeof buf,
+                  "%s: %d layers (%d Gated DeltaNet, %d attention; %d MTP), n_embd %lld, %d/%d heads of %d, "
+                  "%d experts (top %d) of ff %lld + shared ff %lld, vocab %lld",
+                  arch_name.c_str(), n_layer, n_layer - n_attention_layers(), n_attention_layers(), n_layer_mtp,
+                  static_cast<long long>(n_embd), n_head, n_head_kv, head_dim, n_expert, n_expert_used,
+                  static_cast<long long>(n_ff_exp), static_cast<long long>(n_ff_shexp), static_cast<long long>(n_vocab));
+    return buf;
+  }
   if (is_moe())
     std::snprintf(buf, sizeof buf, "%s: %d layers, n_embd %lld, %d/%d heads of %d, %d experts (top %d) of ff %lld, vocab %lld",
                   arch_name.c_str(), n_layer, static_cast<long long>(n_embd), n_head, n_head_kv, head_dim, n_expert,
@@ -152,17 +167,35 @@ ModelConfig read_model_config(const GgufFile& f) {
       throw Error(f.path() + ": metadata '" + key + "' = " + std::to_string(v) + " is out of range");
     return static_cast<int>(v);
   };
-  c.n_layer = narrow(p + "block_count", hp.n_layer);
+  // block_count includes the MTP blocks stored after the main stack.
+  c.n_layer = narrow(p + "block_count", hp.n_layer - hp.n_layer_nextn);
+  c.n_layer_mtp = static_cast<int>(hp.n_layer_nextn);
   c.n_embd = hp.n_embd;
   c.n_head = narrow(p + "attention.head_count", hp.n_head);
   c.n_head_kv = narrow(p + "attention.head_count_kv", hp.n_head_kv);
   if (c.n_head % c.n_head_kv != 0)
     throw Error(f.path() + ": " + std::to_string(c.n_head) + " attention heads is not a multiple of " +
                 std::to_string(c.n_head_kv) + " KV heads");
-  for (int64_t kv : hp.n_head_kv_layer)
-    if (kv != hp.n_head_kv)
+  for (size_t il = 0; il < hp.n_head_kv_layer.size(); ++il) {
+    const bool linear = c.arch->linear_attention && hp.layer_is_recurrent[il];  // no KV heads, by design
+    if (!linear && hp.n_head_kv_layer[il] != hp.n_head_kv)
       throw Error(f.path() + ": layers with different KV head counts (or without attention) are not supported by "
-                  "the CPU engine yet");
+                  "the engine");
+  }
+  if (c.arch->linear_attention) {
+    c.linear_layer.assign(hp.layer_is_recurrent.begin(), hp.layer_is_recurrent.begin() + c.n_layer);
+    auto& L = c.lin;
+    L.conv_kernel = narrow(p + "ssm.conv_kernel", hp.ssm_conv_kernel);
+    L.n_k_heads = narrow(p + "ssm.group_count", hp.ssm_group_count);
+    L.n_v_heads = narrow(p + "ssm.time_step_rank", hp.ssm_dt_rank);
+    L.head_k = narrow(p + "ssm.state_size", hp.ssm_state_size);
+    L.head_v = narrow(p + "ssm.inner_size", hp.ssm_inner_size / hp.ssm_dt_rank);
+    if (L.conv_kernel < 2 || L.conv_kernel > 16)
+      throw Error(f.path() + ": " + p + "ssm.conv_kernel = " + std::to_string(L.conv_kernel) +
+                  " is out of range (2..16 taps)");
+  } else if (hp.n_layer_nextn > 0) {
+    throw Error(f.path() + ": '" + c.arch_name + "' with MTP blocks (nextn_predict_layers) is not supported");
+  }
   c.head_dim = narrow(p + "attention.key_length", hp.head_dim);
   if (hp.head_dim_v != hp.head_dim)
     throw Error(f.path() + ": attention.value_length differs from key_length; not supported");
@@ -181,8 +214,18 @@ ModelConfig read_model_config(const GgufFile& f) {
   } else if (scaling != "none" && !scaling.empty()) {
     throw Error(f.path() + ": RoPE scaling '" + scaling + "' is not supported (only none and linear)");
   }
-  if (hp.n_expert_shared > 0)
-    throw Error(f.path() + ": shared experts are not supported by the CPU engine yet");
+  if (hp.n_expert_shared > 1 || (hp.n_expert_shared > 0 && !c.arch->shared_expert))
+    throw Error(f.path() + ": shared experts are not supported for '" + c.arch_name + "' (expert_shared_count " +
+                std::to_string(hp.n_expert_shared) + ")");
+  if (c.arch->shared_expert) {
+    c.n_ff_shexp = f.get_int(p + "expert_shared_feed_forward_length", 0);
+    if (c.n_ff_shexp <= 0)
+      if (const GgufTensorInfo* t = f.find_tensor("blk.0.ffn_gate_shexp.weight"); t && t->shape.size() == 2)
+        c.n_ff_shexp = t->shape[1];
+    if (c.n_ff_shexp <= 0)
+      throw Error(f.path() + ": cannot tell the shared expert's FFN width (no '" + p +
+                  "expert_shared_feed_forward_length', no blk.0.ffn_gate_shexp.weight)");
+  }
   c.n_expert = static_cast<int>(hp.n_expert);
   if (c.arch->moe && c.n_expert <= 0)
     throw Error(f.path() + ": '" + c.arch_name + "' needs metadata '" + p + "expert_count' > 0");
@@ -217,12 +260,19 @@ std::vector<ByteRange> ExpertWeights::ranges(int e) const {
   return {{off(gate(e)), gate_bytes()}, {off(up(e)), up_bytes()}, {off(down(e)), down_bytes()}};
 }
 
+std::vector<const TensorView*> LayerWeights::dense_tensors() const {
+  std::vector<const TensorView*> out;
+  for (const TensorView* t : {&attn_norm, &wq, &wk, &wv, &wo, &bq, &bk, &bv, &q_norm, &k_norm, &ffn_norm, &ffn_gate,
+                              &ffn_up, &ffn_down, &router, &ssm_qkv, &ssm_z, &ssm_beta, &ssm_alpha, &ssm_a, &ssm_dt,
+                              &ssm_conv, &ssm_norm, &ssm_out, &shexp_gate, &shexp_up, &shexp_down, &shexp_router})
+    if (*t) out.push_back(t);
+  return out;
+}
+
 uint64_t ModelWeights::active_bytes_per_token() const {
   uint64_t total = output.nbytes + output_norm.nbytes + token_embd.row_bytes();
   for (const LayerWeights& l : layers) {
-    for (const TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.q_norm,
-                                &l.k_norm, &l.ffn_norm, &l.ffn_gate, &l.ffn_up, &l.ffn_down, &l.router})
-      total += t->nbytes;
+    for (const TensorView* t : l.dense_tensors()) total += t->nbytes;
     total += static_cast<uint64_t>(cfg.n_expert_used) * l.experts.expert_bytes();
   }
   return total;
@@ -253,23 +303,27 @@ ModelWeights bind_weights(const GgufFile& f, const uint8_t* data) {
     w.tied_output = true;
   }
   w.layers.resize(static_cast<size_t>(c.n_layer));
-  for (int il = 0; il < c.n_layer; ++il) {
-    LayerWeights& l = w.layers[static_cast<size_t>(il)];
-    l.attn_norm = b.get_f32(blk(il, "attn_norm.weight"), {D});
-    l.wq = b.get(blk(il, "attn_q.weight"), {D, q_dim});
+  auto bind_attention = [&](int il, LayerWeights& l) {
+    l.wq = b.get(blk(il, "attn_q.weight"), {D, a.attn_output_gate ? 2 * q_dim : q_dim});
     l.wk = b.get(blk(il, "attn_k.weight"), {D, kv_dim});
     l.wv = b.get(blk(il, "attn_v.weight"), {D, kv_dim});
     l.wo = b.get(blk(il, "attn_output.weight"), {q_dim, D});
-    if (a.qkv_bias) {
-      l.bq = b.get_f32(blk(il, "attn_q.bias"), {q_dim});
-      l.bk = b.get_f32(blk(il, "attn_k.bias"), {kv_dim});
-      l.bv = b.get_f32(blk(il, "attn_v.bias"), {kv_dim});
-    }
-    if (a.qk_norm) {
-      l.q_norm = b.get_f32(blk(il, "attn_q_norm.weight"), {hd});
-      l.k_norm = b.get_f32(blk(il, "attn_k_norm.weight"), {hd});
-    }
-    l.ffn_norm = b.get_f32(blk(il, "ffn_norm.weight"), {D});
+  };
+  auto bind_linear = [&](int il, LayerWeights& l) {
+    const auto& L = c.lin;
+    const int64_t nv = L.n_v_heads;
+    l.ssm_qkv = b.get(blk(il, "attn_qkv.weight"), {D, L.conv_dim()});
+    l.ssm_z = b.get(blk(il, "attn_gate.weight"), {D, L.value_dim()});
+    l.ssm_beta = b.get(blk(il, "ssm_beta.weight"), {D, nv});
+    l.ssm_alpha = b.get(blk(il, "ssm_alpha.weight"), {D, nv});
+    l.ssm_a = b.get_f32(blk(il, "ssm_a"), {nv});
+    l.ssm_dt = b.get_f32(blk(il, "ssm_dt.bias"), {nv});
+    l.ssm_conv = b.get_f32(blk(il, "ssm_conv1d.weight"), {L.conv_kernel, L.conv_dim()});
+    l.ssm_norm = b.get_f32(blk(il, "ssm_norm.weight"), {L.head_v});
+    l.ssm_out = b.get(blk(il, "ssm_out.weight"), {L.value_dim(), D});
+  };
+  auto bind_ffn = [&](int il, LayerWeights& l) {
+    l.ffn_norm = b.get_f32(blk(il, a.linear_attention ? "post_attention_norm.weight" : "ffn_norm.weight"), {D});
     if (c.is_moe()) {
       l.router = b.get(blk(il, "ffn_gate_inp.weight"), {D, c.n_expert});
       bind_experts(b, f, data, c, il, l.experts);
@@ -278,6 +332,57 @@ ModelWeights bind_weights(const GgufFile& f, const uint8_t* data) {
       l.ffn_up = b.get(blk(il, "ffn_up.weight"), {D, c.n_ff});
       l.ffn_down = b.get(blk(il, "ffn_down.weight"), {c.n_ff, D});
     }
+    if (a.shared_expert) {
+      l.shexp_router = b.get(blk(il, "ffn_gate_inp_shexp.weight"), {D});
+      l.shexp_gate = b.get(blk(il, "ffn_gate_shexp.weight"), {D, c.n_ff_shexp});
+      l.shexp_up = b.get(blk(il, "ffn_up_shexp.weight"), {D, c.n_ff_shexp});
+      l.shexp_down = b.get(blk(il, "ffn_down_shexp.weight"), {c.n_ff_shexp, D});
+    }
+  };
+  auto bind_qk_norm = [&](int il, LayerWeights& l) {
+    l.q_norm = b.get_f32(blk(il, "attn_q_norm.weight"), {hd});
+    l.k_norm = b.get_f32(blk(il, "attn_k_norm.weight"), {hd});
+  };
+  if (a.linear_attention) {
+    for (int il = 0; il < c.n_layer; ++il) {
+      LayerWeights& l = w.layers[static_cast<size_t>(il)];
+      l.attn_norm = b.get_f32(blk(il, "attn_norm.weight"), {D});
+      if (c.is_linear(il)) {
+        bind_linear(il, l);
+      } else {
+        bind_attention(il, l);
+        bind_qk_norm(il, l);
+      }
+      bind_ffn(il, l);
+    }
+    // MTP blocks: full attention + MoE, plus the nextn tensors.
+    for (int j = 0; j < c.n_layer_mtp; ++j) {
+      const int il = c.n_layer + j;
+      MtpWeights& m = w.mtp.emplace_back();
+      m.layer.attn_norm = b.get_f32(blk(il, "attn_norm.weight"), {D});
+      bind_attention(il, m.layer);
+      bind_qk_norm(il, m.layer);
+      bind_ffn(il, m.layer);
+      m.eh_proj = b.get(blk(il, "nextn.eh_proj.weight"), {2 * D, D});
+      m.enorm = b.get_f32(blk(il, "nextn.enorm.weight"), {D});
+      m.hnorm = b.get_f32(blk(il, "nextn.hnorm.weight"), {D});
+      m.shared_head_norm = b.get_f32(blk(il, "nextn.shared_head_norm.weight"), {D}, false);
+      m.shared_head_head = b.get(blk(il, "nextn.shared_head_head.weight"), {D, V}, false);
+      m.embed_tokens = b.get(blk(il, "nextn.embed_tokens.weight"), {D, V}, false);
+    }
+    return w;
+  }
+  for (int il = 0; il < c.n_layer; ++il) {
+    LayerWeights& l = w.layers[static_cast<size_t>(il)];
+    l.attn_norm = b.get_f32(blk(il, "attn_norm.weight"), {D});
+    bind_attention(il, l);
+    if (a.qkv_bias) {
+      l.bq = b.get_f32(blk(il, "attn_q.bias"), {q_dim});
+      l.bk = b.get_f32(blk(il, "attn_k.bias"), {kv_dim});
+      l.bv = b.get_f32(blk(il, "attn_v.bias"), {kv_dim});
+    }
+    if (a.qk_norm) bind_qk_norm(il, l);
+    bind_ffn(il, l);
   }
   return w;
 }

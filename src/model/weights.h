@@ -39,8 +39,26 @@ struct ModelConfig {
   float rope_base = 10000.0f;
   float rope_freq_scale = 1.0f;
   bool router_renorm = true;  // SoftmaxTopK: renormalise the top-k weights
+  int64_t n_ff_shexp = 0;     // shared expert's FFN width (arch->shared_expert)
+
+  // Linear-attention hybrids (arch->linear_attention). n_layer counts the main
+  // stack only; the MTP blocks after it (n_layer_mtp, `nextn_predict_layers`)
+  // are bound but not run by the forward pass.
+  int n_layer_mtp = 0;
+  std::vector<bool> linear_layer;  // [n_layer]: Gated DeltaNet instead of softmax attention
+  struct LinearAttn {
+    int conv_kernel = 0;            // ssm.conv_kernel: taps of the causal depthwise conv
+    int n_k_heads = 0, n_v_heads = 0;  // ssm.group_count, ssm.time_step_rank
+    int head_k = 0, head_v = 0;     // ssm.state_size, ssm.inner_size / n_v_heads
+    int64_t key_dim() const { return static_cast<int64_t>(n_k_heads) * head_k; }
+    int64_t value_dim() const { return static_cast<int64_t>(n_v_heads) * head_v; }
+    // Channels of the fused projection and of the conv: [q | k | v].
+    int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
+  } lin;
 
   bool is_moe() const { return n_expert > 0; }
+  bool is_linear(int il) const { return !linear_layer.empty() && linear_layer[static_cast<size_t>(il)]; }
+  int n_attention_layers() const;
   std::string describe() const;  // one line: arch, layers, widths, experts
 };
 
@@ -94,13 +112,45 @@ class ExpertWeights {
 };
 
 struct LayerWeights {
-  TensorView attn_norm, wq, wk, wv, wo;
+  TensorView attn_norm, wq, wk, wv, wo;  // wq: 2 * q_dim rows (q, gate per head) with attn_output_gate
   TensorView bq, bk, bv;          // qkv_bias archs
   TensorView q_norm, k_norm;      // qk_norm archs: head_dim values each
-  TensorView ffn_norm;
+  TensorView ffn_norm;            // post_attention_norm in qwen35moe files
   TensorView ffn_gate, ffn_up, ffn_down;  // dense FFN
   TensorView router;              // MoE: n_expert rows x n_embd
   ExpertWeights experts;          // MoE
+
+  // Gated DeltaNet (a linear-attention layer of a hybrid; wq..wo absent).
+  // Value heads are in llama.cpp's tiled order: value head j reads key head
+  // j % n_k_heads (see src/cpu/delta_net.h).
+  TensorView ssm_qkv;             // attn_qkv: conv_dim rows x n_embd ([q | k | v])
+  TensorView ssm_z;               // attn_gate: value_dim rows (the output gate z)
+  TensorView ssm_beta, ssm_alpha; // n_v_heads rows: write strength, decay input
+  TensorView ssm_a;               // n_v_heads f32: -exp(A_log), the decay rate (< 0)
+  TensorView ssm_dt;              // n_v_heads f32: bias added to alpha before softplus
+  TensorView ssm_conv;            // conv_dim rows x conv_kernel f32 (last tap: the current token)
+  TensorView ssm_norm;            // head_v f32: the gated RMSNorm's weight
+  TensorView ssm_out;             // n_embd rows x value_dim
+
+  // Shared expert (arch->shared_expert): a dense SwiGLU FFN every token runs,
+  // scaled by sigmoid(shexp_router . x).
+  TensorView shexp_gate, shexp_up, shexp_down;  // n_ff_shexp x n_embd, .., n_embd x n_ff_shexp
+  TensorView shexp_router;        // ffn_gate_inp_shexp: one row of n_embd
+
+  // Every dense (non-routed-expert) tensor of the layer that is present.
+  std::vector<const TensorView*> dense_tensors() const;
+};
+
+// An MTP (next-token prediction) block: a full-attention MoE layer fed by
+// eh_proj [enorm(embedding) | hnorm(hidden)]. Bound and kept for drafting;
+// the normal forward pass never runs it.
+struct MtpWeights {
+  LayerWeights layer;
+  TensorView eh_proj;             // n_embd rows x 2 * n_embd
+  TensorView enorm, hnorm;        // n_embd f32
+  TensorView shared_head_norm;    // optional: n_embd f32
+  TensorView shared_head_head;    // optional: its own output head (else the model's)
+  TensorView embed_tokens;        // optional: its own embeddings (else the model's)
 };
 
 struct ModelWeights {
@@ -108,6 +158,7 @@ struct ModelWeights {
   TensorView token_embd, output_norm, output;  // output == token_embd when tied
   bool tied_output = false;
   std::vector<LayerWeights> layers;
+  std::vector<MtpWeights> mtp;    // cfg.n_layer_mtp blocks (file layers n_layer ..)
   const GgufFile* file = nullptr;
 
   // Bytes one decode step reads: dense weights, k routed experts per layer,

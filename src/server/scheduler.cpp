@@ -157,6 +157,9 @@ void Scheduler::admit() {
     auto [idx, keep] = choose_slot(views, queue_.front().first.prompt);
     if (idx < 0) break;
     Slot& s = *slots_[static_cast<size_t>(idx)];
+    // A recurrent state (hybrid models) cannot be rewound to a shorter prefix:
+    // such a slot reuses all of its cache or none of it.
+    if (!s.kv.can_truncate_to(static_cast<int64_t>(keep))) keep = 0;
     s.job = std::move(queue_.front().first);
     s.req = std::move(queue_.front().second);
     queue_.pop_front();

@@ -53,7 +53,11 @@ inline std::vector<double> norm(const std::vector<double>& x, const Mat& w, doub
 
 struct RefModel {
   std::string arch;
-  int n_layer, n_head, n_kv, hd, n_expert = 0, k = 0;
+  int n_layer, n_head, n_kv, hd, n_rot, n_expert = 0, k = 0;
+  // qwen35moe: Gated DeltaNet shape (value head h reads key head h % nk, the
+  // GGUF's tiled order) and whether attention has an output gate.
+  int conv_k = 0, nk = 0, nv = 0, dk = 0, dv = 0;
+  bool gated_attn = false;
   int64_t D, V;
   double eps, base;
   bool neox, renorm = true, softmax_first;
@@ -61,14 +65,22 @@ struct RefModel {
   struct Layer {
     Mat attn_norm, wq, wk, wv, wo, bq, bk, bv, qn, kn, ffn_norm, router, gate, up, down;
     std::vector<Mat> eg, eu, ed;
+    Mat qkv, z, beta, alpha, a, dt, conv, snorm, sout;  // Gated DeltaNet
+    Mat sh_gate, sh_up, sh_down, sh_router;              // shared expert
+    bool linear() const { return !qkv.empty(); }
   };
   std::vector<Layer> layers;
   std::vector<std::vector<std::vector<double>>> K, Vc;  // [layer][pos][kv_dim]
+  // Linear layers: all inputs of the conv so far ([pos][conv_dim]) and the
+  // state S[h][i][j] (key dim i, value dim j), as the Hugging Face recurrence keeps it.
+  std::vector<std::vector<std::vector<double>>> conv_in;
+  std::vector<std::vector<double>> S;
+  int64_t pos = 0;
 
   explicit RefModel(const GgufFile& f) {
     arch = f.get_string("general.architecture");
     const std::string p = arch + ".";
-    n_layer = static_cast<int>(f.get_int(p + "block_count"));
+    n_layer = static_cast<int>(f.get_int(p + "block_count") - f.get_int(p + "nextn_predict_layers", 0));
     D = f.get_int(p + "embedding_length");
     n_head = static_cast<int>(f.get_int(p + "attention.head_count"));
     n_kv = static_cast<int>(f.get_int(p + "attention.head_count_kv"));
@@ -77,6 +89,15 @@ struct RefModel {
     base = f.get_float(p + "rope.freq_base");
     n_expert = static_cast<int>(f.get_int(p + "expert_count", 0));
     k = static_cast<int>(f.get_int(p + "expert_used_count", 0));
+    n_rot = static_cast<int>(f.get_int(p + "rope.dimension_count", hd));
+    if (arch == "qwen35moe") {
+      gated_attn = true;
+      conv_k = static_cast<int>(f.get_int(p + "ssm.conv_kernel"));
+      nk = static_cast<int>(f.get_int(p + "ssm.group_count"));
+      nv = static_cast<int>(f.get_int(p + "ssm.time_step_rank"));
+      dk = static_cast<int>(f.get_int(p + "ssm.state_size"));
+      dv = static_cast<int>(f.get_int(p + "ssm.inner_size")) / nv;
+    }
     neox = arch != "llama";
     softmax_first = arch != "llama";
     embd = load(f, "token_embd.weight");
@@ -96,7 +117,21 @@ struct RefModel {
       L.bv = load(f, b + "attn_v.bias");
       L.qn = load(f, b + "attn_q_norm.weight");
       L.kn = load(f, b + "attn_k_norm.weight");
-      L.ffn_norm = load(f, b + "ffn_norm.weight");
+      L.ffn_norm = f.find_tensor(b + "ffn_norm.weight") ? load(f, b + "ffn_norm.weight")
+                                                         : load(f, b + "post_attention_norm.weight");
+      L.qkv = load(f, b + "attn_qkv.weight");
+      L.z = load(f, b + "attn_gate.weight");
+      L.beta = load(f, b + "ssm_beta.weight");
+      L.alpha = load(f, b + "ssm_alpha.weight");
+      L.a = load(f, b + "ssm_a");
+      L.dt = load(f, b + "ssm_dt.bias");
+      L.conv = load(f, b + "ssm_conv1d.weight");
+      L.snorm = load(f, b + "ssm_norm.weight");
+      L.sout = load(f, b + "ssm_out.weight");
+      L.sh_gate = load(f, b + "ffn_gate_shexp.weight");
+      L.sh_up = load(f, b + "ffn_up_shexp.weight");
+      L.sh_down = load(f, b + "ffn_down_shexp.weight");
+      L.sh_router = load(f, b + "ffn_gate_inp_shexp.weight");
       if (n_expert) {
         L.router = load(f, b + "ffn_gate_inp.weight");
         for (int e = 0; e < n_expert; ++e) {
@@ -128,14 +163,17 @@ struct RefModel {
     }
     K.assign(n_layer, {});
     Vc.assign(n_layer, {});
+    conv_in.assign(n_layer, {});
+    S.assign(n_layer, std::vector<double>(static_cast<size_t>(nv) * dk * dv, 0.0));
   }
 
+  // RoPE on the first n_rot dims of each head (all of them but in qwen35moe).
   void rope(std::vector<double>& x, int heads, int64_t pos) const {
     for (int h = 0; h < heads; ++h)
-      for (int i = 0; i < hd / 2; ++i) {
-        const double ang = pos * std::pow(base, -2.0 * i / hd);
+      for (int i = 0; i < n_rot / 2; ++i) {
+        const double ang = pos * std::pow(base, -2.0 * i / n_rot);
         const int a = neox ? h * hd + i : h * hd + 2 * i;
-        const int b = neox ? h * hd + i + hd / 2 : h * hd + 2 * i + 1;
+        const int b = neox ? h * hd + i + n_rot / 2 : h * hd + 2 * i + 1;
         const double x0 = x[a], x1 = x[b];
         x[a] = x0 * std::cos(ang) - x1 * std::sin(ang);
         x[b] = x0 * std::sin(ang) + x1 * std::cos(ang);
@@ -148,14 +186,86 @@ struct RefModel {
     return mul(d, a);
   }
 
+  static double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+  static double silu(double x) { return x * sigmoid(x); }
+
+  // Gated DeltaNet, one token, written as the Hugging Face recurrence states
+  // it: conv over the last conv_k inputs, silu, l2norm(q, k), q / sqrt(dk),
+  // S *= exp(g); S += k (beta (v - S^T k))^T; o = S^T q; rmsnorm(o) * silu(z).
+  std::vector<double> delta_net(int il, const std::vector<double>& x) {
+    const Layer& L = layers[il];
+    const int64_t cd = 2 * int64_t{nk} * dk + int64_t{nv} * dv;
+    conv_in[il].push_back(mul(L.qkv, x));
+    const auto& in = conv_in[il];
+    std::vector<double> c(static_cast<size_t>(cd));
+    for (int64_t ch = 0; ch < cd; ++ch) {
+      double acc = 0;
+      for (int j = 0; j < conv_k; ++j) {
+        const int64_t t = static_cast<int64_t>(in.size()) - conv_k + j;  // inputs before the first are zero
+        if (t >= 0) acc += L.conv.w[ch * conv_k + j] * in[t][ch];
+      }
+      c[ch] = silu(acc);
+    }
+    auto l2 = [](double* v, int n, double scale) {
+      double ss = 0;
+      for (int i = 0; i < n; ++i) ss += v[i] * v[i];
+      for (int i = 0; i < n; ++i) v[i] *= scale / std::sqrt(ss + 1e-6);
+    };
+    for (int h = 0; h < nk; ++h) {
+      l2(&c[h * dk], dk, 1 / std::sqrt(static_cast<double>(dk)));
+      l2(&c[nk * dk + h * dk], dk, 1);
+    }
+    const auto z = mul(L.z, x), bb = mul(L.beta, x), aa = mul(L.alpha, x);
+    std::vector<double> o(static_cast<size_t>(nv) * dv);
+    for (int h = 0; h < nv; ++h) {
+      const double* q = &c[(h % nk) * dk];
+      const double* k = &c[nk * dk + (h % nk) * dk];
+      const double* v = &c[2 * nk * dk + h * dv];
+      const double sp = aa[h] + L.dt.w[h];
+      const double g = L.a.w[h] * (sp > 20 ? sp : std::log1p(std::exp(sp)));
+      const double beta = sigmoid(bb[h]);
+      double* Sh = &S[il][static_cast<size_t>(h) * dk * dv];
+      for (int i = 0; i < dk * dv; ++i) Sh[i] *= std::exp(g);
+      for (int j = 0; j < dv; ++j) {
+        double mem = 0;
+        for (int i = 0; i < dk; ++i) mem += Sh[i * dv + j] * k[i];
+        const double delta = beta * (v[j] - mem);
+        for (int i = 0; i < dk; ++i) Sh[i * dv + j] += k[i] * delta;
+      }
+      for (int j = 0; j < dv; ++j) {
+        double acc = 0;
+        for (int i = 0; i < dk; ++i) acc += Sh[i * dv + j] * q[i];
+        o[h * dv + j] = acc;
+      }
+      std::vector<double> head(o.begin() + h * dv, o.begin() + (h + 1) * dv);
+      head = norm(head, L.snorm, eps);
+      for (int j = 0; j < dv; ++j) o[h * dv + j] = head[j] * silu(z[h * dv + j]);
+    }
+    return mul(L.sout, o);
+  }
+
   // One token at the next position; returns its logits.
   std::vector<double> step(int32_t token) {
-    const int64_t pos = static_cast<int64_t>(K[0].size());
     std::vector<double> h(embd.w.begin() + token * D, embd.w.begin() + (token + 1) * D);
     for (int il = 0; il < n_layer; ++il) {
       const Layer& L = layers[il];
       auto x = norm(h, L.attn_norm, eps);
+      if (L.linear()) {
+        const auto o = delta_net(il, x);
+        for (int64_t i = 0; i < D; ++i) h[i] += o[i];
+        moe_ffn(L, h);
+        continue;
+      }
       auto q = mul(L.wq, x), kk = mul(L.wk, x), v = mul(L.wv, x);
+      std::vector<double> gate;
+      if (gated_attn) {  // [q | gate] per head
+        std::vector<double> qq;
+        for (int hh = 0; hh < n_head; ++hh) {
+          qq.insert(qq.end(), q.begin() + 2 * hh * hd, q.begin() + (2 * hh + 1) * hd);
+          gate.insert(gate.end(), q.begin() + (2 * hh + 1) * hd, q.begin() + (2 * hh + 2) * hd);
+        }
+        q = qq;
+      }
       if (!L.bq.empty())
         for (size_t i = 0; i < q.size(); ++i) q[i] += L.bq.w[i];
       if (!L.bk.empty())
@@ -194,13 +304,28 @@ struct RefModel {
         for (size_t j = 0; j < sc.size(); ++j)
           for (int i = 0; i < hd; ++i) att[hh * hd + i] += sc[j] / sum * Vc[il][j][g * hd + i];
       }
+      for (size_t i = 0; i < gate.size(); ++i) att[i] *= sigmoid(gate[i]);
       auto o = mul(L.wo, att);
       for (int64_t i = 0; i < D; ++i) h[i] += o[i];
-      x = norm(h, L.ffn_norm, eps);
+      moe_ffn(L, h);
+    }
+    ++pos;
+    return mul(out, norm(h, out_norm, eps));
+  }
+
+  // h += the layer's FFN (dense, or routed experts plus any shared expert).
+  void moe_ffn(const Layer& L, std::vector<double>& h) const {
+    {
+      const auto x = norm(h, L.ffn_norm, eps);
       if (!n_expert) {
         auto y = ffn(L.gate, L.up, L.down, x);
         for (int64_t i = 0; i < D; ++i) h[i] += y[i];
-        continue;
+        return;
+      }
+      if (!L.sh_gate.empty()) {
+        const auto y = ffn(L.sh_gate, L.sh_up, L.sh_down, x);
+        const double g = sigmoid(mul(L.sh_router, x)[0]);
+        for (int64_t i = 0; i < D; ++i) h[i] += g * y[i];
       }
       auto logits = mul(L.router, x);
       std::vector<int> ids(n_expert);
@@ -215,7 +340,6 @@ struct RefModel {
         for (int64_t i = 0; i < D; ++i) h[i] += w * y[i];
       }
     }
-    return mul(out, norm(h, out_norm, eps));
   }
 };
 

@@ -174,9 +174,16 @@ TEST_F(InspectModelTest, HybridLinearAttentionLayersHaveNoKvCache) {
            {"qwen35moe.attention.head_count_kv", u32(1)},
            {"qwen35moe.attention.key_length", u32(16)},
            {"qwen35moe.expert_count", u32(2)},
-           {"qwen35moe.expert_used_count", u32(1)}};
+           {"qwen35moe.expert_used_count", u32(1)},
+           {"qwen35moe.ssm.conv_kernel", u32(4)},
+           {"qwen35moe.ssm.state_size", u32(8)},
+           {"qwen35moe.ssm.group_count", u32(2)},
+           {"qwen35moe.ssm.time_step_rank", u32(4)},
+           {"qwen35moe.ssm.inner_size", u32(32)}};
   {
     const ModelHParams h = read_hparams(*make(kv, {}));
+    // 6 linear layers, each: conv window 3 x (2*2*8 + 32) floats + state 4 x 8 x 8 floats.
+    EXPECT_EQ(h.recurrent_state_bytes(), 6u * (3 * 64 + 4 * 8 * 8) * 4);
     EXPECT_EQ(h.full_attention_interval, 4) << "qwen35moe's default";
     EXPECT_EQ(h.layer_has_attention, (std::vector<bool>{false, false, false, true, false, false, false, true}));
     EXPECT_EQ(h.n_head_kv_layer[0], 0);
@@ -189,6 +196,42 @@ TEST_F(InspectModelTest, HybridLinearAttentionLayersHaveNoKvCache) {
   EXPECT_TRUE(h.layer_has_attention[1]);
   EXPECT_FALSE(h.layer_has_attention[2]);
   EXPECT_EQ(h.kv_cache_bytes(10), 10u * 4 * 1 * (16 + 16) * 2);
+}
+
+TEST_F(InspectModelTest, HybridMtpLayersAreAttentionAndNotInTheKvSum) {
+  KV kv = {{"general.architecture", GgufValue::of_string("qwen35moe")},
+           {"qwen35moe.block_count", u32(5)},  // 4 layers + 1 MTP block
+           {"qwen35moe.nextn_predict_layers", u32(1)},
+           {"qwen35moe.embedding_length", u32(64)},
+           {"qwen35moe.attention.head_count", u32(4)},
+           {"qwen35moe.attention.head_count_kv", u32(1)},
+           {"qwen35moe.attention.key_length", u32(16)},
+           {"qwen35moe.expert_count", u32(2)},
+           {"qwen35moe.expert_used_count", u32(1)},
+           {"qwen35moe.ssm.conv_kernel", u32(4)},
+           {"qwen35moe.ssm.state_size", u32(8)},
+           {"qwen35moe.ssm.group_count", u32(2)},
+           {"qwen35moe.ssm.time_step_rank", u32(4)},
+           {"qwen35moe.ssm.inner_size", u32(32)}};
+  const ModelHParams h = read_hparams(*make(kv, {}));
+  EXPECT_EQ(h.n_layer_nextn, 1);
+  // Layer 4 is the MTP block: (4 + 1) % 4 != 0, yet it has attention.
+  EXPECT_EQ(h.layer_has_attention, (std::vector<bool>{false, false, false, true, true}));
+  EXPECT_EQ(h.layer_is_recurrent, (std::vector<bool>{true, true, true, false, false}));
+  EXPECT_EQ(h.kv_cache_bytes(10), 10u * 1 * 1 * (16 + 16) * 2) << "only the main stack's attention layer";
+  // A missing Gated DeltaNet key is named.
+  KV bad;
+  for (auto& [k, v] : kv)
+    if (k != "qwen35moe.ssm.group_count") bad.emplace_back(k, v);
+  try {
+    read_hparams(*make(bad, {}));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("qwen35moe.ssm.group_count"), std::string::npos) << e.what();
+  }
+  KV too_many = kv;
+  too_many[1] = {"qwen35moe.nextn_predict_layers", u32(5)};
+  EXPECT_THROW(read_hparams(*make(too_many, {})), Error);
 }
 
 TEST_F(InspectModelTest, PerLayerKvHeadCounts) {

@@ -205,6 +205,11 @@ void CudaBackend::Impl::set_kv_f32(bool f32) {
 // ---------------------------------------------------------------- the API
 CudaBackend::CudaBackend(const ModelWeights& w, Options opt) : impl_(std::make_unique<Impl>(w, opt)) {
   Impl& m = *impl_;
+  // Hybrids (qwen35moe): the Gated DeltaNet kernels exist (src/cuda/delta_net.cu)
+  // but this backend's layer recipe does not run them yet.
+  if (!w.cfg.linear_layer.empty())
+    throw Error("CUDA backend: '" + w.cfg.arch_name +
+                "' (Gated DeltaNet layers) is not wired into the CUDA backend yet; use --backend cpu");
   std::string why;
   const int n_dev = cuda::device_count(&why);
   if (n_dev == 0) throw Error("CUDA backend: no usable CUDA device (" + why + "); use --backend cpu");
