@@ -40,6 +40,7 @@ DeviceExpertSlots::DeviceExpertSlots(const std::vector<PoolSpec>& pools, const s
   auto* dev = static_cast<void**>(table_arena_.alloc(entries * sizeof(void*), kAlign));
   table_host_ = PinnedBuffer(entries * sizeof(void*));
   weights_.resize(layers.size());
+  dirty_.assign(layers.size(), 0);
   for (size_t l = 0; l < layers.size(); ++l) {
     table_dev_.push_back(dev + l * static_cast<size_t>(n_expert));
     const LayerSpec& L = layers[l];
@@ -55,6 +56,7 @@ DeviceExpertSlots::DeviceExpertSlots(const std::vector<PoolSpec>& pools, const s
     w.down = {L.down_type, L.n_embd, L.n_ff, table_dev_[l], static_cast<int64_t>(L.geometry.down_offset), nullptr, 0};
   }
   MS_CUDA_CHECK(cudaMemcpy(dev, table_host_.get(), entries * sizeof(void*), cudaMemcpyHostToDevice));
+  dirty_.assign(layers.size(), 0);  // the device tables equal the mirror
 }
 
 void* DeviceExpertSlots::slot_address(int32_t pool, int32_t slot) const {
@@ -65,10 +67,15 @@ void* DeviceExpertSlots::slot_address(int32_t pool, int32_t slot) const {
 }
 
 void DeviceExpertSlots::point(int layer, int expert, int32_t pool, int32_t slot) {
-  table_host_.as<void*>()[static_cast<size_t>(layer) * n_expert_ + expert] = slot_address(pool, slot);
+  void*& entry = table_host_.as<void*>()[static_cast<size_t>(layer) * n_expert_ + expert];
+  void* const addr = slot_address(pool, slot);
+  if (entry != addr) dirty_.at(static_cast<size_t>(layer)) = 1;
+  entry = addr;
 }
 
 void DeviceExpertSlots::upload(int layer, cudaStream_t stream) {
+  if (!dirty_.at(static_cast<size_t>(layer))) return;
+  dirty_[static_cast<size_t>(layer)] = 0;
   const size_t first = static_cast<size_t>(layer) * n_expert_;
   MS_CUDA_CHECK(cudaMemcpyAsync(table_dev_[static_cast<size_t>(layer)], table_host_.as<void*>() + first,
                                 sizeof(void*) * n_expert_, cudaMemcpyHostToDevice, stream));

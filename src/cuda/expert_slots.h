@@ -45,7 +45,8 @@ class DeviceExpertSlots {
 
   void* slot_address(int32_t pool, int32_t slot) const;
   // Points table entry (layer, expert) at a slot in the host mirror; upload()
-  // makes the device table match on `stream`.
+  // makes the device table match on `stream` (nothing to do, and no driver
+  // call, when no entry of the layer changed since its last upload).
   void point(int layer, int expert, int32_t pool, int32_t slot);
   void upload(int layer, cudaStream_t stream);
   // gate/up/down through the layer's table (what cuda::expert kernels take).
@@ -62,6 +63,7 @@ class DeviceExpertSlots {
   DeviceArena table_arena_;
   PinnedBuffer table_host_;           // [layer][expert] pointers
   std::vector<void**> table_dev_;     // per layer
+  std::vector<uint8_t> dirty_;        // per layer: the mirror changed since the last upload
   std::vector<ExpertWeights> weights_;
 };
 

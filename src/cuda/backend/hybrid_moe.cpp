@@ -85,6 +85,13 @@ struct HybridMoe::Impl {
   std::vector<std::unique_ptr<cuda::Event>> copied, wave_done;
   cuda::Event gpu0{true}, gpu1{true}, copy0{true}, copy1{true};
   bool timing_pending = false, copy_timing_pending = false;
+  // The GPU and copy phases are timed with events on one layer step in
+  // kTimingEvery (and counted that many times): each event call is a
+  // driver call on the step's critical path, and the sample is enough for
+  // the telemetry's split.
+  static constexpr int kTimingEvery = 8;
+  uint64_t layer_steps = 0;
+  bool timed = false;
 
   uint64_t step = 0;
   int pass_tokens = 0;
@@ -295,12 +302,12 @@ struct HybridMoe::Impl {
   void collect_timing() {
     if (timing_pending) {
       gpu1.synchronize();
-      tel.gpu_experts_s += gpu1.ms_since(gpu0) * 1e-3;
+      tel.gpu_experts_s += gpu1.ms_since(gpu0) * 1e-3 * kTimingEvery;
       timing_pending = false;
     }
     if (copy_timing_pending) {
       copy1.synchronize();
-      tel.copy_busy_s += copy1.ms_since(copy0) * 1e-3;
+      tel.copy_busy_s += copy1.ms_since(copy0) * 1e-3 * kTimingEvery;
       copy_timing_pending = false;
     }
   }
@@ -333,7 +340,7 @@ void HybridMoe::Impl::decode_on_gpu(int il, const float* x, const cuda::Q8Act& x
                                     const float* wts, float* h, const cuda::NextNorm* next, bool copies) {
   const cuda::ExpertWeights& ew = slots->weights(il);
   const int K = c.n_expert_used;
-  gpu0.record(stream);
+  if (timed) gpu0.record(stream);
   if (next != nullptr) {
     cuda::gate_up_q8_decode(ew, x_q8, ids, K, h_q8, nullptr, stream);
     cuda::down_combine_decode(ew, h_q8, ids, wts, K, h, h, next, stream);
@@ -341,11 +348,13 @@ void HybridMoe::Impl::decode_on_gpu(int il, const float* x, const cuda::Q8Act& x
     const bool q8 = cuda::matvec_takes_q8(ew.gate.type);
     cuda::expert_ffn(ew, x, q8 ? &x_q8 : nullptr, 1, K, ids, wts, h, h, hg, decode_scratch_bytes, stream);
   }
-  gpu1.record(stream);
-  timing_pending = true;
-  if (copies) {
-    copier->record(copy1.get());
-    copy_timing_pending = true;
+  if (timed) {
+    gpu1.record(stream);
+    timing_pending = true;
+    if (copies) {
+      copier->record(copy1.get());
+      copy_timing_pending = true;
+    }
   }
 }
 
@@ -365,6 +374,7 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
   routes_ready.synchronize();
   tel.route_wait_s += seconds_since(t0);
   collect_timing();
+  timed = layer_steps++ % kTimingEvery == 0;
   const auto t_plan = Clock::now();
 
   // ---- plan
@@ -443,7 +453,7 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
         copies = copies || sp.copy[i];
       }
     if (copies) {
-      copier->record(copy0.get());
+      if (timed) copier->record(copy0.get());
       copy_wave(il, sp, all, 0);
     }
     decode_on_gpu(il, x, x_q8, ids, wts, h, next, copies);
@@ -495,11 +505,11 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
   MS_CUDA_CHECK(cudaMemcpyAsync(idx, idx_h, sizeof(int32_t) * (4 * static_cast<size_t>(P()) + 1 + n_cpu_rows),
                                 cudaMemcpyHostToDevice, stream));
   const bool any_copy = std::any_of(wr.begin(), wr.end(), [](const WaveRange& r) { return r.copies; });
-  if (any_copy) {
+  if (any_copy && timed) {
     copier->record(copy0.get());
     copy_timing_pending = true;
   }
-  gpu0.record(stream);
+  if (timed) gpu0.record(stream);
   const cuda::ExpertWeights& ew = slots->weights(il);
   const bool batch = n >= opt.gemm_min_batch;
   for (size_t wv = 0; wv < wr.size(); ++wv) {
@@ -541,7 +551,7 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
     cuda::scatter_rows(yc + r.r0 * D, pair_of_row() + r.r0, nr, D, exp_y, stream);
     event(wave_done, wv).record(stream);
   }
-  if (any_copy) copier->record(copy1.get());
+  if (any_copy && timed) copier->record(copy1.get());
   tel.plan_s += seconds_since(t_plan);
 
   // ---- CPU experts, while the GPU runs the waves
@@ -559,8 +569,10 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
 
   // ---- combine: every pair at its index, summed in fixed order
   cuda::moe_combine(exp_y, wts, n, K, D, h, h, stream);
-  gpu1.record(stream);
-  timing_pending = true;
+  if (timed) {
+    gpu1.record(stream);
+    timing_pending = true;
+  }
   return false;
 }
 

@@ -1,0 +1,28 @@
+#!/usr/bin/env python3
+"""One line of a `moestream bench --json` result with the tiered experts'
+telemetry: tokens/s per test, hit rate, shares of pairs by tier (all and per
+decode token), H2D rate, the start-up measurements and ms per token by phase.
+
+  tools/hybrid_bench_row.py BENCH.json LABEL
+"""
+import json
+import sys
+
+j = json.load(open(sys.argv[1]))
+e = j.get("experts", {})
+r = {x["test"]: (x["tps_mean"], x["tps_sd"]) for x in j["results"]}
+line = sys.argv[2] + ": " + " | ".join(f"{k} {v[0]:.1f} ± {v[1]:.1f}" for k, v in r.items())
+if e.get("hybrid"):
+    p = e["pairs"]
+    tot = max(1, p["resident"] + p["streamed"] + p["host"])
+    s = e["seconds"]
+    n = max(1, e["tokens"])
+    d = e["decode_pairs"]
+    dn = max(1, e["decode_tokens"])
+    line += (f" | slots {e['cache_slots']}/{e['experts_total']} hit {100*p['hit_rate']:.1f}%"
+             f" cpu {100*p['host']/tot:.1f}% stream {100*p['streamed']/tot:.1f}%"
+             f" | per decode token res {d['resident']/dn:.0f} str {d['streamed']/dn:.0f} cpu {d['host']/dn:.0f}"
+             f" | h2d {e['h2d_gbps']:.1f}GB/s | meas pcie {e['measured']['pcie_gbps']:.1f}"
+             f" cpu {e['measured']['cpu_gbps']:.1f} | ms/tok wait {1e3*s['route_wait']/n:.2f} plan {1e3*s['plan']/n:.2f}"
+             f" cpu {1e3*s['cpu_experts']/n:.2f} gpu {1e3*s['gpu_experts']/n:.2f} fwd {1e3*s['forward']/n:.2f}")
+print(line)
