@@ -2,15 +2,15 @@
 """Greedy tokens of a VRAM budget against --vram full, and where they part.
 
 For each budget: `moestream logits --greedy N` under that budget and under
---vram full; if the token lists differ, the all-resident run's logits at the
-first differing position are read back (`logits --tokens ... -o`) and the gap
-between its two best candidates is printed as a fraction of the logits' rms,
-so a near-tie (a flip any last-bit difference may cause) can be told from a
-real error.
+--vram full; if the token lists differ, the gap between the all-resident
+run's two best candidates at the first differing position (its "margins:"
+line, the same decode steps) is printed as a fraction of the logits' rms, so
+a near-tie (a flip any last-bit difference may cause) can be told from a real
+error. For scale, the same context through the all-resident batch path
+(`logits --tokens`): whether it picks the decode path's token there.
 
   tools/greedy_divergence.py MOESTREAM MODEL "prompt" N budget [budget...]
 """
-import math
 import os
 import struct
 import subprocess
@@ -27,20 +27,25 @@ def logits_cmd(ms, model, extra):
 
 
 def greedy(ms, model, prompt, n, vram):
+    """(tokens, margins) of `logits --greedy n` under a budget."""
     out = logits_cmd(ms, model, ["-p", prompt, "--greedy", str(n), "--vram", vram])
+    toks = margins = None
     for line in out.splitlines():
         if line.startswith("greedy: "):
-            return [int(t) for t in line[len("greedy: "):].split(",")]
-    raise SystemExit("no greedy line in moestream logits' output")
+            toks = [int(t) for t in line[len("greedy: "):].split(",")]
+        if line.startswith("margins: "):
+            margins = [float(t) for t in line[len("margins: "):].split(",")]
+    if toks is None or margins is None:
+        raise SystemExit("no greedy/margins lines in moestream logits' output")
+    return toks, margins
 
 
-def margin_at(ms, model, tokens, fd_path):
+def batch_pick(ms, model, tokens, fd_path):
+    """The all-resident batch path's best token after `tokens`."""
     logits_cmd(ms, model, ["--tokens", ",".join(map(str, tokens)), "--vram", "full", "-o", fd_path])
     data = open(fd_path, "rb").read()
     row = struct.unpack(f"<{len(data) // 4}f", data)
-    order = sorted(range(len(row)), key=lambda i: row[i], reverse=True)
-    rms = math.sqrt(sum(x * x for x in row) / len(row))
-    return (row[order[0]] - row[order[1]]) / rms, order[0], order[1]
+    return max(range(len(row)), key=lambda i: row[i])
 
 
 def main():
@@ -48,18 +53,19 @@ def main():
         raise SystemExit(__doc__)
     ms, model, prompt, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     prompt_ids = [int(t) for t in logits_cmd(ms, model, ["-p", prompt, "--print-tokens"]).split(":")[1].split(",")]
-    want = greedy(ms, model, prompt, n, "full")
+    want, margins = greedy(ms, model, prompt, n, "full")
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "logits.bin")
         for b in sys.argv[5:]:
-            got = greedy(ms, model, prompt, n, b)
+            got, _ = greedy(ms, model, prompt, n, b)
             if got == want:
                 print(f"greedy{n} {b}: identical to full")
                 continue
             i = next(k for k in range(n) if got[k] != want[k])
-            m, a, c = margin_at(ms, model, prompt_ids + want[:i], path)
-            print(f"greedy{n} {b}: DIFFERS from full at token {i} ({got[i]} for {want[i]}); "
-                  f"full's best two there ({a}, {c}) are {m:.5f} x rms apart")
+            alt = batch_pick(ms, model, prompt_ids + want[:i], path)
+            print(f"greedy{n} {b}: DIFFERS from full at token {i} ({got[i]} for {want[i]}); full's best two there "
+                  f"are {margins[i]:.5f} x rms apart; full's own batch path picks "
+                  f"{alt}{' (the same)' if alt == want[i] else ''}")
 
 
 if __name__ == "__main__":

@@ -9,12 +9,13 @@
 //
 // pp: a synthetic prompt of p tokens into an empty cache, one forward call
 //     (batched prefill), logits of the last token copied back.
-// tg: after a short (untimed) prompt of 8 tokens, n decode steps, each
-//     feeding back the argmax of the previous logits (host sampling included).
+// tg: after a short (untimed) prompt of 8 tokens, n decode steps of random
+//     tokens (a new sequence each run), logits copied back each step.
 // The floor beside tg is active bytes per token / memory bandwidth (the GPU's
 // device-to-device copy rate, or the host's read rate for --backend cpu).
 #include <algorithm>
 #include <chrono>
+#include <random>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -170,14 +171,19 @@ int run(const BenchArgs& a) {
     be->forward(kv, prompt, logits);
     return std::chrono::duration<double>(clock::now() - t0).count();
   };
+  // Decode feeds random tokens, a new sequence per run (as llama-bench does):
+  // greedy decoding of a random-weight model soon loops, and a loop's experts
+  // would all be cached by the second run, which no real text allows.
+  uint32_t tg_run = 0;
   auto run_tg = [&](int n) {
     KvCache kv = be->make_cache(ctx, a.kv_type);
     be->forward(kv, tg_prompt, logits);
-    int32_t tok = argmax(logits.data(), static_cast<int32_t>(c.n_vocab));
+    std::mt19937 rng(1000 + tg_run++);
+    const auto vocab = static_cast<uint32_t>(c.n_vocab);
     const auto t0 = clock::now();
     for (int j = 0; j < n; ++j) {
+      const auto tok = static_cast<int32_t>(rng() % vocab);
       be->forward(kv, std::span<const int32_t>(&tok, 1), logits);
-      tok = argmax(logits.data(), static_cast<int32_t>(c.n_vocab));
     }
     return std::chrono::duration<double>(clock::now() - t0).count();
   };

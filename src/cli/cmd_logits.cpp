@@ -8,11 +8,13 @@
 // the last position. Extras for the parity tool:
 //   --routes R.json   the experts each MoE layer chose for each prompt token:
 //                     {"n_layer": L, "n_tokens": T, "experts": [L][T][k]} (ids ascending)
-//   --greedy N        then continue greedily for N tokens: "greedy: id,id,..."
+//   --greedy N        then continue greedily for N tokens: "greedy: id,id,..." and
+//                     "margins: ..." (each pick's best-minus-second logit over the rms)
 //   --print-tokens    only tokenize: "tokens: id,id,..."
 //   --kv-type f32     keep K/V unrounded (CPU): at F32 parity's 1e-4 relative
 //                     logit error, half-rounded K/V can be the largest error
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -101,6 +103,19 @@ class RouteTable {
   std::vector<std::vector<std::vector<int32_t>>> routes_;  // [layer][token][k]
 };
 
+// (best - second best logit) / rms of the row: how near a tie a greedy pick was.
+double top2_gap_over_rms(const float* row, int32_t n) {
+  float a = -INFINITY, b = -INFINITY;
+  double ss = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    ss += double(row[i]) * row[i];
+    if (row[i] > a) b = a, a = row[i];
+    else if (row[i] > b) b = row[i];
+  }
+  const double rms = std::sqrt(ss / std::max<int32_t>(1, n));
+  return rms > 0 ? (double(a) - b) / rms : 0.0;
+}
+
 void print_top5(const float* row, int64_t n_vocab, const Tokenizer& tok) {
   std::vector<int32_t> idx;
   std::vector<bool> taken(static_cast<size_t>(n_vocab), false);
@@ -188,16 +203,23 @@ RegisterCommand reg("logits", [](CLI::App& app) {
 
     if (a->greedy > 0) {
       std::vector<int32_t> out;
+      std::vector<double> margins;
       std::vector<float> step;
-      int32_t next = argmax(last, static_cast<int32_t>(c.n_vocab));
+      const float* row = last;
+      const auto V = static_cast<int32_t>(c.n_vocab);
       for (int i = 0; i < a->greedy; ++i) {
+        const int32_t next = argmax(row, V);
         out.push_back(next);
+        margins.push_back(top2_gap_over_rms(row, V));
         if (i + 1 == a->greedy) break;
         const int32_t one[1] = {next};
         be->forward(kv, one, step, false);
-        next = argmax(step.data(), static_cast<int32_t>(c.n_vocab));
+        row = step.data();
       }
       std::printf("greedy: %s\n", join(out).c_str());
+      std::printf("margins:");  // per greedy pick: (best - second best logit) / rms of the logits
+      for (size_t i = 0; i < margins.size(); ++i) std::printf("%s%.6f", i ? "," : " ", margins[i]);
+      std::printf("\n");
     }
     return 0;
   };
