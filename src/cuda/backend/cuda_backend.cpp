@@ -199,6 +199,7 @@ void CudaBackend::Impl::set_kv_f32(bool f32) {
   if (f32 == kv.f32()) return;
   MS_CUDA_CHECK(cudaStreamSynchronize(stream));
   graph.reset();
+  for (auto& g : hybrid_graphs) g->reset();
   kv.reallocate(f32);
 }
 

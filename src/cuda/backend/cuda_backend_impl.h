@@ -85,8 +85,10 @@ struct CudaBackend::Impl {
     std::unique_ptr<cuda::Event> t0, t1;
   } timing;
 
-  // Last, so it goes first: its graph holds addresses of everything above.
+  // Last, so they go first: their graphs hold addresses of everything above.
   cuda::DecodeGraph graph;
+  // Hybrid decode: per layer, its attention and the FFN's norm + router.
+  std::vector<std::unique_ptr<cuda::DecodeGraph>> hybrid_graphs;
 
   Impl(const ModelWeights& model, Options o) : w(model), c(model.cfg), opt(o) {}
   ~Impl();
@@ -110,7 +112,11 @@ struct CudaBackend::Impl {
   bool moe_decode_fusable(int il) const;
   void router_logits_rows(const cuda::DevMat& R, int n);
   void report_routes(int il, int n);
-  void ffn_block(int il, int n);
+  // The FFN block, or one of its two halves (hybrid decode captures the
+  // first with the attention as a graph per layer; the second talks to the host).
+  enum class FfnPart { All, Route, Experts };
+  void ffn_block(int il, int n, FfnPart part = FfnPart::All);
+  void enqueue_hybrid_decode(int max_kv_len);
   void head(int first, int m);
   void enqueue_decode(int max_kv_len);
   void copy_logits(float* dst, int m);

@@ -206,11 +206,13 @@ void CudaBackend::Impl::report_routes(int il, int n) {
   route_hook({il, n, K, route_host.data(), route_w_host.data(), route_hook_hidden ? hidden_host.data() : nullptr});
 }
 
-void CudaBackend::Impl::ffn_block(int il, int n) {
+void CudaBackend::Impl::ffn_block(int il, int n, FfnPart part) {
   cudaStream_t s = stream;
   const cuda::DevLayer& L = weights.layer(il);
   const int64_t D = c.n_embd;
   const bool moe_fused = n == 1 && moe_decode_fusable(il);
+  const int E = c.n_expert, K = c.n_expert_used;
+  if (part == FfnPart::Experts) goto experts;  // the route half ran (captured) before
   if (!moe_fused) norm_rows(h, L.ffn_norm, n);
   if (!c.is_moe()) {
     const int64_t F = c.n_ff;
@@ -230,7 +232,6 @@ void CudaBackend::Impl::ffn_block(int il, int n) {
     project(L.ffn_down, ffg, &ffq8, n, h, h);
     return;
   }
-  const int E = c.n_expert, K = c.n_expert_used;
   if (moe_fused) {
     cuda::router_norm_decode(h, L.ffn_norm, c.rms_eps, static_cast<const float*>(L.router.data), E, D, K,
                              c.arch->router_mode, c.router_renorm, x, xq8, router_logits, route_ids, route_w,
@@ -243,6 +244,8 @@ void CudaBackend::Impl::ffn_block(int il, int n) {
     cuda::router_topk(router_logits, n, E, K, c.arch->router_mode, c.router_renorm, route_ids, route_w, s);
   }
   if (route_hook) report_routes(il, n);
+  if (part == FfnPart::Route) return;
+experts:
   cuda::NextNorm next;
   next.w = il + 1 < c.n_layer ? weights.layer(il + 1).attn_norm : weights.output_norm;
   next.eps = c.rms_eps;
@@ -346,6 +349,42 @@ void CudaBackend::Impl::enqueue_decode(int max_kv_len) {
   head(0, 1);
 }
 
+// Hybrid decode: per layer, a graph of its attention and the FFN's norm and
+// router (captured at the first step of each attention span, like the
+// all-resident graph), then the hybrid MoE step, which reads the routes back
+// and decides on the host. One launch instead of a dozen per layer: every
+// driver call sits on the step's critical path here.
+void CudaBackend::Impl::enqueue_hybrid_decode(int max_kv_len) {
+  if (hybrid_graphs.size() != static_cast<size_t>(c.n_layer)) {
+    hybrid_graphs.clear();
+    for (int il = 0; il < c.n_layer; ++il) hybrid_graphs.push_back(std::make_unique<cuda::DecodeGraph>());
+  }
+  for (int il = 0; il < c.n_layer; ++il) {
+    cuda::DecodeGraph& g = *hybrid_graphs[static_cast<size_t>(il)];
+    auto route_half = [&] {
+      if (il == 0) {
+        const cuda::DevMat& embd = weights.token_embd;
+        cuda::embed_rows(embd.type, embd.data, c.n_vocab, c.n_embd, step_in, 1, h, stream);
+      }
+      attention_block(il, 1, step_in + 1, true, max_kv_len, step_in + 2, 0);
+      ffn_block(il, 1, FfnPart::Route);
+    };
+    if (opt.use_graph && !g.ready(max_kv_len)) {
+      try {
+        g.capture(stream, max_kv_len, route_half);
+      } catch (const Error& e) {
+        cudaGetLastError();
+        opt.use_graph = false;
+        std::fprintf(stderr, "moestream: CUDA graph capture failed (%s); decoding without graphs\n", e.what());
+      }
+    }
+    if (opt.use_graph) g.launch(stream);
+    else route_half();
+    ffn_block(il, 1, FfnPart::Experts);
+  }
+  head(0, 1);
+}
+
 void CudaBackend::Impl::decode(int32_t token, int64_t p, float* out) {
   if (hybrid) hybrid->begin_pass(1);
   auto* in = host_in.as<int32_t>();
@@ -370,6 +409,11 @@ void CudaBackend::Impl::decode(int32_t token, int64_t p, float* out) {
   if (timing.on) timing.t0->record(stream);
   if (use_graph && opt.use_graph) {
     graph.launch(stream);
+  } else if (hybrid && !route_hook && !opt.fused_moe_decode) {
+    // (With the three-launch MoE, whether the previous layer's last kernel
+    // did this layer's norm depends on the step: not capturable per layer.)
+    norm_ready = false;
+    enqueue_hybrid_decode(max_kv);
   } else {
     enqueue_decode(max_kv);
   }
