@@ -9,8 +9,7 @@
 // CUDA-only header. Pointers are device pointers; launchers are asynchronous
 // on `stream`, allocate nothing and never synchronise (graph capturable).
 //
-// Not yet wired into CudaBackend's layer recipe (it refuses qwen35moe): these
-// are the kernels that wiring will call.
+// CudaBackend's layer recipe runs them (src/cuda/backend/qwen35_blocks.cpp).
 #pragma once
 #include <cuda_runtime_api.h>
 

@@ -19,6 +19,9 @@
 #include "engine/cpu_backend.h"
 #include "engine/loaded_model.h"
 #include "engine/synthetic_model.h"
+#include "format/gguf.h"
+#include "model/hparams.h"
+#include "model/tensor_roles.h"
 #include "ref_model.h"
 #include "util/error.h"
 
@@ -225,6 +228,38 @@ TEST(Qwen35Forward, RecurrentCacheCannotRewindButClearResets) {
   kv.clear();
   be.forward(kv, p, again);
   EXPECT_EQ(first, again) << "a cleared state starts from zero";
+}
+
+// The VRAM plan (what --vram and the CUDA backend's tiers go by): the shared
+// expert and the Gated DeltaNet tensors are dense bytes (always resident),
+// only ffn_*_exps are routed-expert bytes, 16 experts a layer (no expert
+// count assumed), and the sequence state counts the recurrent layers' state
+// beside the one attention layer's K/V.
+TEST(Qwen35Forward, VramPlanCountsTheSharedExpertAsDense) {
+  auto m = LoadedModel::open(model_path("q4_k_m"));
+  const WeightSplit split = split_weights(*m->file);
+  uint64_t shared = 0, routed = 0, all = 0;
+  for (const GgufTensorInfo& t : m->file->tensors()) {
+    all += t.nbytes;
+    if (t.name.find("_shexp") != std::string::npos) shared += t.nbytes;
+    if (t.name.find("_exps.") != std::string::npos) routed += t.nbytes;
+  }
+  EXPECT_GT(shared, 0u);
+  EXPECT_EQ(split.expert_bytes, routed) << "only routed experts are tiered";
+  EXPECT_EQ(split.dense_bytes, all - routed) << "the shared expert, DeltaNet and MTP tensors are dense";
+  ASSERT_GE(split.layers.size(), 4u);
+  for (int il = 0; il < 4; ++il) {
+    EXPECT_EQ(split.layers[static_cast<size_t>(il)].n_expert, 16) << "layer " << il;
+    EXPECT_GT(split.layers[static_cast<size_t>(il)].dense_bytes, 0u) << "layer " << il;
+  }
+  const ModelHParams hp = inspect_hparams(*m->file);
+  const VramPlan v = vram_needs(split, hp, 128);
+  EXPECT_EQ(v.dense_bytes, split.dense_bytes);
+  // One attention layer of 2 KV heads of 64 (K and V, f16) + 3 recurrent layers' f32 state.
+  const uint64_t kv = 128ull * 2 * (64 + 64) * 2;
+  const uint64_t rec = 3ull * 4 * ((4 - 1) * (2 * 2 * 32 + 4 * 32) + 4 * 32 * 32);
+  EXPECT_EQ(v.kv_bytes, kv + rec);
+  EXPECT_EQ(v.everything_bytes - v.minimum_bytes, split.expert_bytes);
 }
 
 TEST(Qwen35Forward, MissingDeltaNetTensorIsNamed) {

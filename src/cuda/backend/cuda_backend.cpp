@@ -36,6 +36,21 @@ CudaBackend::Impl::~Impl() {
 }
 
 // ---------------------------------------------------------------- setup
+namespace {
+
+// The recurrent (Gated DeltaNet) layers of a hybrid and their state's size
+// (empty for models without them).
+cuda::RecurrentShape recurrent_shape(const ModelConfig& c) {
+  cuda::RecurrentShape r;
+  if (c.linear_layer.empty()) return r;
+  r.recurrent = c.linear_layer;
+  r.conv_elems = static_cast<int64_t>(c.lin.conv_kernel - 1) * c.lin.conv_dim();
+  r.state_elems = static_cast<int64_t>(c.lin.n_v_heads) * c.lin.head_v * c.lin.head_k;
+  return r;
+}
+
+}  // namespace
+
 // The VRAM budget against what the model needs (the same sums as
 // `moestream inspect --vram`): throws below the minimum; sets `tiered` when
 // the routed experts do not all fit.
@@ -104,7 +119,10 @@ void CudaBackend::Impl::check_types() const {
                 ", which the CUDA embedding lookup does not support; use --backend cpu");
   need(w.output);
   for (const LayerWeights& L : w.layers) {
-    for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down, &L.router}) need(*t);
+    for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down, &L.router,
+                                &L.ssm_qkv, &L.ssm_z, &L.ssm_alpha, &L.ssm_beta, &L.ssm_out, &L.shexp_gate,
+                                &L.shexp_up, &L.shexp_down, &L.shexp_router})
+      need(*t);
     if (c.is_moe())
       for (DType t : {L.experts.gate_type, L.experts.up_type, L.experts.down_type})
         if (!cuda::matvec_supported(t))
@@ -115,6 +133,7 @@ void CudaBackend::Impl::check_types() const {
     throw Error("CUDA backend: n_embd and n_head*head_dim must be multiples of 32");
   if (c.is_moe() && c.n_ff_exp % 32 != 0) throw Error("CUDA backend: the expert FFN width must be a multiple of 32");
   if (!c.is_moe() && c.n_ff % 32 != 0) throw Error("CUDA backend: the FFN width must be a multiple of 32");
+  check_hybrid_arch();
 }
 
 void CudaBackend::Impl::layout_activations(cuda::Layout& L) {
@@ -136,6 +155,31 @@ void CudaBackend::Impl::layout_activations(cuda::Layout& L) {
   xq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(c.n_embd, B)), c.n_embd, B);
   attq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(static_cast<int64_t>(qd), B)), static_cast<int64_t>(qd), B);
   attn_scratch = L.take(cuda::attention_decode_scratch_bytes(attn_shape(), static_cast<int>(kv.ctx())));
+  if (c.arch->attn_output_gate) {
+    // Batches: [n][2 * q_dim]; decode: one stacked Wq|Wk|Wv row.
+    q_gate = L.take_n<float>(std::max(b * 2 * qd, 2 * qd + 2 * kvd));
+    gate = L.take_n<float>(b * qd);
+  }
+  if (!c.linear_layer.empty()) {
+    const size_t CD = static_cast<size_t>(c.lin.conv_dim()), VD = static_cast<size_t>(c.lin.value_dim());
+    const size_t nv = static_cast<size_t>(c.lin.n_v_heads);
+    lin_qkv = L.take_n<float>(b * CD);
+    lin_conv = L.take_n<float>(b * CD);
+    lin_z = L.take_n<float>(b * VD);
+    lin_out = L.take_n<float>(b * VD);
+    lin_a = L.take_n<float>(b * nv);
+    lin_b = L.take_n<float>(b * nv);
+    lin_g = L.take_n<float>(b * nv);
+    lin_beta = L.take_n<float>(b * nv);
+    linq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(c.lin.value_dim(), B)), c.lin.value_dim(), B);
+  }
+  if (c.n_ff_shexp > 0) {
+    const size_t F = static_cast<size_t>(c.n_ff_shexp);
+    sh_g = L.take_n<float>(b * F);
+    sh_u = L.take_n<float>(b * F);
+    sh_score = L.take_n<float>(b);
+    shq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(c.n_ff_shexp, B)), c.n_ff_shexp, B);
+  }
   if (c.is_moe()) {
     const size_t E = static_cast<size_t>(c.n_expert), K = static_cast<size_t>(c.n_expert_used);
     const size_t F = static_cast<size_t>(c.n_ff_exp), pairs = b * K;
@@ -206,11 +250,6 @@ void CudaBackend::Impl::set_kv_f32(bool f32) {
 // ---------------------------------------------------------------- the API
 CudaBackend::CudaBackend(const ModelWeights& w, Options opt) : impl_(std::make_unique<Impl>(w, opt)) {
   Impl& m = *impl_;
-  // Hybrids (qwen35moe): the Gated DeltaNet kernels exist (src/cuda/delta_net.cu)
-  // but this backend's layer recipe does not run them yet.
-  if (!w.cfg.linear_layer.empty())
-    throw Error("CUDA backend: '" + w.cfg.arch_name +
-                "' (Gated DeltaNet layers) is not wired into the CUDA backend yet; use --backend cpu");
   std::string why;
   const int n_dev = cuda::device_count(&why);
   if (n_dev == 0) throw Error("CUDA backend: no usable CUDA device (" + why + "); use --backend cpu");
@@ -232,7 +271,7 @@ CudaBackend::CudaBackend(const ModelWeights& w, Options opt) : impl_(std::make_u
   try {
     m.weights = cuda::DeviceWeights::upload(w);
     if (c.is_moe() && !m.tiered) m.experts = cuda::ResidentExperts(w);
-    m.kv = cuda::DeviceKvCache(c.n_layer, c.n_head_kv, c.head_dim, kv_ctx, opt.kv_f32);
+    m.kv = cuda::DeviceKvCache(c.n_layer, c.n_head_kv, c.head_dim, kv_ctx, opt.kv_f32, recurrent_shape(c));
     m.allocate_activations();
     if (m.tiered) m.make_hybrid(plan);
   } catch (const Error& e) {
@@ -277,8 +316,14 @@ KvCache CudaBackend::make_cache(int64_t ctx, KvType type) const {
   // it (Options::kv_f32 sizes the right one up front).
   impl_->set_kv_f32(type == KvType::F32);
   // Keys and values live in the device arena; this cache only counts positions
-  // (and says which type it was made for).
-  return KvCache(1, 1, 1, ctx, type);
+  // (and says which type it was made for). Hybrids: it also marks the
+  // recurrent layers (with no state of their own here: it is on the device),
+  // so it refuses to rewind as the CPU's does (truncate keeps all or none).
+  const ModelConfig& c = impl_->c;
+  if (c.linear_layer.empty()) return KvCache(1, 1, 1, ctx, type);
+  RecurrentLayout rec;
+  rec.recurrent = c.linear_layer;
+  return KvCache(c.n_layer, 1, 1, ctx, type, rec);
 }
 
 void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vector<float>& logits, bool all_logits) {
@@ -301,6 +346,9 @@ void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vec
   const int64_t V = c.n_vocab;
   logits.resize(static_cast<size_t>((all_logits ? n : 1) * V));
   MS_CUDA_CHECK(cudaSetDevice(m.opt.device));
+  // A sequence starts: the recurrent layers' state starts from zeros (the
+  // CPU does the same at position 0). Outside any graph: a plain async memset.
+  if (kv.n_past() == 0) m.kv.zero_recurrent(m.stream);
   if (n == 1) {
     m.decode(tokens[0], kv.n_past(), logits.data());
     kv.advance(1);

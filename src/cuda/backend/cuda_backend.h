@@ -20,6 +20,12 @@
 // (every 256 positions). The only host traffic per token is 16 bytes in and
 // the logits out.
 //
+// Hybrids (qwen35moe): the Gated DeltaNet layers keep their recurrent state
+// (conv window + delta-rule matrix) in the device cache beside the attention
+// layers' K/V; it is zeroed when a sequence starts at position 0, and the
+// KvCache refuses to rewind it (truncate keeps all positions or none), as
+// the CPU backend's does.
+//
 // One device cache per backend: it holds one sequence at a time (the
 // KvCache's n_past says how much of it is valid). CUDA-only: include it only
 // where MOESTREAM_HAVE_CUDA is defined.

@@ -1,8 +1,9 @@
 // CudaBackend's private state and the layer recipe's declarations, shared by
 // cuda_backend.cpp (setup, budget, the public API) and layer_recipe.cpp (the
-// forward pass: attention and FFN blocks, head, decode and prefill). The
-// device storage lives in its own objects: DeviceWeights (dense weights),
-// ResidentExperts (all-resident routed experts) or HybridMoe (tiered ones),
+// forward pass: attention and FFN blocks, head, decode and prefill) and
+// qwen35_blocks.cpp (the blocks hybrids add: Gated DeltaNet, the shared
+// expert). The device storage lives in its own objects: DeviceWeights (dense
+// weights), ResidentExperts (all-resident routed experts) or HybridMoe (tiered ones),
 // DeviceKvCache, DecodeGraph.
 //
 // CUDA-only header; include it only from src/cuda/backend.
@@ -58,6 +59,19 @@ struct CudaBackend::Impl {
   bool norm_ready = false;
   int32_t *tok = nullptr, *pos = nullptr, *route_ids = nullptr, *step_in = nullptr, *groups = nullptr;
   cuda::Q8Act xq8, attq8, ffq8, expq8;
+  // Gated attention (arch->attn_output_gate): Wq's [q | gate] rows (decode:
+  // the stacked Wq|Wk|Wv row), and the gates split from them.
+  float *q_gate = nullptr, *gate = nullptr;
+  // Gated DeltaNet layers (hybrids): the fused projection [q | k | v], its
+  // conv output, z, alpha/beta and the gates made from them, the recurrence's
+  // output (normed in place) and its Q8 copy for the output projection.
+  float *lin_qkv = nullptr, *lin_conv = nullptr, *lin_z = nullptr, *lin_a = nullptr, *lin_b = nullptr;
+  float *lin_g = nullptr, *lin_beta = nullptr, *lin_out = nullptr;
+  cuda::Q8Act linq8;
+  // Shared expert: SwiGLU activations (gate, then silu(gate) * up), the
+  // gate's score per token, the Q8 copy for the down projection.
+  float *sh_g = nullptr, *sh_u = nullptr, *sh_score = nullptr;
+  cuda::Q8Act shq8;
   void* attn_scratch = nullptr;
   void* exp_scratch = nullptr;
   size_t exp_scratch_bytes = 0;
@@ -108,6 +122,11 @@ struct CudaBackend::Impl {
   void norm_rows(const float* src, const float* weight, int n);
   void attention_block(int il, int n, const int32_t* positions, bool decode, int max_kv_len, const int32_t* kv_len,
                        int pos0);
+  // ---- the blocks hybrids add (qwen35_blocks.cpp)
+  void linear_attention_block(int il, int n);
+  void shared_expert(int il, int n);
+  void small_projection(const cuda::DevMat& m, int n, float* y);
+  void check_hybrid_arch() const;
   void prologue(int il, int n, float* qp, float* kp, float* vp, const int32_t* positions, bool one_qkv);
   bool moe_decode_fusable(int il) const;
   void router_logits_rows(const cuda::DevMat& R, int n);

@@ -1,14 +1,30 @@
-// DeviceKvCache: the K/V arena of CudaBackend.
+// DeviceKvCache: the K/V arena and the recurrent-state arena of CudaBackend.
 #include "cuda/backend/device_kv_cache.h"
+
+#include <string>
 
 #include "cuda/backend/arena_layout.h"
 #include "util/error.h"
 
 namespace ms::cuda {
 
-DeviceKvCache::DeviceKvCache(int n_layer, int n_head_kv, int head_dim, int64_t ctx, bool f32)
-    : n_layer_(n_layer), n_head_kv_(n_head_kv), head_dim_(head_dim), ctx_(ctx), f32_(f32) {
-  allocate();
+DeviceKvCache::DeviceKvCache(int n_layer, int n_head_kv, int head_dim, int64_t ctx, bool f32,
+                             const RecurrentShape& rec)
+    : n_layer_(n_layer), n_head_kv_(n_head_kv), head_dim_(head_dim), ctx_(ctx), f32_(f32), rec_(rec) {
+  if (!rec_.recurrent.empty() && static_cast<int>(rec_.recurrent.size()) != n_layer)
+    throw Error("device KV cache: the recurrent layout has " + std::to_string(rec_.recurrent.size()) +
+                " layers, not " + std::to_string(n_layer));
+  state_.assign(static_cast<size_t>(n_layer_), nullptr);
+  int n_rec = 0;
+  for (int il = 0; il < n_layer_; ++il) n_rec += is_recurrent(il) ? 1 : 0;
+  if (n_rec > 0) {
+    const size_t per_layer = arena_align_up(sizeof(float) * static_cast<size_t>(rec_.conv_elems + rec_.state_elems));
+    rec_arena_ = DeviceArena("recurrent state", per_layer * static_cast<size_t>(n_rec));
+    for (int il = 0; il < n_layer_; ++il)
+      if (is_recurrent(il)) state_[static_cast<size_t>(il)] = static_cast<float*>(rec_arena_.alloc(per_layer));
+    MS_CUDA_CHECK(cudaMemset(rec_arena_.base(), 0, rec_arena_.capacity()));
+  }
+  allocate();  // ends with a device sync, which also covers the memset above
 }
 
 void DeviceKvCache::reallocate(bool f32) {
@@ -19,17 +35,35 @@ void DeviceKvCache::reallocate(bool f32) {
 void DeviceKvCache::allocate() {
   const size_t elem = f32_ ? sizeof(float) : sizeof(uint16_t);
   const size_t half_layer = static_cast<size_t>(n_head_kv_) * static_cast<size_t>(ctx_) * head_dim_ * elem;
+  int n_attn = 0;
+  for (int il = 0; il < n_layer_; ++il) n_attn += is_recurrent(il) ? 0 : 1;
   arena_ = DeviceArena();  // the old cache goes first: both may not fit at once
-  arena_ = DeviceArena(f32_ ? "KV cache (f32)" : "KV cache (f16)", 2 * arena_align_up(half_layer) * n_layer_);
+  arena_ = DeviceArena(f32_ ? "KV cache (f32)" : "KV cache (f16)", 2 * arena_align_up(half_layer) * n_attn);
   k_.assign(static_cast<size_t>(n_layer_), nullptr);
   v_.assign(static_cast<size_t>(n_layer_), nullptr);
   for (int il = 0; il < n_layer_; ++il) {
+    if (is_recurrent(il)) continue;
     k_[static_cast<size_t>(il)] = arena_.alloc(half_layer);
     v_[static_cast<size_t>(il)] = arena_.alloc(half_layer);
   }
-  MS_CUDA_CHECK(cudaMemset(arena_.base(), 0, arena_.capacity()));
+  if (arena_.capacity() > 0) MS_CUDA_CHECK(cudaMemset(arena_.base(), 0, arena_.capacity()));
   // The memset runs on the legacy stream; the backend's stream does not wait for it.
   MS_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+float* DeviceKvCache::rec_ptr(int il, int64_t offset) const {
+  float* p = state_.empty() ? nullptr : state_[static_cast<size_t>(il)];
+  if (p == nullptr)
+    throw Error("device KV cache: layer " + std::to_string(il) + " has no recurrent state (it is an attention layer)");
+  return p + offset;
+}
+
+void DeviceKvCache::zero_recurrent(cudaStream_t stream) {
+  if (has_recurrent()) MS_CUDA_CHECK(cudaMemsetAsync(rec_arena_.base(), 0, rec_arena_.capacity(), stream));
+}
+
+void DeviceKvCache::no_kv(int il) {
+  throw Error("device KV cache: layer " + std::to_string(il) + " is recurrent (Gated DeltaNet) and has no K/V");
 }
 
 }  // namespace ms::cuda

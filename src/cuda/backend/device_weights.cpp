@@ -39,7 +39,9 @@ DeviceWeights DeviceWeights::upload(const ModelWeights& w) {
       done[L.wq.data] = done[L.wk.data] = done[L.wv.data] = nullptr;
     }
     for (const TensorView* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm,
-                                &L.ffn_norm, &L.ffn_gate, &L.ffn_up, &L.ffn_down, &L.router})
+                                &L.ffn_norm, &L.ffn_gate, &L.ffn_up, &L.ffn_down, &L.router, &L.ssm_qkv,
+                                &L.ssm_z, &L.ssm_alpha, &L.ssm_beta, &L.ssm_out, &L.ssm_a, &L.ssm_dt, &L.ssm_conv,
+                                &L.ssm_norm, &L.shexp_gate, &L.shexp_up, &L.shexp_down, &L.shexp_router})
       blob_size(*t);
   }
   done.clear();
@@ -97,6 +99,19 @@ DeviceWeights DeviceWeights::upload(const ModelWeights& w) {
     D.ffn_up = mat(L.ffn_up);
     D.ffn_down = mat(L.ffn_down);
     D.router = mat(L.router);
+    D.ssm_qkv = mat(L.ssm_qkv);
+    D.ssm_z = mat(L.ssm_z);
+    D.ssm_alpha = mat(L.ssm_alpha);
+    D.ssm_beta = mat(L.ssm_beta);
+    D.ssm_out = mat(L.ssm_out);
+    D.ssm_a = vec(L.ssm_a);
+    D.ssm_dt = vec(L.ssm_dt);
+    D.ssm_conv = vec(L.ssm_conv);
+    D.ssm_norm = vec(L.ssm_norm);
+    D.shexp_gate = mat(L.shexp_gate);
+    D.shexp_up = mat(L.shexp_up);
+    D.shexp_down = mat(L.shexp_down);
+    D.shexp_router = mat(L.shexp_router);
   }
   return dw;
 }

@@ -1,6 +1,8 @@
 // The dense weights of a model in device memory, in their file's quant
-// format: embeddings, attention, norms, routers, dense FFNs and the output
-// head, each blob uploaded once into one arena. Routed experts are not here
+// format: embeddings, attention, norms, routers, dense FFNs, the output head
+// and, for hybrids (qwen35moe), the Gated DeltaNet layers and the shared
+// experts (always resident: every token runs them), each blob uploaded once
+// into one arena. Routed experts are not here
 // (resident_experts.h, or the hybrid step's slots: hybrid_moe.h).
 //
 // CUDA-only header; used by CudaBackend.
@@ -38,6 +40,12 @@ struct DevLayer {
   DevMat wqkv;
   const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr;
+
+  // Gated DeltaNet (a linear-attention layer; see model/weights.h).
+  DevMat ssm_qkv, ssm_z, ssm_alpha, ssm_beta, ssm_out;
+  const float *ssm_a = nullptr, *ssm_dt = nullptr, *ssm_conv = nullptr, *ssm_norm = nullptr;
+  // Shared expert: SwiGLU FFN scaled by sigmoid(shexp_router . x).
+  DevMat shexp_gate, shexp_up, shexp_down, shexp_router;
 };
 
 struct DeviceWeights {

@@ -1,7 +1,9 @@
 // CudaBackend's forward pass: the layer recipe of model/arch.h (the same one
-// CpuBackend runs) built from the kernels of src/cuda — attention block, FFN
-// block (dense, routed experts resident or tiered), output head — and the
-// decode step (graph-replayed) and prefill batches that run it.
+// CpuBackend runs) built from the kernels of src/cuda — attention block
+// (output-gated for hybrids), FFN block (dense, routed experts resident or
+// tiered, plus the shared expert of hybrids), output head — and the decode
+// step (graph-replayed) and prefill batches that run it. The Gated DeltaNet
+// layers of hybrids are in qwen35_blocks.cpp.
 // Host code only: every kernel is reached through the launchers of src/cuda.
 #include <algorithm>
 #include <chrono>
@@ -16,6 +18,7 @@
 #include "cuda/backend/prefill_fused.h"
 #include "cuda/expert_ffn.h"
 #include "cuda/gemm.h"
+#include "cuda/gated_ops.h"
 #include "cuda/matvec.h"
 #include "cuda/ops.h"
 #include "util/error.h"
@@ -72,6 +75,10 @@ void CudaBackend::Impl::attention_block(int il, int n, const int32_t* positions,
   const int64_t qd = c.n_head * hd, kvd = c.n_head_kv * hd;
   const int64_t kv_ctx = kv.ctx();
   norm_rows(h, L.attn_norm, n);
+  // Output-gated attention (hybrids): Wq yields [q | gate] per head, into
+  // q_gate; split_q_gate then packs q where the ungated recipe has it (and,
+  // for one stacked row, k and v after it) and keeps the gates aside.
+  const bool gated = c.arch->attn_output_gate;
   // One token with stacked Wq|Wk|Wv: one launch, and q, k adjacent so one
   // rope launch turns both.
   const bool one_qkv = n == 1 && L.wqkv;
@@ -79,19 +86,22 @@ void CudaBackend::Impl::attention_block(int il, int n, const int32_t* positions,
   float* kp = one_qkv ? qkv + qd : k;
   float* vp = one_qkv ? qkv + qd + kvd : v;
   if (one_qkv) {
-    project(L.wqkv, x, &xq8, 1, qkv, nullptr);
+    project(L.wqkv, x, &xq8, 1, gated ? q_gate : qkv, nullptr);
+    if (gated) cuda::split_q_gate(q_gate, 1, c.n_head, c.head_dim, 2 * kvd, qkv, gate, s);
   } else if (L.wqkv && n >= opt.gemm_min_batch && cuda::matmul_int8_supported(L.wqkv.type)) {
     // Batches: Wq|Wk|Wv as one int8 GEMM launch writing q, k and v.
     cuda::MatvecInput in;
     in.f32 = x;
     in.q8 = xq8;
     const int64_t rows[3] = {L.wq.rows, L.wk.rows, L.wv.rows};
-    float* outs[3] = {q, k, v};
+    float* outs[3] = {gated ? q_gate : q, k, v};
     cuda::matmul_stacked(L.wqkv.set(), in, n, 3, rows, outs, stream);
+    if (gated) cuda::split_q_gate(q_gate, n, c.n_head, c.head_dim, 0, q, gate, s);
   } else {
-    project(L.wq, x, &xq8, n, q, nullptr);
+    project(L.wq, x, &xq8, n, gated ? q_gate : q, nullptr);
     project(L.wk, x, &xq8, n, k, nullptr);
     project(L.wv, x, &xq8, n, v, nullptr);
+    if (gated) cuda::split_q_gate(q_gate, n, c.n_head, c.head_dim, 0, q, gate, s);
   }
   if (one_qkv && !L.bq && opt.fused_decode) {
     kv.with_layer(il, [&](auto* kc, auto* vc) {
@@ -114,6 +124,7 @@ void CudaBackend::Impl::attention_block(int il, int n, const int32_t* positions,
     else
       cuda::attention_prefill(shape, qp, kc, vc, n, pos0, att, s);
   });
+  if (gated) cuda::mul_sigmoid(att, gate, static_cast<int64_t>(n) * qd, s);
   if (uses_q8(L.wo)) cuda::quantize_q8act(att, qd, n, attq8, s);
   project(L.wo, att, &attq8, n, h, h);
 }
@@ -244,6 +255,10 @@ void CudaBackend::Impl::ffn_block(int il, int n, FfnPart part) {
     cuda::router_topk(router_logits, n, E, K, c.arch->router_mode, c.router_renorm, route_ids, route_w, s);
   }
   if (route_hook) report_routes(il, n);
+  // Hybrids: the shared expert adds to h first (x is ready: every router
+  // path above made it), so the routed experts stay the last launch and may
+  // fuse the next RMSNorm.
+  if (L.shexp_gate) shared_expert(il, n);
   if (part == FfnPart::Route) return;
 experts:
   cuda::NextNorm next;
@@ -343,7 +358,8 @@ void CudaBackend::Impl::enqueue_decode(int max_kv_len) {
   const cuda::DevMat& embd = weights.token_embd;
   cuda::embed_rows(embd.type, embd.data, c.n_vocab, c.n_embd, step_in, 1, h, stream);
   for (int il = 0; il < c.n_layer; ++il) {
-    attention_block(il, 1, step_in + 1, true, max_kv_len, step_in + 2, 0);
+    if (c.is_linear(il)) linear_attention_block(il, 1);
+    else attention_block(il, 1, step_in + 1, true, max_kv_len, step_in + 2, 0);
     ffn_block(il, 1);
   }
   head(0, 1);
@@ -366,7 +382,8 @@ void CudaBackend::Impl::enqueue_hybrid_decode(int max_kv_len) {
         const cuda::DevMat& embd = weights.token_embd;
         cuda::embed_rows(embd.type, embd.data, c.n_vocab, c.n_embd, step_in, 1, h, stream);
       }
-      attention_block(il, 1, step_in + 1, true, max_kv_len, step_in + 2, 0);
+      if (c.is_linear(il)) linear_attention_block(il, 1);
+      else attention_block(il, 1, step_in + 1, true, max_kv_len, step_in + 2, 0);
       ffn_block(il, 1, FfnPart::Route);
     };
     if (opt.use_graph && !g.ready(max_kv_len)) {
@@ -449,7 +466,8 @@ void CudaBackend::Impl::prefill_batch(const int32_t* tokens, int n, int64_t pos0
   const cuda::DevMat& embd = weights.token_embd;
   cuda::embed_rows(embd.type, embd.data, c.n_vocab, c.n_embd, tok, n, h, stream);
   for (int il = 0; il < c.n_layer; ++il) {
-    attention_block(il, n, pos, false, 0, nullptr, static_cast<int>(pos0));
+    if (c.is_linear(il)) linear_attention_block(il, n);
+    else attention_block(il, n, pos, false, 0, nullptr, static_cast<int>(pos0));
     ffn_block(il, n);
   }
   if (!out) {
