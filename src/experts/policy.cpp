@@ -13,7 +13,8 @@ namespace ms {
 const char* default_policy_name() { return "adaptive"; }
 
 std::vector<std::string> policy_names() {
-  return {"lru", "slru", "lfu", "lfu-decay", "adaptive", "pinned+lru", "pinned+slru", "pinned+lfu-decay", "pinned+adaptive"};
+  return {"lru", "slru", "lfu", "lfu-decay", "adaptive", "layers",
+          "pinned+lru", "pinned+slru", "pinned+lfu-decay", "pinned+adaptive"};
 }
 
 namespace {
@@ -23,6 +24,7 @@ std::unique_ptr<CachePolicy> make_dynamic(const std::string& name, size_t capaci
   if (name == "lfu") return make_lfu_decay(capacity, opts, 0.0, opts.admit_margin);
   if (name == "lfu-decay") return make_lfu_decay(capacity, opts, opts.decay_halflife_steps, opts.admit_margin);
   if (name == "adaptive") return make_adaptive(capacity, opts);
+  if (name == "layers") return make_layers(capacity, opts);
   return nullptr;
 }
 }  // namespace

@@ -75,8 +75,9 @@ struct PolicyOptions {
   uint32_t n_keys = 0;  // size of the key space (n_layer * n_expert)
 };
 
-// Policy names: lru, slru, lfu, lfu-decay, pinned+lru, pinned+slru,
-// pinned+lfu-decay, default (the measured winner, see default_policy_name()).
+// Policy names: lru, slru, lfu, lfu-decay, adaptive, layers (fixed whole
+// layers), pinned+lru, pinned+slru, pinned+lfu-decay, pinned+adaptive,
+// default (see default_policy_name()).
 std::unique_ptr<CachePolicy> make_policy(const std::string& name, size_t capacity, const PolicyOptions& opts);
 std::vector<std::string> policy_names();        // every name make_policy accepts (without "default")
 const char* default_policy_name();

@@ -77,6 +77,15 @@ size_t ExpertResidency::resident_count() const {
   return n;
 }
 
+bool ExpertResidency::whole_layers() const { return cache_.name() == "layers"; }
+
+bool ExpertResidency::layer_pinned(uint32_t layer) const {
+  if (!whole_layers() || layer >= cfg_.n_layer || layout_.pool_of_layer[layer] < 0) return false;
+  for (uint32_t e = 0; e < cfg_.n_expert; ++e)
+    if (slot_of_key_[size_t(layer) * cfg_.n_expert + e] < 0) return false;
+  return true;
+}
+
 std::vector<std::pair<ExpertKey, SlotRef>> ExpertResidency::initial_placement() {
   std::vector<std::pair<ExpertKey, SlotRef>> out;
   auto place = [&](ExpertKey key) {
@@ -90,10 +99,17 @@ std::vector<std::pair<ExpertKey, SlotRef>> ExpertResidency::initial_placement() 
   for (ExpertKey key : cache_.resident())
     if (slot_of_key_[key] < 0) place(key);
   std::vector<ExpertKey> offers;
-  if (cfg_.profile) offers = cfg_.profile->hottest(slot_of_key_.size());
-  for (const Pool& pool : layout_.pools)
-    for (uint32_t e = 0; e < cfg_.n_expert; ++e)
-      for (uint32_t layer : pool.layers) offers.push_back(layer * cfg_.n_expert + e);
+  if (whole_layers()) {
+    // Layer after layer: as many layers as fit hold every expert.
+    for (const Pool& pool : layout_.pools)
+      for (uint32_t layer : pool.layers)
+        for (uint32_t e = 0; e < cfg_.n_expert; ++e) offers.push_back(layer * cfg_.n_expert + e);
+  } else {
+    if (cfg_.profile) offers = cfg_.profile->hottest(slot_of_key_.size());
+    for (const Pool& pool : layout_.pools)
+      for (uint32_t e = 0; e < cfg_.n_expert; ++e)
+        for (uint32_t layer : pool.layers) offers.push_back(layer * cfg_.n_expert + e);
+  }
   std::vector<ExpertKey> evicted;
   std::vector<size_t> room(layout_.pools.size());
   for (size_t p = 0; p < room.size(); ++p) room[p] = free_slots_[p].size();

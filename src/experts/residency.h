@@ -83,6 +83,11 @@ class ExpertResidency {
   // first, then an even spread over layers) and returns what to copy where.
   std::vector<std::pair<ExpertKey, SlotRef>> initial_placement();
 
+  // Policy "layers": the initial placement fills whole layers and nothing
+  // changes after; layer_pinned(l) says layer l holds every expert (a step
+  // there never needs planning: every expert is resident).
+  bool whole_layers() const;
+  bool layer_pinned(uint32_t layer) const;
   // Plans one layer step. keys: distinct experts, ascending; tokens[i]: how
   // many tokens chose keys[i]. The returned plan stays valid until the next call.
   const StepPlan& plan(uint64_t step, uint32_t layer, std::span<const ExpertKey> keys,

@@ -32,6 +32,12 @@ namespace ms::cuda::test {
 namespace {
 
 constexpr double kRelTol = 0.05;  // backend_forward_test.cpp's CPU-vs-GPU bound
+// Quantized weights: the CPU rounds K-quant activations per 256 elements,
+// the GPU per 32, and the Gated DeltaNet state carries each position's
+// difference into every later one (attention-only models do not add it up
+// like this). Measured on the H100: up to 8.3e-2 past position 57 of a
+// 63-65 token prompt, 1.2-2.6e-2 before and in decode.
+constexpr double kQuantRecurrentTol = 0.12;
 // f32 weights and an f32 KV cache: nothing rounds on either side, the two
 // differ by float reassociation (and the CPU's chunked vs the GPU's
 // token-by-token delta rule); a wrong formula is off by far more.
@@ -114,7 +120,7 @@ TEST_P(Qwen35CudaVsCpu, PromptsAtTheChunkEdgesThenDecode) {
 
 INSTANTIATE_TEST_SUITE_P(Quants, Qwen35CudaVsCpu,
                          ::testing::Values(Case{"f32", true, kF32Tol}, Case{"f32", false, kRelTol},
-                                           Case{"f16", false, kRelTol}, Case{"q4_k_m", false, kRelTol}),
+                                           Case{"f16", false, kRelTol}, Case{"q4_k_m", false, kQuantRecurrentTol}),
                          [](const ::testing::TestParamInfo<Case>& i) {
                            return std::string(i.param.quant) + (i.param.kv_f32 ? "_kvf32" : "_kvf16");
                          });

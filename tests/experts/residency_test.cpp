@@ -141,6 +141,46 @@ TEST(ExpertResidency, ProfileHottestExpertsStartResident) {
   EXPECT_TRUE(r.resident(2 * kExperts + 31));
 }
 
+TEST(ExpertResidency, LayersPolicyPinsWholeLayersAndNeverChanges) {
+  ExpertResidency r(config(160ull << 20, "layers"));
+  ASSERT_TRUE(r.whole_layers());
+  r.initial_placement();
+  check_slots(r);
+  // Each pool fills its layers in order: every layer but at most one per pool
+  // holds all of its experts or none.
+  uint32_t pinned = 0;
+  std::map<int32_t, int> partial_per_pool;
+  for (uint32_t l = 0; l < kLayers; ++l) {
+    uint32_t n = 0;
+    for (uint32_t e = 0; e < kExperts; ++e) n += r.resident(l * kExperts + e);
+    EXPECT_EQ(r.layer_pinned(l), n == kExperts);
+    pinned += n == kExperts;
+    if (n != 0 && n != kExperts) ++partial_per_pool[r.pool_of_layer(l)];
+  }
+  EXPECT_GE(pinned, 2u);
+  EXPECT_LT(pinned, kLayers);
+  for (auto [pool, n] : partial_per_pool) EXPECT_LE(n, 1) << "pool " << pool;
+  std::vector<ExpertKey> before;
+  for (ExpertKey k = 0; k < kLayers * kExperts; ++k)
+    if (r.resident(k)) before.push_back(k);
+  std::mt19937 rng(7);
+  std::vector<ExpertKey> keys;
+  std::vector<uint32_t> uses;
+  for (uint64_t step = 1; step < 200; ++step)
+    for (uint32_t l = 0; l < kLayers; ++l) {
+      route(rng, 1 + int(step % 9), 0.5, keys, uses, l);
+      const StepPlan& p = r.plan(step, l, keys, uses);
+      check_plan(r, p, keys, l);
+      EXPECT_TRUE(p.plan.evicted.empty());
+      if (r.layer_pinned(l))
+        for (const PlannedExpert& e : p.plan.experts) EXPECT_EQ(e.tier, Tier::Resident);
+    }
+  std::vector<ExpertKey> after;
+  for (ExpertKey k = 0; k < kLayers * kExperts; ++k)
+    if (r.resident(k)) after.push_back(k);
+  EXPECT_EQ(before, after);
+}
+
 TEST(ExpertResidency, EveryPolicyKeepsTheInvariantsOverManySteps) {
   std::vector<std::string> policies = policy_names();
   policies.push_back("default");
