@@ -9,7 +9,7 @@ a near-tie (a flip any last-bit difference may cause) can be told from a real
 error. For scale, the same context through the all-resident batch path
 (`logits --tokens`): whether it picks the decode path's token there.
 
-  tools/greedy_divergence.py MOESTREAM MODEL "prompt" N budget [budget...]
+  tools/greedy_divergence.py MOESTREAM MODEL "prompt" N budget[:policy] [...]
 """
 import os
 import struct
@@ -27,8 +27,10 @@ def logits_cmd(ms, model, extra):
 
 
 def greedy(ms, model, prompt, n, vram):
-    """(tokens, margins) of `logits --greedy n` under a budget."""
-    out = logits_cmd(ms, model, ["-p", prompt, "--greedy", str(n), "--vram", vram])
+    """(tokens, margins) of `logits --greedy n` under a budget ("8G" or "8G:layers")."""
+    budget, _, policy = vram.partition(":")
+    extra = ["--policy", policy] if policy else []
+    out = logits_cmd(ms, model, ["-p", prompt, "--greedy", str(n), "--vram", budget] + extra)
     toks = margins = None
     for line in out.splitlines():
         if line.startswith("greedy: "):

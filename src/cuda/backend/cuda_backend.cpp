@@ -106,6 +106,8 @@ void CudaBackend::Impl::make_hybrid(const VramPlan& plan) {
   ho.verbose_steps = opt.verbose_steps;
   ho.pool = opt.cpu_pool;
   hybrid = std::make_unique<HybridMoe>(w, ho, stream);
+  // Pinned layers run the all-resident expert kernels, in the step's scratch.
+  exp_scratch = hybrid->scratch(exp_scratch_bytes);
 }
 
 void CudaBackend::Impl::check_types() const {

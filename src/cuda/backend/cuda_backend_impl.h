@@ -135,6 +135,7 @@ struct CudaBackend::Impl {
   // first with the attention as a graph per layer; the second talks to the host).
   enum class FfnPart { All, Route, Experts };
   void ffn_block(int il, int n, FfnPart part = FfnPart::All);
+  bool pinned_experts(int il, int n) const;
   void enqueue_hybrid_decode(int max_kv_len);
   void head(int first, int m);
   void enqueue_decode(int max_kv_len);

@@ -73,6 +73,8 @@ struct HybridMoe::Impl {
   // Per layer: which all-resident decode kernels take its experts.
   static constexpr uint8_t kDecodeMoe = 1, kExpertFfn = 2;
   std::vector<uint8_t> decode_path;
+  std::vector<uint8_t> pinned;      // per layer: ExpertResidency::layer_pinned after the initial placement
+  uint32_t n_pinned = 0;
   size_t decode_scratch_bytes = 0;  // hg's bytes, lent to cuda::expert_ffn at decode
   CostModel cost;
 
@@ -293,6 +295,11 @@ struct HybridMoe::Impl {
     for (int l = 0; l < c.n_layer; ++l) slots->upload(l, stream);
     MS_CUDA_CHECK(cudaStreamSynchronize(copier->stream()));
     MS_CUDA_CHECK(cudaStreamSynchronize(stream));
+    pinned.assign(static_cast<size_t>(c.n_layer), 0);
+    for (int l = 0; l < c.n_layer; ++l) {
+      pinned[static_cast<size_t>(l)] = res->layer_pinned(static_cast<uint32_t>(l));
+      n_pinned += pinned[static_cast<size_t>(l)];
+    }
   }
 
   // The previous layer's timings. Its end events are done or nearly so (the
@@ -411,14 +418,19 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
   int n_cpu_rows = 0;
   auto* idx_h = idx_host.as<int32_t>();
   int32_t* cpu_pair_h = idx_h + 4 * P() + 1;
-  TierCounts& lc = tel.layers[static_cast<size_t>(il)];
+  // A pinned layer comes here only when the backend's kernels could not take
+  // the pass (scratch): end_pass counts its pairs, so they are not counted here.
+  TierCounts uncounted_layer, uncounted_pass;
+  const bool counted = !pinned[static_cast<size_t>(il)];
+  TierCounts& lc = counted ? tel.layers[static_cast<size_t>(il)] : uncounted_layer;
+  TierCounts& pc = counted ? pass_counts : uncounted_pass;
   for (size_t i = 0; i < sp.plan.experts.size(); ++i) {
     const PlannedExpert& pe = sp.plan.experts[i];
     const int e = static_cast<int>(pe.key % static_cast<uint32_t>(E));
     const uint64_t pairs = static_cast<uint64_t>(count[static_cast<size_t>(e)]);
     if (pe.tier == Tier::Host) {
       lc.host += pairs;
-      pass_counts.host += pairs;
+      pc.host += pairs;
       ExpertWork wk{e, {}, {}};
       for (int q = start[static_cast<size_t>(e)]; q < start[static_cast<size_t>(e) + 1]; ++q) {
         const int p = by_expert[static_cast<size_t>(q)];
@@ -430,7 +442,7 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
       continue;
     }
     (pe.tier == Tier::Resident ? lc.resident : lc.streamed) += pairs;
-    (pe.tier == Tier::Resident ? pass_counts.resident : pass_counts.streamed) += pairs;
+    (pe.tier == Tier::Resident ? pc.resident : pc.streamed) += pairs;
     slots->point(il, e, sp.where[i].pool, sp.where[i].slot);
     size_t wv = 0;
     if (sp.transit[i]) wv = n_transit++ / half;
@@ -641,6 +653,13 @@ void HybridMoe::end_pass() {
   t.total_s += s;
   ++t.passes;
   t.tokens += static_cast<uint64_t>(m.pass_tokens);
+  // Pinned layers ran on the backend's all-resident kernels: every pair resident.
+  if (m.n_pinned > 0) {
+    const uint64_t pairs = static_cast<uint64_t>(m.pass_tokens) * static_cast<uint64_t>(m.c.n_expert_used);
+    for (size_t l = 0; l < m.pinned.size(); ++l)
+      if (m.pinned[l]) t.layers[l].resident += pairs;
+    m.pass_counts.resident += pairs * m.n_pinned;
+  }
   if (m.pass_tokens == 1) {
     ++t.decode_tokens;
     t.decode.resident += m.pass_counts.resident;
@@ -662,6 +681,13 @@ bool HybridMoe::run(int il, int n, const float* x, const cuda::Q8Act& x_q8, cons
 }
 
 const cuda::ExpertWeights& HybridMoe::weights(int il) const { return impl_->slots->weights(il); }
+
+bool HybridMoe::layer_pinned(int il) const { return impl_->pinned.at(static_cast<size_t>(il)) != 0; }
+
+void* HybridMoe::scratch(size_t& bytes) const {
+  bytes = impl_->decode_scratch_bytes;
+  return impl_->hg;
+}
 
 ExpertTelemetry HybridMoe::telemetry() const {
   ExpertTelemetry t = impl_->tel;

@@ -74,6 +74,14 @@ class HybridMoe {
            const cuda::NextNorm* next = nullptr);
   // Layer il's experts as the kernels address them (the slot table).
   const cuda::ExpertWeights& weights(int il) const;
+  // Layer il holds every expert in VRAM for good (policy "layers"): the
+  // backend runs its experts as all-resident, over weights(il), without
+  // calling run() (no round trip, nothing to plan; end_pass counts its pairs
+  // as resident).
+  bool layer_pinned(int il) const;
+  // The step's expert scratch (hg), for the backend's own expert kernels on
+  // pinned layers: idle then, as every use is on the compute stream.
+  void* scratch(size_t& bytes) const;
 
   ExpertTelemetry telemetry() const;
   uint64_t device_bytes() const;

@@ -217,6 +217,14 @@ void CudaBackend::Impl::report_routes(int il, int n) {
   route_hook({il, n, K, route_host.data(), route_w_host.data(), route_hook_hidden ? hidden_host.data() : nullptr});
 }
 
+// Tiered layer il holds every expert for good (policy "layers") and the
+// all-resident expert kernels can take n tokens in the scratch they have.
+bool CudaBackend::Impl::pinned_experts(int il, int n) const {
+  if (!hybrid || !hybrid->layer_pinned(il)) return false;
+  if ((n == 1 && moe_decode_fusable(il)) || (n >= opt.gemm_min_batch && opt.grouped_matmul_experts)) return true;
+  return cuda::expert_ffn_scratch_bytes(hybrid->weights(il), n, c.n_expert_used) <= exp_scratch_bytes;
+}
+
 void CudaBackend::Impl::ffn_block(int il, int n, FfnPart part) {
   cudaStream_t s = stream;
   const cuda::DevLayer& L = weights.layer(il);
@@ -267,11 +275,13 @@ experts:
   next.x_out = x;
   next.x_q8 = xq8;
   next.counter = norm_counter;
-  if (hybrid) {
+  if (hybrid && !pinned_experts(il, n)) {
     norm_ready = hybrid->run(il, n, x, xq8, route_ids, route_w, h, moe_fused ? &next : nullptr);
     return;
   }
-  const cuda::ExpertWeights& ex = experts.weights(il);
+  // All-resident experts: the resident model's, or a tiered layer whose
+  // every expert stays in its slots (the slot table then never changes).
+  const cuda::ExpertWeights& ex = hybrid ? hybrid->weights(il) : experts.weights(il);
   if (moe_fused) {
     cuda::gate_up_q8_decode(ex, xq8, route_ids, K, dec_hq8, nullptr, s);
     cuda::down_combine_decode(ex, dec_hq8, route_ids, route_w, K, h, h, &next, s);
@@ -365,30 +375,37 @@ void CudaBackend::Impl::enqueue_decode(int max_kv_len) {
   head(0, 1);
 }
 
-// Hybrid decode: per layer, a graph of its attention and the FFN's norm and
-// router (captured at the first step of each attention span, like the
-// all-resident graph), then the hybrid MoE step, which reads the routes back
-// and decides on the host. One launch instead of a dozen per layer: every
-// driver call sits on the step's critical path here.
+// Hybrid decode: one graph per span of layers that ends at a layer whose
+// MoE step must be planned on the host: the span's pinned layers whole
+// (their experts in VRAM for good), then the last layer's attention and the
+// FFN's norm and router (captured at the first step of each attention span,
+// like the all-resident graph); then that layer's hybrid MoE step, which
+// reads the routes back and decides on the host. Every driver call sits on
+// the step's critical path here, so a launch replaces dozens.
 void CudaBackend::Impl::enqueue_hybrid_decode(int max_kv_len) {
   if (hybrid_graphs.size() != static_cast<size_t>(c.n_layer)) {
     hybrid_graphs.clear();
     for (int il = 0; il < c.n_layer; ++il) hybrid_graphs.push_back(std::make_unique<cuda::DecodeGraph>());
   }
-  for (int il = 0; il < c.n_layer; ++il) {
-    cuda::DecodeGraph& g = *hybrid_graphs[static_cast<size_t>(il)];
-    auto route_half = [&] {
-      if (il == 0) {
-        const cuda::DevMat& embd = weights.token_embd;
-        cuda::embed_rows(embd.type, embd.data, c.n_vocab, c.n_embd, step_in, 1, h, stream);
+  for (int first = 0; first < c.n_layer;) {
+    int last = first;
+    while (last + 1 < c.n_layer && pinned_experts(last, 1)) ++last;
+    const bool last_whole = pinned_experts(last, 1);
+    cuda::DecodeGraph& g = *hybrid_graphs[static_cast<size_t>(first)];
+    auto span = [&] {
+      for (int il = first; il <= last; ++il) {
+        if (il == 0) {
+          const cuda::DevMat& embd = weights.token_embd;
+          cuda::embed_rows(embd.type, embd.data, c.n_vocab, c.n_embd, step_in, 1, h, stream);
+        }
+        if (c.is_linear(il)) linear_attention_block(il, 1);
+        else attention_block(il, 1, step_in + 1, true, max_kv_len, step_in + 2, 0);
+        ffn_block(il, 1, il < last || last_whole ? FfnPart::All : FfnPart::Route);
       }
-      if (c.is_linear(il)) linear_attention_block(il, 1);
-      else attention_block(il, 1, step_in + 1, true, max_kv_len, step_in + 2, 0);
-      ffn_block(il, 1, FfnPart::Route);
     };
     if (opt.use_graph && !g.ready(max_kv_len)) {
       try {
-        g.capture(stream, max_kv_len, route_half);
+        g.capture(stream, max_kv_len, span);
       } catch (const Error& e) {
         cudaGetLastError();
         opt.use_graph = false;
@@ -396,8 +413,9 @@ void CudaBackend::Impl::enqueue_hybrid_decode(int max_kv_len) {
       }
     }
     if (opt.use_graph) g.launch(stream);
-    else route_half();
-    ffn_block(il, 1, FfnPart::Experts);
+    else span();
+    if (!last_whole) ffn_block(last, 1, FfnPart::Experts);
+    first = last + 1;
   }
   head(0, 1);
 }
