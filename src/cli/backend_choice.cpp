@@ -67,7 +67,10 @@ void add_vram_options(CLI::App& sub, VramSetup* v, bool steps) {
       ->option_text("BYTES|full");
   std::string names;
   for (const std::string& n : policy_names()) names += (names.empty() ? "" : ", ") + n;
-  sub.add_option("--policy", v->policy, "expert cache policy (default, " + names + ")")->option_text("NAME");
+  sub.add_option("--policy", v->policy,
+                 "expert cache policy: " + names + "; default: " + engine_default_policy(false) +
+                     " (whole layers in VRAM), or " + engine_default_policy(true) + " with --profile")
+      ->option_text("NAME");
   sub.add_option("--profile", v->profile, "expert access profile (moestream trace profile): hottest experts start resident")
       ->option_text("FILE");
   sub.add_option("--host-pin", v->host_pin,

@@ -12,6 +12,8 @@ namespace ms {
 // (bench/results/policy_sim.md, tools/policy_sweep.sh).
 const char* default_policy_name() { return "adaptive"; }
 
+const char* engine_default_policy(bool have_profile) { return have_profile ? "adaptive" : "layers"; }
+
 std::vector<std::string> policy_names() {
   return {"lru", "slru", "lfu", "lfu-decay", "adaptive", "layers",
           "pinned+lru", "pinned+slru", "pinned+lfu-decay", "pinned+adaptive"};

@@ -81,5 +81,12 @@ struct PolicyOptions {
 std::unique_ptr<CachePolicy> make_policy(const std::string& name, size_t capacity, const PolicyOptions& opts);
 std::vector<std::string> policy_names();        // every name make_policy accepts (without "default")
 const char* default_policy_name();
+// The engine's policy for "default" (tiered experts on a GPU), chosen by
+// measured tokens/s (bench/results/hybrid_bench.md), not hit rate: "layers"
+// without a profile (whole layers in VRAM run with no host round trip:
+// 108 vs 81 tok/s at 10.5G on a uniform router), "adaptive" with one (the
+// profile says which experts are hot: a skewed router's hot experts in VRAM,
+// wherever their layer; 153 vs 91 tok/s at 8G, skew 1.0).
+const char* engine_default_policy(bool have_profile);
 
 }  // namespace ms

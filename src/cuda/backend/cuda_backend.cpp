@@ -18,6 +18,7 @@
 #include "cuda/expert_ffn.h"
 #include "cuda/matvec.h"
 #include "cuda/ops.h"
+#include "experts/policy.h"
 #include "format/gguf.h"
 #include "model/hparams.h"
 #include "model/tensor_roles.h"
@@ -97,7 +98,7 @@ void CudaBackend::Impl::make_hybrid(const VramPlan& plan) {
   HybridMoeOptions ho;
   ho.pool_bytes = plan.room - std::min(plan.room, over);
   ho.transit_slots = opt.transit_slots;
-  ho.policy = opt.policy;
+  ho.policy = opt.policy == "default" ? engine_default_policy(opt.profile != nullptr) : opt.policy;
   ho.host_pin = opt.host_pin;
   ho.profile = opt.profile;
   ho.max_tokens = B;
