@@ -196,7 +196,10 @@ class Results:
 # ---------------------------------------------------------------- moestream side
 
 def run(cmd, timeout=600):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    # errors="replace": a random model's text may hold bytes of a split UTF-8
+    # character; the figures read from the output are ASCII either way.
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                       timeout=timeout)
     if p.returncode != 0:
         raise RuntimeError(f"command failed ({p.returncode}): {' '.join(map(str, cmd))}\n"
                            f"stdout:\n{p.stdout[-4000:]}\nstderr:\n{p.stderr[-4000:]}")
