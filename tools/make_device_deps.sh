@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 (cd "$tmp" && apt-get download -q libgtest-dev libgmock-dev googletest libbenchmark-dev \
-  libbenchmark1debian libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev \
+  libbenchmark1debian libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libcpp-httplib0.11 libssl-dev libbrotli-dev \
+  zlib1g-dev libpcre2-dev \
   libpcre2-8-0 libutf8proc-dev libutf8proc2 >/dev/null 2>&1)
 rm -rf .deps && mkdir -p .deps/root
 for f in "$tmp"/*.deb; do dpkg -x "$f" .deps/root; done
