@@ -40,6 +40,7 @@
 #include "quant/half.h"
 #include "quant/quant.h"
 #include "util/cpu_features.h"
+#include "util/split.h"
 
 namespace {
 
@@ -260,27 +261,16 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> parts;
-  size_t pos = 0;
-  for (;;) {
-    const size_t e = s.find('/', pos);
-    parts.push_back(s.substr(pos, e == std::string::npos ? std::string::npos : e - pos));
-    if (e == std::string::npos) return parts;
-    pos = e + 1;
-  }
-}
-
 void print_table() {
   std::map<std::string, double> read_bw;  // "tN" -> median GB/s
   for (const auto& [key, v] : g_results) {
-    const auto p = split(key);
+    const auto p = ms::split_list(key, '/');
     if (p[0] == "read") read_bw[p[3]] = median(v);
   }
   std::printf("\n%-9s %-6s %-10s %7s %9s %9s %8s  %s\n", "kind", "type", "shape", "threads", "GB/s", "best", "% read",
               "(median over repetitions; % of the median plain read at the same thread count)");
   for (const std::string& key : g_order) {
-    const auto p = split(key);
+    const auto p = ms::split_list(key, '/');
     if (p.size() < 4) continue;
     const std::vector<double>& v = g_results[key];
     const double best = *std::max_element(v.begin(), v.end()), med = median(v);

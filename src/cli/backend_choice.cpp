@@ -10,6 +10,7 @@
 #include "experts/profile.h"
 #include "util/bytes.h"
 #include "util/error.h"
+#include "util/split.h"
 
 #ifdef MOESTREAM_HAVE_CUDA
 #include "cuda/backend/cuda_backend.h"
@@ -100,6 +101,17 @@ uint64_t parse_vram(const std::string& text, bool* full) {
   }
   if (b == 0) throw Error("--vram " + text + ": the budget must be positive");
   return b;
+}
+
+std::vector<std::string> parse_vram_list(const std::string& text) {
+  const std::vector<std::string> items = split_list(text);
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i].empty() && items.size() > 1)
+      throw Error("--vram " + text + ": item " + std::to_string(i + 1) + " is empty; use e.g. 1.5G,8G,full");
+    bool full = false;
+    parse_vram(items[i], &full);
+  }
+  return items;
 }
 
 void check_size_flags(int64_t ctx, int threads, int batch) {

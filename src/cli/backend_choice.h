@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cpu/thread_pool.h"
 #include "engine/backend.h"
@@ -49,6 +50,9 @@ void add_kv_type_option(CLI::App& sub, KvType* type);
 void add_vram_options(CLI::App& sub, VramSetup* v, bool steps);
 // "8G" / "8000M" / "full" / "" checked; throws ms::Error with the accepted forms.
 uint64_t parse_vram(const std::string& text, bool* full);
+// "1.5G,8G,full": every item checked as parse_vram does, up front (the error
+// names the bad item); one item (or "") gives a list of one.
+std::vector<std::string> parse_vram_list(const std::string& text);
 
 // The size flags `run` and `serve` share, checked the same way (a negative
 // value used to be taken silently): --ctx >= 0 (0: the model's), -t >= 0

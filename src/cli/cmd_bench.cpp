@@ -5,7 +5,7 @@
 // made with; keep its output formats stable.
 //
 //   moestream bench [-m FILE] [-p 512] [-n 128] [-r 3] [--backend cpu|cuda] [-t N] [--kv-type f16|f32]
-//                   [--json] [-o FILE]
+//                   [--vram B[,B..]] [--svg FILE] [--json] [-o FILE]
 //
 // pp: a synthetic prompt of p tokens into an empty cache, one forward call
 //     (batched prefill), logits of the last token copied back.
@@ -13,27 +13,28 @@
 //     tokens (a new sequence each run), logits copied back each step.
 // The floor beside tg is active bytes per token / memory bandwidth (the GPU's
 // device-to-device copy rate, or the host's read rate for --backend cpu).
+// --vram A,B,..: the whole bench once per budget, each on a backend built
+// for it and released before the next, then a summary table (and --svg
+// chart) of tokens/s per budget beside that budget's decode floor
+// (experts/floor.h: what streaming and CPU experts cost at best).
 #include <algorithm>
 #include <chrono>
 #include <random>
-#include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "cli/backend_choice.h"
+#include "cli/bench_report.h"
 #include "cli/commands.h"
 #include "cpu/bandwidth.h"
 #include "cpu/thread_pool.h"
 #include "engine/loaded_model.h"
 #include "engine/route_recorder.h"
 #include "engine/sampler.h"
-#include "format/gguf.h"
-#include "util/bytes.h"
+#include "experts/budget_sweep.h"
 #include "util/error.h"
 
 #ifdef MOESTREAM_HAVE_CUDA
@@ -41,43 +42,8 @@
 #include "cuda/device.h"
 #endif
 
-#ifndef MOESTREAM_VERSION
-#define MOESTREAM_VERSION "0.1.0"
-#endif
-#ifndef MOESTREAM_GIT_HASH
-#define MOESTREAM_GIT_HASH "unknown"
-#endif
-
 namespace ms::cli {
 namespace {
-
-struct BenchArgs {
-  std::string model, backend, output;
-  std::string record_routes;  // after the timed runs: one prompt + decode run recorded as a routing trace
-  int n_prompt = 512, n_gen = 128, reps = 3, threads = 0, batch = 0;
-  bool json = false;
-  double bandwidth_gbs = 0;  // > 0: use this instead of measuring
-  KvType kv_type = KvType::F16;
-  VramSetup vram;
-};
-
-struct Stat {
-  std::string test;
-  int n_tokens = 0;
-  std::vector<double> tps;
-  double mean() const {
-    double s = 0;
-    for (double v : tps) s += v;
-    return tps.empty() ? 0 : s / tps.size();
-  }
-  double sd() const {
-    if (tps.size() < 2) return 0;
-    const double m = mean();
-    double s = 0;
-    for (double v : tps) s += (v - m) * (v - m);
-    return std::sqrt(s / (tps.size() - 1));
-  }
-};
 
 std::vector<int32_t> bench_prompt(int n, int64_t n_vocab, uint64_t seed) {
   // Fixed pseudo-random ids, the same for every run and backend.
@@ -89,18 +55,6 @@ std::vector<int32_t> bench_prompt(int n, int64_t n_vocab, uint64_t seed) {
     ids.push_back(static_cast<int32_t>((s >> 33) % static_cast<uint64_t>(n_text)));
   }
   return ids;
-}
-
-// "q4_K 15.2 GiB, q6_K 0.6 GiB, f32 0.1 GiB": tensor bytes by type, largest first.
-std::string quant_mix(const GgufFile& f) {
-  std::map<std::string, uint64_t> by;
-  for (const GgufTensorInfo& t : f.tensors()) by[type_name(t.type)] += t.nbytes;
-  std::vector<std::pair<uint64_t, std::string>> v;
-  for (auto& [k, b] : by) v.emplace_back(b, k);
-  std::sort(v.rbegin(), v.rend());
-  std::string s;
-  for (auto& [b, k] : v) s += (s.empty() ? "" : ", ") + k + " " + format_bytes(b);
-  return s;
 }
 
 // Memory bandwidth the floor is computed against, in bytes/s, and how it was had.
@@ -136,20 +90,12 @@ double floor_bandwidth(const Backend& be, ThreadPool& pool, std::string* how) {
   return measure_read_bandwidth(pool);
 }
 
-int run(const BenchArgs& a) {
-  std::string path = a.model;
-  if (path.empty()) {
-    bool generated = false;
-    path = default_model_path(&generated);
-    std::fprintf(stderr, "moestream: %s the built-in tiny model (random weights) at %s\n",
-                 generated ? "generated" : "using", path.c_str());
-  }
-  if (a.n_prompt < 0 || a.n_gen < 0 || a.reps < 1) throw Error("bench: -p and -n must be >= 0 and -r >= 1");
-  if (a.n_prompt == 0 && a.n_gen == 0) throw Error("bench: nothing to measure (-p 0 -n 0)");
-  auto model = LoadedModel::open(path);
-  const ModelWeights& w = model->weights;
+// Builds the backend for one budget, runs pp and tg on it, and releases it
+// (with its VRAM) before returning, so the next budget starts on an empty device.
+BudgetRun measure(const BenchArgs& a, const std::string& vram, bool sweep, const LoadedModel& model,
+                  const ModelInfo& mi, ThreadPool& pool) {
+  const ModelWeights& w = model.weights;
   const ModelConfig& c = w.cfg;
-  ThreadPool pool(a.threads);
   constexpr int kTgPrompt = 8;
   const int64_t ctx = std::max<int64_t>(a.n_prompt, kTgPrompt + a.n_gen) + 1;
   BackendSetup bs;
@@ -158,8 +104,14 @@ int run(const BenchArgs& a) {
   bs.max_batch = a.batch > 0 ? a.batch : std::max(a.n_prompt, 1);
   bs.kv_type = a.kv_type;
   bs.vram = a.vram;
+  bs.vram.budget = vram;
   std::unique_ptr<Backend> be = make_backend(bs, w, pool);
-  const std::string device = backend_device(*be, pool);
+  if (sweep && be->name() != "cuda")  // make_backend said why on stderr
+    throw Error("--vram " + a.vram.budget + ": a list of budgets needs the CUDA backend, which cannot run here");
+  BudgetRun r;
+  r.vram = vram;
+  r.backend = be->name();
+  r.device = backend_device(*be, pool);
 
   using clock = std::chrono::steady_clock;
   const std::vector<int32_t> prompt = bench_prompt(a.n_prompt, c.n_vocab, 12345);
@@ -191,16 +143,15 @@ int run(const BenchArgs& a) {
   if (a.n_prompt > 0) run_pp();
   if (a.n_gen > 0) run_tg(std::min(a.n_gen, 8));
 
-  std::vector<Stat> stats;
   if (a.n_prompt > 0) {
     Stat s{"pp" + std::to_string(a.n_prompt), a.n_prompt, {}};
     for (int i = 0; i < a.reps; ++i) s.tps.push_back(a.n_prompt / run_pp());
-    stats.push_back(s);
+    r.stats.push_back(s);
   }
   if (a.n_gen > 0) {
     Stat s{"tg" + std::to_string(a.n_gen), a.n_gen, {}};
     for (int i = 0; i < a.reps; ++i) s.tps.push_back(a.n_gen / run_tg(a.n_gen));
-    stats.push_back(s);
+    r.stats.push_back(s);
   }
   if (!a.record_routes.empty()) {
     // Untimed: the pp prompt, then n_gen greedy decode tokens, in one context.
@@ -215,73 +166,55 @@ int run(const BenchArgs& a) {
     }
     rec.finish(be.get());
   }
-  std::string bw_how;
-  const double bw = a.bandwidth_gbs > 0 ? a.bandwidth_gbs * 1e9 : floor_bandwidth(*be, pool, &bw_how);
-  if (a.bandwidth_gbs > 0) bw_how = "given with --bandwidth";
-  const double active = static_cast<double>(w.active_bytes_per_token());
-  const double floor_tps = bw / active;
+  r.bw = a.bandwidth_gbs > 0 ? a.bandwidth_gbs * 1e9 : floor_bandwidth(*be, pool, &r.bw_how);
+  if (a.bandwidth_gbs > 0) r.bw_how = "given with --bandwidth";
+  r.floor_tps = r.bw / mi.active;
+  r.tel = be->expert_telemetry();
+  r.row = budget_row(r, mi, a.bandwidth_gbs);
+  return r;
+}
 
-  const ExpertTelemetry tel = be->expert_telemetry();
-  const std::string model_name = model->file->get_string("general.name", "");
-  const std::string size = format_bytes(model->file->file_size());
-  const std::string mix = quant_mix(*model->file);
-  std::string out;
-  if (a.json) {
-    nlohmann::json j;
-    j["build"] = {{"version", MOESTREAM_VERSION}, {"git", MOESTREAM_GIT_HASH}, {"cuda", cuda_built()}};
-    j["backend"] = be->name();
-    j["device"] = device;
-    j["threads"] = pool.size();
-    j["kv_type"] = kv_type_name(a.kv_type);
-    j["model"] = {{"path", path},         {"name", model_name},        {"arch", c.arch_name},
-                  {"describe", c.describe()}, {"file_bytes", model->file->file_size()}, {"quant", mix},
-                  {"active_bytes_per_token", w.active_bytes_per_token()}};
-    j["bandwidth"] = {{"bytes_per_s", bw}, {"how", bw_how}};
-    j["floor_tps"] = floor_tps;
-    nlohmann::json rs = nlohmann::json::array();
-    for (const Stat& s : stats)
-      rs.push_back({{"test", s.test}, {"n_tokens", s.n_tokens}, {"reps", a.reps}, {"tps_mean", s.mean()},
-                    {"tps_sd", s.sd()}, {"tps", s.tps}});
-    j["results"] = rs;
-    j["experts"] = tel.to_json();
-    if (tel.hybrid) j["vram_budget_bytes"] = tel.budget_bytes;
-    out = j.dump(2) + "\n";
-  } else {
-    char buf[1024];
-    // The KV type only when not the default, so default headers stay as they were.
-    out += "moestream bench | build " MOESTREAM_VERSION " (git " MOESTREAM_GIT_HASH ") | backend " + be->name() +
-           (a.kv_type == KvType::F32 ? " | kv f32" : "") + " | device: " + device + "\n";
-    out += "model: " + (model_name.empty() ? path : model_name) + " | " + c.describe() + " | " + size + " | " + mix +
-           "\n";
-    std::snprintf(buf, sizeof buf, "floor: %s active bytes/token at %.1f GB/s (%s) = %.1f tok/s\n\n",
-                  format_bytes(static_cast<uint64_t>(active)).c_str(), bw / 1e9, bw_how.c_str(), floor_tps);
-    out += buf;
-    if (tel.hybrid) {
-      const TierCounts pairs = tel.all();
-      std::snprintf(buf, sizeof buf,
-                    "vram: budget %s, %llu expert slots (%.1f%% of experts); hit rate %.1f%%, CPU share %.1f%%, H2D "
-                    "%.1f GB/s; policy %s; host %s\n\n",
-                    format_bytes(tel.budget_bytes).c_str(), static_cast<unsigned long long>(tel.cache_slots),
-                    tel.experts_total ? 100.0 * tel.cache_slots / tel.experts_total : 0.0, 100.0 * pairs.hit_rate(),
-                    pairs.total() ? 100.0 * pairs.host / pairs.total() : 0.0, tel.h2d_gbps(), tel.policy.c_str(),
-                    tel.host_pin.c_str());
-      out += buf;
-    }
-    out += "| model | size | backend | test | t/s | of floor |\n|---|---|---|---|---:|---:|\n";
-    for (const Stat& s : stats) {
-      const bool tg = s.test[0] == 't';
-      std::snprintf(buf, sizeof buf, "| %s | %s | %s | %s | %.2f ± %.2f | %s |\n", c.arch_name.c_str(), size.c_str(),
-                    be->name().c_str(), s.test.c_str(), s.mean(), s.sd(),
-                    tg ? (std::to_string(static_cast<int>(std::lround(100.0 * s.mean() / floor_tps))) + "%").c_str()
-                       : "");
-      out += buf;
-    }
+void write_file(const std::string& path, const std::string& text, const char* what) {
+  std::ofstream f(path);
+  f << text;
+  if (!f) throw Error(path + ": cannot write the " + what);
+}
+
+int run(const BenchArgs& a) {
+  std::string path = a.model;
+  if (path.empty()) {
+    bool generated = false;
+    path = default_model_path(&generated);
+    std::fprintf(stderr, "moestream: %s the built-in tiny model (random weights) at %s\n",
+                 generated ? "generated" : "using", path.c_str());
   }
+  if (a.n_prompt < 0 || a.n_gen < 0 || a.reps < 1) throw Error("bench: -p and -n must be >= 0 and -r >= 1");
+  if (a.n_prompt == 0 && a.n_gen == 0) throw Error("bench: nothing to measure (-p 0 -n 0)");
+  const std::vector<std::string> budgets = parse_vram_list(a.vram.budget);
+  const bool sweep = budgets.size() > 1;
+  if (sweep && a.backend == "cpu")
+    throw Error("--vram " + a.vram.budget + ": a list of budgets sweeps the CUDA backend's VRAM budget; the CPU "
+                "backend has none (give one budget, or --backend cuda)");
+  if (sweep && !cuda_built())
+    throw Error("--vram " + a.vram.budget + ": a list of budgets needs the CUDA backend; this build has none");
+  if (sweep && !a.record_routes.empty())
+    throw Error("--record-routes takes one --vram budget (the routes are the same at every budget)");
+  auto model = LoadedModel::open(path);
+  const ModelInfo mi = model_info(path, *model);
+  ThreadPool pool(a.threads);
+  std::vector<BudgetRun> runs;
+  for (size_t i = 0; i < budgets.size(); ++i) {
+    if (sweep) std::fprintf(stderr, "moestream: bench --vram %s (%zu of %zu)\n", budgets[i].c_str(), i + 1, budgets.size());
+    runs.push_back(measure(a, budgets[i], sweep, *model, mi, pool));
+  }
+  const std::string out = a.json ? bench_json(a, *model, mi, pool.size(), runs) : bench_text(a, *model, mi, runs);
   std::fputs(out.c_str(), stdout);
-  if (!a.output.empty()) {
-    std::ofstream f(a.output);
-    f << out;
-    if (!f) throw Error(a.output + ": cannot write the bench results");
+  if (!a.output.empty()) write_file(a.output, out, "bench results");
+  if (!a.svg.empty()) {
+    std::vector<BudgetRow> rows;
+    for (const BudgetRun& r : runs) rows.push_back(r.row);
+    write_file(a.svg, budget_svg(rows, "moestream bench: " + (mi.name.empty() ? mi.path : mi.name), a.n_prompt, a.n_gen),
+               "chart");
   }
   return 0;
 }
@@ -303,6 +236,13 @@ RegisterCommand reg("bench", [](CLI::App& app) {
                   "after the timed runs, record one prompt + decode run's expert choices to FILE (routing trace)");
   add_kv_type_option(*sub, &a->kv_type);
   add_vram_options(*sub, &a->vram, false);
+  sub->get_option("--vram")->description(
+      "VRAM budget for the CUDA backend: 8G, 8000M, full (every expert resident), or a comma list of them "
+      "(1.5G,8G,full) to bench each in turn and end with a table of tokens/s per budget beside its decode floor; "
+      "default: free device memory less 512 MiB")
+      ->option_text("BYTES|full[,...]");
+  sub->add_option("--svg", a->svg, "also write a chart of tokens/s against the --vram budget(s), with the floor, to FILE")
+      ->option_text("FILE");
   return [a]() -> int { return run(*a); };
 });
 

@@ -7,20 +7,16 @@
 #include "experts/svg_plot.h"
 #include "util/bytes.h"
 #include "util/error.h"
+#include "util/split.h"
 
 namespace ms {
 namespace {
 
+// The items of a comma list, empty ones skipped ("2G,,4G" as "2G,4G").
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> out;
-  size_t at = 0;
-  while (at <= list.size()) {
-    size_t end = list.find(',', at);
-    if (end == std::string::npos) end = list.size();
-    std::string item = list.substr(at, end - at);
-    if (!item.empty()) out.push_back(item);
-    at = end + 1;
-  }
+  for (std::string& item : split_list(list))
+    if (!item.empty()) out.push_back(std::move(item));
   return out;
 }
 

@@ -1,0 +1,77 @@
+// What `moestream bench` measures, and how it prints it: the llama-bench-like
+// text (one run, or one block per --vram budget and a summary table) and the
+// JSON. Kept apart from cmd_bench.cpp, which runs the backend.
+#pragma once
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cli/backend_choice.h"
+#include "engine/loaded_model.h"
+#include "experts/budget_sweep.h"
+#include "experts/telemetry.h"
+
+namespace ms::cli {
+
+struct BenchArgs {
+  std::string model, backend, output;
+  std::string svg;            // --svg FILE: tokens/s against the budget(s)
+  std::string record_routes;  // after the timed runs: one prompt + decode run recorded as a routing trace
+  int n_prompt = 512, n_gen = 128, reps = 3, threads = 0, batch = 0;
+  bool json = false;
+  double bandwidth_gbs = 0;  // > 0: use this instead of measuring
+  KvType kv_type = KvType::F16;
+  VramSetup vram;
+};
+
+struct Stat {
+  std::string test;
+  int n_tokens = 0;
+  std::vector<double> tps;
+  double mean() const {
+    double s = 0;
+    for (double v : tps) s += v;
+    return tps.empty() ? 0 : s / tps.size();
+  }
+  double sd() const {
+    if (tps.size() < 2) return 0;
+    const double m = mean();
+    double s = 0;
+    for (double v : tps) s += (v - m) * (v - m);
+    return std::sqrt(s / (tps.size() - 1));
+  }
+};
+
+// What the output says about the model, the same for every budget.
+struct ModelInfo {
+  std::string path, name, size, mix;
+  double active = 0;        // bytes one decode token reads, all experts resident
+  double dense = 0;         // of which not routed experts (read from VRAM at any budget)
+  double expert = 0;        // one routed expert's bytes, averaged over the MoE layers
+  double file_gib = 0;      // where `full` sits on the sweep chart's x axis
+};
+
+ModelInfo model_info(const std::string& path, const LoadedModel& m);
+
+// One backend's measurements: one budget of a sweep, or the whole of a plain bench.
+struct BudgetRun {
+  std::string vram, backend, device, bw_how;
+  double bw = 0, floor_tps = 0;  // the all-resident floor: active bytes / bw
+  std::vector<Stat> stats;
+  ExpertTelemetry tel;
+  BudgetRow row;
+};
+
+// The summary row of a run: tokens/s, where experts ran, and the decode floor
+// at its budget (the all-resident floor where every expert was resident).
+// `bandwidth_gbs` > 0: bench --bandwidth, which replaces the HBM rate.
+BudgetRow budget_row(const BudgetRun& r, const ModelInfo& mi, double bandwidth_gbs);
+
+// The whole output: one run as bench has always printed it; several (a
+// --vram list) with a block per budget and the summary table / `sweep` array.
+std::string bench_text(const BenchArgs& a, const LoadedModel& model, const ModelInfo& mi,
+                       const std::vector<BudgetRun>& runs);
+std::string bench_json(const BenchArgs& a, const LoadedModel& model, const ModelInfo& mi, int threads,
+                       const std::vector<BudgetRun>& runs);
+
+}  // namespace ms::cli
