@@ -181,6 +181,16 @@ TEST(ExpertResidency, LayersPolicyPinsWholeLayersAndNeverChanges) {
   EXPECT_EQ(before, after);
 }
 
+TEST(ExpertResidency, TheEngineDefaultIsAKnownPolicyThatFillsWholeLayersWithoutAProfile) {
+  const std::vector<std::string> names = policy_names();
+  for (bool profile : {false, true})
+    EXPECT_NE(std::find(names.begin(), names.end(), engine_default_policy(profile)), names.end());
+  ExpertResidency r(config(160ull << 20, engine_default_policy(false)));
+  EXPECT_TRUE(r.whole_layers());  // no profile: nothing says which experts are hot, whole layers avoid round trips
+  ExpertResidency p(config(160ull << 20, engine_default_policy(true)));
+  EXPECT_FALSE(p.whole_layers());  // a profile: its hottest experts, wherever their layer
+}
+
 TEST(ExpertResidency, EveryPolicyKeepsTheInvariantsOverManySteps) {
   std::vector<std::string> policies = policy_names();
   policies.push_back("default");
