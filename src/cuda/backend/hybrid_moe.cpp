@@ -273,11 +273,18 @@ struct HybridMoe::Impl {
     std::sort(tries.begin(), tries.end());
     const double best = tries.empty() ? 0 : tries[tries.size() / 2];
     if (best > 0) cost.cpu_gbps = double(probe_bytes) / best / 1e9;
-    // GPU: device-to-device copies between two step buffers (read + write).
-    const size_t n = static_cast<size_t>(P()) * c.n_embd * sizeof(float);
-    MS_CUDA_CHECK(cudaMemcpyAsync(yc, exp_y, n, cudaMemcpyDeviceToDevice, stream));
+    // GPU: device-to-device copies (read + write) between the two halves of
+    // the transit slots, scratch until the first step. Not the step buffers:
+    // their size follows the batch (8 rows at -b 1), and copies that small
+    // measure launch latency, not HBM (a 10x low figure sent most cold
+    // experts to the CPU).
+    const int half_n = std::max(1, n_copy / 2);
+    const size_t n = static_cast<size_t>(half_n) * geom[static_cast<size_t>(l)].slot_bytes;
+    void* src = slots->slot_address(pool, static_cast<int32_t>(cache));
+    void* dst = slots->slot_address(pool, static_cast<int32_t>(cache + half_n));
+    MS_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream));
     gpu0.record(stream);
-    for (int i = 0; i < 5; ++i) MS_CUDA_CHECK(cudaMemcpyAsync(yc, exp_y, n, cudaMemcpyDeviceToDevice, stream));
+    for (int i = 0; i < 5; ++i) MS_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream));
     gpu1.record(stream);
     gpu1.synchronize();
     const double gpu_s = gpu1.ms_since(gpu0) * 1e-3;
