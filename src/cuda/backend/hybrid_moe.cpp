@@ -31,6 +31,25 @@ size_t align_up(size_t v) { return (v + kAlign - 1) & ~(kAlign - 1); }
 // only when some expert runs on the CPU.
 constexpr int kEagerInputTokens = 64;
 
+// The step's expert scratch (hg) doubles as cuda::expert_ffn's scratch on
+// all-GPU decode steps and pinned layers (up to 16 tokens: the batch size
+// from which the grouped matmul takes over by default). Its own use is
+// P x n_ff floats, which at a small batch (-b 1: 8 rows) is less than
+// expert_ffn needs for one token; this is an upper bound of expert_ffn's
+// layout (expert_ffn.cu) at that many tokens.
+size_t expert_ffn_bound(const ModelConfig& c, int max_tokens) {
+  const size_t t = static_cast<size_t>(std::clamp(max_tokens, 1, 16));
+  const size_t pairs = t * static_cast<size_t>(c.n_expert_used), D = c.n_embd, F = c.n_ff_exp;
+  return align_up(cuda::q8act_bytes(static_cast<int64_t>(D), static_cast<int64_t>(t))) + 2 * align_up(pairs * F * 4) +
+         align_up(cuda::q8act_bytes(static_cast<int64_t>(F), static_cast<int64_t>(pairs))) + align_up(pairs * D * 4) +
+         align_up(4 * (3 * pairs + 2));
+}
+
+size_t step_scratch_bytes(const ModelConfig& c, int max_tokens) {
+  const size_t P = static_cast<size_t>(max_tokens) * c.n_expert_used;
+  return std::max(align_up(P * c.n_ff_exp * 4), expert_ffn_bound(c, max_tokens));
+}
+
 cuda::Q8Act q8_rows(cuda::Q8Act a, int64_t first) {
   a.q += first * a.n;
   a.ds += first * (a.n / 32) * 2;
@@ -48,7 +67,7 @@ uint64_t HybridMoe::buffer_bytes(const ModelConfig& c, int max_tokens, uint32_t 
   const size_t P = static_cast<size_t>(max_tokens) * c.n_expert_used, D = c.n_embd, F = c.n_ff_exp;
   size_t b = 0;
   b += align_up(P * D * 4) * 3;  // gathered inputs (reused for the CPU rows), compact outputs, pair outputs
-  b += align_up(P * F * 4) * 2;  // gate (then SwiGLU), up
+  b += step_scratch_bytes(c, max_tokens) + align_up(P * F * 4);  // gate (then SwiGLU; expert_ffn's scratch), up
   b += cuda::q8act_bytes(D, P) + cuda::q8act_bytes(F, P);
   b += align_up(P * 4 * 5 + 4);  // row/pair/offset/expert/cpu index arrays
   b += static_cast<size_t>(largest_slot) * transit_slots * n_pools;
@@ -128,7 +147,7 @@ struct HybridMoe::Impl {
     xg = arena.alloc_n<float>(Pn * D);
     yc = arena.alloc_n<float>(Pn * D);
     exp_y = arena.alloc_n<float>(Pn * D);
-    hg = arena.alloc_n<float>(Pn * F);
+    hg = static_cast<float*>(arena.alloc(step_scratch_bytes(c, opt.max_tokens)));
     hu = arena.alloc_n<float>(Pn * F);
     xg_q8 = cuda::q8act_view(arena.alloc(cuda::q8act_bytes(D, Pn)), D, Pn);
     h_q8 = cuda::q8act_view(arena.alloc(cuda::q8act_bytes(F, Pn)), F, Pn);
@@ -169,7 +188,7 @@ struct HybridMoe::Impl {
     }
     slots = std::make_unique<cuda::DeviceExpertSlots>(pools, layers, c.n_expert);
     decode_path.assign(static_cast<size_t>(c.n_layer), 0);
-    decode_scratch_bytes = static_cast<size_t>(P()) * static_cast<size_t>(c.n_ff_exp) * sizeof(float);
+    decode_scratch_bytes = step_scratch_bytes(c, opt.max_tokens);
     for (int l = 0; l < c.n_layer; ++l) {
       if (layout.pool_of_layer[static_cast<size_t>(l)] < 0) continue;
       const cuda::ExpertWeights& ew = slots->weights(l);
