@@ -5,17 +5,12 @@
 #include <cstdint>
 
 #include "cpu/attention_kernels.h"
+#include "quant/simd_hsum.h"
 
 namespace ms::attn_kernels {
 namespace {
 
-inline float hsum(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
-}
+using simd::hsum;
 
 // a * b + c, rounded once. The tails use it explicitly so both cache types
 // round alike whatever the compiler contracts or vectorizes (an F32 cache of

@@ -4,15 +4,12 @@
 #include <immintrin.h>
 
 #include "cpu/delta_net_kernels.h"
+#include "quant/simd_hsum.h"
 
 namespace ms::delta_kernels {
 namespace {
 
-inline float hsum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 s2 = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
-}
+using simd::hsum;
 
 }  // namespace
 

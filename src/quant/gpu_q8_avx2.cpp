@@ -17,6 +17,7 @@
 
 #include "quant/blocks.h"
 #include "quant/gpu_q8.h"
+#include "quant/simd_hsum.h"
 
 namespace ms::simd {
 namespace {
@@ -32,12 +33,6 @@ uint16_t load_u16(const void* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
   return v;
-}
-float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 int hsum_i32(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));

@@ -10,25 +10,13 @@
 #include <cstring>
 
 #include "quant/blocks.h"
+#include "quant/simd_hsum.h"
 #include "quant/simd_kernels.h"
 
 namespace ms::simd {
 namespace {
 
 // ---------------------------------------------------------------- helpers
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline float hsum(__m128 s) {
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 inline float f16(uint16_t h) { return _cvtsh_ss(h); }
 
