@@ -25,4 +25,10 @@ if e.get("hybrid"):
              f" | h2d {e['h2d_gbps']:.1f}GB/s | meas pcie {e['measured']['pcie_gbps']:.1f}"
              f" cpu {e['measured']['cpu_gbps']:.1f} | ms/tok wait {1e3*s['route_wait']/n:.2f} plan {1e3*s['plan']/n:.2f}"
              f" cpu {1e3*s['cpu_experts']/n:.2f} gpu {1e3*s['gpu_experts']/n:.2f} fwd {1e3*s['forward']/n:.2f}")
+    pf = e.get("prefetch", {})
+    if pf.get("layer_steps"):
+        line += (f" | prefetch {pf['mode']}: prec {100*pf['precision']:.0f}% staged {pf['staged']/dn:.1f}/tok"
+                 f" used {100*pf['staged_precision']:.0f}% cover {100*pf['cold_covered']:.0f}%")
+    elif pf.get("mode"):
+        line += f" | prefetch {pf['mode']}: none"
 print(line)

@@ -81,6 +81,12 @@ void add_vram_options(CLI::App& sub, VramSetup* v, bool steps) {
                  "file); auto = copy when the experts take at most half the available RAM, else staging")
       ->check(CLI::IsMember({"auto", "copy", "register", "staging"}))
       ->option_text("auto|copy|register|staging");
+  sub.add_option("--prefetch", v->prefetch,
+                 "copy the experts predicted for the next tiered layer (its router applied to the current hidden "
+                 "state) while this one computes: next (every predicted cold expert), auto (as many as the link "
+                 "carries in a layer's time), off")
+      ->check(CLI::IsMember({"off", "next", "auto"}))
+      ->option_text("off|next|auto");
   sub.add_option("--cost", v->cost, "override measured cost-model figures, e.g. pcie_gbps=20,cpu_gbps=30")
       ->option_text("NAME=VALUE,...");
   if (steps) sub.add_flag("--verbose-steps", v->verbose_steps, "one line per forward pass: where experts ran, times");
@@ -153,6 +159,7 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
   o.vram_full = vram_full;
   o.policy = s.vram.policy;
   o.host_pin = s.vram.host_pin;
+  o.prefetch = s.vram.prefetch;
   o.cost_overrides = s.vram.cost;
   o.verbose_steps = s.vram.verbose_steps;
   o.cpu_pool = &pool;

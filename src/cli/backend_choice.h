@@ -25,6 +25,7 @@ struct VramSetup {
   std::string budget;        // "" (free memory less a margin), "full", or bytes ("8G", "8000M")
   std::string policy = "default";
   std::string host_pin = "auto";
+  std::string prefetch = "auto";  // off | next | auto (experts of the next planned layer, copied ahead)
   std::string profile;       // --profile FILE: initial placement, hottest first
   std::string cost;          // --cost name=value,...: override measured figures
   bool verbose_steps = false;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <string>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -14,6 +15,16 @@ inline void cpu_relax() {
 #if defined(__x86_64__)
   _mm_pause();
 #endif
+}
+
+// MOESTREAM_POOL_WAIT_ALL=1: parallel_for waits for every worker again, as
+// it did before late workers could skip a call (for A/B measurements).
+bool wait_for_every_worker() {
+  static const bool all = [] {
+    const char* s = std::getenv("MOESTREAM_POOL_WAIT_ALL");
+    return s && std::string(s) == "1";
+  }();
+  return all;
 }
 
 }  // namespace
@@ -76,34 +87,51 @@ void ThreadPool::worker(int index) {
     }
     seen = gen;
     if (stop_.load(std::memory_order_acquire)) return;
-    const std::function<void(int, int)>* job = job_.load(std::memory_order_acquire);
-    (*job)(index, n_threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    // Enter the call only while it is still open and still this generation
+    // (seq_cst against the caller's close-then-count, so that either the
+    // caller sees this worker in active_ or the worker sees closed_).
+    active_.fetch_add(1, std::memory_order_seq_cst);
+    if (!closed_.load(std::memory_order_seq_cst) && generation_.load(std::memory_order_seq_cst) == gen) {
+      const std::function<void(int, int)>* job = job_.load(std::memory_order_acquire);
+      (*job)(index, n_threads_);
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+    active_.fetch_sub(1, std::memory_order_release);
   }
 }
 
-void ThreadPool::dispatch(const std::function<void(int, int)>& job) {
+void ThreadPool::dispatch(const std::function<void(int, int)>& job, bool wait_all,
+                          const std::function<bool()>& finished) {
   if (n_threads_ == 1) {
     job(0, 1);
     return;
   }
   job_.store(&job, std::memory_order_relaxed);
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_seq_cst);  // publishes job_ and pending_
+  closed_.store(false, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_seq_cst);  // publishes job_, pending_ and closed_
   if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     { std::lock_guard<std::mutex> lock(mutex_); }
     wake_.notify_all();
   }
   job(0, n_threads_);
-  // Wait for the workers; yield now and then once it takes long (a worker
-  // that was descheduled may need this core).
-  for (uint32_t spins = 1; pending_.load(std::memory_order_acquire) != 0; ++spins) {
-    cpu_relax();
-    if (spins >= 1024 && spins % 64 == 0) std::this_thread::yield();
-  }
+  // Wait (yield now and then once it takes long: a worker that was
+  // descheduled may need this core): for every worker, or for the work.
+  auto wait = [](const auto& done) {
+    for (uint32_t spins = 1; !done(); ++spins) {
+      cpu_relax();
+      if (spins >= 1024 && spins % 64 == 0) std::this_thread::yield();
+    }
+  };
+  if (wait_all) wait([&] { return pending_.load(std::memory_order_acquire) == 0; });
+  else wait(finished);
+  // Close the call, then wait for the workers inside it to leave: the job
+  // (the caller's stack) must outlive them.
+  closed_.store(true, std::memory_order_seq_cst);
+  wait([&] { return active_.load(std::memory_order_seq_cst) == 0; });
 }
 
-void ThreadPool::run_on_all(const std::function<void(int, int)>& fn) { dispatch(fn); }
+void ThreadPool::run_on_all(const std::function<void(int, int)>& fn) { dispatch(fn, true, {}); }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain,
                               const std::function<void(int64_t, int64_t)>& fn) {
@@ -118,11 +146,16 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   // its share to the others instead of holding up the call.
   const int64_t n_chunks = (n + grain - 1) / grain;
   alignas(64) std::atomic<int64_t> next{0};
-  dispatch([&](int, int) {
-    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < n_chunks;
-         c = next.fetch_add(1, std::memory_order_relaxed))
-      fn(c * grain, std::min(n, (c + 1) * grain));
-  });
+  alignas(64) std::atomic<int64_t> done{0};
+  dispatch(
+      [&](int, int) {
+        for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < n_chunks;
+             c = next.fetch_add(1, std::memory_order_relaxed)) {
+          fn(c * grain, std::min(n, (c + 1) * grain));
+          done.fetch_add(1, std::memory_order_release);
+        }
+      },
+      wait_for_every_worker(), [&] { return done.load(std::memory_order_acquire) == n_chunks; });
 }
 
 }  // namespace ms

@@ -43,7 +43,12 @@ class ThreadPool {
 
  private:
   void worker(int index);
-  void dispatch(const std::function<void(int, int)>& job);
+  // Publishes job to the workers and runs it on the calling thread too.
+  // wait_all: returns once every worker has run it (run_on_all); otherwise
+  // once `finished()` holds, without waiting for workers that have not
+  // started yet (a descheduled worker -- common on a VM -- would otherwise
+  // hold up every call): late ones then skip the job instead of running it.
+  void dispatch(const std::function<void(int, int)>& job, bool wait_all, const std::function<bool()>& finished);
 
   int n_threads_;
   int spin_us_;
@@ -54,6 +59,10 @@ class ThreadPool {
   alignas(64) std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<const std::function<void(int, int)>*> job_{nullptr};
+  // Workers inside the current job; closed_: the call has returned or is
+  // returning, so a worker that has not entered must not.
+  std::atomic<int> active_{0};
+  std::atomic<bool> closed_{true};
   alignas(64) std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
   std::mutex mutex_;  // only for sleeping and waking

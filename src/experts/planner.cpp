@@ -16,9 +16,10 @@ const char* tier_name(Tier t) {
 }
 
 LayerTime layer_time(std::span<const ColdExpert> cold, std::span<const uint8_t> stream, const CostModel& cost,
-                     double gpu_resident_s) {
+                     double gpu_resident_s, double link_busy_s) {
   LayerTime t;
   t.gpu_s = gpu_resident_s;
+  t.copy_s = link_busy_s;
   double last_gpu = 0;
   for (size_t i = 0; i < cold.size(); ++i) {
     if (stream[i]) {
@@ -33,7 +34,8 @@ LayerTime layer_time(std::span<const ColdExpert> cold, std::span<const uint8_t> 
   return t;
 }
 
-std::vector<uint8_t> split_cold(std::span<const ColdExpert> cold, const CostModel& cost, double gpu_resident_s) {
+std::vector<uint8_t> split_cold(std::span<const ColdExpert> cold, const CostModel& cost, double gpu_resident_s,
+                                double link_busy_s) {
   const size_t n = cold.size();
   std::vector<uint8_t> stream(n, 0);
   // Optional experts in order of how much streaming them is worth: CPU time
@@ -57,7 +59,7 @@ std::vector<uint8_t> split_cold(std::span<const ColdExpert> cold, const CostMode
   for (size_t j = 0; j <= order.size(); ++j) {
     std::vector<uint8_t> s = stream;
     for (size_t q = 0; q < j; ++q) s[order[q]] = 1;
-    const double t = layer_time(cold, s, cost, gpu_resident_s).time_s;
+    const double t = layer_time(cold, s, cost, gpu_resident_s, link_busy_s).time_s;
     if (j == 0 || t < best * (1 - 1e-12)) best = t, best_j = j;
   }
   for (size_t q = 0; q < best_j; ++q) stream[order[q]] = 1;
@@ -68,7 +70,8 @@ Planner::Planner(const CostModel& cost, std::vector<uint64_t> expert_bytes, uint
     : cost_(cost), expert_bytes_(std::move(expert_bytes)), n_expert_(n_expert) {}
 
 ExpertPlan Planner::plan(uint64_t step, uint32_t layer, std::span<const ExpertKey> keys,
-                         std::span<const uint32_t> tokens, CachePolicy& cache) {
+                         std::span<const uint32_t> tokens, CachePolicy& cache,
+                         std::span<const ExpertKey> staged, double link_busy_s) {
   ExpertPlan p;
   p.layer = layer;
   cache.access(step, keys, tokens, result_);
@@ -96,12 +99,18 @@ ExpertPlan Planner::plan(uint64_t step, uint32_t layer, std::span<const ExpertKe
       e.tier = Tier::Resident;
       gpu_resident += cost_.gpu_s(bytes, e.tokens);
       ++p.n_resident;
+    } else if (std::binary_search(staged.begin(), staged.end(), e.key)) {
+      e.tier = Tier::Stream;
+      e.staged = true;
+      gpu_resident += cost_.gpu_s(bytes, e.tokens);
+      ++p.n_stream;
+      ++p.n_staged;
     } else {
       cold.push_back({bytes, e.tokens, false});
       cold_index.push_back(i);
     }
   }
-  const std::vector<uint8_t> stream = split_cold(cold, cost_, gpu_resident);
+  const std::vector<uint8_t> stream = split_cold(cold, cost_, gpu_resident, link_busy_s);
   for (size_t c = 0; c < cold.size(); ++c) {
     PlannedExpert& e = p.experts[cold_index[c]];
     if (stream[c]) {
@@ -113,7 +122,7 @@ ExpertPlan Planner::plan(uint64_t step, uint32_t layer, std::span<const ExpertKe
       ++p.n_host;
     }
   }
-  const LayerTime t = layer_time(cold, stream, cost_, gpu_resident);
+  const LayerTime t = layer_time(cold, stream, cost_, gpu_resident, link_busy_s);
   p.gpu_s = t.gpu_s;
   p.copy_s = t.copy_s;
   p.host_s = t.host_s;

@@ -29,7 +29,8 @@ struct PlannedExpert {
   ExpertKey key = 0;
   uint32_t tokens = 0;
   Tier tier = Tier::Resident;
-  bool admit = false;  // streamed and kept in the cache afterwards
+  bool admit = false;   // streamed and kept in the cache afterwards
+  bool staged = false;  // streamed ahead of the step (prefetch): on the GPU already, no copy now
 };
 
 struct ExpertPlan {
@@ -39,6 +40,7 @@ struct ExpertPlan {
   std::vector<ExpertKey> evicted;      // dropped to make room (never one of `experts`)
   uint64_t pcie_bytes = 0;
   uint32_t n_resident = 0, n_stream = 0, n_host = 0;
+  uint32_t n_staged = 0;  // of n_stream: copied ahead of the step
   double gpu_s = 0, copy_s = 0, host_s = 0, time_s = 0;
 };
 
@@ -51,15 +53,17 @@ struct ColdExpert {
 
 // 1 for each cold expert to stream, 0 to compute on the CPU, chosen to
 // minimise the layer time given `gpu_resident_s` of GPU work on resident
-// experts. Deterministic.
-std::vector<uint8_t> split_cold(std::span<const ColdExpert> cold, const CostModel& cost, double gpu_resident_s);
+// experts and `link_busy_s` of copies the link carries besides (prefetch for
+// the next layer). Deterministic.
+std::vector<uint8_t> split_cold(std::span<const ColdExpert> cold, const CostModel& cost, double gpu_resident_s,
+                                double link_busy_s = 0);
 
 // The layer step time of a given placement (the model above).
 struct LayerTime {
   double gpu_s = 0, copy_s = 0, host_s = 0, time_s = 0;
 };
 LayerTime layer_time(std::span<const ColdExpert> cold, std::span<const uint8_t> stream, const CostModel& cost,
-                     double gpu_resident_s);
+                     double gpu_resident_s, double link_busy_s = 0);
 
 class Planner {
  public:
@@ -69,9 +73,13 @@ class Planner {
   // Plans one layer step: asks `cache` (the pool holding this layer) which
   // experts are hits and which misses it admits, then places the rest.
   // `keys` sorted ascending, `tokens[i]` tokens routed to keys[i].
+  // `staged` (sorted): experts already copied to the GPU for this step
+  // outside the cache (prefetch): streamed with no copy left to do, so they
+  // cost GPU time only. The cache still sees them as misses. `link_busy_s`:
+  // time the link spends on other copies meanwhile (split_cold).
   // Throws std::logic_error if the cache evicts a key of `keys` (a bug).
   ExpertPlan plan(uint64_t step, uint32_t layer, std::span<const ExpertKey> keys, std::span<const uint32_t> tokens,
-                  CachePolicy& cache);
+                  CachePolicy& cache, std::span<const ExpertKey> staged = {}, double link_busy_s = 0);
 
   const CostModel& cost() const { return cost_; }
   void set_cost(const CostModel& cost) { cost_ = cost; }

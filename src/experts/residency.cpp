@@ -126,10 +126,74 @@ std::vector<std::pair<ExpertKey, SlotRef>> ExpertResidency::initial_placement() 
   return out;
 }
 
+const StagePlan& ExpertResidency::stage(uint64_t step, uint32_t layer, std::span<const ExpertKey> predicted,
+                                        uint32_t max_experts) {
+  StagePlan& sp = stage_plan_;
+  sp.bank = -1;
+  sp.copies.clear();
+  if (cfg_.stage_bank == 0 || layer >= cfg_.n_layer) return sp;
+  const int32_t pool = layout_.pool_of_layer[layer];
+  if (pool < 0) return sp;
+  // A newer prediction for the same layer step replaces the old one.
+  for (Bank& b : banks_)
+    if (b.layer == int64_t(layer) && b.step == step) b.layer = -1;
+  const int32_t bank = next_bank_;
+  next_bank_ ^= 1;
+  Bank& b = banks_[bank];
+  b.step = step;
+  b.layer = layer;
+  b.predicted.assign(predicted.begin(), predicted.end());
+  b.staged.clear();
+  const uint32_t first = uint32_t(layout_.pools[size_t(pool)].slots) + cfg_.transit_slots + uint32_t(bank) * cfg_.stage_bank;
+  const uint32_t cap = std::min(max_experts, cfg_.stage_bank);
+  for (ExpertKey key : predicted) {
+    if (b.staged.size() >= cap) break;
+    if (key / cfg_.n_expert != layer) throw Error("expert residency: a prediction for another layer");
+    if (resident(key)) continue;
+    bool dup = false;
+    for (const auto& [k, s] : b.staged) dup = dup || k == key;
+    if (dup) continue;
+    const int32_t slot = int32_t(first + b.staged.size());
+    b.staged.push_back({key, slot});
+    sp.copies.push_back({key, SlotRef{pool, slot}});
+    counters_.stage_bytes += planner_.bytes_of(key);
+    counters_.copy_bytes += planner_.bytes_of(key);
+  }
+  std::sort(b.staged.begin(), b.staged.end());
+  counters_.staged += b.staged.size();
+  last_stage_bytes_ = 0;
+  for (const auto& [key, where] : sp.copies) last_stage_bytes_ += planner_.bytes_of(key);
+  sp.bank = bank;
+  return sp;
+}
+
 const StepPlan& ExpertResidency::plan(uint64_t step, uint32_t layer, std::span<const ExpertKey> keys,
                                       std::span<const uint32_t> tokens) {
   StepPlan& p = plan_;
-  p.plan = planner_.plan(step, layer, keys, tokens, cache_);
+  // What was staged for this layer step (prefetch), if anything.
+  Bank* bank = nullptr;
+  for (Bank& b : banks_)
+    if (b.layer == int64_t(layer) && b.step == step) bank = &b;
+  std::vector<ExpertKey> staged_keys;
+  if (bank)
+    for (const auto& [k, s] : bank->staged) staged_keys.push_back(k);
+  // With a prediction, the link will carry the next layer's staging too
+  // (about as much as this layer's): the split leaves it that room.
+  const double link_busy = bank ? double(last_stage_bytes_) / (planner_.cost().pcie_gbps * 1e9) : 0.0;
+  p.plan = planner_.plan(step, layer, keys, tokens, cache_, staged_keys, link_busy);
+  p.staged_bank = -1;
+  p.prediction = PredictionOutcome{};
+  if (bank) {
+    PredictionOutcome& o = p.prediction;
+    o.predicted = uint32_t(bank->predicted.size());
+    for (ExpertKey k : bank->predicted) o.correct += std::binary_search(keys.begin(), keys.end(), k);
+    o.routed = uint32_t(keys.size());
+    o.staged = uint32_t(bank->staged.size());
+    o.staged_used = p.plan.n_staged;
+    o.cold = p.plan.n_stream + p.plan.n_host;
+    if (p.plan.n_staged) p.staged_bank = int32_t(bank - banks_);
+    counters_.staged_used += p.plan.n_staged;
+  }
   // Evictions free slots first; admissions then take them.
   for (ExpertKey key : p.plan.evicted) release(key);
   const int32_t pool = layout_.pool_of_layer[layer];
@@ -142,6 +206,13 @@ const StepPlan& ExpertResidency::plan(uint64_t step, uint32_t layer, std::span<c
   for (size_t i = 0; i < n; ++i) {
     const PlannedExpert& e = p.plan.experts[i];
     if (e.tier == Tier::Host) continue;
+    if (e.staged) {
+      const auto it = std::lower_bound(bank->staged.begin(), bank->staged.end(), std::pair<ExpertKey, int32_t>{e.key, -1});
+      if (it == bank->staged.end() || it->first != e.key) throw std::logic_error("expert residency: a staged expert holds no slot");
+      p.where[i] = {pool, it->second};
+      p.transit[i] = 1;
+      continue;
+    }
     if (e.tier == Tier::Resident || e.admit) {
       p.where[i] = slot_of(e.key);
       if (!p.where[i].valid()) throw std::logic_error("expert residency: a resident expert holds no slot");
@@ -156,6 +227,7 @@ const StepPlan& ExpertResidency::plan(uint64_t step, uint32_t layer, std::span<c
     p.copy[i] = 1;
     p.transit[i] = 1;
   }
+  if (bank) bank->layer = -1;  // used: a bank serves one plan
   ++counters_.layer_steps;
   counters_.resident += p.plan.n_resident;
   counters_.streamed += p.plan.n_stream;  // admitted ones included

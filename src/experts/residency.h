@@ -17,6 +17,16 @@
 // numbered slots + (t mod n_transit): the mechanism reuses them in order and
 // must not overwrite one before the compute that reads it has run.
 //
+// Staging (prefetch): besides, each pool may have 2 x `stage_bank` staging
+// slots, numbered after the transit slots, in two banks. stage() puts the
+// predicted experts of a coming layer step into the next bank (the copies
+// are the mechanism's to issue, on the copy stream behind the current step's
+// demand copies); the plan of that layer step, in the same step, then takes
+// the staged ones that were routed as streamed with nothing left to copy.
+// The banks alternate, so the mechanism must not overwrite a bank before the
+// compute that reads it has run (it waits for the one staged two calls ago).
+// Staged experts are never cached and evict nothing.
+//
 // Invariants (checked by tests): the slot map and the policy agree on what is
 // resident; no expert of the current working set is evicted; a pool never
 // holds more experts than it has cache slots.
@@ -39,6 +49,7 @@ struct ResidencyConfig {
   std::vector<uint64_t> slot_bytes;
   uint64_t pool_bytes = 0;      // VRAM for cache slots, all pools together
   uint32_t transit_slots = 16;  // per pool, outside pool_bytes
+  uint32_t stage_bank = 0;      // staging slots per bank (two banks per pool, outside pool_bytes); 0: no staging
   std::string policy = "default";
   // A newcomer must out-score the expert it evicts by this ratio (decayed-
   // frequency policies): without it a near-uniform router makes every miss
@@ -54,11 +65,29 @@ struct SlotRef {
   bool valid() const { return slot >= 0; }
 };
 
+// How a layer step's prediction (stage()) fared, for telemetry.
+struct PredictionOutcome {
+  uint32_t predicted = 0;   // experts predicted (0: this step had no prediction)
+  uint32_t correct = 0;     // of those, routed
+  uint32_t routed = 0;      // experts routed
+  uint32_t staged = 0;      // copied ahead (predicted and not resident)
+  uint32_t staged_used = 0; // of those, routed and taken from the staging slot
+  uint32_t cold = 0;        // routed experts that were not resident (streamed, staged or host)
+};
+
 struct StepPlan {
   ExpertPlan plan;               // tiers, admitted, evicted, modelled times
   std::vector<SlotRef> where;    // per plan.experts[i]; invalid for Tier::Host
   std::vector<uint8_t> copy;     // bytes to copy in this step (Tier::Stream)
-  std::vector<uint8_t> transit;  // streamed into a transit slot (not kept)
+  std::vector<uint8_t> transit;  // streamed into a transit or staging slot (not kept)
+  int32_t staged_bank = -1;      // the staging bank some experts come from (-1: none)
+  PredictionOutcome prediction;
+};
+
+// What stage() decided: copy each key into its staging slot.
+struct StagePlan {
+  int32_t bank = -1;  // -1: nothing staged
+  std::vector<std::pair<ExpertKey, SlotRef>> copies;
 };
 
 // Running totals for telemetry.
@@ -66,7 +95,8 @@ struct ResidencyCounters {
   uint64_t layer_steps = 0;
   uint64_t resident = 0, streamed = 0, host = 0;  // experts (distinct per layer step)
   uint64_t admitted = 0, evicted = 0;
-  uint64_t copy_bytes = 0;
+  uint64_t copy_bytes = 0;   // demand and staging copies
+  uint64_t staged = 0, staged_used = 0, stage_bytes = 0;
 };
 
 class ExpertResidency {
@@ -77,6 +107,9 @@ class ExpertResidency {
   const PoolLayout& layout() const { return layout_; }
   uint32_t n_expert() const { return cfg_.n_expert; }
   uint32_t transit_slots() const { return cfg_.transit_slots; }
+  uint32_t stage_bank() const { return cfg_.stage_bank; }
+  // Slots of each pool past its cache slots: transit, then the two staging banks.
+  uint32_t extra_slots() const { return cfg_.transit_slots + 2 * cfg_.stage_bank; }
   int32_t pool_of_layer(uint32_t layer) const { return layout_.pool_of_layer[layer]; }
 
   // Fills the cache slots before the first step (profile's hottest experts
@@ -92,6 +125,13 @@ class ExpertResidency {
   // many tokens chose keys[i]. The returned plan stays valid until the next call.
   const StepPlan& plan(uint64_t step, uint32_t layer, std::span<const ExpertKey> keys,
                        std::span<const uint32_t> tokens);
+
+  // Stages the experts predicted for `layer`'s step `step` (most confident
+  // first; at most `max_experts`, and at most a bank): those not resident go
+  // into the next staging bank, replacing what it held. Call before that
+  // layer's plan() in the same step; a later stage() for the same layer
+  // replaces this one.
+  const StagePlan& stage(uint64_t step, uint32_t layer, std::span<const ExpertKey> predicted, uint32_t max_experts);
 
   // The cache slot of a resident expert (invalid when not resident).
   SlotRef slot_of(ExpertKey key) const;
@@ -112,6 +152,16 @@ class ExpertResidency {
   std::vector<int32_t> slot_of_key_;               // [key] cache slot, -1
   std::vector<std::vector<int32_t>> free_slots_;  // per pool, a stack
   std::vector<uint32_t> transit_next_;            // per pool, next transit slot
+  struct Bank {
+    uint64_t step = 0;
+    int64_t layer = -1;                            // -1: nothing waiting to be used
+    std::vector<ExpertKey> predicted;              // as given
+    std::vector<std::pair<ExpertKey, int32_t>> staged;  // sorted by key; staging slot
+  };
+  Bank banks_[2];
+  int32_t next_bank_ = 0;
+  uint64_t last_stage_bytes_ = 0;  // bytes the last stage() copies
+  StagePlan stage_plan_;
   StepPlan plan_;
   ResidencyCounters counters_;
 };

@@ -55,6 +55,17 @@ std::string ExpertTelemetry::summary() const {
                 "planning %.3f + CPU experts %.3f + rest; GPU expert phase %.3f\n",
                 total_s * per, route_wait_s * per, plan_s * per, cpu_experts_s * per, gpu_experts_s * per);
   s += buf;
+  if (prefetch.layer_steps > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "experts: prefetch %s: prediction precision %.1f%%, recall %.1f%%; %llu staged (%s), %.1f%% of them "
+                  "used, covering %.1f%% of cold experts\n",
+                  prefetch_mode.c_str(), 100.0 * prefetch.precision(), 100.0 * prefetch.recall(),
+                  (unsigned long long)prefetch.staged, format_bytes(stage_bytes).c_str(),
+                  100.0 * prefetch.staged_precision(), 100.0 * prefetch.cold_covered());
+    s += buf;
+  } else if (!prefetch_mode.empty()) {
+    s += "experts: prefetch " + prefetch_mode + ": no predictions made\n";
+  }
   std::string hit = "experts: hit rate per layer:";
   for (size_t l = 0; l < layers.size(); ++l) {
     if (!layers[l].total()) continue;
@@ -94,6 +105,18 @@ nlohmann::json ExpertTelemetry::to_json() const {
   j["h2d_gbps"] = h2d_gbps();
   j["admitted"] = admitted;
   j["evicted"] = evicted;
+  auto pf = [](const PrefetchCounts& p) {
+    return nlohmann::json{{"layer_steps", p.layer_steps}, {"predicted", p.predicted},   {"correct", p.correct},
+                          {"routed", p.routed},           {"staged", p.staged},         {"staged_used", p.staged_used},
+                          {"cold", p.cold},               {"precision", p.precision()}, {"recall", p.recall()},
+                          {"staged_precision", p.staged_precision()}, {"cold_covered", p.cold_covered()}};
+  };
+  nlohmann::json pf_layers = nlohmann::json::array();
+  for (const PrefetchCounts& p : prefetch_layers) pf_layers.push_back(pf(p));
+  j["prefetch"] = pf(prefetch);
+  j["prefetch"]["mode"] = prefetch_mode;
+  j["prefetch"]["stage_bytes"] = stage_bytes;
+  j["prefetch"]["layers"] = pf_layers;
   j["seconds"] = {{"forward", total_s},        {"route_wait", route_wait_s}, {"plan", plan_s},
                   {"cpu_experts", cpu_experts_s}, {"gpu_experts", gpu_experts_s}, {"copy_busy", copy_busy_s}};
   return j;

@@ -17,6 +17,18 @@ struct TierCounts {
   double hit_rate() const { return total() ? double(resident) / double(total()) : 0.0; }
 };
 
+// Prefetch (`--prefetch`): how the next tiered layer's predicted experts
+// compared with what it routed. Summed over layer steps that had a prediction.
+struct PrefetchCounts {
+  uint64_t layer_steps = 0;
+  uint64_t predicted = 0, correct = 0, routed = 0;  // precision correct/predicted, recall correct/routed
+  uint64_t staged = 0, staged_used = 0, cold = 0;   // copied ahead; of those used; routed and not resident
+  double precision() const { return predicted ? double(correct) / double(predicted) : 0.0; }
+  double recall() const { return routed ? double(correct) / double(routed) : 0.0; }
+  double staged_precision() const { return staged ? double(staged_used) / double(staged) : 0.0; }
+  double cold_covered() const { return cold ? double(staged_used) / double(cold) : 0.0; }
+};
+
 struct ExpertTelemetry {
   bool hybrid = false;           // false: every expert resident (nothing below applies)
   std::string policy, host_pin;  // cache policy; "registered ..." or "pinned staging ring"
@@ -32,6 +44,10 @@ struct ExpertTelemetry {
   uint64_t h2d_bytes = 0, h2d_copies = 0;
   double copy_busy_s = 0;                 // copy stream time of those copies (GPU events)
   uint64_t admitted = 0, evicted = 0;
+  std::string prefetch_mode;              // off | next | auto
+  uint64_t stage_bytes = 0;               // of h2d_bytes: copied ahead (prefetch)
+  PrefetchCounts prefetch;                // all layers
+  std::vector<PrefetchCounts> prefetch_layers;
   // Host-side seconds, summed over the run.
   double route_wait_s = 0;   // blocked until a layer's routes reached the host (attention + router + read-back)
   double plan_s = 0;         // planning and enqueueing copies and kernels

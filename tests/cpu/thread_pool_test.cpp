@@ -46,6 +46,27 @@ TEST(ThreadPool, ManyBackToBackCalls) {
   EXPECT_EQ(sum.load(), int64_t{300} * (36 * 37 / 2));
 }
 
+// parallel_for returns once its chunks are done, not once every worker has
+// checked in: with more threads than cores many workers wake after the call
+// returned (or during the next one) and must then skip the old call, never
+// run a chunk twice or touch the finished call's state. Each call's counts
+// live on its own stack frame, so a late worker writing into a finished call
+// would show up as a wrong count in a later one.
+TEST(ThreadPool, LateWorkersSkipFinishedCalls) {
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int spin_us : {0, 50}) {
+    ThreadPool pool(3 * hw + 2, spin_us);
+    for (int rep = 0; rep < 3000; ++rep) {
+      const int64_t n = 1 + rep % 29, grain = 1 + rep % 3;
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      pool.parallel_for(n, grain, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "rep " << rep << " i " << i;
+    }
+  }
+}
+
 TEST(ThreadPool, RunOnAllReachesEveryThreadOnce) {
   for (int threads : {1, 2, 6}) {
     ThreadPool pool(threads);

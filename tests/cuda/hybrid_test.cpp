@@ -171,6 +171,46 @@ TEST_P(Hybrid, EachTierAloneGivesTheSameTokens) {
   }
 }
 
+// Prefetch (the next tiered layer's predicted experts copied into staging
+// slots ahead) changes where bytes come from, never the tokens: off, next and
+// auto give the all-resident run's tokens at the minimum budget (every expert
+// cold) and at half the experts, with the default and the adaptive policy.
+TEST_P(Hybrid, PrefetchOnAndOffGiveTheSameTokens) {
+  MS_REQUIRE_GPU();
+  const LoadedModel& m = tiny_model(GetParam().arch, GetParam().quant);
+  const bool exact = std::string(GetParam().quant) == "f16";
+  CudaBackend ref(m.weights, all_resident_options());
+  const std::vector<int32_t> prompt = some_tokens(9, m.weights.cfg.n_vocab, 5);
+  const std::vector<int32_t> want = greedy(ref, prompt, 48, kCtx);
+  const std::vector<uint64_t> bs = budgets(m);
+  for (uint64_t b : {bs[0], bs[2]})
+    for (const char* pol : {"default", "adaptive"})
+      for (const char* mode : {"off", "next", "auto"}) {
+        const std::string what = std::string(GetParam().arch) + " " + GetParam().quant + " budget " +
+                                 std::to_string(b >> 10) + " KiB policy " + pol + " prefetch " + mode;
+        CudaBackend::Options o = budget_options(b, pol);
+        o.prefetch = mode;
+        o.cost_overrides = "cpu_gbps=0.0001";  // cold experts stream (the CPU tier has its own tests)
+        CudaBackend be(m.weights, o);
+        if (exact) EXPECT_EQ(greedy(be, prompt, 48, kCtx), want) << what;
+        else EXPECT_GE(lockstep(ref, be, prompt, 48, what), 42) << what;
+        const ExpertTelemetry t = be.expert_telemetry();
+        EXPECT_EQ(t.prefetch_mode, mode) << what;
+        if (std::string(mode) == "off") {
+          EXPECT_EQ(t.prefetch.layer_steps, 0u) << what;
+          EXPECT_EQ(t.stage_bytes, 0u) << what;
+        } else if (b == bs[0]) {  // nothing resident: every prediction is staged
+          EXPECT_GT(t.prefetch.layer_steps, 0u) << what;
+          EXPECT_GT(t.prefetch.staged, 0u) << what;
+          EXPECT_GT(t.prefetch.correct, 0u) << what;
+          EXPECT_GT(t.prefetch.staged_used, 0u) << what;
+          EXPECT_LE(t.prefetch.staged_used, t.prefetch.staged) << what;
+          EXPECT_GT(t.stage_bytes, 0u) << what;
+          EXPECT_LE(t.stage_bytes, t.h2d_bytes) << what;
+        }
+      }
+}
+
 TEST_P(Hybrid, LogitsOfEveryPromptPositionWithinTolerance) {
   MS_REQUIRE_GPU();
   const LoadedModel& m = tiny_model(GetParam().arch, GetParam().quant);

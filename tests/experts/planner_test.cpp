@@ -53,6 +53,21 @@ TEST(SplitCold, OneTokenBalancesPcieAndCpu) {
   }
 }
 
+TEST(SplitCold, ALinkBusyWithPrefetchLeavesMoreToTheCpu) {
+  const CostModel c = simple_cost();
+  std::vector<ColdExpert> cold(13, ColdExpert{1'000'000, 1, false});
+  // Three experts' worth of staging already on the link (1 MB at 25 GB/s:
+  // 40 us each): the best split streams 2 fewer than the 5 of an idle link.
+  const double busy = 3 * c.copy_s(1'000'000);
+  const auto s = split_cold(cold, c, 0, busy);
+  EXPECT_EQ(std::count(s.begin(), s.end(), 1), 3);  // (3 + s)/25 ~ (13 - s)/40 -> s = 3
+  const LayerTime t = layer_time(cold, s, c, 0, busy);
+  EXPECT_NEAR(t.copy_s, busy + 3 * c.copy_s(1'000'000), 1e-12);
+  // A link busy for longer than the CPU needs for everything: nothing streams.
+  const auto none = split_cold(cold, c, 0, 13 * c.cpu_s(1'000'000, 1));
+  EXPECT_EQ(std::count(none.begin(), none.end(), 1), 0);
+}
+
 TEST(SplitCold, BatchStreamsPopularExpertsAndLeavesSingleUseOnCpu) {
   const CostModel c = simple_cost();
   std::vector<ColdExpert> cold;

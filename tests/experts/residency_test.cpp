@@ -76,8 +76,16 @@ void check_plan(const ExpertResidency& r, const StepPlan& p, std::span<const Exp
         EXPECT_TRUE(r.resident(e.key));
         break;
       case Tier::Stream:
-        EXPECT_TRUE(p.copy[i]);
         EXPECT_EQ(p.where[i].pool, pool);
+        if (e.staged) {  // copied ahead, into a staging slot (past the transit slots)
+          EXPECT_FALSE(p.copy[i]);
+          EXPECT_TRUE(p.transit[i]);
+          EXPECT_GE(p.where[i].slot, cache_slots + int32_t(r.transit_slots()));
+          EXPECT_LT(p.where[i].slot, cache_slots + int32_t(r.extra_slots()));
+          EXPECT_FALSE(r.resident(e.key));
+          break;
+        }
+        EXPECT_TRUE(p.copy[i]);
         if (e.admit) {
           EXPECT_FALSE(p.transit[i]);
           EXPECT_LT(p.where[i].slot, cache_slots);
@@ -250,6 +258,103 @@ TEST(ExpertResidency, StreamedExpertsCycleThroughTheTransitSlots) {
   // 8 transit slots reused in order: expert i and i+8 share one.
   for (size_t i = 0; i + 8 < slots.size(); ++i) EXPECT_EQ(slots[i], slots[i + 8]);
   EXPECT_EQ(std::set<int32_t>(slots.begin(), slots.end()).size(), 8u);
+}
+
+// Staging (prefetch): predicted cold experts of the coming layer step go
+// into the next bank's slots, past the transit slots; that step's plan takes
+// the routed ones from there with nothing to copy, and counts the rest of
+// the prediction.
+TEST(ExpertResidency, StagedExpertsAreStreamedFromTheirStagingSlotsWithoutACopy) {
+  // "layers" admits nothing (an admission would take precedence over the
+  // staged copy). A layer with resident and cold experts: the one whole
+  // layers left half full.
+  ResidencyConfig c = config(48ull << 20, "layers");
+  c.stage_bank = 4;
+  c.cost.cpu_gbps = 0.001;  // stream every cold expert
+  ExpertResidency r(c);
+  r.initial_placement();
+  uint32_t l = kLayers;
+  for (uint32_t q = 0; q < kLayers && l == kLayers; ++q) {
+    uint32_t n = 0;
+    for (uint32_t e = 0; e < kExperts; ++e) n += r.resident(q * kExperts + e);
+    if (n > 0 && n + 6 <= kExperts) l = q;
+  }
+  ASSERT_LT(l, kLayers);
+  std::vector<ExpertKey> cold;
+  for (uint32_t e = 0; e < kExperts && cold.size() < 6; ++e)
+    if (!r.resident(l * kExperts + e)) cold.push_back(l * kExperts + e);
+  ASSERT_EQ(cold.size(), 6u);
+  ExpertKey hot = l * kExperts;
+  for (uint32_t e = 0; e < kExperts; ++e)
+    if (r.resident(l * kExperts + e)) hot = l * kExperts + e;
+  ASSERT_TRUE(r.resident(hot));
+  // Predicted: one resident expert (not staged), then 5 cold ones: 4 fit the bank.
+  const std::vector<ExpertKey> predicted{hot, cold[0], cold[1], cold[2], cold[3], cold[4]};
+  const StagePlan& sp = r.stage(9, l, predicted, 8);
+  ASSERT_EQ(sp.copies.size(), 4u);
+  const int32_t pool = r.pool_of_layer(l);
+  const uint32_t first_staging = uint32_t(r.layout().pools[size_t(pool)].slots) + r.transit_slots();
+  std::set<int32_t> staging;
+  for (const auto& [key, where] : sp.copies) {
+    EXPECT_FALSE(r.resident(key));
+    EXPECT_EQ(where.pool, pool);
+    EXPECT_GE(uint32_t(where.slot), first_staging + uint32_t(sp.bank) * 4u);
+    EXPECT_LT(uint32_t(where.slot), first_staging + uint32_t(sp.bank) * 4u + 4u);
+    staging.insert(where.slot);
+  }
+  EXPECT_EQ(staging.size(), 4u);
+  // Routed: cold[1], cold[3] (staged), cold[5] (not predicted), hot.
+  std::vector<ExpertKey> keys{hot, cold[1], cold[3], cold[5]};
+  std::sort(keys.begin(), keys.end());
+  const std::vector<uint32_t> uses(keys.size(), 1);
+  const StepPlan& p = r.plan(9, l, keys, uses);
+  check_plan(r, p, keys, l);
+  EXPECT_EQ(p.plan.n_staged, 2u);
+  EXPECT_EQ(p.staged_bank, sp.bank);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const PlannedExpert& e = p.plan.experts[i];
+    const bool staged = e.key == cold[1] || e.key == cold[3];
+    EXPECT_EQ(e.staged, staged) << e.key;
+    if (staged) {
+      EXPECT_EQ(e.tier, Tier::Stream);
+      EXPECT_FALSE(p.copy[i]);
+      EXPECT_TRUE(p.transit[i]);
+      EXPECT_TRUE(staging.count(p.where[i].slot));
+    } else if (e.key == cold[5]) {
+      EXPECT_TRUE(p.copy[i]);
+      EXPECT_LT(uint32_t(p.where[i].slot), first_staging);  // a transit slot
+    }
+  }
+  const PredictionOutcome& o = p.prediction;
+  EXPECT_EQ(o.predicted, 6u);
+  EXPECT_EQ(o.correct, 3u);  // hot, cold[1], cold[3]
+  EXPECT_EQ(o.routed, 4u);
+  EXPECT_EQ(o.staged, 4u);
+  EXPECT_EQ(o.staged_used, 2u);
+  EXPECT_EQ(o.cold, 3u);
+  EXPECT_EQ(r.counters().staged, 4u);
+  EXPECT_EQ(r.counters().staged_used, 2u);
+  // A bank serves one plan, of its own step: the same layer later has nothing staged.
+  const StepPlan& again = r.plan(10, l, keys, uses);
+  EXPECT_EQ(again.plan.n_staged, 0u);
+  EXPECT_EQ(again.prediction.predicted, 0u);
+  EXPECT_EQ(again.staged_bank, -1);
+}
+
+TEST(ExpertResidency, StagingAlternatesBanksAndIsOffWithoutOne) {
+  ResidencyConfig c = config(0);
+  c.stage_bank = 2;
+  ExpertResidency r(c);
+  const std::vector<ExpertKey> a{kExperts + 1, kExperts + 2}, b{2 * kExperts + 1};
+  const int32_t bank_a = r.stage(0, 1, a, 8).bank;
+  const int32_t bank_b = r.stage(0, 2, b, 8).bank;
+  EXPECT_NE(bank_a, bank_b);
+  EXPECT_EQ(r.stage(0, 1, a, 0).copies.size(), 0u);  // max_experts 0
+  EXPECT_THROW(r.stage(0, 1, b, 8), Error);           // a key of another layer
+  ResidencyConfig off = config(0);
+  ExpertResidency n(off);
+  EXPECT_EQ(n.stage(0, 1, a, 8).bank, -1);
+  EXPECT_TRUE(n.stage(0, 1, a, 8).copies.empty());
 }
 
 TEST(ExpertResidency, RejectsAModelWithoutExperts) {

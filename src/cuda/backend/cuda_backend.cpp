@@ -91,13 +91,15 @@ void CudaBackend::Impl::make_hybrid(const VramPlan& plan) {
       largest = std::max(largest, b);
       sizes[b] = 1;
     }
-  const uint64_t buffers = HybridMoe::buffer_bytes(c, B, opt.transit_slots, largest, sizes.size());
+  const uint32_t extra = opt.transit_slots + 2 * HybridMoe::stage_bank(c, opt.prefetch);
+  const uint64_t buffers = HybridMoe::buffer_bytes(c, B, extra, largest, sizes.size());
   const uint64_t used = weight_bytes() + kv.bytes() + act_arena.capacity() + buffers;
   const uint64_t fixed = plan.dense_bytes + plan.kv_bytes + plan.reserve_bytes / 2;
   const uint64_t over = used > fixed ? used - fixed : 0;
   HybridMoeOptions ho;
   ho.pool_bytes = plan.room - std::min(plan.room, over);
   ho.transit_slots = opt.transit_slots;
+  ho.prefetch = opt.prefetch;
   ho.policy = opt.policy == "default" ? engine_default_policy(opt.profile != nullptr) : opt.policy;
   ho.host_pin = opt.host_pin;
   ho.profile = opt.profile;
@@ -187,8 +189,10 @@ void CudaBackend::Impl::layout_activations(cuda::Layout& L) {
     const size_t E = static_cast<size_t>(c.n_expert), K = static_cast<size_t>(c.n_expert_used);
     const size_t F = static_cast<size_t>(c.n_ff_exp), pairs = b * K;
     router_logits = L.take_n<float>(b * E);
-    route_w = L.take_n<float>(b * K);
-    route_ids = L.take_n<int32_t>(b * K);
+    // Two tokens' worth at least: decode puts the next tiered layer's
+    // predicted experts (prefetch) right after the routes, read back together.
+    route_w = L.take_n<float>(std::max<size_t>(b, 2) * K);
+    route_ids = L.take_n<int32_t>(std::max<size_t>(b, 2) * K);
     groups = L.take_n<int32_t>(1 + 3 * pairs + 1);
     dec_hq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(c.n_ff_exp, c.n_expert_used)), c.n_ff_exp,
                                c.n_expert_used);

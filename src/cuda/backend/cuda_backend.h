@@ -83,6 +83,7 @@ class CudaBackend : public Backend {
     std::string host_pin = "auto";    // auto | register | staging (cuda/expert_copier.h)
     const ExpertProfile* profile = nullptr;  // initial placement: hottest first
     uint32_t transit_slots = 16;      // per slot pool, for streamed-not-kept experts
+    std::string prefetch = "auto";    // off | next | auto: experts of the next tiered layer copied ahead (decode)
     std::string cost_overrides;       // CostModel figures replacing the measured ones
     bool verbose_steps = false;       // one stderr line per forward pass (hybrid)
     ThreadPool* cpu_pool = nullptr;   // CPU experts (hybrid); null: the backend makes one

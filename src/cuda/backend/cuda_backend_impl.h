@@ -103,6 +103,10 @@ struct CudaBackend::Impl {
   cuda::DecodeGraph graph;
   // Hybrid decode: per layer, its attention and the FFN's norm + router.
   std::vector<std::unique_ptr<cuda::DecodeGraph>> hybrid_graphs;
+  // Hybrid decode with prefetch: per layer, the next layer whose MoE step is
+  // planned on the host (-1: none), whose router the span's end applies to
+  // this layer's FFN input (route_ids + K, route_w + K).
+  std::vector<int> next_tiered;
 
   Impl(const ModelWeights& model, Options o) : w(model), c(model.cfg), opt(o) {}
   ~Impl();
@@ -136,6 +140,8 @@ struct CudaBackend::Impl {
   enum class FfnPart { All, Route, Experts };
   void ffn_block(int il, int n, FfnPart part = FfnPart::All);
   bool pinned_experts(int il, int n) const;
+  int predicted_layer(int il);  // next_tiered[il] when prefetch is on, else -1
+  void predict_routes(int target);
   void enqueue_hybrid_decode(int max_kv_len);
   void head(int first, int m);
   void enqueue_decode(int max_kv_len);

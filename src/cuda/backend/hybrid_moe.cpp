@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -62,6 +63,12 @@ uint64_t HybridMoe::slot_bytes(const ExpertWeights& e) {
   return cuda::SlotGeometry::of(e.gate_bytes(), e.up_bytes(), e.down_bytes()).slot_bytes;
 }
 
+uint32_t HybridMoe::stage_bank(const ModelConfig& c, const std::string& prefetch) {
+  if (prefetch == "off") return 0;
+  if (prefetch == "next" || prefetch == "auto") return static_cast<uint32_t>(c.n_expert_used);
+  throw Error("--prefetch " + prefetch + ": use off, next or auto");
+}
+
 uint64_t HybridMoe::buffer_bytes(const ModelConfig& c, int max_tokens, uint32_t transit_slots, uint64_t largest_slot,
                                  size_t n_pools) {
   const size_t P = static_cast<size_t>(max_tokens) * c.n_expert_used, D = c.n_embd, F = c.n_ff_exp;
@@ -103,6 +110,16 @@ struct HybridMoe::Impl {
   int32_t* idx = nullptr;  // [token_of_row | pair_of_row | offsets | group_expert | cpu_pair], P each (+1)
   cuda::PinnedBuffer ids_host, x_host, idx_host, cpu_y_host;
   cuda::Event routes_ready{false}, x_ready{false};
+  // Staging banks (prefetch): copied (copy stream) / read by the layer that used them (compute stream).
+  cuda::Event stage_ready[2] = {cuda::Event(false), cuda::Event(false)};
+  cuda::Event bank_free[2] = {cuda::Event(false), cuda::Event(false)};
+  uint32_t bank_size = 0;                // staging slots per bank (0: prefetch off)
+  bool prefetch_auto = false;
+  // Decode: the least time a layer step spent on the host before its CPU
+  // experts could start (waiting for its routes, planning, enqueueing):
+  // the CPU tier's fixed cost per layer, for the auto prefetch split.
+  double min_overhead_s = 0;
+  bool copy0_recorded = false;           // this run() opened the copy timing window
   std::vector<std::unique_ptr<cuda::Event>> copied, wave_done;
   cuda::Event gpu0{true}, gpu1{true}, copy0{true}, copy1{true};
   bool timing_pending = false, copy_timing_pending = false;
@@ -152,7 +169,7 @@ struct HybridMoe::Impl {
     xg_q8 = cuda::q8act_view(arena.alloc(cuda::q8act_bytes(D, Pn)), D, Pn);
     h_q8 = cuda::q8act_view(arena.alloc(cuda::q8act_bytes(F, Pn)), F, Pn);
     idx = arena.alloc_n<int32_t>(Pn * 5 + 1);
-    ids_host = cuda::PinnedBuffer(Pn * sizeof(int32_t));
+    ids_host = cuda::PinnedBuffer((Pn + static_cast<size_t>(c.n_expert_used)) * sizeof(int32_t));  // + a prediction
     x_host = cuda::PinnedBuffer(static_cast<size_t>(opt.max_tokens) * D * sizeof(float));
     idx_host = cuda::PinnedBuffer((Pn * 5 + 1) * sizeof(int32_t));
     cpu_y_host = cuda::PinnedBuffer(Pn * D * sizeof(float));
@@ -166,6 +183,8 @@ struct HybridMoe::Impl {
     rc.k = static_cast<uint32_t>(c.n_expert_used);
     rc.pool_bytes = opt.pool_bytes;
     rc.transit_slots = std::max<uint32_t>(2, opt.transit_slots & ~1u);  // even: waves take half each
+    rc.stage_bank = bank_size = HybridMoe::stage_bank(c, opt.prefetch);
+    prefetch_auto = opt.prefetch == "auto";
     rc.policy = opt.policy;
     rc.cost = cost;
     rc.profile = opt.profile;
@@ -179,7 +198,7 @@ struct HybridMoe::Impl {
     const PoolLayout& layout = res->layout();
     std::vector<cuda::DeviceExpertSlots::PoolSpec> pools;
     for (const Pool& p : layout.pools)
-      pools.push_back({p.slot_bytes, static_cast<uint32_t>(p.slots) + res->transit_slots()});
+      pools.push_back({p.slot_bytes, static_cast<uint32_t>(p.slots) + res->extra_slots()});
     std::vector<cuda::DeviceExpertSlots::LayerSpec> layers;
     for (int l = 0; l < c.n_layer; ++l) {
       const ExpertWeights& e = w.layers[static_cast<size_t>(l)].experts;
@@ -346,7 +365,9 @@ struct HybridMoe::Impl {
   }
 
   bool run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* wts, float* h,
-           const cuda::NextNorm* next);
+           const cuda::NextNorm* next, const HybridPrediction* pred);
+  void stage_next(const HybridPrediction& pred, const int32_t* predicted_ids);
+  void note_prediction(int il, const PredictionOutcome& o);
   void copy_wave(int il, const StepPlan& sp, const std::vector<size_t>& wave, size_t wv);
   void decode_on_gpu(int il, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* wts, float* h,
                      const cuda::NextNorm* next, bool copies);
@@ -363,6 +384,61 @@ void HybridMoe::Impl::copy_wave(int il, const StepPlan& sp, const std::vector<si
     }
   copier->record(event(copied, wv).get());
   MS_CUDA_CHECK(cudaStreamWaitEvent(stream, event(copied, wv).get(), 0));
+}
+
+// Prefetch: the predicted experts of the next tiered layer (read back with
+// this layer's routes) into the next staging bank, on the copy stream behind
+// this layer's own copies. The bank's previous contents were read by the
+// layer that used them: the copies wait for that layer's compute.
+//
+// How many (auto): staged copies run in the background, but the link has
+// only its bandwidth; the experts not staged run on the CPU, after the
+// layer's fixed host cost W (routes, plan). Of c predicted cold experts,
+// staging s balances the two: s * copy = W + (c - s) * cpu. `next` stages
+// all c (the link then carries everything).
+void HybridMoe::Impl::stage_next(const HybridPrediction& pred, const int32_t* p) {
+  const int E = c.n_expert;
+  if (pred.layer >= c.n_layer || res->pool_of_layer(static_cast<uint32_t>(pred.layer)) < 0) return;
+  std::vector<ExpertKey> predicted;
+  for (int j = 0; j < pred.n; ++j) {
+    if (p[j] < 0 || p[j] >= E) throw Error("router (prediction) chose expert " + std::to_string(p[j]) + " of " + std::to_string(E));
+    predicted.push_back(static_cast<ExpertKey>(pred.layer) * E + p[j]);
+  }
+  uint32_t cap = bank_size;
+  if (prefetch_auto) {
+    uint32_t cold = 0;
+    for (ExpertKey k : predicted) cold += !res->resident(k);
+    const uint64_t bytes = geom[static_cast<size_t>(pred.layer)].slot_bytes;
+    const double copy = cost.copy_s(bytes), cpu_one = cost.cpu_s(bytes, 1);
+    const double s = std::round((min_overhead_s + cold * cpu_one) / (copy + cpu_one));
+    cap = static_cast<uint32_t>(std::clamp(s, 0.0, static_cast<double>(cold)));
+  }
+  const StagePlan& st = res->stage(step, static_cast<uint32_t>(pred.layer), predicted, cap);
+  if (st.copies.empty()) return;
+  copier->wait(bank_free[st.bank].get());
+  if (timed && !copy0_recorded) {
+    copier->record(copy0.get());
+    copy0_recorded = true;
+  }
+  for (const auto& [key, where] : st.copies)
+    copy_expert(pred.layer, static_cast<int>(key % static_cast<uint32_t>(E)), slots->slot_address(where.pool, where.slot));
+  copier->record(stage_ready[st.bank].get());
+  if (timed) {
+    copier->record(copy1.get());
+    copy_timing_pending = true;
+  }
+}
+
+void HybridMoe::Impl::note_prediction(int il, const PredictionOutcome& o) {
+  for (PrefetchCounts* pc : {&tel.prefetch, &tel.prefetch_layers[static_cast<size_t>(il)]}) {
+    ++pc->layer_steps;
+    pc->predicted += o.predicted;
+    pc->correct += o.correct;
+    pc->routed += o.routed;
+    pc->staged += o.staged;
+    pc->staged_used += o.staged_used;
+    pc->cold += o.cold;
+  }
 }
 
 // One token whose experts are all on the GPU, after the step's copies: the
@@ -392,15 +468,21 @@ void HybridMoe::Impl::decode_on_gpu(int il, const float* x, const cuda::Q8Act& x
 }
 
 bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids,
-                          const float* wts, float* h, const cuda::NextNorm* next) {
+                          const float* wts, float* h, const cuda::NextNorm* next, const HybridPrediction* pred) {
   const int K = c.n_expert_used, E = c.n_expert, np = n * K;
   const int64_t D = c.n_embd, F = c.n_ff_exp;
   if (n > opt.max_tokens) throw Error("hybrid MoE: more tokens than the step's buffers hold");
+  if (pred && (bank_size == 0 || pred->layer < 0 || pred->n <= 0 || pred->n > K)) pred = nullptr;
+  copy0_recorded = false;
 
-  // ---- route: ids (and the input for small passes) to the host
+  // ---- route: ids (and the input for small passes; the prediction) to the host
   auto t0 = Clock::now();
   auto* ids_h = ids_host.as<int32_t>();
-  MS_CUDA_CHECK(cudaMemcpyAsync(ids_h, ids, sizeof(int32_t) * np, cudaMemcpyDeviceToHost, stream));
+  const bool pred_follows = pred && pred->ids == ids + np;
+  MS_CUDA_CHECK(cudaMemcpyAsync(ids_h, ids, sizeof(int32_t) * (np + (pred_follows ? pred->n : 0)),
+                                cudaMemcpyDeviceToHost, stream));
+  if (pred && !pred_follows)
+    MS_CUDA_CHECK(cudaMemcpyAsync(ids_h + np, pred->ids, sizeof(int32_t) * pred->n, cudaMemcpyDeviceToHost, stream));
   const bool x_early = n <= kEagerInputTokens;
   if (x_early) MS_CUDA_CHECK(cudaMemcpyAsync(x_host.get(), x, sizeof(float) * n * D, cudaMemcpyDeviceToHost, stream));
   routes_ready.record(stream);
@@ -433,6 +515,12 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
     for (int p = 0; p < np; ++p) by_expert[static_cast<size_t>(cur[static_cast<size_t>(ids_h[p])]++)] = p;
   }
   const StepPlan& sp = res->plan(step, static_cast<uint32_t>(il), keys, tokens);
+  if (sp.prediction.predicted) note_prediction(il, sp.prediction);
+  // Staged experts were copied on the copy stream during an earlier layer.
+  const int32_t bank = sp.staged_bank;
+  if (bank >= 0) MS_CUDA_CHECK(cudaStreamWaitEvent(stream, stage_ready[bank].get(), 0));
+  int n_demand = 0;
+  for (uint8_t cp : sp.copy) n_demand += cp;
 
   // ---- waves: resident and admitted experts in wave 0; transit experts in
   // waves of half the transit slots, so wave w's copies overlap wave w-1's
@@ -471,7 +559,7 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
     (pe.tier == Tier::Resident ? pc.resident : pc.streamed) += pairs;
     slots->point(il, e, sp.where[i].pool, sp.where[i].slot);
     size_t wv = 0;
-    if (sp.transit[i]) wv = n_transit++ / half;
+    if (sp.transit[i] && sp.copy[i]) wv = n_transit++ / half;  // staged ones are in already: wave 0
     if (waves.size() <= wv) waves.resize(wv + 1);
     waves[wv].push_back(i);
   }
@@ -491,10 +579,16 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
         copies = copies || sp.copy[i];
       }
     if (copies) {
-      if (timed) copier->record(copy0.get());
+      if (timed) copier->record(copy0.get()), copy0_recorded = true;
       copy_wave(il, sp, all, 0);
     }
     decode_on_gpu(il, x, x_q8, ids, wts, h, next, copies);
+    if (bank >= 0) bank_free[bank].record(stream);
+    if (pred) {
+      const double overhead = seconds_since(t0);
+      min_overhead_s = min_overhead_s > 0 ? std::min(min_overhead_s, overhead) : overhead;
+      stage_next(*pred, ids_h + np);
+    }
     tel.plan_s += seconds_since(t_plan);
     return next != nullptr;
   }
@@ -545,6 +639,7 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
   const bool any_copy = std::any_of(wr.begin(), wr.end(), [](const WaveRange& r) { return r.copies; });
   if (any_copy && timed) {
     copier->record(copy0.get());
+    copy0_recorded = true;
     copy_timing_pending = true;
   }
   if (timed) gpu0.record(stream);
@@ -590,6 +685,14 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
     event(wave_done, wv).record(stream);
   }
   if (any_copy && timed) copier->record(copy1.get());
+  if (bank >= 0) bank_free[bank].record(stream);
+  // The next layer's predicted experts: behind this layer's copies, while its
+  // waves and CPU experts run.
+  if (pred) {
+      const double overhead = seconds_since(t0);
+      min_overhead_s = min_overhead_s > 0 ? std::min(min_overhead_s, overhead) : overhead;
+      stage_next(*pred, ids_h + np);
+    }
   tel.plan_s += seconds_since(t_plan);
 
   // ---- CPU experts, while the GPU runs the waves
@@ -658,6 +761,8 @@ HybridMoe::HybridMoe(const ModelWeights& w, const HybridMoeOptions& opt, cudaStr
   tl.cpu_gbps = m.cost.cpu_gbps;
   tl.gpu_gbps = m.cost.gpu_hbm_gbps;
   tl.layers.resize(static_cast<size_t>(c.n_layer));
+  tl.prefetch_mode = opt.prefetch;
+  tl.prefetch_layers.resize(static_cast<size_t>(c.n_layer));
 }
 
 HybridMoe::~HybridMoe() = default;
@@ -702,9 +807,11 @@ void HybridMoe::end_pass() {
 }
 
 bool HybridMoe::run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* weights,
-                    float* h, const cuda::NextNorm* next) {
-  return impl_->run(il, n, x, x_q8, ids, weights, h, next);
+                    float* h, const cuda::NextNorm* next, const HybridPrediction* pred) {
+  return impl_->run(il, n, x, x_q8, ids, weights, h, next, pred);
 }
+
+bool HybridMoe::prefetching() const { return impl_->bank_size > 0; }
 
 const cuda::ExpertWeights& HybridMoe::weights(int il) const { return impl_->slots->weights(il); }
 
@@ -722,6 +829,7 @@ ExpertTelemetry HybridMoe::telemetry() const {
   t.evicted = rc.evicted;
   t.h2d_bytes = rc.copy_bytes;
   t.h2d_copies = rc.streamed;
+  t.stage_bytes = rc.stage_bytes;
   return t;
 }
 

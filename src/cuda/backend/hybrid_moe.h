@@ -33,11 +33,25 @@
 
 namespace ms {
 
+// The next tiered layer's predicted experts (decode), on the device, most
+// likely first. When ids directly follows the layer's routes they come back
+// in the same read-back.
+struct HybridPrediction {
+  int layer = -1;
+  const int32_t* ids = nullptr;
+  int n = 0;
+};
+
 struct HybridMoeOptions {
   uint64_t pool_bytes = 0;        // VRAM for cache slots (0: every cold expert streams or runs on the CPU)
   uint32_t transit_slots = 16;    // per slot pool, for experts streamed without being kept
   std::string policy = "default";
   std::string host_pin = "auto";  // cuda::HostPin
+  // Decode: the experts predicted for the next tiered layer (its router on
+  // this layer's FFN input, computed by the backend) are copied into staging
+  // slots while this layer computes. off | next (every predicted cold expert)
+  // | auto (as many as the link carries in the time between two layers).
+  std::string prefetch = "auto";
   const ExpertProfile* profile = nullptr;
   int max_tokens = 512;           // tokens per forward chunk
   int gemm_min_batch = 16;        // tensor-core matmul from this many tokens
@@ -54,6 +68,9 @@ class HybridMoe {
                                uint64_t largest_slot, size_t n_pools);
   // Slot bytes of one expert of layer L (gate|up|down, aligned).
   static uint64_t slot_bytes(const ExpertWeights& e);
+  // Staging slots per bank (two banks per slot pool) for a prefetch mode;
+  // throws ms::Error for an unknown mode.
+  static uint32_t stage_bank(const ModelConfig& c, const std::string& prefetch);
 
   HybridMoe(const ModelWeights& w, const HybridMoeOptions& opt, cudaStream_t compute);
   ~HybridMoe();
@@ -70,8 +87,12 @@ class HybridMoe {
   // it was done here. That happens when every expert of the step is on the
   // GPU: the all-resident decode kernels (decode_moe.h) then run over the
   // slot table, so the result is the all-resident run's, bit for bit.
+  // pred (optional): the next tiered layer's prediction, staged after this
+  // layer's own copies.
   bool run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* weights, float* h,
-           const cuda::NextNorm* next = nullptr);
+           const cuda::NextNorm* next = nullptr, const HybridPrediction* pred = nullptr);
+  // Prefetch is on (the backend then computes predictions).
+  bool prefetching() const;
   // Layer il's experts as the kernels address them (the slot table).
   const cuda::ExpertWeights& weights(int il) const;
   // Layer il holds every expert in VRAM for good (policy "layers"): the

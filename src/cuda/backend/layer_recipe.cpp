@@ -225,6 +225,37 @@ bool CudaBackend::Impl::pinned_experts(int il, int n) const {
   return cuda::expert_ffn_scratch_bytes(hybrid->weights(il), n, c.n_expert_used) <= exp_scratch_bytes;
 }
 
+int CudaBackend::Impl::predicted_layer(int il) {
+  if (!hybrid || !hybrid->prefetching()) return -1;
+  if (next_tiered.size() != static_cast<size_t>(c.n_layer)) {
+    next_tiered.assign(static_cast<size_t>(c.n_layer), -1);
+    int next = -1;
+    for (int l = c.n_layer - 1; l >= 0; --l) {
+      next_tiered[static_cast<size_t>(l)] = next;
+      if (w.layers[static_cast<size_t>(l)].experts.n_expert > 0 && !pinned_experts(l, 1)) next = l;
+    }
+  }
+  return next_tiered[static_cast<size_t>(il)];
+}
+
+// Decode prefetch: layer `target`'s router on this layer's FFN input (x),
+// its top k after the routes (route_ids + K), to be read back with them.
+// The residual stream changes little from one layer to the next, so this
+// predicts most of what `target` will route.
+void CudaBackend::Impl::predict_routes(int target) {
+  const cuda::DevMat& R = weights.layer(target).router;
+  const int E = c.n_expert, K = c.n_expert_used;
+  const int64_t D = c.n_embd;
+  if (opt.fused_decode && cuda::router_decode_supported(R.type, E, D, K)) {
+    cuda::router_decode_f32(static_cast<const float*>(R.data), x, E, D, K, c.arch->router_mode, c.router_renorm,
+                            router_logits, route_ids + K, route_w + K, router_counter, stream);
+  } else {
+    router_logits_rows(R, 1);
+    cuda::router_topk(router_logits, 1, E, K, c.arch->router_mode, c.router_renorm, route_ids + K, route_w + K,
+                      stream);
+  }
+}
+
 void CudaBackend::Impl::ffn_block(int il, int n, FfnPart part) {
   cudaStream_t s = stream;
   const cuda::DevLayer& L = weights.layer(il);
@@ -263,6 +294,7 @@ void CudaBackend::Impl::ffn_block(int il, int n, FfnPart part) {
     cuda::router_topk(router_logits, n, E, K, c.arch->router_mode, c.router_renorm, route_ids, route_w, s);
   }
   if (route_hook) report_routes(il, n);
+  if (part == FfnPart::Route && n == 1 && predicted_layer(il) >= 0) predict_routes(predicted_layer(il));
   // Hybrids: the shared expert adds to h first (x is ready: every router
   // path above made it), so the routed experts stay the last launch and may
   // fuse the next RMSNorm.
@@ -276,7 +308,11 @@ experts:
   next.x_q8 = xq8;
   next.counter = norm_counter;
   if (hybrid && !pinned_experts(il, n)) {
-    norm_ready = hybrid->run(il, n, x, xq8, route_ids, route_w, h, moe_fused ? &next : nullptr);
+    // The span path (Route, then Experts) predicted the next tiered layer.
+    HybridPrediction pred;
+    if (part == FfnPart::Experts && n == 1 && predicted_layer(il) >= 0) pred = {predicted_layer(il), route_ids + K, K};
+    norm_ready = hybrid->run(il, n, x, xq8, route_ids, route_w, h, moe_fused ? &next : nullptr,
+                             pred.layer >= 0 ? &pred : nullptr);
     return;
   }
   // All-resident experts: the resident model's, or a tiered layer whose
