@@ -76,6 +76,26 @@ std::string pre_name_for_regex(const std::string& regex, const std::string& wher
               "); supported pre-tokenizers: " + supported_pre_tokenizers());
 }
 
+// Byte-level BPE: the text normalisation moestream applies comes with the
+// pre-tokenizer (NFC for the Qwen ones, nothing for GPT-2 / Llama 3), as the
+// GGUF carries no normalizer. A tokenizer.json whose normalizer says
+// otherwise would tokenize differently from Hugging Face's without a word:
+// refuse it.
+void check_byte_level_normalizer(const json& normalizer, const std::string& pre, const std::string& where) {
+  bool nfc = false;
+  for_each_component(normalizer, [&](const json& c) {
+    const std::string t = type_of(c);
+    if (t == "NFC") nfc = true;
+    else if (t != "Sequence")
+      throw Error(where + ": normalizer '" + t + "' is not supported for byte-level BPE (moestream applies NFC or "
+                  "nothing, as the pre-tokenizer '" + pre + "' says)");
+  });
+  const bool spec_nfc = pre_tokenizer_spec(pre).nfc;
+  if (nfc != spec_nfc)
+    throw Error(where + ": the normalizer " + (nfc ? "applies NFC" : "does not apply NFC") + ", but pre-tokenizer '" +
+                pre + "' " + (spec_nfc ? "does" : "does not") + "; the tokens would differ from Hugging Face's");
+}
+
 }  // namespace
 
 Vocab vocab_from_hf_tokenizer_json(const std::string& path, const std::string& config_path_in) {
@@ -136,6 +156,7 @@ Vocab vocab_from_hf_tokenizer_json(const std::string& path, const std::string& c
     } else {
       v.pre = "gpt-2";  // ByteLevel with its built-in (GPT-2) regex
     }
+    check_byte_level_normalizer(section("normalizer"), v.pre, path);
     v.add_space_prefix = false;
   } else {
     throw Error(path + ": neither byte-level nor SentencePiece-style BPE; not supported");

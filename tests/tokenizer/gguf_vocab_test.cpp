@@ -11,6 +11,7 @@
 #include "format/gguf.h"
 #include "tiny_vocabs.h"
 #include "tokenizer/hf_import.h"
+#include "tokenizer/pretokenize.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"
 #include "util/error.h"
@@ -119,6 +120,54 @@ TEST(GgufVocab, ClearErrorsForBadMetadata) {
                     "tokenizer.ggml.tokens", "tokens_type");
   expect_load_error({{"tokenizer.ggml.model", GgufValue::of_string("llama")}, {"tokenizer.ggml.tokens", toks}},
                     "scores", "spm_scores");
+}
+
+// A byte-level tokenizer.json whose normalizer disagrees with what its
+// pre-tokenizer implies (NFC for qwen2/qwen35, nothing for gpt2/llama3) is
+// refused by name: the import would otherwise tokenize differently from
+// Hugging Face without a word.
+TEST(HfImport, TheNormalizerMustMatchThePreTokenizer) {
+  auto write = [](const nlohmann::json& normalizer, const std::string& regex) {
+    nlohmann::json j;
+    j["model"] = {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}}}, {"merges", {"a b"}}};
+    j["normalizer"] = normalizer;
+    nlohmann::json pre = nlohmann::json::array();
+    if (!regex.empty())
+      pre.push_back({{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}});
+    pre.push_back({{"type", "ByteLevel"}, {"add_prefix_space", false}});
+    j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", pre}};
+    const fs::path path = fs::temp_directory_path() / ("ms_hf_norm_" + std::to_string(::getpid()) + ".json");
+    std::ofstream(path) << j.dump();
+    return Cleanup{path};
+  };
+  const std::string qwen2 = pre_tokenizer_spec("qwen2").published, qwen35 = pre_tokenizer_spec("qwen35").published;
+  const nlohmann::json nfc = {{"type", "NFC"}};
+  const nlohmann::json seq_nfc = {{"type", "Sequence"}, {"normalizers", nlohmann::json::array({nfc})}};
+  {
+    Cleanup c = write(nfc, qwen35);
+    EXPECT_EQ(vocab_from_hf_tokenizer_json(c.p.string()).pre, "qwen35");
+  }
+  {
+    Cleanup c = write(seq_nfc, qwen2);
+    EXPECT_EQ(vocab_from_hf_tokenizer_json(c.p.string()).pre, "qwen2");
+  }
+  {
+    Cleanup c = write(nullptr, "");  // GPT-2: no normalizer
+    EXPECT_EQ(vocab_from_hf_tokenizer_json(c.p.string()).pre, "gpt-2");
+  }
+  auto refused = [&](const nlohmann::json& normalizer, const std::string& regex, const std::string& what) {
+    Cleanup c = write(normalizer, regex);
+    try {
+      vocab_from_hf_tokenizer_json(c.p.string());
+      ADD_FAILURE() << "accepted " << normalizer.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  refused(nullptr, qwen35, "does not apply NFC");             // qwen35 expects NFC
+  refused(nfc, "", "applies NFC");                            // gpt2 does not
+  refused({{"type", "NFKC"}}, qwen2, "normalizer 'NFKC'");     // a normalisation moestream does not do
+  refused({{"type", "Sequence"}, {"normalizers", {nfc, {{"type", "Lowercase"}}}}}, qwen2, "normalizer 'Lowercase'");
 }
 
 // The real vocabularies survive GGUF unchanged (tokens, merges, scores, ids).
