@@ -15,7 +15,7 @@ const char* default_policy_name() { return "adaptive"; }
 const char* engine_default_policy(bool have_profile) { return have_profile ? "adaptive" : "layers"; }
 
 std::vector<std::string> policy_names() {
-  return {"lru", "slru", "lfu", "lfu-decay", "adaptive", "layers",
+  return {"lru", "slru", "lfu", "lfu-decay", "adaptive", "layers", "layers-first",
           "pinned+lru", "pinned+slru", "pinned+lfu-decay", "pinned+adaptive"};
 }
 
@@ -26,7 +26,7 @@ std::unique_ptr<CachePolicy> make_dynamic(const std::string& name, size_t capaci
   if (name == "lfu") return make_lfu_decay(capacity, opts, 0.0, opts.admit_margin);
   if (name == "lfu-decay") return make_lfu_decay(capacity, opts, opts.decay_halflife_steps, opts.admit_margin);
   if (name == "adaptive") return make_adaptive(capacity, opts);
-  if (name == "layers") return make_layers(capacity, opts);
+  if (name == "layers" || name == "layers-first") return make_layers(capacity, opts, name);
   return nullptr;
 }
 }  // namespace

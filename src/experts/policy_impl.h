@@ -16,7 +16,7 @@ std::unique_ptr<CachePolicy> make_lfu_decay(size_t capacity, const PolicyOptions
 // lfu-decay with the half-life chosen online by shadow caches.
 std::unique_ptr<CachePolicy> make_adaptive(size_t capacity, const PolicyOptions& opts);
 // A fixed set, filled once (whole layers by the engine's initial placement).
-std::unique_ptr<CachePolicy> make_layers(size_t capacity, const PolicyOptions& opts);
+std::unique_ptr<CachePolicy> make_layers(size_t capacity, const PolicyOptions& opts, const std::string& name);
 // `pinned` (at most `capacity` keys) take reserved slots, filled on first use
 // and never evicted; `dynamic` (built with capacity - pinned.size()) manages
 // the rest.

@@ -1,10 +1,14 @@
-// "layers": a fixed set of experts, the cache filled once and never changed.
-// The engine fills it with whole layers (experts/residency.cpp), so a layer
-// either has every expert in VRAM or none: the resident layers then decode
-// like the all-resident model, with no host round trip (llama.cpp's
-// --n-cpu-moe placement, with the other layers' experts streamed or computed
-// on the CPU). Without an initial placement (the simulator), the first
-// misses are admitted while there is room.
+// "layers" and "layers-first": a fixed set of experts, the cache filled once
+// and never changed. The engine fills it with whole layers
+// (experts/residency.cpp), so a layer either has every expert in VRAM or
+// none: the resident layers then decode like the all-resident model, with
+// no host round trip (llama.cpp's --n-cpu-moe placement, with the other
+// layers' experts streamed or computed on the CPU). "layers-first" keeps the
+// first layers, as --n-cpu-moe does (with the ends swapped); "layers" spreads
+// the resident layers evenly over the model, so that the copy link, idle
+// while resident layers compute, can stage the next tiered layer's experts
+// (prefetch) between any two of them. Without an initial placement (the
+// simulator), the first misses are admitted while there is room.
 #include "experts/policy_impl.h"
 
 namespace ms {
@@ -12,8 +16,9 @@ namespace {
 
 class LayersPolicy final : public CachePolicy {
  public:
-  LayersPolicy(size_t capacity, uint32_t n_keys) : CachePolicy(capacity), in_(n_keys, 0) {}
-  std::string name() const override { return "layers"; }
+  LayersPolicy(size_t capacity, uint32_t n_keys, std::string name)
+      : CachePolicy(capacity), in_(n_keys, 0), name_(std::move(name)) {}
+  std::string name() const override { return name_; }
 
   void access(uint64_t, std::span<const ExpertKey> keys, std::span<const uint32_t>, AccessResult& out) override {
     out.clear();
@@ -49,12 +54,13 @@ class LayersPolicy final : public CachePolicy {
  private:
   std::vector<uint8_t> in_;
   size_t size_ = 0;
+  std::string name_;
 };
 
 }  // namespace
 
-std::unique_ptr<CachePolicy> make_layers(size_t capacity, const PolicyOptions& opts) {
-  return std::make_unique<LayersPolicy>(capacity, opts.n_keys);
+std::unique_ptr<CachePolicy> make_layers(size_t capacity, const PolicyOptions& opts, const std::string& name) {
+  return std::make_unique<LayersPolicy>(capacity, opts.n_keys, name);
 }
 
 }  // namespace ms

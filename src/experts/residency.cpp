@@ -77,7 +77,26 @@ size_t ExpertResidency::resident_count() const {
   return n;
 }
 
-bool ExpertResidency::whole_layers() const { return cache_.name() == "layers"; }
+bool ExpertResidency::whole_layers() const { return cache_.name() == "layers" || cache_.name() == "layers-first"; }
+
+namespace {
+
+// The layers of a pool in the order "layers" fills them: bit-reversed index
+// order, so that the first m of them, for any m, are spread about evenly
+// over the pool (0, n/2, n/4, 3n/4, ...).
+std::vector<uint32_t> spread_order(const std::vector<uint32_t>& layers) {
+  uint32_t bits = 0;
+  while ((size_t(1) << bits) < layers.size()) ++bits;
+  std::vector<uint32_t> out;
+  for (uint32_t i = 0; i < (1u << bits); ++i) {
+    uint32_t r = 0;
+    for (uint32_t b = 0; b < bits; ++b) r |= ((i >> b) & 1u) << (bits - 1 - b);
+    if (r < layers.size()) out.push_back(layers[r]);
+  }
+  return out;
+}
+
+}  // namespace
 
 bool ExpertResidency::layer_pinned(uint32_t layer) const {
   if (!whole_layers() || layer >= cfg_.n_layer || layout_.pool_of_layer[layer] < 0) return false;
@@ -100,9 +119,11 @@ std::vector<std::pair<ExpertKey, SlotRef>> ExpertResidency::initial_placement() 
     if (slot_of_key_[key] < 0) place(key);
   std::vector<ExpertKey> offers;
   if (whole_layers()) {
-    // Layer after layer: as many layers as fit hold every expert.
+    // Layer after layer: as many layers as fit hold every expert; spread
+    // over the model, or the first ones ("layers-first").
+    const bool first = cache_.name() == "layers-first";
     for (const Pool& pool : layout_.pools)
-      for (uint32_t layer : pool.layers)
+      for (uint32_t layer : first ? pool.layers : spread_order(pool.layers))
         for (uint32_t e = 0; e < cfg_.n_expert; ++e) offers.push_back(layer * cfg_.n_expert + e);
   } else {
     if (cfg_.profile) offers = cfg_.profile->hottest(slot_of_key_.size());

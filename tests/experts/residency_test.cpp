@@ -189,6 +189,33 @@ TEST(ExpertResidency, LayersPolicyPinsWholeLayersAndNeverChanges) {
   EXPECT_EQ(before, after);
 }
 
+// "layers-first" pins the first layers of each pool, as llama.cpp's
+// --n-cpu-moe does; "layers" spreads them, so a resident layer sits between
+// tiered ones (the link stages the next tiered layer while it computes).
+TEST(ExpertResidency, LayersSpreadsThePinnedLayersAndLayersFirstTakesThemInOrder) {
+  ResidencyConfig c = config(0, "layers");
+  c.n_layer = 16;
+  c.slot_bytes.assign(16, 1u << 20);  // one pool
+  c.pool_bytes = 6ull * kExperts << 20;  // six whole layers
+  for (const char* pol : {"layers", "layers-first"}) {
+    c.policy = pol;
+    ExpertResidency r(c);
+    r.initial_placement();
+    std::vector<uint32_t> pinned;
+    for (uint32_t l = 0; l < 16; ++l)
+      if (r.layer_pinned(l)) pinned.push_back(l);
+    ASSERT_EQ(pinned.size(), 6u) << pol;
+    if (std::string(pol) == "layers-first") {
+      EXPECT_EQ(pinned, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5}));
+    } else {
+      EXPECT_EQ(pinned, (std::vector<uint32_t>{0, 2, 4, 8, 10, 12}));  // bit-reversed order 0, 8, 4, 12, 2, 10
+      uint32_t gap = 0;  // no long run of tiered layers
+      for (size_t i = 1; i < pinned.size(); ++i) gap = std::max(gap, pinned[i] - pinned[i - 1]);
+      EXPECT_LE(gap, 4u);
+    }
+  }
+}
+
 TEST(ExpertResidency, TheEngineDefaultIsAKnownPolicyThatFillsWholeLayersWithoutAProfile) {
   const std::vector<std::string> names = policy_names();
   for (bool profile : {false, true})

@@ -156,7 +156,7 @@ TEST(Sim, PinnedFromAProfile) {
   // Pinning the (clairvoyantly) hottest quarter beats LRU on a skewed, stationary trace.
   EXPECT_GT(rows[0].result.hit_rate, rows[1].result.hit_rate);
   EXPECT_THROW(parse_policy_list("pinned+lru", false), Error);
-  EXPECT_EQ(parse_policy_list("all", false).size(), 6u);  // lru slru lfu lfu-decay adaptive layers
+  EXPECT_EQ(parse_policy_list("all", false).size(), 7u);  // lru slru lfu lfu-decay adaptive layers layers-first
 }
 
 TEST(Sim, ReportsTableCsvJsonSvg) {
