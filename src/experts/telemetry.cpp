@@ -63,8 +63,10 @@ std::string ExpertTelemetry::summary() const {
                   (unsigned long long)prefetch.staged, format_bytes(stage_bytes).c_str(),
                   100.0 * prefetch.staged_precision(), 100.0 * prefetch.cold_covered());
     s += buf;
+  } else if (prefetch_mode == "off") {
+    s += "experts: prefetch off\n";
   } else if (!prefetch_mode.empty()) {
-    s += "experts: prefetch " + prefetch_mode + ": no predictions made\n";
+    s += "experts: prefetch " + prefetch_mode + ": no predictions made (decode steps with two tiered layers make them)\n";
   }
   std::string hit = "experts: hit rate per layer:";
   for (size_t l = 0; l < layers.size(); ++l) {
