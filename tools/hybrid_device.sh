@@ -12,18 +12,14 @@
 #   carry: .deps (tools/make_device_deps.sh)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$(pwd)/gpu_out}
-mkdir -p "$OUT"
-source tools/device_env.sh
-MS=build-gpu/moestream
-M=${BENCH_MODEL:-/tmp/q.gguf}
+source tools/hybrid_common.sh
 BUDGETS=("$@"); [ ${#BUDGETS[@]} -eq 0 ] && BUDGETS=(10.5G 8G 1.5G)
 read -r -a POLS <<< "${POLICIES:-default}"
 
-[ -n "${SKIP_BUILD:-}" ] || OUT=$OUT bash tools/device_full.sh build || exit 1
+hybrid_build
 [ -n "${SKIP_TESTS:-}" ] || timeout 150 build-gpu/test_cuda --gtest_filter='*Hybrid*:*GatherAndScatterRows*' > "$OUT/hybrid_tests.log" 2>&1
 [ -n "${SKIP_TESTS:-}" ] || grep -E "^\[  (PASSED|FAILED)|Failure" "$OUT/hybrid_tests.log" | head -20
-[ -n "${ONLY_SKEW:-}" ] || [ -f "$M" ] || timeout 300 $MS gen --arch qwen3moe --preset qwen3-30b-a3b --quant q4_k -o "$M" > /dev/null 2>&1
+[ -n "${ONLY_SKEW:-}" ] || hybrid_model
 
 GREEDY=()
 for p in "${POLS[@]}"; do for b in "${BUDGETS[@]}"; do GREEDY+=("$b:$p"); done; done

@@ -8,14 +8,10 @@
 #   SKIP_BUILD=1 reuse build-gpu;  BENCH_MODEL=/tmp/q.gguf;  carry .deps
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$(pwd)/gpu_out}
-mkdir -p "$OUT"
-source tools/device_env.sh
-MS=build-gpu/moestream
-M=${BENCH_MODEL:-/tmp/q.gguf}
+source tools/hybrid_common.sh
 BUDGETS=("$@"); [ ${#BUDGETS[@]} -eq 0 ] && BUDGETS=(1.5G 8G)
-[ -n "${SKIP_BUILD:-}" ] || OUT=$OUT bash tools/device_full.sh build || exit 1
-[ -f "$M" ] || timeout 300 $MS gen --arch qwen3moe --preset qwen3-30b-a3b --quant q4_k -o "$M" > /dev/null 2>&1
+hybrid_build
+hybrid_model
 for b in "${BUDGETS[@]}"; do
   for mode in "cpu-only:pcie_gbps=0.0001" "pcie-only:cpu_gbps=0.0001" "split:"; do
     name=${mode%%:*}; cost=${mode#*:}

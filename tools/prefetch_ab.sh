@@ -9,20 +9,16 @@
 #   BENCH_MODEL=/tmp/q.gguf;  carry .deps
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$(pwd)/gpu_out}
-mkdir -p "$OUT"
-source tools/device_env.sh
-MS=build-gpu/moestream
-M=${BENCH_MODEL:-/tmp/q.gguf}
+source tools/hybrid_common.sh
 BUDGETS=("$@"); [ ${#BUDGETS[@]} -eq 0 ] && BUDGETS=(10.5G 8G 1.5G)
 read -r -a MODES <<< "${MODES:-off next auto}"
 POL=${POLICY:-default}
-[ -n "${SKIP_BUILD:-}" ] || OUT=$OUT bash tools/device_full.sh build || exit 1
+hybrid_build
 if [ -z "${SKIP_TESTS:-}" ]; then
   timeout 240 build-gpu/test_cuda --gtest_filter='*Hybrid*' > "$OUT/hybrid_tests.log" 2>&1
   grep -E "^\[  (PASSED|FAILED)|Failure|^\[  FAILED" "$OUT/hybrid_tests.log" | head -20
 fi
-[ -f "$M" ] || timeout 300 $MS gen --arch qwen3moe --preset qwen3-30b-a3b --quant q4_k -o "$M" > /dev/null 2>&1
+hybrid_model
 for b in "${BUDGETS[@]}"; do
   for mode in "${MODES[@]}"; do
     timeout 180 $MS bench -m "$M" -p "${PP:-0}" -n 64 -r 1 --backend cuda --vram "$b" --policy "$POL" --prefetch "$mode" \
