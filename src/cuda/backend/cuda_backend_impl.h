@@ -134,6 +134,8 @@ struct CudaBackend::Impl {
   void prologue(int il, int n, float* qp, float* kp, float* vp, const int32_t* positions, bool one_qkv);
   bool moe_decode_fusable(int il) const;
   void router_logits_rows(const cuda::DevMat& R, int n);
+  // Router R on the FFN input x of n tokens: top-k ids and weights.
+  void route(const cuda::DevMat& R, int n, int32_t* ids, float* weights);
   void report_routes(int il, int n);
   // The FFN block, or one of its two halves (hybrid decode captures the
   // first with the attention as a graph per layer; the second talks to the host).

@@ -243,16 +243,19 @@ int CudaBackend::Impl::predicted_layer(int il) {
 // The residual stream changes little from one layer to the next, so this
 // predicts most of what `target` will route.
 void CudaBackend::Impl::predict_routes(int target) {
-  const cuda::DevMat& R = weights.layer(target).router;
+  const int K = c.n_expert_used;
+  route(weights.layer(target).router, 1, route_ids + K, route_w + K);
+}
+
+void CudaBackend::Impl::route(const cuda::DevMat& R, int n, int32_t* ids, float* wts) {
   const int E = c.n_expert, K = c.n_expert_used;
   const int64_t D = c.n_embd;
-  if (opt.fused_decode && cuda::router_decode_supported(R.type, E, D, K)) {
+  if (n == 1 && opt.fused_decode && cuda::router_decode_supported(R.type, E, D, K)) {
     cuda::router_decode_f32(static_cast<const float*>(R.data), x, E, D, K, c.arch->router_mode, c.router_renorm,
-                            router_logits, route_ids + K, route_w + K, router_counter, stream);
-  } else {
-    router_logits_rows(R, 1);
-    cuda::router_topk(router_logits, 1, E, K, c.arch->router_mode, c.router_renorm, route_ids + K, route_w + K,
-                      stream);
+                            router_logits, ids, wts, router_counter, stream);
+  } else {  // always the exact matvec (f32 weights, no f16 rounding), so batch and decode choose alike
+    router_logits_rows(R, n);
+    cuda::router_topk(router_logits, n, E, K, c.arch->router_mode, c.router_renorm, ids, wts, stream);
   }
 }
 
@@ -286,12 +289,8 @@ void CudaBackend::Impl::ffn_block(int il, int n, FfnPart part) {
     cuda::router_norm_decode(h, L.ffn_norm, c.rms_eps, static_cast<const float*>(L.router.data), E, D, K,
                              c.arch->router_mode, c.router_renorm, x, xq8, router_logits, route_ids, route_w,
                              router_counter, s);
-  } else if (n == 1 && opt.fused_decode && cuda::router_decode_supported(L.router.type, E, D, K)) {
-    cuda::router_decode_f32(static_cast<const float*>(L.router.data), x, E, D, K, c.arch->router_mode,
-                            c.router_renorm, router_logits, route_ids, route_w, router_counter, s);
-  } else {  // router: always the exact matvec (f32 weights, no f16 rounding), so batch and decode choose alike
-    router_logits_rows(L.router, n);
-    cuda::router_topk(router_logits, n, E, K, c.arch->router_mode, c.router_renorm, route_ids, route_w, s);
+  } else {
+    route(L.router, n, route_ids, route_w);
   }
   if (route_hook) report_routes(il, n);
   if (part == FfnPart::Route && n == 1 && predicted_layer(il) >= 0) predict_routes(predicted_layer(il));
