@@ -214,20 +214,9 @@ TEST(CudaBackend, GraphReplayMatchesDirectLaunches) {
   const LoadedModel& m = tiny_model("qwen3moe", "q4_k_m");
   CudaBackend with(m.weights, CudaBackend::Options{.ctx = 600});
   CudaBackend without(m.weights, CudaBackend::Options{.ctx = 600, .use_graph = false});
-  const std::vector<int32_t> prompt = some_tokens(20, m.weights.cfg.n_vocab, 5);
-  KvCache ka = with.make_cache(600), kb = without.make_cache(600);
-  std::vector<float> la, lb;
-  with.forward(ka, prompt, la);
-  without.forward(kb, prompt, lb);
-  ASSERT_EQ(la, lb);
-  const int32_t V = static_cast<int32_t>(m.weights.cfg.n_vocab);
   // 300 steps cross the 256-position boundary where the graph is re-captured.
-  for (int i = 0; i < 300; ++i) {
-    const int32_t next = argmax(lb.data(), V);
-    with.forward(ka, std::span<const int32_t>(&next, 1), la);
-    without.forward(kb, std::span<const int32_t>(&next, 1), lb);
-    ASSERT_EQ(la, lb) << "step " << i;
-  }
+  expect_identical_decode(with, without, some_tokens(20, m.weights.cfg.n_vocab, 5), 300, 600);
+  if (HasFatalFailure()) return;
   EXPECT_EQ(with.graph_captures(), 2);
   EXPECT_EQ(without.graph_captures(), 0);
 }

@@ -179,19 +179,8 @@ TEST(Qwen35Cuda, GraphReplayMatchesDirectLaunches) {
   const LoadedModel& m = q35("q4_k_m");
   CudaBackend with(m.weights, CudaBackend::Options{.ctx = 128});
   CudaBackend without(m.weights, CudaBackend::Options{.ctx = 128, .use_graph = false});
-  const std::vector<int32_t> prompt = some_tokens(20, m.weights.cfg.n_vocab, 5);
-  KvCache ka = with.make_cache(128), kb = without.make_cache(128);
-  std::vector<float> la, lb;
-  with.forward(ka, prompt, la);
-  without.forward(kb, prompt, lb);
-  ASSERT_EQ(la, lb);
-  const int32_t V = static_cast<int32_t>(m.weights.cfg.n_vocab);
-  for (int i = 0; i < 40; ++i) {
-    const int32_t next = argmax(lb.data(), V);
-    with.forward(ka, std::span<const int32_t>(&next, 1), la);
-    without.forward(kb, std::span<const int32_t>(&next, 1), lb);
-    ASSERT_EQ(la, lb) << "step " << i << ": " << describe(compare(la, lb), V);
-  }
+  expect_identical_decode(with, without, some_tokens(20, m.weights.cfg.n_vocab, 5), 40, 128);
+  if (HasFatalFailure()) return;
   EXPECT_EQ(with.graph_captures(), 1);
   EXPECT_EQ(without.graph_captures(), 0);
 }

@@ -2,6 +2,8 @@
 // architecture (written once per process, then mapped), random prompts and
 // greedy decoding through any Backend.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -65,6 +67,25 @@ inline std::vector<int32_t> greedy(Backend& be, const std::vector<int32_t>& prom
     be.forward(kv, std::span<const int32_t>(&next, 1), logits);
   }
   return out;
+}
+
+// Two backends that must agree bit for bit (graph replay against direct
+// launches, ...): the same prompt, then `steps` greedy tokens (b's picks) fed
+// to both, logits equal after the prompt and after every step.
+inline void expect_identical_decode(Backend& a, Backend& b, const std::vector<int32_t>& prompt, int steps,
+                                    int64_t ctx) {
+  KvCache ka = a.make_cache(ctx), kb = b.make_cache(ctx);
+  std::vector<float> la, lb;
+  a.forward(ka, prompt, la);
+  b.forward(kb, prompt, lb);
+  ASSERT_EQ(la, lb) << "after the prompt";
+  const auto V = static_cast<int32_t>(a.config().n_vocab);
+  for (int i = 0; i < steps; ++i) {
+    const int32_t next = argmax(lb.data(), V);
+    a.forward(ka, std::span<const int32_t>(&next, 1), la);
+    b.forward(kb, std::span<const int32_t>(&next, 1), lb);
+    ASSERT_EQ(la, lb) << "step " << i;
+  }
 }
 
 }  // namespace ms::cuda::test
