@@ -31,4 +31,7 @@ if e.get("hybrid"):
                  f" used {100*pf['staged_precision']:.0f}% cover {100*pf['cold_covered']:.0f}%")
     elif pf.get("mode"):
         line += f" | prefetch {pf['mode']}: none"
+    g = e.get("gated", {})
+    if g.get("hits", 0) + g.get("misses", 0):
+        line += f" | gated: {100*g['hits']/(g['hits']+g['misses']):.0f}% of layer steps without the host"
 print(line)

@@ -152,6 +152,7 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
   if (const char* g = std::getenv("MOESTREAM_CUDA_NO_GRAPH")) o.use_graph = std::string(g) != "1";
   if (const char* g = std::getenv("MOESTREAM_CUDA_NO_FUSE")) o.fused_decode = std::string(g) != "1";
   if (const char* g = std::getenv("MOESTREAM_CUDA_FUSE_MOE")) o.fused_moe_decode = std::string(g) == "1";
+  if (const char* g = std::getenv("MOESTREAM_HYBRID_GATED")) o.gated_decode = std::string(g) != "0";
   if (const char* g = std::getenv("MOESTREAM_CUDA_NO_FUSE_PREFILL")) o.fused_prefill = std::string(g) != "1";
   if (const char* g = std::getenv("MOESTREAM_CUDA_EXPERT_TILES")) cuda::expert_ffn_set_balanced_tiles(std::string(g) != "0");
   if (const char* g = std::getenv("MOESTREAM_CUDA_GEMM_BN")) cuda::matmul_set_int8_tile(std::atoi(g));

@@ -199,15 +199,20 @@ float Event::ms_since(const Event& start) const {
 void Event::wait_on(cudaStream_t stream) const { MS_CUDA_CHECK(cudaStreamWaitEvent(stream, e_, 0)); }
 
 // ---------------------------------------------------------------- PinnedBuffer
-PinnedBuffer::PinnedBuffer(size_t bytes) : bytes_(bytes) {
+PinnedBuffer::PinnedBuffer(size_t bytes, bool mapped) : bytes_(bytes) {
   if (bytes_ == 0) return;
-  const cudaError_t err = cudaHostAlloc(&ptr_, bytes_, cudaHostAllocDefault);
+  const cudaError_t err = cudaHostAlloc(&ptr_, bytes_, mapped ? cudaHostAllocMapped : cudaHostAllocDefault);
   if (err != cudaSuccess) {
     cudaGetLastError();
     ptr_ = nullptr;
     throw Error("cannot allocate " + format_bytes(bytes_) + " of pinned host memory: " +
                 cudaGetErrorString(err) + " (check the locked-memory limit, ulimit -l)");
   }
+}
+void* PinnedBuffer::device_ptr() const {
+  void* d = nullptr;
+  MS_CUDA_CHECK(cudaHostGetDevicePointer(&d, ptr_, 0));
+  return d;
 }
 PinnedBuffer::~PinnedBuffer() {
   if (ptr_) cudaFreeHost(ptr_);

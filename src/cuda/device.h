@@ -100,6 +100,8 @@ class DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
   void* get() const { return ptr_; }
+  // The address kernels use (mapped buffers only; throws otherwise).
+  void* device_ptr() const;
   template <class T>
   T* as() const { return static_cast<T*>(ptr_); }
   size_t size() const { return bytes_; }
@@ -154,7 +156,8 @@ class Event {
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;
-  explicit PinnedBuffer(size_t bytes);
+  // mapped: kernels may read and write it too, at device_ptr() (zero-copy).
+  explicit PinnedBuffer(size_t bytes, bool mapped = false);
   ~PinnedBuffer();
   PinnedBuffer(PinnedBuffer&& o) noexcept;
   PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
@@ -162,6 +165,8 @@ class PinnedBuffer {
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
 
   void* get() const { return ptr_; }
+  // The address kernels use (mapped buffers only; throws otherwise).
+  void* device_ptr() const;
   template <class T>
   T* as() const { return static_cast<T*>(ptr_); }
   size_t size() const { return bytes_; }

@@ -13,6 +13,7 @@
 #include "cuda/warp_q8.cuh"
 #include "cuda/device.h"
 #include "cuda/expert_ffn.h"
+#include "cuda/expert_gate.h"
 #include "cuda/gemm_q8.cuh"
 #include "cuda/ops.h"
 #include "util/error.h"
@@ -184,8 +185,9 @@ int expert_ffn_gemm_min_tokens() { return g_gemm_min_tokens.load(); }
 
 void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n_tokens, int k, const int32_t* ids,
                 const float* weights, const float* residual, float* out, void* scratch, size_t scratch_bytes,
-                cudaStream_t stream) {
+                cudaStream_t stream, const HostRows* host) {
   if (n_tokens <= 0) return;
+  if (host != nullptr && n_tokens != 1) throw Error("expert_ffn: host rows are for one token");
   const int64_t d_model = w.gate.cols, d_ff = w.gate.rows;
   if (w.up.rows != d_ff || w.up.cols != d_model || w.down.rows != d_model || w.down.cols != d_ff)
     throw Error("expert_ffn: gate/up must be [d_ff x d_model] and down [d_model x d_ff]");
@@ -278,7 +280,9 @@ void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n
     matvec(w.down, hin, g, y, d_model, nullptr, stream);
   }
 
-  moe_combine(y, weights, n_tokens, k, d_model, residual, out, stream);
+  if (host != nullptr && host->gate != nullptr) gate_wait(host->seq, host->gate, host->timed_out, host->timeout_ms, stream);
+  if (host != nullptr) moe_combine_host_rows(y, host->y, host->mask, weights, k, d_model, residual, out, stream);
+  else moe_combine(y, weights, n_tokens, k, d_model, residual, out, stream);
 }
 
 }  // namespace ms::cuda

@@ -50,9 +50,22 @@ void expert_ffn_set_balanced_tiles(bool on);
 // [n_tokens][k] device. residual (optional) may alias out. scratch: device
 // memory of expert_ffn_scratch_bytes(w, n_tokens, k), 256-byte aligned.
 // Ids outside [0, n_expert) are clamped into range (the router never makes one).
+// host (one token only, optional): the experts j whose bit is set in *mask
+// were computed elsewhere (the CPU); their outputs y + j * d_model replace
+// the GPU's in the weighted sum (expert_gate.h). Their ids must still
+// address readable weights (they are computed, then ignored).
+// gate (optional): the sum first waits at this gate (expert_gate.h's
+// gate_wait), so the rows may arrive while the GPU computes its experts.
+struct HostRows {
+  const float* y = nullptr;
+  const uint32_t* mask = nullptr;  // device word
+  const uint32_t* gate = nullptr, *seq = nullptr;
+  uint32_t* timed_out = nullptr;
+  uint32_t timeout_ms = 0;
+};
 void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n_tokens, int k, const int32_t* ids,
                 const float* weights, const float* residual, float* out, void* scratch, size_t scratch_bytes,
-                cudaStream_t stream);
+                cudaStream_t stream, const HostRows* host = nullptr);
 
 // The grouping step on its own (exposed for tests and for prefill callers):
 // pairs p = t*k + j sorted by expert. n_groups[0] = number of distinct

@@ -68,6 +68,14 @@ std::string ExpertTelemetry::summary() const {
   } else if (!prefetch_mode.empty()) {
     s += "experts: prefetch " + prefetch_mode + ": no predictions made (decode steps with two tiered layers make them)\n";
   }
+  if (gated_hits + gated_misses > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "experts: gated decode: %.1f%% of %llu tiered layer steps had every expert resident and ran with no "
+                  "host round trip\n",
+                  100.0 * double(gated_hits) / double(gated_hits + gated_misses),
+                  (unsigned long long)(gated_hits + gated_misses));
+    s += buf;
+  }
   std::string hit = "experts: hit rate per layer:";
   for (size_t l = 0; l < layers.size(); ++l) {
     if (!layers[l].total()) continue;
@@ -119,6 +127,7 @@ nlohmann::json ExpertTelemetry::to_json() const {
   j["prefetch"]["mode"] = prefetch_mode;
   j["prefetch"]["stage_bytes"] = stage_bytes;
   j["prefetch"]["layers"] = pf_layers;
+  j["gated"] = {{"hits", gated_hits}, {"misses", gated_misses}};
   j["seconds"] = {{"forward", total_s},        {"route_wait", route_wait_s}, {"plan", plan_s},
                   {"cpu_experts", cpu_experts_s}, {"gpu_experts", gpu_experts_s}, {"copy_busy", copy_busy_s}};
   return j;

@@ -48,6 +48,9 @@ struct ExpertTelemetry {
   uint64_t stage_bytes = 0;               // of h2d_bytes: copied ahead (prefetch)
   PrefetchCounts prefetch;                // all layers
   std::vector<PrefetchCounts> prefetch_layers;
+  // Gated decode (the GPU checks residency, the host is waited for only on a
+  // miss): tiered layer steps that went on without the host, and that waited.
+  uint64_t gated_hits = 0, gated_misses = 0;
   // Host-side seconds, summed over the run.
   double route_wait_s = 0;   // blocked until a layer's routes reached the host (attention + router + read-back)
   double plan_s = 0;         // planning and enqueueing copies and kernels

@@ -211,6 +211,39 @@ TEST_P(Hybrid, PrefetchOnAndOffGiveTheSameTokens) {
       }
 }
 
+// The gated decode step (residency checked on the GPU, the host waited for
+// only on a miss) and the round-trip step both give the all-resident tokens.
+// The gated one counts its layer steps; one expert short of everything, some
+// of them have every routed expert resident and run with no round trip.
+TEST_P(Hybrid, GatedAndRoundTripDecodeGiveTheSameTokens) {
+  MS_REQUIRE_GPU();
+  const LoadedModel& m = tiny_model(GetParam().arch, GetParam().quant);
+  const bool exact = std::string(GetParam().quant) == "f16";
+  CudaBackend ref(m.weights, all_resident_options());
+  const std::vector<int32_t> prompt = some_tokens(9, m.weights.cfg.n_vocab, 13);
+  const std::vector<int32_t> want = greedy(ref, prompt, 48, kCtx);
+  const std::vector<uint64_t> bs = budgets(m);
+  for (uint64_t b : {bs[0], bs[2], bs[3]})
+    for (const char* pol : {"default", "adaptive"})
+      for (bool gated : {false, true}) {
+        const std::string what = std::string(GetParam().arch) + " " + GetParam().quant + " budget " +
+                                 std::to_string(b >> 10) + " KiB policy " + pol + (gated ? " gated" : " round trip");
+        CudaBackend::Options o = budget_options(b, pol);
+        o.gated_decode = gated;
+        CudaBackend be(m.weights, o);
+        if (exact) EXPECT_EQ(greedy(be, prompt, 48, kCtx), want) << what;
+        else EXPECT_GE(lockstep(ref, be, prompt, 48, what), 42) << what;
+        const ExpertTelemetry t = be.expert_telemetry();
+        if (!gated) {
+          EXPECT_EQ(t.gated_hits + t.gated_misses, 0u) << what;
+          continue;
+        }
+        EXPECT_GT(t.gated_hits + t.gated_misses, 0u) << what;
+        if (b == bs[0]) EXPECT_GT(t.gated_misses, 0u) << what;
+        if (b == bs[3]) EXPECT_GT(t.gated_hits, 0u) << what;
+      }
+}
+
 TEST_P(Hybrid, LogitsOfEveryPromptPositionWithinTolerance) {
   MS_REQUIRE_GPU();
   const LoadedModel& m = tiny_model(GetParam().arch, GetParam().quant);

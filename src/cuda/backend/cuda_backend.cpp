@@ -100,6 +100,7 @@ void CudaBackend::Impl::make_hybrid(const VramPlan& plan) {
   ho.pool_bytes = plan.room - std::min(plan.room, over);
   ho.transit_slots = opt.transit_slots;
   ho.prefetch = opt.prefetch;
+  ho.gated = opt.gated_decode;
   ho.policy = opt.policy == "default" ? engine_default_policy(opt.profile != nullptr) : opt.policy;
   ho.host_pin = opt.host_pin;
   ho.profile = opt.profile;

@@ -84,6 +84,10 @@ class CudaBackend : public Backend {
     const ExpertProfile* profile = nullptr;  // initial placement: hottest first
     uint32_t transit_slots = 16;      // per slot pool, for streamed-not-kept experts
     std::string prefetch = "auto";    // off | next | auto: experts of the next tiered layer copied ahead (decode)
+    // Hybrid decode as one graph that checks residency on the GPU and waits
+    // for the host only on a miss (hybrid_moe.h); false: a round trip per
+    // tiered layer (A/B runs, tests).
+    bool gated_decode = true;
     std::string cost_overrides;       // CostModel figures replacing the measured ones
     bool verbose_steps = false;       // one stderr line per forward pass (hybrid)
     ThreadPool* cpu_pool = nullptr;   // CPU experts (hybrid); null: the backend makes one

@@ -83,6 +83,9 @@ struct CudaBackend::Impl {
   // hold them all; null when every expert is resident.
   std::unique_ptr<HybridMoe> hybrid;
   bool tiered = false;     // decided before upload: experts stay on the host
+  // The decode step being enqueued (or captured) is the hybrid's gated kind:
+  // tiered layers' experts go through HybridMoe::enqueue_gated.
+  bool gated_step = false;
   uint64_t budget = 0;     // bytes (0 when every expert is resident by --vram full)
 
   RouteHook route_hook;

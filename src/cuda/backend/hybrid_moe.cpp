@@ -1,31 +1,23 @@
 // HybridMoe: route read-back -> plan -> copies + GPU waves + CPU experts -> combine.
-// Host code only: kernels through the launchers of src/cuda.
+// Host code only: kernels through the launchers of src/cuda. The gated decode
+// step (no round trip on a hit) is in hybrid_gated.cpp.
 #include "cuda/backend/hybrid_moe.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
-#include "cuda/device.h"
-#include "cuda/expert_copier.h"
-#include "cuda/expert_slots.h"
+#include "cuda/backend/hybrid_moe_impl.h"
 #include "cuda/gemm.h"
 #include "cuda/ops.h"
-#include "engine/expert_executor.h"
-#include "experts/residency.h"
 #include "util/error.h"
 
 namespace ms {
+using namespace hybrid_detail;
+
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-constexpr size_t kAlign = 256;
-size_t align_up(size_t v) { return (v + kAlign - 1) & ~(kAlign - 1); }
 
 // Route read-back brings the FFN input along when a pass has at most this
 // many tokens (decode: 8 KB more in the same copy); larger passes fetch it
@@ -46,11 +38,6 @@ size_t expert_ffn_bound(const ModelConfig& c, int max_tokens) {
          align_up(4 * (3 * pairs + 2));
 }
 
-size_t step_scratch_bytes(const ModelConfig& c, int max_tokens) {
-  const size_t P = static_cast<size_t>(max_tokens) * c.n_expert_used;
-  return std::max(align_up(P * c.n_ff_exp * 4), expert_ffn_bound(c, max_tokens));
-}
-
 cuda::Q8Act q8_rows(cuda::Q8Act a, int64_t first) {
   a.q += first * a.n;
   a.ds += first * (a.n / 32) * 2;
@@ -58,6 +45,11 @@ cuda::Q8Act q8_rows(cuda::Q8Act a, int64_t first) {
 }
 
 }  // namespace
+
+size_t hybrid_detail::step_scratch_bytes(const ModelConfig& c, int max_tokens) {
+  const size_t P = static_cast<size_t>(max_tokens) * c.n_expert_used;
+  return std::max(align_up(P * c.n_ff_exp * 4), expert_ffn_bound(c, max_tokens));
+}
 
 uint64_t HybridMoe::slot_bytes(const ExpertWeights& e) {
   return cuda::SlotGeometry::of(e.gate_bytes(), e.up_bytes(), e.down_bytes()).slot_bytes;
@@ -79,299 +71,201 @@ uint64_t HybridMoe::buffer_bytes(const ModelConfig& c, int max_tokens, uint32_t 
   b += align_up(P * 4 * 5 + 4);  // row/pair/offset/expert/cpu index arrays
   b += static_cast<size_t>(largest_slot) * transit_slots * n_pools;
   b += align_up(static_cast<size_t>(c.n_layer) * c.n_expert * sizeof(void*));
+  b += Impl::gate_bytes(c);
   return b;
 }
 
-struct HybridMoe::Impl {
-  const ModelWeights& w;
-  const ModelConfig& c;
-  HybridMoeOptions opt;
-  cudaStream_t stream;
-  std::unique_ptr<ThreadPool> own_pool;
-  ThreadPool* pool = nullptr;
-  ModelWeights host_w;  // w with the experts where the CPU reads them (the pinned copy, if any)
-  std::unique_ptr<CpuExpertExecutor> cpu;
-  std::unique_ptr<ExpertResidency> res;
-  std::unique_ptr<cuda::DeviceExpertSlots> slots;
-  std::unique_ptr<cuda::ExpertCopier> copier;
-  std::vector<cuda::SlotGeometry> geom;  // per layer
-  std::vector<int64_t> first_source;     // per layer: the copier's index of its expert 0 (-1: dense)
-  // Per layer: which all-resident decode kernels take its experts.
-  static constexpr uint8_t kDecodeMoe = 1, kExpertFfn = 2;
-  std::vector<uint8_t> decode_path;
-  std::vector<uint8_t> pinned;      // per layer: ExpertResidency::layer_pinned after the initial placement
-  uint32_t n_pinned = 0;
-  size_t decode_scratch_bytes = 0;  // hg's bytes, lent to cuda::expert_ffn at decode
-  CostModel cost;
 
-  cuda::DeviceArena arena;
-  float *xg = nullptr, *hg = nullptr, *hu = nullptr, *yc = nullptr, *exp_y = nullptr;
-  cuda::Q8Act xg_q8, h_q8;
-  int32_t* idx = nullptr;  // [token_of_row | pair_of_row | offsets | group_expert | cpu_pair], P each (+1)
-  cuda::PinnedBuffer ids_host, x_host, idx_host, cpu_y_host;
-  cuda::Event routes_ready{false}, x_ready{false};
-  // Staging banks (prefetch): copied (copy stream) / read by the layer that used them (compute stream).
-  cuda::Event stage_ready[2] = {cuda::Event(false), cuda::Event(false)};
-  cuda::Event bank_free[2] = {cuda::Event(false), cuda::Event(false)};
-  uint32_t bank_size = 0;                // staging slots per bank (0: prefetch off)
-  bool prefetch_auto = false;
-  // Decode: the least time a layer step spent on the host before its CPU
-  // experts could start (waiting for its routes, planning, enqueueing):
-  // the CPU tier's fixed cost per layer, for the auto prefetch split.
-  double min_overhead_s = 0;
-  bool copy0_recorded = false;           // this run() opened the copy timing window
-  std::vector<std::unique_ptr<cuda::Event>> copied, wave_done;
-  cuda::Event gpu0{true}, gpu1{true}, copy0{true}, copy1{true};
-  bool timing_pending = false, copy_timing_pending = false;
-  // The GPU and copy phases are timed with events on one layer step in
-  // kTimingEvery (and counted that many times): each event call is a
-  // driver call on the step's critical path, and the sample is enough for
-  // the telemetry's split.
-  static constexpr int kTimingEvery = 8;
-  uint64_t layer_steps = 0;
-  bool timed = false;
+void HybridMoe::Impl::allocate_buffers() {
+  const size_t Pn = static_cast<size_t>(P()), D = c.n_embd, F = c.n_ff_exp;
+  arena = cuda::DeviceArena("hybrid expert buffers", buffer_bytes(c, opt.max_tokens, 0, 0, 0));
+  xg = arena.alloc_n<float>(Pn * D);
+  yc = arena.alloc_n<float>(Pn * D);
+  exp_y = arena.alloc_n<float>(Pn * D);
+  hg = static_cast<float*>(arena.alloc(step_scratch_bytes(c, opt.max_tokens)));
+  hu = arena.alloc_n<float>(Pn * F);
+  xg_q8 = cuda::q8act_view(arena.alloc(cuda::q8act_bytes(D, Pn)), D, Pn);
+  h_q8 = cuda::q8act_view(arena.alloc(cuda::q8act_bytes(F, Pn)), F, Pn);
+  idx = arena.alloc_n<int32_t>(Pn * 5 + 1);
+  ids_host = cuda::PinnedBuffer((Pn + static_cast<size_t>(c.n_expert_used)) * sizeof(int32_t));  // + a prediction
+  x_host = cuda::PinnedBuffer(static_cast<size_t>(opt.max_tokens) * D * sizeof(float));
+  idx_host = cuda::PinnedBuffer((Pn * 5 + 1) * sizeof(int32_t));
+  cpu_y_host = cuda::PinnedBuffer(Pn * D * sizeof(float));
+  MS_CUDA_CHECK(cudaMemset(arena.base(), 0, arena.capacity()));
+}
 
-  uint64_t step = 0;
-  int pass_tokens = 0;
-  Clock::time_point pass_start;
-  ExpertTelemetry tel;
-  TierCounts pass_counts;
-  double pass_cpu_s = 0;
-
-  // Per-layer scratch on the host.
-  std::vector<int32_t> count, start, by_expert, tier_index;
-  std::vector<ExpertKey> keys;
-  std::vector<uint32_t> tokens;
-  std::vector<ExpertWork> cpu_work;
-
-  Impl(const ModelWeights& weights, const HybridMoeOptions& o, cudaStream_t s) : w(weights), c(weights.cfg), opt(o), stream(s) {}
-
-  cuda::Event& event(std::vector<std::unique_ptr<cuda::Event>>& v, size_t i) {
-    while (v.size() <= i) v.push_back(std::make_unique<cuda::Event>(false));
-    return *v[i];
+void HybridMoe::Impl::make_slots() {
+  ResidencyConfig rc;
+  rc.n_layer = static_cast<uint32_t>(c.n_layer);
+  rc.n_expert = static_cast<uint32_t>(c.n_expert);
+  rc.k = static_cast<uint32_t>(c.n_expert_used);
+  rc.pool_bytes = opt.pool_bytes;
+  rc.transit_slots = std::max<uint32_t>(2, opt.transit_slots & ~1u);  // even: waves take half each
+  rc.stage_bank = bank_size = HybridMoe::stage_bank(c, opt.prefetch);
+  prefetch_auto = opt.prefetch == "auto";
+  rc.policy = opt.policy;
+  rc.cost = cost;
+  rc.profile = opt.profile;
+  geom.resize(static_cast<size_t>(c.n_layer));
+  for (int l = 0; l < c.n_layer; ++l) {
+    const ExpertWeights& e = w.layers[static_cast<size_t>(l)].experts;
+    geom[static_cast<size_t>(l)] = cuda::SlotGeometry::of(e.gate_bytes(), e.up_bytes(), e.down_bytes());
+    rc.slot_bytes.push_back(geom[static_cast<size_t>(l)].slot_bytes);
   }
-
-  int P() const { return opt.max_tokens * c.n_expert_used; }
-  int32_t* token_of_row() const { return idx; }
-  int32_t* pair_of_row() const { return idx + P(); }
-  int32_t* offsets() const { return idx + 2 * P(); }
-  int32_t* group_expert() const { return idx + 3 * P() + 1; }
-  int32_t* cpu_pair() const { return idx + 4 * P() + 1; }
-
-  void allocate_buffers() {
-    const size_t Pn = static_cast<size_t>(P()), D = c.n_embd, F = c.n_ff_exp;
-    arena = cuda::DeviceArena("hybrid expert buffers", buffer_bytes(c, opt.max_tokens, 0, 0, 0));
-    xg = arena.alloc_n<float>(Pn * D);
-    yc = arena.alloc_n<float>(Pn * D);
-    exp_y = arena.alloc_n<float>(Pn * D);
-    hg = static_cast<float*>(arena.alloc(step_scratch_bytes(c, opt.max_tokens)));
-    hu = arena.alloc_n<float>(Pn * F);
-    xg_q8 = cuda::q8act_view(arena.alloc(cuda::q8act_bytes(D, Pn)), D, Pn);
-    h_q8 = cuda::q8act_view(arena.alloc(cuda::q8act_bytes(F, Pn)), F, Pn);
-    idx = arena.alloc_n<int32_t>(Pn * 5 + 1);
-    ids_host = cuda::PinnedBuffer((Pn + static_cast<size_t>(c.n_expert_used)) * sizeof(int32_t));  // + a prediction
-    x_host = cuda::PinnedBuffer(static_cast<size_t>(opt.max_tokens) * D * sizeof(float));
-    idx_host = cuda::PinnedBuffer((Pn * 5 + 1) * sizeof(int32_t));
-    cpu_y_host = cuda::PinnedBuffer(Pn * D * sizeof(float));
-    MS_CUDA_CHECK(cudaMemset(arena.base(), 0, arena.capacity()));
+  res = std::make_unique<ExpertResidency>(rc);
+  const PoolLayout& layout = res->layout();
+  std::vector<cuda::DeviceExpertSlots::PoolSpec> pools;
+  for (const Pool& p : layout.pools)
+    pools.push_back({p.slot_bytes, static_cast<uint32_t>(p.slots) + res->extra_slots()});
+  std::vector<cuda::DeviceExpertSlots::LayerSpec> layers;
+  for (int l = 0; l < c.n_layer; ++l) {
+    const ExpertWeights& e = w.layers[static_cast<size_t>(l)].experts;
+    layers.push_back({layout.pool_of_layer[static_cast<size_t>(l)], e.gate_type, e.up_type, e.down_type, e.n_embd,
+                      e.n_ff, geom[static_cast<size_t>(l)]});
   }
+  slots = std::make_unique<cuda::DeviceExpertSlots>(pools, layers, c.n_expert);
+  decode_path.assign(static_cast<size_t>(c.n_layer), 0);
+  decode_scratch_bytes = step_scratch_bytes(c, opt.max_tokens);
+  for (int l = 0; l < c.n_layer; ++l) {
+    if (layout.pool_of_layer[static_cast<size_t>(l)] < 0) continue;
+    const cuda::ExpertWeights& ew = slots->weights(l);
+    uint8_t& p = decode_path[static_cast<size_t>(l)];
+    if (cuda::gate_up_q8_decode_supported(ew) && cuda::down_combine_decode_supported(ew) &&
+        ew.gate.rows == c.n_ff_exp && ew.down.rows == c.n_embd && c.n_embd % 32 == 0)
+      p |= kDecodeMoe;
+    if (cuda::expert_ffn_scratch_bytes(ew, 1, c.n_expert_used) <= decode_scratch_bytes) p |= kExpertFfn;
+  }
+}
 
-  void make_slots() {
-    ResidencyConfig rc;
-    rc.n_layer = static_cast<uint32_t>(c.n_layer);
-    rc.n_expert = static_cast<uint32_t>(c.n_expert);
-    rc.k = static_cast<uint32_t>(c.n_expert_used);
-    rc.pool_bytes = opt.pool_bytes;
-    rc.transit_slots = std::max<uint32_t>(2, opt.transit_slots & ~1u);  // even: waves take half each
-    rc.stage_bank = bank_size = HybridMoe::stage_bank(c, opt.prefetch);
-    prefetch_auto = opt.prefetch == "auto";
-    rc.policy = opt.policy;
-    rc.cost = cost;
-    rc.profile = opt.profile;
-    geom.resize(static_cast<size_t>(c.n_layer));
-    for (int l = 0; l < c.n_layer; ++l) {
-      const ExpertWeights& e = w.layers[static_cast<size_t>(l)].experts;
-      geom[static_cast<size_t>(l)] = cuda::SlotGeometry::of(e.gate_bytes(), e.up_bytes(), e.down_bytes());
-      rc.slot_bytes.push_back(geom[static_cast<size_t>(l)].slot_bytes);
-    }
-    res = std::make_unique<ExpertResidency>(rc);
-    const PoolLayout& layout = res->layout();
-    std::vector<cuda::DeviceExpertSlots::PoolSpec> pools;
-    for (const Pool& p : layout.pools)
-      pools.push_back({p.slot_bytes, static_cast<uint32_t>(p.slots) + res->extra_slots()});
-    std::vector<cuda::DeviceExpertSlots::LayerSpec> layers;
-    for (int l = 0; l < c.n_layer; ++l) {
-      const ExpertWeights& e = w.layers[static_cast<size_t>(l)].experts;
-      layers.push_back({layout.pool_of_layer[static_cast<size_t>(l)], e.gate_type, e.up_type, e.down_type, e.n_embd,
-                        e.n_ff, geom[static_cast<size_t>(l)]});
-    }
-    slots = std::make_unique<cuda::DeviceExpertSlots>(pools, layers, c.n_expert);
-    decode_path.assign(static_cast<size_t>(c.n_layer), 0);
-    decode_scratch_bytes = step_scratch_bytes(c, opt.max_tokens);
-    for (int l = 0; l < c.n_layer; ++l) {
-      if (layout.pool_of_layer[static_cast<size_t>(l)] < 0) continue;
-      const cuda::ExpertWeights& ew = slots->weights(l);
-      uint8_t& p = decode_path[static_cast<size_t>(l)];
-      if (cuda::gate_up_q8_decode_supported(ew) && cuda::down_combine_decode_supported(ew) &&
-          ew.gate.rows == c.n_ff_exp && ew.down.rows == c.n_embd && c.n_embd % 32 == 0)
-        p |= kDecodeMoe;
-      if (cuda::expert_ffn_scratch_bytes(ew, 1, c.n_expert_used) <= decode_scratch_bytes) p |= kExpertFfn;
+void HybridMoe::Impl::make_copier() {
+  std::vector<cuda::ExpertSource> src;
+  first_source.assign(static_cast<size_t>(c.n_layer), -1);
+  for (int l = 0; l < c.n_layer; ++l) {
+    const LayerWeights& L = w.layers[static_cast<size_t>(l)];
+    if (res->pool_of_layer(static_cast<uint32_t>(l)) < 0) continue;
+    const cuda::SlotGeometry& g = geom[static_cast<size_t>(l)];
+    first_source[static_cast<size_t>(l)] = static_cast<int64_t>(src.size());
+    for (int e = 0; e < L.experts.n_expert; ++e) {
+      cuda::ExpertSource x;
+      x.part[0] = L.experts.gate(e), x.bytes[0] = g.gate_bytes, x.offset[0] = 0;
+      x.part[1] = L.experts.up(e), x.bytes[1] = g.up_bytes, x.offset[1] = g.up_offset;
+      x.part[2] = L.experts.down(e), x.bytes[2] = g.down_bytes, x.offset[2] = g.down_offset;
+      x.slot_bytes = g.slot_bytes;
+      src.push_back(x);
     }
   }
-
-  // The copier's index of expert e of MoE layer l.
-  size_t source_index(int l, int e) const {
-    return static_cast<size_t>(first_source[static_cast<size_t>(l)]) + static_cast<size_t>(e);
+  copier = std::make_unique<cuda::ExpertCopier>(std::move(src), cuda::parse_host_pin(opt.host_pin), pool);
+  // The CPU experts read the pinned copy when there is one: the mapping's
+  // pages may then leave the page cache, and both readers share one copy.
+  host_w = w;
+  for (int l = 0; l < c.n_layer; ++l) {
+    if (first_source[static_cast<size_t>(l)] < 0) continue;
+    ExpertWeights& x = host_w.layers[static_cast<size_t>(l)].experts;
+    for (int e = 0; e < x.n_expert; ++e) {
+      const size_t i = source_index(l, e);
+      x.gate_[static_cast<size_t>(e)] = static_cast<const uint8_t*>(copier->host_part(i, 0));
+      x.up_[static_cast<size_t>(e)] = static_cast<const uint8_t*>(copier->host_part(i, 1));
+      x.down_[static_cast<size_t>(e)] = static_cast<const uint8_t*>(copier->host_part(i, 2));
+    }
   }
+  // The CPU rounds activations as the GPU kernels do, so an expert gives the
+  // same output (to float summation order) whichever side computes it.
+  cpu = std::make_unique<CpuExpertExecutor>(host_w, *pool, ActRounding::Gpu);
+}
 
-  void make_copier() {
-    std::vector<cuda::ExpertSource> src;
-    first_source.assign(static_cast<size_t>(c.n_layer), -1);
-    for (int l = 0; l < c.n_layer; ++l) {
-      const LayerWeights& L = w.layers[static_cast<size_t>(l)];
-      if (res->pool_of_layer(static_cast<uint32_t>(l)) < 0) continue;
-      const cuda::SlotGeometry& g = geom[static_cast<size_t>(l)];
-      first_source[static_cast<size_t>(l)] = static_cast<int64_t>(src.size());
-      for (int e = 0; e < L.experts.n_expert; ++e) {
-        cuda::ExpertSource x;
-        x.part[0] = L.experts.gate(e), x.bytes[0] = g.gate_bytes, x.offset[0] = 0;
-        x.part[1] = L.experts.up(e), x.bytes[1] = g.up_bytes, x.offset[1] = g.up_offset;
-        x.part[2] = L.experts.down(e), x.bytes[2] = g.down_bytes, x.offset[2] = g.down_offset;
-        x.slot_bytes = g.slot_bytes;
-        src.push_back(x);
-      }
-    }
-    copier = std::make_unique<cuda::ExpertCopier>(std::move(src), cuda::parse_host_pin(opt.host_pin), pool);
-    // The CPU experts read the pinned copy when there is one: the mapping's
-    // pages may then leave the page cache, and both readers share one copy.
-    host_w = w;
-    for (int l = 0; l < c.n_layer; ++l) {
-      if (first_source[static_cast<size_t>(l)] < 0) continue;
-      ExpertWeights& x = host_w.layers[static_cast<size_t>(l)].experts;
-      for (int e = 0; e < x.n_expert; ++e) {
-        const size_t i = source_index(l, e);
-        x.gate_[static_cast<size_t>(e)] = static_cast<const uint8_t*>(copier->host_part(i, 0));
-        x.up_[static_cast<size_t>(e)] = static_cast<const uint8_t*>(copier->host_part(i, 1));
-        x.down_[static_cast<size_t>(e)] = static_cast<const uint8_t*>(copier->host_part(i, 2));
-      }
-    }
-    // The CPU rounds activations as the GPU kernels do, so an expert gives the
-    // same output (to float summation order) whichever side computes it.
-    cpu = std::make_unique<CpuExpertExecutor>(host_w, *pool, ActRounding::Gpu);
+void HybridMoe::Impl::measure_cost() {
+  cost = CostModel();
+  const int l = first_moe_layer();
+  const int32_t pool = res->pool_of_layer(static_cast<uint32_t>(l));
+  const uint32_t cache = static_cast<uint32_t>(res->layout().pools[static_cast<size_t>(pool)].slots);
+  const uint64_t bytes = geom[static_cast<size_t>(l)].gate_bytes + geom[static_cast<size_t>(l)].up_bytes +
+                         geom[static_cast<size_t>(l)].down_bytes;
+  const int n_copy = static_cast<int>(std::min<uint32_t>(res->transit_slots(), static_cast<uint32_t>(c.n_expert)));
+  // PCIe: the transit slots filled three times (the first pass warms up).
+  for (int rep = 0; rep < 3; ++rep) {
+    copier->record(copy0.get());
+    for (int i = 0; i < n_copy; ++i) copy_expert(l, i, slots->slot_address(pool, static_cast<int32_t>(cache + i)));
+    copier->record(copy1.get());
+    copy1.synchronize();
   }
-
-  // Expert e of layer l into `dst` (a slot), on the copy stream.
-  void copy_expert(int l, int e, void* dst) { copier->copy_expert(source_index(l, e), dst); }
-
-  int first_moe_layer() const {
-    for (int l = 0; l < c.n_layer; ++l)
-      if (res->pool_of_layer(static_cast<uint32_t>(l)) >= 0) return l;
-    return 0;
+  const double copy_s = copy1.ms_since(copy0) * 1e-3;
+  if (copy_s > 0) cost.pcie_gbps = double(bytes) * n_copy / copy_s / 1e9;
+  // CPU: one token through 32 distinct experts (a repeated one would come
+  // from the CPU's cache, not DRAM), spread over the MoE layers; the median
+  // of 5 tries after a warm-up (single short tries varied 4.8-76 GB/s).
+  std::vector<float> x(static_cast<size_t>(c.n_embd), 0.01f);
+  constexpr int kProbeExperts = 32, kTries = 6;
+  std::vector<float> y(static_cast<size_t>(kProbeExperts) * c.n_embd);
+  std::vector<double> tries;
+  uint64_t probe_bytes = 0;
+  int next_expert = 0, next_layer = l;
+  for (int rep = 0; rep < kTries; ++rep) {
+    std::vector<ExpertWork> work;
+    const int layer = next_layer;
+    for (int e = 0; e < std::min(kProbeExperts, c.n_expert); ++e)
+      work.push_back({(next_expert++) % c.n_expert, {0}, {e}});
+    if (next_expert >= c.n_expert) next_expert = 0, next_layer = std::min(next_layer + 1, c.n_layer - 1);
+    while (res->pool_of_layer(static_cast<uint32_t>(next_layer)) < 0 && next_layer + 1 < c.n_layer) ++next_layer;
+    const auto t = Clock::now();
+    cpu->compute(layer, x.data(), 1, work, y.data());
+    if (rep > 0) tries.push_back(seconds_since(t));
+    probe_bytes = work.size() * bytes;
   }
+  std::sort(tries.begin(), tries.end());
+  const double best = tries.empty() ? 0 : tries[tries.size() / 2];
+  if (best > 0) cost.cpu_gbps = double(probe_bytes) / best / 1e9;
+  // GPU: device-to-device copies (read + write) between the two halves of
+  // the transit slots, scratch until the first step. Not the step buffers:
+  // their size follows the batch (8 rows at -b 1), and copies that small
+  // measure launch latency, not HBM (a 10x low figure sent most cold
+  // experts to the CPU).
+  const int half_n = std::max(1, n_copy / 2);
+  const size_t n = static_cast<size_t>(half_n) * geom[static_cast<size_t>(l)].slot_bytes;
+  void* src = slots->slot_address(pool, static_cast<int32_t>(cache));
+  void* dst = slots->slot_address(pool, static_cast<int32_t>(cache + half_n));
+  MS_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream));
+  gpu0.record(stream);
+  for (int i = 0; i < 5; ++i) MS_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream));
+  gpu1.record(stream);
+  gpu1.synchronize();
+  const double gpu_s = gpu1.ms_since(gpu0) * 1e-3;
+  if (gpu_s > 0) cost.gpu_hbm_gbps = 2.0 * 5 * double(n) / gpu_s / 1e9;
+  if (!opt.cost_overrides.empty()) cost.apply_overrides(opt.cost_overrides);
+  cost.validate();
+}
 
-  // PCIe, CPU expert and GPU bandwidths of this machine, for the split.
-  void measure_cost() {
-    cost = CostModel();
-    const int l = first_moe_layer();
-    const int32_t pool = res->pool_of_layer(static_cast<uint32_t>(l));
-    const uint32_t cache = static_cast<uint32_t>(res->layout().pools[static_cast<size_t>(pool)].slots);
-    const uint64_t bytes = geom[static_cast<size_t>(l)].gate_bytes + geom[static_cast<size_t>(l)].up_bytes +
-                           geom[static_cast<size_t>(l)].down_bytes;
-    const int n_copy = static_cast<int>(std::min<uint32_t>(res->transit_slots(), static_cast<uint32_t>(c.n_expert)));
-    // PCIe: the transit slots filled three times (the first pass warms up).
-    for (int rep = 0; rep < 3; ++rep) {
-      copier->record(copy0.get());
-      for (int i = 0; i < n_copy; ++i) copy_expert(l, i, slots->slot_address(pool, static_cast<int32_t>(cache + i)));
-      copier->record(copy1.get());
-      copy1.synchronize();
-    }
-    const double copy_s = copy1.ms_since(copy0) * 1e-3;
-    if (copy_s > 0) cost.pcie_gbps = double(bytes) * n_copy / copy_s / 1e9;
-    // CPU: one token through 32 distinct experts (a repeated one would come
-    // from the CPU's cache, not DRAM), spread over the MoE layers; the median
-    // of 5 tries after a warm-up (single short tries varied 4.8-76 GB/s).
-    std::vector<float> x(static_cast<size_t>(c.n_embd), 0.01f);
-    constexpr int kProbeExperts = 32, kTries = 6;
-    std::vector<float> y(static_cast<size_t>(kProbeExperts) * c.n_embd);
-    std::vector<double> tries;
-    uint64_t probe_bytes = 0;
-    int next_expert = 0, next_layer = l;
-    for (int rep = 0; rep < kTries; ++rep) {
-      std::vector<ExpertWork> work;
-      const int layer = next_layer;
-      for (int e = 0; e < std::min(kProbeExperts, c.n_expert); ++e)
-        work.push_back({(next_expert++) % c.n_expert, {0}, {e}});
-      if (next_expert >= c.n_expert) next_expert = 0, next_layer = std::min(next_layer + 1, c.n_layer - 1);
-      while (res->pool_of_layer(static_cast<uint32_t>(next_layer)) < 0 && next_layer + 1 < c.n_layer) ++next_layer;
-      const auto t = Clock::now();
-      cpu->compute(layer, x.data(), 1, work, y.data());
-      if (rep > 0) tries.push_back(seconds_since(t));
-      probe_bytes = work.size() * bytes;
-    }
-    std::sort(tries.begin(), tries.end());
-    const double best = tries.empty() ? 0 : tries[tries.size() / 2];
-    if (best > 0) cost.cpu_gbps = double(probe_bytes) / best / 1e9;
-    // GPU: device-to-device copies (read + write) between the two halves of
-    // the transit slots, scratch until the first step. Not the step buffers:
-    // their size follows the batch (8 rows at -b 1), and copies that small
-    // measure launch latency, not HBM (a 10x low figure sent most cold
-    // experts to the CPU).
-    const int half_n = std::max(1, n_copy / 2);
-    const size_t n = static_cast<size_t>(half_n) * geom[static_cast<size_t>(l)].slot_bytes;
-    void* src = slots->slot_address(pool, static_cast<int32_t>(cache));
-    void* dst = slots->slot_address(pool, static_cast<int32_t>(cache + half_n));
-    MS_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream));
-    gpu0.record(stream);
-    for (int i = 0; i < 5; ++i) MS_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream));
-    gpu1.record(stream);
+void HybridMoe::Impl::place_initial() {
+  mask_words = static_cast<uint32_t>((c.n_expert + 31) / 32);
+  resident_host = cuda::PinnedBuffer(sizeof(uint32_t) * mask_words * static_cast<size_t>(c.n_layer));
+  std::memset(resident_host.get(), 0, resident_host.size());
+  for (const auto& [key, slot] : res->initial_placement()) {
+    set_resident(key, true);
+    const int l = static_cast<int>(key / c.n_expert), e = static_cast<int>(key % c.n_expert);
+    copy_expert(l, e, slots->slot_address(slot.pool, slot.slot));
+    slots->point(l, e, slot.pool, slot.slot);
+  }
+  for (int l = 0; l < c.n_layer; ++l) slots->upload(l, stream);
+  MS_CUDA_CHECK(cudaStreamSynchronize(copier->stream()));
+  MS_CUDA_CHECK(cudaStreamSynchronize(stream));
+  pinned.assign(static_cast<size_t>(c.n_layer), 0);
+  for (int l = 0; l < c.n_layer; ++l) {
+    pinned[static_cast<size_t>(l)] = res->layer_pinned(static_cast<uint32_t>(l));
+    n_pinned += pinned[static_cast<size_t>(l)];
+  }
+}
+
+void HybridMoe::Impl::collect_timing() {
+  if (timing_pending) {
     gpu1.synchronize();
-    const double gpu_s = gpu1.ms_since(gpu0) * 1e-3;
-    if (gpu_s > 0) cost.gpu_hbm_gbps = 2.0 * 5 * double(n) / gpu_s / 1e9;
-    if (!opt.cost_overrides.empty()) cost.apply_overrides(opt.cost_overrides);
-    cost.validate();
+    tel.gpu_experts_s += gpu1.ms_since(gpu0) * 1e-3 * kTimingEvery;
+    timing_pending = false;
   }
-
-  void place_initial() {
-    for (const auto& [key, slot] : res->initial_placement()) {
-      const int l = static_cast<int>(key / c.n_expert), e = static_cast<int>(key % c.n_expert);
-      copy_expert(l, e, slots->slot_address(slot.pool, slot.slot));
-      slots->point(l, e, slot.pool, slot.slot);
-    }
-    for (int l = 0; l < c.n_layer; ++l) slots->upload(l, stream);
-    MS_CUDA_CHECK(cudaStreamSynchronize(copier->stream()));
-    MS_CUDA_CHECK(cudaStreamSynchronize(stream));
-    pinned.assign(static_cast<size_t>(c.n_layer), 0);
-    for (int l = 0; l < c.n_layer; ++l) {
-      pinned[static_cast<size_t>(l)] = res->layer_pinned(static_cast<uint32_t>(l));
-      n_pinned += pinned[static_cast<size_t>(l)];
-    }
+  if (copy_timing_pending) {
+    copy1.synchronize();
+    tel.copy_busy_s += copy1.ms_since(copy0) * 1e-3 * kTimingEvery;
+    copy_timing_pending = false;
   }
-
-  // The previous layer's timings. Its end events are done or nearly so (the
-  // compute stream has passed them, and copy1 follows the last copy the
-  // compute stream waited for), but "nearly" is not "done" for
-  // cudaEventElapsedTime: wait for each first.
-  void collect_timing() {
-    if (timing_pending) {
-      gpu1.synchronize();
-      tel.gpu_experts_s += gpu1.ms_since(gpu0) * 1e-3 * kTimingEvery;
-      timing_pending = false;
-    }
-    if (copy_timing_pending) {
-      copy1.synchronize();
-      tel.copy_busy_s += copy1.ms_since(copy0) * 1e-3 * kTimingEvery;
-      copy_timing_pending = false;
-    }
-  }
-
-  bool run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* wts, float* h,
-           const cuda::NextNorm* next, const HybridPrediction* pred);
-  void stage_next(const HybridPrediction& pred, const int32_t* predicted_ids);
-  void note_prediction(int il, const PredictionOutcome& o);
-  void copy_wave(int il, const StepPlan& sp, const std::vector<size_t>& wave, size_t wv);
-  void decode_on_gpu(int il, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* wts, float* h,
-                     const cuda::NextNorm* next, bool copies);
-};
+}
 
 // The streamed experts of one wave into their slots (copy stream), then the
 // compute stream waits for them.
@@ -415,7 +309,9 @@ void HybridMoe::Impl::stage_next(const HybridPrediction& pred, const int32_t* p)
   }
   const StagePlan& st = res->stage(step, static_cast<uint32_t>(pred.layer), predicted, cap);
   if (st.copies.empty()) return;
-  copier->wait(bank_free[st.bank].get());
+  // (A gated step needs no wait: the host serves layers in order, so the
+  // bank's reader finished before this layer posted its routes.)
+  if (!gated_pass) copier->wait(bank_free[st.bank].get());
   if (timed && !copy0_recorded) {
     copier->record(copy0.get());
     copy0_recorded = true;
@@ -427,6 +323,21 @@ void HybridMoe::Impl::stage_next(const HybridPrediction& pred, const int32_t* p)
     copier->record(copy1.get());
     copy_timing_pending = true;
   }
+}
+
+void HybridMoe::Impl::set_resident(ExpertKey key, bool on) {
+  const uint32_t l = key / static_cast<uint32_t>(c.n_expert), e = key % static_cast<uint32_t>(c.n_expert);
+  uint32_t& word = resident_host.as<uint32_t>()[l * mask_words + e / 32];
+  const uint32_t bit = 1u << (e % 32);
+  if (((word & bit) != 0) == on) return;
+  word = on ? word | bit : word & ~bit;
+  resident_dirty = true;
+}
+
+// What a plan admitted and evicted, into the resident bitmap.
+void HybridMoe::Impl::note_residency(const ExpertPlan& plan) {
+  for (ExpertKey k : plan.evicted) set_resident(k, false);
+  for (ExpertKey k : plan.admitted) set_resident(k, true);
 }
 
 void HybridMoe::Impl::note_prediction(int il, const PredictionOutcome& o) {
@@ -515,6 +426,7 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
     for (int p = 0; p < np; ++p) by_expert[static_cast<size_t>(cur[static_cast<size_t>(ids_h[p])]++)] = p;
   }
   const StepPlan& sp = res->plan(step, static_cast<uint32_t>(il), keys, tokens);
+  note_residency(sp.plan);
   if (sp.prediction.predicted) note_prediction(il, sp.prediction);
   // Staged experts were copied on the copy stream during an earlier layer.
   const int32_t bank = sp.staged_bank;
@@ -748,6 +660,7 @@ HybridMoe::HybridMoe(const ModelWeights& w, const HybridMoeOptions& opt, cudaStr
   m.res->set_cost(m.cost);  // the split uses this machine's figures from here on
   m.place_initial();
   stage("initial placement copied");
+  m.make_gates();
   ExpertTelemetry& tl = m.tel;
   tl.hybrid = true;
   tl.policy = opt.policy;
@@ -767,8 +680,23 @@ HybridMoe::HybridMoe(const ModelWeights& w, const HybridMoeOptions& opt, cudaStr
 
 HybridMoe::~HybridMoe() = default;
 
-void HybridMoe::begin_pass(int n_tokens) {
+HybridMoe::Impl::~Impl() {
+  const char* p = std::getenv("MOESTREAM_HYBRID_PROFILE");
+  const uint64_t n = prof.hits + prof.misses;
+  if (!p || std::string(p) != "1" || n == 0) return;
+  std::fprintf(stderr,
+               "moestream: gated serve, us per layer step (%llu hits, %llu misses): timing %.1f, policy %.1f, "
+               "enqueue %.1f, staging %.1f\n",
+               (unsigned long long)prof.hits, (unsigned long long)prof.misses, 1e6 * prof.timing_s / n,
+               1e6 * prof.policy_s / n, 1e6 * prof.enqueue_s / n, 1e6 * prof.stage_s / n);
+}
+
+void HybridMoe::begin_pass(int n_tokens, bool gated) {
   Impl& m = *impl_;
+  if (gated) {
+    if (n_tokens != 1) throw Error("hybrid MoE: a gated pass is one decode token");
+    m.begin_gated();
+  }
   m.pass_tokens = n_tokens;
   m.pass_start = Clock::now();
   m.pass_counts = TierCounts{};
@@ -778,6 +706,11 @@ void HybridMoe::begin_pass(int n_tokens) {
 void HybridMoe::end_pass() {
   Impl& m = *impl_;
   MS_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  m.gated_pass = false;
+  if (*m.timed_out_host != 0) {
+    *m.timed_out_host = 0;
+    throw Error("hybrid decode: a layer's experts waited over 20 s for the host; this step's output is wrong");
+  }
   m.collect_timing();
   ExpertTelemetry& t = m.tel;
   const double s = seconds_since(m.pass_start);
@@ -811,6 +744,15 @@ bool HybridMoe::run(int il, int n, const float* x, const cuda::Q8Act& x_q8, cons
   return impl_->run(il, n, x, x_q8, ids, weights, h, next, pred);
 }
 
+bool HybridMoe::gated_decode() const { return impl_->gated_supported(); }
+
+void HybridMoe::enqueue_gated(int il, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids,
+                              const float* weights, float* h, const int32_t* pred_ids, int pred_layer) {
+  impl_->enqueue_gated(il, x, x_q8, ids, weights, h, pred_ids, pred_layer);
+}
+
+void HybridMoe::serve_gated() { impl_->serve_gated(); }
+
 bool HybridMoe::prefetching() const { return impl_->bank_size > 0; }
 
 const cuda::ExpertWeights& HybridMoe::weights(int il) const { return impl_->slots->weights(il); }
@@ -833,6 +775,8 @@ ExpertTelemetry HybridMoe::telemetry() const {
   return t;
 }
 
-uint64_t HybridMoe::device_bytes() const { return impl_->arena.capacity() + impl_->slots->capacity(); }
+uint64_t HybridMoe::device_bytes() const {
+  return impl_->arena.capacity() + impl_->slots->capacity() + impl_->gate_arena.capacity();
+}
 
 }  // namespace ms

@@ -14,6 +14,9 @@
 //            the CPU computes its experts from the mapped file
 //   combine  the CPU's rows go up, every pair's output sits at its pair index,
 //            and one weighted sum in fixed order adds them to the residual
+//// Decode runs the gated step instead where it can (hybrid_gated.cpp): the
+// route is checked against a resident bitmap on the GPU, and the host is
+// waited for only when some routed expert is not resident.
 //
 // CUDA-only header.
 #pragma once
@@ -52,6 +55,7 @@ struct HybridMoeOptions {
   // slots while this layer computes. off | next (every predicted cold expert)
   // | auto (as many as the link carries in the time between two layers).
   std::string prefetch = "auto";
+  bool gated = true;               // decode may take the gated step (gated_decode())
   const ExpertProfile* profile = nullptr;
   int max_tokens = 512;           // tokens per forward chunk
   int gemm_min_batch = 16;        // tensor-core matmul from this many tokens
@@ -77,9 +81,26 @@ class HybridMoe {
   HybridMoe(const HybridMoe&) = delete;
   HybridMoe& operator=(const HybridMoe&) = delete;
 
-  // A forward call starts / ends (the policies' clock; telemetry).
-  void begin_pass(int n_tokens);
+  // A forward call starts / ends (the policies' clock; telemetry). gated:
+  // a decode step of the gated kind follows (enqueue_gated, serve_gated).
+  void begin_pass(int n_tokens, bool gated = false);
   void end_pass();
+
+  // Gated decode (cuda/expert_gate.h): the whole step is one captured graph
+  // in which each tiered layer checks its experts' residency on the GPU and
+  // waits for the host only when one is not resident; no round trip on a
+  // hit. Available when every tiered layer's experts take the all-resident
+  // decode kernels (and options.gated).
+  bool gated_decode() const;
+  // Layer il's experts of a gated decode step (one token; graph-capturable):
+  // the residency check, the gate, the experts over the slot table with the
+  // CPU's rows in the sum. pred_ids (optional): the prediction for tiered
+  // layer pred_layer, posted with the routes.
+  void enqueue_gated(int il, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* weights,
+                     float* h, const int32_t* pred_ids, int pred_layer);
+  // After the step is launched: serves each gated layer in order (policy
+  // bookkeeping on a hit; copies, CPU experts and opening the gate on a miss).
+  void serve_gated();
   // Layer il for n tokens: x [n][n_embd] the FFN input (x_q8 the same as Q8,
   // valid when the experts take Q8), ids/weights [n][k] from the router, all
   // on the device; h[t] += sum_j weights[t][j] * expert_j(x[t]).

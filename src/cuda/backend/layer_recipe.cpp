@@ -293,7 +293,11 @@ void CudaBackend::Impl::ffn_block(int il, int n, FfnPart part) {
     route(L.router, n, route_ids, route_w);
   }
   if (route_hook) report_routes(il, n);
-  if (part == FfnPart::Route && n == 1 && predicted_layer(il) >= 0) predict_routes(predicted_layer(il));
+  // Prefetch: the next tiered layer's router on this input, read back with
+  // the routes (the span path's Route half, or a gated step's tiered layer).
+  if (n == 1 && predicted_layer(il) >= 0 &&
+      (part == FfnPart::Route || (gated_step && part == FfnPart::All && !pinned_experts(il, 1))))
+    predict_routes(predicted_layer(il));
   // Hybrids: the shared expert adds to h first (x is ready: every router
   // path above made it), so the routed experts stay the last launch and may
   // fuse the next RMSNorm.
@@ -306,6 +310,11 @@ experts:
   next.x_out = x;
   next.x_q8 = xq8;
   next.counter = norm_counter;
+  if (hybrid && !pinned_experts(il, n) && gated_step) {
+    const int target = predicted_layer(il);
+    hybrid->enqueue_gated(il, x, xq8, route_ids, route_w, h, target >= 0 ? route_ids + K : nullptr, target);
+    return;
+  }
   if (hybrid && !pinned_experts(il, n)) {
     // The span path (Route, then Experts) predicted the next tiered layer.
     HybridPrediction pred;
@@ -456,7 +465,9 @@ void CudaBackend::Impl::enqueue_hybrid_decode(int max_kv_len) {
 }
 
 void CudaBackend::Impl::decode(int32_t token, int64_t p, float* out) {
-  if (hybrid) hybrid->begin_pass(1);
+  // Hybrid: the gated step (one graph, no round trip on a hit) when it can
+  // be captured; else a graph per span and a round trip per tiered layer.
+  const bool gated = hybrid && !route_hook && !opt.fused_moe_decode && opt.use_graph && hybrid->gated_decode();
   auto* in = host_in.as<int32_t>();
   in[0] = token;
   in[1] = static_cast<int32_t>(p);
@@ -464,21 +475,27 @@ void CudaBackend::Impl::decode(int32_t token, int64_t p, float* out) {
   in[3] = 0;
   MS_CUDA_CHECK(cudaMemcpyAsync(step_in, in, 4 * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
   const int max_kv = cuda::decode_kv_span(p, kv.ctx());
-  const bool use_graph = opt.use_graph && !route_hook && !hybrid;
+  const bool use_graph = opt.use_graph && !route_hook && (!hybrid || gated);
   if (use_graph && !graph.ready(max_kv)) {
     try {
+      gated_step = gated;
       graph.capture(stream, max_kv, [&] { enqueue_decode(max_kv); });
+      gated_step = false;
     } catch (const Error& e) {
       // A launcher that cannot be captured: run the step directly from now on.
       cudaGetLastError();
+      gated_step = false;
       opt.use_graph = false;
       std::fprintf(stderr, "moestream: CUDA graph capture failed (%s); decoding without graphs\n", e.what());
     }
   }
+  const bool run_gated = gated && opt.use_graph;
+  if (hybrid) hybrid->begin_pass(1, run_gated);
   const auto call_start = std::chrono::steady_clock::now();
   if (timing.on) timing.t0->record(stream);
   if (use_graph && opt.use_graph) {
     graph.launch(stream);
+    if (run_gated) hybrid->serve_gated();
   } else if (hybrid && !route_hook && !opt.fused_moe_decode) {
     // (With the three-launch MoE, whether the previous layer's last kernel
     // did this layer's norm depends on the step: not capturable per layer.)

@@ -1,0 +1,286 @@
+// HybridMoe's gated decode step: one captured graph per token, in which every
+// tiered layer checks on the GPU whether its routed experts are resident
+// (cuda/expert_gate.h). On a hit the GPU goes on at once; on a miss its
+// expert compute waits at the layer's gate while the host, which follows
+// the mailboxes layer by layer, streams the cold experts or computes them
+// on the CPU and then opens the gate from the copy stream.
+//
+// Why this is safe without events between the streams: the host serves the
+// layers in order, and it sees layer L's mailbox only once the compute
+// stream has finished everything before L's check. So when it serves L,
+//   - the transit slots and the staging bank it reuses were read by layers
+//     that have finished;
+//   - if L is a miss the compute stream is stopped at L's gate: a cache slot
+//     it refills or evicts is read by no running kernel, and a later layer
+//     checks only after the gate opens, behind the bitmap's upload on the
+//     copy stream;
+//   - the copy stream never waits for the compute stream, so the host never
+//     blocks on a stream stopped at a gate.
+// A hit changes nothing on the device (no admission without a copy).
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "cuda/backend/hybrid_moe_impl.h"
+#include "util/error.h"
+
+namespace ms {
+using namespace hybrid_detail;
+
+namespace {
+// A gate the host never opens gives up after this long (the host died or
+// hung); end_pass then reports the step as failed.
+constexpr uint32_t kGateTimeoutMs = 20000;
+// The host gives up on a layer's mailbox after this long.
+constexpr double kMailboxTimeoutS = 30.0;
+}  // namespace
+
+bool HybridMoe::Impl::gated_supported() const {
+  if (!opt.gated) return false;
+  if (c.n_expert_used > cuda::GateMailbox::kMaxK) return false;
+  for (int l = 0; l < c.n_layer; ++l)
+    if (res->pool_of_layer(static_cast<uint32_t>(l)) >= 0 && (decode_path[static_cast<size_t>(l)] & kExpertFfn) == 0)
+      return false;
+  return true;
+}
+
+void HybridMoe::Impl::make_gates() {
+  const size_t NL = static_cast<size_t>(c.n_layer), K = static_cast<size_t>(c.n_expert_used);
+  const size_t D = static_cast<size_t>(c.n_embd);
+  gated.assign(NL, 0);
+  gated_pred.assign(NL, -1);
+  box_bytes = cuda::GateMailbox::bytes(c.n_embd);
+  mailbox = cuda::PinnedBuffer(box_bytes * NL + kAlign, true);
+  std::memset(mailbox.get(), 0, mailbox.size());
+  mailbox_dev = static_cast<char*>(mailbox.device_ptr());
+  timed_out_host = reinterpret_cast<uint32_t*>(mailbox.as<char>() + box_bytes * NL);
+  timed_out_dev = reinterpret_cast<uint32_t*>(mailbox_dev + box_bytes * NL);
+  gate_arena = cuda::DeviceArena("hybrid gates", gate_bytes(c));
+  seq_dev = gate_arena.alloc_n<uint32_t>(1);
+  host_mask_dev = gate_arena.alloc_n<uint32_t>(1);
+  gate_dev = gate_arena.alloc_n<uint32_t>(2 * NL);
+  resident_dev = gate_arena.alloc_n<uint32_t>(NL * mask_words);
+  host_y_dev = gate_arena.alloc_n<float>(K * D);
+  MS_CUDA_CHECK(cudaMemset(gate_arena.base(), 0, gate_arena.capacity()));
+  gate_src = cuda::PinnedBuffer(3 * sizeof(uint32_t));
+  std::memset(gate_src.get(), 0, gate_src.size());
+  MS_CUDA_CHECK(cudaMemcpy(resident_dev, resident_host.get(), resident_host.size(), cudaMemcpyHostToDevice));
+  resident_dirty = false;
+}
+
+uint64_t HybridMoe::Impl::gate_bytes(const ModelConfig& c) {
+  const size_t NL = static_cast<size_t>(c.n_layer), words = static_cast<size_t>((c.n_expert + 31) / 32);
+  return 3 * kAlign + align_up(2 * NL * 4) + align_up(NL * words * 4) +
+         align_up(static_cast<size_t>(c.n_expert_used) * static_cast<size_t>(c.n_embd) * 4);
+}
+
+void HybridMoe::Impl::upload_resident(cudaStream_t s) {
+  MS_CUDA_CHECK(cudaMemcpyAsync(resident_dev, resident_host.get(), resident_host.size(), cudaMemcpyHostToDevice, s));
+  resident_dirty = false;
+}
+
+void HybridMoe::Impl::begin_gated() {
+  if (++seq == 0) seq = 1;  // gates start at 0
+  gate_src.as<uint32_t>()[0] = gate_src.as<uint32_t>()[1] = seq;
+  MS_CUDA_CHECK(cudaMemcpyAsync(seq_dev, gate_src.get(), sizeof(uint32_t), cudaMemcpyHostToDevice, stream));
+  if (resident_dirty) upload_resident(stream);  // prompts admit and evict too
+  gated_pass = true;
+}
+
+// Captured into the decode graph, once per tiered layer.
+void HybridMoe::Impl::enqueue_gated(int il, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids,
+                                    const float* wts, float* h, const int32_t* pred_ids, int pred_layer) {
+  const int K = c.n_expert_used;
+  gated[static_cast<size_t>(il)] = 1;
+  gated_pred[static_cast<size_t>(il)] = pred_ids != nullptr && bank_size > 0 ? pred_layer : -1;
+  cuda::GateCheck gc;
+  gc.resident = resident_dev + static_cast<size_t>(il) * mask_words;
+  gc.ids = ids;
+  gc.k = K;
+  gc.n_expert = c.n_expert;
+  gc.pred = pred_ids;
+  gc.n_pred = gated_pred[static_cast<size_t>(il)] >= 0 ? K : 0;
+  gc.x = x;
+  gc.d = c.n_embd;
+  gc.seq = seq_dev;
+  gc.gate = gate_dev + 2 * il;
+  gc.host_mask = host_mask_dev;
+  gc.box = reinterpret_cast<cuda::GateMailbox*>(mailbox_dev + static_cast<size_t>(il) * box_bytes);
+  cuda::gate_check(gc, stream);
+  cuda::gate_wait(seq_dev, gate_dev + 2 * il, timed_out_dev, kGateTimeoutMs, stream);
+  const cuda::ExpertWeights& ew = slots->weights(il);
+  const bool q8 = cuda::matvec_takes_q8(ew.gate.type);
+  cuda::HostRows hr;
+  hr.y = host_y_dev;
+  hr.mask = host_mask_dev;
+  hr.gate = gate_dev + 2 * il + 1;
+  hr.seq = seq_dev;
+  hr.timed_out = timed_out_dev;
+  hr.timeout_ms = kGateTimeoutMs;
+  cuda::expert_ffn(ew, x, q8 ? &x_q8 : nullptr, 1, K, ids, wts, h, h, hg, decode_scratch_bytes, stream, &hr);
+}
+
+// Opens layer il's experts' gate (which 0) or its combine's (1), or both
+// (which -1), on the copy stream behind what the host enqueued there.
+void HybridMoe::Impl::open_gate(int il, int which) {
+  const size_t n = which < 0 ? 2 : 1;
+  MS_CUDA_CHECK(cudaMemcpyAsync(gate_dev + 2 * il + std::max(which, 0), gate_src.get(), sizeof(uint32_t) * n,
+                                cudaMemcpyHostToDevice, copier->stream()));
+}
+
+// Lets every gate of the step pass (the step's output is then garbage), so
+// that an error on the host never leaves the GPU waiting.
+void HybridMoe::Impl::release_gates() {
+  for (int il = 0; il < c.n_layer; ++il)
+    if (gated[static_cast<size_t>(il)])
+      cudaMemcpyAsync(gate_dev + 2 * il, gate_src.get(), 2 * sizeof(uint32_t), cudaMemcpyHostToDevice,
+                      copier->stream());
+  cudaStreamSynchronize(copier->stream());
+  cudaStreamSynchronize(stream);
+  cudaGetLastError();
+  gated_pass = false;
+}
+
+void HybridMoe::Impl::serve_gated() {
+  try {
+    for (int il = 0; il < c.n_layer; ++il)
+      if (gated[static_cast<size_t>(il)]) serve_layer(il);
+  } catch (...) {
+    release_gates();
+    throw;
+  }
+}
+
+// Waits for layer il's mailbox of this step.
+const cuda::GateMailbox& HybridMoe::Impl::await_box(int il) {
+  const cuda::GateMailbox* b = box(il);
+  const volatile uint32_t* posted = &b->seq;
+  const auto t0 = Clock::now();
+  for (uint64_t spins = 1; *posted != seq; ++spins) {
+    if (spins % 4096 != 0) continue;
+    const cudaError_t st = cudaStreamQuery(stream);
+    if (st != cudaSuccess && st != cudaErrorNotReady) MS_CUDA_CHECK(st);
+    if (st == cudaSuccess && *posted != seq)
+      throw Error("hybrid decode: the step ended without layer " + std::to_string(il) + " posting its routes");
+    if (seconds_since(t0) > kMailboxTimeoutS)
+      throw Error("hybrid decode: no routes from layer " + std::to_string(il) + " after 30 s");
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  tel.route_wait_s += seconds_since(t0);
+  return *b;
+}
+
+void HybridMoe::Impl::serve_layer(int il) {
+  const int K = c.n_expert_used, E = c.n_expert;
+  const cuda::GateMailbox& b = await_box(il);
+  const auto t_plan = Clock::now();
+  collect_timing();
+  copy0_recorded = false;
+  const auto t_policy = Clock::now();
+  prof.timing_s += std::chrono::duration<double>(t_policy - t_plan).count();
+  timed = layer_steps++ % kTimingEvery == 0;
+  int32_t ids[cuda::GateMailbox::kMaxK], pred[cuda::GateMailbox::kMaxK];
+  std::memcpy(ids, b.ids, sizeof(int32_t) * K);
+  std::memcpy(pred, b.pred, sizeof(int32_t) * K);
+  const bool hit = b.hit != 0;
+  count.assign(static_cast<size_t>(E), 0);
+  for (int j = 0; j < K; ++j) {
+    if (ids[j] < 0 || ids[j] >= E) throw Error("router chose expert " + std::to_string(ids[j]) + " of " + std::to_string(E));
+    ++count[static_cast<size_t>(ids[j])];
+  }
+  keys.clear();
+  tokens.clear();
+  for (int e = 0; e < E; ++e)
+    if (count[static_cast<size_t>(e)]) {
+      keys.push_back(static_cast<ExpertKey>(il) * E + e);
+      tokens.push_back(static_cast<uint32_t>(count[static_cast<size_t>(e)]));
+    }
+  const StepPlan& sp = res->plan(step, static_cast<uint32_t>(il), keys, tokens);
+  const auto t_enqueue = Clock::now();
+  prof.policy_s += std::chrono::duration<double>(t_enqueue - t_policy).count();
+  note_residency(sp.plan);
+  if (sp.prediction.predicted) note_prediction(il, sp.prediction);
+  TierCounts& lc = tel.layers[static_cast<size_t>(il)];
+  double plan_cpu_s = 0;
+
+  if (hit) {
+    // The device found every expert resident; the policy must agree (the
+    // bitmap mirrors it), and a hit copies nothing.
+    for (size_t i = 0; i < sp.plan.experts.size(); ++i)
+      if (sp.plan.experts[i].tier != Tier::Resident || sp.copy[i])
+        throw Error("hybrid decode: layer " + std::to_string(il) +
+                    " was resident on the device but not in the residency policy (a bug)");
+    lc.resident += static_cast<uint64_t>(K);
+    pass_counts.resident += static_cast<uint64_t>(K);
+    ++tel.gated_hits;
+  } else {
+    ++tel.gated_misses;
+    uint32_t mask = 0;
+    double cpu_s = 0;
+    cpu_work.clear();
+    bool copies = false;
+    for (size_t i = 0; i < sp.plan.experts.size(); ++i) {
+      const PlannedExpert& pe = sp.plan.experts[i];
+      const int e = static_cast<int>(pe.key % static_cast<uint32_t>(E));
+      const uint64_t pairs = static_cast<uint64_t>(count[static_cast<size_t>(e)]);
+      if (pe.tier == Tier::Host) {
+        lc.host += pairs;
+        pass_counts.host += pairs;
+        ExpertWork wk{e, {}, {}};
+        for (int j = 0; j < K; ++j)
+          if (ids[j] == e) {
+            wk.tokens.push_back(0);
+            wk.slots.push_back(j);  // the CPU's row j is pair j
+            mask |= 1u << j;
+          }
+        cpu_work.push_back(std::move(wk));
+        continue;
+      }
+      (pe.tier == Tier::Resident ? lc.resident : lc.streamed) += pairs;
+      (pe.tier == Tier::Resident ? pass_counts.resident : pass_counts.streamed) += pairs;
+      slots->point(il, e, sp.where[i].pool, sp.where[i].slot);
+      if (sp.copy[i]) {
+        if (!copies && timed) copier->record(copy0.get()), copy0_recorded = true;
+        copies = true;
+        copy_expert(il, e, slots->slot_address(sp.where[i].pool, sp.where[i].slot));
+      }
+    }
+    if (copies && timed) {
+      copier->record(copy1.get());
+      copy_timing_pending = true;
+    }
+    slots->upload(il, copier->stream());
+    if (resident_dirty) upload_resident(copier->stream());
+    if (cpu_work.empty()) {
+      open_gate(il, -1);
+    } else {
+      open_gate(il, 0);  // the GPU's experts go on while the CPU computes
+      const double overhead = seconds_since(t_plan);
+      min_overhead_s = min_overhead_s > 0 ? std::min(min_overhead_s, overhead) : overhead;
+      const auto t = Clock::now();
+      cpu->compute(il, cuda::GateMailbox::x_of(const_cast<cuda::GateMailbox*>(&b)), 1, cpu_work,
+                   cpu_y_host.as<float>());
+      cpu_s = seconds_since(t);
+      tel.cpu_experts_s += cpu_s;
+      pass_cpu_s += cpu_s;
+      gate_src.as<uint32_t>()[2] = mask;
+      MS_CUDA_CHECK(cudaMemcpyAsync(host_y_dev, cpu_y_host.get(), sizeof(float) * K * c.n_embd,
+                                    cudaMemcpyHostToDevice, copier->stream()));
+      MS_CUDA_CHECK(cudaMemcpyAsync(host_mask_dev, gate_src.as<uint32_t>() + 2, sizeof(uint32_t),
+                                    cudaMemcpyHostToDevice, copier->stream()));
+      open_gate(il, 1);
+    }
+    plan_cpu_s = cpu_s;
+  }
+  // The next tiered layer's predicted experts, behind this layer's copies.
+  const int target = gated_pred[static_cast<size_t>(il)];
+  const auto t_stage = Clock::now();
+  prof.enqueue_s += std::chrono::duration<double>(t_stage - t_enqueue).count() - plan_cpu_s;
+  if (target >= 0) stage_next(HybridPrediction{target, nullptr, K}, pred);
+  prof.stage_s += seconds_since(t_stage);
+  ++(hit ? prof.hits : prof.misses);
+  tel.plan_s += seconds_since(t_plan) - plan_cpu_s;
+}
+
+}  // namespace ms

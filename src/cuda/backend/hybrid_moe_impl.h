@@ -1,0 +1,195 @@
+// HybridMoe's private state, shared by hybrid_moe.cpp (set-up, the planned
+// step of prompts and of decode without the gate) and hybrid_gated.cpp (the
+// gated decode step). CUDA-only; include it only from those two.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "cuda/backend/hybrid_moe.h"
+#include "cuda/device.h"
+#include "cuda/expert_copier.h"
+#include "cuda/expert_gate.h"
+#include "cuda/expert_slots.h"
+#include "engine/expert_executor.h"
+#include "experts/residency.h"
+
+namespace ms {
+namespace hybrid_detail {
+
+using Clock = std::chrono::steady_clock;
+inline double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+constexpr size_t kAlign = 256;
+inline size_t align_up(size_t v) { return (v + kAlign - 1) & ~(kAlign - 1); }
+
+// Bytes of the step's expert scratch (hg) for passes of up to max_tokens.
+size_t step_scratch_bytes(const ModelConfig& c, int max_tokens);
+
+}  // namespace hybrid_detail
+
+struct HybridMoe::Impl {
+  const ModelWeights& w;
+  const ModelConfig& c;
+  HybridMoeOptions opt;
+  cudaStream_t stream;
+  std::unique_ptr<ThreadPool> own_pool;
+  ThreadPool* pool = nullptr;
+  ModelWeights host_w;  // w with the experts where the CPU reads them (the pinned copy, if any)
+  std::unique_ptr<CpuExpertExecutor> cpu;
+  std::unique_ptr<ExpertResidency> res;
+  std::unique_ptr<cuda::DeviceExpertSlots> slots;
+  std::unique_ptr<cuda::ExpertCopier> copier;
+  std::vector<cuda::SlotGeometry> geom;  // per layer
+  std::vector<int64_t> first_source;     // per layer: the copier's index of its expert 0 (-1: dense)
+  // Per layer: which all-resident decode kernels take its experts.
+  static constexpr uint8_t kDecodeMoe = 1, kExpertFfn = 2;
+  std::vector<uint8_t> decode_path;
+  std::vector<uint8_t> pinned;      // per layer: ExpertResidency::layer_pinned after the initial placement
+  uint32_t n_pinned = 0;
+  size_t decode_scratch_bytes = 0;  // hg's bytes, lent to cuda::expert_ffn at decode
+  CostModel cost;
+
+  cuda::DeviceArena arena;
+  float *xg = nullptr, *hg = nullptr, *hu = nullptr, *yc = nullptr, *exp_y = nullptr;
+  cuda::Q8Act xg_q8, h_q8;
+  int32_t* idx = nullptr;  // [token_of_row | pair_of_row | offsets | group_expert | cpu_pair], P each (+1)
+  cuda::PinnedBuffer ids_host, x_host, idx_host, cpu_y_host;
+  cuda::Event routes_ready{false}, x_ready{false};
+  // Staging banks (prefetch): copied (copy stream) / read by the layer that used them (compute stream).
+  cuda::Event stage_ready[2] = {cuda::Event(false), cuda::Event(false)};
+  cuda::Event bank_free[2] = {cuda::Event(false), cuda::Event(false)};
+  uint32_t bank_size = 0;                // staging slots per bank (0: prefetch off)
+  bool prefetch_auto = false;
+  // Decode: the least time a layer step spent on the host before its CPU
+  // experts could start (waiting for its routes, planning, enqueueing):
+  // the CPU tier's fixed cost per layer, for the auto prefetch split.
+  double min_overhead_s = 0;
+  bool copy0_recorded = false;           // this run() opened the copy timing window
+  std::vector<std::unique_ptr<cuda::Event>> copied, wave_done;
+  cuda::Event gpu0{true}, gpu1{true}, copy0{true}, copy1{true};
+  bool timing_pending = false, copy_timing_pending = false;
+  // The GPU and copy phases are timed with events on one layer step in
+  // kTimingEvery (and counted that many times): each event call is a
+  // driver call on the step's critical path, and the sample is enough for
+  // the telemetry's split.
+  static constexpr int kTimingEvery = 8;
+  uint64_t layer_steps = 0;
+  bool timed = false;
+
+  uint64_t step = 0;
+  int pass_tokens = 0;
+  hybrid_detail::Clock::time_point pass_start;
+  ExpertTelemetry tel;
+  TierCounts pass_counts;
+  double pass_cpu_s = 0;
+
+  // Per-layer scratch on the host.
+  std::vector<int32_t> count, start, by_expert, tier_index;
+  std::vector<ExpertKey> keys;
+  std::vector<uint32_t> tokens;
+  std::vector<ExpertWork> cpu_work;
+
+  Impl(const ModelWeights& weights, const HybridMoeOptions& o, cudaStream_t s) : w(weights), c(weights.cfg), opt(o), stream(s) {}
+
+  cuda::Event& event(std::vector<std::unique_ptr<cuda::Event>>& v, size_t i) {
+    while (v.size() <= i) v.push_back(std::make_unique<cuda::Event>(false));
+    return *v[i];
+  }
+
+  int P() const { return opt.max_tokens * c.n_expert_used; }
+  int32_t* token_of_row() const { return idx; }
+  int32_t* pair_of_row() const { return idx + P(); }
+  int32_t* offsets() const { return idx + 2 * P(); }
+  int32_t* group_expert() const { return idx + 3 * P() + 1; }
+  int32_t* cpu_pair() const { return idx + 4 * P() + 1; }
+
+  void allocate_buffers();
+  void make_slots();
+
+  // The copier's index of expert e of MoE layer l.
+  size_t source_index(int l, int e) const {
+    return static_cast<size_t>(first_source[static_cast<size_t>(l)]) + static_cast<size_t>(e);
+  }
+
+  void make_copier();
+
+  // Expert e of layer l into `dst` (a slot), on the copy stream.
+  void copy_expert(int l, int e, void* dst) { copier->copy_expert(source_index(l, e), dst); }
+
+  int first_moe_layer() const {
+    for (int l = 0; l < c.n_layer; ++l)
+      if (res->pool_of_layer(static_cast<uint32_t>(l)) >= 0) return l;
+    return 0;
+  }
+
+  // PCIe, CPU expert and GPU bandwidths of this machine, for the split.
+  void measure_cost();
+  void place_initial();
+
+  // The previous layer's timings. Its end events are done or nearly so (the
+  // compute stream has passed them, and copy1 follows the last copy the
+  // compute stream waited for), but "nearly" is not "done" for
+  // cudaEventElapsedTime: wait for each first.
+  void collect_timing();
+
+  bool run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* wts, float* h,
+           const cuda::NextNorm* next, const HybridPrediction* pred);
+  void stage_next(const HybridPrediction& pred, const int32_t* predicted_ids);
+  void note_prediction(int il, const PredictionOutcome& o);
+  void copy_wave(int il, const StepPlan& sp, const std::vector<size_t>& wave, size_t wv);
+  void decode_on_gpu(int il, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* wts, float* h,
+                     const cuda::NextNorm* next, bool copies);
+
+  // ---- the resident bitmap: which experts sit in cache slots, as the
+  // device's residency check sees it (word e / 32 of layer l, bit e % 32)
+  uint32_t mask_words = 0;                // per layer
+  cuda::PinnedBuffer resident_host;       // the host's copy, kept in step with `res`
+  bool resident_dirty = false;            // changed since its last upload
+  void note_residency(const ExpertPlan& plan);
+  void set_resident(ExpertKey key, bool on);
+
+  // ---- gated decode (hybrid_gated.cpp)
+  // Device words: the step's sequence number, two gates per layer (its
+  // experts', its combine's), the host rows' mask; the bitmap; the CPU's rows.
+  cuda::DeviceArena gate_arena;
+  uint32_t *seq_dev = nullptr, *gate_dev = nullptr, *host_mask_dev = nullptr, *resident_dev = nullptr;
+  float* host_y_dev = nullptr;
+  // Mapped host memory: a mailbox per layer, then the gates' timeout flag.
+  cuda::PinnedBuffer mailbox;
+  char* mailbox_dev = nullptr;  // its device address
+  size_t box_bytes = 0;
+  uint32_t* timed_out_host = nullptr;
+  uint32_t* timed_out_dev = nullptr;
+  // Pinned sources of the copy stream's small writes: the step's sequence
+  // number twice (opens one gate or both), the host rows' mask.
+  cuda::PinnedBuffer gate_src;
+  uint32_t seq = 0;
+  // Per layer: the layer's decode step is gated (captured in the decode
+  // graph) and the tiered layer its prediction is for (-1: none).
+  std::vector<uint8_t> gated;
+  std::vector<int> gated_pred;
+  bool gated_pass = false;  // this pass's decode runs gated: serve_gated() follows the launch
+  // Host seconds of serve_layer by part (MOESTREAM_HYBRID_PROFILE=1 prints them at exit).
+  struct ServeProfile {
+    double timing_s = 0, policy_s = 0, enqueue_s = 0, stage_s = 0;
+    uint64_t hits = 0, misses = 0;
+  } prof;
+  ~Impl();
+
+  static uint64_t gate_bytes(const ModelConfig& c);  // gate_arena's size
+  bool gated_supported() const;
+  void make_gates();
+  void upload_resident(cudaStream_t s);
+  void begin_gated();
+  void open_gate(int il, int which);
+  const cuda::GateMailbox& await_box(int il);
+  cuda::GateMailbox* box(int il) const { return reinterpret_cast<cuda::GateMailbox*>(mailbox.as<char>() + il * box_bytes); }
+  void enqueue_gated(int il, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* wts, float* h,
+                     const int32_t* pred_ids, int pred_layer);
+  void serve_gated();
+  void serve_layer(int il);
+  void release_gates();
+};
+
+}  // namespace ms

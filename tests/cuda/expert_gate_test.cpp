@@ -1,0 +1,152 @@
+// The gated decode step's kernels (cuda/expert_gate.h): the combine with the
+// host's rows against a scalar reference; the residency check's mailbox and
+// gate on a hit and on a miss; the gate's wait, opened from another stream
+// and timing out when nobody opens it.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "cuda/device.h"
+#include "cuda/expert_gate.h"
+#include "cuda_test_util.h"
+
+namespace ms::cuda::test {
+namespace {
+
+TEST(ExpertGate, CombineWithHostRowsMatchesTheScalarReference) {
+  MS_REQUIRE_GPU();
+  std::mt19937 rng(3);
+  for (int k : {1, 3, 8, 32})
+    for (int64_t n : {int64_t{1}, int64_t{37}, int64_t{1000}, int64_t{2051}}) {
+      const uint32_t mask = static_cast<uint32_t>(rng()) & (k == 32 ? 0xffffffffu : ((1u << k) - 1));
+      const std::vector<float> y = random_floats(static_cast<size_t>(k * n), rng);
+      const std::vector<float> hy = random_floats(static_cast<size_t>(k * n), rng);
+      const std::vector<float> w = random_floats(static_cast<size_t>(k), rng, 0.f, 1.f);
+      const std::vector<float> res = random_floats(static_cast<size_t>(n), rng);
+      DeviceBuffer dy = upload(y), dhy = upload(hy), dw = upload(w), dres = upload(res);
+      DeviceBuffer dmask = upload(std::vector<uint32_t>{mask});
+      DeviceBuffer out = poisoned(static_cast<size_t>(n));
+      Stream s;
+      moe_combine_host_rows(dy.as<float>(), dhy.as<float>(), dmask.as<uint32_t>(), dw.as<float>(), k, n,
+                            dres.as<float>(), out.as<float>(), s.get());
+      MS_CUDA_CHECK(cudaStreamSynchronize(s.get()));
+      const std::vector<float> got = download<float>(out.get(), static_cast<size_t>(n));
+      for (int64_t c = 0; c < n; ++c) {
+        double want = 0;
+        for (int j = 0; j < k; ++j) want += double(w[j]) * ((mask >> j) & 1u ? hy : y)[static_cast<size_t>(j * n + c)];
+        want += res[static_cast<size_t>(c)];
+        ASSERT_NEAR(got[static_cast<size_t>(c)], want, 1e-5 * (1 + std::fabs(want))) << "k " << k << " n " << n << " c " << c;
+      }
+    }
+}
+
+struct GateRig {
+  static constexpr int kExperts = 70, kK = 4;
+  static constexpr int64_t kD = 99;
+  PinnedBuffer box{GateMailbox::bytes(kD), true};
+  DeviceBuffer words{4 * sizeof(uint32_t), "gate words"};  // seq, two gates, host_mask
+  DeviceBuffer resident;
+  DeviceBuffer x;
+  std::vector<float> xh;
+  GateRig() {
+    std::memset(box.get(), 0, box.size());
+    std::vector<uint32_t> bits(3, 0);
+    for (int e : {1, 5, 33, 64, 69}) bits[static_cast<size_t>(e / 32)] |= 1u << (e % 32);
+    resident = upload(bits);
+    std::mt19937 rng(9);
+    xh = random_floats(kD, rng);
+    x = upload(xh);
+    const std::vector<uint32_t> w{41, 0, 0, 0xffffffffu};
+    MS_CUDA_CHECK(cudaMemcpy(words.get(), w.data(), w.size() * 4, cudaMemcpyHostToDevice));
+  }
+  uint32_t* seq() { return words.as<uint32_t>(); }
+  uint32_t* gate() { return words.as<uint32_t>() + 1; }
+  uint32_t* host_mask() { return words.as<uint32_t>() + 3; }
+  GateMailbox* mail() { return box.as<GateMailbox>(); }
+  void check(const std::vector<int32_t>& ids, const std::vector<int32_t>& pred) {
+    DeviceBuffer dids = upload(ids), dpred = upload(pred);
+    GateCheck c;
+    c.resident = resident.as<uint32_t>();
+    c.ids = dids.as<int32_t>();
+    c.k = static_cast<int>(ids.size());
+    c.n_expert = kExperts;
+    c.pred = dpred.as<int32_t>();
+    c.n_pred = static_cast<int>(pred.size());
+    c.x = x.as<float>();
+    c.d = kD;
+    c.seq = seq();
+    c.gate = gate();
+    c.host_mask = host_mask();
+    c.box = static_cast<GateMailbox*>(box.device_ptr());
+    Stream s;
+    gate_check(c, s.get());
+    MS_CUDA_CHECK(cudaStreamSynchronize(s.get()));
+  }
+};
+
+TEST(ExpertGate, CheckOpensTheGateWhenEveryExpertIsResident) {
+  MS_REQUIRE_GPU();
+  GateRig r;
+  r.check({5, 69, 1, 33}, {2, 3, 4, 5});
+  const GateMailbox& m = *r.mail();
+  EXPECT_EQ(m.seq, 41u);
+  EXPECT_EQ(m.hit, 1u);
+  EXPECT_EQ(std::vector<int32_t>(m.ids, m.ids + 4), (std::vector<int32_t>{5, 69, 1, 33}));
+  EXPECT_EQ(std::vector<int32_t>(m.pred, m.pred + 4), (std::vector<int32_t>{2, 3, 4, 5}));
+  const std::vector<uint32_t> w = download<uint32_t>(r.words.get(), 4);
+  EXPECT_EQ(w[1], 41u) << "the experts' gate opens on a hit";
+  EXPECT_EQ(w[2], 41u) << "the combine's gate opens on a hit";
+  EXPECT_EQ(w[3], 0u) << "the host rows' mask is cleared";
+}
+
+TEST(ExpertGate, CheckLeavesTheGateShutAndPostsTheInputOnAMiss) {
+  MS_REQUIRE_GPU();
+  for (const std::vector<int32_t>& ids : {std::vector<int32_t>{5, 69, 2, 33}, std::vector<int32_t>{5, 70, 1, 33},
+                                          std::vector<int32_t>{-1, 5, 1, 33}}) {
+    GateRig r;
+    r.check(ids, {});
+    const GateMailbox& m = *r.mail();
+    EXPECT_EQ(m.seq, 41u);
+    EXPECT_EQ(m.hit, 0u) << "an expert out of range or not resident is a miss";
+    EXPECT_EQ(std::vector<int32_t>(m.ids, m.ids + 4), ids);
+    const float* x = GateMailbox::x_of(r.mail());
+    for (int64_t i = 0; i < GateRig::kD; ++i) ASSERT_EQ(x[i], r.xh[static_cast<size_t>(i)]) << i;
+    const std::vector<uint32_t> w = download<uint32_t>(r.words.get(), 4);
+    EXPECT_EQ(w[1], 0u) << "the gates stay shut on a miss";
+    EXPECT_EQ(w[2], 0u);
+    EXPECT_EQ(w[3], 0u);
+  }
+}
+
+TEST(ExpertGate, WaitPassesOnceAnotherStreamOpensTheGate) {
+  MS_REQUIRE_GPU();
+  GateRig r;
+  PinnedBuffer flag(sizeof(uint32_t), true), src(sizeof(uint32_t));
+  *flag.as<uint32_t>() = 0;
+  *src.as<uint32_t>() = 41;
+  Stream compute, copy;
+  gate_wait(r.seq(), r.gate(), static_cast<uint32_t*>(flag.device_ptr()), 20000, compute.get());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(cudaStreamQuery(compute.get()), cudaErrorNotReady) << "the gate is shut: the kernel waits";
+  MS_CUDA_CHECK(cudaMemcpyAsync(r.gate(), src.get(), sizeof(uint32_t), cudaMemcpyHostToDevice, copy.get()));
+  MS_CUDA_CHECK(cudaStreamSynchronize(compute.get()));
+  EXPECT_EQ(*flag.as<uint32_t>(), 0u);
+}
+
+TEST(ExpertGate, WaitGivesUpAfterItsTimeout) {
+  MS_REQUIRE_GPU();
+  GateRig r;
+  PinnedBuffer flag(sizeof(uint32_t), true);
+  *flag.as<uint32_t>() = 0;
+  Stream compute;
+  gate_wait(r.seq(), r.gate(), static_cast<uint32_t*>(flag.device_ptr()), 50, compute.get());
+  MS_CUDA_CHECK(cudaStreamSynchronize(compute.get()));
+  EXPECT_EQ(*flag.as<uint32_t>(), 1u);
+}
+
+}  // namespace
+}  // namespace ms::cuda::test
