@@ -184,18 +184,7 @@ void HybridMoe::Impl::serve_layer(int il) {
   std::memcpy(ids, b.ids, sizeof(int32_t) * K);
   std::memcpy(pred, b.pred, sizeof(int32_t) * K);
   const bool hit = b.hit != 0;
-  count.assign(static_cast<size_t>(E), 0);
-  for (int j = 0; j < K; ++j) {
-    if (ids[j] < 0 || ids[j] >= E) throw Error("router chose expert " + std::to_string(ids[j]) + " of " + std::to_string(E));
-    ++count[static_cast<size_t>(ids[j])];
-  }
-  keys.clear();
-  tokens.clear();
-  for (int e = 0; e < E; ++e)
-    if (count[static_cast<size_t>(e)]) {
-      keys.push_back(static_cast<ExpertKey>(il) * E + e);
-      tokens.push_back(static_cast<uint32_t>(count[static_cast<size_t>(e)]));
-    }
+  group_routes(il, ids, K);
   const StepPlan& sp = res->plan(step, static_cast<uint32_t>(il), keys, tokens);
   const auto t_enqueue = Clock::now();
   prof.policy_s += std::chrono::duration<double>(t_enqueue - t_policy).count();
@@ -211,8 +200,7 @@ void HybridMoe::Impl::serve_layer(int il) {
       if (sp.plan.experts[i].tier != Tier::Resident || sp.copy[i])
         throw Error("hybrid decode: layer " + std::to_string(il) +
                     " was resident on the device but not in the residency policy (a bug)");
-    lc.resident += static_cast<uint64_t>(K);
-    pass_counts.resident += static_cast<uint64_t>(K);
+    count_pairs(lc, pass_counts, Tier::Resident, static_cast<uint64_t>(K));
     ++tel.gated_hits;
   } else {
     ++tel.gated_misses;
@@ -224,9 +212,8 @@ void HybridMoe::Impl::serve_layer(int il) {
       const PlannedExpert& pe = sp.plan.experts[i];
       const int e = static_cast<int>(pe.key % static_cast<uint32_t>(E));
       const uint64_t pairs = static_cast<uint64_t>(count[static_cast<size_t>(e)]);
+      count_pairs(lc, pass_counts, pe.tier, pairs);
       if (pe.tier == Tier::Host) {
-        lc.host += pairs;
-        pass_counts.host += pairs;
         ExpertWork wk{e, {}, {}};
         for (int j = 0; j < K; ++j)
           if (ids[j] == e) {
@@ -237,8 +224,6 @@ void HybridMoe::Impl::serve_layer(int il) {
         cpu_work.push_back(std::move(wk));
         continue;
       }
-      (pe.tier == Tier::Resident ? lc.resident : lc.streamed) += pairs;
-      (pe.tier == Tier::Resident ? pass_counts.resident : pass_counts.streamed) += pairs;
       slots->point(il, e, sp.where[i].pool, sp.where[i].slot);
       if (sp.copy[i]) {
         if (!copies && timed) copier->record(copy0.get()), copy0_recorded = true;

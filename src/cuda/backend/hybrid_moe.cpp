@@ -325,6 +325,37 @@ void HybridMoe::Impl::stage_next(const HybridPrediction& pred, const int32_t* p)
   }
 }
 
+// The np routed ids of layer il, checked, counted per expert (count,
+// start: each expert's first pair in expert order) and as the plan's keys
+// and token counts.
+void HybridMoe::Impl::group_routes(int il, const int32_t* ids, int np) {
+  const int E = c.n_expert;
+  count.assign(static_cast<size_t>(E), 0);
+  for (int p = 0; p < np; ++p) {
+    if (ids[p] < 0 || ids[p] >= E)
+      throw Error("router chose expert " + std::to_string(ids[p]) + " of " + std::to_string(E));
+    ++count[static_cast<size_t>(ids[p])];
+  }
+  keys.clear();
+  tokens.clear();
+  start.assign(static_cast<size_t>(E) + 1, 0);
+  for (int e = 0; e < E; ++e) {
+    start[static_cast<size_t>(e) + 1] = start[static_cast<size_t>(e)] + count[static_cast<size_t>(e)];
+    if (count[static_cast<size_t>(e)]) {
+      keys.push_back(static_cast<ExpertKey>(il) * E + e);
+      tokens.push_back(static_cast<uint32_t>(count[static_cast<size_t>(e)]));
+    }
+  }
+}
+
+void HybridMoe::Impl::count_pairs(TierCounts& layer, TierCounts& pass, Tier t, uint64_t pairs) {
+  uint64_t TierCounts::*field = t == Tier::Resident ? &TierCounts::resident
+                                : t == Tier::Stream ? &TierCounts::streamed
+                                                    : &TierCounts::host;
+  layer.*field += pairs;
+  pass.*field += pairs;
+}
+
 void HybridMoe::Impl::set_resident(ExpertKey key, bool on) {
   const uint32_t l = key / static_cast<uint32_t>(c.n_expert), e = key % static_cast<uint32_t>(c.n_expert);
   uint32_t& word = resident_host.as<uint32_t>()[l * mask_words + e / 32];
@@ -404,22 +435,7 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
   const auto t_plan = Clock::now();
 
   // ---- plan
-  count.assign(static_cast<size_t>(E), 0);
-  for (int p = 0; p < np; ++p) {
-    if (ids_h[p] < 0 || ids_h[p] >= E)
-      throw Error("router chose expert " + std::to_string(ids_h[p]) + " of " + std::to_string(E));
-    ++count[static_cast<size_t>(ids_h[p])];
-  }
-  keys.clear();
-  tokens.clear();
-  start.assign(static_cast<size_t>(E) + 1, 0);
-  for (int e = 0; e < E; ++e) {
-    start[static_cast<size_t>(e) + 1] = start[static_cast<size_t>(e)] + count[static_cast<size_t>(e)];
-    if (count[static_cast<size_t>(e)]) {
-      keys.push_back(static_cast<ExpertKey>(il) * E + e);
-      tokens.push_back(static_cast<uint32_t>(count[static_cast<size_t>(e)]));
-    }
-  }
+  group_routes(il, ids_h, np);
   by_expert.resize(static_cast<size_t>(np));  // pairs grouped by expert, in pair order
   {
     std::vector<int32_t> cur(start.begin(), start.end() - 1);
@@ -454,9 +470,8 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
     const PlannedExpert& pe = sp.plan.experts[i];
     const int e = static_cast<int>(pe.key % static_cast<uint32_t>(E));
     const uint64_t pairs = static_cast<uint64_t>(count[static_cast<size_t>(e)]);
+    count_pairs(lc, pc, pe.tier, pairs);
     if (pe.tier == Tier::Host) {
-      lc.host += pairs;
-      pc.host += pairs;
       ExpertWork wk{e, {}, {}};
       for (int q = start[static_cast<size_t>(e)]; q < start[static_cast<size_t>(e) + 1]; ++q) {
         const int p = by_expert[static_cast<size_t>(q)];
@@ -467,8 +482,6 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
       cpu_work.push_back(std::move(wk));
       continue;
     }
-    (pe.tier == Tier::Resident ? lc.resident : lc.streamed) += pairs;
-    (pe.tier == Tier::Resident ? pc.resident : pc.streamed) += pairs;
     slots->point(il, e, sp.where[i].pool, sp.where[i].slot);
     size_t wv = 0;
     if (sp.transit[i] && sp.copy[i]) wv = n_transit++ / half;  // staged ones are in already: wave 0

@@ -137,6 +137,8 @@ struct HybridMoe::Impl {
            const cuda::NextNorm* next, const HybridPrediction* pred);
   void stage_next(const HybridPrediction& pred, const int32_t* predicted_ids);
   void note_prediction(int il, const PredictionOutcome& o);
+  void group_routes(int il, const int32_t* ids, int np);
+  static void count_pairs(TierCounts& layer, TierCounts& pass, Tier t, uint64_t pairs);
   void copy_wave(int il, const StepPlan& sp, const std::vector<size_t>& wave, size_t wv);
   void decode_on_gpu(int il, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* wts, float* h,
                      const cuda::NextNorm* next, bool copies);
