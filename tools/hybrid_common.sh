@@ -6,7 +6,7 @@
 OUT=${OUT:-$(pwd)/gpu_out}
 mkdir -p "$OUT"
 source tools/device_env.sh
-MS=build-gpu/moestream
+MS=${MS_BIN:-build-gpu/moestream}
 M=${BENCH_MODEL:-/tmp/q.gguf}
 hybrid_build() { [ -n "${SKIP_BUILD:-}" ] || OUT=$OUT bash tools/device_full.sh build || exit 1; }
 hybrid_model() {

@@ -280,7 +280,7 @@ void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n
     matvec(w.down, hin, g, y, d_model, nullptr, stream);
   }
 
-  if (host != nullptr && host->gate != nullptr) gate_wait(host->seq, host->gate, host->timed_out, host->timeout_ms, stream);
+  if (host != nullptr && host->gate != nullptr) gate_wait_rows(*host->gate, stream);
   if (host != nullptr) moe_combine_host_rows(y, host->y, host->mask, weights, k, d_model, residual, out, stream);
   else moe_combine(y, weights, n_tokens, k, d_model, residual, out, stream);
 }

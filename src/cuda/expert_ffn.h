@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/expert_gate.h"
 #include "cuda/matvec.h"
 
 namespace ms::cuda {
@@ -55,13 +56,12 @@ void expert_ffn_set_balanced_tiles(bool on);
 // the GPU's in the weighted sum (expert_gate.h). Their ids must still
 // address readable weights (they are computed, then ignored).
 // gate (optional): the sum first waits at this gate (expert_gate.h's
-// gate_wait), so the rows may arrive while the GPU computes its experts.
+// gate_wait_rows, which fills y and *mask), so the rows may arrive while the
+// GPU computes its experts.
 struct HostRows {
   const float* y = nullptr;
   const uint32_t* mask = nullptr;  // device word
-  const uint32_t* gate = nullptr, *seq = nullptr;
-  uint32_t* timed_out = nullptr;
-  uint32_t timeout_ms = 0;
+  const GateRows* gate = nullptr;  // optional: gate_wait_rows before the sum (it fills y and mask)
 };
 void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n_tokens, int k, const int32_t* ids,
                 const float* weights, const float* residual, float* out, void* scratch, size_t scratch_bytes,

@@ -1,5 +1,7 @@
 // Device-side residency check, the gate a miss waits at, and the combine
 // that takes the host's rows (see expert_gate.h).
+#include <atomic>
+
 #include "cuda/device.h"
 #include "cuda/expert_gate.h"
 #include "util/error.h"
@@ -10,6 +12,12 @@ namespace {
 constexpr int kCheckThreads = 256;
 
 __device__ __forceinline__ uint32_t load_volatile(const uint32_t* p) { return *const_cast<const volatile uint32_t*>(p); }
+
+__device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 
 __device__ __forceinline__ uint64_t global_ns() {
   uint64_t t;
@@ -64,6 +72,73 @@ __global__ void gate_wait_kernel(const uint32_t* seq, const uint32_t* gate, uint
   __threadfence();
 }
 
+constexpr int kRowsThreads = 512;
+constexpr int kRowsUnroll = 4;
+
+__global__ void __launch_bounds__(kRowsThreads) gate_wait_rows_kernel(GateRows g, const float* src, uint64_t timeout_ns) {
+  __shared__ int s_rows[GateMailbox::kMaxK];
+  __shared__ int s_n_rows;
+  if (threadIdx.x == 0) {
+    const uint32_t want = load_volatile(g.seq);
+    const uint64_t t0 = global_ns();
+    uint32_t mask = 0;
+    for (;;) {
+      if (load_volatile(g.gate) == want) break;
+      if (load_acquire_sys(&g.box->open) == want) {
+        mask = load_volatile(&g.box->mask);
+        *g.mask = mask;
+        break;
+      }
+      __nanosleep(128);
+      if (global_ns() - t0 > timeout_ns) {
+        *const_cast<volatile uint32_t*>(g.timed_out) = 1;
+        break;
+      }
+    }
+    int n = 0;
+    for (int j = 0; j < g.k; ++j)
+      if ((mask >> j) & 1u) s_rows[n++] = j;
+    s_n_rows = n;
+  }
+  __syncthreads();
+  // The rows sit in host memory, where every read crosses PCIe (~1-2 us):
+  // each thread issues several loads before it stores any, so the block has
+  // thousands in flight instead of a round trip per element. __ldcv: never
+  // from a cache (this memory changed under the GPU since the last step).
+  const int n_rows = s_n_rows;
+  const bool vec = g.d % 4 == 0;
+  const int64_t per_row = vec ? g.d / 4 : g.d;
+  const int64_t total = n_rows * per_row;
+  for (int64_t base = threadIdx.x; base < total; base += int64_t{kRowsUnroll} * kRowsThreads) {
+    if (vec) {
+      float4 v[kRowsUnroll];
+#pragma unroll
+      for (int u = 0; u < kRowsUnroll; ++u) {
+        const int64_t i = base + int64_t{u} * kRowsThreads;
+        if (i < total) v[u] = __ldcv(reinterpret_cast<const float4*>(src + s_rows[i / per_row] * g.d) + i % per_row);
+      }
+#pragma unroll
+      for (int u = 0; u < kRowsUnroll; ++u) {
+        const int64_t i = base + int64_t{u} * kRowsThreads;
+        if (i < total) reinterpret_cast<float4*>(g.y + s_rows[i / per_row] * g.d)[i % per_row] = v[u];
+      }
+    } else {
+      float v[kRowsUnroll];
+#pragma unroll
+      for (int u = 0; u < kRowsUnroll; ++u) {
+        const int64_t i = base + int64_t{u} * kRowsThreads;
+        if (i < total) v[u] = __ldcv(src + s_rows[i / per_row] * g.d + i % per_row);
+      }
+#pragma unroll
+      for (int u = 0; u < kRowsUnroll; ++u) {
+        const int64_t i = base + int64_t{u} * kRowsThreads;
+        if (i < total) g.y[s_rows[i / per_row] * g.d + i % per_row] = v[u];
+      }
+    }
+  }
+  __threadfence();
+}
+
 constexpr int kCombineThreads = 256;
 
 __global__ void combine_host_rows_kernel(const float* __restrict__ y, const float* __restrict__ host_y,
@@ -81,7 +156,9 @@ __global__ void combine_host_rows_kernel(const float* __restrict__ y, const floa
 
 }  // namespace
 
-size_t GateMailbox::bytes(int64_t d) { return (kHeaderBytes + sizeof(float) * static_cast<size_t>(d) + 255) & ~size_t{255}; }
+size_t GateMailbox::bytes(int64_t d, int k) {
+  return kHeaderBytes + x_bytes(d) + x_bytes(d * static_cast<int64_t>(k));
+}
 
 void gate_check(const GateCheck& c, cudaStream_t stream) {
   if (c.k <= 0 || c.k > GateMailbox::kMaxK || c.n_pred < 0 || c.n_pred > GateMailbox::kMaxK)
@@ -96,6 +173,23 @@ void gate_wait(const uint32_t* seq, const uint32_t* gate, uint32_t* timed_out, u
                cudaStream_t stream) {
   gate_wait_kernel<<<1, 1, 0, stream>>>(seq, gate, timed_out, static_cast<uint64_t>(timeout_ms) * 1000000ull);
   MS_CUDA_CHECK_LAUNCH();
+}
+
+void gate_wait_rows(const GateRows& g, cudaStream_t stream) {
+  if (g.k <= 0 || g.k > GateMailbox::kMaxK || g.d <= 0) throw Error("gate_wait_rows: k must be in 1..32");
+  if (!g.seq || !g.gate || !g.box || !g.y || !g.mask || !g.timed_out) throw Error("gate_wait_rows: missing buffer");
+  const float* rows = reinterpret_cast<const float*>(reinterpret_cast<const char*>(g.box) + GateMailbox::kHeaderBytes +
+                                                     GateMailbox::x_bytes(g.d));
+  gate_wait_rows_kernel<<<1, kRowsThreads, 0, stream>>>(g, rows, static_cast<uint64_t>(g.timeout_ms) * 1000000ull);
+  MS_CUDA_CHECK_LAUNCH();
+}
+
+void open_host_rows(GateMailbox* box, uint32_t mask, uint32_t seq) {
+  *reinterpret_cast<volatile uint32_t*>(&box->mask) = mask;
+  // The rows and the mask before the gate (the device reads them after it
+  // sees `open`, with acquire semantics).
+  std::atomic_thread_fence(std::memory_order_release);
+  *reinterpret_cast<volatile uint32_t*>(&box->open) = seq;
 }
 
 void moe_combine_host_rows(const float* y, const float* host_y, const uint32_t* host_mask, const float* weights,

@@ -12,6 +12,11 @@
 //           miss's copies and slot table are in) and the combine's (the CPU's
 //           rows are in), so the GPU computes its experts while the CPU does;
 //           check opens both on a hit, the host's copy stream on a miss
+//   rows    the combine's gate on a miss: waits until the host has written
+//           the CPU's rows into the mailbox and stamped it (or until the
+//           check opened the gate on a hit), then copies those rows to
+//           device memory. No driver call and no copy stream on the host's
+//           side, so the rows never queue behind the next layer's prefetch
 //   combine moe_combine, except that the rows the host computed (host_mask)
 //           come from host_y instead of the GPU's own output
 //
@@ -37,10 +42,20 @@ struct GateMailbox {
   uint32_t hit;       // 1: every routed expert was resident (the gate opened on the device)
   int32_t ids[kMaxK];
   int32_t pred[kMaxK];
-  // followed by the FFN input (d floats), written on a miss only
+  // Written by the host on a miss with CPU experts, for gate_wait_rows: the
+  // rows it computed (bit j: row j of y_of), then `open` = the step's
+  // sequence number, last.
+  uint32_t mask;
+  uint32_t open;
+  // followed by the FFN input (d floats, written by the device on a miss),
+  // then k rows of d floats (the host's)
   static constexpr size_t kHeaderBytes = 512;  // the fields above, rounded up
-  static size_t bytes(int64_t d);
+  static size_t bytes(int64_t d, int k);
   static float* x_of(GateMailbox* m) { return reinterpret_cast<float*>(reinterpret_cast<char*>(m) + kHeaderBytes); }
+  static float* y_of(GateMailbox* m, int64_t d) {
+    return reinterpret_cast<float*>(reinterpret_cast<char*>(m) + kHeaderBytes + x_bytes(d));
+  }
+  static size_t x_bytes(int64_t d) { return (sizeof(float) * static_cast<size_t>(d) + 255) & ~size_t{255}; }
 };
 static_assert(sizeof(GateMailbox) <= GateMailbox::kHeaderBytes);
 
@@ -65,6 +80,27 @@ void gate_check(const GateCheck& c, cudaStream_t stream);
 // leaves the device spinning forever.
 void gate_wait(const uint32_t* seq, const uint32_t* gate, uint32_t* timed_out, uint32_t timeout_ms,
                cudaStream_t stream);
+
+// The combine's gate of a miss. One block: waits until *gate == *seq (the
+// check opened it: nothing to copy) or box->open == *seq (the host's rows
+// are in the mapped mailbox: the rows of box->mask are copied to y, the mask
+// to *mask), or until timeout_ms has passed (*timed_out = 1, as gate_wait).
+struct GateRows {
+  const uint32_t* seq = nullptr;
+  const uint32_t* gate = nullptr;      // device word, opened by the check on a hit
+  const GateMailbox* box = nullptr;    // device address of the mapped mailbox
+  int k = 0;
+  int64_t d = 0;
+  float* y = nullptr;                  // device: k rows of d floats
+  uint32_t* mask = nullptr;            // device word the combine reads
+  uint32_t* timed_out = nullptr;
+  uint32_t timeout_ms = 0;
+};
+void gate_wait_rows(const GateRows& g, cudaStream_t stream);
+
+// The host's side of gate_wait_rows: after writing rows of the mailbox's
+// y_of(), publish `mask` and then open the gate for step `seq`.
+void open_host_rows(GateMailbox* box, uint32_t mask, uint32_t seq);
 
 // One token: out = residual + sum_j w_j * (bit j of *host_mask ? host_y[j] : y[j]),
 // rows of n floats, summed in j order as moe_combine does.

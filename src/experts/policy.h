@@ -42,6 +42,12 @@ class CachePolicy {
   // Returns whether it is now resident; a victim is appended to `evicted`.
   virtual bool prefetch(uint64_t step, ExpertKey key, float confidence, std::span<const ExpertKey> protect,
                         std::vector<ExpertKey>& evicted) = 0;
+  // Finishes bookkeeping that access() deferred because no decision of that
+  // step depends on it (the adaptive policy's other shadow caches), so a
+  // caller can run it after acting on the decisions. Optional: access() and
+  // prefetch() settle first themselves; a policy's decisions are the same
+  // whether or when settle() is called.
+  virtual void settle() {}
   virtual bool contains(ExpertKey key) const = 0;
   virtual size_t size() const = 0;
   virtual std::vector<ExpertKey> resident() const = 0;  // sorted ascending

@@ -37,12 +37,17 @@ class AdaptivePolicy final : public CachePolicy {
   std::string name() const override { return "adaptive"; }
 
   void access(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses, AccessResult& out) override {
-    // Shadows first: they also update the scores the real cache uses.
+    settle();
+    // The leader's shadow first: it also updates the scores the real cache
+    // uses. The other shadows only matter to the next choice of leader, so
+    // they wait for settle() (the step's decisions do not depend on them).
     const double decay = std::pow(perf_decay_, double(keys.size()));
-    for (size_t j = 0; j < shadows_.size(); ++j) {
-      shadows_[j]->access(step, keys, uses, shadow_out_);
-      perf_[j] = perf_[j] * decay + double(shadow_out_.hits.size());
-    }
+    shadow_access(leader_, step, keys, uses, decay);
+    pending_ = true;
+    pending_step_ = step;
+    pending_decay_ = decay;
+    pending_keys_.assign(keys.begin(), keys.end());
+    pending_uses_.assign(uses.begin(), uses.end());
     const LfuDecayPolicy& lead = *shadows_[leader_];
     out.clear();
     for (ExpertKey k : keys) {
@@ -60,11 +65,20 @@ class AdaptivePolicy final : public CachePolicy {
     for (ExpertKey k : out.misses)
       if (make_room(lead.log_score(k), keys, out.evicted)) insert(k, lead.log_score(k)), out.admitted.push_back(k);
     std::sort(out.misses.begin(), out.misses.end());
+  }
+
+  // The other shadows' share of the last access, then the choice of leader.
+  void settle() override {
+    if (!pending_) return;
+    pending_ = false;
+    for (size_t j = 0; j < shadows_.size(); ++j)
+      if (j != leader_) shadow_access(j, pending_step_, pending_keys_, pending_uses_, pending_decay_);
     pick_leader();
   }
 
   bool prefetch(uint64_t step, ExpertKey key, float confidence, std::span<const ExpertKey> protect,
                 std::vector<ExpertKey>& evicted) override {
+    settle();
     if (resident_[key]) return true;
     const LfuDecayPolicy& lead = *shadows_[leader_];
     const double c = std::max(1e-6f, std::min(1.0f, confidence));
@@ -85,6 +99,11 @@ class AdaptivePolicy final : public CachePolicy {
   double leader_halflife() const { return kHalflives[leader_]; }
 
  private:
+  void shadow_access(size_t j, uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses,
+                     double decay) {
+    shadows_[j]->access(step, keys, uses, shadow_out_);
+    perf_[j] = perf_[j] * decay + double(shadow_out_.hits.size());
+  }
   void insert(ExpertKey k, double score) {
     resident_[k] = 1;
     stored_[k] = score;
@@ -130,6 +149,12 @@ class AdaptivePolicy final : public CachePolicy {
   std::set<std::pair<double, ExpertKey>> order_;  // residents by the leader's score, lowest first
   double log_margin_, perf_decay_;
   AccessResult shadow_out_;
+  // The last access, until settle() replays it to the other shadows.
+  bool pending_ = false;
+  uint64_t pending_step_ = 0;
+  double pending_decay_ = 1;
+  std::vector<ExpertKey> pending_keys_;
+  std::vector<uint32_t> pending_uses_;
 };
 
 }  // namespace

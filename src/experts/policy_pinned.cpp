@@ -56,6 +56,7 @@ class PinnedPolicy final : public CachePolicy {
     return dynamic_->prefetch(step, key, confidence, protect, evicted);
   }
 
+  void settle() override { dynamic_->settle(); }
   bool contains(ExpertKey key) const override { return (pinned_[key] && loaded_[key]) || dynamic_->contains(key); }
   size_t size() const override { return n_loaded_ + dynamic_->size(); }
   std::vector<ExpertKey> resident() const override {

@@ -176,6 +176,10 @@ void PooledCache::access(uint64_t step, std::span<const ExpertKey> keys, std::sp
   to_global(p, out.evicted);
 }
 
+void PooledCache::settle() {
+  for (auto& p : pools_) p->settle();
+}
+
 bool PooledCache::prefetch(uint64_t step, ExpertKey key, float confidence, std::span<const ExpertKey> protect,
                            std::vector<ExpertKey>& evicted) {
   const size_t p = pool_index(key);

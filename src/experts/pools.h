@@ -55,6 +55,7 @@ class PooledCache final : public CachePolicy {
               AccessResult& out) override;
   bool prefetch(uint64_t step, ExpertKey key, float confidence, std::span<const ExpertKey> protect,
                 std::vector<ExpertKey>& evicted) override;
+  void settle() override;
   bool contains(ExpertKey key) const override;
   size_t size() const override;
   std::vector<ExpertKey> resident() const override;

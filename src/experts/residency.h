@@ -133,6 +133,10 @@ class ExpertResidency {
   // replaces this one.
   const StagePlan& stage(uint64_t step, uint32_t layer, std::span<const ExpertKey> predicted, uint32_t max_experts);
 
+  // The policy's deferred bookkeeping of the last plan (CachePolicy::settle):
+  // call it once the plan is acted on, off the step's critical path.
+  void settle() { cache_.settle(); }
+
   // The cache slot of a resident expert (invalid when not resident).
   SlotRef slot_of(ExpertKey key) const;
   bool resident(ExpertKey key) const { return slot_of(key).valid(); }

@@ -1,7 +1,9 @@
 // The gated decode step's kernels (cuda/expert_gate.h): the combine with the
 // host's rows against a scalar reference; the residency check's mailbox and
 // gate on a hit and on a miss; the gate's wait, opened from another stream
-// and timing out when nobody opens it.
+// and timing out when nobody opens it; the combine's gate, opened by the
+// host through the mailbox (its rows copied) or by the check (nothing
+// copied), ignoring a stale open word and timing out.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -46,19 +48,19 @@ TEST(ExpertGate, CombineWithHostRowsMatchesTheScalarReference) {
 
 struct GateRig {
   static constexpr int kExperts = 70, kK = 4;
-  static constexpr int64_t kD = 99;
-  PinnedBuffer box{GateMailbox::bytes(kD), true};
+  int64_t width;  // the FFN input's width: odd (scalar paths) or a multiple of 4 (vector paths)
+  PinnedBuffer box;
   DeviceBuffer words{4 * sizeof(uint32_t), "gate words"};  // seq, two gates, host_mask
   DeviceBuffer resident;
   DeviceBuffer x;
   std::vector<float> xh;
-  GateRig() {
+  explicit GateRig(int64_t d = 99) : width(d), box(GateMailbox::bytes(d, kK), true) {
     std::memset(box.get(), 0, box.size());
     std::vector<uint32_t> bits(3, 0);
     for (int e : {1, 5, 33, 64, 69}) bits[static_cast<size_t>(e / 32)] |= 1u << (e % 32);
     resident = upload(bits);
     std::mt19937 rng(9);
-    xh = random_floats(kD, rng);
+    xh = random_floats(width, rng);
     x = upload(xh);
     const std::vector<uint32_t> w{41, 0, 0, 0xffffffffu};
     MS_CUDA_CHECK(cudaMemcpy(words.get(), w.data(), w.size() * 4, cudaMemcpyHostToDevice));
@@ -77,7 +79,7 @@ struct GateRig {
     c.pred = dpred.as<int32_t>();
     c.n_pred = static_cast<int>(pred.size());
     c.x = x.as<float>();
-    c.d = kD;
+    c.d = width;
     c.seq = seq();
     c.gate = gate();
     c.host_mask = host_mask();
@@ -114,7 +116,7 @@ TEST(ExpertGate, CheckLeavesTheGateShutAndPostsTheInputOnAMiss) {
     EXPECT_EQ(m.hit, 0u) << "an expert out of range or not resident is a miss";
     EXPECT_EQ(std::vector<int32_t>(m.ids, m.ids + 4), ids);
     const float* x = GateMailbox::x_of(r.mail());
-    for (int64_t i = 0; i < GateRig::kD; ++i) ASSERT_EQ(x[i], r.xh[static_cast<size_t>(i)]) << i;
+    for (int64_t i = 0; i < r.width; ++i) ASSERT_EQ(x[i], r.xh[static_cast<size_t>(i)]) << i;
     const std::vector<uint32_t> w = download<uint32_t>(r.words.get(), 4);
     EXPECT_EQ(w[1], 0u) << "the gates stay shut on a miss";
     EXPECT_EQ(w[2], 0u);
@@ -146,6 +148,85 @@ TEST(ExpertGate, WaitGivesUpAfterItsTimeout) {
   gate_wait(r.seq(), r.gate(), static_cast<uint32_t*>(flag.device_ptr()), 50, compute.get());
   MS_CUDA_CHECK(cudaStreamSynchronize(compute.get()));
   EXPECT_EQ(*flag.as<uint32_t>(), 1u);
+}
+
+struct RowsRig : GateRig {
+  DeviceBuffer y;
+  PinnedBuffer flag{sizeof(uint32_t), true};
+  Stream compute;
+  explicit RowsRig(int64_t d = 99) : GateRig(d), y(poisoned(static_cast<size_t>(kK * d))) { *flag.as<uint32_t>() = 0; }
+  uint32_t* combine_gate() { return words.as<uint32_t>() + 2; }
+  void launch(uint32_t timeout_ms) {
+    GateRows g;
+    g.seq = seq();
+    g.gate = combine_gate();
+    g.box = static_cast<const GateMailbox*>(box.device_ptr());
+    g.k = kK;
+    g.d = width;
+    g.y = y.as<float>();
+    g.mask = host_mask();
+    g.timed_out = static_cast<uint32_t*>(flag.device_ptr());
+    g.timeout_ms = timeout_ms;
+    gate_wait_rows(g, compute.get());
+  }
+  std::vector<float> rows() { return download<float>(y.get(), static_cast<size_t>(kK * width)); }
+  uint32_t mask_word() { return download<uint32_t>(words.get(), 4)[3]; }
+};
+
+TEST(ExpertGate, CombineGateCopiesTheRowsTheHostPublishes) {
+  MS_REQUIRE_GPU();
+  for (int64_t d : {int64_t{99}, int64_t{2048}, int64_t{4100}})
+    for (uint32_t mask : {0b1010u, 0b1111u, 0b0001u, 0u}) {
+      RowsRig r(d);
+      const std::vector<float> before = r.rows();
+      r.mail()->open = 40;  // the previous step's: must not let this one pass
+      r.launch(20000);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      EXPECT_EQ(cudaStreamQuery(r.compute.get()), cudaErrorNotReady) << "no rows yet: the kernel waits";
+      std::mt19937 rng(4);
+      const std::vector<float> hy = random_floats(static_cast<size_t>(GateRig::kK * d), rng);
+      std::memcpy(GateMailbox::y_of(r.mail(), d), hy.data(), hy.size() * sizeof(float));
+      open_host_rows(r.mail(), mask, 41);
+      MS_CUDA_CHECK(cudaStreamSynchronize(r.compute.get()));
+      EXPECT_EQ(*r.flag.as<uint32_t>(), 0u);
+      EXPECT_EQ(r.mask_word(), mask);
+      const std::vector<float> got = r.rows();
+      for (int j = 0; j < GateRig::kK; ++j)
+        for (int64_t i = 0; i < d; ++i) {
+          const size_t at = static_cast<size_t>(j * d + i);
+          const float want = (mask >> j) & 1u ? hy[at] : before[at];
+          ASSERT_EQ(std::memcmp(&got[at], &want, sizeof(float)), 0) << "d " << d << " mask " << mask << " row " << j
+                                                                      << " col " << i;
+        }
+    }
+}
+
+TEST(ExpertGate, CombineGateOpenedByTheCheckCopiesNothing) {
+  MS_REQUIRE_GPU();
+  RowsRig r;
+  const std::vector<float> before = r.rows();
+  r.check({5, 69, 1, 33}, {});  // a hit: opens both gates, clears the mask
+  r.mail()->mask = 0xf;         // stale host words the gate must ignore
+  r.mail()->open = 41;
+  MS_CUDA_CHECK(cudaMemset(r.host_mask(), 0, sizeof(uint32_t)));
+  r.launch(20000);
+  MS_CUDA_CHECK(cudaStreamSynchronize(r.compute.get()));
+  EXPECT_EQ(*r.flag.as<uint32_t>(), 0u);
+  EXPECT_EQ(r.mask_word(), 0u);
+  const std::vector<float> got = r.rows();
+  EXPECT_EQ(std::memcmp(got.data(), before.data(), got.size() * sizeof(float)), 0);
+}
+
+TEST(ExpertGate, CombineGateGivesUpAfterItsTimeout) {
+  MS_REQUIRE_GPU();
+  RowsRig r;
+  const std::vector<float> before = r.rows();
+  r.mail()->open = 40;
+  r.launch(50);
+  MS_CUDA_CHECK(cudaStreamSynchronize(r.compute.get()));
+  EXPECT_EQ(*r.flag.as<uint32_t>(), 1u);
+  const std::vector<float> got = r.rows();
+  EXPECT_EQ(std::memcmp(got.data(), before.data(), got.size() * sizeof(float)), 0);
 }
 
 }  // namespace

@@ -2,8 +2,11 @@
 // tiered layer checks on the GPU whether its routed experts are resident
 // (cuda/expert_gate.h). On a hit the GPU goes on at once; on a miss its
 // expert compute waits at the layer's gate while the host, which follows
-// the mailboxes layer by layer, streams the cold experts or computes them
-// on the CPU and then opens the gate from the copy stream.
+// the mailboxes layer by layer, streams the cold experts and opens that gate
+// from the copy stream behind them, queues the next tiered layer's
+// prefetch there, and computes the rest on the CPU. The CPU's rows go into
+// the layer's mailbox, and a word there opens the combine's gate: the rows
+// never wait behind the prefetch, and cost no driver call.
 //
 // Why this is safe without events between the streams: the host serves the
 // layers in order, and it sees layer L's mailbox only once the compute
@@ -50,7 +53,7 @@ void HybridMoe::Impl::make_gates() {
   const size_t D = static_cast<size_t>(c.n_embd);
   gated.assign(NL, 0);
   gated_pred.assign(NL, -1);
-  box_bytes = cuda::GateMailbox::bytes(c.n_embd);
+  box_bytes = cuda::GateMailbox::bytes(c.n_embd, c.n_expert_used);
   mailbox = cuda::PinnedBuffer(box_bytes * NL + kAlign, true);
   std::memset(mailbox.get(), 0, mailbox.size());
   mailbox_dev = static_cast<char*>(mailbox.device_ptr());
@@ -63,7 +66,7 @@ void HybridMoe::Impl::make_gates() {
   resident_dev = gate_arena.alloc_n<uint32_t>(NL * mask_words);
   host_y_dev = gate_arena.alloc_n<float>(K * D);
   MS_CUDA_CHECK(cudaMemset(gate_arena.base(), 0, gate_arena.capacity()));
-  gate_src = cuda::PinnedBuffer(3 * sizeof(uint32_t));
+  gate_src = cuda::PinnedBuffer(2 * sizeof(uint32_t));
   std::memset(gate_src.get(), 0, gate_src.size());
   MS_CUDA_CHECK(cudaMemcpy(resident_dev, resident_host.get(), resident_host.size(), cudaMemcpyHostToDevice));
   resident_dirty = false;
@@ -111,13 +114,20 @@ void HybridMoe::Impl::enqueue_gated(int il, const float* x, const cuda::Q8Act& x
   cuda::gate_wait(seq_dev, gate_dev + 2 * il, timed_out_dev, kGateTimeoutMs, stream);
   const cuda::ExpertWeights& ew = slots->weights(il);
   const bool q8 = cuda::matvec_takes_q8(ew.gate.type);
+  cuda::GateRows gr;
+  gr.seq = seq_dev;
+  gr.gate = gate_dev + 2 * il + 1;
+  gr.box = gc.box;
+  gr.k = K;
+  gr.d = c.n_embd;
+  gr.y = host_y_dev;
+  gr.mask = host_mask_dev;
+  gr.timed_out = timed_out_dev;
+  gr.timeout_ms = kGateTimeoutMs;
   cuda::HostRows hr;
   hr.y = host_y_dev;
   hr.mask = host_mask_dev;
-  hr.gate = gate_dev + 2 * il + 1;
-  hr.seq = seq_dev;
-  hr.timed_out = timed_out_dev;
-  hr.timeout_ms = kGateTimeoutMs;
+  hr.gate = &gr;
   cuda::expert_ffn(ew, x, q8 ? &x_q8 : nullptr, 1, K, ids, wts, h, h, hg, decode_scratch_bytes, stream, &hr);
 }
 
@@ -175,11 +185,14 @@ void HybridMoe::Impl::serve_layer(int il) {
   const int K = c.n_expert_used, E = c.n_expert;
   const cuda::GateMailbox& b = await_box(il);
   const auto t_plan = Clock::now();
-  collect_timing();
+  // Earlier samples, only if done: never wait here, where the GPU may be
+  // stopped at this layer's gate while the copy stream still prefetches.
+  collect_timing(false);
   copy0_recorded = false;
   const auto t_policy = Clock::now();
   prof.timing_s += std::chrono::duration<double>(t_policy - t_plan).count();
-  timed = layer_steps++ % kTimingEvery == 0;
+  // A new sample only once the last one is in (its events are reused).
+  timed = layer_steps++ % kTimingEvery == 0 && !copy_timing_pending;
   int32_t ids[cuda::GateMailbox::kMaxK], pred[cuda::GateMailbox::kMaxK];
   std::memcpy(ids, b.ids, sizeof(int32_t) * K);
   std::memcpy(pred, b.pred, sizeof(int32_t) * K);
@@ -191,7 +204,8 @@ void HybridMoe::Impl::serve_layer(int il) {
   note_residency(sp.plan);
   if (sp.prediction.predicted) note_prediction(il, sp.prediction);
   TierCounts& lc = tel.layers[static_cast<size_t>(il)];
-  double plan_cpu_s = 0;
+  uint32_t mask = 0;
+  cpu_work.clear();
 
   if (hit) {
     // The device found every expert resident; the policy must agree (the
@@ -204,9 +218,6 @@ void HybridMoe::Impl::serve_layer(int il) {
     ++tel.gated_hits;
   } else {
     ++tel.gated_misses;
-    uint32_t mask = 0;
-    double cpu_s = 0;
-    cpu_work.clear();
     bool copies = false;
     for (size_t i = 0; i < sp.plan.experts.size(); ++i) {
       const PlannedExpert& pe = sp.plan.experts[i];
@@ -237,35 +248,40 @@ void HybridMoe::Impl::serve_layer(int il) {
     }
     slots->upload(il, copier->stream());
     if (resident_dirty) upload_resident(copier->stream());
-    if (cpu_work.empty()) {
-      open_gate(il, -1);
-    } else {
-      open_gate(il, 0);  // the GPU's experts go on while the CPU computes
-      const double overhead = seconds_since(t_plan);
-      min_overhead_s = min_overhead_s > 0 ? std::min(min_overhead_s, overhead) : overhead;
-      const auto t = Clock::now();
-      cpu->compute(il, cuda::GateMailbox::x_of(const_cast<cuda::GateMailbox*>(&b)), 1, cpu_work,
-                   cpu_y_host.as<float>());
-      cpu_s = seconds_since(t);
-      tel.cpu_experts_s += cpu_s;
-      pass_cpu_s += cpu_s;
-      gate_src.as<uint32_t>()[2] = mask;
-      MS_CUDA_CHECK(cudaMemcpyAsync(host_y_dev, cpu_y_host.get(), sizeof(float) * K * c.n_embd,
-                                    cudaMemcpyHostToDevice, copier->stream()));
-      MS_CUDA_CHECK(cudaMemcpyAsync(host_mask_dev, gate_src.as<uint32_t>() + 2, sizeof(uint32_t),
-                                    cudaMemcpyHostToDevice, copier->stream()));
-      open_gate(il, 1);
-    }
-    plan_cpu_s = cpu_s;
+    // Without CPU experts both gates open behind the copies; with them the
+    // GPU's experts go on while the CPU computes, and the combine's gate
+    // opens from here once the CPU's rows are in the mailbox.
+    open_gate(il, cpu_work.empty() ? -1 : 0);
   }
-  // The next tiered layer's predicted experts, behind this layer's copies.
+  double cpu_s = 0;
+  const auto t_cpu = Clock::now();
+  prof.enqueue_s += std::chrono::duration<double>(t_cpu - t_enqueue).count();
+  if (!cpu_work.empty()) {
+    const double overhead = std::chrono::duration<double>(t_cpu - t_plan).count();
+    min_overhead_s = min_overhead_s > 0 ? std::min(min_overhead_s, overhead) : overhead;
+    cuda::GateMailbox* bx = box(il);
+    cpu->compute(il, cuda::GateMailbox::x_of(bx), 1, cpu_work, cuda::GateMailbox::y_of(bx, c.n_embd));
+    cuda::open_host_rows(bx, mask, seq);
+    cpu_s = seconds_since(t_cpu);
+    tel.cpu_experts_s += cpu_s;
+    pass_cpu_s += cpu_s;
+  }
+  // The next tiered layer's predicted experts, on the copy stream behind
+  // this layer's copies. After the CPU's experts, not before: the link's
+  // DMA reads host memory as the CPU does, and running both at once slowed
+  // the CPU's experts (on the critical path) by a quarter on the GPU
+  // machine (bench/results/hybrid_bench.md, run 13).
   const int target = gated_pred[static_cast<size_t>(il)];
   const auto t_stage = Clock::now();
-  prof.enqueue_s += std::chrono::duration<double>(t_stage - t_enqueue).count() - plan_cpu_s;
   if (target >= 0) stage_next(HybridPrediction{target, nullptr, K}, pred);
-  prof.stage_s += seconds_since(t_stage);
+  const auto t_settle = Clock::now();
+  prof.stage_s += std::chrono::duration<double>(t_settle - t_stage).count();
+  // The policy's deferred bookkeeping (the adaptive policy's shadow caches),
+  // now that this layer's gates are open.
+  res->settle();
+  prof.settle_s += seconds_since(t_settle);
   ++(hit ? prof.hits : prof.misses);
-  tel.plan_s += seconds_since(t_plan) - plan_cpu_s;
+  tel.plan_s += seconds_since(t_plan) - cpu_s;
 }
 
 }  // namespace ms

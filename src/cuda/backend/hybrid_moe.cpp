@@ -254,13 +254,13 @@ void HybridMoe::Impl::place_initial() {
   }
 }
 
-void HybridMoe::Impl::collect_timing() {
-  if (timing_pending) {
+void HybridMoe::Impl::collect_timing(bool block) {
+  if (timing_pending && (block || gpu1.done())) {
     gpu1.synchronize();
     tel.gpu_experts_s += gpu1.ms_since(gpu0) * 1e-3 * kTimingEvery;
     timing_pending = false;
   }
-  if (copy_timing_pending) {
+  if (copy_timing_pending && (block || copy1.done())) {
     copy1.synchronize();
     tel.copy_busy_s += copy1.ms_since(copy0) * 1e-3 * kTimingEvery;
     copy_timing_pending = false;
@@ -699,9 +699,9 @@ HybridMoe::Impl::~Impl() {
   if (!p || std::string(p) != "1" || n == 0) return;
   std::fprintf(stderr,
                "moestream: gated serve, us per layer step (%llu hits, %llu misses): timing %.1f, policy %.1f, "
-               "enqueue %.1f, staging %.1f\n",
+               "enqueue %.1f, staging %.1f, deferred policy %.1f\n",
                (unsigned long long)prof.hits, (unsigned long long)prof.misses, 1e6 * prof.timing_s / n,
-               1e6 * prof.policy_s / n, 1e6 * prof.enqueue_s / n, 1e6 * prof.stage_s / n);
+               1e6 * prof.policy_s / n, 1e6 * prof.enqueue_s / n, 1e6 * prof.stage_s / n, 1e6 * prof.settle_s / n);
 }
 
 void HybridMoe::begin_pass(int n_tokens, bool gated) {

@@ -130,8 +130,10 @@ struct HybridMoe::Impl {
   // The previous layer's timings. Its end events are done or nearly so (the
   // compute stream has passed them, and copy1 follows the last copy the
   // compute stream waited for), but "nearly" is not "done" for
-  // cudaEventElapsedTime: wait for each first.
-  void collect_timing();
+  // cudaEventElapsedTime: wait for each first. block=false (the gated step,
+  // where the copy stream may still be busy with a prefetch): collect only
+  // what is done, leaving the rest pending.
+  void collect_timing(bool block = true);
 
   bool run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* wts, float* h,
            const cuda::NextNorm* next, const HybridPrediction* pred);
@@ -153,7 +155,8 @@ struct HybridMoe::Impl {
 
   // ---- gated decode (hybrid_gated.cpp)
   // Device words: the step's sequence number, two gates per layer (its
-  // experts', its combine's), the host rows' mask; the bitmap; the CPU's rows.
+  // experts', its combine's), the host rows' mask; the bitmap; the CPU's rows
+  // (copied there from the mailbox by the combine's gate).
   cuda::DeviceArena gate_arena;
   uint32_t *seq_dev = nullptr, *gate_dev = nullptr, *host_mask_dev = nullptr, *resident_dev = nullptr;
   float* host_y_dev = nullptr;
@@ -163,8 +166,8 @@ struct HybridMoe::Impl {
   size_t box_bytes = 0;
   uint32_t* timed_out_host = nullptr;
   uint32_t* timed_out_dev = nullptr;
-  // Pinned sources of the copy stream's small writes: the step's sequence
-  // number twice (opens one gate or both), the host rows' mask.
+  // Pinned source of the copy stream's small writes: the step's sequence
+  // number twice (opens one gate or both).
   cuda::PinnedBuffer gate_src;
   uint32_t seq = 0;
   // Per layer: the layer's decode step is gated (captured in the decode
@@ -174,7 +177,7 @@ struct HybridMoe::Impl {
   bool gated_pass = false;  // this pass's decode runs gated: serve_gated() follows the launch
   // Host seconds of serve_layer by part (MOESTREAM_HYBRID_PROFILE=1 prints them at exit).
   struct ServeProfile {
-    double timing_s = 0, policy_s = 0, enqueue_s = 0, stage_s = 0;
+    double timing_s = 0, policy_s = 0, enqueue_s = 0, stage_s = 0, settle_s = 0;
     uint64_t hits = 0, misses = 0;
   } prof;
   ~Impl();
