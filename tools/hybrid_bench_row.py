@@ -23,7 +23,7 @@ if e.get("hybrid"):
              f" cpu {100*p['host']/tot:.1f}% stream {100*p['streamed']/tot:.1f}%"
              f" | per decode token res {d['resident']/dn:.0f} str {d['streamed']/dn:.0f} cpu {d['host']/dn:.0f}"
              f" | h2d {e['h2d_gbps']:.1f}GB/s | meas pcie {e['measured']['pcie_gbps']:.1f}"
-             f" cpu {e['measured']['cpu_gbps']:.1f} | ms/tok wait {1e3*s['route_wait']/n:.2f} plan {1e3*s['plan']/n:.2f}"
+             f" cpu {e['measured']['cpu_gbps']:.1f} host {e['measured'].get('host_gbps', 0):.1f} | ms/tok wait {1e3*s['route_wait']/n:.2f} plan {1e3*s['plan']/n:.2f}"
              f" cpu {1e3*s['cpu_experts']/n:.2f} gpu {1e3*s['gpu_experts']/n:.2f} fwd {1e3*s['forward']/n:.2f}")
     pf = e.get("prefetch", {})
     if pf.get("layer_steps"):

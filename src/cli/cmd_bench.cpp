@@ -90,6 +90,15 @@ double floor_bandwidth(const Backend& be, ThreadPool& pool, std::string* how) {
   return measure_read_bandwidth(pool);
 }
 
+// Host memory read bandwidth (GB/s) with all the pool's threads, once per
+// process: the decode floor's term for the cold experts, which the copy
+// engine and the CPU both read from host memory (experts/floor.h).
+double host_memory_gbps(ThreadPool& pool) {
+  static double gbps = 0;
+  if (gbps == 0) gbps = measure_read_bandwidth(pool) / 1e9;
+  return gbps;
+}
+
 // Builds the backend for one budget, runs pp and tg on it, and releases it
 // (with its VRAM) before returning, so the next budget starts on an empty device.
 BudgetRun measure(const BenchArgs& a, const std::string& vram, bool sweep, const LoadedModel& model,
@@ -170,6 +179,7 @@ BudgetRun measure(const BenchArgs& a, const std::string& vram, bool sweep, const
   if (a.bandwidth_gbs > 0) r.bw_how = "given with --bandwidth";
   r.floor_tps = r.bw / mi.active;
   r.tel = be->expert_telemetry();
+  if (r.tel.hybrid) r.tel.host_gbps = host_memory_gbps(pool);
   r.row = budget_row(r, mi, a.bandwidth_gbs);
   return r;
 }

@@ -17,7 +17,7 @@ struct BudgetRow {
   double pp_tps = 0, tg_tps = 0;  // 0: not measured (-p 0 / -n 0)
   double hit_rate = 0, h2d_gbps = 0, cpu_share = 0;  // over all (token, expert) pairs of the run
   double floor_tps = 0;   // decode floor at this budget; 0: unknown
-  std::string floor_bound;  // "hbm", "pcie", "cpu" (or "" where the all-resident floor was used)
+  std::string floor_bound;  // "hbm", "pcie", "cpu", "host memory" (or "" where the all-resident floor was used)
 };
 
 // `| budget | pp512 t/s | tg128 t/s | hit | H2D GB/s | CPU share | floor tok/s | of floor |`

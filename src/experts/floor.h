@@ -6,8 +6,17 @@
 //
 //   seconds per token = max( GPU bytes      / HBM bandwidth (gpu_gbps),
 //                            streamed bytes / measured H2D bandwidth (pcie_gbps),
-//                            CPU bytes      / measured CPU expert bandwidth (cpu_gbps) )
+//                            CPU bytes      / measured CPU expert bandwidth (cpu_gbps),
+//                            (streamed + CPU bytes) / host memory bandwidth (host_gbps) )
 //   floor tok/s       = 1 / seconds per token
+//
+// The fourth term: every cold expert is read from host memory once per
+// token, by the copy engine's DMA or by the CPU, and the two share that
+// memory's bandwidth. On the GPU machine pinned H2D copies alone ran at 46
+// GB/s and 16 threads' reads alone at 87, but together at 39 + 51 = 90
+// (bench/cuda/host_contention_bench.cu, bench/results/hybrid_bench.md run
+// 13), so the PCIe and CPU terms cannot both be met at once. host_gbps 0
+// (not measured) leaves the term out.
 //
 // GPU bytes are the dense active bytes (attention, norms, router, shared
 // experts, output head) plus the resident experts a token routes to; streamed
@@ -30,14 +39,15 @@ struct DecodeBytes {
 // GB/s (1e9 bytes per second) of each path, as the telemetry carries them.
 struct TierRates {
   double gpu_gbps = 0, pcie_gbps = 0, cpu_gbps = 0;
+  double host_gbps = 0;  // host memory read, DMA and CPU together (0: unknown, the term is left out)
 };
 
 struct DecodeFloor {
-  double gpu_s = 0, pcie_s = 0, cpu_s = 0;  // each term of the max
+  double gpu_s = 0, pcie_s = 0, cpu_s = 0, host_s = 0;  // each term of the max
   double seconds() const;
   // 0 when a tier with bytes has no measured rate (the floor is unknown).
   double tokens_per_s() const;
-  // Which term sets the floor: "hbm", "pcie" or "cpu".
+  // Which term sets the floor: "hbm", "pcie", "cpu" or "host memory".
   std::string bound() const;
 };
 

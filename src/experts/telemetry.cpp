@@ -30,9 +30,14 @@ std::string ExpertTelemetry::summary() const {
                 (unsigned long long)experts_total, (unsigned long long)transit_slots, policy.c_str(),
                 host_pin.c_str());
   s += buf;
-  std::snprintf(buf, sizeof buf, "experts: measured PCIe %.1f GB/s, CPU experts %.1f GB/s, GPU %.0f GB/s\n", pcie_gbps,
+  std::snprintf(buf, sizeof buf, "experts: measured PCIe %.1f GB/s, CPU experts %.1f GB/s, GPU %.0f GB/s", pcie_gbps,
                 cpu_gbps, gpu_gbps);
   s += buf;
+  if (host_gbps > 0) {
+    std::snprintf(buf, sizeof buf, ", host memory %.1f GB/s", host_gbps);
+    s += buf;
+  }
+  s += "\n";
   std::snprintf(buf, sizeof buf,
                 "experts: pairs resident %.1f%% / streamed %.1f%% / CPU %.1f%% (hit rate %.1f%%); admitted %llu, "
                 "evicted %llu\n",
@@ -103,7 +108,7 @@ nlohmann::json ExpertTelemetry::to_json() const {
   j["cache_slots"] = cache_slots;
   j["transit_slots"] = transit_slots;
   j["experts_total"] = experts_total;
-  j["measured"] = {{"pcie_gbps", pcie_gbps}, {"cpu_gbps", cpu_gbps}, {"gpu_gbps", gpu_gbps}};
+  j["measured"] = {{"pcie_gbps", pcie_gbps}, {"cpu_gbps", cpu_gbps}, {"host_gbps", host_gbps}, {"gpu_gbps", gpu_gbps}};
   j["passes"] = passes;
   j["tokens"] = tokens;
   j["decode_tokens"] = decode_tokens;

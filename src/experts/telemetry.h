@@ -36,6 +36,7 @@ struct ExpertTelemetry {
   uint64_t cache_slots = 0, transit_slots = 0, experts_total = 0;
   // Bandwidths measured at start-up (GB/s) that the CPU-vs-PCIe split used.
   double pcie_gbps = 0, cpu_gbps = 0, gpu_gbps = 0;
+  double host_gbps = 0;  // host memory read with all the pool's threads (the floor's shared DMA + CPU term)
 
   uint64_t passes = 0, tokens = 0;        // forward calls, tokens through them
   uint64_t decode_tokens = 0;             // of which one-token (decode) passes

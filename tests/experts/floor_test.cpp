@@ -31,6 +31,20 @@ TEST(DecodeFloor, SlowestTierSetsIt) {
   EXPECT_EQ(decode_floor({2e9, 0, 0}, {2000, 55, 30}).bound(), "hbm");
 }
 
+TEST(DecodeFloor, HostMemorySharedByTheLinkAndTheCpuCanSetIt) {
+  // 110 MB streamed + 30 MB on the CPU, both read from host memory at 90 GB/s: 1.56 ms, below PCIe's 2 ms.
+  const DecodeFloor f = decode_floor({2e9, 110e6, 30e6}, {2000, 55, 30, 90});
+  EXPECT_NEAR(f.host_s, 140e6 / 90e9, 1e-12);
+  EXPECT_EQ(f.bound(), "pcie");
+  // A split that balances PCIe and the CPU: 2 ms each, but 220 MB from host memory take 2.44 ms.
+  const DecodeFloor g = decode_floor({2e9, 110e6, 60e6 + 50e6}, {2000, 55, 55, 90});
+  EXPECT_NEAR(g.host_s, 220e6 / 90e9, 1e-12);
+  EXPECT_NEAR(g.seconds(), g.host_s, 1e-15);
+  EXPECT_EQ(g.bound(), "host memory");
+  // Not measured: left out.
+  EXPECT_EQ(decode_floor({2e9, 110e6, 110e6}, {2000, 55, 55, 0}).host_s, 0.0);
+}
+
 TEST(DecodeFloor, ATierWithoutBytesNeedsNoRateAndOneWithoutRateIsUnknown) {
   EXPECT_NEAR(decode_floor({1e9, 0, 0}, {1000, 0, 0}).tokens_per_s(), 1000.0, 1e-9);
   EXPECT_EQ(decode_floor({1e9, 1e6, 0}, {1000, 0, 30}).tokens_per_s(), 0.0);
@@ -53,6 +67,14 @@ TEST(DecodeFloor, FromTelemetryPerDecodeToken) {
   EXPECT_NEAR(f->pcie_s, 300e-6, 1e-15);
   EXPECT_NEAR(f->cpu_s, 200e-6, 1e-15);
   EXPECT_NEAR(f->tokens_per_s(), 1.0 / 300e-6, 1e-6);
+  EXPECT_EQ(f->host_s, 0.0) << "no host memory rate in the telemetry: no term";
+  // With one: (3 + 1) MB / 8 GB/s = 500 us, above the PCIe term.
+  ExpertTelemetry t = hybrid_run();
+  t.host_gbps = 8;
+  const auto h = telemetry_floor(t, 1e6, 1e6);
+  ASSERT_TRUE(h);
+  EXPECT_NEAR(h->host_s, 500e-6, 1e-15);
+  EXPECT_EQ(h->bound(), "host memory");
   // bench --bandwidth replaces the HBM rate only.
   const auto slow = telemetry_floor(hybrid_run(), 1e6, 1e6, 0.001);
   ASSERT_TRUE(slow);
