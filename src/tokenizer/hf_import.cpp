@@ -77,7 +77,7 @@ std::string pre_name_for_regex(const std::string& regex, const std::string& wher
 }
 
 // Byte-level BPE: the text normalisation moestream applies comes with the
-// pre-tokenizer (NFC for the Qwen ones, nothing for GPT-2 / Llama 3), as the
+// pre-tokenizer (NFC for qwen2, nothing for qwen35, GPT-2 and Llama 3), as the
 // GGUF carries no normalizer. A tokenizer.json whose normalizer says
 // otherwise would tokenize differently from Hugging Face's without a word:
 // refuse it.

@@ -19,7 +19,10 @@ constexpr const char* kLlama3Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-// Qwen3.5/3.6: like qwen2, but combining marks (\p{M}) stay with the letters.
+// Qwen3.5/3.6: like qwen2, but combining marks (\p{M}) stay with the letters,
+// and no NFC first: the Hugging Face tokenizer keeps "e" + U+0301 as two
+// tokens where qwen2 composes "é" (llama.cpp's ggml-vocab-qwen35 test data,
+// tests/tokenizer/llamacpp_vocab_test.cpp).
 constexpr const char* kQwen35Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
@@ -36,7 +39,7 @@ constexpr const char* kQwen35Compiled =
 const PreTokenizerSpec kGpt2{"gpt2", kGpt2Regex, kGpt2Regex, false, false};
 const PreTokenizerSpec kLlama3{"llama3", kLlama3Regex, kLlama3Compiled, false, true};
 const PreTokenizerSpec kQwen2{"qwen2", kQwen2Regex, kQwen2Compiled, true, false};
-const PreTokenizerSpec kQwen35{"qwen35", kQwen35Regex, kQwen35Compiled, true, false};
+const PreTokenizerSpec kQwen35{"qwen35", kQwen35Regex, kQwen35Compiled, false, false};
 
 struct Alias {
   const char* name;

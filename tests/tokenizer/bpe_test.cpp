@@ -168,14 +168,18 @@ TEST(BpeTokenizer, NfcForQwenPreTokenizers) {
   EXPECT_EQ(no_nfc.encode("e\xCC\x81", false), (std::vector<int32_t>{'e', 0xCC, 0x81}));
 }
 
-TEST(BpeTokenizer, Qwen35NormalisesThenKeepsMarksInWords) {
-  // A merge for "ï" (C3 AF) after " na": qwen35 composes i + U+0308 to ï (NFC)
-  // and keeps "naïve" one word.
-  Vocab v = tiny_bpe({{"\xC3", "\xAF"}, {"n", "a"}, {"na", "\xC3\xAF"}}, {}, "qwen35");
+TEST(BpeTokenizer, Qwen35KeepsMarksInWordsWithoutNormalising) {
+  // qwen35 does not compose i + U+0308 (CC 88) to ï, unlike qwen2, and keeps
+  // the mark in the word: "nai\u0308ve" is one word, so the merges below
+  // join "i" and its mark, then "na" with them.
+  Vocab v = tiny_bpe({{"\xCC", "\x88"}, {"i", "\xCC\x88"}, {"n", "a"}, {"na", "i\xCC\x88"}}, {}, "qwen35");
   Tokenizer tok(v);
   const auto ids = tok.encode("nai\xCC\x88ve", false);
-  EXPECT_EQ(ids, (std::vector<int32_t>{id_of(v, byte_level_encode("na\xC3\xAF")), 'v', 'e'}));
+  EXPECT_EQ(ids, (std::vector<int32_t>{id_of(v, byte_level_encode("nai\xCC\x88")), 'v', 'e'}));
   EXPECT_STREQ(tok.pre_name(), "qwen35");
+  // The decomposed é stays decomposed: "e" then the mark's two bytes.
+  Vocab plain = tiny_bpe({}, {}, "qwen35");
+  EXPECT_EQ(Tokenizer(plain).encode("e\xCC\x81", false), (std::vector<int32_t>{'e', 0xCC, 0x81}));
 }
 
 }  // namespace
