@@ -3,10 +3,10 @@
 // (cuda/expert_gate.h). On a hit the GPU goes on at once; on a miss its
 // expert compute waits at the layer's gate while the host, which follows
 // the mailboxes layer by layer, streams the cold experts and opens that gate
-// from the copy stream behind them, queues the next tiered layer's
-// prefetch there, and computes the rest on the CPU. The CPU's rows go into
-// the layer's mailbox, and a word there opens the combine's gate: the rows
-// never wait behind the prefetch, and cost no driver call.
+// from the copy stream behind them, computes the rest on the CPU, and then
+// queues the next tiered layer's prefetch on the copy stream. The CPU's rows
+// go into the layer's mailbox, and a word there opens the combine's gate:
+// no driver call, and nothing queued behind other copies.
 //
 // Why this is safe without events between the streams: the host serves the
 // layers in order, and it sees layer L's mailbox only once the compute
