@@ -19,10 +19,12 @@ if e.get("hybrid"):
     n = max(1, e["tokens"])
     d = e["decode_pairs"]
     dn = max(1, e["decode_tokens"])
+    # The copy stream's busy time (bytes at its measured rate) over the time in forward().
+    busy = (e["h2d_bytes"] / (e["h2d_gbps"] * 1e9) / s["forward"]) if e["h2d_gbps"] > 0 and s["forward"] > 0 else 0
     line += (f" | slots {e['cache_slots']}/{e['experts_total']} hit {100*p['hit_rate']:.1f}%"
              f" cpu {100*p['host']/tot:.1f}% stream {100*p['streamed']/tot:.1f}%"
              f" | per decode token res {d['resident']/dn:.0f} str {d['streamed']/dn:.0f} cpu {d['host']/dn:.0f}"
-             f" | h2d {e['h2d_gbps']:.1f}GB/s | meas pcie {e['measured']['pcie_gbps']:.1f}"
+             f" | h2d {e['h2d_gbps']:.1f}GB/s link busy {100*busy:.0f}% | meas pcie {e['measured']['pcie_gbps']:.1f}"
              f" cpu {e['measured']['cpu_gbps']:.1f} host {e['measured'].get('host_gbps', 0):.1f} | ms/tok wait {1e3*s['route_wait']/n:.2f} plan {1e3*s['plan']/n:.2f}"
              f" cpu {1e3*s['cpu_experts']/n:.2f} gpu {1e3*s['gpu_experts']/n:.2f} fwd {1e3*s['forward']/n:.2f}")
     pf = e.get("prefetch", {})

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Decode variants of tiered experts in one GPU-machine call, for A/B work:
 # each argument is "label|budget|bench args|env assignments[|skew]", run as
-# `env ... moestream bench -m $M -p 0 -n ${N:-64} -r 1 --backend cuda --vram budget args --json`
+# `env ... moestream bench -m $M -p ${P:-0} -n ${N:-64} -r 1 --backend cuda --vram budget args --json`
 # and printed as one row (tools/hybrid_bench_row.py), with the host's
 # per-layer-step profile (MOESTREAM_HYBRID_PROFILE=1) after it.
 #
 #   OUT=dir tools/hybrid_variants.sh "base|10.5G||" "noprefetch|10.5G|--prefetch off|" ...
 # (a fifth field "skew": the --router-skew 1.0 file, generated when absent).
 #   SKIP_TESTS unset: ctest -L gpu first (log in $OUT/ctest_gpu.log).
+#   P=512 N=0: prompt passes instead of decode (the row's "link busy" is the copy stream's share).
 #   SKIP_BUILD=1 reuse build-gpu;  BENCH_MODEL=/tmp/q.gguf;  REPS=2 runs the list twice;  carry .deps
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +30,7 @@ for rep in $(seq 1 "${REPS:-1}"); do
         -o "$file" > /dev/null 2>&1 || echo "gen of the skew-1.0 model failed"
     fi
     # shellcheck disable=SC2086
-    env MOESTREAM_HYBRID_PROFILE=1 $envs timeout 240 $MS bench -m "$file" -p 0 -n "${N:-64}" -r 1 --backend cuda \
+    env MOESTREAM_HYBRID_PROFILE=1 $envs timeout 240 $MS bench -m "$file" -p "${P:-0}" -n "${N:-64}" -r 1 --backend cuda \
       --vram "$budget" $args --json -o /tmp/var.json > /dev/null 2> /tmp/var.err \
       || { echo "== $label failed: $(tail -1 /tmp/var.err)"; continue; }
     python3 tools/hybrid_bench_row.py /tmp/var.json "== $label"
