@@ -21,14 +21,7 @@
 #include <thread>
 #include <vector>
 
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                             \
-    }                                                                                           \
-  } while (0)
+#include "bench_check.cuh"
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kBuf = size_t{2} << 30, kChunk = size_t{64} << 20;
