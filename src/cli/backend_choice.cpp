@@ -1,6 +1,7 @@
 #include "cli/backend_choice.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -153,9 +154,11 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
   if (const char* g = std::getenv("MOESTREAM_CUDA_NO_FUSE")) o.fused_decode = std::string(g) != "1";
   if (const char* g = std::getenv("MOESTREAM_CUDA_FUSE_MOE")) o.fused_moe_decode = std::string(g) == "1";
   if (const char* g = std::getenv("MOESTREAM_HYBRID_GATED")) o.gated_decode = std::string(g) != "0";
+  if (const char* g = std::getenv("MOESTREAM_HYBRID_PROMPT_STAGE")) o.prompt_stage = std::string(g) != "0";
   if (const char* g = std::getenv("MOESTREAM_CUDA_NO_FUSE_PREFILL")) o.fused_prefill = std::string(g) != "1";
   if (const char* g = std::getenv("MOESTREAM_CUDA_EXPERT_TILES")) cuda::expert_ffn_set_balanced_tiles(std::string(g) != "0");
   if (const char* g = std::getenv("MOESTREAM_CUDA_GEMM_BN")) cuda::matmul_set_int8_tile(std::atoi(g));
+  if (const char* g = std::getenv("MOESTREAM_HYBRID_TRANSIT")) o.transit_slots = static_cast<uint32_t>(std::max(2, std::atoi(g)));
   o.vram_budget = vram;
   o.vram_full = vram_full;
   o.policy = s.vram.policy;

@@ -19,6 +19,11 @@ struct CostModel {
   double copy_overhead_us = 5;  // per host->device copy
   double cpu_overhead_us = 5;   // per expert computed on the CPU (dispatch, sync)
   double gpu_overhead_us = 2;   // per expert on the GPU (grouped launch share)
+  // Host time before the first CPU expert of a layer step can start (the
+  // engine measures it on prompt passes: planning, enqueueing the GPU's
+  // share); added once to a step's CPU time. Not a tunable figure: 0 unless
+  // the engine sets it.
+  double cpu_start_us = 0;
 
   // Defaults with flops_per_byte set for a quant type name ("q4_K", "q8_0",
   // "bf16"; unknown names keep the default).

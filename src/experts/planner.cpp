@@ -30,6 +30,7 @@ LayerTime layer_time(std::span<const ColdExpert> cold, std::span<const uint8_t> 
       t.host_s += cost.cpu_s(cold[i].bytes, cold[i].tokens);
     }
   }
+  if (t.host_s > 0) t.host_s += cost.cpu_start_us * 1e-6;
   t.time_s = std::max({t.gpu_s, t.copy_s + last_gpu, t.host_s});
   return t;
 }

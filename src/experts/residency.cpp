@@ -188,6 +188,43 @@ const StagePlan& ExpertResidency::stage(uint64_t step, uint32_t layer, std::span
   return sp;
 }
 
+const StagePlan& ExpertResidency::stage_transit(uint64_t step, uint32_t layer, std::span<const ExpertKey> wanted,
+                                                uint32_t max_experts) {
+  StagePlan& sp = stage_plan_;
+  sp.bank = -1;
+  sp.copies.clear();
+  Bank& b = transit_bank_;
+  b.layer = -1;
+  if (cfg_.transit_slots == 0 || layer >= cfg_.n_layer) return sp;
+  const int32_t pool = layout_.pool_of_layer[layer];
+  if (pool < 0) return sp;
+  b.step = step;
+  b.layer = layer;
+  b.predicted.assign(wanted.begin(), wanted.end());
+  b.staged.clear();
+  const uint32_t cache_slots = uint32_t(layout_.pools[size_t(pool)].slots);
+  const uint32_t cap = std::min(max_experts, cfg_.transit_slots);
+  uint32_t& t = transit_next_[size_t(pool)];
+  for (ExpertKey key : wanted) {
+    if (b.staged.size() >= cap) break;
+    if (key / cfg_.n_expert != layer) throw Error("expert residency: a prompt stage for another layer");
+    if (resident(key)) continue;
+    bool dup = false;
+    for (const auto& [k, s] : b.staged) dup = dup || k == key;
+    if (dup) continue;
+    const int32_t slot = int32_t(cache_slots + t);
+    t = (t + 1) % cfg_.transit_slots;
+    b.staged.push_back({key, slot});
+    sp.copies.push_back({key, SlotRef{pool, slot}});
+    counters_.stage_bytes += planner_.bytes_of(key);
+    counters_.copy_bytes += planner_.bytes_of(key);
+  }
+  std::sort(b.staged.begin(), b.staged.end());
+  counters_.staged += b.staged.size();
+  sp.bank = StagePlan::kTransitBank;
+  return sp;
+}
+
 const StepPlan& ExpertResidency::plan(uint64_t step, uint32_t layer, std::span<const ExpertKey> keys,
                                       std::span<const uint32_t> tokens) {
   StepPlan& p = plan_;
@@ -195,12 +232,16 @@ const StepPlan& ExpertResidency::plan(uint64_t step, uint32_t layer, std::span<c
   Bank* bank = nullptr;
   for (Bank& b : banks_)
     if (b.layer == int64_t(layer) && b.step == step) bank = &b;
+  const bool from_transit = transit_bank_.layer == int64_t(layer) && transit_bank_.step == step;
+  if (from_transit) bank = &transit_bank_;  // a prompt's stage; banks serve decode
   std::vector<ExpertKey> staged_keys;
   if (bank)
     for (const auto& [k, s] : bank->staged) staged_keys.push_back(k);
-  // With a prediction, the link will carry the next layer's staging too
-  // (about as much as this layer's): the split leaves it that room.
-  const double link_busy = bank ? double(last_stage_bytes_) / (planner_.cost().pcie_gbps * 1e9) : 0.0;
+  // With a decode prediction, the link will carry the next layer's staging
+  // too (about as much as this layer's): the split leaves it that room. A
+  // prompt's stage was copied while earlier layers computed.
+  const double link_busy =
+      bank && !from_transit ? double(last_stage_bytes_) / (planner_.cost().pcie_gbps * 1e9) : 0.0;
   p.plan = planner_.plan(step, layer, keys, tokens, cache_, staged_keys, link_busy);
   p.staged_bank = -1;
   p.prediction = PredictionOutcome{};
@@ -212,7 +253,7 @@ const StepPlan& ExpertResidency::plan(uint64_t step, uint32_t layer, std::span<c
     o.staged = uint32_t(bank->staged.size());
     o.staged_used = p.plan.n_staged;
     o.cold = p.plan.n_stream + p.plan.n_host;
-    if (p.plan.n_staged) p.staged_bank = int32_t(bank - banks_);
+    if (p.plan.n_staged) p.staged_bank = from_transit ? StagePlan::kTransitBank : int32_t(bank - banks_);
     counters_.staged_used += p.plan.n_staged;
   }
   // Evictions free slots first; admissions then take them.

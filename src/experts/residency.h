@@ -27,6 +27,15 @@
 // compute that reads it has run (it waits for the one staged two calls ago).
 // Staged experts are never cached and evict nothing.
 //
+// Prompt staging: a pass of many tokens routes nearly every expert of a
+// layer, so the link can carry a layer's cold experts before its routes are
+// known, while earlier layers compute. stage_transit() gives them the next
+// transit slots, in the order streamed experts take them (the plan's own
+// streamed experts follow); the plan takes the routed ones as staged. A
+// transit slot may then be rewritten while a compute that read it is still
+// queued: the mechanism must order each copy into a transit slot after the
+// compute that last read it.
+//
 // Invariants (checked by tests): the slot map and the policy agree on what is
 // resident; no expert of the current working set is evicted; a pool never
 // holds more experts than it has cache slots.
@@ -86,7 +95,9 @@ struct StepPlan {
 
 // What stage() decided: copy each key into its staging slot.
 struct StagePlan {
-  int32_t bank = -1;  // -1: nothing staged
+  // 0, 1: a staging bank; kTransitBank: transit slots (stage_transit); -1: nothing staged.
+  static constexpr int32_t kTransitBank = 2;
+  int32_t bank = -1;
   std::vector<std::pair<ExpertKey, SlotRef>> copies;
 };
 
@@ -133,6 +144,13 @@ class ExpertResidency {
   // replaces this one.
   const StagePlan& stage(uint64_t step, uint32_t layer, std::span<const ExpertKey> predicted, uint32_t max_experts);
 
+  // Prompt staging: of `wanted` (experts of `layer`, in order), those not
+  // resident take the next transit slots, at most max_experts and at most
+  // the transit slots; layer's plan in the same step takes the routed ones
+  // as staged, with nothing to copy. Replaces an earlier stage_transit()
+  // that no plan used; independent of the banks (stage()).
+  const StagePlan& stage_transit(uint64_t step, uint32_t layer, std::span<const ExpertKey> wanted,
+                                 uint32_t max_experts);
   // The policy's deferred bookkeeping of the last plan (CachePolicy::settle):
   // call it once the plan is acted on, off the step's critical path.
   void settle() { cache_.settle(); }
@@ -163,6 +181,7 @@ class ExpertResidency {
     std::vector<std::pair<ExpertKey, int32_t>> staged;  // sorted by key; staging slot
   };
   Bank banks_[2];
+  Bank transit_bank_;  // stage_transit's experts (slots in the transit range)
   int32_t next_bank_ = 0;
   uint64_t last_stage_bytes_ = 0;  // bytes the last stage() copies
   StagePlan stage_plan_;

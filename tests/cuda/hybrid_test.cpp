@@ -244,6 +244,43 @@ TEST_P(Hybrid, GatedAndRoundTripDecodeGiveTheSameTokens) {
       }
 }
 
+// Prompt staging (a long pass copies each tiered layer's cold experts into
+// transit slots before its routes are known, while earlier layers compute)
+// changes when bytes arrive, never the tokens: on and off give the
+// all-resident tokens after a 40-token prompt, at the minimum budget and at
+// half the experts, with the default and the adaptive policy, with the
+// default transit slots and with 4 (every stage wraps around the slots, so
+// copies must wait for the computes that read them).
+TEST_P(Hybrid, PromptStagingOnAndOffGiveTheSameTokens) {
+  MS_REQUIRE_GPU();
+  const LoadedModel& m = tiny_model(GetParam().arch, GetParam().quant);
+  const bool exact = std::string(GetParam().quant) == "f16";
+  CudaBackend ref(m.weights, all_resident_options());
+  const std::vector<int32_t> prompt = some_tokens(40, m.weights.cfg.n_vocab, 21);
+  const std::vector<int32_t> want = greedy(ref, prompt, 24, kCtx);
+  const std::vector<uint64_t> bs = budgets(m);
+  for (uint64_t b : {bs[0], bs[2]})
+    for (const char* pol : {"default", "adaptive"})
+      for (uint32_t transit : {0u, 4u})
+        for (bool stage : {false, true}) {
+          const std::string what = std::string(GetParam().arch) + " " + GetParam().quant + " budget " +
+                                   std::to_string(b >> 10) + " KiB policy " + pol + " transit " +
+                                   std::to_string(transit) + (stage ? " staged" : " not staged");
+          CudaBackend::Options o = budget_options(b, pol);
+          o.prompt_stage = stage;
+          o.transit_slots = transit;
+          o.prefetch = "off";                    // stage_bytes: the prompt's alone
+          o.cost_overrides = "cpu_gbps=0.0001";  // cold experts stream
+          CudaBackend be(m.weights, o);
+          if (exact) EXPECT_EQ(greedy(be, prompt, 24, kCtx), want) << what;
+          else EXPECT_GE(lockstep(ref, be, prompt, 24, what), 20) << what;
+          const ExpertTelemetry t = be.expert_telemetry();
+          if (!stage) EXPECT_EQ(t.stage_bytes, 0u) << what;
+          if (stage && b == bs[0]) EXPECT_GT(t.stage_bytes, 0u) << what;  // every expert cold
+          EXPECT_LE(t.stage_bytes, t.h2d_bytes) << what;
+        }
+}
+
 TEST_P(Hybrid, LogitsOfEveryPromptPositionWithinTolerance) {
   MS_REQUIRE_GPU();
   const LoadedModel& m = tiny_model(GetParam().arch, GetParam().quant);

@@ -68,6 +68,20 @@ TEST(SplitCold, ALinkBusyWithPrefetchLeavesMoreToTheCpu) {
   EXPECT_EQ(std::count(none.begin(), none.end(), 1), 0);
 }
 
+TEST(SplitCold, TheCpusStartDelayLeavesItLess) {
+  CostModel c = simple_cost();
+  std::vector<ColdExpert> cold(13, ColdExpert{1'000'000, 1, false});
+  // Starting 80 us late (two experts' CPU time) moves about one expert to
+  // the link: s/25 ~ (80 us + (13 - s)/40 ms) -> s = 6.
+  c.cpu_start_us = 2e6 * c.cpu_s(1'000'000, 1);
+  const auto s = split_cold(cold, c, 0);
+  EXPECT_EQ(std::count(s.begin(), s.end(), 1), 6);
+  // Counted once, and only when the CPU has work.
+  std::vector<uint8_t> all(13, 1), none(13, 0);
+  EXPECT_EQ(layer_time(cold, all, c, 0).host_s, 0.0);
+  EXPECT_NEAR(layer_time(cold, none, c, 0).host_s, 15 * c.cpu_s(1'000'000, 1), 1e-12);
+}
+
 TEST(SplitCold, BatchStreamsPopularExpertsAndLeavesSingleUseOnCpu) {
   const CostModel c = simple_cost();
   std::vector<ColdExpert> cold;

@@ -77,10 +77,12 @@ void check_plan(const ExpertResidency& r, const StepPlan& p, std::span<const Exp
         break;
       case Tier::Stream:
         EXPECT_EQ(p.where[i].pool, pool);
-        if (e.staged) {  // copied ahead, into a staging slot (past the transit slots)
+        if (e.staged) {  // copied ahead: a staging slot (past the transit slots), or a transit slot (prompts)
           EXPECT_FALSE(p.copy[i]);
           EXPECT_TRUE(p.transit[i]);
-          EXPECT_GE(p.where[i].slot, cache_slots + int32_t(r.transit_slots()));
+          const bool transit = p.staged_bank == StagePlan::kTransitBank;
+          EXPECT_GE(p.where[i].slot, cache_slots + (transit ? 0 : int32_t(r.transit_slots())));
+          if (transit) EXPECT_LT(p.where[i].slot, cache_slots + int32_t(r.transit_slots()));
           EXPECT_LT(p.where[i].slot, cache_slots + int32_t(r.extra_slots()));
           EXPECT_FALSE(r.resident(e.key));
           break;
@@ -382,6 +384,87 @@ TEST(ExpertResidency, StagingAlternatesBanksAndIsOffWithoutOne) {
   ExpertResidency n(off);
   EXPECT_EQ(n.stage(0, 1, a, 8).bank, -1);
   EXPECT_TRUE(n.stage(0, 1, a, 8).copies.empty());
+}
+
+// Prompt staging: a layer's cold experts take the next transit slots before
+// its routes are known; its plan takes the routed ones as staged, and its
+// own streamed experts continue the transit order after them.
+TEST(ExpertResidency, PromptStagingTakesTheNextTransitSlotsAndThePlanContinuesAfterThem) {
+  ResidencyConfig c = config(0);  // no cache slots: every expert is cold
+  c.cost.cpu_gbps = 0.001;        // stream every cold expert
+  ExpertResidency r(c);
+  const int32_t pool = r.pool_of_layer(1);
+  const int32_t cache_slots = int32_t(r.layout().pools[size_t(pool)].slots);
+  // One streamed expert first, so the transit order does not start at 0.
+  const std::vector<ExpertKey> first{kExperts + 31};
+  const std::vector<uint32_t> one{1};
+  EXPECT_EQ(r.plan(4, 1, first, one).where[0].slot, cache_slots + 0);
+  std::vector<ExpertKey> wanted;
+  for (uint32_t e = 0; e < 6; ++e) wanted.push_back(kExperts + e);
+  const StagePlan& sp = r.stage_transit(5, 1, wanted, 100);
+  EXPECT_EQ(sp.bank, StagePlan::kTransitBank);
+  ASSERT_EQ(sp.copies.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(sp.copies[i].first, wanted[i]);
+    EXPECT_EQ(sp.copies[i].second.pool, pool);
+    EXPECT_EQ(sp.copies[i].second.slot, cache_slots + int32_t(1 + i));  // after the one above
+  }
+  // Routed: staged 1, 3, 4 and not staged 10, 11, 12.
+  const std::vector<ExpertKey> keys{kExperts + 1, kExperts + 3, kExperts + 4, kExperts + 10, kExperts + 11,
+                                    kExperts + 12};
+  const std::vector<uint32_t> uses(keys.size(), 2);
+  const StepPlan& p = r.plan(5, 1, keys, uses);
+  check_plan(r, p, keys, 1);
+  EXPECT_EQ(p.staged_bank, StagePlan::kTransitBank);
+  EXPECT_EQ(p.plan.n_staged, 3u);
+  const std::vector<int32_t> want_slot{2, 4, 5, 7, 0, 1};  // staged where staged; then 7, wrapping to 0, 1
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(p.plan.experts[i].staged, i < 3) << i;
+    EXPECT_EQ(p.copy[i], i >= 3) << i;
+    EXPECT_EQ(p.where[i].slot, cache_slots + want_slot[i]) << i;
+  }
+  EXPECT_EQ(p.prediction.predicted, 6u);
+  EXPECT_EQ(p.prediction.staged, 6u);
+  EXPECT_EQ(p.prediction.staged_used, 3u);
+  EXPECT_EQ(r.counters().staged, 6u);
+  // Used once: the layer's next plan has nothing staged.
+  EXPECT_EQ(r.plan(6, 1, keys, uses).plan.n_staged, 0u);
+}
+
+TEST(ExpertResidency, PromptStagingSkipsResidentExpertsAndStopsAtTheTransitSlots) {
+  ResidencyConfig c = config(48ull << 20, "layers");
+  ExpertResidency r(c);
+  r.initial_placement();
+  uint32_t l = kLayers;  // a layer with resident and cold experts
+  for (uint32_t q = 0; q < kLayers && l == kLayers; ++q) {
+    uint32_t n = 0;
+    for (uint32_t e = 0; e < kExperts; ++e) n += r.resident(q * kExperts + e);
+    if (n > 0 && n + 10 <= kExperts) l = q;
+  }
+  ASSERT_LT(l, kLayers);
+  std::vector<ExpertKey> all;
+  uint32_t cold = 0;
+  for (uint32_t e = 0; e < kExperts; ++e) {
+    all.push_back(l * kExperts + e);
+    cold += !r.resident(l * kExperts + e);
+  }
+  ASSERT_GT(cold, r.transit_slots());
+  const StagePlan& sp = r.stage_transit(0, l, all, 100);
+  EXPECT_EQ(sp.copies.size(), r.transit_slots());  // 8 transit slots hold at most 8
+  std::set<int32_t> slots;
+  for (const auto& [key, where] : sp.copies) {
+    EXPECT_FALSE(r.resident(key));
+    slots.insert(where.slot);
+  }
+  EXPECT_EQ(slots.size(), r.transit_slots());
+  EXPECT_EQ(r.stage_transit(0, l, all, 3).copies.size(), 3u);  // max_experts; replaces the stage above
+  EXPECT_THROW(r.stage_transit(0, l, std::vector<ExpertKey>{(l + 1) % kLayers * kExperts}, 4), Error);
+  // A stage of another step is not this step's.
+  r.stage_transit(0, l, all, 4);
+  std::vector<ExpertKey> keys;
+  for (const auto& [key, where] : r.stage_transit(1, l, all, 4).copies) keys.push_back(key);
+  const std::vector<uint32_t> uses(keys.size(), 1);
+  EXPECT_EQ(r.plan(2, l, keys, uses).plan.n_staged, 0u);
 }
 
 TEST(ExpertResidency, RejectsAModelWithoutExperts) {

@@ -91,14 +91,31 @@ void CudaBackend::Impl::make_hybrid(const VramPlan& plan) {
       largest = std::max(largest, b);
       sizes[b] = 1;
     }
-  const uint32_t extra = opt.transit_slots + 2 * HybridMoe::stage_bank(c, opt.prefetch);
-  const uint64_t buffers = HybridMoe::buffer_bytes(c, B, extra, largest, sizes.size());
-  const uint64_t used = weight_bytes() + kv.bytes() + act_arena.capacity() + buffers;
   const uint64_t fixed = plan.dense_bytes + plan.kv_bytes + plan.reserve_bytes / 2;
-  const uint64_t over = used > fixed ? used - fixed : 0;
+  // Bytes beyond `fixed` that the step's buffers with `transit` slots take.
+  auto over_with = [&](uint32_t transit) {
+    const uint32_t extra = transit + 2 * HybridMoe::stage_bank(c, opt.prefetch);
+    const uint64_t used = weight_bytes() + kv.bytes() + act_arena.capacity() +
+                          HybridMoe::buffer_bytes(c, B, extra, largest, sizes.size());
+    return used > fixed ? used - fixed : 0;
+  };
+  // Prompt-sized passes take the larger transit ring where the budget has
+  // room for it (it comes out of the cache slots).
+  uint32_t transit = opt.transit_slots;
+  if (transit == 0) {
+    transit = kDecodeTransit;
+    if (B >= kPromptTransitFrom)
+      for (uint32_t t = kPromptTransit; t > kDecodeTransit; t -= kDecodeTransit)
+        if (over_with(t) <= plan.room) {
+          transit = t;
+          break;
+        }
+  }
+  const uint64_t over = over_with(transit);
   HybridMoeOptions ho;
   ho.pool_bytes = plan.room - std::min(plan.room, over);
-  ho.transit_slots = opt.transit_slots;
+  ho.transit_slots = transit;
+  ho.prompt_stage = opt.prompt_stage;
   ho.prefetch = opt.prefetch;
   ho.gated = opt.gated_decode;
   ho.policy = opt.policy == "default" ? engine_default_policy(opt.profile != nullptr) : opt.policy;

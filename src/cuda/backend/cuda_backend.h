@@ -82,7 +82,11 @@ class CudaBackend : public Backend {
     std::string policy = "default";   // expert cache policy (experts/policy.h)
     std::string host_pin = "auto";    // auto | register | staging (cuda/expert_copier.h)
     const ExpertProfile* profile = nullptr;  // initial placement: hottest first
-    uint32_t transit_slots = 16;      // per slot pool, for streamed-not-kept experts
+    // Per slot pool, for streamed-not-kept experts; 0: kDecodeTransit when
+    // passes are small (max_batch), else kPromptTransit, the lead a prompt's
+    // copies may take over its compute (prompt staging, hybrid_moe.h).
+    uint32_t transit_slots = 0;
+    bool prompt_stage = true;         // false: a prompt's copies start at each layer's routes (A/B runs)
     std::string prefetch = "auto";    // off | next | auto: experts of the next tiered layer copied ahead (decode)
     // Hybrid decode as one graph that checks residency on the GPU and waits
     // for the host only on a miss (hybrid_moe.h); false: a round trip per
@@ -94,6 +98,8 @@ class CudaBackend : public Backend {
   };
   // Margin left free when no budget is given.
   static constexpr uint64_t kAutoMargin = 512ull << 20;
+  static constexpr uint32_t kDecodeTransit = 16, kPromptTransit = 48;
+  static constexpr int kPromptTransitFrom = 64;  // max_batch from which kPromptTransit applies
   struct MemoryUse {
     uint64_t weights = 0, kv = 0, activations = 0, experts = 0;
   };

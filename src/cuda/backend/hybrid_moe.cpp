@@ -214,6 +214,29 @@ void HybridMoe::Impl::measure_cost() {
   std::sort(tries.begin(), tries.end());
   const double best = tries.empty() ? 0 : tries[tries.size() / 2];
   if (best > 0) cost.cpu_gbps = double(probe_bytes) / best / 1e9;
+  // CPU arithmetic on a batch, for prompt passes (begin_pass; decode keeps
+  // the default figure its split was tuned with): 32 tokens through 4
+  // distinct experts, the median of 3 tries after a warm-up, in the cost
+  // model's flops (its flops_per_byte cancels out in cpu_s).
+  constexpr int kBatch = 32, kBatchExperts = 4;
+  std::vector<float> xb(static_cast<size_t>(kBatch) * c.n_embd, 0.01f);
+  std::vector<float> yb(static_cast<size_t>(kBatch) * kBatchExperts * c.n_embd);
+  tries.clear();
+  for (int rep = 0; rep < 4; ++rep) {
+    std::vector<ExpertWork> work;
+    for (int j = 0; j < std::min(kBatchExperts, c.n_expert); ++j) {
+      ExpertWork wk{(next_expert++) % c.n_expert, {}, {}};
+      for (int t = 0; t < kBatch; ++t) wk.tokens.push_back(t), wk.slots.push_back(j * kBatch + t);
+      work.push_back(std::move(wk));
+    }
+    const auto t = Clock::now();
+    cpu->compute(l, xb.data(), kBatch, work, yb.data());
+    if (rep > 0) tries.push_back(seconds_since(t));
+  }
+  std::sort(tries.begin(), tries.end());
+  const double batch_s = tries[tries.size() / 2];
+  if (batch_s > 0)
+    prompt_cpu_gflops = double(bytes) * std::min(kBatchExperts, c.n_expert) * kBatch * cost.flops_per_byte / batch_s / 1e9;
   // GPU: device-to-device copies (read + write) between the two halves of
   // the transit slots, scratch until the first step. Not the step buffers:
   // their size follows the batch (8 rows at -b 1), and copies that small
@@ -231,6 +254,7 @@ void HybridMoe::Impl::measure_cost() {
   const double gpu_s = gpu1.ms_since(gpu0) * 1e-3;
   if (gpu_s > 0) cost.gpu_hbm_gbps = 2.0 * 5 * double(n) / gpu_s / 1e9;
   if (!opt.cost_overrides.empty()) cost.apply_overrides(opt.cost_overrides);
+  if (opt.cost_overrides.find("cpu_gflops") != std::string::npos) prompt_cpu_gflops = 0;  // the user's figure
   cost.validate();
 }
 
@@ -267,15 +291,106 @@ void HybridMoe::Impl::collect_timing(bool block) {
   }
 }
 
+void HybridMoe::Impl::wait_slot_free(SlotRef where) {
+  const uint32_t cache_slots = static_cast<uint32_t>(res->layout().pools[static_cast<size_t>(where.pool)].slots);
+  const uint32_t s = static_cast<uint32_t>(where.slot);
+  if (s < cache_slots || s >= cache_slots + res->transit_slots()) return;
+  const uint64_t q = transit_reader[static_cast<size_t>(where.pool)][s - cache_slots];
+  if (q <= std::max(read_done, copy_waited)) return;
+  copier->wait(event(read_events, q % kReadEvents).get());
+  copy_waited = q;
+}
+
+void HybridMoe::Impl::mark_read(const StepPlan& sp, const std::vector<size_t>& wave) {
+  bool recorded = false;
+  for (size_t i : wave) {
+    const SlotRef w = sp.where[i];
+    if (!w.valid()) continue;
+    const uint32_t cache_slots = static_cast<uint32_t>(res->layout().pools[static_cast<size_t>(w.pool)].slots);
+    const uint32_t s = static_cast<uint32_t>(w.slot);
+    if (s < cache_slots || s >= cache_slots + res->transit_slots()) continue;
+    if (!recorded) {
+      ++read_seq;
+      event(read_events, read_seq % kReadEvents).record(stream);
+      recorded = true;
+    }
+    transit_reader[static_cast<size_t>(w.pool)][s - cache_slots] = read_seq;
+  }
+}
+
+// Prompt staging pays when a pass routes nearly every expert: from the
+// token count at which an expert is routed with probability 0.95 (uniform
+// routing: 1 - (1 - k/E)^n), and with room for two copy groups in the
+// transit slots. Layers planned here: MoE layers not pinned whole.
+void HybridMoe::Impl::init_prompt_stage() {
+  transit_reader.assign(res->layout().pools.size(), std::vector<uint64_t>(res->transit_slots(), 0));
+  next_tiered.assign(static_cast<size_t>(c.n_layer), -1);
+  int next = -1;
+  for (int l = c.n_layer - 1; l >= 0; --l) {
+    next_tiered[static_cast<size_t>(l)] = next;
+    if (res->pool_of_layer(static_cast<uint32_t>(l)) >= 0 && !pinned[static_cast<size_t>(l)]) next = l;
+  }
+  first_tiered = next;
+  prompt_stage_min = 0;
+  const double share = double(c.n_expert_used) / double(c.n_expert);
+  if (!opt.prompt_stage || first_tiered < 0 || share >= 1.0 || res->transit_slots() < 2 * wave_experts()) return;
+  prompt_stage_min = std::max(2, static_cast<int>(std::ceil(std::log(0.05) / std::log(1.0 - share))));
+}
+
+// Layer `layer`'s cold experts (ascending: at these pass sizes all are
+// routed) into the next transit slots, in copy groups; see the header. Not
+// where the cost model would compute a cold expert on the CPU rather than
+// copy it (a slow link), for the pass's tokens per expert.
+void HybridMoe::Impl::stage_prompt(int layer, int n) {
+  ring_layer = -1;
+  if (layer < 0) return;
+  const int E = c.n_expert;
+  const uint64_t bytes = geom[static_cast<size_t>(layer)].gate_bytes + geom[static_cast<size_t>(layer)].up_bytes +
+                         geom[static_cast<size_t>(layer)].down_bytes;
+  const auto per_expert = static_cast<uint32_t>(std::max(1, n * c.n_expert_used / E));
+  if (cost.copy_s(bytes) >= cost.cpu_s(bytes, per_expert)) return;
+  std::vector<ExpertKey> wanted(static_cast<size_t>(E));
+  for (int e = 0; e < E; ++e) wanted[static_cast<size_t>(e)] = static_cast<ExpertKey>(layer) * E + e;
+  const StagePlan& st = res->stage_transit(step, static_cast<uint32_t>(layer), wanted, res->transit_slots());
+  if (st.copies.empty()) return;
+  ring_layer = layer;
+  ring_group.assign(static_cast<size_t>(E), -1);
+  const uint32_t g = wave_experts();
+  ring_groups = static_cast<int>((st.copies.size() + g - 1) / g);
+  if (timed && !copy0_recorded) {
+    copier->record(copy0.get());
+    copy0_recorded = true;
+  }
+  for (size_t j = 0; j < st.copies.size(); ++j) {
+    const auto& [key, where] = st.copies[j];
+    const int e = static_cast<int>(key % static_cast<uint32_t>(E));
+    ring_group[static_cast<size_t>(e)] = static_cast<int16_t>(j / g);
+    wait_slot_free(where);
+    copy_expert(layer, e, slots->slot_address(where.pool, where.slot));
+    if ((j + 1) % g == 0 || j + 1 == st.copies.size()) {
+      copier->record(event(ring_copied, j / g).get());
+      timeline.mark(copier->stream(), (j % g + 1) * geom[static_cast<size_t>(layer)].slot_bytes, layer, false);
+    }
+  }
+  if (timed) {
+    copier->record(copy1.get());
+    copy_timing_pending = true;
+  }
+}
+
 // The streamed experts of one wave into their slots (copy stream), then the
 // compute stream waits for them.
 void HybridMoe::Impl::copy_wave(int il, const StepPlan& sp, const std::vector<size_t>& wave, size_t wv) {
   const int E = c.n_expert;
+  uint64_t n = 0;
   for (size_t i : wave)
     if (sp.copy[i]) {
       const int e = static_cast<int>(sp.plan.experts[i].key % static_cast<uint32_t>(E));
+      wait_slot_free(sp.where[i]);
       copy_expert(il, e, slots->slot_address(sp.where[i].pool, sp.where[i].slot));
+      ++n;
     }
+  timeline.mark(copier->stream(), n * geom[static_cast<size_t>(il)].slot_bytes, il, true);
   copier->record(event(copied, wv).get());
   MS_CUDA_CHECK(cudaStreamWaitEvent(stream, event(copied, wv).get(), 0));
 }
@@ -428,9 +543,14 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
   const bool x_early = n <= kEagerInputTokens;
   if (x_early) MS_CUDA_CHECK(cudaMemcpyAsync(x_host.get(), x, sizeof(float) * n * D, cudaMemcpyDeviceToHost, stream));
   routes_ready.record(stream);
+  timeline.mark_compute(stream, il, 0);
+  const uint64_t reads_before = read_seq;
   routes_ready.synchronize();
+  read_done = reads_before;  // every compute queued before the routes has run
   tel.route_wait_s += seconds_since(t0);
-  collect_timing();
+  // A prompt's stage keeps the copy stream busy past this point: waiting
+  // for its timing would hold back this layer's own copies.
+  collect_timing(!stages_prompt(n));
   timed = layer_steps++ % kTimingEvery == 0;
   const auto t_plan = Clock::now();
 
@@ -443,18 +563,23 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
   }
   const StepPlan& sp = res->plan(step, static_cast<uint32_t>(il), keys, tokens);
   note_residency(sp.plan);
-  if (sp.prediction.predicted) note_prediction(il, sp.prediction);
-  // Staged experts were copied on the copy stream during an earlier layer.
-  const int32_t bank = sp.staged_bank;
+  // A prompt's stage (prompt_stage) is in its copy groups' waves; a decode
+  // prediction's bank was copied during an earlier layer.
+  const bool from_ring = sp.staged_bank == StagePlan::kTransitBank;
+  const int32_t bank = from_ring ? -1 : sp.staged_bank;
+  if (sp.prediction.predicted && !from_ring) note_prediction(il, sp.prediction);
+  if (from_ring && ring_layer != il) throw std::logic_error("hybrid MoE: a prompt stage of another layer");
   if (bank >= 0) MS_CUDA_CHECK(cudaStreamWaitEvent(stream, stage_ready[bank].get(), 0));
-  int n_demand = 0;
-  for (uint8_t cp : sp.copy) n_demand += cp;
 
-  // ---- waves: resident and admitted experts in wave 0; transit experts in
-  // waves of half the transit slots, so wave w's copies overlap wave w-1's
-  // compute and only wait for wave w-2 (whose transit slots they reuse).
-  const uint32_t half = std::max<uint32_t>(1, res->transit_slots() / 2);
-  std::vector<std::vector<size_t>> waves(1);
+  // ---- waves: resident and admitted experts in wave 0; staged experts of a
+  // prompt in the wave of their copy group (0, 1, ...: each computes once
+  // its group is copied); then transit experts, copied in waves of up to
+  // kWaveExperts, so a wave's copies overlap the previous wave's compute.
+  // A copy into a transit slot waits for the compute that last read it
+  // (wait_slot_free), whichever layer that was.
+  const uint32_t half = wave_experts();
+  const size_t first_transit_wave = from_ring ? static_cast<size_t>(std::max(1, ring_groups)) : 0;
+  std::vector<std::vector<size_t>> waves(first_transit_wave + 1);
   uint32_t n_transit = 0;
   cpu_work.clear();
   int n_cpu_rows = 0;
@@ -484,7 +609,13 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
     }
     slots->point(il, e, sp.where[i].pool, sp.where[i].slot);
     size_t wv = 0;
-    if (sp.transit[i] && sp.copy[i]) wv = n_transit++ / half;  // staged ones are in already: wave 0
+    if (pe.staged && from_ring) {
+      const int g = ring_group[static_cast<size_t>(e)];
+      if (g < 0) throw std::logic_error("hybrid MoE: a staged expert of no copy group");
+      wv = static_cast<size_t>(g);
+    } else if (sp.transit[i] && sp.copy[i]) {
+      wv = first_transit_wave + n_transit++ / half;
+    }  // resident, admitted and a decode bank's staged ones: wave 0
     if (waves.size() <= wv) waves.resize(wv + 1);
     waves[wv].push_back(i);
   }
@@ -508,6 +639,7 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
       copy_wave(il, sp, all, 0);
     }
     decode_on_gpu(il, x, x_q8, ids, wts, h, next, copies);
+    mark_read(sp, all);
     if (bank >= 0) bank_free[bank].record(stream);
     if (pred) {
       const double overhead = seconds_since(t0);
@@ -524,11 +656,12 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
   int32_t* pair_h = idx_h + P();
   int32_t* offs_h = idx_h + 2 * P();
   int32_t* gexp_h = idx_h + 3 * P() + 1;
-  struct WaveRange { int r0, r1, g0, g1, max_rows; bool copies; };
+  struct WaveRange { int r0, r1, g0, g1, max_rows; bool copies; int ring; };
   std::vector<WaveRange> wr;
   int rows = 0, groups = 0;
-  for (const auto& wave : waves) {
-    WaveRange r{rows, rows, groups, groups, 1, false};
+  for (size_t wv = 0; wv < waves.size(); ++wv) {
+    const auto& wave = waves[wv];
+    WaveRange r{rows, rows, groups, groups, 1, false, from_ring && wv < first_transit_wave ? static_cast<int>(wv) : -1};
     for (size_t i : wave) {
       const int e = static_cast<int>(sp.plan.experts[i].key % static_cast<uint32_t>(E));
       offs_h[groups] = rows;
@@ -573,10 +706,8 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
   for (size_t wv = 0; wv < wr.size(); ++wv) {
     const WaveRange& r = wr[wv];
     if (r.r1 == r.r0) continue;
-    if (r.copies) {
-      if (wv >= 2) copier->wait(event(wave_done, wv - 2).get());
-      copy_wave(il, sp, waves[wv], wv);
-    }
+    if (r.copies) copy_wave(il, sp, waves[wv], wv);
+    if (r.ring >= 0) MS_CUDA_CHECK(cudaStreamWaitEvent(stream, event(ring_copied, static_cast<size_t>(r.ring)).get(), 0));
     const int nr = r.r1 - r.r0;
     cuda::gather_rows(x, token_of_row() + r.r0, nr, D, xg + r.r0 * D, stream);
     cuda::MatvecGroups g;
@@ -607,17 +738,28 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
     if (batch) cuda::matmul(ew.down, hin, g, yc, D, nullptr, stream);
     else cuda::matvec(ew.down, hin, g, yc, D, nullptr, stream);
     cuda::scatter_rows(yc + r.r0 * D, pair_of_row() + r.r0, nr, D, exp_y, stream);
-    event(wave_done, wv).record(stream);
+    mark_read(sp, waves[wv]);
   }
   if (any_copy && timed) copier->record(copy1.get());
+  timeline.mark_compute(stream, il, 1);
   if (bank >= 0) bank_free[bank].record(stream);
   // The next layer's predicted experts: behind this layer's copies, while its
   // waves and CPU experts run.
   if (pred) {
-      const double overhead = seconds_since(t0);
-      min_overhead_s = min_overhead_s > 0 ? std::min(min_overhead_s, overhead) : overhead;
-      stage_next(*pred, ids_h + np);
-    }
+    const double overhead = seconds_since(t0);
+    min_overhead_s = min_overhead_s > 0 ? std::min(min_overhead_s, overhead) : overhead;
+    stage_next(*pred, ids_h + np);
+  }
+  // A prompt: the next tiered layer's cold experts, behind this layer's
+  // copies, while this layer, the CPU's share and the layers between compute.
+  // (A pinned layer that came here for scratch staged nothing.)
+  if (stages_prompt(n) && !pinned[static_cast<size_t>(il)]) {
+    stage_prompt(next_tiered[static_cast<size_t>(il)], n);
+    // The CPU's share of a prompt's layer starts only now: the planner
+    // counts this delay against it from the next pass on (begin_pass).
+    const double delay = seconds_since(t_plan);
+    prompt_cpu_start_s = prompt_cpu_start_s > 0 ? 0.7 * prompt_cpu_start_s + 0.3 * delay : delay;
+  }
   tel.plan_s += seconds_since(t_plan);
 
   // ---- CPU experts, while the GPU runs the waves
@@ -635,6 +777,7 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
 
   // ---- combine: every pair at its index, summed in fixed order
   cuda::moe_combine(exp_y, wts, n, K, D, h, h, stream);
+  timeline.mark_compute(stream, il, 2);
   if (timed) {
     gpu1.record(stream);
     timing_pending = true;
@@ -674,6 +817,7 @@ HybridMoe::HybridMoe(const ModelWeights& w, const HybridMoeOptions& opt, cudaStr
   m.place_initial();
   stage("initial placement copied");
   m.make_gates();
+  m.init_prompt_stage();
   ExpertTelemetry& tl = m.tel;
   tl.hybrid = true;
   tl.policy = opt.policy;
@@ -712,6 +856,17 @@ void HybridMoe::begin_pass(int n_tokens, bool gated) {
   }
   m.pass_tokens = n_tokens;
   m.pass_start = Clock::now();
+  m.read_done = m.read_seq;  // end_pass synchronised: every read has run
+  if (n_tokens > 1 && m.timeline.on()) m.timeline.begin(m.copier->stream());
+  m.copy0_recorded = false;
+  if (m.stages_prompt(n_tokens)) {
+    CostModel prompt_cost = m.cost;
+    prompt_cost.cpu_start_us = m.prompt_cpu_start_s * 1e6;
+    if (m.prompt_cpu_gflops > 0) prompt_cost.cpu_gflops = m.prompt_cpu_gflops;
+    m.res->set_cost(prompt_cost);
+    m.prompt_cost_set = true;
+    m.stage_prompt(m.first_tiered, n_tokens);
+  }
   m.pass_counts = TierCounts{};
   m.pass_cpu_s = 0;
 }
@@ -725,8 +880,16 @@ void HybridMoe::end_pass() {
     throw Error("hybrid decode: a layer's experts waited over 20 s for the host; this step's output is wrong");
   }
   m.collect_timing();
+  if (m.prompt_cost_set) {
+    m.res->set_cost(m.cost);
+    m.prompt_cost_set = false;
+  }
   ExpertTelemetry& t = m.tel;
   const double s = seconds_since(m.pass_start);
+  if (m.timeline.on()) {
+    MS_CUDA_CHECK(cudaStreamSynchronize(m.copier->stream()));
+    m.timeline.report(m.pass_tokens, s, m.cost.pcie_gbps);
+  }
   t.total_s += s;
   ++t.passes;
   t.tokens += static_cast<uint64_t>(m.pass_tokens);

@@ -14,7 +14,12 @@
 //            the CPU computes its experts from the mapped file
 //   combine  the CPU's rows go up, every pair's output sits at its pair index,
 //            and one weighted sum in fixed order adds them to the residual
-//// Decode runs the gated step instead where it can (hybrid_gated.cpp): the
+// A pass long enough to route nearly every expert (a prompt) does not wait
+// for the routes to start a layer's copies: the next tiered layer's cold
+// experts go into the transit slots behind this layer's, so the link keeps
+// busy while this layer, the CPU and the resident layers in between compute.
+//
+// Decode runs the gated step instead where it can (hybrid_gated.cpp): the
 // route is checked against a resident bitmap on the GPU, and the host is
 // waited for only when some routed expert is not resident.
 //
@@ -56,6 +61,9 @@ struct HybridMoeOptions {
   // | auto (as many as the link carries in the time between two layers).
   std::string prefetch = "auto";
   bool gated = true;               // decode may take the gated step (gated_decode())
+  // Passes that route nearly every expert copy each tiered layer's cold
+  // experts before its routes are known (while earlier layers compute).
+  bool prompt_stage = true;
   const ExpertProfile* profile = nullptr;
   int max_tokens = 512;           // tokens per forward chunk
   int gemm_min_batch = 16;        // tensor-core matmul from this many tokens

@@ -3,10 +3,13 @@
 // gated decode step). CUDA-only; include it only from those two.
 #pragma once
 #include <chrono>
+#include <cstdlib>
+#include <string>
 #include <memory>
 #include <vector>
 
 #include "cuda/backend/hybrid_moe.h"
+#include "cuda/backend/link_timeline.h"
 #include "cuda/device.h"
 #include "cuda/expert_copier.h"
 #include "cuda/expert_gate.h"
@@ -66,7 +69,7 @@ struct HybridMoe::Impl {
   // the CPU tier's fixed cost per layer, for the auto prefetch split.
   double min_overhead_s = 0;
   bool copy0_recorded = false;           // this run() opened the copy timing window
-  std::vector<std::unique_ptr<cuda::Event>> copied, wave_done;
+  std::vector<std::unique_ptr<cuda::Event>> copied;
   cuda::Event gpu0{true}, gpu1{true}, copy0{true}, copy1{true};
   bool timing_pending = false, copy_timing_pending = false;
   // The GPU and copy phases are timed with events on one layer step in
@@ -145,6 +148,44 @@ struct HybridMoe::Impl {
   void decode_on_gpu(int il, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* wts, float* h,
                      const cuda::NextNorm* next, bool copies);
 
+  // ---- transit slots: which compute last read each. Within one layer step
+  // the waves reuse them in order; a prompt's stage (below) rewrites them
+  // while the previous layer's waves may still be queued. Reads are numbered;
+  // read_events[q % kReadEvents] is recorded after read q (a reused event
+  // only makes a copy wait for a later read, never for one not yet queued).
+  static constexpr size_t kReadEvents = 256;
+  std::vector<std::vector<uint64_t>> transit_reader;  // [pool][transit index]: the last read (0: none)
+  uint64_t read_seq = 0;     // reads recorded so far
+  uint64_t read_done = 0;    // every read up to this one has run (a synchronisation passed it)
+  uint64_t copy_waited = 0;  // the copy stream already waits for every read up to this one
+  std::vector<std::unique_ptr<cuda::Event>> read_events;
+  // Experts per wave of transit copies (and per copy group of a prompt's stage).
+  uint32_t wave_experts() const { return std::max<uint32_t>(1, std::min<uint32_t>(8, res->transit_slots() / 2)); }
+  // The copy stream waits until the compute that last read `where` has run
+  // (transit slots; others need no wait in the planned step).
+  void wait_slot_free(SlotRef where);
+  // After a wave's compute: its transit slots are read by read_seq + 1.
+  void mark_read(const StepPlan& sp, const std::vector<size_t>& wave);
+
+  // ---- prompt staging: in a pass of at least prompt_stage_min tokens (every
+  // expert routed, nearly), each tiered layer's cold experts are copied into
+  // transit slots before its routes are known: the first tiered layer's at
+  // begin_pass, the next one's after each tiered layer's waves. ring_layer's
+  // experts were copied in groups of wave_experts(); ring_group[e] is expert
+  // e's group (-1: not staged), ring_copied[g] recorded after group g.
+  int prompt_stage_min = 0;  // 0: never
+  std::vector<int> next_tiered;  // per layer: the next layer that is planned here (-1: none)
+  int first_tiered = -1;
+  int ring_layer = -1, ring_groups = 0;
+  std::vector<int16_t> ring_group;
+  std::vector<std::unique_ptr<cuda::Event>> ring_copied;
+  double prompt_cpu_start_s = 0;  // host time before a prompt layer's CPU share starts (moving average)
+  double prompt_cpu_gflops = 0;   // the CPU's arithmetic rate on a 32-token batch (measure_cost)
+  bool prompt_cost_set = false;   // res plans with cpu_start_us for this pass
+  bool stages_prompt(int n) const { return prompt_stage_min > 0 && n >= prompt_stage_min && !gated_pass; }
+  void init_prompt_stage();
+  void stage_prompt(int layer, int n);
+
   // ---- the resident bitmap: which experts sit in cache slots, as the
   // device's residency check sees it (word e / 32 of layer l, bit e % 32)
   uint32_t mask_words = 0;                // per layer
@@ -180,6 +221,11 @@ struct HybridMoe::Impl {
     double timing_s = 0, policy_s = 0, enqueue_s = 0, stage_s = 0, settle_s = 0;
     uint64_t hits = 0, misses = 0;
   } prof;
+  // MOESTREAM_HYBRID_TIMELINE=1: the copy stream's idle time per prompt pass.
+  LinkTimeline timeline{[] {
+    const char* t = std::getenv("MOESTREAM_HYBRID_TIMELINE");
+    return t != nullptr && std::string(t) == "1";
+  }()};
   ~Impl();
 
   static uint64_t gate_bytes(const ModelConfig& c);  // gate_arena's size
