@@ -147,6 +147,33 @@ std::vector<std::pair<ExpertKey, SlotRef>> ExpertResidency::initial_placement() 
   return out;
 }
 
+// Fills bank b for layer's step with the not-resident, distinct experts of
+// `keys` (in order, at most cap), each in the slot next_slot() gives, and
+// lists their copies in the stage plan.
+void ExpertResidency::fill_bank(Bank& b, uint64_t step, uint32_t layer, int32_t pool, std::span<const ExpertKey> keys,
+                                uint32_t cap, const std::function<int32_t()>& next_slot) {
+  StagePlan& sp = stage_plan_;
+  b.step = step;
+  b.layer = layer;
+  b.predicted.assign(keys.begin(), keys.end());
+  b.staged.clear();
+  for (ExpertKey key : keys) {
+    if (b.staged.size() >= cap) break;
+    if (key / cfg_.n_expert != layer) throw Error("expert residency: a stage for another layer");
+    if (resident(key)) continue;
+    bool dup = false;
+    for (const auto& [k, s] : b.staged) dup = dup || k == key;
+    if (dup) continue;
+    const int32_t slot = next_slot();
+    b.staged.push_back({key, slot});
+    sp.copies.push_back({key, SlotRef{pool, slot}});
+    counters_.stage_bytes += planner_.bytes_of(key);
+    counters_.copy_bytes += planner_.bytes_of(key);
+  }
+  std::sort(b.staged.begin(), b.staged.end());
+  counters_.staged += b.staged.size();
+}
+
 const StagePlan& ExpertResidency::stage(uint64_t step, uint32_t layer, std::span<const ExpertKey> predicted,
                                         uint32_t max_experts) {
   StagePlan& sp = stage_plan_;
@@ -160,28 +187,10 @@ const StagePlan& ExpertResidency::stage(uint64_t step, uint32_t layer, std::span
     if (b.layer == int64_t(layer) && b.step == step) b.layer = -1;
   const int32_t bank = next_bank_;
   next_bank_ ^= 1;
-  Bank& b = banks_[bank];
-  b.step = step;
-  b.layer = layer;
-  b.predicted.assign(predicted.begin(), predicted.end());
-  b.staged.clear();
   const uint32_t first = uint32_t(layout_.pools[size_t(pool)].slots) + cfg_.transit_slots + uint32_t(bank) * cfg_.stage_bank;
-  const uint32_t cap = std::min(max_experts, cfg_.stage_bank);
-  for (ExpertKey key : predicted) {
-    if (b.staged.size() >= cap) break;
-    if (key / cfg_.n_expert != layer) throw Error("expert residency: a prediction for another layer");
-    if (resident(key)) continue;
-    bool dup = false;
-    for (const auto& [k, s] : b.staged) dup = dup || k == key;
-    if (dup) continue;
-    const int32_t slot = int32_t(first + b.staged.size());
-    b.staged.push_back({key, slot});
-    sp.copies.push_back({key, SlotRef{pool, slot}});
-    counters_.stage_bytes += planner_.bytes_of(key);
-    counters_.copy_bytes += planner_.bytes_of(key);
-  }
-  std::sort(b.staged.begin(), b.staged.end());
-  counters_.staged += b.staged.size();
+  uint32_t used = 0;
+  fill_bank(banks_[bank], step, layer, pool, predicted, std::min(max_experts, cfg_.stage_bank),
+            [&] { return int32_t(first + used++); });
   last_stage_bytes_ = 0;
   for (const auto& [key, where] : sp.copies) last_stage_bytes_ += planner_.bytes_of(key);
   sp.bank = bank;
@@ -193,34 +202,18 @@ const StagePlan& ExpertResidency::stage_transit(uint64_t step, uint32_t layer, s
   StagePlan& sp = stage_plan_;
   sp.bank = -1;
   sp.copies.clear();
-  Bank& b = transit_bank_;
-  b.layer = -1;
+  transit_bank_.layer = -1;
   if (cfg_.transit_slots == 0 || layer >= cfg_.n_layer) return sp;
   const int32_t pool = layout_.pool_of_layer[layer];
   if (pool < 0) return sp;
-  b.step = step;
-  b.layer = layer;
-  b.predicted.assign(wanted.begin(), wanted.end());
-  b.staged.clear();
+  // The next transit slots, in the order the plan's streamed experts take them.
   const uint32_t cache_slots = uint32_t(layout_.pools[size_t(pool)].slots);
-  const uint32_t cap = std::min(max_experts, cfg_.transit_slots);
   uint32_t& t = transit_next_[size_t(pool)];
-  for (ExpertKey key : wanted) {
-    if (b.staged.size() >= cap) break;
-    if (key / cfg_.n_expert != layer) throw Error("expert residency: a prompt stage for another layer");
-    if (resident(key)) continue;
-    bool dup = false;
-    for (const auto& [k, s] : b.staged) dup = dup || k == key;
-    if (dup) continue;
+  fill_bank(transit_bank_, step, layer, pool, wanted, std::min(max_experts, cfg_.transit_slots), [&] {
     const int32_t slot = int32_t(cache_slots + t);
     t = (t + 1) % cfg_.transit_slots;
-    b.staged.push_back({key, slot});
-    sp.copies.push_back({key, SlotRef{pool, slot}});
-    counters_.stage_bytes += planner_.bytes_of(key);
-    counters_.copy_bytes += planner_.bytes_of(key);
-  }
-  std::sort(b.staged.begin(), b.staged.end());
-  counters_.staged += b.staged.size();
+    return slot;
+  });
   sp.bank = StagePlan::kTransitBank;
   return sp;
 }

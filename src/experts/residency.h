@@ -41,6 +41,7 @@
 // holds more experts than it has cache slots.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -165,6 +166,9 @@ class ExpertResidency {
 
  private:
   void release(ExpertKey key);
+  struct Bank;
+  void fill_bank(Bank& b, uint64_t step, uint32_t layer, int32_t pool, std::span<const ExpertKey> keys, uint32_t cap,
+                 const std::function<int32_t()>& next_slot);
   int32_t take_slot(int32_t pool);
 
   ResidencyConfig cfg_;
@@ -174,7 +178,7 @@ class ExpertResidency {
   std::vector<int32_t> slot_of_key_;               // [key] cache slot, -1
   std::vector<std::vector<int32_t>> free_slots_;  // per pool, a stack
   std::vector<uint32_t> transit_next_;            // per pool, next transit slot
-  struct Bank {
+  struct Bank {  // staged experts of one coming layer step
     uint64_t step = 0;
     int64_t layer = -1;                            // -1: nothing waiting to be used
     std::vector<ExpertKey> predicted;              // as given
