@@ -16,7 +16,7 @@ initialisation, for one architecture of hf_parity.py:
 
 Runs on the GPU machine (torch + transformers there), CPU only, no moestream:
 
-    python3 tools/parity_conditioning.py --model qwen35moe [--inits current,unit-norms]
+    python3 tools/parity_conditioning.py --model qwen35moe [--inits current,old] [--trace 1e-4]
 """
 import argparse
 import math
@@ -27,62 +27,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hf_parity as hp  # noqa: E402
 
 
-def norm_modules(torch, model):
-    """(name, module, one_plus) for every RMSNorm-like module with a 1-D
-    weight; one_plus: it scales by (1 + weight), found by running it with a
-    zero weight (a plain w * norm(x) then returns zeros)."""
-    out = []
-    for name, m in model.named_modules():
-        w = getattr(m, "weight", None)
-        if "Norm" not in type(m).__name__ or w is None or w.dim() != 1:
-            continue
-        with torch.no_grad():
-            saved = w.detach().clone()
-            w.zero_()
-            x = torch.randn(2, w.shape[0])
-            try:
-                y = m(x)
-            except TypeError:
-                y = m(x, torch.ones_like(x))
-            if isinstance(y, tuple):
-                y = y[0]
-            one_plus = float(y.abs().max()) > 1e-3
-            w.copy_(saved)
-        out.append((name, m, one_plus))
-    return out
-
-
 def init_model(torch, model, kind, seed):
-    """hf_parity.randomize, then the variant's changes."""
-    hp.randomize(torch, model, seed)
-    if kind == "current":
+    """hf_parity.randomize, or a variant of it:
+    old            the init before 2026-11-25: every vector 1 + 0.1 N (so
+                   Qwen3.5's (1 + w) norms doubled their input, and Gated
+                   DeltaNet kept ~3% of its state per token);
+    sharp-routers  router matrices x4;
+    half-weights   every matrix at half the scale."""
+    if kind == "old":
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if p.dim() == 1:
+                    p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+                else:
+                    p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[-1]))
         return
-    g = torch.Generator().manual_seed(seed + 1)
+    hp.randomize(torch, model, seed)
     with torch.no_grad():
-        if kind in ("unit-norms", "unit-norms-slow-decay"):
-            # Effective scale 1 + 0.1 N whatever the norm's parametrisation.
-            for _, m, one_plus in norm_modules(torch, model):
-                if one_plus:
-                    m.weight.copy_(0.1 * torch.randn(m.weight.shape, generator=g))
-        if kind == "unit-norms-slow-decay":
-            for name, p in model.named_parameters():
-                if name.endswith("A_log"):  # A = exp(A_log) in [0.05, 0.5]: decays near 1
-                    p.copy_(torch.log(0.05 + 0.45 * torch.rand(p.shape, generator=g)))
-                elif name.endswith("dt_bias"):
-                    p.copy_(torch.zeros(p.shape))
-        if kind in ("sharp-routers", "unit-norms-sharp-routers"):
-            if kind == "unit-norms-sharp-routers":
-                for _, m, one_plus in norm_modules(torch, model):
-                    if one_plus:
-                        m.weight.copy_(0.1 * torch.randn(m.weight.shape, generator=g))
-            # Router logits 4x as spread: decisive top-k, as trained routers are.
-            for name, p in model.named_parameters():
-                if name.endswith("mlp.gate.weight"):
-                    p.mul_(4.0)
-        if kind == "half-weights":  # matrices at half the scale
-            for name, p in model.named_parameters():
-                if p.dim() >= 2:
-                    p.mul_(0.5)
+        for name, p in model.named_parameters():
+            if kind == "sharp-routers" and name.endswith("mlp.gate.weight"):
+                p.mul_(4.0)
+            elif kind == "half-weights" and p.dim() >= 2:
+                p.mul_(0.5)
 
 
 def layer_states(torch, model, ids):
@@ -95,13 +62,65 @@ def layer_states(torch, model, ids):
     return states, logits
 
 
+def module_trace(torch, model, ids, rel, seed):
+    """Where a perturbation grows: the embedding output is scaled by
+    (1 + rel N(0,1)); every leaf module's (and every GDN mixer's core output,
+    the norm's input) relative change of input and output, in call order.
+    A module whose output change is many times its input's amplifies."""
+    def capture(store):
+        hooks = []
+        for name, m in model.named_modules():
+            if name == "" or any(True for _ in m.children()):
+                continue
+            def hook(mod, inp, out, name=name):
+                t_in = next((t for t in inp if torch.is_tensor(t) and t.is_floating_point()), None)
+                t_out = out[0] if isinstance(out, tuple) else out
+                if torch.is_tensor(t_out) and t_out.is_floating_point():
+                    store.append((name, None if t_in is None else t_in.detach().float().clone(),
+                                  t_out.detach().float().clone()))
+            hooks.append(m.register_forward_hook(hook))
+        return hooks
+
+    def run(jitter):
+        store = []
+        hooks = capture(store)
+        emb = model.get_input_embeddings()
+        g = torch.Generator().manual_seed(seed)
+        jh = None
+        if jitter:
+            jh = emb.register_forward_hook(
+                lambda mod, inp, out: out * (1 + rel * torch.randn(out.shape, generator=g)))
+        logits = hp.hf_logits(torch, model, ids)
+        for h in hooks:
+            h.remove()
+        if jh:
+            jh.remove()
+        return store, logits
+
+    base, l0 = run(False)
+    pert, l1 = run(True)
+    def rc(a, b):
+        if a is None or b is None or a.shape != b.shape:
+            return float("nan")
+        return float((a - b).norm() / max(float(b.norm()), 1e-30))
+    print(f"  perturbation trace: embeddings x (1 + {rel:g} N), {len(ids)} tokens; rel change in -> out (gain)")
+    for (name, i0, o0), (_, i1, o1) in zip(base, pert):
+        ri, ro = rc(i1, i0), rc(o1, o0)
+        gain = ro / ri if ri == ri and ri > 0 else float("nan")
+        mark = "  <==" if gain == gain and gain > 3 else ""
+        print(f"    {name:48s} {ri:9.2e} -> {ro:9.2e}  ({gain:6.2f}){mark}")
+    print(f"  last logits rel change {hp.max_rel_err(l1[-1].tolist(), l0[-1].tolist()):.3e}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="qwen35moe", choices=list(hp.MODELS))
-    ap.add_argument("--inits", default="current,unit-norms,sharp-routers,unit-norms-sharp-routers")
+    ap.add_argument("--inits", default="current,old")
     ap.add_argument("--jitter", type=float, default=hp.Q8_JITTER)
     ap.add_argument("--vocab", type=int, default=512)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--trace", type=float, default=0.0,
+                    help="also trace a relative perturbation of this size (e.g. 1e-4) module by module")
     args = ap.parse_args()
 
     import torch
@@ -117,9 +136,12 @@ def main():
         model = cls._from_config(cfg, attn_implementation="eager").float().eval()
         init_model(torch, model, kind, args.seed)
         if kind == args.inits.split(",")[0]:
-            norms = norm_modules(torch, model)
+            norms = hp.norm_modules(torch, model)
             print(f"norms with (1 + w): {sum(1 for n in norms if n[2])} of {len(norms)}; e.g. "
                   + ", ".join(f"{type(m).__name__}{'(1+w)' if op else ''}" for _, m, op in norms[:6]))
+        if args.trace > 0:
+            print(f"== {args.model} init {kind}")
+            module_trace(torch, model, prompts[1], args.trace, args.seed)
         f16 = hp.rounded_reference(torch, model, "f16")
         q8 = hp.rounded_reference(torch, model, "q8_0")
         hp.use_eager_experts(q8)

@@ -281,6 +281,39 @@ TEST_P(Hybrid, PromptStagingOnAndOffGiveTheSameTokens) {
         }
 }
 
+// Where the link copies a cold expert faster than the CPU computes it, a
+// staged prompt pass streams them all (HybridMoeOptions::prompt_cpu). With
+// 4 transit slots only 4 experts are staged; the costs here would give the
+// CPU about a third of the others (twice as slow per expert as the link).
+TEST_P(Hybrid, StagedPromptsGiveTheCpuNoShareUnlessAsked) {
+  MS_REQUIRE_GPU();
+  const LoadedModel& m = tiny_model(GetParam().arch, GetParam().quant);
+  const bool exact = std::string(GetParam().quant) == "f16";
+  CudaBackend ref(m.weights, all_resident_options());
+  const std::vector<int32_t> prompt = some_tokens(40, m.weights.cfg.n_vocab, 23);
+  const std::vector<int32_t> want = greedy(ref, prompt, 16, kCtx);
+  uint64_t host_pairs[2] = {0, 0};
+  for (bool cpu : {false, true}) {
+    const std::string what = std::string(GetParam().arch) + " " + GetParam().quant + (cpu ? " prompt_cpu" : "");
+    CudaBackend::Options o = budget_options(budgets(m)[0]);
+    o.prompt_cpu = cpu;
+    o.transit_slots = 4;
+    o.prefetch = "off";
+    o.cost_overrides = "pcie_gbps=50,cpu_gbps=50,cpu_gflops=1000,copy_overhead_us=10,cpu_overhead_us=20";
+    CudaBackend be(m.weights, o);
+    {
+      KvCache kv = be.make_cache(kCtx);
+      std::vector<float> logits;
+      be.forward(kv, prompt, logits);
+      host_pairs[cpu] = be.expert_telemetry().all().host;
+    }
+    if (exact) EXPECT_EQ(greedy(be, prompt, 16, kCtx), want) << what;
+    else EXPECT_GE(lockstep(ref, be, prompt, 16, what), 13) << what;
+  }
+  EXPECT_EQ(host_pairs[0], 0u) << "the prompt gave the CPU a share";
+  EXPECT_GT(host_pairs[1], 0u) << "these costs should give the CPU a share when asked (prompt_cpu)";
+}
+
 TEST_P(Hybrid, LogitsOfEveryPromptPositionWithinTolerance) {
   MS_REQUIRE_GPU();
   const LoadedModel& m = tiny_model(GetParam().arch, GetParam().quant);

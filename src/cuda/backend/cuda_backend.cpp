@@ -116,6 +116,7 @@ void CudaBackend::Impl::make_hybrid(const VramPlan& plan) {
   ho.pool_bytes = plan.room - std::min(plan.room, over);
   ho.transit_slots = transit;
   ho.prompt_stage = opt.prompt_stage;
+  ho.prompt_cpu = opt.prompt_cpu;
   ho.prefetch = opt.prefetch;
   ho.gated = opt.gated_decode;
   ho.policy = opt.policy == "default" ? engine_default_policy(opt.profile != nullptr) : opt.policy;
@@ -128,7 +129,7 @@ void CudaBackend::Impl::make_hybrid(const VramPlan& plan) {
   ho.pool = opt.cpu_pool;
   hybrid = std::make_unique<HybridMoe>(w, ho, stream);
   // Pinned layers run the all-resident expert kernels, in the step's scratch.
-  exp_scratch = hybrid->scratch(exp_scratch_bytes);
+  exp_scratch = hybrid->scratch(exp_scratch_bytes, opt.pinned_prompt_kernels);
 }
 
 void CudaBackend::Impl::check_types() const {

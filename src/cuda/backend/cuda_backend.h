@@ -87,6 +87,11 @@ class CudaBackend : public Backend {
     // copies may take over its compute (prompt staging, hybrid_moe.h).
     uint32_t transit_slots = 0;
     bool prompt_stage = true;         // false: a prompt's copies start at each layer's routes (A/B runs)
+    // Pinned layers take the all-resident expert kernels on prompt batches
+    // too, in the hybrid step's idle buffers; false: only up to the decode
+    // scratch, larger batches through HybridMoe::run (A/B runs).
+    bool pinned_prompt_kernels = true;
+    bool prompt_cpu = false;          // staged prompt passes give the CPU a share too (HybridMoeOptions)
     std::string prefetch = "auto";    // off | next | auto: experts of the next tiered layer copied ahead (decode)
     // Hybrid decode as one graph that checks residency on the GPU and waits
     // for the host only on a miss (hybrid_moe.h); false: a round trip per

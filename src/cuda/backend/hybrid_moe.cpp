@@ -24,9 +24,13 @@ namespace {
 // only when some expert runs on the CPU.
 constexpr int kEagerInputTokens = 64;
 
+// A CPU rate that no plan gives work to (a staged prompt pass without the
+// CPU's share, HybridMoeOptions::prompt_cpu).
+constexpr double kNoCpuGflops = 1e-9;
+
 // The step's expert scratch (hg) doubles as cuda::expert_ffn's scratch on
-// all-GPU decode steps and pinned layers (up to 16 tokens: the batch size
-// from which the grouped matmul takes over by default). Its own use is
+// all-GPU decode steps (and, for up to 16 tokens, pinned layers even when
+// the step is built for no more; HybridMoe::scratch lends more). Its own use is
 // P x n_ff floats, which at a small batch (-b 1: 8 rows) is less than
 // expert_ffn needs for one token; this is an upper bound of expert_ffn's
 // layout (expert_ffn.cu) at that many tokens.
@@ -341,14 +345,18 @@ void HybridMoe::Impl::init_prompt_stage() {
 // routed) into the next transit slots, in copy groups; see the header. Not
 // where the cost model would compute a cold expert on the CPU rather than
 // copy it (a slow link), for the pass's tokens per expert.
-void HybridMoe::Impl::stage_prompt(int layer, int n) {
-  ring_layer = -1;
-  if (layer < 0) return;
-  const int E = c.n_expert;
+bool HybridMoe::Impl::prompt_copies_win(int layer, int n) const {
+  if (layer < 0) return false;
   const uint64_t bytes = geom[static_cast<size_t>(layer)].gate_bytes + geom[static_cast<size_t>(layer)].up_bytes +
                          geom[static_cast<size_t>(layer)].down_bytes;
-  const auto per_expert = static_cast<uint32_t>(std::max(1, n * c.n_expert_used / E));
-  if (cost.copy_s(bytes) >= cost.cpu_s(bytes, per_expert)) return;
+  const auto per_expert = static_cast<uint32_t>(std::max(1, n * c.n_expert_used / c.n_expert));
+  return cost.copy_s(bytes) < cost.cpu_s(bytes, per_expert);
+}
+
+void HybridMoe::Impl::stage_prompt(int layer, int n) {
+  ring_layer = -1;
+  if (!prompt_copies_win(layer, n)) return;
+  const int E = c.n_expert;
   std::vector<ExpertKey> wanted(static_cast<size_t>(E));
   for (int e = 0; e < E; ++e) wanted[static_cast<size_t>(e)] = static_cast<ExpertKey>(layer) * E + e;
   const StagePlan& st = res->stage_transit(step, static_cast<uint32_t>(layer), wanted, res->transit_slots());
@@ -863,6 +871,8 @@ void HybridMoe::begin_pass(int n_tokens, bool gated) {
     CostModel prompt_cost = m.cost;
     prompt_cost.cpu_start_us = m.prompt_cpu_start_s * 1e6;
     if (m.prompt_cpu_gflops > 0) prompt_cost.cpu_gflops = m.prompt_cpu_gflops;
+    // Where the link wins, it carries every cold expert (see prompt_cpu).
+    if (!m.opt.prompt_cpu && m.prompt_copies_win(m.first_tiered, n_tokens)) prompt_cost.cpu_gflops = kNoCpuGflops;
     m.res->set_cost(prompt_cost);
     m.prompt_cost_set = true;
     m.stage_prompt(m.first_tiered, n_tokens);
@@ -935,9 +945,19 @@ const cuda::ExpertWeights& HybridMoe::weights(int il) const { return impl_->slot
 
 bool HybridMoe::layer_pinned(int il) const { return impl_->pinned.at(static_cast<size_t>(il)) != 0; }
 
-void* HybridMoe::scratch(size_t& bytes) const {
-  bytes = impl_->decode_scratch_bytes;
-  return impl_->hg;
+// Every buffer from xg to the index arrays (allocated in that order, one
+// arena) is idle while a pinned layer computes, as all their uses are on the
+// compute stream: lent whole, they hold cuda::expert_ffn's scratch for a full
+// prompt batch, so pinned layers take the all-resident kernels on prompts too
+// rather than a round trip through run().
+void* HybridMoe::scratch(size_t& bytes, bool whole) const {
+  const Impl& m = *impl_;
+  if (!whole) {
+    bytes = m.decode_scratch_bytes;
+    return m.hg;
+  }
+  bytes = static_cast<size_t>(reinterpret_cast<const char*>(m.idx) - reinterpret_cast<const char*>(m.xg));
+  return m.xg;
 }
 
 ExpertTelemetry HybridMoe::telemetry() const {

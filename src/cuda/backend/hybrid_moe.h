@@ -64,6 +64,11 @@ struct HybridMoeOptions {
   // Passes that route nearly every expert copy each tiered layer's cold
   // experts before its routes are known (while earlier layers compute).
   bool prompt_stage = true;
+  // Staged prompt passes also give the CPU a share of the cold experts. Off
+  // by default: on the H100 machine it cost pp512 20% (the CPU's host-memory
+  // reads slow the copies, and the host thread computing them enqueues
+  // nothing meanwhile; bench/results/hybrid_bench.md run 15).
+  bool prompt_cpu = false;
   const ExpertProfile* profile = nullptr;
   int max_tokens = 512;           // tokens per forward chunk
   int gemm_min_batch = 16;        // tensor-core matmul from this many tokens
@@ -129,9 +134,11 @@ class HybridMoe {
   // calling run() (no round trip, nothing to plan; end_pass counts its pairs
   // as resident).
   bool layer_pinned(int il) const;
-  // The step's expert scratch (hg), for the backend's own expert kernels on
-  // pinned layers: idle then, as every use is on the compute stream.
-  void* scratch(size_t& bytes) const;
+  // The step's buffers as one scratch, for the backend's own expert kernels
+  // on pinned layers (a full prompt batch fits): idle then, as every use is
+  // on the compute stream.
+  // whole = false: the decode scratch (hg) alone.
+  void* scratch(size_t& bytes, bool whole = true) const;
 
   ExpertTelemetry telemetry() const;
   uint64_t device_bytes() const;

@@ -183,6 +183,10 @@ struct HybridMoe::Impl {
   double prompt_cpu_gflops = 0;   // the CPU's arithmetic rate on a 32-token batch (measure_cost)
   bool prompt_cost_set = false;   // res plans with cpu_start_us for this pass
   bool stages_prompt(int n) const { return prompt_stage_min > 0 && n >= prompt_stage_min && !gated_pass; }
+  // Layer `layer`'s cold experts are copied faster than the CPU computes
+  // them at a prompt pass's tokens per expert (n tokens): staging pays, and
+  // the CPU takes no share (unless opt.prompt_cpu).
+  bool prompt_copies_win(int layer, int n) const;
   void init_prompt_stage();
   void stage_prompt(int layer, int n);
 
