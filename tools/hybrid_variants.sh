@@ -34,6 +34,6 @@ for rep in $(seq 1 "${REPS:-1}"); do
       --vram "$budget" $args --json -o /tmp/var.json > /dev/null 2> /tmp/var.err \
       || { echo "== $label failed: $(tail -1 /tmp/var.err)"; continue; }
     python3 tools/hybrid_bench_row.py /tmp/var.json "== $label"
-    grep -E "gated serve|link timeline" /tmp/var.err | sed 's/^/   /'
+    grep -E "gated serve|gated staging|link timeline" /tmp/var.err | sed 's/^/   /'
   done
 done

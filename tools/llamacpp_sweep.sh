@@ -6,6 +6,8 @@
 # from .llama/llama-src.tar.xz (tools/make_llama_src.sh) once per machine.
 #
 #   OUT=dir tools/llamacpp_sweep.sh MODEL.gguf [N,N,...]     default N: 20,28,48
+#   LLAMA_LOAD_MODE=none,mmap (LLAMA_MMAP=0,1 for an older llama-bench; default: both),
+#   LLAMA_BUILD_TIMEOUT=seconds (default 900)
 #   (for the 16.1 GiB Qwen3-30B-A3B Q4_K: about 10.5, 8 and 1.5 GiB of VRAM)
 #   carry: .llama (and .deps for moestream's own build)
 set -uo pipefail
@@ -28,5 +30,14 @@ if [ ! -x "$BENCH" ]; then
     { echo "llamacpp_sweep: build failed or timed out (run again on the same machine to resume)"; tail -5 "$OUT/llama_build.log"; exit 1; }
 fi
 echo "llama.cpp $(cat "$ROOT/.llama/llama-src.version" 2>/dev/null || echo '(version unknown)')"
-timeout 900 "$BENCH" -m "$MODEL" -ngl 99 -fa 1 -ncmoe "$NCMOE" -p 512 -n 128 -r 2 -o md 2> "$OUT/llama_bench.err" |
+# How llama.cpp holds the weights it leaves on the CPU: read into its own
+# (pinned, where CUDA offers it) host buffers, or mmap'ed pages (its default).
+# Pinned buffers let it copy them to the GPU for prompt batches at the
+# link's pinned rate. Both by default: each row of the comparison takes
+# llama.cpp's better one. (Newer llama-bench: -lm none|mmap; older: -mmp 0|1.)
+help=$("$BENCH" --help 2>&1)  # (not piped into grep -q: under pipefail its early exit fails the test)
+if [[ "$help" == *--load-mode* ]]; then load=(-lm "${LLAMA_LOAD_MODE:-none,mmap}")
+else load=(-mmp "${LLAMA_MMAP:-0,1}"); fi
+timeout 900 "$BENCH" -m "$MODEL" -ngl 99 -fa 1 -ncmoe "$NCMOE" "${load[@]}" -p 512 -n 128 -r 2 -o md \
+  2> "$OUT/llama_bench.err" |
   tee "$OUT/llama_bench.md"

@@ -219,7 +219,7 @@ const StagePlan& ExpertResidency::stage_transit(uint64_t step, uint32_t layer, s
 }
 
 const StepPlan& ExpertResidency::plan(uint64_t step, uint32_t layer, std::span<const ExpertKey> keys,
-                                      std::span<const uint32_t> tokens) {
+                                      std::span<const uint32_t> tokens, double link_backlog_s) {
   StepPlan& p = plan_;
   // What was staged for this layer step (prefetch), if anything.
   Bank* bank = nullptr;
@@ -230,11 +230,15 @@ const StepPlan& ExpertResidency::plan(uint64_t step, uint32_t layer, std::span<c
   std::vector<ExpertKey> staged_keys;
   if (bank)
     for (const auto& [k, s] : bank->staged) staged_keys.push_back(k);
-  // With a decode prediction, the link will carry the next layer's staging
-  // too (about as much as this layer's): the split leaves it that room. A
-  // prompt's stage was copied while earlier layers computed.
-  const double link_busy =
-      bank && !from_transit ? double(last_stage_bytes_) / (planner_.cost().pcie_gbps * 1e9) : 0.0;
+  // What the link carries before this step's copies: the caller's backlog
+  // when it knows it. Otherwise, with a decode prediction, assume the link
+  // carries the next layer's staging too (about as much as this layer's),
+  // and leave it that room. A prompt's stage was copied while earlier layers
+  // computed.
+  const double link_busy = link_backlog_s >= 0 ? link_backlog_s
+                           : bank && !from_transit
+                               ? double(last_stage_bytes_) / (planner_.cost().pcie_gbps * 1e9)
+                               : 0.0;
   p.plan = planner_.plan(step, layer, keys, tokens, cache_, staged_keys, link_busy);
   p.staged_bank = -1;
   p.prediction = PredictionOutcome{};

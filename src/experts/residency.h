@@ -135,8 +135,11 @@ class ExpertResidency {
   bool layer_pinned(uint32_t layer) const;
   // Plans one layer step. keys: distinct experts, ascending; tokens[i]: how
   // many tokens chose keys[i]. The returned plan stays valid until the next call.
+  // link_backlog_s: seconds of copies the link still has queued (the caller
+  // tracks its copy stream); negative: not known, and a decode step with a
+  // staged bank assumes the link also carries about as much staging again.
   const StepPlan& plan(uint64_t step, uint32_t layer, std::span<const ExpertKey> keys,
-                       std::span<const uint32_t> tokens);
+                       std::span<const uint32_t> tokens, double link_backlog_s = -1);
 
   // Stages the experts predicted for `layer`'s step `step` (most confident
   // first; at most `max_experts`, and at most a bank): those not resident go

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <algorithm>
 #include <set>
 
@@ -156,6 +158,29 @@ TEST(Prefetch, DemandOrderedUnderTheCapAndProtectsTheWorkingSet) {
   // A tighter cap stops earlier.
   auto c2 = make_policy("lru", 8, o);
   EXPECT_EQ(plan_prefetch(0, cands, *c2, {}, 150, bytes).copies.size(), 1u);
+}
+
+// Decode staging (auto): link and CPU finish together. copy 50 us, cpu 90 us,
+// overhead 10 us, 8 cold experts: (10 + 720) / 140 = 5.2 -> 5 staged.
+TEST(Prefetch, DecodeStageCountBalancesTheLinkAgainstTheCpu) {
+  const double copy = 50e-6, cpu = 90e-6, w = 10e-6;
+  EXPECT_EQ(decode_stage_count(8, 0, 0, w, copy, cpu), 5u);
+  // A GPU-only stretch of 140 us before the routes: one more fits the link.
+  EXPECT_EQ(decode_stage_count(8, 140e-6, 0, w, copy, cpu), 6u);
+  // A backlog of the same length takes it back.
+  EXPECT_EQ(decode_stage_count(8, 140e-6, 140e-6, w, copy, cpu), 5u);
+  // Within [0, cold]: a long stretch stages every cold one; a long backlog none.
+  EXPECT_EQ(decode_stage_count(8, 10e-3, 0, w, copy, cpu), 8u);
+  EXPECT_EQ(decode_stage_count(8, 0, 10e-3, w, copy, cpu), 0u);
+  EXPECT_EQ(decode_stage_count(0, 1e-3, 0, w, copy, cpu), 0u);
+  // The balance holds at the count returned: staging one more would leave
+  // the link finishing later than the CPU by more than it gains.
+  for (double gap : {0.0, 50e-6, 120e-6, 300e-6})
+    for (double backlog : {0.0, 30e-6, 200e-6}) {
+      const uint32_t s = decode_stage_count(8, gap, backlog, w, copy, cpu);
+      const double link = backlog + s * copy, host = gap + w + (8 - s) * cpu;
+      EXPECT_LE(std::abs(link - host), (copy + cpu) / 2 + 1e-12) << gap << " " << backlog;
+    }
 }
 
 }  // namespace

@@ -274,6 +274,29 @@ TEST(ExpertResidency, TheCostModelDecidesBetweenPcieAndCpu) {
   }
 }
 
+// The caller's link backlog replaces the residency's own guess: with the
+// link free the plan streams what the split gives it; behind a long backlog
+// the CPU takes every cold expert.
+TEST(ExpertResidency, AKnownLinkBacklogMovesColdExpertsToTheCpu) {
+  ResidencyConfig c = config(0);  // every expert cold
+  c.cost.pcie_gbps = 50;
+  c.cost.cpu_gbps = 30;
+  std::vector<ExpertKey> keys;
+  std::vector<uint32_t> uses;
+  for (uint32_t e = 0; e < 8; ++e) keys.push_back(kExperts + e), uses.push_back(1);
+  auto host_count = [&](double backlog) {
+    ExpertResidency r(c);
+    const StepPlan& p = r.plan(0, 1, keys, uses, backlog);
+    check_plan(r, p, keys, 1);
+    return p.plan.n_host;
+  };
+  const uint32_t free_link = host_count(0), unknown = host_count(-1), busy = host_count(1.0);
+  EXPECT_EQ(free_link, unknown);  // nothing staged: the guess is a free link too
+  EXPECT_GT(free_link, 0u);
+  EXPECT_LT(free_link, 8u);
+  EXPECT_EQ(busy, 8u);
+}
+
 TEST(ExpertResidency, StreamedExpertsCycleThroughTheTransitSlots) {
   ResidencyConfig c = config(0);
   c.cost.cpu_gbps = 0.001;  // stream everything

@@ -92,6 +92,7 @@ class CudaBackend : public Backend {
     // scratch, larger batches through HybridMoe::run (A/B runs).
     bool pinned_prompt_kernels = true;
     bool prompt_cpu = false;          // staged prompt passes give the CPU a share too (HybridMoeOptions)
+    bool stage_gap = true;            // decode staging fills the GPU-only stretch (HybridMoeOptions)
     std::string prefetch = "auto";    // off | next | auto: experts of the next tiered layer copied ahead (decode)
     // Hybrid decode as one graph that checks residency on the GPU and waits
     // for the host only on a miss (hybrid_moe.h); false: a round trip per

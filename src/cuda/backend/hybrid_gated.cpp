@@ -53,6 +53,9 @@ void HybridMoe::Impl::make_gates() {
   const size_t D = static_cast<size_t>(c.n_embd);
   gated.assign(NL, 0);
   gated_pred.assign(NL, -1);
+  staged_at.assign(NL, Clock::time_point{});
+  staged_seq.assign(NL, 0);
+  route_gap_s.assign(NL, 0.0);
   box_bytes = cuda::GateMailbox::bytes(c.n_embd, c.n_expert_used);
   mailbox = cuda::PinnedBuffer(box_bytes * NL + kAlign, true);
   std::memset(mailbox.get(), 0, mailbox.size());
@@ -185,6 +188,12 @@ void HybridMoe::Impl::serve_layer(int il) {
   const int K = c.n_expert_used, E = c.n_expert;
   const cuda::GateMailbox& b = await_box(il);
   const auto t_plan = Clock::now();
+  if (staged_seq[static_cast<size_t>(il)] == seq) {
+    // A moving average: the stretch moves little from token to token.
+    const double gap = std::chrono::duration<double>(t_plan - staged_at[static_cast<size_t>(il)]).count();
+    double& g = route_gap_s[static_cast<size_t>(il)];
+    g = g > 0 ? 0.8 * g + 0.2 * gap : gap;
+  }
   // Earlier samples, only if done: never wait here, where the GPU may be
   // stopped at this layer's gate while the copy stream still prefetches.
   collect_timing(false);
@@ -198,7 +207,8 @@ void HybridMoe::Impl::serve_layer(int il) {
   std::memcpy(pred, b.pred, sizeof(int32_t) * K);
   const bool hit = b.hit != 0;
   group_routes(il, ids, K);
-  const StepPlan& sp = res->plan(step, static_cast<uint32_t>(il), keys, tokens);
+  const StepPlan& sp =
+      res->plan(step, static_cast<uint32_t>(il), keys, tokens, opt.stage_gap ? link_backlog_s() : -1.0);
   const auto t_enqueue = Clock::now();
   prof.policy_s += std::chrono::duration<double>(t_enqueue - t_policy).count();
   note_residency(sp.plan);
@@ -273,7 +283,11 @@ void HybridMoe::Impl::serve_layer(int il) {
   // machine (bench/results/hybrid_bench.md, run 13).
   const int target = gated_pred[static_cast<size_t>(il)];
   const auto t_stage = Clock::now();
-  if (target >= 0) stage_next(HybridPrediction{target, nullptr, K}, pred);
+  if (target >= 0) {
+    staged_at[static_cast<size_t>(target)] = t_stage;
+    staged_seq[static_cast<size_t>(target)] = seq;
+    stage_next(HybridPrediction{target, nullptr, K}, pred);
+  }
   const auto t_settle = Clock::now();
   prof.stage_s += std::chrono::duration<double>(t_settle - t_stage).count();
   // The policy's deferred bookkeeping (the adaptive policy's shadow caches),

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "cuda/backend/hybrid_moe_impl.h"
+#include "experts/prefetch.h"
 #include "cuda/gemm.h"
 #include "cuda/ops.h"
 #include "util/error.h"
@@ -411,8 +412,11 @@ void HybridMoe::Impl::copy_wave(int il, const StepPlan& sp, const std::vector<si
 // How many (auto): staged copies run in the background, but the link has
 // only its bandwidth; the experts not staged run on the CPU, after the
 // layer's fixed host cost W (routes, plan). Of c predicted cold experts,
-// staging s balances the two: s * copy = W + (c - s) * cpu. `next` stages
-// all c (the link then carries everything).
+// staging s balances the two (decode_stage_count). In the gated step the
+// link starts on them behind its backlog, and the layer's routes come a
+// measured stretch later (the GPU computing the layers in between): the
+// link may carry that much more. `next` stages all c (the link then carries
+// everything).
 void HybridMoe::Impl::stage_next(const HybridPrediction& pred, const int32_t* p) {
   const int E = c.n_expert;
   if (pred.layer >= c.n_layer || res->pool_of_layer(static_cast<uint32_t>(pred.layer)) < 0) return;
@@ -426,9 +430,11 @@ void HybridMoe::Impl::stage_next(const HybridPrediction& pred, const int32_t* p)
     uint32_t cold = 0;
     for (ExpertKey k : predicted) cold += !res->resident(k);
     const uint64_t bytes = geom[static_cast<size_t>(pred.layer)].slot_bytes;
-    const double copy = cost.copy_s(bytes), cpu_one = cost.cpu_s(bytes, 1);
-    const double s = std::round((min_overhead_s + cold * cpu_one) / (copy + cpu_one));
-    cap = static_cast<uint32_t>(std::clamp(s, 0.0, static_cast<double>(cold)));
+    const bool gap_known = gated_pass && opt.stage_gap;
+    const double gap = gap_known ? route_gap_s[static_cast<size_t>(pred.layer)] : 0.0;
+    const double backlog = gap_known ? link_backlog_s() : 0.0;
+    cap = decode_stage_count(cold, gap, backlog, min_overhead_s, cost.copy_s(bytes), cost.cpu_s(bytes, 1));
+    if (gated_pass) gap_sum_s += gap, staged_sum += cap, ++stagings;
   }
   const StagePlan& st = res->stage(step, static_cast<uint32_t>(pred.layer), predicted, cap);
   if (st.copies.empty()) return;
@@ -854,6 +860,9 @@ HybridMoe::Impl::~Impl() {
                "enqueue %.1f, staging %.1f, deferred policy %.1f\n",
                (unsigned long long)prof.hits, (unsigned long long)prof.misses, 1e6 * prof.timing_s / n,
                1e6 * prof.policy_s / n, 1e6 * prof.enqueue_s / n, 1e6 * prof.stage_s / n, 1e6 * prof.settle_s / n);
+  if (stagings > 0)
+    std::fprintf(stderr, "moestream: gated staging (auto): %.2f experts per staging, %.1f us from staging to routes\n",
+                 staged_sum / double(stagings), 1e6 * gap_sum_s / double(stagings));
 }
 
 void HybridMoe::begin_pass(int n_tokens, bool gated) {

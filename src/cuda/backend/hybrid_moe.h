@@ -69,6 +69,11 @@ struct HybridMoeOptions {
   // reads slow the copies, and the host thread computing them enqueues
   // nothing meanwhile; bench/results/hybrid_bench.md run 15).
   bool prompt_cpu = false;
+  // Gated decode with prefetch auto: the staging count and the split count
+  // the link's queued copies and the GPU-only stretch before the staged
+  // layer's routes (prefetch.h, decode_stage_count); false: as if both were
+  // 0, the link's staging guessed busy instead (A/B runs).
+  bool stage_gap = true;
   const ExpertProfile* profile = nullptr;
   int max_tokens = 512;           // tokens per forward chunk
   int gemm_min_batch = 16;        // tensor-core matmul from this many tokens

@@ -2,6 +2,7 @@
 // step of prompts and of decode without the gate) and hybrid_gated.cpp (the
 // gated decode step). CUDA-only; include it only from those two.
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -118,7 +119,23 @@ struct HybridMoe::Impl {
   void make_copier();
 
   // Expert e of layer l into `dst` (a slot), on the copy stream.
-  void copy_expert(int l, int e, void* dst) { copier->copy_expert(source_index(l, e), dst); }
+  void copy_expert(int l, int e, void* dst) {
+    copier->copy_expert(source_index(l, e), dst);
+    note_link(geom[static_cast<size_t>(l)].slot_bytes);
+  }
+
+  // ---- the copy stream's queue as the host sees it: when the copies
+  // enqueued so far will have run, at the cost model's link rate. The gated
+  // decode step plans with this backlog, and sizes its staging by it.
+  hybrid_detail::Clock::time_point link_free_at{};
+  void note_link(uint64_t bytes) {
+    const auto now = hybrid_detail::Clock::now();
+    link_free_at = std::max(link_free_at, now) + std::chrono::duration_cast<hybrid_detail::Clock::duration>(
+                                                      std::chrono::duration<double>(cost.copy_s(bytes)));
+  }
+  double link_backlog_s() const {
+    return std::max(0.0, std::chrono::duration<double>(link_free_at - hybrid_detail::Clock::now()).count());
+  }
 
   int first_moe_layer() const {
     for (int l = 0; l < c.n_layer; ++l)
@@ -220,6 +237,15 @@ struct HybridMoe::Impl {
   std::vector<uint8_t> gated;
   std::vector<int> gated_pred;
   bool gated_pass = false;  // this pass's decode runs gated: serve_gated() follows the launch
+  // Per tiered layer: when this step's host staged its prediction (staged_seq:
+  // the step it was), and a moving average of the time from then until the
+  // layer's routes reached the host. That stretch (the GPU computing the
+  // layers in between) is link time the staging can fill for free.
+  std::vector<hybrid_detail::Clock::time_point> staged_at;
+  std::vector<uint32_t> staged_seq;
+  std::vector<double> route_gap_s;
+  double gap_sum_s = 0, staged_sum = 0;  // for the profile: per staging
+  uint64_t stagings = 0;
   // Host seconds of serve_layer by part (MOESTREAM_HYBRID_PROFILE=1 prints them at exit).
   struct ServeProfile {
     double timing_s = 0, policy_s = 0, enqueue_s = 0, stage_s = 0, settle_s = 0;
