@@ -23,6 +23,12 @@ tokenizers; no network). For each architecture (Qwen3-MoE, Qwen3.5/3.6-MoE
          computes in f32. So the error measures moestream's arithmetic, not
          the weight format's rounding; that rounding's own effect (moestream
          against the unrounded f32 model) is printed as an "info" row.
+         Q8_0 blocks of 32 run along a row as the file stores it: Gated
+         DeltaNet's out_proj has its columns (value heads) tiled by the
+         converter, and where a head is narrower than a block (the parity
+         model's 16) its blocks span other columns than in Hugging Face's
+         order (until 2026-11-25 the reference rounded in Hugging Face's
+         order: a 1e-2 error at the first layer that was the reference's).
          For q8_0 the reference also rounds the input of every matmul with a
          Q8_0 weight to Q8_0 blocks (d = amax/127, q = round-half-even(x/d);
          d kept as f16 for the CPU backend, f32 for CUDA), because that is
@@ -62,6 +68,29 @@ Prints one table and writes it to OUT/parity.md; exits 1 on any failure.
 
     python3 tools/hf_parity.py --moestream build/moestream --out DIR [--backend cpu|cuda]
     python3 tools/hf_parity.py --moestream build/moestream --out DIR --dry-run
+    python3 tools/hf_parity.py --moestream build/moestream --out DIR --layer-diff [--models M --types T]
+
+--layer-diff runs a diagnostic instead of the checks (tools/layer_diff.sh on
+the GPU machine): for each model, type and prompt, every MoE layer's router
+input from moestream (logits --hidden) against the reference's (a forward
+pre-hook on the router), the reference taking moestream's expert choices; per
+layer the last token's relative error, the largest over tokens, how many
+forced choices the reference's router would not make and by what margin, and
+the layer's kind (qwen35moe: linear / full attention). Self-check: forcing
+must not move the reference's router inputs up to the first layer whose
+routes it changes. Writes OUT/layer_diff.md; exits 1 on an error or a failed
+self-check.
+
+--layer-diff-ablate (with --layer-diff; q8_0 only) adds a table per model:
+the first MoE layer's router input error on the first two prompts, the
+reference rerun with the q8_0 emulation of one group of parameters changed
+(by role, the name without layer and expert index; model-wide): that role's
+matmul inputs not rounded, or its weights left f32; globally no input
+rounding, or f32 weights; and Gated DeltaNet's out_proj rounded in blocks of
+Hugging Face's column order (not the file's, where value heads are tiled:
+the emulation's error until 2026-11-25, 1e-2 at the first layer). The baseline row must
+reproduce the layer-diff figure; a variant that falls far below it points to
+the op moestream computes differently.
 
 --dry-run checks the arguments, the moestream binary and its subcommands and
 the tokenizer files, without importing torch.
@@ -72,6 +101,8 @@ moestream interface used (src/cli/cmd_convert.cpp, src/cli/cmd_logits.cpp):
                      [--routes ROUTES.json] [--greedy N] [--kv-type f32]
         stdout: lines "top5: ...", "greedy: id,id,..." (with --greedy)
         ROUTES.json: {"experts": [layer][token][k]} for the prompt's tokens
+    moestream logits ... --routes R.json --hidden H.f32     (--layer-diff)
+        H.f32: float32 [MoE layer][token][n_embd], shape in H.f32.json
     moestream logits -m FILE -p TEXT --print-tokens   -> "tokens: id,id,..."
 """
 import argparse
@@ -229,6 +260,17 @@ def read_f32(path, n_vocab=None):
     return a
 
 
+def read_hidden(path):
+    """`moestream logits --hidden PATH`: (meta, floats), meta from PATH.json
+    ({"n_layer_moe", "layers", "n_tokens", "n_embd"}), floats [layer][token][n_embd]."""
+    meta = json.loads(Path(str(path) + ".json").read_text())
+    a = read_f32(path)
+    want = meta["n_layer_moe"] * meta["n_tokens"] * meta["n_embd"]
+    if len(a) != want or len(meta["layers"]) != meta["n_layer_moe"]:
+        raise RuntimeError(f"{path}: {len(a)} floats, its description {meta} gives {want}")
+    return meta, a
+
+
 class Moestream:
     def __init__(self, binary, backend, workdir):
         self.bin = str(binary)
@@ -243,8 +285,10 @@ class Moestream:
         (parity at 1e-4 needs unrounded K/V), else the default f16."""
         return "f32" if typ == "f32" else "f16"
 
-    def logits(self, gguf, typ, tokens, tag, routes=False, greedy=0):
-        """`typ`: the weights type of `gguf` (picks the KV cache type)."""
+    def logits(self, gguf, typ, tokens, tag, routes=False, greedy=0, hidden=False):
+        """`typ`: the weights type of `gguf` (picks the KV cache type).
+        hidden: also each MoE layer's router input per prompt token
+        (res["hidden"]: read_hidden's (meta, floats))."""
         out = self.work / f"{tag}.f32"
         cmd = [self.bin, "logits", "-m", str(gguf), "--tokens", ",".join(map(str, tokens)),
                "-o", str(out), "--backend", self.backend]
@@ -254,12 +298,18 @@ class Moestream:
         if routes:
             routes_path = self.work / f"{tag}.routes.json"
             cmd += ["--routes", str(routes_path)]
+        hidden_path = None
+        if hidden:
+            hidden_path = self.work / f"{tag}.hidden.f32"
+            cmd += ["--hidden", str(hidden_path)]
         if greedy:
             cmd += ["--greedy", str(greedy)]
         stdout = run(cmd)
         res = {"logits": read_f32(out), "stdout": stdout}
         if routes_path:
             res["routes"] = json.loads(routes_path.read_text())["experts"]
+        if hidden_path:
+            res["hidden"] = read_hidden(hidden_path)
         if greedy:
             m = re.search(r"^greedy:\s*([0-9,\s]*)$", stdout, re.M)
             if not m:
@@ -350,6 +400,18 @@ def norm_modules(torch, model):
     return out
 
 
+def init_vectors_and_matrices(torch, model, g):
+    """The generic part of randomize, drawn from generator `g` in parameter
+    order: every vector 1 + 0.1 N, every matrix N / sqrt(fan_in) (the last
+    dim). tools/parity_conditioning.py's "old" init is this alone."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[-1]))
+
+
 def randomize(torch, model, seed):
     """Weights with O(1) activations and decisive routing (HF's default init is
     std 0.02, and transformers 5 starts routers at zero: every expert ties).
@@ -363,12 +425,8 @@ def randomize(torch, model, seed):
     per-head output norm would amplify small differences up to 7x
     (tools/parity_conditioning.py, bench/results/parity.md)."""
     g = torch.Generator().manual_seed(seed)
+    init_vectors_and_matrices(torch, model, g)
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() == 1:
-                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[-1]))
         for _, m, one_plus in norm_modules(torch, model):
             if one_plus:
                 m.weight.copy_(0.1 * torch.randn(m.weight.shape, generator=g))
@@ -379,19 +437,25 @@ def randomize(torch, model, seed):
                 p.zero_()
 
 
+def router_modules(model):
+    """(layer index, router module) for every decoder layer: the MoE block's
+    `gate` (mlp.gate; Mixtral's block_sparse_moe.gate in older transformers)."""
+    out = []
+    for i, layer in enumerate(model.model.layers):
+        block = getattr(layer, "mlp", None)
+        if block is None or not hasattr(block, "gate"):
+            block = getattr(layer, "block_sparse_moe")
+        out.append((i, block.gate))
+    return out
+
+
 class RouterRecorder:
     """Forward hooks on every layer's router: the chosen experts per token."""
 
     def __init__(self, torch, model, top_k):
         self.torch, self.top_k = torch, top_k
         self.calls = {}
-        self.handles = []
-        layers = model.model.layers
-        for i, layer in enumerate(layers):
-            block = getattr(layer, "mlp", None)
-            if block is None or not hasattr(block, "gate"):
-                block = getattr(layer, "block_sparse_moe")
-            self.handles.append(block.gate.register_forward_hook(self._hook(i)))
+        self.handles = [gate.register_forward_hook(self._hook(i)) for i, gate in router_modules(model)]
 
     def _hook(self, i):
         def hook(mod, inp, out):
@@ -433,12 +497,9 @@ class RouteForcer:
         self.torch, self.top_k = torch, top_k
         self.force = {}
         self.differ, self.decisions, self.max_margin = 0, 0, 0.0
-        self.handles = []
-        for i, layer in enumerate(model.model.layers):
-            block = getattr(layer, "mlp", None)
-            if block is None or not hasattr(block, "gate"):
-                block = getattr(layer, "block_sparse_moe")
-            self.handles.append(block.gate.register_forward_hook(self._hook(i)))
+        # The same per layer: {layer: [differ, decisions, max_margin]}.
+        self.per_layer = {}
+        self.handles = [gate.register_forward_hook(self._hook(i)) for i, gate in router_modules(model)]
 
     def _hook(self, i):
         def hook(mod, inp, out):
@@ -467,15 +528,19 @@ class RouteForcer:
             forced = torch.tensor(self.force[i], dtype=own.dtype, device=own.device)
             if forced.shape != own.shape:
                 raise RuntimeError(f"route forcing: layer {i} has {own.shape[0]} tokens, given {forced.shape[0]}")
+            stats = self.per_layer.setdefault(i, [0, 0, 0.0])
             for t in range(own.shape[0]):
                 self.decisions += 1
+                stats[1] += 1
                 if sorted(own[t].tolist()) == sorted(forced[t].tolist()):
                     continue
                 self.differ += 1
+                stats[0] += 1
                 row = logit[t]
                 kth = torch.topk(row, k).values[-1]
                 margin = float((kth - row[forced[t]].min()) / (row.max() - row.min()))
                 self.max_margin = max(self.max_margin, margin)
+                stats[2] = max(stats[2], margin)
             w_old = out[wts].reshape(-1, k).float()
             w = probs.gather(1, forced.long())
             if torch.allclose(w_old.sum(-1), torch.ones_like(w_old[:, 0]), atol=1e-4):
@@ -541,16 +606,22 @@ def round_q8_0(torch, w):
     return (q * d.half().float()).reshape(shape)
 
 
-def rounded_reference(torch, model, typ):
+def rounded_reference(torch, model, typ, keep=None, col_perm=None):
     """A copy of the f32 model whose weight matrices hold what the converted
-    file of type `typ` holds (see the converter's choose_tensor_type)."""
+    file of type `typ` holds (see the converter's choose_tensor_type).
+    keep(name) true: that parameter stays f32 (--layer-diff-ablate).
+    col_perm: {name: (perm, inv)}, Q8_0 blocks taken over those matrices'
+    columns in the file's order (None: file_col_perms, the converter's; {}:
+    Hugging Face's order, for --layer-diff-ablate)."""
     import copy
     if typ == "f32":
         return model
+    if col_perm is None:
+        col_perm = file_col_perms(torch, model)
     ref = copy.deepcopy(model)
     with torch.no_grad():
         for name, p in ref.named_parameters():
-            if p.dim() < 2 or is_router(name):
+            if p.dim() < 2 or is_router(name) or (keep is not None and keep(name)):
                 continue
             if typ == "f16":
                 p.copy_(p.half().float())
@@ -559,6 +630,9 @@ def rounded_reference(torch, model, typ):
             elif typ == "q8_0":
                 if p.shape[-1] % 32 != 0:
                     p.copy_(p.half().float())  # the converter's fallback for odd rows
+                elif name in col_perm:
+                    perm, inv = col_perm[name]
+                    p.copy_(round_q8_0(torch, p[..., perm.to(p.device)])[..., inv.to(p.device)])
                 else:
                     p.copy_(round_q8_0(torch, p))
             else:
@@ -609,7 +683,7 @@ class Q8ActivationRounding:
     of its eager experts path; `unseen()` names matrices that never went
     through it, so a different code path is an error, not a silent pass."""
 
-    def __init__(self, torch, model, half_scale, jitter=0.0, seed=0):
+    def __init__(self, torch, model, half_scale, jitter=0.0, seed=0, skip=None, col_perm=None):
         self.torch, self.half_scale = torch, half_scale
         # jitter > 0: each input is first scaled by (1 + jitter * N(0,1)),
         # a stand-in for another implementation's last-bit differences.
@@ -620,20 +694,37 @@ class Q8ActivationRounding:
             if is_q8_0_matrix(name, p):
                 self.names[p.untyped_storage().data_ptr()] = name
         self.seen = set()
+        # `col_perm`, {name: (perm, inv)}: that matrix's input is rounded in
+        # blocks of 32 of x[..., perm] (the file's column order), then put
+        # back (x[..., inv]); None: file_col_perms, {}: Hugging Face's order.
+        # --layer-diff-ablate: `skip`, names of Q8_0 matrices whose input is
+        # left as it is (still counted as seen).
+        skip = skip or ()
+        if col_perm is None:
+            col_perm = file_col_perms(torch, model)
+        self.skip = {k for k, n in self.names.items() if n in skip}
+        self.col_perm = {k: col_perm[n] for k, n in self.names.items() if n in col_perm}
 
     def __enter__(self):
         F = self.torch.nn.functional
         self.orig = F.linear
         orig, names, seen, torch, half = self.orig, self.names, self.seen, self.torch, self.half_scale
         jitter, gen = self.jitter, self.gen
+        skip, col_perm = self.skip, self.col_perm
 
         def linear(x, weight, bias=None):
             key = weight.untyped_storage().data_ptr()
             if key in names:
                 seen.add(key)
+                if key in skip:
+                    return orig(x, weight, bias)
                 if jitter > 0:
                     x = x * (1 + jitter * torch.randn(x.shape, generator=gen).to(x.device, x.dtype))
-                x = round_act_q8_0(torch, x, half)
+                if key in col_perm:
+                    perm, inv = col_perm[key]
+                    x = round_act_q8_0(torch, x[..., perm.to(x.device)], half)[..., inv.to(x.device)]
+                else:
+                    x = round_act_q8_0(torch, x, half)
             return orig(x, weight, bias)
 
         F.linear = linear
@@ -666,7 +757,10 @@ def argmax(v):
     return bi
 
 
-def check_model(name, spec, args, ms, res, torch, transformers):
+def prepare_model(name, spec, args, ms, torch, transformers):
+    """The tiny random model of `spec`, saved, converted to every type of
+    args.types: dict(model (on args.hf_device), hf_tok, tok_note, vocab,
+    prompts (token id lists), ggufs {type: path})."""
     print(f"== {name}", flush=True)
     work = Path(args.out) / name
     hf_dir = work / "hf"
@@ -714,6 +808,13 @@ def check_model(name, spec, args, ms, res, torch, transformers):
         ms.convert(hf_dir, out, typ)
         ggufs[typ] = out
         print(f"  converted {typ} in {time.time() - t0:.1f} s", flush=True)
+    return dict(model=model, hf_tok=hf_tok, tok_note=tok_note, vocab=vocab, prompts=prompts, ggufs=ggufs)
+
+
+def check_model(name, spec, args, ms, res, torch, transformers):
+    p = prepare_model(name, spec, args, ms, torch, transformers)
+    model, hf_tok, tok_note, vocab, prompts, ggufs = (p[k] for k in ("model", "hf_tok", "tok_note", "vocab",
+                                                                     "prompts", "ggufs"))
 
     # HF reference (all positions, routes) once per prompt.
     rec = RouterRecorder(torch, model, spec["top_k"])
@@ -882,6 +983,380 @@ def check_model(name, spec, args, ms, res, torch, transformers):
     res.add(name, "-", f"tokenizer ({tok_note})", f"{len(TOKENIZER_TEXTS) - mismatches}/{len(TOKENIZER_TEXTS)} texts",
             "all", mismatches == 0)
 
+# ---------------------------------------------------------------- --layer-diff
+
+class RouterInputRecorder:
+    """Forward pre-hooks on every layer's router: its input (the MoE block's
+    input after the layer's FFN norm, what moestream's route hook reports as
+    `hidden`), per layer as a [tokens][hidden] float tensor on the CPU."""
+
+    def __init__(self, torch, model):
+        self.torch = torch
+        self.inputs = {}
+        self.handles = []
+        for i, gate in router_modules(model):
+            try:
+                self.handles.append(gate.register_forward_pre_hook(self._hook(i), with_kwargs=True))
+            except TypeError:  # torch < 2.0: positional arguments only
+                hook = self._hook(i)
+                self.handles.append(gate.register_forward_pre_hook(lambda mod, args, hook=hook: hook(mod, args, {})))
+
+    def _hook(self, i):
+        def hook(mod, args, kwargs):
+            torch = self.torch
+            x = next((a for a in list(args) + list(kwargs.values())
+                      if torch.is_tensor(a) and a.is_floating_point()), None)
+            if x is None:
+                raise RuntimeError(f"layer {i}: the router was called without a float tensor")
+            self.inputs[i] = x.detach().float().reshape(-1, x.shape[-1]).cpu().clone()
+            return None
+        return hook
+
+    def close(self):
+        for h in self.handles:
+            h.remove()
+
+
+def layer_kinds(model):
+    """Per decoder layer: the config's layer_types (qwen35moe: linear_attention
+    / full_attention), else from full_attention_interval, else "attention"."""
+    cfg = model.config
+    cfg = getattr(cfg, "text_config", None) or cfg
+    n = len(model.model.layers)
+    types = getattr(cfg, "layer_types", None)
+    if types:
+        return [str(t) for t in list(types)[:n]] + ["?"] * max(0, n - len(types))
+    interval = getattr(cfg, "full_attention_interval", None)
+    if interval:
+        return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)]
+    return ["attention"] * n
+
+
+def row_rel_err(a, b):
+    """Per token: ||a_t - b_t|| / ||b_t|| (a, b: [tokens][dim] tensors)."""
+    return (a - b).norm(dim=-1) / b.norm(dim=-1).clamp_min(1e-30)
+
+
+# Self-check of --layer-diff: forcing must leave the reference's first router
+# input exactly as it was, and later ones up to the first layer whose routes
+# it changes within the last-bit noise of the recomputed gate weights
+# (RouteForcer renormalises them itself): a misread router moves them O(1).
+LAYER_DIFF_SELF_TOL_FIRST, LAYER_DIFF_SELF_TOL = 1e-6, 1e-4
+
+
+# ---------------------------------------------------------------- --layer-diff-ablate
+# q8_0: the first MoE layer's router input rerun with the emulation of one
+# group of parameters changed, on the first ABLATE_PROMPTS prompts.
+ABLATE_PROMPTS = 2
+
+
+def param_role(name):
+    """A parameter's module role: its name without the decoder layer's and
+    the expert's index and the trailing .weight / .bias, e.g.
+    model.layers.0.linear_attn.out_proj.weight -> linear_attn.out_proj,
+    model.layers.2.mlp.experts.5.up_proj.weight -> mlp.experts.up_proj,
+    model.embed_tokens.weight -> embed_tokens."""
+    s = re.sub(r"^(.*\.)?layers\.\d+\.", "", name)
+    if s == name:
+        s = re.sub(r"^model\.", "", s)
+    s = re.sub(r"(^|\.)experts\.\d+\.", r"\1experts.", s)
+    return re.sub(r"\.(weight|bias)$", "", s)
+
+
+def layer_roles(model, first):
+    """The roles (param_role) of decoder layer `first`'s parameters and of
+    those outside the layers (embedding, final norm, head), in model order."""
+    roles = []
+    for name, _ in model.named_parameters():
+        m = re.search(r"(^|\.)layers\.(\d+)\.", name)
+        if (m is None or int(m.group(2)) == first) and param_role(name) not in roles:
+            roles.append(param_role(name))
+    return roles
+
+
+def tiled_out_proj_perm(torch, model):
+    """The converter's column order of Gated DeltaNet's out_proj
+    (src/convert/tensor_plan.cpp: value heads grouped -> tiled, GGUF column
+    i = HF column perm[i]; its Q8_0 blocks of 32 run in that order), as
+    (perm, inv) index tensors, or None without linear-attention heads."""
+    cfg = model.config
+    cfg = getattr(cfg, "text_config", None) or cfg
+    nk, nv, dv = (getattr(cfg, a, None) for a in ("linear_num_key_heads", "linear_num_value_heads",
+                                                  "linear_value_head_dim"))
+    if not (nk and nv and dv) or nv % nk:
+        return None
+    perm = [((j % nk) * (nv // nk) + j // nk) * dv + x for j in range(nv) for x in range(dv)]
+    perm = torch.tensor(perm, dtype=torch.long)
+    return perm, torch.argsort(perm)
+
+
+def file_col_perms(torch, model):
+    """{name: (perm, inv)} for the Q8_0 matrices whose columns the converter
+    reorders: Gated DeltaNet's out_proj (value heads tiled). Its Q8_0 blocks
+    of 32 run over the file's order; where a value head is narrower than a
+    block (the parity model's 16) a block spans other heads than in
+    Hugging Face's order, so the reference must round in the file's."""
+    tiled = tiled_out_proj_perm(torch, model)
+    if tiled is None:
+        return {}
+    return {n: tiled for n, p in model.named_parameters()
+            if is_q8_0_matrix(n, p) and n.endswith("linear_attn.out_proj.weight") and p.shape[-1] == len(tiled[0])}
+
+
+def ablation_variants(torch, model, first):
+    """(label, role, params, rounded_reference keep predicate or None,
+    Q8ActivationRounding skip names, col_perm: None for the file's order) for
+    --layer-diff-ablate: the baseline, the two global variants, out_proj
+    rounded in Hugging Face's column order (the emulation's old error),
+    then per role of layer `first` (and outside the layers) "input not
+    rounded" (its Q8_0 matrices) and "weight f32" (its rounded matrices)."""
+    named = list(model.named_parameters())
+    q8_names = [n for n, p in named if is_q8_0_matrix(n, p)]
+    rounded = [n for n, p in named if p.dim() >= 2 and not is_router(n)]
+    out = [("baseline (normal emulation)", "all", len(rounded), None, (), None),
+           ("no input rounding anywhere", "all", len(q8_names), None, frozenset(q8_names), None),
+           ("f32 weights everywhere", "all", len(rounded), lambda n: True, (), None)]
+    perms = file_col_perms(torch, model)
+    if perms:
+        out.append(("weight + input blocks in Hugging Face's column order (the emulation before 2026-11-25)",
+                    "linear_attn.out_proj", len(perms), None, (), {}))
+    for role in layer_roles(model, first):
+        q8 = [n for n, p in named if param_role(n) == role and is_q8_0_matrix(n, p)]
+        rnd = [n for n in rounded if param_role(n) == role]
+        if q8:
+            out.append(("input not rounded", role, len(q8), None, frozenset(q8), None))
+        if rnd:
+            out.append(("weight f32", role, len(rnd), (lambda n, role=role: param_role(n) == role), (), None))
+    return out
+
+
+def ablated_reference(torch, model, typ, keep, col_perm):
+    """rounded_reference with `keep` left f32 and col_perm's column orders."""
+    ref = rounded_reference(torch, model, typ, keep=keep, col_perm=col_perm)
+    use_eager_experts(ref)
+    return ref
+
+
+def ablate_first_layer(torch, model, ref, typ, first, data, half, k):
+    """--layer-diff-ablate: per variant (ablation_variants), the first MoE
+    layer's router input rel err, moestream against the reference forced
+    onto moestream's routes, per prompt of `data` ([(ids, moestream's router
+    input of layer `first` [tokens][dim], forced routes)]): a list of
+    (label, role, params, [(last, max) per prompt]). `ref` (the normal
+    q8_0 reference) serves the variants that keep its weights."""
+    rows = []
+    for label, role, n, keep, skip, col_perm in ablation_variants(torch, model, first):
+        rmodel = ref if keep is None and col_perm is None else ablated_reference(torch, model, typ, keep, col_perm)
+        rec = RouterInputRecorder(torch, rmodel)
+        forcer = RouteForcer(torch, rmodel, k)
+        errs = []
+        try:
+            for ids, ms_first, force in data:
+                rec.inputs, forcer.force = {}, force
+                with Q8ActivationRounding(torch, rmodel, half, skip=skip, col_perm=col_perm) as qa:
+                    hf_logits(torch, rmodel, ids)
+                if qa.unseen():
+                    raise RuntimeError("ablation: matrices not seen through F.linear: " + ", ".join(qa.unseen()[:4]))
+                rel = row_rel_err(ms_first, rec.inputs[first])
+                errs.append((float(rel[-1]), float(rel.max())))
+        finally:
+            rec.close()
+            forcer.close()
+        if rmodel is not ref:
+            del rmodel
+        rows.append((label, role, n, errs))
+        print(f"    ablation {label:45s} {role:32s} " + "  ".join(f"p{i} last {a:.3e} max {b:.3e}"
+                                                                  for i, (a, b) in enumerate(errs)), flush=True)
+    return rows
+
+
+def ablation_markdown(name, typ, backend, first, rows, normal):
+    """The --layer-diff-ablate table; `normal`: [(last, max)] per prompt of
+    the layer-diff run above, which the baseline row must reproduce."""
+    base = max(b for _, b in rows[0][3]) if rows and rows[0][3] else 0.0
+    same = bool(rows) and all(abs(a - c) <= 1e-6 * max(c, 1e-30) and abs(b - d) <= 1e-6 * max(d, 1e-30)
+                              for (a, b), (c, d) in zip(rows[0][3], normal))
+    n = len(normal)
+    md = [f"### {name} {typ}, backend {backend}: ablation of the q8_0 emulation, MoE layer {first}'s router input", "",
+          f"Rel err of MoE layer {first}'s router input, moestream against the reference on moestream's routes, "
+          f"first {n} prompt(s), last token / max over tokens, with the emulation of one group of parameters "
+          "changed (model-wide, by role: the name without layer and expert index). \"input not rounded\": "
+          "that role's matmul inputs are not rounded to Q8_0 blocks (weights still rounded); \"weight f32\": "
+          "its weights unrounded (inputs still rounded); \"Hugging Face's column order\": weight and input blocks "
+          "of 32 taken over Hugging Face's columns, not the file's (value heads tiled), as the emulation did "
+          "before 2026-11-25. "
+          "A variant that falls far below the baseline points to the op moestream computes differently. "
+          f"Baseline reproduces the layer-diff run's figure: {'yes' if same else 'NO'}.", "",
+          "| variant | role | params | " + " | ".join(f"prompt {i} last / max" for i in range(n))
+          + " | worst max / baseline's |",
+          "|---|---|---|" + "---|" * n + "---|",
+          "| layer-diff run (tables above) | - | - | " + " | ".join(f"{a:.3e} / {b:.3e}" for a, b in normal) + " | - |"]
+    for label, role, cnt, errs in rows:
+        worst = max((b for _, b in errs), default=0.0)
+        md.append(f"| {label} | {role} | {cnt} | " + " | ".join(f"{a:.3e} / {b:.3e}" for a, b in errs)
+                  + f" | {worst / base if base > 0 else float('nan'):.3g} |")
+    return md + [""]
+
+
+
+def layer_diff(name, spec, args, ms, torch, transformers):
+    """Where moestream's hidden state departs from the reference's, layer by
+    layer, with the reference taking moestream's expert choices (RouteForcer),
+    so that a different choice does not hide an arithmetic difference. For
+    each type and prompt: `moestream logits --routes --hidden`, then the
+    reference (the converted file's weights; q8_0 with its matmul inputs
+    rounded as in the parity check) once routing itself and once forced onto
+    moestream's routes, the routers' inputs recorded by pre-hooks. Returns
+    (markdown, self_check_ok). The self-check: forcing must not move the
+    reference's router inputs up to the first layer whose routes it changes
+    (the first MoE layer's exactly, later ones to last-bit noise). With
+    --layer-diff-ablate, q8_0 also gets ablate_first_layer's table."""
+    p = prepare_model(name, spec, args, ms, torch, transformers)
+    model, prompts, ggufs, vocab = p["model"], p["prompts"], p["ggufs"], p["vocab"]
+    kinds = layer_kinds(model)
+    half, k = args.backend == "cpu", spec["top_k"]
+    md = []
+    self_ok = True
+    for typ in args.types:
+        ref = rounded_reference(torch, model, typ)
+        q8 = typ == "q8_0"
+        if q8:
+            use_eager_experts(ref)
+        inputs = RouterInputRecorder(torch, ref)
+        own = RouterRecorder(torch, ref, k)
+        forcer = RouteForcer(torch, ref, k)  # after `own`: that one sees the router's own choice
+
+        def forward(ids):
+            inputs.inputs, own.calls = {}, {}
+            if q8:
+                with Q8ActivationRounding(torch, ref, half) as qa:
+                    last = hf_logits(torch, ref, ids)[-1].tolist()
+                if qa.unseen():
+                    raise RuntimeError("q8_0 reference: matrices not seen through F.linear: "
+                                       + ", ".join(qa.unseen()[:4]))
+            else:
+                last = hf_logits(torch, ref, ids)[-1].tolist()
+            return last, dict(inputs.inputs), dict(own.calls)
+
+        title = (f"{name} {typ}, backend {args.backend}: router input rel err ||ms - ref|| / ||ref|| per MoE layer, "
+                 f"reference on moestream's routes")
+        print(f"  -- {title}", flush=True)
+        summary = ["| prompt | tokens | last logits rel err, ms routes | same, each side routing itself "
+                   "| first layer ms routes differ (ref routing itself) | self-check: forcing moves ref up to it |",
+                   "|---|---|---|---|---|---|"]
+        table = ["| prompt | layer | kind | ms routes unlike ref's (forced run) | largest margin "
+                 "| last token rel err | max over tokens (token) | ref forced vs free: last / max |",
+                 "|---|---|---|---|---|---|---|---|"]
+        ablate = getattr(args, "layer_diff_ablate", False) and q8
+        ablate_data, ablate_normal = [], []
+        for pi, ids in enumerate(prompts):
+            r = ms.logits(ggufs[typ], typ, ids, f"{name}-{typ}-ld{pi}", routes=True, hidden=True)
+            meta, flat = r["hidden"]
+            layers, T, D = meta["layers"], meta["n_tokens"], meta["n_embd"]
+            if T != len(ids):
+                raise RuntimeError(f"moestream --hidden: {T} tokens, the prompt has {len(ids)}")
+            ms_hidden = torch.tensor(flat.tolist(), dtype=torch.float32).reshape(len(layers), T, D)
+            ms_routes = {l: [sorted(e) for e in r["routes"][j]] for j, l in enumerate(layers)}
+            ms_last = list(r["logits"][-vocab:])
+
+            forcer.force = {}
+            free_last, free_in, free_routes = forward(ids)
+            forcer.force = {l: [list(e) for e in ms_routes[l]] for l in layers}
+            forcer.per_layer = {}
+            forced_last, forced_in, _ = forward(ids)
+            forcer.force = {}
+
+            if ablate and pi < ABLATE_PROMPTS:
+                rel0 = row_rel_err(ms_hidden[0], forced_in[layers[0]])
+                ablate_data.append((ids, ms_hidden[0].clone(), {l: [list(e) for e in ms_routes[l]] for l in layers}))
+                ablate_normal.append((float(rel0[-1]), float(rel0.max())))
+            first_differ = next((l for l in layers if free_routes.get(l) != ms_routes[l]), None)
+            self_worst, ok = 0.0, True
+            for j, l in enumerate(layers):
+                if first_differ is not None and l > first_differ:
+                    break
+                e = float(row_rel_err(forced_in[l], free_in[l]).max())
+                self_worst = max(self_worst, e)
+                ok = ok and e <= (LAYER_DIFF_SELF_TOL_FIRST if j == 0 else LAYER_DIFF_SELF_TOL)
+            self_ok = self_ok and ok
+            e_forced, e_free = max_rel_err(ms_last, forced_last), max_rel_err(ms_last, free_last)
+            fd = "none" if first_differ is None else str(first_differ)
+            summary.append(f"| {pi} | {T} | {e_forced:.3e} | {e_free:.3e} | {fd} | "
+                           f"{'ok' if ok else 'FAILED'} ({self_worst:.1e}) |")
+            print(f"  prompt {pi} ({T} tokens): last logits rel err {e_forced:.3e} on moestream's routes, "
+                  f"{e_free:.3e} each routing itself; first layer whose routes differ: {fd}; "
+                  f"self-check {'ok' if ok else 'FAILED'} ({self_worst:.1e})", flush=True)
+            for j, l in enumerate(layers):
+                a, b = ms_hidden[j], forced_in[l]
+                if a.shape != b.shape:
+                    raise RuntimeError(f"layer {l}: moestream's router input is {tuple(a.shape)}, "
+                                       f"the reference's {tuple(b.shape)}")
+                rel = row_rel_err(a, b)
+                t_max = int(rel.argmax())
+                self_rel = row_rel_err(forced_in[l], free_in[l])
+                differ, decisions, margin = forcer.per_layer.get(l, [0, 0, 0.0])
+                kind = kinds[l] if l < len(kinds) else "?"
+                table.append(f"| {pi} | {l} | {kind} | {differ}/{decisions} | {margin:.2%} | {float(rel[-1]):.3e} "
+                             f"| {float(rel[t_max]):.3e} ({t_max}) | {float(self_rel[-1]):.1e} / "
+                             f"{float(self_rel.max()):.1e} |")
+                print(f"    layer {l:2d} {kind:17s} routes unlike ref {differ:3d}/{decisions:<3d} "
+                      f"margin {margin:6.2%}  "
+                      f"last {float(rel[-1]):.3e}  max {float(rel[t_max]):.3e} (token {t_max})  "
+                      f"ref forced vs free {float(self_rel[-1]):.1e} / {float(self_rel.max()):.1e}", flush=True)
+        inputs.close()
+        own.close()
+        forcer.close()
+        ablate_md = []
+        if ablate and ablate_data:
+            first = layers[0]
+            print(f"  -- ablation of the q8_0 emulation: MoE layer {first}'s router input, "
+                  f"first {len(ablate_data)} prompt(s)", flush=True)
+            try:
+                rows = ablate_first_layer(torch, model, ref, typ, first, ablate_data, half, k)
+                ablate_md = ablation_markdown(name, typ, args.backend, first, rows, ablate_normal)
+            except Exception as e:  # noqa: BLE001 -- keep the layer-diff tables
+                import traceback
+                traceback.print_exc()
+                print(f"error: {name} {typ} ablation: {e}", file=sys.stderr, flush=True)
+                ablate_md = [f"### {name} {typ}: ablation", "", f"error: {str(e).splitlines()[0][:200]}", ""]
+        del ref
+        md += [f"## {title}", ""] + summary + [""] + table + [""] + ablate_md
+    return "\n".join(md) + "\n", self_ok
+
+
+def run_layer_diff(args, torch, transformers):
+    """--layer-diff: the diagnostic for every selected model and type; writes
+    OUT/layer_diff.md. Exit status 1 on an error or a failed self-check."""
+    ms = Moestream(args.moestream, args.backend, Path(args.out))
+    parts, errors, self_ok = [], [], True
+    for name in args.models:
+        try:
+            md, ok = layer_diff(name, MODELS[name], args, ms, torch, transformers)
+            parts.append(md)
+            self_ok = self_ok and ok
+        except Exception as e:  # noqa: BLE001 -- report and go on with the next model
+            errors.append(f"{name}: {e}")
+            parts.append(f"## {name}\n\nerror: {str(e).splitlines()[0][:200]}\n")
+    header = (f"# Router inputs per MoE layer, moestream vs transformers {transformers.__version__} "
+              f"(torch {torch.__version__}), backend {args.backend}\n\nGenerated by tools/hf_parity.py --layer-diff. "
+              "Rel err = ||moestream - reference|| / ||reference|| of a token's router input (the MoE block's "
+              "normed input), the reference holding the converted file's weights (q8_0: matmul inputs rounded as "
+              "in the parity check) and taking moestream's expert choices. \"routes unlike ref's\": tokens whose "
+              "forced choice is not what the reference's router would pick at its own state; margin: by how much "
+              "it lost, share of the token's router logit range. \"ref forced vs free\": the reference's own "
+              "router input with and without forcing (0 up to the first layer whose routes forcing changes). "
+              "KV cache by weights type: " + ", ".join(f"{t} -> {ms.kv_type(t)}" for t in args.types) + ".\n")
+    md = header + "\n" + "\n".join(parts)
+    (Path(args.out) / "layer_diff.md").write_text(md)
+    print()
+    print(md)
+    for e in errors:
+        print("error: " + e, file=sys.stderr)
+    if not self_ok:
+        print("self-check FAILED: forcing moved the reference before any route changed", file=sys.stderr)
+    print(f"table in {Path(args.out) / 'layer_diff.md'}")
+    return 1 if errors or not self_ok else 0
+
 
 # ---------------------------------------------------------------- main
 
@@ -894,8 +1369,8 @@ def dry_run(args):
             first = out.strip().splitlines()[0] if out.strip() else ""
             print(f"  {' '.join(sub):16s} ok   {first}")
             if sub[0] == "logits":
-                for flag in ("--tokens", "--routes", "--greedy", "--print-tokens", "--backend", "--all",
-                             "--kv-type"):
+                flags = ["--tokens", "--routes", "--greedy", "--print-tokens", "--backend", "--all", "--kv-type"]
+                for flag in flags + (["--hidden"] if args.layer_diff else []):
                     if flag not in out:
                         print(f"  logits has no {flag} flag")
                         ok = False
@@ -906,7 +1381,9 @@ def dry_run(args):
         t = MODELS[name]["tokenizer"]
         d = find_tokenizer(t)
         print(f"{name}: tokenizer {'fixture ' + str(d) if d else 'none found: a BPE will be trained'}")
-    print(f"types: {', '.join(args.types)}; backend: {args.backend}; out: {args.out}")
+    print(f"types: {', '.join(args.types)}; backend: {args.backend}; out: {args.out}"
+          + ("; layer diff (no checks)" if args.layer_diff else "")
+          + ("; q8_0 emulation ablation" if args.layer_diff_ablate else ""))
     kv = Moestream(args.moestream, args.backend, args.out).kv_type
     print("kv cache by weights type: " + ", ".join(f"{t} -> {kv(t)}" for t in args.types))
     print("dry run " + ("ok" if ok else "found problems"))
@@ -923,7 +1400,16 @@ def main():
     ap.add_argument("--hf-device", default="cpu", help="device for the transformers reference (default cpu)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--dry-run", action="store_true", help="check arguments and the binary only")
+    ap.add_argument("--layer-diff", action="store_true",
+                    help="diagnostic instead of the checks: per MoE layer, moestream's router input against "
+                         "the reference's on moestream's routes (OUT/layer_diff.md)")
+    ap.add_argument("--layer-diff-ablate", action="store_true",
+                    help="with --layer-diff, q8_0: also rerun the reference with the emulation of one group of "
+                         "parameters changed (input not rounded / weight f32, per role of the first MoE layer) "
+                         "and tabulate that layer's router input error (appended to OUT/layer_diff.md)")
     args = ap.parse_args()
+    if args.layer_diff_ablate and not args.layer_diff:
+        ap.error("--layer-diff-ablate needs --layer-diff")
     args.models = [m for m in args.models.split(",") if m]
     args.types = [t for t in args.types.split(",") if t]
     for m in args.models:
@@ -944,6 +1430,8 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_num_threads(int(os.environ.get("HF_PARITY_THREADS", 0)) or max(1, min(16, os.cpu_count() or 1)))
+    if args.layer_diff:
+        return run_layer_diff(args, torch, transformers)
 
     res = Results()
     ms = Moestream(args.moestream, args.backend, Path(args.out))

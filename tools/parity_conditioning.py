@@ -19,7 +19,6 @@ Runs on the GPU machine (torch + transformers there), CPU only, no moestream:
     python3 tools/parity_conditioning.py --model qwen35moe [--inits current,old] [--trace 1e-4]
 """
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -35,13 +34,7 @@ def init_model(torch, model, kind, seed):
     sharp-routers  router matrices x4;
     half-weights   every matrix at half the scale."""
     if kind == "old":
-        g = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                if p.dim() == 1:
-                    p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
-                else:
-                    p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[-1]))
+        hp.init_vectors_and_matrices(torch, model, torch.Generator().manual_seed(seed))
         return
     hp.randomize(torch, model, seed)
     with torch.no_grad():

@@ -8,12 +8,18 @@
 // the last position. Extras for the parity tool:
 //   --routes R.json   the experts each MoE layer chose for each prompt token:
 //                     {"n_layer": L, "n_tokens": T, "experts": [L][T][k]} (ids ascending)
+//   --hidden H.f32    each MoE layer's router input (the layer's FFN input) for
+//                     each prompt token: little-endian float32 [L][T][n_embd],
+//                     described by H.f32.json: {"n_layer_moe": L, "layers":
+//                     [model layer index per row block], "n_tokens": T,
+//                     "n_embd": D, "dtype": "float32", "order": "layer,token,embd"}
 //   --greedy N        then continue greedily for N tokens: "greedy: id,id,..." and
 //                     "margins: ..." (each pick's best-minus-second logit over the rms)
 //   --print-tokens    only tokenize: "tokens: id,id,..."
 //   --kv-type f32     keep K/V unrounded (CPU): at F32 parity's 1e-4 relative
 //                     logit error, half-rounded K/V can be the largest error
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -35,7 +41,7 @@ namespace ms::cli {
 namespace {
 
 struct LogitsArgs {
-  std::string model, tokens, prompt, output, backend, routes;
+  std::string model, tokens, prompt, output, backend, routes, hidden;
   bool all = false, print_tokens = false, no_special = false;
   int greedy = 0;
   int threads = 0;
@@ -103,6 +109,54 @@ class RouteTable {
   std::vector<std::vector<std::vector<int32_t>>> routes_;  // [layer][token][k]
 };
 
+// Each MoE layer's router input (RouteEvent::hidden) for each prompt token,
+// from the same hook; batches of a layer append in token order.
+class HiddenTable {
+ public:
+  HiddenTable(int n_layer, int64_t n_embd) : rows_(static_cast<size_t>(n_layer)), n_embd_(n_embd) {}
+
+  void record(const RouteEvent& ev) {
+    if (ev.hidden == nullptr) throw Error("internal: the route hook gave no hidden state (--hidden)");
+    auto& rows = rows_.at(static_cast<size_t>(ev.layer));
+    rows.insert(rows.end(), ev.hidden, ev.hidden + static_cast<int64_t>(ev.n_tokens) * n_embd_);
+  }
+
+  // Writes `path` ([layer][token][n_embd] float32, little-endian) and
+  // `path`.json (its shape); throws ms::Error naming the file that failed.
+  void write(const std::string& path, int64_t n_tokens) const {
+    std::vector<int> layers;
+    for (size_t l = 0; l < rows_.size(); ++l) {
+      if (rows_[l].empty()) continue;  // a dense layer
+      if (static_cast<int64_t>(rows_[l].size()) != n_tokens * n_embd_)
+        throw Error("internal: layer " + std::to_string(l) + " reported " +
+                    std::to_string(rows_[l].size() / static_cast<size_t>(n_embd_)) + " hidden rows, expected " +
+                    std::to_string(n_tokens));
+      layers.push_back(static_cast<int>(l));
+    }
+    static_assert(std::endian::native == std::endian::little, "--hidden writes the host's float32 as little-endian");
+    {
+      std::ofstream out(path, std::ios::binary);
+      if (!out) throw Error(path + ": cannot write the hidden states (cannot open the file)");
+      for (int l : layers)
+        out.write(reinterpret_cast<const char*>(rows_[static_cast<size_t>(l)].data()),
+                  static_cast<std::streamsize>(rows_[static_cast<size_t>(l)].size() * sizeof(float)));
+      out.close();
+      if (!out) throw Error(path + ": cannot write the hidden states");
+    }
+    const nlohmann::json meta = {{"n_layer_moe", layers.size()}, {"layers", layers},   {"n_tokens", n_tokens},
+                                 {"n_embd", n_embd_},            {"dtype", "float32"}, {"order", "layer,token,embd"}};
+    std::ofstream out(path + ".json");
+    if (!out) throw Error(path + ".json: cannot write the hidden states' description (cannot open the file)");
+    out << meta.dump() << '\n';
+    out.close();
+    if (!out) throw Error(path + ".json: cannot write the hidden states' description");
+  }
+
+ private:
+  std::vector<std::vector<float>> rows_;  // [layer][token * n_embd]
+  int64_t n_embd_;
+};
+
 // (best - second best logit) / rms of the row: how near a tie a greedy pick was.
 double top2_gap_over_rms(const float* row, int32_t n) {
   float a = -INFINITY, b = -INFINITY;
@@ -148,6 +202,9 @@ RegisterCommand reg("logits", [](CLI::App& app) {
   sub->add_flag("--all", a->all, "write every position's logits, not only the last");
   sub->add_option("--backend", a->backend, backend_help())->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--routes", a->routes, "write the experts chosen per layer and prompt token (JSON)");
+  sub->add_option("--hidden", a->hidden,
+                  "write each MoE layer's router input per prompt token (float32 [layer][token][n_embd]; "
+                  "shape in FILE.json)");
   sub->add_option("--greedy", a->greedy, "then generate N tokens greedily and print them")->check(CLI::NonNegativeNumber);
   sub->add_flag("--print-tokens", a->print_tokens, "only print the prompt's token ids");
   sub->add_flag("--no-special", a->no_special, "-p: do not add BOS/EOS (the vocabulary's add_bos/add_eos)");
@@ -176,11 +233,19 @@ RegisterCommand reg("logits", [](CLI::App& app) {
     const std::unique_ptr<Backend> be = make_backend(bs, model->weights, pool);
     KvCache kv = be->make_cache(n + a->greedy + 1, a->kv_type);
     RouteTable routes(c.n_layer);
-    if (!a->routes.empty()) be->set_route_hook([&](const RouteEvent& ev) { routes.record(ev); });
+    HiddenTable hidden(c.n_layer, c.n_embd);
+    const bool want_routes = !a->routes.empty(), want_hidden = !a->hidden.empty();
+    if (want_routes || want_hidden)
+      be->set_route_hook(
+          [&](const RouteEvent& ev) {
+            if (want_routes) routes.record(ev);
+            if (want_hidden) hidden.record(ev);
+          },
+          want_hidden);
 
     std::vector<float> logits;
     be->forward(kv, prompt, logits, a->all);
-    be->set_route_hook(nullptr);  // the greedy continuation is not part of --routes
+    be->set_route_hook(nullptr);  // the greedy continuation is not part of --routes / --hidden
     const int64_t rows = a->all ? n : 1;
     if (static_cast<int64_t>(logits.size()) != rows * c.n_vocab)
       throw Error("internal: the forward pass returned " + std::to_string(logits.size()) + " logits, expected " +
@@ -196,6 +261,7 @@ RegisterCommand reg("logits", [](CLI::App& app) {
       out << routes.to_json(n).dump() << '\n';
       if (!out) throw Error(a->routes + ": cannot write the routes");
     }
+    if (want_hidden) hidden.write(a->hidden, n);
     const float* last = logits.data() + (rows - 1) * c.n_vocab;
     std::printf("prompt: %lld tokens, vocab %lld, %s\n", static_cast<long long>(n), static_cast<long long>(c.n_vocab),
                 c.describe().c_str());
