@@ -248,17 +248,16 @@ const StepPlan& ExpertResidency::plan(uint64_t step, uint32_t layer, std::span<c
     for (ExpertKey k : bank->predicted) o.correct += std::binary_search(keys.begin(), keys.end(), k);
     o.routed = uint32_t(keys.size());
     o.staged = uint32_t(bank->staged.size());
-    o.staged_used = p.plan.n_staged;
     o.cold = p.plan.n_stream + p.plan.n_host;
-    if (p.plan.n_staged) p.staged_bank = from_transit ? StagePlan::kTransitBank : int32_t(bank - banks_);
-    counters_.staged_used += p.plan.n_staged;
   }
+  uint32_t admitted_staged = 0;  // admitted experts copied from their staging slot
   // Evictions free slots first; admissions then take them.
   for (ExpertKey key : p.plan.evicted) release(key);
   const int32_t pool = layout_.pool_of_layer[layer];
   for (ExpertKey key : p.plan.admitted) slot_of_key_[key] = take_slot(pool);
   const size_t n = p.plan.experts.size();
   p.where.assign(n, SlotRef{});
+  p.copy_from.assign(n, SlotRef{});
   p.copy.assign(n, 0);
   p.transit.assign(n, 0);
   const uint32_t cache_slots = pool >= 0 ? uint32_t(layout_.pools[size_t(pool)].slots) : 0;
@@ -276,6 +275,11 @@ const StepPlan& ExpertResidency::plan(uint64_t step, uint32_t layer, std::span<c
       p.where[i] = slot_of(e.key);
       if (!p.where[i].valid()) throw std::logic_error("expert residency: a resident expert holds no slot");
       p.copy[i] = e.admit;
+      if (e.admit && bank) {
+        const auto it =
+            std::lower_bound(bank->staged.begin(), bank->staged.end(), std::pair<ExpertKey, int32_t>{e.key, -1});
+        if (it != bank->staged.end() && it->first == e.key) p.copy_from[i] = {pool, it->second}, ++admitted_staged;
+      }
       continue;
     }
     // Streamed for this step only.
@@ -286,7 +290,14 @@ const StepPlan& ExpertResidency::plan(uint64_t step, uint32_t layer, std::span<c
     p.copy[i] = 1;
     p.transit[i] = 1;
   }
-  if (bank) bank->layer = -1;  // used: a bank serves one plan
+  if (bank) {
+    p.prediction.staged_used = p.plan.n_staged + admitted_staged;
+    p.prediction.staged_admitted = admitted_staged;
+    if (p.prediction.staged_used)
+      p.staged_bank = from_transit ? StagePlan::kTransitBank : int32_t(bank - banks_);
+    counters_.staged_used += p.prediction.staged_used;
+    bank->layer = -1;  // used: a bank serves one plan
+  }
   ++counters_.layer_steps;
   counters_.resident += p.plan.n_resident;
   counters_.streamed += p.plan.n_stream;  // admitted ones included
@@ -294,7 +305,7 @@ const StepPlan& ExpertResidency::plan(uint64_t step, uint32_t layer, std::span<c
   counters_.admitted += p.plan.admitted.size();
   counters_.evicted += p.plan.evicted.size();
   for (size_t i = 0; i < n; ++i)
-    if (p.copy[i]) counters_.copy_bytes += planner_.bytes_of(p.plan.experts[i].key);
+    if (p.copy[i] && !p.copy_from[i].valid()) counters_.copy_bytes += planner_.bytes_of(p.plan.experts[i].key);
   return p;
 }
 

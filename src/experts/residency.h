@@ -25,7 +25,9 @@
 // the staged ones that were routed as streamed with nothing left to copy.
 // The banks alternate, so the mechanism must not overwrite a bank before the
 // compute that reads it has run (it waits for the one staged two calls ago).
-// Staged experts are never cached and evict nothing.
+// Staged experts evict nothing. One that the policy admits at its layer step
+// is copied from its staging slot into its cache slot (StepPlan::copy_from),
+// not over the link a second time.
 //
 // Prompt staging: a pass of many tokens routes nearly every expert of a
 // layer, so the link can carry a layer's cold experts before its routes are
@@ -81,7 +83,8 @@ struct PredictionOutcome {
   uint32_t correct = 0;     // of those, routed
   uint32_t routed = 0;      // experts routed
   uint32_t staged = 0;      // copied ahead (predicted and not resident)
-  uint32_t staged_used = 0; // of those, routed and taken from the staging slot
+  uint32_t staged_used = 0; // of those, routed and taken from the staging slot (or admitted from it)
+  uint32_t staged_admitted = 0;  // of staged_used, admitted to the cache from the staging slot
   uint32_t cold = 0;        // routed experts that were not resident (streamed, staged or host)
 };
 
@@ -89,6 +92,10 @@ struct StepPlan {
   ExpertPlan plan;               // tiers, admitted, evicted, modelled times
   std::vector<SlotRef> where;    // per plan.experts[i]; invalid for Tier::Host
   std::vector<uint8_t> copy;     // bytes to copy in this step (Tier::Stream)
+  // Per plan.experts[i]: for an admitted expert that a stage copied ahead,
+  // the staging slot that holds it (copy[i] then copies from there, on the
+  // device, behind the stage's copy); invalid otherwise.
+  std::vector<SlotRef> copy_from;
   std::vector<uint8_t> transit;  // streamed into a transit or staging slot (not kept)
   int32_t staged_bank = -1;      // the staging bank some experts come from (-1: none)
   PredictionOutcome prediction;

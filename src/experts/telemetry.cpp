@@ -63,10 +63,11 @@ std::string ExpertTelemetry::summary() const {
   if (prefetch.layer_steps > 0) {
     std::snprintf(buf, sizeof buf,
                   "experts: prefetch %s: prediction precision %.1f%%, recall %.1f%%; %llu staged (%s), %.1f%% of them "
-                  "used, covering %.1f%% of cold experts\n",
+                  "used (%llu admitted to the cache from there), covering %.1f%% of cold experts\n",
                   prefetch_mode.c_str(), 100.0 * prefetch.precision(), 100.0 * prefetch.recall(),
                   (unsigned long long)prefetch.staged, format_bytes(stage_bytes).c_str(),
-                  100.0 * prefetch.staged_precision(), 100.0 * prefetch.cold_covered());
+                  100.0 * prefetch.staged_precision(), (unsigned long long)prefetch.staged_admitted,
+                  100.0 * prefetch.cold_covered());
     s += buf;
   } else if (prefetch_mode == "off") {
     s += "experts: prefetch off\n";
@@ -124,7 +125,8 @@ nlohmann::json ExpertTelemetry::to_json() const {
     return nlohmann::json{{"layer_steps", p.layer_steps}, {"predicted", p.predicted},   {"correct", p.correct},
                           {"routed", p.routed},           {"staged", p.staged},         {"staged_used", p.staged_used},
                           {"cold", p.cold},               {"precision", p.precision()}, {"recall", p.recall()},
-                          {"staged_precision", p.staged_precision()}, {"cold_covered", p.cold_covered()}};
+                          {"staged_precision", p.staged_precision()}, {"cold_covered", p.cold_covered()},
+                          {"staged_admitted", p.staged_admitted}};
   };
   nlohmann::json pf_layers = nlohmann::json::array();
   for (const PrefetchCounts& p : prefetch_layers) pf_layers.push_back(pf(p));

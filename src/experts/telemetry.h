@@ -23,6 +23,7 @@ struct PrefetchCounts {
   uint64_t layer_steps = 0;
   uint64_t predicted = 0, correct = 0, routed = 0;  // precision correct/predicted, recall correct/routed
   uint64_t staged = 0, staged_used = 0, cold = 0;   // copied ahead; of those used; routed and not resident
+  uint64_t staged_admitted = 0;                     // of staged_used: admitted to the cache from the staging slot
   double precision() const { return predicted ? double(correct) / double(predicted) : 0.0; }
   double recall() const { return routed ? double(correct) / double(routed) : 0.0; }
   double staged_precision() const { return staged ? double(staged_used) / double(staged) : 0.0; }

@@ -409,6 +409,44 @@ TEST(ExpertResidency, StagingAlternatesBanksAndIsOffWithoutOne) {
   EXPECT_TRUE(n.stage(0, 1, a, 8).copies.empty());
 }
 
+// A staged expert that the policy admits at its layer step (LRU admits
+// every miss) goes into its cache slot from the staging slot, not over the
+// link a second time: the plan names the staging slot as the copy's source,
+// counts it as a used stage, and counts its link bytes once (the stage's).
+TEST(ExpertResidency, AnAdmittedStagedExpertIsCopiedFromItsStagingSlot) {
+  ResidencyConfig c = config(24ull << 20, "lru");
+  c.stage_bank = 2;
+  c.cost.cpu_gbps = 0.001;  // stream every cold expert
+  ExpertResidency r(c);
+  r.initial_placement();
+  const uint32_t l = 1;
+  std::vector<ExpertKey> cold;
+  for (uint32_t e = 0; e < kExperts && cold.size() < 2; ++e)
+    if (!r.resident(l * kExperts + e)) cold.push_back(l * kExperts + e);
+  ASSERT_EQ(cold.size(), 2u);
+  const StagePlan& sp = r.stage(3, l, std::vector<ExpertKey>{cold[0]}, 2);
+  ASSERT_EQ(sp.copies.size(), 1u);
+  const SlotRef staging = sp.copies[0].second;
+  const uint64_t bytes_after_stage = r.counters().copy_bytes;
+  const std::vector<uint32_t> uses{1, 1};
+  const StepPlan& p = r.plan(3, l, cold, uses);  // cold[0] staged, cold[1] not
+  check_plan(r, p, cold, l);
+  ASSERT_EQ(p.plan.admitted.size(), 2u);
+  for (size_t i = 0; i < cold.size(); ++i) {
+    EXPECT_TRUE(p.plan.experts[i].admit);
+    EXPECT_TRUE(p.copy[i]);
+    EXPECT_TRUE(r.resident(cold[i]));
+    EXPECT_EQ(p.where[i].slot, r.slot_of(cold[i]).slot);
+  }
+  EXPECT_EQ(p.copy_from[0].pool, staging.pool);
+  EXPECT_EQ(p.copy_from[0].slot, staging.slot);
+  EXPECT_FALSE(p.copy_from[1].valid());
+  EXPECT_EQ(p.prediction.staged_used, 1u);
+  EXPECT_EQ(p.prediction.staged_admitted, 1u);
+  EXPECT_EQ(p.staged_bank, sp.bank);
+  EXPECT_EQ(r.counters().copy_bytes - bytes_after_stage, 1u << 20);  // cold[1] only
+}
+
 // Prompt staging: a layer's cold experts take the next transit slots before
 // its routes are known; its plan takes the routed ones as staged, and its
 // own streamed experts continue the transit order after them.

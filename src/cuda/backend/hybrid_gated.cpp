@@ -249,7 +249,7 @@ void HybridMoe::Impl::serve_layer(int il) {
       if (sp.copy[i]) {
         if (!copies && timed) copier->record(copy0.get()), copy0_recorded = true;
         copies = true;
-        copy_expert(il, e, slots->slot_address(sp.where[i].pool, sp.where[i].slot));
+        copy_planned(il, e, sp, i);
       }
     }
     if (copies && timed) {

@@ -396,7 +396,7 @@ void HybridMoe::Impl::copy_wave(int il, const StepPlan& sp, const std::vector<si
     if (sp.copy[i]) {
       const int e = static_cast<int>(sp.plan.experts[i].key % static_cast<uint32_t>(E));
       wait_slot_free(sp.where[i]);
-      copy_expert(il, e, slots->slot_address(sp.where[i].pool, sp.where[i].slot));
+      copy_planned(il, e, sp, i);
       ++n;
     }
   timeline.mark(copier->stream(), n * geom[static_cast<size_t>(il)].slot_bytes, il, true);
@@ -508,6 +508,7 @@ void HybridMoe::Impl::note_prediction(int il, const PredictionOutcome& o) {
     pc->routed += o.routed;
     pc->staged += o.staged;
     pc->staged_used += o.staged_used;
+    pc->staged_admitted += o.staged_admitted;
     pc->cold += o.cold;
   }
 }

@@ -124,6 +124,17 @@ struct HybridMoe::Impl {
     note_link(geom[static_cast<size_t>(l)].slot_bytes);
   }
 
+  // Plan entry i (expert e of layer l) into its slot, on the copy stream:
+  // over the link, or from the staging slot a stage copied it into
+  // (StepPlan::copy_from; behind that copy on the same stream).
+  void copy_planned(int l, int e, const StepPlan& sp, size_t i) {
+    void* dst = slots->slot_address(sp.where[i].pool, sp.where[i].slot);
+    const SlotRef from = sp.copy_from[i];
+    if (!from.valid()) return copy_expert(l, e, dst);
+    MS_CUDA_CHECK(cudaMemcpyAsync(dst, slots->slot_address(from.pool, from.slot), geom[static_cast<size_t>(l)].slot_bytes,
+                                  cudaMemcpyDeviceToDevice, copier->stream()));
+  }
+
   // ---- the copy stream's queue as the host sees it: when the copies
   // enqueued so far will have run, at the cost model's link rate. The gated
   // decode step plans with this backlog, and sizes its staging by it.
