@@ -35,5 +35,6 @@ if e.get("hybrid"):
         line += f" | prefetch {pf['mode']}: none"
     g = e.get("gated", {})
     if g.get("hits", 0) + g.get("misses", 0):
-        line += f" | gated: {100*g['hits']/(g['hits']+g['misses']):.0f}% of layer steps without the host"
+        line += (f" | gated: {100*g['hits']/(g['hits']+g['misses']):.0f}% of layer steps without the host"
+                 f" ({100*g.get('staged_hits', 0)/(g['hits']+g['misses']):.0f}% staged)")
 print(line)

@@ -157,6 +157,7 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
   if (const char* g = std::getenv("MOESTREAM_HYBRID_PROMPT_STAGE")) o.prompt_stage = std::string(g) != "0";
   if (const char* g = std::getenv("MOESTREAM_HYBRID_PROMPT_CPU")) o.prompt_cpu = std::string(g) == "1";
   if (const char* g = std::getenv("MOESTREAM_HYBRID_STAGE_GAP")) o.stage_gap = std::string(g) != "0";
+  if (const char* g = std::getenv("MOESTREAM_HYBRID_STAGED_HITS")) o.staged_hits = std::string(g) != "0";
   if (const char* g = std::getenv("MOESTREAM_HYBRID_PINNED_PROMPT")) o.pinned_prompt_kernels = std::string(g) != "0";
   if (const char* g = std::getenv("MOESTREAM_CUDA_NO_FUSE_PREFILL")) o.fused_prefill = std::string(g) != "1";
   if (const char* g = std::getenv("MOESTREAM_CUDA_EXPERT_TILES")) cuda::expert_ffn_set_balanced_tiles(std::string(g) != "0");

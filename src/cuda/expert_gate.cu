@@ -26,15 +26,20 @@ __device__ __forceinline__ uint64_t global_ns() {
 }
 
 __global__ void __launch_bounds__(kCheckThreads) gate_check_kernel(GateCheck c) {
-  __shared__ int all_resident;
+  __shared__ int all_resident, any_staged;
   const int tid = threadIdx.x;
-  if (tid == 0) all_resident = 1;
+  if (tid == 0) all_resident = 1, any_staged = 0;
   __syncthreads();
   GateMailbox* box = c.box;
   if (tid < c.k) {
     const int e = c.ids[tid];
-    const bool ok = e >= 0 && e < c.n_expert && ((c.resident[e / 32] >> (e % 32)) & 1u) != 0;
-    if (!ok) all_resident = 0;  // a benign race: every writer writes 0
+    const bool in_range = e >= 0 && e < c.n_expert;
+    bool ok = in_range && ((c.resident[e / 32] >> (e % 32)) & 1u) != 0;
+    // A staging slot holds it this step: its stamp, written by the copy
+    // stream after the staged copy and the slot table, is this step's.
+    if (!ok && in_range && c.staged != nullptr && load_volatile(c.staged + e) == load_volatile(c.seq))
+      ok = true, any_staged = 1;  // benign races: every writer writes the same value
+    if (!ok) all_resident = 0;
     box->ids[tid] = e;
   }
   if (tid < c.n_pred) box->pred[tid] = c.pred[tid];
@@ -49,7 +54,7 @@ __global__ void __launch_bounds__(kCheckThreads) gate_check_kernel(GateCheck c) 
   if (tid != 0) return;
   *c.host_mask = 0;
   const uint32_t s = load_volatile(c.seq);
-  *const_cast<volatile uint32_t*>(&box->hit) = hit ? 1u : 0u;
+  *const_cast<volatile uint32_t*>(&box->hit) = hit ? (any_staged ? 2u : 1u) : 0u;
   __threadfence_system();
   *const_cast<volatile uint32_t*>(&box->seq) = s;
   if (hit) {

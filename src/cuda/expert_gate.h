@@ -4,7 +4,8 @@
 // host (which streams or CPU-computes the cold ones and then opens the gate).
 //
 //   check   reads the layer's routed ids, tests them against the resident
-//           bitmap, posts ids (+ the next layer's prediction, + on a miss the
+//           bitmap (and the staging stamps: an expert copied ahead into a
+//           staging slot this step counts as present), posts ids (+ the next layer's prediction, + on a miss the
 //           FFN input) to a mailbox in mapped host memory, stamped with the
 //           step's sequence number last; on a hit it opens the gate itself
 //   gate    one thread waits until a gate word holds the step's sequence
@@ -39,7 +40,7 @@ namespace ms::cuda {
 struct GateMailbox {
   static constexpr int kMaxK = 32;
   uint32_t seq;       // the step whose routes these are
-  uint32_t hit;       // 1: every routed expert was resident (the gate opened on the device)
+  uint32_t hit;       // 1: every routed expert was resident, 2: resident or staged (the gate opened on the device); 0: a miss
   int32_t ids[kMaxK];
   int32_t pred[kMaxK];
   // Written by the host on a miss with CPU experts, for gate_wait_rows: the
@@ -61,6 +62,10 @@ static_assert(sizeof(GateMailbox) <= GateMailbox::kHeaderBytes);
 
 struct GateCheck {
   const uint32_t* resident = nullptr;  // the layer's bitmap: bit e of word e / 32
+  // Optional, the layer's n_expert staging stamps: expert e counts as
+  // present when staged[e] equals this step's sequence number (a staging
+  // slot holds it, and the slot table points there).
+  const uint32_t* staged = nullptr;
   const int32_t* ids = nullptr;        // k routed experts of the one token
   int k = 0;
   int n_expert = 0;

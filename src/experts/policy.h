@@ -48,6 +48,12 @@ class CachePolicy {
   // prefetch() settle first themselves; a policy's decisions are the same
   // whether or when settle() is called.
   virtual void settle() {}
+  // While off, access() still counts its hits and misses (recency, scores)
+  // but admits nothing: every miss is bypassed. The hybrid step turns it off
+  // for a layer step the GPU already ran from staging slots, when the cache
+  // slots may be in use and must not change.
+  virtual void set_admission(bool on) { admit_ = on; }
+  bool admission() const { return admit_; }
   virtual bool contains(ExpertKey key) const = 0;
   virtual size_t size() const = 0;
   virtual std::vector<ExpertKey> resident() const = 0;  // sorted ascending
@@ -55,6 +61,7 @@ class CachePolicy {
 
  protected:
   size_t capacity_;
+  bool admit_ = true;
 };
 
 inline bool in_sorted(std::span<const ExpertKey> keys, ExpertKey k) {

@@ -62,8 +62,10 @@ class AdaptivePolicy final : public CachePolicy {
       const double sa = lead.log_score(a), sb = lead.log_score(b);
       return sa != sb ? sa > sb : a < b;
     });
+    // (The shadows above admit as usual: they model each half-life's cache.)
     for (ExpertKey k : out.misses)
-      if (make_room(lead.log_score(k), keys, out.evicted)) insert(k, lead.log_score(k)), out.admitted.push_back(k);
+      if (admit_ && make_room(lead.log_score(k), keys, out.evicted))
+        insert(k, lead.log_score(k)), out.admitted.push_back(k);
     std::sort(out.misses.begin(), out.misses.end());
   }
 

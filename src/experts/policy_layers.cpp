@@ -28,7 +28,7 @@ class LayersPolicy final : public CachePolicy {
         continue;
       }
       out.misses.push_back(k);
-      if (size_ < capacity_) {
+      if (admit_ && size_ < capacity_) {
         in_[k] = 1;
         ++size_;
         out.admitted.push_back(k);

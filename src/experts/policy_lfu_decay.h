@@ -60,7 +60,7 @@ class LfuDecayPolicy : public CachePolicy {
       return score_[a] != score_[b] ? score_[a] > score_[b] : a < b;
     });
     for (ExpertKey k : out.misses)
-      if (make_room(score_[k], keys, out.evicted)) insert(k), out.admitted.push_back(k);
+      if (admit_ && make_room(score_[k], keys, out.evicted)) insert(k), out.admitted.push_back(k);
     std::sort(out.misses.begin(), out.misses.end());
   }
 

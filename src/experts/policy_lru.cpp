@@ -24,7 +24,7 @@ class LruPolicy final : public CachePolicy {
       }
     }
     for (ExpertKey k : out.misses)
-      if (make_room(keys, out.evicted)) {
+      if (admit_ && make_room(keys, out.evicted)) {
         list_.push_front(k);
         out.admitted.push_back(k);
       }

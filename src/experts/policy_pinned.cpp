@@ -29,6 +29,8 @@ class PinnedPolicy final : public CachePolicy {
         dyn_uses_.push_back(uses.empty() ? 1 : uses[i]);
       } else if (loaded_[k]) {
         out.hits.push_back(k);
+      } else if (!admit_) {
+        out.misses.push_back(k);
       } else {
         loaded_[k] = 1;  // its reserved slot is waiting for it
         ++n_loaded_;
@@ -57,6 +59,10 @@ class PinnedPolicy final : public CachePolicy {
   }
 
   void settle() override { dynamic_->settle(); }
+  void set_admission(bool on) override {
+    admit_ = on;
+    dynamic_->set_admission(on);
+  }
   bool contains(ExpertKey key) const override { return (pinned_[key] && loaded_[key]) || dynamic_->contains(key); }
   size_t size() const override { return n_loaded_ + dynamic_->size(); }
   std::vector<ExpertKey> resident() const override {

@@ -36,7 +36,7 @@ class SlruPolicy final : public CachePolicy {
       }
     }
     for (ExpertKey k : out.misses)
-      if (make_room(keys, out.evicted)) {
+      if (admit_ && make_room(keys, out.evicted)) {
         probation_.push_front(k);
         out.admitted.push_back(k);
       }

@@ -180,6 +180,11 @@ void PooledCache::settle() {
   for (auto& p : pools_) p->settle();
 }
 
+void PooledCache::set_admission(bool on) {
+  admit_ = on;
+  for (auto& p : pools_) p->set_admission(on);
+}
+
 bool PooledCache::prefetch(uint64_t step, ExpertKey key, float confidence, std::span<const ExpertKey> protect,
                            std::vector<ExpertKey>& evicted) {
   const size_t p = pool_index(key);

@@ -56,6 +56,7 @@ class PooledCache final : public CachePolicy {
   bool prefetch(uint64_t step, ExpertKey key, float confidence, std::span<const ExpertKey> protect,
                 std::vector<ExpertKey>& evicted) override;
   void settle() override;
+  void set_admission(bool on) override;
   bool contains(ExpertKey key) const override;
   size_t size() const override;
   std::vector<ExpertKey> resident() const override;

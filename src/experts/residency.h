@@ -145,8 +145,10 @@ class ExpertResidency {
   // link_backlog_s: seconds of copies the link still has queued (the caller
   // tracks its copy stream); negative: not known, and a decode step with a
   // staged bank assumes the link also carries about as much staging again.
+  // may_admit false: the policy admits (and so evicts) nothing in this
+  // step; the plan changes no slot (a step the GPU already ran).
   const StepPlan& plan(uint64_t step, uint32_t layer, std::span<const ExpertKey> keys,
-                       std::span<const uint32_t> tokens, double link_backlog_s = -1);
+                       std::span<const uint32_t> tokens, double link_backlog_s = -1, bool may_admit = true);
 
   // Stages the experts predicted for `layer`'s step `step` (most confident
   // first; at most `max_experts`, and at most a bank): those not resident go

@@ -76,10 +76,11 @@ std::string ExpertTelemetry::summary() const {
   }
   if (gated_hits + gated_misses > 0) {
     std::snprintf(buf, sizeof buf,
-                  "experts: gated decode: %.1f%% of %llu tiered layer steps had every expert resident and ran with no "
-                  "host round trip\n",
+                  "experts: gated decode: %.1f%% of %llu tiered layer steps had every expert resident (%.1f%% with "
+                  "some in staging slots) and ran with no host round trip\n",
                   100.0 * double(gated_hits) / double(gated_hits + gated_misses),
-                  (unsigned long long)(gated_hits + gated_misses));
+                  (unsigned long long)(gated_hits + gated_misses),
+                  100.0 * double(gated_staged_hits) / double(gated_hits + gated_misses));
     s += buf;
   }
   std::string hit = "experts: hit rate per layer:";
@@ -134,7 +135,7 @@ nlohmann::json ExpertTelemetry::to_json() const {
   j["prefetch"]["mode"] = prefetch_mode;
   j["prefetch"]["stage_bytes"] = stage_bytes;
   j["prefetch"]["layers"] = pf_layers;
-  j["gated"] = {{"hits", gated_hits}, {"misses", gated_misses}};
+  j["gated"] = {{"hits", gated_hits}, {"misses", gated_misses}, {"staged_hits", gated_staged_hits}};
   j["seconds"] = {{"forward", total_s},        {"route_wait", route_wait_s}, {"plan", plan_s},
                   {"cpu_experts", cpu_experts_s}, {"gpu_experts", gpu_experts_s}, {"copy_busy", copy_busy_s}};
   return j;

@@ -53,6 +53,7 @@ struct ExpertTelemetry {
   // Gated decode (the GPU checks residency, the host is waited for only on a
   // miss): tiered layer steps that went on without the host, and that waited.
   uint64_t gated_hits = 0, gated_misses = 0;
+  uint64_t gated_staged_hits = 0;  // of gated_hits: some experts came from this step's staging slots
   // Host-side seconds, summed over the run.
   double route_wait_s = 0;   // blocked until a layer's routes reached the host (attention + router + read-back)
   double plan_s = 0;         // planning and enqueueing copies and kernels

@@ -69,10 +69,11 @@ struct GateRig {
   uint32_t* gate() { return words.as<uint32_t>() + 1; }
   uint32_t* host_mask() { return words.as<uint32_t>() + 3; }
   GateMailbox* mail() { return box.as<GateMailbox>(); }
-  void check(const std::vector<int32_t>& ids, const std::vector<int32_t>& pred) {
+  void check(const std::vector<int32_t>& ids, const std::vector<int32_t>& pred, const uint32_t* staged = nullptr) {
     DeviceBuffer dids = upload(ids), dpred = upload(pred);
     GateCheck c;
     c.resident = resident.as<uint32_t>();
+    c.staged = staged;
     c.ids = dids.as<int32_t>();
     c.k = static_cast<int>(ids.size());
     c.n_expert = kExperts;
@@ -121,6 +122,37 @@ TEST(ExpertGate, CheckLeavesTheGateShutAndPostsTheInputOnAMiss) {
     EXPECT_EQ(w[1], 0u) << "the gates stay shut on a miss";
     EXPECT_EQ(w[2], 0u);
     EXPECT_EQ(w[3], 0u);
+  }
+}
+
+// Staging stamps: an expert whose stamp is this step's (41) counts as
+// present; a stamp of another step does not. A step with every expert
+// resident or staged opens both gates and says "staged" (2) in the mailbox.
+TEST(ExpertGate, CheckTakesExpertsStagedThisStepAsPresent) {
+  MS_REQUIRE_GPU();
+  std::vector<uint32_t> stamps(static_cast<size_t>(GateRig::kExperts), 40);
+  stamps[2] = 41;
+  stamps[68] = 41;
+  stamps[3] = 42;
+  DeviceBuffer staged = upload(stamps);
+  {
+    GateRig r;
+    r.check({5, 2, 68, 33}, {}, staged.as<uint32_t>());
+    EXPECT_EQ(r.mail()->hit, 2u);
+    const std::vector<uint32_t> w = download<uint32_t>(r.words.get(), 4);
+    EXPECT_EQ(w[1], 41u);
+    EXPECT_EQ(w[2], 41u);
+  }
+  {
+    GateRig r;
+    r.check({5, 69, 1, 33}, {}, staged.as<uint32_t>());
+    EXPECT_EQ(r.mail()->hit, 1u) << "every expert resident: no staging used";
+  }
+  for (const std::vector<int32_t>& ids : {std::vector<int32_t>{5, 2, 3, 33}, std::vector<int32_t>{5, 2, 4, 33}}) {
+    GateRig r;
+    r.check(ids, {}, staged.as<uint32_t>());
+    EXPECT_EQ(r.mail()->hit, 0u) << "a stamp of another step, or none, is a miss";
+    EXPECT_EQ(download<uint32_t>(r.words.get(), 4)[1], 0u);
   }
 }
 

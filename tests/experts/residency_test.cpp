@@ -447,6 +447,42 @@ TEST(ExpertResidency, AnAdmittedStagedExpertIsCopiedFromItsStagingSlot) {
   EXPECT_EQ(r.counters().copy_bytes - bytes_after_stage, 1u << 20);  // cold[1] only
 }
 
+// A plan that may not admit (a step the GPU already ran from staging slots)
+// changes no slot, with every policy that admits: its misses are staged or
+// streamed, nothing is evicted, and the same step planned normally later
+// admits again.
+TEST(ExpertResidency, APlanThatMayNotAdmitChangesNoSlot) {
+  for (const char* policy : {"lru", "slru", "lfu-decay", "adaptive", "pinned+adaptive"}) {
+    ResidencyConfig c = config(24ull << 20, policy);
+    c.stage_bank = 2;
+    c.cost.cpu_gbps = 0.001;  // stream every cold expert
+    ExpertResidency r(c);
+    r.initial_placement();
+    const uint32_t l = 2;
+    std::vector<ExpertKey> cold;
+    for (uint32_t e = 0; e < kExperts && cold.size() < 3; ++e)
+      if (!r.resident(l * kExperts + e)) cold.push_back(l * kExperts + e);
+    ASSERT_EQ(cold.size(), 3u) << policy;
+    const size_t resident_before = r.resident_count();
+    r.stage(7, l, std::vector<ExpertKey>{cold[0]}, 2);
+    const std::vector<uint32_t> uses(cold.size(), 40);  // hot enough for any policy's admission
+    const StepPlan& p = r.plan(7, l, cold, uses, -1, false);
+    check_plan(r, p, cold, l);
+    EXPECT_TRUE(p.plan.admitted.empty()) << policy;
+    EXPECT_TRUE(p.plan.evicted.empty()) << policy;
+    EXPECT_EQ(r.resident_count(), resident_before) << policy;
+    EXPECT_EQ(p.plan.n_staged, 1u) << policy;
+    for (size_t i = 0; i < cold.size(); ++i) {
+      EXPECT_FALSE(r.resident(cold[i])) << policy;
+      EXPECT_TRUE(p.transit[i]) << policy;
+      EXPECT_FALSE(p.copy_from[i].valid()) << policy;
+    }
+    size_t admitted = 0;
+    for (uint64_t step = 8; step < 12; ++step) admitted += r.plan(step, l, cold, uses).plan.admitted.size();
+    EXPECT_GT(admitted, 0u) << policy;
+  }
+}
+
 // Prompt staging: a layer's cold experts take the next transit slots before
 // its routes are known; its plan takes the routed ones as staged, and its
 // own streamed experts continue the transit order after them.

@@ -118,6 +118,7 @@ void CudaBackend::Impl::make_hybrid(const VramPlan& plan) {
   ho.prompt_stage = opt.prompt_stage;
   ho.prompt_cpu = opt.prompt_cpu;
   ho.stage_gap = opt.stage_gap;
+  ho.staged_hits = opt.staged_hits;
   ho.prefetch = opt.prefetch;
   ho.gated = opt.gated_decode;
   ho.policy = opt.policy == "default" ? engine_default_policy(opt.profile != nullptr) : opt.policy;

@@ -93,6 +93,7 @@ class CudaBackend : public Backend {
     bool pinned_prompt_kernels = true;
     bool prompt_cpu = false;          // staged prompt passes give the CPU a share too (HybridMoeOptions)
     bool stage_gap = true;            // decode staging fills the GPU-only stretch (HybridMoeOptions)
+    bool staged_hits = true;          // gated layers with every expert resident or staged skip the host (HybridMoeOptions)
     std::string prefetch = "auto";    // off | next | auto: experts of the next tiered layer copied ahead (decode)
     // Hybrid decode as one graph that checks residency on the GPU and waits
     // for the host only on a miss (hybrid_moe.h); false: a round trip per

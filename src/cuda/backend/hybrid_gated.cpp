@@ -67,6 +67,9 @@ void HybridMoe::Impl::make_gates() {
   host_mask_dev = gate_arena.alloc_n<uint32_t>(1);
   gate_dev = gate_arena.alloc_n<uint32_t>(2 * NL);
   resident_dev = gate_arena.alloc_n<uint32_t>(NL * mask_words);
+  staged_dev = gate_arena.alloc_n<uint32_t>(NL * static_cast<size_t>(c.n_expert));
+  staged_host = cuda::PinnedBuffer(NL * static_cast<size_t>(c.n_expert) * sizeof(uint32_t));
+  std::memset(staged_host.get(), 0, staged_host.size());
   host_y_dev = gate_arena.alloc_n<float>(K * D);
   MS_CUDA_CHECK(cudaMemset(gate_arena.base(), 0, gate_arena.capacity()));
   gate_src = cuda::PinnedBuffer(2 * sizeof(uint32_t));
@@ -77,7 +80,7 @@ void HybridMoe::Impl::make_gates() {
 
 uint64_t HybridMoe::Impl::gate_bytes(const ModelConfig& c) {
   const size_t NL = static_cast<size_t>(c.n_layer), words = static_cast<size_t>((c.n_expert + 31) / 32);
-  return 3 * kAlign + align_up(2 * NL * 4) + align_up(NL * words * 4) +
+  return 4 * kAlign + align_up(2 * NL * 4) + align_up(NL * words * 4) + align_up(NL * static_cast<size_t>(c.n_expert) * 4) +
          align_up(static_cast<size_t>(c.n_expert_used) * static_cast<size_t>(c.n_embd) * 4);
 }
 
@@ -102,6 +105,7 @@ void HybridMoe::Impl::enqueue_gated(int il, const float* x, const cuda::Q8Act& x
   gated_pred[static_cast<size_t>(il)] = pred_ids != nullptr && bank_size > 0 ? pred_layer : -1;
   cuda::GateCheck gc;
   gc.resident = resident_dev + static_cast<size_t>(il) * mask_words;
+  if (bank_size > 0) gc.staged = staged_dev + static_cast<size_t>(il) * static_cast<size_t>(c.n_expert);
   gc.ids = ids;
   gc.k = K;
   gc.n_expert = c.n_expert;
@@ -206,9 +210,12 @@ void HybridMoe::Impl::serve_layer(int il) {
   std::memcpy(ids, b.ids, sizeof(int32_t) * K);
   std::memcpy(pred, b.pred, sizeof(int32_t) * K);
   const bool hit = b.hit != 0;
+  // The GPU went on with some experts in staging slots: its cache slots may
+  // be in use by the layers after, so this plan must not change any.
+  const bool staged_hit = b.hit == 2;
   group_routes(il, ids, K);
-  const StepPlan& sp =
-      res->plan(step, static_cast<uint32_t>(il), keys, tokens, opt.stage_gap ? link_backlog_s() : -1.0);
+  const StepPlan& sp = res->plan(step, static_cast<uint32_t>(il), keys, tokens,
+                                 opt.stage_gap ? link_backlog_s() : -1.0, !staged_hit);
   const auto t_enqueue = Clock::now();
   prof.policy_s += std::chrono::duration<double>(t_enqueue - t_policy).count();
   note_residency(sp.plan);
@@ -218,14 +225,19 @@ void HybridMoe::Impl::serve_layer(int il) {
   cpu_work.clear();
 
   if (hit) {
-    // The device found every expert resident; the policy must agree (the
-    // bitmap mirrors it), and a hit copies nothing.
-    for (size_t i = 0; i < sp.plan.experts.size(); ++i)
-      if (sp.plan.experts[i].tier != Tier::Resident || sp.copy[i])
+    // The device found every expert resident (or, on a staged hit, in this
+    // step's staging slots); the policy must agree (the bitmap and the
+    // stamps mirror it), and a hit copies nothing.
+    for (size_t i = 0; i < sp.plan.experts.size(); ++i) {
+      const PlannedExpert& pe = sp.plan.experts[i];
+      const bool present = pe.tier == Tier::Resident || (staged_hit && pe.staged);
+      if (!present || sp.copy[i])
         throw Error("hybrid decode: layer " + std::to_string(il) +
-                    " was resident on the device but not in the residency policy (a bug)");
-    count_pairs(lc, pass_counts, Tier::Resident, static_cast<uint64_t>(K));
+                    " was present on the device but not in the residency policy (a bug)");
+      count_pairs(lc, pass_counts, pe.tier, static_cast<uint64_t>(count[static_cast<size_t>(pe.key % E)]));
+    }
     ++tel.gated_hits;
+    tel.gated_staged_hits += staged_hit;
   } else {
     ++tel.gated_misses;
     bool copies = false;

@@ -426,9 +426,9 @@ void HybridMoe::Impl::stage_next(const HybridPrediction& pred, const int32_t* p)
     predicted.push_back(static_cast<ExpertKey>(pred.layer) * E + p[j]);
   }
   uint32_t cap = bank_size;
+  uint32_t cold = 0;  // predicted and not resident
+  for (ExpertKey k : predicted) cold += !res->resident(k);
   if (prefetch_auto) {
-    uint32_t cold = 0;
-    for (ExpertKey k : predicted) cold += !res->resident(k);
     const uint64_t bytes = geom[static_cast<size_t>(pred.layer)].slot_bytes;
     const bool gap_known = gated_pass && opt.stage_gap;
     const double gap = gap_known ? route_gap_s[static_cast<size_t>(pred.layer)] : 0.0;
@@ -447,6 +447,23 @@ void HybridMoe::Impl::stage_next(const HybridPrediction& pred, const int32_t* p)
   }
   for (const auto& [key, where] : st.copies)
     copy_expert(pred.layer, static_cast<int>(key % static_cast<uint32_t>(E)), slots->slot_address(where.pool, where.slot));
+  // Gated: when every predicted cold expert is staged, the layer's check may
+  // find its routes all resident or staged and go on without the host. The
+  // slot table points at the staging slots and the stamps say "this step",
+  // both behind the copies on the copy stream (the check sees a stamp only
+  // once the copy and the table are in).
+  if (gated_pass && opt.staged_hits && st.copies.size() == size_t{cold}) {
+    const size_t base = static_cast<size_t>(pred.layer) * static_cast<size_t>(E);
+    uint32_t* stamp = staged_host.as<uint32_t>() + base;
+    for (const auto& [key, where] : st.copies) {
+      const int e = static_cast<int>(key % static_cast<uint32_t>(E));
+      slots->point(pred.layer, e, where.pool, where.slot);
+      stamp[e] = seq;
+    }
+    slots->upload(pred.layer, copier->stream());
+    MS_CUDA_CHECK(cudaMemcpyAsync(staged_dev + base, stamp, sizeof(uint32_t) * static_cast<size_t>(E),
+                                  cudaMemcpyHostToDevice, copier->stream()));
+  }
   copier->record(stage_ready[st.bank].get());
   if (timed) {
     copier->record(copy1.get());

@@ -74,6 +74,10 @@ struct HybridMoeOptions {
   // layer's routes (prefetch.h, decode_stage_count); false: as if both were
   // 0, the link's staging guessed busy instead (A/B runs).
   bool stage_gap = true;
+  // Gated decode: a layer whose routed experts are all resident or staged
+  // this step goes on without the host (the staging stamps); false: such a
+  // layer waits for the host as a miss (A/B runs).
+  bool staged_hits = true;
   const ExpertProfile* profile = nullptr;
   int max_tokens = 512;           // tokens per forward chunk
   int gemm_min_batch = 16;        // tensor-core matmul from this many tokens

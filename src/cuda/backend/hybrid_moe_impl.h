@@ -232,6 +232,11 @@ struct HybridMoe::Impl {
   // (copied there from the mailbox by the combine's gate).
   cuda::DeviceArena gate_arena;
   uint32_t *seq_dev = nullptr, *gate_dev = nullptr, *host_mask_dev = nullptr, *resident_dev = nullptr;
+  // Staging stamps [layer][expert]: the step whose stage holds the expert in
+  // a staging slot (the check takes it as present then). The host's copy is
+  // the copy stream's source, written when it stages.
+  uint32_t* staged_dev = nullptr;
+  cuda::PinnedBuffer staged_host;
   float* host_y_dev = nullptr;
   // Mapped host memory: a mailbox per layer, then the gates' timeout flag.
   cuda::PinnedBuffer mailbox;
