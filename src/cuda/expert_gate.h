@@ -4,10 +4,11 @@
 // host (which streams or CPU-computes the cold ones and then opens the gate).
 //
 //   check   reads the layer's routed ids, tests them against the resident
-//           bitmap (and the staging stamps: an expert copied ahead into a
-//           staging slot this step counts as present), posts ids (+ the next layer's prediction, + on a miss the
-//           FFN input) to a mailbox in mapped host memory, stamped with the
-//           step's sequence number last; on a hit it opens the gate itself
+//           bitmap and the staging stamps (an expert copied ahead into a
+//           staging slot this step counts as present), posts ids (+ the
+//           next layer's prediction, + on a miss the FFN input) to a
+//           mailbox in mapped host memory, stamped with the step's sequence
+//           number last; on a hit it opens the gate itself
 //   gate    one thread waits until a gate word holds the step's sequence
 //           number, with a timeout. A layer has two: the experts' gate (the
 //           miss's copies and slot table are in) and the combine's (the CPU's
@@ -40,7 +41,7 @@ namespace ms::cuda {
 struct GateMailbox {
   static constexpr int kMaxK = 32;
   uint32_t seq;       // the step whose routes these are
-  uint32_t hit;       // 1: every routed expert was resident, 2: resident or staged (the gate opened on the device); 0: a miss
+  uint32_t hit;       // 1: every routed expert resident, 2: resident or staged (the check opened the gates); 0: a miss
   int32_t ids[kMaxK];
   int32_t pred[kMaxK];
   // Written by the host on a miss with CPU experts, for gate_wait_rows: the

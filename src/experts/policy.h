@@ -53,7 +53,6 @@ class CachePolicy {
   // for a layer step the GPU already ran from staging slots, when the cache
   // slots may be in use and must not change.
   virtual void set_admission(bool on) { admit_ = on; }
-  bool admission() const { return admit_; }
   virtual bool contains(ExpertKey key) const = 0;
   virtual size_t size() const = 0;
   virtual std::vector<ExpertKey> resident() const = 0;  // sorted ascending

@@ -54,6 +54,14 @@ void route(std::mt19937& rng, int n_tokens, double skew, std::vector<ExpertKey>&
   }
 }
 
+// The first n experts of `layer` that are not resident (fewer if there are not so many).
+std::vector<ExpertKey> cold_experts(const ExpertResidency& r, uint32_t layer, size_t n) {
+  std::vector<ExpertKey> cold;
+  for (uint32_t e = 0; e < kExperts && cold.size() < n; ++e)
+    if (!r.resident(layer * kExperts + e)) cold.push_back(layer * kExperts + e);
+  return cold;
+}
+
 // Checks every invariant of one plan against the residency's state.
 void check_plan(const ExpertResidency& r, const StepPlan& p, std::span<const ExpertKey> keys, uint32_t layer) {
   ASSERT_EQ(p.plan.experts.size(), keys.size());
@@ -332,9 +340,7 @@ TEST(ExpertResidency, StagedExpertsAreStreamedFromTheirStagingSlotsWithoutACopy)
     if (n > 0 && n + 6 <= kExperts) l = q;
   }
   ASSERT_LT(l, kLayers);
-  std::vector<ExpertKey> cold;
-  for (uint32_t e = 0; e < kExperts && cold.size() < 6; ++e)
-    if (!r.resident(l * kExperts + e)) cold.push_back(l * kExperts + e);
+  const std::vector<ExpertKey> cold = cold_experts(r, l, 6);
   ASSERT_EQ(cold.size(), 6u);
   ExpertKey hot = l * kExperts;
   for (uint32_t e = 0; e < kExperts; ++e)
@@ -420,9 +426,7 @@ TEST(ExpertResidency, AnAdmittedStagedExpertIsCopiedFromItsStagingSlot) {
   ExpertResidency r(c);
   r.initial_placement();
   const uint32_t l = 1;
-  std::vector<ExpertKey> cold;
-  for (uint32_t e = 0; e < kExperts && cold.size() < 2; ++e)
-    if (!r.resident(l * kExperts + e)) cold.push_back(l * kExperts + e);
+  const std::vector<ExpertKey> cold = cold_experts(r, l, 2);
   ASSERT_EQ(cold.size(), 2u);
   const StagePlan& sp = r.stage(3, l, std::vector<ExpertKey>{cold[0]}, 2);
   ASSERT_EQ(sp.copies.size(), 1u);
@@ -459,9 +463,7 @@ TEST(ExpertResidency, APlanThatMayNotAdmitChangesNoSlot) {
     ExpertResidency r(c);
     r.initial_placement();
     const uint32_t l = 2;
-    std::vector<ExpertKey> cold;
-    for (uint32_t e = 0; e < kExperts && cold.size() < 3; ++e)
-      if (!r.resident(l * kExperts + e)) cold.push_back(l * kExperts + e);
+    const std::vector<ExpertKey> cold = cold_experts(r, l, 3);
     ASSERT_EQ(cold.size(), 3u) << policy;
     const size_t resident_before = r.resident_count();
     r.stage(7, l, std::vector<ExpertKey>{cold[0]}, 2);
