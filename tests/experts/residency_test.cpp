@@ -33,6 +33,15 @@ ResidencyConfig config(uint64_t pool_bytes, const std::string& policy = "default
   return c;
 }
 
+// config() with staging banks of `bank` slots, and a CPU so slow that
+// every cold expert is streamed (the staging tests' set-up).
+ResidencyConfig staging_config(uint64_t pool_bytes, const std::string& policy, uint32_t bank) {
+  ResidencyConfig c = config(pool_bytes, policy);
+  c.stage_bank = bank;
+  c.cost.cpu_gbps = 0.001;
+  return c;
+}
+
 // One layer step: n_tokens tokens, each choosing kTopK distinct experts
 // (skewed towards low ids when skew > 0).
 void route(std::mt19937& rng, int n_tokens, double skew, std::vector<ExpertKey>& keys, std::vector<uint32_t>& uses,
@@ -328,9 +337,7 @@ TEST(ExpertResidency, StagedExpertsAreStreamedFromTheirStagingSlotsWithoutACopy)
   // "layers" admits nothing (an admission would take precedence over the
   // staged copy). A layer with resident and cold experts: the one whole
   // layers left half full.
-  ResidencyConfig c = config(48ull << 20, "layers");
-  c.stage_bank = 4;
-  c.cost.cpu_gbps = 0.001;  // stream every cold expert
+  ResidencyConfig c = staging_config(48ull << 20, "layers", 4);
   ExpertResidency r(c);
   r.initial_placement();
   uint32_t l = kLayers;
@@ -420,9 +427,7 @@ TEST(ExpertResidency, StagingAlternatesBanksAndIsOffWithoutOne) {
 // link a second time: the plan names the staging slot as the copy's source,
 // counts it as a used stage, and counts its link bytes once (the stage's).
 TEST(ExpertResidency, AnAdmittedStagedExpertIsCopiedFromItsStagingSlot) {
-  ResidencyConfig c = config(24ull << 20, "lru");
-  c.stage_bank = 2;
-  c.cost.cpu_gbps = 0.001;  // stream every cold expert
+  ResidencyConfig c = staging_config(24ull << 20, "lru", 2);
   ExpertResidency r(c);
   r.initial_placement();
   const uint32_t l = 1;
@@ -457,9 +462,7 @@ TEST(ExpertResidency, AnAdmittedStagedExpertIsCopiedFromItsStagingSlot) {
 // admits again.
 TEST(ExpertResidency, APlanThatMayNotAdmitChangesNoSlot) {
   for (const char* policy : {"lru", "slru", "lfu-decay", "adaptive", "pinned+adaptive"}) {
-    ResidencyConfig c = config(24ull << 20, policy);
-    c.stage_bank = 2;
-    c.cost.cpu_gbps = 0.001;  // stream every cold expert
+    ResidencyConfig c = staging_config(24ull << 20, policy, 2);
     ExpertResidency r(c);
     r.initial_placement();
     const uint32_t l = 2;
