@@ -19,9 +19,9 @@ struct RefFns {
 
 [[noreturn]] void throw_unsupported(DType t) {
   throw Error(std::string("quant type ") + type_name(t) +
-              " is not supported yet (moestream computes with f32, f16, bf16, q4_0, q4_1, q5_0, "
-              "q5_1, q8_0, q8_1, q2_K, q3_K, q4_K, q5_K, q6_K, q8_K and mxfp4; convert the model "
-              "to one of these)");
+              " is not supported (moestream computes with f32, f16, bf16, the q*_0/q*_1 and "
+              "q*_K formats, mxfp4, tq1_0, tq2_0 and every iq* format; convert the model to one of "
+              "these)");
 }
 
 // Throws for unknown or unsupported types and for rows that are not whole
@@ -45,6 +45,17 @@ RefFns ref_fns(DType t, int64_t n) {
     case DType::Q6_K: return MS_REF(q6_K);
     case DType::Q8_K: return MS_REF(q8_K);
     case DType::MXFP4: return MS_REF(mxfp4);
+    case DType::TQ1_0: return MS_REF(tq1_0);
+    case DType::TQ2_0: return MS_REF(tq2_0);
+    case DType::IQ1_S: return MS_REF(iq1_s);
+    case DType::IQ1_M: return MS_REF(iq1_m);
+    case DType::IQ2_XXS: return MS_REF(iq2_xxs);
+    case DType::IQ2_XS: return MS_REF(iq2_xs);
+    case DType::IQ2_S: return MS_REF(iq2_s);
+    case DType::IQ3_XXS: return MS_REF(iq3_xxs);
+    case DType::IQ3_S: return MS_REF(iq3_s);
+    case DType::IQ4_NL: return MS_REF(iq4_nl);
+    case DType::IQ4_XS: return MS_REF(iq4_xs);
     default: throw_unsupported(t);
   }
 }

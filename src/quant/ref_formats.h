@@ -43,6 +43,18 @@ MS_REF_FORMAT(q4_K)
 MS_REF_FORMAT(q5_K)
 MS_REF_FORMAT(q6_K)
 MS_REF_FORMAT(q8_K)
+// ref_iquants.cpp (dequant, dot) and ref_iquants_quantize.cpp (quantizers)
+MS_REF_FORMAT(tq1_0)
+MS_REF_FORMAT(tq2_0)
+MS_REF_FORMAT(iq1_s)
+MS_REF_FORMAT(iq1_m)
+MS_REF_FORMAT(iq2_xxs)
+MS_REF_FORMAT(iq2_xs)
+MS_REF_FORMAT(iq2_s)
+MS_REF_FORMAT(iq3_xxs)
+MS_REF_FORMAT(iq3_s)
+MS_REF_FORMAT(iq4_nl)
+MS_REF_FORMAT(iq4_xs)
 
 #undef MS_REF_FORMAT
 

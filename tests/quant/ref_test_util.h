@@ -52,7 +52,10 @@ inline double dot(const std::vector<float>& a, const std::vector<float>& b) {
 inline const std::vector<DType>& computable_types() {
   static const std::vector<DType> k = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0,
                                        DType::Q5_1, DType::Q8_0, DType::Q8_1, DType::Q2_K, DType::Q3_K, DType::Q4_K,
-                                       DType::Q5_K, DType::Q6_K, DType::Q8_K, DType::MXFP4};
+                                       DType::Q5_K, DType::Q6_K, DType::Q8_K, DType::MXFP4,
+                                       DType::TQ1_0, DType::TQ2_0, DType::IQ1_S, DType::IQ1_M, DType::IQ2_XXS,
+                                       DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S, DType::IQ4_NL,
+                                       DType::IQ4_XS};
   return k;
 }
 
