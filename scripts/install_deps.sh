@@ -4,7 +4,7 @@
 set -euo pipefail
 PKGS=(cmake g++ make pkg-config libgtest-dev libgmock-dev libbenchmark-dev
       libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev
-      libutf8proc-dev clang libclang-rt-14-dev python3-jinja2)
+      libutf8proc-dev clang libclang-rt-14-dev python3-jinja2 python3-numpy)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
