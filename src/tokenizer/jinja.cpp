@@ -5,6 +5,9 @@
 #include "tokenizer/jinja.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -49,6 +52,107 @@ struct Value {
 };
 
 [[noreturn]] void fail(const std::string& what) { throw Error("jinja: " + what); }
+
+// ============================================================== limits
+
+[[noreturn]] void exceeded(const std::string& what, uint64_t limit, const char* field) {
+  throw LimitExceeded("chat template: " + what + " " + std::to_string(limit) + " (jinja::Limits::" + field + ")");
+}
+
+// What the render running on this thread has used of its Limits. The
+// built-ins (filters, methods, globals) are free functions without a
+// context, so they reach it through a thread-local pointer that render() sets.
+struct Budget {
+  const Limits& lim;
+  const std::atomic<bool>* cancel;
+  bool timed;
+  std::chrono::steady_clock::time_point deadline;
+  int depth = 0, calls = 0;
+  int64_t iterations = 0;
+  size_t built = 0;
+  uint32_t countdown = kCheckEvery;
+  // The clock and the cancel flag are read every kCheckEvery steps: often
+  // enough to stop within milliseconds, rarely enough to cost nothing.
+  static constexpr uint32_t kCheckEvery = 64;
+
+  void check_time_and_cancel() {
+    countdown = kCheckEvery;
+    if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled("chat template: the render was cancelled");
+    if (timed && std::chrono::steady_clock::now() > deadline)
+      exceeded("render time exceeds, in ms,", static_cast<uint64_t>(lim.max_render_time.count()), "max_render_time");
+  }
+};
+
+thread_local Budget* tl_budget = nullptr;
+
+// One step of work (an evaluation, an item of a built-in's loop).
+inline void tick() {
+  if (tl_budget && --tl_budget->countdown == 0) tl_budget->check_time_and_cancel();
+}
+
+// Text of `n` bytes is about to be made.
+void check_text_size(size_t n) {
+  if (tl_budget && n > tl_budget->lim.max_value_bytes) exceeded("a string's bytes exceed", tl_budget->lim.max_value_bytes, "max_value_bytes");
+}
+
+// The estimated memory of a JSON value (heap nodes and text), counting no
+// further than `cap`, and whether it nests deeper than `max_depth`. Iterative:
+// values can nest deeper than the stack could follow.
+struct JsonSize {
+  size_t bytes = 0;
+  bool too_deep = false;
+};
+JsonSize json_size(const Json& root, size_t cap, int max_depth) {
+  JsonSize r;
+  std::vector<std::pair<const Json*, int>> todo{{&root, 1}};
+  while (!todo.empty() && r.bytes <= cap) {
+    auto [j, d] = todo.back();
+    todo.pop_back();
+    tick();
+    if (d > max_depth) {
+      r.too_deep = true;
+      return r;
+    }
+    r.bytes += 16;
+    if (j->is_string()) {
+      r.bytes += j->get_ref<const std::string&>().size() + 16;
+    } else if (j->is_object()) {
+      for (auto it = j->begin(); it != j->end() && r.bytes <= cap; ++it) {
+        r.bytes += it.key().size() + 48;
+        todo.emplace_back(&it.value(), d + 1);
+      }
+    } else if (j->is_array()) {
+      for (const Json& x : *j) todo.emplace_back(&x, d + 1);
+    }
+  }
+  return r;
+}
+
+// A value within max_value_bytes and max_nesting; returns its size.
+size_t check_value(const Json& j) {
+  if (!tl_budget || j.is_number() || j.is_boolean() || j.is_null()) return 0;
+  const Limits& lim = tl_budget->lim;
+  const JsonSize s = json_size(j, lim.max_value_bytes, lim.max_nesting);
+  if (s.too_deep) exceeded("a value's nesting exceeds", static_cast<uint64_t>(lim.max_nesting), "max_nesting");
+  if (s.bytes > lim.max_value_bytes) exceeded("a value's bytes exceed", lim.max_value_bytes, "max_value_bytes");
+  return s.bytes;
+}
+
+// A value the template has just built: checked, and counted into
+// max_built_bytes.
+void count_built(const Json& j) {
+  const size_t bytes = check_value(j);
+  if (!tl_budget) return;
+  const Limits& lim = tl_budget->lim;
+  tl_budget->built += bytes;
+  if (tl_budget->built > lim.max_built_bytes) exceeded("bytes of all values built exceed", lim.max_built_bytes, "max_built_bytes");
+}
+
+// A list of `n` items is about to be made (about 16 bytes an item and more).
+void check_items(size_t n) {
+  if (tl_budget && n > tl_budget->lim.max_value_bytes / 16)
+    exceeded("a list's bytes exceed", tl_budget->lim.max_value_bytes, "max_value_bytes");
+}
 
 bool truthy(const Value& v) {
   switch (v.k) {
@@ -120,6 +224,7 @@ std::string py_str_repr(const std::string& s) {
 std::string to_str(const Value& v);
 
 std::string data_str(const Json& j, bool quoted) {
+  tick();
   if (j.is_string()) return quoted ? py_str_repr(j.get<std::string>()) : j.get<std::string>();
   if (j.is_null()) return "None";
   if (j.is_boolean()) return j.get<bool>() ? "True" : "False";
@@ -134,6 +239,7 @@ std::string data_str(const Json& j, bool quoted) {
       if (!first) out += ", ";
       first = false;
       out += data_str(x, true);
+      check_text_size(out.size());
     }
     return out + "]";
   }
@@ -143,6 +249,7 @@ std::string data_str(const Json& j, bool quoted) {
     if (!first) out += ", ";
     first = false;
     out += py_str_repr(it.key()) + ": " + data_str(it.value(), true);
+    check_text_size(out.size());
   }
   return out + "}";
 }
@@ -159,7 +266,10 @@ std::string to_str(const Value& v) {
 
 // json.dumps(x, ensure_ascii=False, indent=indent) as transformers' tojson.
 void dump_json(const Json& j, std::string& out, int indent, int depth) {
+  tick();
+  check_text_size(out.size());
   auto newline = [&](int d) {
+    check_text_size(out.size() + static_cast<size_t>(indent) * static_cast<size_t>(d));
     out += '\n';
     out.append(static_cast<size_t>(indent * d), ' ');
   };
@@ -226,6 +336,7 @@ size_t u8len(const std::string& s) {
 
 // UTF-8 text as a list of characters (for indexing and slicing strings).
 std::vector<std::string> u8chars(const std::string& s) {
+  check_items(u8len(s) * 2);  // a std::string a character: some 32 bytes each
   std::vector<std::string> out;
   for (size_t i = 0; i < s.size();) {
     size_t n = 1;
@@ -255,9 +366,16 @@ std::string strip(const std::string& s, const Value* chars, bool left, bool righ
   return s.substr(b, e - b);
 }
 
+// A double as an int64 (truncated, as Python's int()); out of range is an
+// error rather than undefined behaviour.
+int64_t double_to_int(double d, const char* what) {
+  if (!(d > -9.2e18 && d < 9.2e18)) fail(std::string(what) + " is out of range: " + py_float(d));
+  return static_cast<int64_t>(d);
+}
+
 int64_t as_int(const Value& v, const char* what) {
   if (v.is_int()) return v.j.get<int64_t>();
-  if (v.is_num()) return static_cast<int64_t>(v.j.get<double>());
+  if (v.is_num()) return double_to_int(v.j.get<double>(), what);
   if (v.data() && v.j.is_boolean()) return v.j.get<bool>() ? 1 : 0;
   fail(std::string(what) + " must be a number");
 }
@@ -292,8 +410,10 @@ bool contains(const Value& hay, const Value& needle) {
     return hay.str().find(needle.str()) != std::string::npos;
   }
   if (hay.is_arr()) {
-    for (const Json& x : hay.j)
+    for (const Json& x : hay.j) {
+      tick();
       if (equal(Value(x), needle)) return true;
+    }
     return false;
   }
   if (hay.is_obj()) return needle.is_str() && hay.j.contains(needle.str());
@@ -323,11 +443,16 @@ Value index(const Value& c, const Value& key) {
       if (i < 0 || i >= n) return {};
       return Value(c.j[static_cast<size_t>(i)]);
     }
-    const std::vector<std::string> ch = u8chars(c.str());
-    const int64_t n = static_cast<int64_t>(ch.size());
+    const std::string& s = c.str();
+    const int64_t n = static_cast<int64_t>(u8len(s));
     if (i < 0) i += n;
     if (i < 0 || i >= n) return {};
-    return Value(Json(ch[static_cast<size_t>(i)]));
+    size_t b = 0;  // the i-th character's first byte
+    for (int64_t k = -1; b < s.size(); ++b)
+      if ((static_cast<unsigned char>(s[b]) & 0xC0) != 0x80 && ++k == i) break;
+    size_t e = b + 1;
+    while (e < s.size() && (static_cast<unsigned char>(s[e]) & 0xC0) == 0x80) ++e;
+    return Value(Json(s.substr(b, e - b)));
   }
   return {};
 }
@@ -356,8 +481,10 @@ Value slice(const Value& c, const Value& lo, const Value& hi, const Value& st) {
   Json arr = Json::array();
   std::string s;
   for (int64_t i = b; step > 0 ? i < e : i > e; i += step) {
+    tick();
     if (c.is_arr()) arr.push_back(items[static_cast<size_t>(i)]);
     else s += chars[static_cast<size_t>(i)];
+    if (std::abs(step) > n) break;  // one item at most; i += step must not overflow
   }
   return c.is_arr() ? Value(arr) : Value(Json(s));
 }
@@ -389,6 +516,8 @@ std::vector<std::string> py_split(const std::string& s, const Value& sep, int64_
       size_t j = i;
       while (j < s.size() && !is_space(s[j])) ++j;
       out.push_back(s.substr(i, j - i));
+      tick();
+      check_items(out.size() * 2);
       i = j;
     }
     return out;
@@ -401,22 +530,32 @@ std::vector<std::string> py_split(const std::string& s, const Value& sep, int64_
     const size_t f = s.find(d, pos);
     if (f == std::string::npos) break;
     out.push_back(s.substr(pos, f - pos));
+    tick();
+    check_items(out.size() * 2);
     pos = f + d.size();
   }
   out.push_back(s.substr(pos));
   return out;
 }
 
-std::string replace_all(std::string s, const std::string& from, const std::string& to, int64_t count = -1) {
+// Built in one pass into a new string: linear time, and its size checked
+// as it grows ('x' * 10**6 with every x replaced by a long text).
+std::string replace_all(const std::string& s, const std::string& from, const std::string& to, int64_t count = -1) {
   if (from.empty()) return s;
+  std::string out;
   size_t pos = 0;
   for (int64_t n = 0; count < 0 || n < count; ++n) {
-    pos = s.find(from, pos);
-    if (pos == std::string::npos) break;
-    s.replace(pos, from.size(), to);
-    pos += to.size();
+    const size_t f = s.find(from, pos);
+    if (f == std::string::npos) break;
+    tick();
+    check_text_size(out.size() + (f - pos) + to.size());
+    out.append(s, pos, f - pos);
+    out += to;
+    pos = f + from.size();
   }
-  return s;
+  check_text_size(out.size() + (s.size() - pos));
+  out.append(s, pos, std::string::npos);
+  return out;
 }
 
 std::string title_case(const std::string& s) {
@@ -450,7 +589,10 @@ Json iterable(const Value& v) {
   }
   if (v.is_str()) {
     Json chars = Json::array();
-    for (const std::string& c : u8chars(v.str())) chars.push_back(c);
+    for (const std::string& c : u8chars(v.str())) {
+      tick();
+      chars.push_back(c);
+    }
     return chars;
   }
   fail("cannot iterate over " + to_str(v));
@@ -478,7 +620,10 @@ Value method(const Value& self, const std::string& name) {
         std::vector<std::string> opts;
         if (p.is_str()) opts.push_back(p.str());
         else if (p.is_arr())
-          for (const Json& x : p.j) opts.push_back(x.get<std::string>());
+          for (const Json& x : p.j) {
+            if (!x.is_string()) fail(name + " needs strings");
+            opts.push_back(x.get<std::string>());
+          }
         else fail(name + " needs a string");
         for (const std::string& o : opts) {
           if (o.size() > s.size()) continue;
@@ -517,6 +662,8 @@ Value method(const Value& self, const std::string& name) {
           if (!first) out += s;
           first = false;
           out += to_str(Value(x));
+          tick();
+          check_text_size(out.size());
         }
         return Value(Json(out));
       });
@@ -624,6 +771,7 @@ Value select(const Value& v, Args& a, bool by_attr, bool keep) {
   std::string test = i < a.size() ? to_str(a[i]) : "";
   Args targs(a.begin() + static_cast<std::ptrdiff_t>(std::min(i + 1, a.size())), a.end());
   for (const Json& x : iterable(v)) {
+    tick();
     Value item(x);
     Value subject = by_attr ? attribute(item, attr) : item;
     const bool ok = test.empty() ? truthy(subject) : run_test(test, subject, targs);
@@ -647,8 +795,10 @@ Value run_filter(const std::string& name, const Value& v, Args& a, Kwargs& kw) {
   if (name == "tojson") {
     Value ind = arg(a, kw, 0, "indent");
     std::string out;
-    dump_json(v.k == Value::K::Ns ? *v.ns : v.undef() ? Json(nullptr) : v.j, out,
-              ind.undef() || ind.is_null() ? -1 : static_cast<int>(as_int(ind, "indent")), 0);
+    const int64_t indent = ind.undef() || ind.is_null() ? -1 : std::max<int64_t>(as_int(ind, "indent"), 0);
+    if (tl_budget && indent > static_cast<int64_t>(tl_budget->lim.max_value_bytes))
+      exceeded("a string's bytes exceed", tl_budget->lim.max_value_bytes, "max_value_bytes");
+    dump_json(v.k == Value::K::Ns ? *v.ns : v.undef() ? Json(nullptr) : v.j, out, static_cast<int>(indent), 0);
     return Value(Json(out));
   }
   if (name == "string") return Value(Json(to_str(v)));
@@ -672,6 +822,8 @@ Value run_filter(const std::string& name, const Value& v, Args& a, Kwargs& kw) {
       if (!first) out += sep.undef() ? "" : to_str(sep);
       first = false;
       out += to_str(attr.undef() ? Value(x) : attribute(Value(x), to_str(attr)));
+      tick();
+      check_text_size(out.size());
     }
     return Value(Json(out));
   }
@@ -707,6 +859,7 @@ Value run_filter(const std::string& name, const Value& v, Args& a, Kwargs& kw) {
     if (!attr.undef()) {
       Value dflt = kwarg(kw, "default");
       for (const Json& x : iterable(v)) {
+        tick();
         Value r = attribute(Value(x), to_str(attr));
         if (r.undef()) r = dflt;
         out.push_back(r.undef() ? Json(nullptr) : r.j);
@@ -718,6 +871,7 @@ Value run_filter(const std::string& name, const Value& v, Args& a, Kwargs& kw) {
     Args rest(a.begin() + 1, a.end());
     Kwargs none;
     for (const Json& x : iterable(v)) {
+      tick();
       Value r = run_filter(f, Value(x), rest, none);
       out.push_back(r.undef() ? Json(nullptr) : r.j);
     }
@@ -727,7 +881,10 @@ Value run_filter(const std::string& name, const Value& v, Args& a, Kwargs& kw) {
     Json out = Json::array();
     for (const Json& x : iterable(v)) {
       bool seen = false;
-      for (const Json& y : out) seen = seen || equal(Value(x), Value(y));
+      for (const Json& y : out) {
+        tick();
+        seen = seen || equal(Value(x), Value(y));
+      }
       if (!seen) out.push_back(x);
     }
     return Value(out);
@@ -748,6 +905,7 @@ Value run_filter(const std::string& name, const Value& v, Args& a, Kwargs& kw) {
     Value attr = kwarg(kw, "attribute"), rev = kwarg(kw, "reverse");
     std::vector<Json> xs(items.begin(), items.end());
     std::stable_sort(xs.begin(), xs.end(), [&](const Json& x, const Json& y) {
+      tick();
       Value l(x), r(y);
       if (name == "dictsort") l = Value(x[0]), r = Value(y[0]);
       else if (!attr.undef()) l = attribute(l, to_str(attr)), r = attribute(r, to_str(attr));
@@ -764,13 +922,13 @@ Value run_filter(const std::string& name, const Value& v, Args& a, Kwargs& kw) {
         return Value(Json(0));
       }
     }
-    if (num_like(v)) return Value(Json(static_cast<int64_t>(as_num(v))));
+    if (num_like(v)) return Value(Json(double_to_int(as_num(v), "int")));
     return Value(Json(0));
   }
   if (name == "float") {
     if (v.is_str()) {
       try {
-        return Value(Json(std::stod(v.str())));
+        return Value(Json(std::stod(v.str())));  // out of range: caught below, 0.0 as Jinja2
       } catch (...) {
         return Value(Json(0.0));
       }
@@ -778,7 +936,7 @@ Value run_filter(const std::string& name, const Value& v, Args& a, Kwargs& kw) {
     return Value(Json(num_like(v) ? as_num(v) : 0.0));
   }
   if (name == "abs") {
-    if (v.is_int()) return Value(Json(std::llabs(v.j.get<int64_t>())));
+    if (v.is_int() && v.j.get<int64_t>() != INT64_MIN) return Value(Json(std::llabs(v.j.get<int64_t>())));
     return Value(Json(std::fabs(as_num(v))));
   }
   if (name == "round") {
@@ -790,23 +948,26 @@ Value run_filter(const std::string& name, const Value& v, Args& a, Kwargs& kw) {
     double s = 0;
     bool all_int = true;
     for (const Json& x : iterable(v)) {
+      tick();
       all_int = all_int && x.is_number_integer();
       s += as_num(Value(x));
     }
-    return all_int ? Value(Json(static_cast<int64_t>(s))) : Value(Json(s));
+    return all_int ? Value(Json(double_to_int(s, "sum"))) : Value(Json(s));
   }
   if (name == "min" || name == "max") {
     Json items = iterable(v);
     if (items.empty()) return {};
     Json best = items[0];
     for (const Json& x : items)
-      if (name == "min" ? less(Value(x), Value(best)) : less(Value(best), Value(x))) best = x;
+      if (tick(), name == "min" ? less(Value(x), Value(best)) : less(Value(best), Value(x))) best = x;
     return Value(best);
   }
   if (name == "wordcount") return Value(Json(static_cast<int64_t>(py_split(to_str(v), Value(), -1).size())));
   if (name == "indent") {
     Value w = arg(a, kw, 0, "width"), first = arg(a, kw, 1, "first"), blank = arg(a, kw, 2, "blank");
-    const std::string pad = w.is_str() ? w.str() : std::string(static_cast<size_t>(w.undef() ? 4 : as_int(w, "width")), ' ');
+    const int64_t width = w.is_str() || w.undef() ? 4 : std::max<int64_t>(as_int(w, "width"), 0);
+    check_text_size(static_cast<size_t>(width));
+    const std::string pad = w.is_str() ? w.str() : std::string(static_cast<size_t>(width), ' ');
     const std::string s = to_str(v);
     std::string out;
     size_t start = 0;
@@ -816,6 +977,8 @@ Value run_filter(const std::string& name, const Value& v, Args& a, Kwargs& kw) {
       const std::string line = s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
       const bool pad_it = (!first_line || truthy(first)) && (truthy(blank) || !strip(line, nullptr, true, true).empty());
       out += (pad_it ? pad : "") + line;
+      tick();
+      check_text_size(out.size());
       if (nl == std::string::npos) break;
       out += '\n';
       start = nl + 1;
@@ -953,12 +1116,14 @@ class Lexer {
       if (piece.kind == Piece::Stmt && piece.tokens.size() == 2 && piece.tokens[0].text == "raw") {
         const size_t end = s_.find("endraw", pos_);
         if (end == std::string_view::npos) fail_at("raw without endraw");
-        size_t tag = s_.rfind("{%", end);
+        const size_t tag = s_.rfind("{%", end);
+        const size_t close_at = s_.find("%}", end);
+        if (tag == std::string_view::npos || tag < pos_ || close_at == std::string_view::npos)
+          fail_at("raw without {% endraw %}");
         std::string raw(s_.substr(pos_, tag - pos_));
         if (tag + 2 < s_.size() && s_[tag + 2] == '-')
           while (!raw.empty() && is_space(raw.back())) raw.pop_back();
         add_text(out, raw);
-        const size_t close_at = s_.find("%}", end);
         strip_next = close_at > 0 && s_[close_at - 1] == '-';
         trim_nl = !strip_next;
         pos_ = close_at + 2;
@@ -1037,7 +1202,13 @@ class Lexer {
             case 'U': {
               const size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
               if (pos_ + n > s_.size()) fail_at("bad escape in a string");
-              const uint32_t cp = static_cast<uint32_t>(std::stoul(std::string(s_.substr(pos_, n)), nullptr, 16));
+              uint32_t cp = 0;
+              for (size_t k = 0; k < n; ++k) {
+                const char h = s_[pos_ + k];
+                if (!std::isxdigit(static_cast<unsigned char>(h))) fail_at("bad escape in a string");
+                cp = cp * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (h | 0x20) - 'a' + 10);
+              }
+              if (cp > 0x10FFFF) fail_at("bad escape in a string");
               pos_ += n;
               append_utf8(out, cp);
               break;
@@ -1074,10 +1245,36 @@ class Lexer {
 
 struct Context;
 
+// Every evaluation and every statement's render goes through a Nest: it
+// bounds how deep they recurse (macro calls included) and ticks the budget.
+struct Nest {
+  Nest() {
+    if (!tl_budget) return;
+    tick();
+    if (++tl_budget->depth > tl_budget->lim.max_render_depth) {
+      --tl_budget->depth;
+      exceeded("nested evaluation steps exceed", static_cast<uint64_t>(tl_budget->lim.max_render_depth),
+               "max_render_depth");
+    }
+  }
+  ~Nest() {
+    if (tl_budget) --tl_budget->depth;
+  }
+  Nest(const Nest&) = delete;
+  Nest& operator=(const Nest&) = delete;
+};
+
 struct Expr {
   int line = 0;
+  int depth = 1;  // of this expression's tree (the parser bounds it by Limits::max_nesting)
   virtual ~Expr() = default;
-  virtual Value eval(Context& c) const = 0;
+  Value eval(Context& c) const {
+    Nest n;
+    return do_eval(c);
+  }
+
+ private:
+  virtual Value do_eval(Context& c) const = 0;
 };
 using ExprP = std::unique_ptr<Expr>;
 
@@ -1090,20 +1287,39 @@ enum class Flow { Normal, Break, Continue };
 struct Node {
   int line = 0;
   virtual ~Node() = default;
-  virtual Flow render(Context& c, std::string& out) const = 0;
+  Flow render(Context& c, std::string& out) const {
+    Nest n;
+    return do_render(c, out);
+  }
+
+ private:
+  virtual Flow do_render(Context& c, std::string& out) const = 0;
 };
 
+// frames[0]: the globals and the caller's context; frames[1]: the template's
+// top-level names; above: loop bodies and macro calls. A macro's body sees
+// frames 0 and 1 and its own frames (from `floor` up), not its caller's.
 struct Context {
   std::vector<std::map<std::string, Value>> frames;
+  size_t floor = 1;
   Value lookup(const std::string& name) const {
-    for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
-      auto f = it->find(name);
-      if (f != it->end()) return f->second;
+    for (size_t i = frames.size(); i-- > 0;) {
+      if (i < floor && i > 1) i = 1;  // skip the frames of the macro's callers
+      auto f = frames[i].find(name);
+      if (f != frames[i].end()) return f->second;
     }
     return {};
   }
   void set(const std::string& name, Value v) { frames.back()[name] = std::move(v); }
 };
+
+// Appends rendered text to `out` (the result, or the text of a block or a
+// macro), within Limits::max_output_bytes.
+void emit(std::string& out, const std::string& text) {
+  if (tl_budget && out.size() + text.size() > tl_budget->lim.max_output_bytes)
+    exceeded("rendered bytes exceed", tl_budget->lim.max_output_bytes, "max_output_bytes");
+  out += text;
+}
 
 Flow render_body(const Body& body, Context& c, std::string& out) {
   for (const NodeP& n : body) {
@@ -1115,34 +1331,36 @@ Flow render_body(const Body& body, Context& c, std::string& out) {
 
 struct Literal : Expr {
   Value v;
-  Value eval(Context&) const override { return v; }
+  Value do_eval(Context&) const override { return v; }
 };
 
 struct Name : Expr {
   std::string name;
-  Value eval(Context& c) const override { return c.lookup(name); }
+  Value do_eval(Context& c) const override { return c.lookup(name); }
 };
 
 struct ListLit : Expr {
   std::vector<ExprP> items;
-  Value eval(Context& c) const override {
+  Value do_eval(Context& c) const override {
     Json a = Json::array();
     for (const ExprP& e : items) {
       Value v = e->eval(c);
       a.push_back(v.k == Value::K::Ns ? *v.ns : v.undef() ? Json(nullptr) : v.j);
     }
+    count_built(a);
     return Value(a);
   }
 };
 
 struct DictLit : Expr {
   std::vector<std::pair<ExprP, ExprP>> items;
-  Value eval(Context& c) const override {
+  Value do_eval(Context& c) const override {
     Json o = Json::object();
     for (const auto& [k, v] : items) {
       Value kv = k->eval(c), vv = v->eval(c);
       o[to_str(kv)] = vv.undef() ? Json(nullptr) : vv.j;
     }
+    count_built(o);
     return Value(o);
   }
 };
@@ -1150,13 +1368,13 @@ struct DictLit : Expr {
 struct Attr : Expr {
   ExprP obj;
   std::string name;
-  Value eval(Context& c) const override { return attribute(obj->eval(c), name); }
+  Value do_eval(Context& c) const override { return attribute(obj->eval(c), name); }
 };
 
 struct Subscript : Expr {
   ExprP obj, key, lo, hi, step;
   bool is_slice = false;
-  Value eval(Context& c) const override {
+  Value do_eval(Context& c) const override {
     Value o = obj->eval(c);
     if (!is_slice) {
       Value k = key->eval(c);
@@ -1165,7 +1383,9 @@ struct Subscript : Expr {
       return r;
     }
     Value none;
-    return slice(o, lo ? lo->eval(c) : none, hi ? hi->eval(c) : none, step ? step->eval(c) : none);
+    Value r = slice(o, lo ? lo->eval(c) : none, hi ? hi->eval(c) : none, step ? step->eval(c) : none);
+    count_built(r.j);
+    return r;
   }
 };
 
@@ -1173,7 +1393,7 @@ struct Call : Expr {
   ExprP fn;
   std::vector<ExprP> args;
   std::vector<std::pair<std::string, ExprP>> kwargs;
-  Value eval(Context& c) const override {
+  Value do_eval(Context& c) const override {
     Value f = fn->eval(c);
     if (f.k != Value::K::Fn) {
       const Name* n = dynamic_cast<const Name*>(fn.get());
@@ -1185,7 +1405,9 @@ struct Call : Expr {
     Kwargs kw;
     for (const ExprP& e : args) a.push_back(e->eval(c));
     for (const auto& [k, e] : kwargs) kw.emplace_back(k, e->eval(c));
-    return (*f.fn)(a, kw);
+    Value r = (*f.fn)(a, kw);
+    count_built(r.k == Value::K::Ns ? *r.ns : r.j);
+    return r;
   }
 };
 
@@ -1200,8 +1422,14 @@ struct FilterExpr : Expr {
     for (const ExprP& e : args) a.push_back(e->eval(c));
     for (const auto& [k, e] : kwargs) kw.emplace_back(k, e->eval(c));
     try {
-      return run_filter(name, v, a, kw);
+      Value r = run_filter(name, v, a, kw);
+      count_built(r.k == Value::K::Ns ? *r.ns : r.j);
+      return r;
     } catch (const TemplateRaised&) {
+      throw;
+    } catch (const LimitExceeded&) {
+      throw;
+    } catch (const Cancelled&) {
       throw;
     } catch (const Error& e) {
       const std::string m = e.what();
@@ -1209,7 +1437,7 @@ struct FilterExpr : Expr {
       fail("line " + std::to_string(line) + ": " + m.substr(7));
     }
   }
-  Value eval(Context& c) const override { return apply(c, value->eval(c)); }
+  Value do_eval(Context& c) const override { return apply(c, value->eval(c)); }
 };
 
 struct TestExpr : Expr {
@@ -1217,7 +1445,7 @@ struct TestExpr : Expr {
   std::string name;
   std::vector<ExprP> args;
   bool negate = false;
-  Value eval(Context& c) const override {
+  Value do_eval(Context& c) const override {
     Value v = value->eval(c);
     Args a;
     for (const ExprP& e : args) a.push_back(e->eval(c));
@@ -1228,21 +1456,33 @@ struct TestExpr : Expr {
 struct Unary : Expr {
   std::string op;
   ExprP e;
-  Value eval(Context& c) const override {
+  Value do_eval(Context& c) const override {
     Value v = e->eval(c);
     if (op == "not") return Value(Json(!truthy(v)));
     if (op == "-") {
-      if (v.is_int()) return Value(Json(-v.j.get<int64_t>()));
+      if (v.is_int() && v.j.get<int64_t>() != INT64_MIN) return Value(Json(-v.j.get<int64_t>()));
       return Value(Json(-as_num(v)));
     }
     return v;  // unary +
   }
 };
 
+// Integer + - * as Python computes them; past int64 (where Python's integers
+// just grow) the result is a float rather than undefined behaviour.
+Value int_op(char op, int64_t x, int64_t y) {
+  int64_t r = 0;
+  const bool overflow = op == '+' ? __builtin_add_overflow(x, y, &r)
+                        : op == '-' ? __builtin_sub_overflow(x, y, &r)
+                                    : __builtin_mul_overflow(x, y, &r);
+  if (!overflow) return Value(Json(r));
+  const double dx = static_cast<double>(x), dy = static_cast<double>(y);
+  return Value(Json(op == '+' ? dx + dy : op == '-' ? dx - dy : dx * dy));
+}
+
 struct Binary : Expr {
   std::string op;
   ExprP l, r;
-  Value eval(Context& c) const override {
+  Value do_eval(Context& c) const override {
     if (op == "and") {
       Value a = l->eval(c);
       return truthy(a) ? r->eval(c) : a;
@@ -1253,8 +1493,14 @@ struct Binary : Expr {
     }
     Value a = l->eval(c), b = r->eval(c);
     try {
-      return apply(a, b);
+      Value v = apply(a, b);
+      count_built(v.j);
+      return v;
     } catch (const TemplateRaised&) {
+      throw;
+    } catch (const LimitExceeded&) {
+      throw;
+    } catch (const Cancelled&) {
       throw;
     } catch (const Error& e) {
       const std::string m = e.what();
@@ -1263,7 +1509,11 @@ struct Binary : Expr {
     }
   }
   Value apply(const Value& a, const Value& b) const {
-    if (op == "~") return Value(Json(to_str(a) + to_str(b)));
+    if (op == "~") {
+      std::string l = to_str(a), r = to_str(b);
+      check_text_size(l.size() + r.size());
+      return Value(Json(l + r));
+    }
     if (op == "==") return Value(Json(equal(a, b)));
     if (op == "!=") return Value(Json(!equal(a, b)));
     if (op == "<") return Value(Json(less(a, b)));
@@ -1273,8 +1523,12 @@ struct Binary : Expr {
     if (op == "in") return Value(Json(contains(b, a)));
     if (op == "not in") return Value(Json(!contains(b, a)));
     if (op == "+") {
-      if (a.is_str() && b.is_str()) return Value(Json(a.str() + b.str()));
+      if (a.is_str() && b.is_str()) {
+        check_text_size(a.str().size() + b.str().size());
+        return Value(Json(a.str() + b.str()));
+      }
       if (a.is_arr() && b.is_arr()) {
+        check_items(a.j.size() + b.j.size());
         Json out = a.j;
         for (const Json& x : b.j) out.push_back(x);
         return Value(out);
@@ -1282,7 +1536,7 @@ struct Binary : Expr {
       if (num_like(a) && num_like(b)) {
         if (!a.data() || !b.data() || a.j.is_number_float() || b.j.is_number_float())
           return Value(Json(as_num(a) + as_num(b)));
-        return Value(Json(static_cast<int64_t>(as_num(a)) + static_cast<int64_t>(as_num(b))));
+        return int_op('+', as_int(a, "+"), as_int(b, "+"));
       }
       fail("cannot add " + (a.undef() ? std::string("undefined") : data_str(a.j, true)) + " and " +
            (b.undef() ? std::string("undefined") : data_str(b.j, true)));
@@ -1290,13 +1544,18 @@ struct Binary : Expr {
     if (op == "*" && (a.is_str() || b.is_str())) {
       const Value& s = a.is_str() ? a : b;
       const Value& n = a.is_str() ? b : a;
+      const int64_t times = std::max<int64_t>(as_int(n, "a repeat count"), 0);
+      // The size before the loop: 'x' * 10**9 fails at once.
+      if (!s.str().empty() && static_cast<uint64_t>(times) > SIZE_MAX / s.str().size()) check_text_size(SIZE_MAX);
+      check_text_size(s.str().size() * static_cast<size_t>(times));
       std::string out;
-      for (int64_t i = 0; i < as_int(n, "a repeat count"); ++i) out += s.str();
+      out.reserve(s.str().size() * static_cast<size_t>(times));
+      for (int64_t i = 0; i < times; ++i) out += s.str();
       return Value(Json(out));
     }
     const bool ints = a.is_int() && b.is_int();
-    if (op == "-") return ints ? Value(Json(a.j.get<int64_t>() - b.j.get<int64_t>())) : Value(Json(as_num(a) - as_num(b)));
-    if (op == "*") return ints ? Value(Json(a.j.get<int64_t>() * b.j.get<int64_t>())) : Value(Json(as_num(a) * as_num(b)));
+    if (op == "-") return ints ? int_op('-', a.j.get<int64_t>(), b.j.get<int64_t>()) : Value(Json(as_num(a) - as_num(b)));
+    if (op == "*") return ints ? int_op('*', a.j.get<int64_t>(), b.j.get<int64_t>()) : Value(Json(as_num(a) * as_num(b)));
     if (op == "/") {
       if (as_num(b) == 0) fail("division by zero");
       return Value(Json(as_num(a) / as_num(b)));
@@ -1305,6 +1564,7 @@ struct Binary : Expr {
       if (as_num(b) == 0) fail("division by zero");
       if (ints) {
         const int64_t x = a.j.get<int64_t>(), y = b.j.get<int64_t>();
+        if (x == INT64_MIN && y == -1) return op == "//" ? Value(Json(-static_cast<double>(x))) : Value(Json(0));
         int64_t q = x / y, m = x % y;
         if (m != 0 && ((m < 0) != (y < 0))) --q, m += y;  // Python floors
         return Value(Json(op == "//" ? q : m));
@@ -1314,10 +1574,14 @@ struct Binary : Expr {
       return Value(Json(op == "//" ? q : x - q * y));
     }
     if (op == "**") {
-      if (ints && b.j.get<int64_t>() >= 0) {
-        int64_t r = 1;
-        for (int64_t i = 0; i < b.j.get<int64_t>(); ++i) r *= a.j.get<int64_t>();
-        return Value(Json(r));
+      if (ints && b.j.get<int64_t>() >= 0) {  // by squaring; a float once past int64, as Python's big ints
+        int64_t r = 1, base = a.j.get<int64_t>(), e = b.j.get<int64_t>();
+        bool overflow = false;
+        for (; e > 0 && !overflow; e >>= 1) {
+          if (e & 1) overflow = __builtin_mul_overflow(r, base, &r);
+          if (e > 1 && !overflow) overflow = __builtin_mul_overflow(base, base, &base);
+        }
+        if (!overflow) return Value(Json(r));
       }
       return Value(Json(std::pow(as_num(a), as_num(b))));
     }
@@ -1327,7 +1591,7 @@ struct Binary : Expr {
 
 struct Cond : Expr {
   ExprP then, cond, otherwise;
-  Value eval(Context& c) const override {
+  Value do_eval(Context& c) const override {
     if (truthy(cond->eval(c))) return then->eval(c);
     return otherwise ? otherwise->eval(c) : Value{};
   }
@@ -1337,23 +1601,23 @@ struct Cond : Expr {
 
 struct TextNode : Node {
   std::string text;
-  Flow render(Context&, std::string& out) const override {
-    out += text;
+  Flow do_render(Context&, std::string& out) const override {
+    emit(out, text);
     return Flow::Normal;
   }
 };
 
 struct OutputNode : Node {
   ExprP e;
-  Flow render(Context& c, std::string& out) const override {
-    out += to_str(e->eval(c));
+  Flow do_render(Context& c, std::string& out) const override {
+    emit(out, to_str(e->eval(c)));
     return Flow::Normal;
   }
 };
 
 struct IfNode : Node {
   std::vector<std::pair<ExprP, Body>> branches;  // a null condition: else
-  Flow render(Context& c, std::string& out) const override {
+  Flow do_render(Context& c, std::string& out) const override {
     for (const auto& [cond, body] : branches)
       if (!cond || truthy(cond->eval(c))) return render_body(body, c, out);
     return Flow::Normal;
@@ -1364,11 +1628,13 @@ struct ForNode : Node {
   std::vector<std::string> vars;
   ExprP iter, filter;
   Body body, else_body;
-  Flow render(Context& c, std::string& out) const override {
+  Flow do_render(Context& c, std::string& out) const override {
     Json items = iterable(iter->eval(c));
+    count_built(items);  // a copy each level of nested loops holds
     if (filter) {  // "for x in xs if cond": filtered before loop.* is counted
       Json kept = Json::array();
       for (const Json& x : items) {
+        count_iteration();
         c.frames.emplace_back();
         bind(c, x);
         if (truthy(filter->eval(c))) kept.push_back(x);
@@ -1379,6 +1645,7 @@ struct ForNode : Node {
     if (items.empty()) return render_body(else_body, c, out);
     const int64_t n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
+      count_iteration();
       c.frames.emplace_back();
       Json loop = {{"index", i + 1}, {"index0", i},       {"revindex", n - i}, {"revindex0", n - i - 1},
                    {"first", i == 0}, {"last", i == n - 1}, {"length", n}};
@@ -1391,6 +1658,11 @@ struct ForNode : Node {
       if (f == Flow::Break) break;
     }
     return Flow::Normal;
+  }
+  static void count_iteration() {
+    if (tl_budget && ++tl_budget->iterations > tl_budget->lim.max_loop_iterations)
+      exceeded("for-loop iterations exceed", static_cast<uint64_t>(tl_budget->lim.max_loop_iterations),
+               "max_loop_iterations");
   }
   void bind(Context& c, const Json& x) const {
     if (vars.size() == 1) {
@@ -1410,7 +1682,7 @@ struct SetNode : Node {
   ExprP value;
   Body block;                      // {% set x %}...{% endset %}
   std::vector<std::unique_ptr<FilterExpr>> block_filters;
-  Flow render(Context& c, std::string& out) const override {
+  Flow do_render(Context& c, std::string& out) const override {
     (void)out;
     Value v;
     if (value) {
@@ -1425,7 +1697,9 @@ struct SetNode : Node {
       Value target = c.lookup(names[0]);
       if (target.k != Value::K::Ns)
         fail("line " + std::to_string(line) + ": cannot set an attribute of '" + names[0] + "' (not a namespace)");
-      (*target.ns)[attr] = v.k == Value::K::Ns ? *v.ns : v.undef() ? Json(nullptr) : v.j;
+      Json value = v.k == Value::K::Ns ? *v.ns : v.undef() ? Json(nullptr) : v.j;
+      (*target.ns)[attr] = std::move(value);
+      check_value(*target.ns);  // "set ns.x = ns" doubles it
       return Flow::Normal;
     }
     if (names.size() == 1) {
@@ -1444,7 +1718,7 @@ struct MacroNode : Node {
   std::vector<std::string> params;
   std::vector<ExprP> defaults;  // per param (null: none)
   Body body;
-  Flow render(Context& c, std::string&) const override {
+  Flow do_render(Context& c, std::string&) const override {
     const MacroNode* self = this;
     Context* ctx = &c;
     c.set(name, Value::function([self, ctx](Args& a, Kwargs& kw) {
@@ -1452,23 +1726,32 @@ struct MacroNode : Node {
       for (size_t i = 0; i < self->params.size(); ++i) {
         Value v = arg(a, kw, i, self->params[i]);
         if (v.undef() && self->defaults[i]) v = self->defaults[i]->eval(*ctx);
+        count_built(v.k == Value::K::Ns ? *v.ns : v.j);  // a copy each call level holds
         frame[self->params[i]] = v;
       }
       // The macro sees the globals, the template's top-level names and its
-      // own arguments (not the caller's loop variables).
-      std::vector<std::map<std::string, Value>> saved;
-      saved.swap(ctx->frames);
-      ctx->frames.push_back(saved[0]);
-      ctx->frames.push_back(saved[1]);
-      ctx->frames.push_back(std::move(frame));
+      // own arguments (not the caller's loop variables): its frames start
+      // at a new floor (frames, not copies: a call costs no copy of the context).
+      struct Call {
+        Context& c;
+        size_t floor, frames;
+        Call(Context& ctx, std::map<std::string, Value>&& frame) : c(ctx), floor(ctx.floor), frames(ctx.frames.size()) {
+          if (tl_budget && ++tl_budget->calls > tl_budget->lim.max_call_depth) {
+            --tl_budget->calls;
+            exceeded("macro calls nested (recursion) exceed", static_cast<uint64_t>(tl_budget->lim.max_call_depth),
+                     "max_call_depth");
+          }
+          c.frames.push_back(std::move(frame));
+          c.floor = frames;
+        }
+        ~Call() {
+          if (tl_budget) --tl_budget->calls;
+          c.frames.resize(frames);
+          c.floor = floor;
+        }
+      } call(*ctx, std::move(frame));
       std::string out;
-      try {
-        render_body(self->body, *ctx, out);
-      } catch (...) {
-        ctx->frames.swap(saved);
-        throw;
-      }
-      ctx->frames.swap(saved);
+      render_body(self->body, *ctx, out);
       return Value(Json(out));
     }));
     return Flow::Normal;
@@ -1477,18 +1760,18 @@ struct MacroNode : Node {
 
 struct FlowNode : Node {
   Flow flow;
-  Flow render(Context&, std::string&) const override { return flow; }
+  Flow do_render(Context&, std::string&) const override { return flow; }
 };
 
 struct FilterBlock : Node {
   std::vector<std::unique_ptr<FilterExpr>> filters;
   Body body;
-  Flow render(Context& c, std::string& out) const override {
+  Flow do_render(Context& c, std::string& out) const override {
     std::string text;
     render_body(body, c, text);
     Value v{Json(text)};
     for (const auto& f : filters) v = f->apply(c, v);
-    out += to_str(v);
+    emit(out, to_str(v));
     return Flow::Normal;
   }
 };
@@ -1497,7 +1780,7 @@ struct FilterBlock : Node {
 
 class Parser {
  public:
-  explicit Parser(std::vector<Piece> pieces) : pieces_(std::move(pieces)) {}
+  Parser(std::vector<Piece> pieces, const Limits& limits) : pieces_(std::move(pieces)), lim_(limits) {}
 
   Body parse() {
     std::string end;
@@ -1511,9 +1794,45 @@ class Parser {
     fail("line " + std::to_string(line) + ": " + what);
   }
 
+  // The parser recurses once per level of nesting (a block in a block, an
+  // expression in an expression); each level holds a Deeper, so the source
+  // cannot nest deeper than Limits::max_nesting and overflow the stack.
+  struct Deeper {
+    Parser& p;
+    explicit Deeper(Parser& parser) : p(parser) {
+      if (++p.depth_ > p.lim_.max_nesting) p.too_deep();
+    }
+    ~Deeper() { --p.depth_; }
+    Deeper(const Deeper&) = delete;
+    Deeper& operator=(const Deeper&) = delete;
+  };
+  [[noreturn]] void too_deep() const {
+    exceeded("line " + std::to_string(toks_ ? peek().line : 0) + ": nesting of blocks and expressions exceeds",
+             static_cast<uint64_t>(lim_.max_nesting), "max_nesting");
+  }
+  // An expression's tree is as deep as its deepest operand plus one; chains
+  // ("a + b + c ...", "x|f|g ...") nest without the parser recursing, so the
+  // depth is checked here too: evaluating and freeing a tree recurse along it.
+  static int dep(const Expr* e) { return e ? e->depth : 0; }
+  static int dep(const std::vector<ExprP>& es) {
+    int d = 0;
+    for (const ExprP& e : es) d = std::max(d, dep(e.get()));
+    return d;
+  }
+  static int dep(const std::vector<std::pair<std::string, ExprP>>& kw) {
+    int d = 0;
+    for (const auto& [k, e] : kw) d = std::max(d, dep(e.get()));
+    return d;
+  }
+  void deepen(Expr& e, std::initializer_list<int> kids) {
+    e.depth = 1 + std::max(kids);
+    if (e.depth > lim_.max_nesting) too_deep();
+  }
+
   // Parses pieces until a statement whose keyword is in `ends` (consumed;
   // its keyword in *end, its tokens left for the caller at toks_/ti_).
   Body body(const std::set<std::string>& ends, std::string* end) {
+    Deeper nest(*this);
     Body out;
     while (pi_ < pieces_.size()) {
       Piece& p = pieces_[pi_++];
@@ -1722,6 +2041,7 @@ class Parser {
 
   // ---- expressions, lowest precedence first (Jinja2's order)
   ExprP expr() {
+    Deeper nest(*this);
     ExprP e = or_expr();
     if (is_name("if")) {
       auto c = make<Cond>();
@@ -1732,6 +2052,7 @@ class Parser {
         ++ti_;
         c->otherwise = expr();
       }
+      deepen(*c, {dep(c->then.get()), dep(c->cond.get()), dep(c->otherwise.get())});
       return c;
     }
     return e;
@@ -1742,6 +2063,7 @@ class Parser {
     b->op = op;
     b->l = std::move(l);
     b->r = std::move(r);
+    deepen(*b, {dep(b->l.get()), dep(b->r.get())});
     return b;
   }
   ExprP or_expr() {
@@ -1762,10 +2084,12 @@ class Parser {
   }
   ExprP not_expr() {
     if (is_name("not")) {
+      Deeper nest(*this);
       auto u = make<Unary>();
       ++ti_;
       u->op = "not";
       u->e = not_expr();
+      deepen(*u, {dep(u->e.get())});
       return u;
     }
     return compare();
@@ -1823,9 +2147,11 @@ class Parser {
   }
   ExprP unary() {
     if (is_op("-") || is_op("+")) {
+      Deeper nest(*this);
       auto u = make<Unary>();
       u->op = next().text;
       u->e = unary();
+      deepen(*u, {dep(u->e.get())});
       return u;
     }
     return filtered(postfix(primary()));
@@ -1859,6 +2185,7 @@ class Parser {
         } else if (starts_primary()) {
           t->args.push_back(postfix(primary()));
         }
+        deepen(*t, {dep(t->value.get()), dep(t->args)});
         e = std::move(t);
       } else {
         return e;
@@ -1878,6 +2205,7 @@ class Parser {
     f->value = std::move(value);
     f->name = name();
     if (is_op("(")) call_args(f->args, f->kwargs);
+    deepen(*f, {dep(f->value.get()), dep(f->args), dep(f->kwargs)});
     return f;
   }
   void call_args(std::vector<ExprP>& args, std::vector<std::pair<std::string, ExprP>>& kwargs) {
@@ -1903,6 +2231,7 @@ class Parser {
         a->obj = std::move(e);
         if (peek().type == Tok::Int) a->name = next().text;  // x.0
         else a->name = name();
+        deepen(*a, {dep(a->obj.get())});
         e = std::move(a);
       } else if (is_op("[")) {
         auto s = make<Subscript>();
@@ -1920,11 +2249,13 @@ class Parser {
           }
         }
         expect_op("]");
+        deepen(*s, {dep(s->obj.get()), dep(s->key.get()), dep(s->lo.get()), dep(s->hi.get()), dep(s->step.get())});
         e = std::move(s);
       } else if (is_op("(")) {
         auto c = make<Call>();
         c->fn = std::move(e);
         call_args(c->args, c->kwargs);
+        deepen(*c, {dep(c->fn.get()), dep(c->args), dep(c->kwargs)});
         e = std::move(c);
       } else {
         return e;
@@ -1943,8 +2274,11 @@ class Parser {
     if (t.type == Tok::Int || t.type == Tok::Float) {
       auto l = make<Literal>();
       ++ti_;
-      if (t.type == Tok::Int) l->v = Value(Json(static_cast<int64_t>(std::stoll(t.text))));
-      else l->v = Value(Json(std::stod(t.text)));
+      // Python's integers have no bound; past int64 the literal is a float.
+      errno = 0;
+      const long long i = t.type == Tok::Int ? std::strtoll(t.text.c_str(), nullptr, 10) : 0;
+      if (t.type == Tok::Int && errno == 0) l->v = Value(Json(static_cast<int64_t>(i)));
+      else l->v = Value(Json(std::strtod(t.text.c_str(), nullptr)));
       return l;
     }
     if (t.type == Tok::Name) {
@@ -1971,6 +2305,7 @@ class Parser {
           if (is_op(")")) break;
           l->items.push_back(expr());
         }
+        deepen(*l, {dep(l->items)});
         e = std::move(l);
       }
       expect_op(")");
@@ -1985,6 +2320,7 @@ class Parser {
         else if (!is_op("]")) fail_line(peek().line, "expected ',' or ']'" + near());
       }
       ++ti_;
+      deepen(*l, {dep(l->items)});
       return l;
     }
     if (t.type == Tok::Op && t.text == "{") {
@@ -1998,12 +2334,17 @@ class Parser {
         else if (!is_op("}")) fail_line(peek().line, "expected ',' or '}'" + near());
       }
       ++ti_;
+      int kv = 0;
+      for (const auto& [k, v] : d->items) kv = std::max({kv, dep(k.get()), dep(v.get())});
+      deepen(*d, {kv});
       return d;
     }
     fail_line(t.line, t.type == Tok::End ? "unexpected end of the tag" : "unexpected '" + t.text + "'");
   }
 
   std::vector<Piece> pieces_;
+  const Limits& lim_;
+  int depth_ = 0;
   size_t pi_ = 0;
   const std::vector<Token>* toks_ = nullptr;
   size_t ti_ = 0;
@@ -2038,8 +2379,20 @@ void add_globals(std::map<std::string, Value>& g, std::time_t now) {
     else if (a.size() >= 2) b = as_int(a[0], "range"), e = as_int(a[1], "range");
     if (a.size() >= 3) s = as_int(a[2], "range");
     if (s == 0) fail("range() step must not be zero");
+    // Its length first (in 128 bits: no overflow), so range(10**12) fails
+    // before it allocates.
+    const __int128 span = s > 0 ? static_cast<__int128>(e) - b : static_cast<__int128>(b) - e;
+    const __int128 step = s > 0 ? static_cast<__int128>(s) : -static_cast<__int128>(s);
+    const __int128 n = span <= 0 ? 0 : (span + step - 1) / step;
+    if (tl_budget && n > tl_budget->lim.max_loop_iterations)
+      exceeded("range() items exceed the loop limit", static_cast<uint64_t>(tl_budget->lim.max_loop_iterations),
+               "max_loop_iterations");
+    check_items(static_cast<size_t>(n));
     Json out = Json::array();
-    for (int64_t i = b; s > 0 ? i < e : i > e; i += s) out.push_back(i);
+    for (__int128 k = 0; k < n; ++k) {
+      tick();
+      out.push_back(static_cast<int64_t>(b + k * s));
+    }
     return Value(out);
   });
   g["dict"] = Value::function([](Args&, Kwargs& kw) {
@@ -2055,29 +2408,73 @@ void add_globals(std::map<std::string, Value>& g, std::time_t now) {
 }  // namespace
 
 struct Template::Impl {
+  Limits limits;
   Body body;
 };
 
-Template::Template(std::string_view source) : impl_(std::make_unique<Impl>()) {
-  Lexer lex(source);
-  Parser p(lex.run());
-  impl_->body = p.parse();
+namespace {
+// Errors from below (a JSON type error, a number out of range) as ms::Error,
+// so a caller that catches ms::Error sees every failure of a template.
+template <typename F>
+auto as_ms_error(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(std::string("internal error: ") + e.what());
+  }
+}
+}  // namespace
+
+Template::Template(std::string_view source, const Limits& limits) : impl_(std::make_unique<Impl>()) {
+  impl_->limits = limits;
+  as_ms_error([&] {
+    Lexer lex(source);
+    Parser p(lex.run(), impl_->limits);
+    impl_->body = p.parse();
+  });
 }
 
 Template::~Template() = default;
 Template::Template(Template&&) noexcept = default;
 Template& Template::operator=(Template&&) noexcept = default;
 
+const Limits& Template::limits() const { return impl_->limits; }
+
 std::string Template::render(const Json& context, std::time_t now) const {
-  Context c;
-  c.frames.emplace_back();
-  add_globals(c.frames.back(), now);
+  RenderOptions o;
+  o.now = now;
+  return render(context, o);
+}
+
+std::string Template::render(const Json& context, const RenderOptions& options) const {
+  const Limits& lim = impl_->limits;
+  // (A limit beyond a day is none: the deadline must not overflow the clock.)
+  const bool timed = lim.max_render_time.count() > 0 && lim.max_render_time < std::chrono::hours(24);
+  Budget budget{lim, options.cancel, timed, std::chrono::steady_clock::now() + (timed ? lim.max_render_time : std::chrono::milliseconds(0))};
+  struct Use {  // this thread's budget for the render, restored after it
+    Budget* saved;
+    explicit Use(Budget* b) : saved(tl_budget) { tl_budget = b; }
+    ~Use() { tl_budget = saved; }
+  } use(&budget);
+  budget.check_time_and_cancel();
   if (!context.is_object()) fail("the context must be an object");
-  for (auto it = context.begin(); it != context.end(); ++it) c.frames.back()[it.key()] = Value(it.value());
-  c.frames.emplace_back();  // the template's own top-level names
-  std::string out;
-  render_body(impl_->body, c, out);
-  return out;
+  // Its values are followed recursively (printing, tojson, comparisons).
+  if (json_size(context, SIZE_MAX, lim.max_nesting).too_deep)
+    exceeded("the context's nesting exceeds", static_cast<uint64_t>(lim.max_nesting), "max_nesting");
+  return as_ms_error([&] {
+    Context c;
+    c.frames.emplace_back();
+    add_globals(c.frames.back(), options.now);
+    for (auto it = context.begin(); it != context.end(); ++it) c.frames.back()[it.key()] = Value(it.value());
+    c.frames.emplace_back();  // the template's own top-level names
+    std::string out;
+    render_body(impl_->body, c, out);
+    return out;
+  });
 }
 
 }  // namespace ms::jinja
