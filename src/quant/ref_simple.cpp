@@ -33,6 +33,7 @@ struct Levels32 {
   int8_t q[QK];
   float d = 0;  // x = d*q + m
   float m = 0;
+  bool affine = false;  // has m (Q4_1, Q5_1); else x = d*q, keeping d*0's sign (-0 for d < 0)
 };
 
 // ------------------------------------------------------------------ unpack
@@ -59,6 +60,7 @@ Levels32 unpack(const BlockQ4_0& b) {
 }
 Levels32 unpack(const BlockQ4_1& b) {
   Levels32 u;
+  u.affine = true;
   unpack_nibbles(b.qs, u.q);
   u.d = f16_to_f32(b.d);
   u.m = f16_to_f32(b.m);
@@ -74,6 +76,7 @@ Levels32 unpack(const BlockQ5_0& b) {
 }
 Levels32 unpack(const BlockQ5_1& b) {
   Levels32 u;
+  u.affine = true;
   unpack_nibbles(b.qs, u.q);
   add_fifth_bits(b.qh, u.q);
   u.d = f16_to_f32(b.d);
@@ -117,7 +120,7 @@ void dequantize_blocks(const void* src, float* dst, int64_t n) {
   const Block* b = static_cast<const Block*>(src);
   for (int64_t i = 0; i < n / QK; ++i) {
     const Levels32 u = unpack(b[i]);
-    for (int j = 0; j < QK; ++j) dst[i * QK + j] = u.d * u.q[j] + u.m;
+    for (int j = 0; j < QK; ++j) dst[i * QK + j] = u.affine ? u.d * u.q[j] + u.m : u.d * u.q[j];
   }
 }
 
