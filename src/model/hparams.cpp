@@ -226,12 +226,33 @@ ModelHParams read_metadata(const GgufFile& f) {
   // Linear attention in the main stack only: MTP blocks (the last
   // n_layer_nextn) are full-attention blocks whatever their index.
   h.layer_is_recurrent.assign(h.n_head_kv_layer.size(), false);
-  if (h.full_attention_interval > 0)
+  const GgufValue* rec = every > 0 ? f.find(p + "attention.recurrent_layers") : nullptr;
+  if (h.full_attention_interval > 0 && !rec)
     for (int64_t il = 0; il < h.n_layer - h.n_layer_nextn; ++il)
       if ((il + 1) % h.full_attention_interval != 0) {
         h.n_head_kv_layer[static_cast<size_t>(il)] = 0;  // linear attention
         h.layer_is_recurrent[static_cast<size_t>(il)] = true;
       }
+  // llama.cpp's converter also writes the layer kinds themselves (from
+  // Hugging Face's layer_types, MTP blocks false); they win over the
+  // interval, which it writes as 4 whatever the pattern.
+  if (rec) {
+    if (rec->type != GgufType::ARRAY || static_cast<int64_t>(rec->arr.size()) != h.n_layer) {
+      problem(p + "attention.recurrent_layers", "has " + std::to_string(rec->type == GgufType::ARRAY ? rec->arr.size() : 1) +
+                                                    " values for block_count " + std::to_string(h.n_layer));
+    } else {
+      for (int64_t il = 0; il < h.n_layer; ++il) {
+        const bool recurrent = rec->arr[static_cast<size_t>(il)].as_bool(p + "attention.recurrent_layers");
+        const bool mtp = il >= h.n_layer - h.n_layer_nextn;
+        if (recurrent && mtp) {
+          problem(p + "attention.recurrent_layers", "marks MTP block " + std::to_string(il) + " as recurrent");
+          continue;
+        }
+        h.layer_is_recurrent[static_cast<size_t>(il)] = recurrent;
+        if (recurrent) h.n_head_kv_layer[static_cast<size_t>(il)] = 0;
+      }
+    }
+  }
   h.layer_has_attention.resize(h.n_head_kv_layer.size());
   for (size_t il = 0; il < h.n_head_kv_layer.size(); ++il) h.layer_has_attention[il] = h.n_head_kv_layer[il] > 0;
   return h;

@@ -30,6 +30,11 @@ class Binder {
       throw Error(f_.path() + ": missing tensor '" + name + "' (needed by the '" + arch_ +
                   "' architecture); the file is incomplete or was converted for another architecture");
     }
+    // A vector stored as a one-row matrix is the same bytes: llama.cpp's
+    // converter keeps Hugging Face's [1, n] (e.g. Qwen's shared_expert_gate
+    // -> ffn_gate_inp_shexp {n_embd, 1}), moestream's own writes {n}.
+    if (shape.size() == 1 && t->shape.size() == 2 && t->shape[1] == 1 && t->shape[0] == shape[0])
+      shape = t->shape;
     if (t->shape != shape)
       throw Error(f_.path() + ": tensor '" + name + "' has shape " + shape_str(t->shape) + ", expected " +
                   shape_str(shape) + " from the model's hyper-parameters");

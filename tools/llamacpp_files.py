@@ -1,0 +1,377 @@
+#!/usr/bin/env python3
+"""Tiny GGUFs made by llama.cpp's own converter, and Hugging Face's logits.
+
+Runs on the GPU machine (python3 with torch, transformers 5.x, safetensors,
+tokenizers; no network). For each architecture it
+
+  1. builds a tiny random-initialised checkpoint with transformers (hidden 64,
+     2-3 layers, 4 experts, a ~300-token byte-level BPE trained here) and
+     saves it with save_pretrained; every weight is rounded to f16 first, so
+     f32 and f16 files hold the same values and Hugging Face's forward is the
+     exact reference for both;
+       qwen3moe   Qwen3MoeForCausalLM
+       qwen35moe  Qwen3_5MoeForCausalLM, layer_types [linear, full, linear]
+                  (not the every-4th default, so a reader must use the file's
+                  recurrent_layers array), 2 key heads for 4 value heads (the
+                  converter's grouped -> tiled value-head reorder), plus an MTP
+                  block (mtp.* tensors and mtp_num_hidden_layers = 1, as the
+                  published Qwen3.5/3.6 checkpoints carry; transformers does
+                  not make them, so they are added to the safetensors here)
+       mixtral    MixtralForCausalLM
+  2. converts it with llama.cpp's convert_hf_to_gguf.py to f32, f16 and q8_0
+     (--outtype), qwen35moe also with --no-mtp; the converter is run as it
+     is, except that the tokenizer's pre-tokenizer name is given (the hash
+     check knows only published tokenizers: qwen2 / qwen35 / llama-bpe);
+  3. runs Hugging Face's forward in float64 on a fixed token sequence and
+     writes every position's logits (float32 file, [n_tokens][n_vocab]);
+  4. optionally (--quantize BIN) requantizes each f32 file with llama-quantize
+     to each of --quant-types, and (--moestream BIN) compares moestream's
+     last-position logits on each --backends with the float64 reference
+     (max |ms - hf| / max |hf|; bounds: 1e-4 f32, 1e-2 f16, 5e-2 else).
+
+Everything lands in OUT/<model>/ (hf/, *.gguf, hf_logits.f32, hf_logits.json,
+convert logs) plus OUT/summary.md. tools/llamacpp_files.sh is the wrapper for
+the GPU machine; tests/fixtures/llamacpp/README.md says which files became
+fixtures.
+
+    python3 tools/llamacpp_files.py --llama DIR --out OUT [--models a,b] [--types f32,f16,q8_0]
+        [--quantize llama-quantize --quant-types q4_K,q6_K] [--moestream BIN --backends cpu,cuda]
+
+--llama DIR: llama.cpp's convert_hf_to_gguf.py with conversion/ and
+gguf-py/gguf/ beside it (tools/llamacpp_files.sh packs them).
+"""
+import argparse
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tools"))
+
+TEXT = "The quick brown fox jumps over the lazy dog. 1 12 123 experts route tokens"
+MAX_TOKENS = 16
+TRAIN_TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Mixture-of-experts models route each token to a few experts.",
+    "def fibonacci(n): return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)",
+    "1 12 123 1234 12345, and then some words again",
+    "Hello world, tabs\tand\nnewlines",
+]
+
+MODELS = {
+    "qwen3moe": dict(
+        hf_class="Qwen3MoeForCausalLM", config_class="Qwen3MoeConfig", pre="qwen2",
+        config=dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=4,
+                    num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=256, rms_norm_eps=1e-6,
+                    tie_word_embeddings=False, decoder_sparse_step=1, mlp_only_layers=[], hidden_act="silu"),
+        rope_theta=1000000.0, n_expert=4),
+    "qwen35moe": dict(
+        hf_class="Qwen3_5MoeForCausalLM", config_class="Qwen3_5MoeTextConfig", pre="qwen35", mtp=True,
+        config=dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                    layer_types=["linear_attention", "full_attention", "linear_attention"],
+                    linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                    linear_num_key_heads=2, linear_num_value_heads=4, num_experts=4, num_experts_per_tok=2,
+                    moe_intermediate_size=32, shared_expert_intermediate_size=32, max_position_embeddings=256,
+                    rms_norm_eps=1e-6, tie_word_embeddings=False, hidden_act="silu"),
+        rope_theta=10000000.0, rope_extra=dict(partial_rotary_factor=0.25, mrope_section=[2, 1, 1]), n_expert=4),
+    "mixtral": dict(
+        hf_class="MixtralForCausalLM", config_class="MixtralConfig", pre="llama-bpe",
+        config=dict(hidden_size=64, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=256,
+                    rms_norm_eps=1e-5, tie_word_embeddings=False, sliding_window=None, hidden_act="silu"),
+        rope_theta=1000000.0, n_expert=4),
+}
+
+# The converter run with the pre-tokenizer name given (see the docstring).
+CONVERT_WRAPPER = r'''
+import runpy, sys
+llama, pre = sys.argv[1], sys.argv[2]
+sys.path.insert(0, llama)
+try:
+    import yaml  # noqa: F401  (gguf-py reads model cards with it)
+except ImportError:
+    import types
+    stub = types.ModuleType("yaml")
+    stub.safe_load = lambda *a, **k: {}
+    sys.modules["yaml"] = stub
+import conversion.base as base
+base.TextModel.get_vocab_base_pre = lambda self, tokenizer: pre
+sys.argv = [llama + "/convert_hf_to_gguf.py"] + sys.argv[3:]
+runpy.run_path(llama + "/convert_hf_to_gguf.py", run_name="__main__")
+'''
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def build_tokenizer(dest):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(TRAIN_TEXTS * 20, trainer)
+    dest.mkdir(parents=True, exist_ok=True)
+    tok.save(str(dest / "tokenizer.json"))
+    (dest / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>", "bos_token": None}))
+    return tok
+
+
+def round_f16(torch, model):
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.half().float())
+
+
+def add_mtp_block(torch, hf_dir, spec, seed):
+    """Adds mtp.* tensors (one MTP block, Qwen3.5's checkpoint names) to
+    model.safetensors and mtp_num_hidden_layers = 1 to config.json."""
+    from safetensors.torch import load_file, save_file
+    path = hf_dir / "model.safetensors"
+    sd = load_file(str(path))
+    types = spec["config"]["layer_types"]
+    fa = types.index("full_attention")
+    src = next(k for k in sd if f"layers.{fa}." in k)
+    prefix = src[:src.index(f"layers.{fa}.")] + f"layers.{fa}."
+    g = torch.Generator().manual_seed(seed + 7)
+
+    def rnd(like, name):
+        if like.dim() == 1 or (like.dim() == 2 and like.shape[0] == 1 and "norm" in name):
+            v = 0.1 * torch.randn(like.shape, generator=g)  # Qwen3.5's (1 + w) norms store w
+        else:
+            v = torch.randn(like.shape, generator=g) / math.sqrt(like.shape[-1])
+        return v.to(like.dtype).half().to(like.dtype).contiguous()
+
+    H = spec["config"]["hidden_size"]
+    extra = {}
+    for k, v in sd.items():
+        if k.startswith(prefix):
+            rest = k[len(prefix):]
+            extra["mtp.layers.0." + rest] = rnd(v, rest)
+    f32 = torch.float32
+    extra["mtp.fc.weight"] = rnd(torch.zeros(H, 2 * H, dtype=f32), "fc")
+    for n in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+        extra[f"mtp.{n}.weight"] = rnd(torch.zeros(H, dtype=f32), n)
+    sd.update(extra)
+    save_file(sd, str(path), metadata={"format": "pt"})
+    cfg = json.loads((hf_dir / "config.json").read_text())
+    cfg["mtp_num_hidden_layers"] = 1
+    (hf_dir / "config.json").write_text(json.dumps(cfg, indent=2))
+    return sorted(extra)
+
+
+def make_checkpoint(torch, transformers, name, spec, work, seed):
+    import hf_parity
+    hf_dir = work / "hf"
+    hf_dir.mkdir(parents=True, exist_ok=True)
+    tok = build_tokenizer(hf_dir)
+    vocab = hf_parity.vocab_size_of(hf_dir / "tokenizer.json")
+    torch.manual_seed(seed)
+    cfg = hf_parity.make_config(transformers, spec, vocab)
+    cls = getattr(transformers, spec["hf_class"])
+    try:
+        model = cls._from_config(cfg, attn_implementation="eager")
+    except Exception:
+        cfg._attn_implementation = "eager"
+        model = cls(cfg)
+    model = model.float().eval()
+    hf_parity.randomize(torch, model, seed)
+    round_f16(torch, model)
+    model.save_pretrained(str(hf_dir))
+    layout = hf_parity.saved_expert_layout(hf_dir)
+    mtp = add_mtp_block(torch, hf_dir, spec, seed) if spec.get("mtp") else []
+    log(f"  saved {spec['hf_class']} vocab {vocab}, experts {layout}, mtp tensors {len(mtp)}")
+    ids = tok.encode(TEXT).ids[:MAX_TOKENS]
+    return model, ids, vocab
+
+
+def to_per_expert(torch, hf_dir):
+    """Rewrites a transformers-5 Mixtral checkpoint (mlp.experts.gate_up_proj,
+    fused) in the 4.x layout the published checkpoints have
+    (block_sparse_moe.experts.E.w1/w3/w2), for a converter that reads only that."""
+    from safetensors.torch import load_file, save_file
+    path = hf_dir / "model.safetensors"
+    sd = load_file(str(path))
+    out = {}
+    for k, v in sd.items():
+        if k.endswith("mlp.experts.gate_up_proj"):
+            base = k[:-len("mlp.experts.gate_up_proj")] + "block_sparse_moe.experts."
+            F = v.shape[1] // 2
+            for e in range(v.shape[0]):
+                out[f"{base}{e}.w1.weight"] = v[e, :F].contiguous()
+                out[f"{base}{e}.w3.weight"] = v[e, F:].contiguous()
+        elif k.endswith("mlp.experts.down_proj"):
+            base = k[:-len("mlp.experts.down_proj")] + "block_sparse_moe.experts."
+            for e in range(v.shape[0]):
+                out[f"{base}{e}.w2.weight"] = v[e].contiguous()
+        elif k.endswith("mlp.gate.weight"):
+            out[k.replace("mlp.gate.weight", "block_sparse_moe.gate.weight")] = v
+        else:
+            out[k] = v
+    save_file(out, str(path), metadata={"format": "pt"})
+
+
+def hf_reference(torch, model, ids, work):
+    dtype = "float64"
+    try:
+        m = model.double()
+        with torch.no_grad():
+            logits = m(input_ids=torch.tensor([ids]), use_cache=False).logits[0].to(torch.float64)
+    except Exception as e:  # a float32-only op in this transformers version
+        log(f"  float64 forward failed ({e}); float32 instead")
+        dtype = "float32"
+        m = model.float()
+        with torch.no_grad():
+            logits = m(input_ids=torch.tensor([ids]), use_cache=False).logits[0].to(torch.float64)
+    rows = logits.tolist()
+    with open(work / "hf_logits.f32", "wb") as f:
+        for r in rows:
+            f.write(struct.pack(f"<{len(r)}f", *r))
+    (work / "hf_logits.json").write_text(json.dumps({
+        "tokens": ids, "n_tokens": len(ids), "n_vocab": len(rows[0]), "dtype": "float32",
+        "what": f"Hugging Face forward in {dtype} (weights rounded to f16), every position's logits, row-major"}))
+    return rows
+
+
+def convert(args, name, spec, work, outtype, extra=()):
+    suffix = "-nomtp" if "--no-mtp" in extra else ""
+    out = work / f"{name}{suffix}-{outtype}.gguf"
+    wrapper = work / "convert_wrapper.py"
+    wrapper.write_text(CONVERT_WRAPPER)
+    cmd = [sys.executable, str(wrapper), str(Path(args.llama).resolve()), spec["pre"], str(work / "hf"),
+           "--outtype", outtype, "--outfile", str(out), *extra]
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    (work / f"convert{suffix}-{outtype}.log").write_text(r.stdout + r.stderr)
+    if r.returncode != 0:
+        log(f"  FAIL convert {out.name}: rc {r.returncode}\n" + "\n".join((r.stdout + r.stderr).splitlines()[-15:]))
+        return None
+    log(f"  converted {out.name} ({out.stat().st_size} B) in {time.time() - t0:.1f} s")
+    return out
+
+
+def dump_gguf(args, path):
+    """Tensor table (name, type, shape) and metadata keys, with gguf-py."""
+    sys.path.insert(0, str(Path(args.llama).resolve() / "gguf-py"))
+    try:
+        from gguf import GGUFReader
+        r = GGUFReader(str(path))
+        lines = []
+        for k, f in r.fields.items():
+            if k.startswith("tokenizer.ggml.") and k not in ("tokenizer.ggml.model", "tokenizer.ggml.pre"):
+                continue
+            try:
+                v = f.contents()
+            except Exception:
+                v = "?"
+            lines.append(f"kv {k} = {v}")
+        for t in r.tensors:
+            lines.append(f"tensor {t.name} {t.tensor_type.name} {list(int(x) for x in t.shape)}")
+        path.with_suffix(".txt").write_text("\n".join(lines) + "\n")
+    except Exception as e:
+        log(f"  (dump of {path.name} failed: {e})")
+
+
+def rel_err(a, b):
+    scale = max(abs(x) for x in b) or 1.0
+    return max(abs(x - y) for x, y in zip(a, b)) / scale
+
+
+def compare_moestream(args, gguf, ids, ref_last, typ):
+    rows = []
+    bound = 1e-4 if typ == "f32" else 1e-2 if typ == "f16" else 5e-2
+    for be in args.backends.split(","):
+        out = gguf.with_suffix(f".{be}.f32")
+        cmd = [args.moestream, "logits", "-m", str(gguf), "--tokens", ",".join(map(str, ids)), "-o", str(out),
+               "--backend", be]
+        if typ == "f32":
+            cmd += ["--kv-type", "f32"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            rows.append((gguf.name, be, "FAIL", (r.stderr.strip().splitlines() or ["?"])[-1]))
+            continue
+        data = out.read_bytes()
+        n = len(data) // 4
+        ms = struct.unpack(f"<{n}f", data)[-len(ref_last):]
+        e = rel_err(ms, ref_last)
+        rows.append((gguf.name, be, "ok" if e <= bound else "FAIL", f"rel err {e:.2e} (bound {bound:g})"))
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--llama", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--types", default="f32,f16,q8_0")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--quantize", help="llama-quantize binary")
+    ap.add_argument("--quant-types", default="q4_0,q4_K,q5_K,q6_K,q8_0")
+    ap.add_argument("--moestream", help="moestream binary: compare its logits with the reference")
+    ap.add_argument("--backends", default="cpu")
+    args = ap.parse_args()
+    import torch
+    import transformers
+    torch.set_num_threads(8)
+    log(f"torch {torch.__version__}, transformers {transformers.__version__}")
+    out = Path(args.out)
+    summary = ["| model | file | backend | result | detail |", "|---|---|---|---|---|"]
+    failures = 0
+    for name in args.models.split(","):
+        spec = MODELS[name]
+        work = out / name
+        log(f"== {name}")
+        try:
+            model, ids, vocab = make_checkpoint(torch, transformers, name, spec, work, args.seed)
+            ref = hf_reference(torch, model, ids, work)
+        except Exception:
+            traceback.print_exc()
+            failures += 1
+            summary.append(f"| {name} | (checkpoint) | - | FAIL | see log |")
+            continue
+        files = []
+        if name == "mixtral" and convert(args, name, spec, work, "f32") is None:
+            log("  retrying with the checkpoint in the 4.x per-expert layout")
+            to_per_expert(torch, work / "hf")
+        for typ in args.types.split(","):
+            files.append((typ, convert(args, name, spec, work, typ)))
+            if spec.get("mtp"):
+                files.append((typ, convert(args, name, spec, work, typ, ("--no-mtp",))))
+        if args.quantize:
+            src = next((p for t, p in files if t == "f32" and p and "nomtp" not in p.name), None)
+            for q in args.quant_types.split(",") if src else []:
+                dst = work / f"{name}-{q}.gguf"
+                r = subprocess.run([args.quantize, str(src), str(dst), q.upper()], capture_output=True, text=True)
+                (work / f"quantize-{q}.log").write_text(r.stdout + r.stderr)
+                files.append((q, dst if r.returncode == 0 else None))
+                if r.returncode != 0:
+                    log(f"  FAIL llama-quantize {q}")
+        for typ, path in files:
+            if path is None:
+                failures += 1
+                summary.append(f"| {name} | {typ} | - | FAIL | conversion failed |")
+                continue
+            dump_gguf(args, path)
+            if args.moestream:
+                for f, be, res, detail in compare_moestream(args, path, ids, ref[-1], typ):
+                    failures += res != "ok"
+                    summary.append(f"| {name} | {f} | {be} | {res} | {detail} |")
+            else:
+                summary.append(f"| {name} | {path.name} | - | made | {path.stat().st_size} B |")
+    (out / "summary.md").write_text("\n".join(summary) + "\n")
+    log("\n".join(summary))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
