@@ -12,6 +12,7 @@
 #include "quant/blocks.h"
 #include "quant/simd_hsum.h"
 #include "quant/simd_kernels.h"
+#include "quant/simd_row_groups.h"
 
 namespace ms::simd {
 namespace {
@@ -85,44 +86,6 @@ inline float e8m0_half(uint8_t e) {
   float f;
   std::memcpy(&f, &kE8M0Half.bits[e], 4);
   return f;
-}
-
-// Runs Kernel::run<R> over the rows in groups of Kernel::kRows, then the rest.
-// Software prefetch of the next row group. The kernels read R rows side by
-// side, which for long rows is R short streams (a few dozen lines each) that
-// the hardware prefetcher does not pick up in time. Called once per block
-// index i (block size bb), this walks line by line through the R*stride bytes
-// g_prefetch_groups groups after the current one (rows back to back, as in a
-// matrix) at the rate the group is consumed, so the next group is in cache
-// when the kernel reaches it, and the walk itself is one sequential stream
-// the hardware prefetcher follows. g_prefetch_mode: 0 off, 1 into L1, 2 into L2.
-template <int R>
-inline void prefetch_next_group(const uint8_t* w, int64_t stride, int64_t i, int bb) {
-  const int mode = g_prefetch_mode;
-  if (mode == 0) return;
-  const char* p = reinterpret_cast<const char*>(w + g_prefetch_groups * R * stride + i * R * bb);
-  if (mode == 1) {
-    for (int k = 0; k < R * bb; k += 64) _mm_prefetch(p + k, _MM_HINT_T0);
-  } else {
-    for (int k = 0; k < R * bb; k += 64) _mm_prefetch(p + k, _MM_HINT_T1);
-  }
-}
-
-template <class Kernel>
-void for_row_groups(int64_t n, const void* w, int64_t stride, int64_t rows, const void* a, float* out) {
-  constexpr int G = Kernel::kRows;
-  const uint8_t* wp = static_cast<const uint8_t*>(w);
-  int64_t r = 0;
-  for (; r + G <= rows; r += G) Kernel::template run<G>(n, wp + r * stride, stride, a, out + r);
-  const int64_t rest = rows - r;
-  if constexpr (G > 1) {
-    if (rest >= 2) {
-      Kernel::template run<2>(n, wp + r * stride, stride, a, out + r);
-      r += 2;
-    }
-    if (rows - r == 1) Kernel::template run<1>(n, wp + r * stride, stride, a, out + r);
-  }
-  (void)rest;
 }
 
 // ---------------------------------------------------------------- Q4_K x Q8_K

@@ -12,7 +12,9 @@
 // Integer formats are exact in int32 per super-block / block and accumulate in
 // float, so they differ from vec_dot_ref only by float rounding order.
 // Activation limits the kernels rely on (all that quantize_row_act produces):
-// Q8_0 activations in [-127, 127]; Q8_K activations in [-128, 127].
+// Q8_0 activations in [-127, 127]; Q8_K activations in [-128, 127], except
+// for the IQ/TQ kernels, which apply weight signs to the activations and so
+// need [-127, 127].
 //
 // Note for whoever edits the *_avx2.cpp / *_avx512.cpp files: they are built
 // with ISA flags, so they must not instantiate inline functions or templates
@@ -70,6 +72,24 @@ void vec_dot_rows_mxfp4_avx2(int64_t, const void*, int64_t, int64_t, const void*
 void vec_dot_rows_bf16_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
 void vec_dot_rows_f16_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
 void vec_dot_rows_f32_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+// (simd_legacy_avx2.cpp)
+void vec_dot_rows_q4_1_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_q5_0_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_q5_1_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_q2_K_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_q3_K_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+// (simd_iquants_avx2.cpp; these need activations in [-127, 127], see there)
+void vec_dot_rows_tq1_0_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_tq2_0_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_iq1_s_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_iq1_m_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_iq2_xxs_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_iq2_xs_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_iq2_s_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_iq3_xxs_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_iq3_s_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_iq4_nl_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_iq4_xs_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);
 void quantize_act_q8_0_avx2(const float*, void*, int64_t);
 void quantize_act_q8_K_avx2(const float*, void*, int64_t);
 

@@ -34,11 +34,26 @@ void put_f16(uint8_t* p, float v) {
 // quants and packed scales: any bit pattern is a valid block).
 std::vector<int> f16_fields(DType t) {
   switch (t) {
-    case DType::Q4_0: case DType::Q8_0: return {0};
-    case DType::Q4_K: case DType::Q5_K: return {0, 2};
+    case DType::Q4_0: case DType::Q8_0: case DType::Q5_0: case DType::IQ4_NL: return {0};
+    case DType::Q4_K: case DType::Q5_K: case DType::Q4_1: case DType::Q5_1: return {0, 2};
     case DType::Q6_K: return {208};
-    default: return {};
+    case DType::Q2_K: return {80, 82};
+    case DType::Q3_K: return {108};
+    case DType::TQ1_0: return {52};
+    case DType::TQ2_0: return {64};
+    case DType::IQ1_S: case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S: case DType::IQ3_XXS:
+    case DType::IQ3_S: case DType::IQ4_XS: return {0};
+    default: return {};  // IQ1_M: see set_iq1m_scale
   }
+}
+
+// IQ1_M keeps its f16 scale in the top nibbles of the 4 u16 words at byte 48.
+void set_iq1m_scale(uint8_t* blk, float v) {
+  const uint16_t h = f32_to_f16(v);
+  uint16_t sc[4];
+  std::memcpy(sc, blk + 48, 8);
+  for (int k = 0; k < 4; ++k) sc[k] = static_cast<uint16_t>((sc[k] & 0x0FFF) | (((h >> (4 * k)) & 0xF) << 12));
+  std::memcpy(blk + 48, sc, 8);
 }
 
 // One weight row of n elements of type t.
@@ -79,6 +94,7 @@ void fill_row(DType t, int64_t n, Fill fill, std::mt19937& rng, uint8_t* row) {
     }
     for (int off : f16_fields(t)) put_f16(blk + off, fill == Fill::Random ? scale(rng) : 1000.f);
     if (t == DType::MXFP4) blk[0] = fill == Fill::Random ? static_cast<uint8_t>(112 + byte(rng) % 24) : 1;
+    if (t == DType::IQ1_M) set_iq1m_scale(blk, fill == Fill::Random ? scale(rng) : 1000.f);
   }
 }
 
@@ -154,8 +170,11 @@ std::vector<int64_t> lengths(DType t) {
   }
 }
 
-const DType kFastTypes[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0, DType::Q4_0,
-                            DType::MXFP4, DType::BF16, DType::F16, DType::F32};
+const DType kFastTypes[] = {DType::Q4_K,  DType::Q5_K,    DType::Q6_K,   DType::Q8_0,    DType::Q4_0,
+                            DType::MXFP4, DType::BF16,    DType::F16,    DType::F32,     DType::Q4_1,
+                            DType::Q5_0,  DType::Q5_1,    DType::Q2_K,   DType::Q3_K,    DType::TQ1_0,
+                            DType::TQ2_0, DType::IQ1_S,   DType::IQ1_M,  DType::IQ2_XXS, DType::IQ2_XS,
+                            DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S,  DType::IQ4_NL,  DType::IQ4_XS};
 
 using Param = std::tuple<std::string, DType>;
 
