@@ -1,6 +1,7 @@
 #include "engine/generate.h"
 
 #include <chrono>
+#include <cmath>
 
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -11,6 +12,16 @@ void GenerateParams::validate() const {
   if (n_predict < -1)
     throw Error("the number of tokens to generate must be >= 0, or -1 for \"until end of text\" (got " +
                 std::to_string(n_predict) + ")");
+}
+
+void check_finite_logits(std::span<const float> logits, const char* where, int64_t step) {
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (std::isfinite(logits[i])) continue;
+    throw Error(std::string(where) + (step >= 0 ? " " + std::to_string(step) : std::string()) + ": the forward pass produced non-finite logits (" + (std::isnan(logits[i]) ? "NaN" : "Inf") +
+                " for token id " + std::to_string(i) +
+                "); the model's weights are likely corrupt (a damaged download?): `moestream inspect --check FILE` "
+                "names the first bad tensor");
+  }
 }
 
 GenerateStats generate(Backend& backend, KvCache& kv, Sampler& sampler, const Tokenizer* tok,
@@ -25,6 +36,7 @@ GenerateStats generate(Backend& backend, KvCache& kv, Sampler& sampler, const To
 
   auto t0 = clock::now();
   backend.forward(kv, prompt, logits);
+  check_finite_logits(logits, "prompt");
   st.prompt_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   for (int32_t id : prompt) sampler.accept(id);
 
@@ -50,6 +62,7 @@ GenerateStats generate(Backend& backend, KvCache& kv, Sampler& sampler, const To
     }
     const int32_t next[1] = {id};
     backend.forward(kv, next, logits);
+    check_finite_logits(logits, "decode step", st.n_generated);
   }
   st.decode_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   return st;

@@ -35,6 +35,13 @@ struct GenerateStats {
   double decode_tps() const { return decode_seconds > 0 ? (n_generated - 1) / decode_seconds : 0; }
 };
 
+// Throws ms::Error if any of the n_vocab logits is NaN or infinite: weights
+// full of NaN/Inf (a corrupt download) would otherwise give garbage text and
+// a clean exit. The message names the first bad id and points at
+// `moestream inspect --check`; `where` (and step, when >= 0) says which
+// forward ("prompt", "decode step 7"). Costs one pass over the floats.
+void check_finite_logits(std::span<const float> logits, const char* where, int64_t step = -1);
+
 // on_token(id) is called for each generated token (EOG included when it ends
 // the run); returning false stops. Throws ms::Error if the prompt alone does
 // not fit the cache ("context full (N tokens)").

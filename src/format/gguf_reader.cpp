@@ -329,6 +329,23 @@ void GgufFile::parse() {
              info_at[k], "tensor info at byte");
     t.data = base_ + begin;
   }
+  // No two tensors' bytes may overlap: a writer lays them out one after
+  // another, so an overlap is a corrupt offset (or size), and a tensor's
+  // weights would be another's.
+  std::vector<size_t> by_offset(tensors_.size());
+  for (size_t k = 0; k < by_offset.size(); ++k) by_offset[k] = k;
+  std::sort(by_offset.begin(), by_offset.end(),
+            [&](size_t a, size_t b) { return tensors_[a].offset < tensors_[b].offset; });
+  for (size_t k = 1; k < by_offset.size(); ++k) {
+    const GgufTensorInfo& prev = tensors_[by_offset[k - 1]];
+    const GgufTensorInfo& t = tensors_[by_offset[k]];
+    if (prev.nbytes == 0 || t.nbytes == 0 || prev.offset + prev.nbytes <= t.offset) continue;
+    p.set_context("tensor '" + t.name + "'");
+    p.fail("data " + range_str(data_offset_ + t.offset, data_offset_ + t.offset + t.nbytes) + " overlaps tensor '" +
+               prev.name + "' " + range_str(data_offset_ + prev.offset, data_offset_ + prev.offset + prev.nbytes) +
+               " (its offset or the other's size is wrong); the file is corrupt",
+           info_at[by_offset[k]], "tensor info at byte");
+  }
 }
 
 // ---------------------------------------------------------------- lookups

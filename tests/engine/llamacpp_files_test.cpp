@@ -6,8 +6,11 @@
 // reference's weights: what is left is arithmetic (f32 here, f32 there).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <string>
@@ -15,7 +18,9 @@
 
 #include "cpu/thread_pool.h"
 #include "engine/cpu_backend.h"
+#include "engine/generate.h"
 #include "engine/loaded_model.h"
+#include "engine/sampler.h"
 #include "util/error.h"
 
 namespace ms {
@@ -152,6 +157,72 @@ TEST(LlamacppFilesQwen35, MtpBlockDoesNotChangeTheTrunk) {
   for (size_t p = 0; p < kTokens.size(); ++p) agree += argmax_at(a, p) == argmax_at(b, p);
   EXPECT_GE(agree, static_cast<int>(kTokens.size()) - 2);
   EXPECT_LE(worst_rel_err(a, ref), 1e-4);
+}
+
+// A copy of a fixture with one tensor's bytes overwritten by `fill` (a
+// corrupt download); removed with the test.
+class CorruptCopy {
+ public:
+  CorruptCopy(const std::string& fixture, const std::string& tensor, uint8_t fill) {
+    path_ = (std::filesystem::temp_directory_path() /
+             ("ms_corrupt_" + std::to_string(::getpid()) + "_" + tensor + ".gguf"))
+                .string();
+    std::filesystem::copy_file(kDir + fixture, path_, std::filesystem::copy_options::overwrite_existing);
+    uint64_t at = 0, n = 0;
+    {
+      auto f = GgufFile::open(path_);
+      const GgufTensorInfo& t = f->tensor(tensor);
+      at = f->data_offset() + t.offset;
+      n = t.nbytes;
+    }
+    std::fstream io(path_, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(static_cast<std::streamoff>(at));
+    const std::vector<char> bytes(n, static_cast<char>(fill));
+    io.write(bytes.data(), static_cast<std::streamsize>(n));
+  }
+  ~CorruptCopy() { std::filesystem::remove(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Weights full of NaN give non-finite logits: generation stops with an error
+// saying so, instead of sampling garbage and exiting cleanly.
+TEST(NonFiniteLogits, GenerateStopsWithAClearError) {
+  CorruptCopy bad("qwen3moe-f16.gguf", "output_norm.weight", 0xFF);  // f32 0xFFFFFFFF: NaN
+  auto m = LoadedModel::open(bad.path());
+  ThreadPool pool(2);
+  CpuBackend be(m->weights, pool);
+  KvCache kv = be.make_cache(64);
+  SamplerParams sp;
+  sp.temperature = 0;
+  Sampler sampler(sp);
+  int emitted = 0;
+  try {
+    generate(be, kv, sampler, nullptr, kTokens, GenerateParams{}, [&](int32_t) { return ++emitted, true; });
+    ADD_FAILURE() << "generation with NaN weights succeeded";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("prompt: the forward pass produced non-finite logits (NaN"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("inspect --check"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(emitted, 0);
+}
+
+TEST(NonFiniteLogits, CheckNamesTheFirstBadId) {
+  std::vector<float> v(10, 1.0f);
+  EXPECT_NO_THROW(check_finite_logits(v, "prompt"));
+  v[7] = std::numeric_limits<float>::infinity();
+  v[9] = std::numeric_limits<float>::quiet_NaN();
+  try {
+    check_finite_logits(v, "decode step", 3);
+    ADD_FAILURE() << "accepted an infinite logit";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("decode step 3: the forward pass produced non-finite logits (Inf for token id 7)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

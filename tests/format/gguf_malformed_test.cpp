@@ -220,6 +220,29 @@ TEST(GgufMalformed, DuplicateTensorNames) {
   expect_rejected(e, {"empty tensor name"});
 }
 
+// Two tensors whose bytes overlap (a wrong offset, or a size that disagrees
+// with where the next tensor starts): rejected, naming both.
+TEST(GgufMalformed, OverlappingTensors) {
+  GgufBytes b;  // a: 16 f32 = 64 bytes at 0; b: 4 f32 at 32, inside a
+  b.header(3, 2, 0).tensor_info("a.weight", {16}, 0, 0).tensor_info("b.weight", {4}, 0, 32).pad(32).fill(96);
+  expect_rejected(b, {"tensor 'b.weight'", "overlaps tensor 'a.weight'", "the file is corrupt"});
+  GgufBytes same;  // the same offset twice, listed in either order
+  same.header(3, 2, 0).tensor_info("x", {8}, 0, 32).tensor_info("y", {8}, 0, 32).pad(32).fill(64);
+  expect_rejected(same, {"overlaps tensor"});
+  // Back to back is fine, in any listing order.
+  GgufBytes ok;
+  ok.header(3, 2, 0).tensor_info("late", {8}, 0, 32).tensor_info("early", {8}, 0, 0).pad(32).fill(64);
+  auto f = GgufFile::from_memory(ok.b.data(), ok.size());
+  EXPECT_EQ(f->tensors().size(), 2u);
+}
+
+// An unknown type id on a later tensor names that tensor, not the first.
+TEST(GgufMalformed, UnknownTypeNamesItsTensor) {
+  GgufBytes b;
+  b.header(3, 2, 0).tensor_info("good.weight", {32}, 0, 0).tensor_info("bad.weight", {32}, 77, 128).pad(32).fill(256);
+  expect_rejected(b, {"tensor 'bad.weight'", "unknown tensor type id 77"});
+}
+
 // Random corruption of a valid file: every result is a parse or an ms::Error.
 TEST(GgufMalformed, RandomCorruptionNeverCrashes) {
   const GgufBytes base = valid_file();
