@@ -14,10 +14,12 @@
 // processing), and an empty parallel_for (pool: the fixed cost of every
 // parallel call).
 //
-// Usage: quant_matvec_bench [--ws_mib=N] [--threads=1,8,16] [--quick] [google benchmark flags]
+// Usage: quant_matvec_bench [--ws_mib=N] [--threads=1,8,16] [--types=q4_K,iq2_xxs] [--quick]
+//                           [google benchmark flags]
 //   --ws_mib   working set the weights rotate over (default 256; use more
 //              than the L3: a 300 MiB L3 wants 1024)
 //   --threads  thread counts to run (default: 1 and all hardware threads)
+//   --types    weight types to time (default q4_K q5_K q6_K q8_0 q4_0 mxfp4 bf16)
 //   --quick    fewer shapes (expert shapes only) and short runs
 //   e.g. --benchmark_repetitions=3 for medians over repetitions
 #include <benchmark/benchmark.h>
@@ -49,6 +51,7 @@ using ms::DType;
 int64_t g_ws_bytes = int64_t{256} << 20;
 bool g_quick = false;
 std::vector<int> g_threads;  // --threads=1,8,16; default 1 and all
+std::vector<DType> g_types;  // --types=iq2_xxs,q3_K; default the common decode types
 
 ms::ThreadPool& pool_for(int threads) {
   static std::map<int, std::unique_ptr<ms::ThreadPool>> pools;
@@ -77,8 +80,21 @@ void fill_blocks(DType t, uint8_t* p, int64_t n_bytes) {
   for (int64_t b = 0; b + info.type_size <= n_bytes; b += info.type_size) {
     uint8_t* blk = p + b;
     switch (t) {  // keep scales finite: NaN/denormal scales would time odd paths
-      case DType::Q4_0: case DType::Q8_0: std::memcpy(blk, &scale, 2); break;
-      case DType::Q4_K: case DType::Q5_K: std::memcpy(blk, &scale, 2), std::memcpy(blk + 2, &scale, 2); break;
+      case DType::Q4_0: case DType::Q8_0: case DType::Q5_0: case DType::IQ4_NL: case DType::IQ4_XS:
+      case DType::IQ1_S: case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S: case DType::IQ3_XXS:
+      case DType::IQ3_S:
+        std::memcpy(blk, &scale, 2);
+        break;
+      case DType::Q4_K: case DType::Q5_K: case DType::Q4_1: case DType::Q5_1:
+        std::memcpy(blk, &scale, 2), std::memcpy(blk + 2, &scale, 2);
+        break;
+      case DType::Q2_K: std::memcpy(blk + 80, &scale, 2), std::memcpy(blk + 82, &scale, 2); break;
+      case DType::Q3_K: std::memcpy(blk + 108, &scale, 2); break;
+      case DType::TQ1_0: std::memcpy(blk + 52, &scale, 2); break;
+      case DType::TQ2_0: std::memcpy(blk + 64, &scale, 2); break;
+      case DType::IQ1_M:  // the f16 scale sits in the top nibbles of the 4 scale words
+        for (int k = 0; k < 4; ++k) blk[49 + 2 * k] = static_cast<uint8_t>((blk[49 + 2 * k] & 0x0F) | (((scale >> (4 * k)) & 0xF) << 4));
+        break;
       case DType::Q6_K: std::memcpy(blk + 208, &scale, 2); break;
       case DType::MXFP4: blk[0] = 120; break;
       case DType::BF16:
@@ -306,8 +322,9 @@ void register_all() {
   struct Shape { int64_t rows, cols; };
   std::vector<Shape> shapes = {{768, 2048}, {2048, 768}};
   if (!g_quick) shapes.push_back({2048, 4096}), shapes.push_back({4096, 2048});
-  const DType types[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0, DType::Q4_0, DType::MXFP4, DType::BF16};
-  for (DType t : types) {
+  if (g_types.empty())
+    g_types = {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0, DType::Q4_0, DType::MXFP4, DType::BF16};
+  for (DType t : g_types) {
     const std::string tn = ms::type_name(t);
     reg("hot/" + tn + "/768x2048/t1", BM_Matvec, t, int64_t{768}, int64_t{2048}, 1, true);
     reg("tok8/" + tn + "/768x2048/t1", BM_Tokens8, t);
@@ -332,6 +349,13 @@ int main(int argc, char** argv) {
         if (th > 0) g_threads.push_back(th);
         while (*p && *p != ',') ++p;
         if (*p == ',') ++p;
+      }
+    } else if (!std::strncmp(argv[i], "--types=", 8)) {
+      std::string list = argv[i] + 8;
+      for (size_t p = 0; p <= list.size();) {
+        const size_t q = std::min(list.find(',', p), list.size());
+        if (q > p) g_types.push_back(ms::parse_type(list.substr(p, q - p)));
+        p = q + 1;
       }
     } else if (!std::strcmp(argv[i], "--quick")) {
       g_quick = true;

@@ -120,11 +120,13 @@ struct IQ2XS {
   static __m256 block(const Weight& w, const Act& a) {
     __m256i sum = _mm256_setzero_si256();
     for (int ib = 0; ib < 8; ++ib) {
-      const uint16_t* g = w.qs + 4 * ib;
-      const __m256i q = _mm256_set_epi64x(
-          static_cast<int64_t>(kIQ2XSGrid[g[3] & 511]), static_cast<int64_t>(kIQ2XSGrid[g[2] & 511]),
-          static_cast<int64_t>(kIQ2XSGrid[g[1] & 511]), static_cast<int64_t>(kIQ2XSGrid[g[0] & 511]));
-      const uint32_t signs = signs_from_indices(g[0] >> 9, g[1] >> 9, g[2] >> 9, g[3] >> 9);
+      uint64_t g;  // the 4 groups' u16 (9-bit grid index | 7-bit sign index << 9)
+      std::memcpy(&g, w.qs + 4 * ib, 8);
+      const __m256i q = _mm256_set_epi64x(static_cast<int64_t>(kIQ2XSGrid[(g >> 48) & 511]),
+                                          static_cast<int64_t>(kIQ2XSGrid[(g >> 32) & 511]),
+                                          static_cast<int64_t>(kIQ2XSGrid[(g >> 16) & 511]),
+                                          static_cast<int64_t>(kIQ2XSGrid[g & 511]));
+      const uint32_t signs = signs_from_indices((g >> 9) & 127, (g >> 25) & 127, (g >> 41) & 127, g >> 57);
       const __m256i av = apply_signs(load256(a.qs + 32 * ib), signs);
       const int sc = w.scales[ib];
       sum = _mm256_add_epi32(sum, dot_u8(q, av, scale_pair(2 * (sc & 15) + 1, 2 * (sc >> 4) + 1)));
