@@ -199,8 +199,18 @@ void matmul(const MatrixSet& w, const MatvecInput& x, const MatvecGroups& g, flo
 #define MS_GEMM(T) case DType::T: gemm_kernel<DType::T><<<grid, kThreads, 0, stream>>>(gp); break
     MS_GEMM(Q8_0); MS_GEMM(Q4_0);
     MS_GEMM(Q4_K); MS_GEMM(Q5_K); MS_GEMM(Q6_K); MS_GEMM(MXFP4);
+#define MS_GEMM_SUB32(T, D) MS_GEMM(T);
+    MS_SUB32_BASIC_TYPES(MS_GEMM_SUB32)
+#undef MS_GEMM_SUB32
+#define MS_GEMM_SUB32(T, D) \
+  case DType::T:            \
+    dev::iq_tables_ready(stream); \
+    gemm_kernel<DType::T><<<grid, kThreads, 0, stream>>>(gp); \
+    break;
+    MS_SUB32_IQ_TYPES(MS_GEMM_SUB32)
+#undef MS_GEMM_SUB32
 #undef MS_GEMM
-    default: break;
+    default: throw Error(std::string("CUDA matmul: no dequantising kernel for ") + type_name(w.type));
   }
   MS_CUDA_CHECK_LAUNCH();
 }

@@ -26,6 +26,7 @@
 #include "cuda/device.h"
 #include "cuda/expert_groups.cuh"
 #include "cuda/gemm_q8.cuh"
+#include "cuda/quant_sub32_iq.cuh"
 #include "util/error.h"
 
 namespace ms::cuda {
@@ -282,6 +283,51 @@ struct FmtMXFP4 {
   }
 };
 
+// The sub-block formats (quant_sub32.cuh): load() decodes the half step's 4
+// sub-blocks straight into registers (8 quant words each, then the scales
+// s[0] and s[1] and the offset m[0] as float bits); sub-blocks past the
+// row's end read as zero. Per-16 offsets (Q2_K) have no slot here.
+template <class D>
+struct FmtSub32 {
+  static_assert(D::kMin != 2, "the int8 GEMM keeps one offset per 32 elements");
+  static constexpr int kSG = D::kTwoScales ? 16 : 32, kRaw = 44;
+  static constexpr bool kMin = D::kMin == 1;
+  static constexpr int kSubs = D::kBlockElems / 32;
+  static __device__ __forceinline__ void load(const uint8_t* row, int kt, int h, int nb, uint32_t* r) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int sb = kt * 8 + 4 * h + i;
+      dev::Sub32 u;
+      if (sb < nb) {
+        D::decode(row + static_cast<int64_t>(sb / kSubs) * D::kBlockBytes, sb % kSubs, u);
+      } else {
+#pragma unroll
+        for (int w = 0; w < 8; ++w) u.q[w] = 0;
+        u.s[0] = u.s[1] = u.m[0] = u.m[1] = 0.f;
+      }
+#pragma unroll
+      for (int w = 0; w < 8; ++w) r[8 * i + w] = static_cast<uint32_t>(u.q[w]);
+      r[32 + i] = __float_as_uint(u.s[0]);
+      r[36 + i] = __float_as_uint(u.s[1]);
+      r[40 + i] = __float_as_uint(u.m[0]);
+    }
+  }
+  static __device__ __forceinline__ void unpack(const uint32_t* r, int, int8_t* dst, float* sc, float* mn) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      st16(dst + 32 * i, r[8 * i], r[8 * i + 1], r[8 * i + 2], r[8 * i + 3]);
+      st16(dst + 32 * i + 16, r[8 * i + 4], r[8 * i + 5], r[8 * i + 6], r[8 * i + 7]);
+      if constexpr (kSG == 16) {
+        sc[2 * i] = __uint_as_float(r[32 + i]);
+        sc[2 * i + 1] = __uint_as_float(r[36 + i]);
+      } else {
+        sc[i] = __uint_as_float(r[32 + i]);
+      }
+      mn[i] = __uint_as_float(r[40 + i]);
+    }
+  }
+};
+
 // ------------------------------------------------------------------ mma
 __device__ __forceinline__ void ldsm_x4(const void* p, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -534,6 +580,10 @@ bool gemm_q8_supported(DType t) {
   switch (t) {
     case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::Q8_0: case DType::Q4_0: case DType::MXFP4:
       return true;
+#define MS_SUB32_CASE(T, D) case DType::T:
+    MS_SUB32_BASIC_TYPES_NO_Q2K(MS_SUB32_CASE) MS_SUB32_IQ_TYPES(MS_SUB32_CASE)
+#undef MS_SUB32_CASE
+      return true;  // not Q2_K: its per-16 offsets take the matvec path
     default:
       return false;
   }
@@ -599,6 +649,17 @@ void gemm_q8_launch(const MatrixSet* w, int parts, const Q8Act& x, const MatvecG
     case DType::Q8_0: launch_fmt<FmtQ8_0>(p, bn, grid, stream); break;
     case DType::Q4_0: launch_fmt<FmtQ4_0>(p, bn, grid, stream); break;
     case DType::MXFP4: launch_fmt<FmtMXFP4>(p, bn, grid, stream); break;
+#define MS_SUB32_CASE(T, D) \
+  case DType::T: launch_fmt<FmtSub32<dev::D>>(p, bn, grid, stream); break;
+    MS_SUB32_BASIC_TYPES_NO_Q2K(MS_SUB32_CASE)
+#undef MS_SUB32_CASE
+#define MS_SUB32_CASE(T, D)      \
+  case DType::T:                 \
+    dev::iq_tables_ready(stream); \
+    launch_fmt<FmtSub32<dev::D>>(p, bn, grid, stream); \
+    break;
+    MS_SUB32_IQ_TYPES(MS_SUB32_CASE)
+#undef MS_SUB32_CASE
     default: break;
   }
   MS_CUDA_CHECK_LAUNCH();

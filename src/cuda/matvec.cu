@@ -29,6 +29,9 @@ int item_elems(DType t) {
   switch (t) {
     case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return 64;
     case DType::Q8_0: case DType::Q4_0: case DType::MXFP4: return 32;
+#define MS_SUB32_CASE(T, D) case DType::T:
+    MS_SUB32_TYPES(MS_SUB32_CASE) return 32;  // one sub-block of 32 per item
+#undef MS_SUB32_CASE
     default: return 1;
   }
 }
@@ -74,7 +77,12 @@ void run_matvec(const MatrixSet* ws, int parts, const MatvecInput& x, const Matv
       case DType::Q6_K: detail::matvec_launch_q6_k(p, g.max_groups, max_per_group, parts, stream); break;
       case DType::Q8_0: detail::matvec_launch_q8_0(p, g.max_groups, max_per_group, parts, stream); break;
       case DType::Q4_0: detail::matvec_launch_q4_0(p, g.max_groups, max_per_group, parts, stream); break;
-      default: detail::matvec_launch_mxfp4(p, g.max_groups, max_per_group, parts, stream); break;
+      case DType::MXFP4: detail::matvec_launch_mxfp4(p, g.max_groups, max_per_group, parts, stream); break;
+#define MS_SUB32_CASE(T, D) \
+  case DType::T: detail::matvec_launch_##T(p, g.max_groups, max_per_group, parts, stream); break;
+      MS_SUB32_TYPES(MS_SUB32_CASE)
+#undef MS_SUB32_CASE
+      default: throw Error(std::string("CUDA matvec: no kernel for ") + type_name(w.type));
     }
   } else {
     if (x.f32 == nullptr) throw Error("CUDA matvec: float weights need f32 activations");
@@ -120,6 +128,10 @@ bool matvec_supported(DType t) {
     case DType::F32: case DType::F16: case DType::BF16:
     case DType::Q4_0: case DType::Q8_0: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
     case DType::MXFP4:
+      return true;
+#define MS_SUB32_CASE(T, D) case DType::T:
+    MS_SUB32_TYPES(MS_SUB32_CASE)
+#undef MS_SUB32_CASE
       return true;
     default:
       return false;

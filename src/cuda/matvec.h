@@ -2,10 +2,12 @@
 // or for many expert matrices in one launch, reading weights in their file's
 // quant format (no dequantised copies).
 //
-// Quantized weight types (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4) take activations
-// quantized to int8 in blocks of 32 (Q8Act, made by quantize_q8act or by
-// rmsnorm's q8 output) and multiply with dp4a; float weight types (F32, F16,
-// BF16) take f32 activations. matvec_takes_q8() says which.
+// Quantized weight types (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4, and through the
+// sub-block decoders of quant_sub32*.cuh Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, TQ1_0,
+// TQ2_0 and every IQ type) take activations quantized to int8 in blocks of 32
+// (Q8Act, made by quantize_q8act or by rmsnorm's q8 output) and multiply with
+// dp4a; float weight types (F32, F16, BF16) take f32 activations.
+// matvec_takes_q8() says which.
 //
 // CUDA-only header. All pointers are device pointers unless said otherwise;
 // every launcher is asynchronous on `stream`, does no host synchronisation and

@@ -14,6 +14,7 @@
 #include "cuda/matvec.h"
 #include "cuda/pdl.cuh"
 #include "cuda/quant_dot.cuh"
+#include "cuda/quant_sub32_types.h"
 #include "util/error.h"
 
 namespace ms::cuda::dev {
@@ -187,6 +188,10 @@ void matvec_launch_q6_k(const dev::MatvecParams&, int, int, int, cudaStream_t);
 void matvec_launch_q8_0(const dev::MatvecParams&, int, int, int, cudaStream_t);
 void matvec_launch_q4_0(const dev::MatvecParams&, int, int, int, cudaStream_t);
 void matvec_launch_mxfp4(const dev::MatvecParams&, int, int, int, cudaStream_t);
+// The sub-block formats (quant_sub32_types.h): matvec_launch_Q4_1, ...
+#define MS_MV_DECLARE_SUB32(T, D) void matvec_launch_##T(const dev::MatvecParams&, int, int, int, cudaStream_t);
+MS_SUB32_TYPES(MS_MV_DECLARE_SUB32)
+#undef MS_MV_DECLARE_SUB32
 // kind: 0 F32, 1 F16, 2 BF16; vec: 8-element items
 void matvec_launch_float(int kind, bool vec, const dev::MatvecParams&, int, int, int, cudaStream_t);
 }  // namespace ms::cuda::detail

@@ -58,6 +58,10 @@ bool embed_supported(DType t) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0:
     case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::MXFP4:
       return true;
+#define MS_SUB32_CASE(T, D) case DType::T:
+    MS_SUB32_TYPES(MS_SUB32_CASE)
+#undef MS_SUB32_CASE
+      return true;
     default:
       return false;
   }
@@ -77,6 +81,16 @@ void embed_rows(DType t, const void* table, int64_t n_vocab, int64_t n, const in
 #define MS_EMBED(T) case DType::T: embed_kernel<DType::T><<<grid, kThreads, 0, stream>>>(tb, n_vocab, n, rb, ids, out); break
     MS_EMBED(F32); MS_EMBED(F16); MS_EMBED(BF16); MS_EMBED(Q8_0); MS_EMBED(Q4_0);
     MS_EMBED(Q4_K); MS_EMBED(Q5_K); MS_EMBED(Q6_K); MS_EMBED(MXFP4);
+#define MS_EMBED_SUB32(T, D) MS_EMBED(T);
+    MS_SUB32_BASIC_TYPES(MS_EMBED_SUB32)
+#undef MS_EMBED_SUB32
+#define MS_EMBED_SUB32(T, D)  \
+  case DType::T:              \
+    dev::iq_tables_ready(stream); \
+    embed_kernel<DType::T><<<grid, kThreads, 0, stream>>>(tb, n_vocab, n, rb, ids, out); \
+    break;
+    MS_SUB32_IQ_TYPES(MS_EMBED_SUB32)
+#undef MS_EMBED_SUB32
 #undef MS_EMBED
     default: break;
   }

@@ -4,6 +4,7 @@
 // path decodes whole items instead (quant_dot.cuh).
 #pragma once
 #include "cuda/common.cuh"
+#include "cuda/quant_sub32_iq.cuh"
 #include "quant/types.h"
 
 namespace ms::cuda::dev {
@@ -105,6 +106,16 @@ struct Dequant<DType::Q6_K> {
     return f16_bits_to_f32(ld2(b + 208)) * static_cast<float>(sc * q);
   }
 };
+
+// The sub-block formats, through their decoders (quant_sub32*.cuh).
+#define MS_DEQUANT_SUB32(T, D)                                                                          \
+  template <>                                                                                           \
+  struct Dequant<DType::T> {                                                                            \
+    static constexpr int kBlock = D::kBlockElems, kBytes = D::kBlockBytes;                              \
+    static __device__ __forceinline__ float at(const uint8_t* b, int i) { return sub32_elem<D>(b, i); } \
+  };
+MS_SUB32_TYPES(MS_DEQUANT_SUB32)
+#undef MS_DEQUANT_SUB32
 
 // Element c of a row of `T` (row pointer 2-byte aligned where T needs it).
 template <DType T>

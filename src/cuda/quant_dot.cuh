@@ -327,3 +327,6 @@ struct OpFloat {
 };
 
 }  // namespace ms::cuda::dev
+
+// The formats read through sub-block decoders (OpSub32).
+#include "cuda/quant_sub32.cuh"

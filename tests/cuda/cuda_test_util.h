@@ -16,6 +16,7 @@
 #include "quant/half.h"
 #include "quant/quant.h"
 #include "quant/types.h"
+#include "random_blocks.h"
 #include "util/error.h"
 
 namespace ms::cuda::test {
@@ -82,19 +83,13 @@ inline std::vector<float> random_floats(size_t n, std::mt19937& rng, float lo = 
   return v;
 }
 
-inline void put_f16(uint8_t* p, float v) {
-  const uint16_t h = f32_to_f16(v);
-  std::memcpy(p, &h, 2);
-}
-
 // `rows` rows of `cols` elements of type t. Quantized formats: random bytes
 // (every quant and scale bit pattern) with the float scales set to sane
-// values; float formats: uniform(-1, 1).
+// values (random_blocks.h); float formats: uniform(-1, 1).
 inline std::vector<uint8_t> random_weights(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
   const int64_t rb = row_bytes(t, cols);
   std::vector<uint8_t> w(static_cast<size_t>(rb * rows));
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::uniform_real_distribution<float> scale(0.5f, 1.5f), f(-1.f, 1.f);
+  std::uniform_real_distribution<float> f(-1.f, 1.f);
   if (t == DType::F32 || t == DType::F16 || t == DType::BF16) {
     for (int64_t i = 0; i < rows * cols; ++i) {
       const float v = f(rng);
@@ -104,22 +99,7 @@ inline std::vector<uint8_t> random_weights(DType t, int64_t rows, int64_t cols, 
     }
     return w;
   }
-  for (auto& b : w) b = static_cast<uint8_t>(byte(rng));
-  const TypeInfo& info = type_info(t);
-  const int64_t n_blocks = rows * cols / info.block_size;
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    uint8_t* blk = &w[b * info.type_size];
-    switch (t) {
-      case DType::Q4_0: case DType::Q8_0: put_f16(blk, 0.01f * scale(rng)); break;
-      case DType::Q4_K: case DType::Q5_K:
-        put_f16(blk, 0.002f * scale(rng));
-        put_f16(blk + 2, 0.002f * scale(rng));
-        break;
-      case DType::Q6_K: put_f16(blk + 208, 0.001f * scale(rng)); break;
-      case DType::MXFP4: blk[0] = static_cast<uint8_t>(118 + byte(rng) % 12); break;
-      default: break;
-    }
-  }
+  random_blocks(t, w.data(), rows * cols / type_info(t).block_size, rng);
   return w;
 }
 

@@ -1,5 +1,6 @@
 // The device-side decoders, run on the host: quant_dot.cuh (the per-item dp4a
-// dots of the matvec kernels) and quant_dequant.cuh (element decoders of the
+// dots of the matvec kernels), quant_sub32*.cuh (the sub-block decoders of
+// the other formats) and quant_dequant.cuh (element decoders of the
 // embedding / GEMM paths) compiled by the host compiler, with the few CUDA
 // intrinsics they use emulated below. Checks the bit layouts against the CPU
 // reference (dequantize_row_ref) on random blocks -- and runs on machines
@@ -28,6 +29,11 @@ inline unsigned vsub4(unsigned a, unsigned b) {
   for (int i = 0; i < 4; ++i) r |= (((a >> (8 * i)) - (b >> (8 * i))) & 0xffu) << (8 * i);
   return r;
 }
+inline unsigned vadd4(unsigned a, unsigned b) {
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) r |= (((a >> (8 * i)) + (b >> (8 * i))) & 0xffu) << (8 * i);
+  return r;
+}
 inline unsigned byte_perm(unsigned x, unsigned y, unsigned s) {
   const uint64_t v = (uint64_t(y) << 32) | x;
   unsigned r = 0;
@@ -43,6 +49,7 @@ inline void syncthreads() {}
 #define __ldg host_emu::ldg
 #define __dp4a host_emu::dp4a
 #define __vsub4 host_emu::vsub4
+#define __vadd4 host_emu::vadd4
 #define __byte_perm host_emu::byte_perm
 #define __uint_as_float host_emu::u2f
 #define __ushort_as_half(x) (x)
@@ -58,16 +65,12 @@ inline void syncthreads() {}
 #include "quant/half.h"
 #include "quant/quant.h"
 #include "quant/types.h"
+#include "random_blocks.h"
 
 float host_emu::h2f(unsigned short h) { return ms::f16_to_f32(h); }
 
 namespace ms::cuda::dev {
 namespace {
-
-void put16(uint8_t* p, float v) {
-  const uint16_t h = f32_to_f16(v);
-  std::memcpy(p, &h, 2);
-}
 
 template <DType T>
 std::vector<uint8_t> random_row(int64_t cols, std::mt19937& rng) {
@@ -75,27 +78,32 @@ std::vector<uint8_t> random_row(int64_t cols, std::mt19937& rng) {
   const int64_t nb = cols / D::kBlock;
   std::vector<uint8_t> row(static_cast<size_t>(nb * D::kBytes + 64));
   std::uniform_int_distribution<int> byte(0, 255);
-  std::uniform_real_distribution<float> sc(0.5f, 1.5f);
   for (auto& b : row) b = static_cast<uint8_t>(byte(rng));
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t* blk = row.data() + b * D::kBytes;
-    if (T == DType::Q4_0 || T == DType::Q8_0) put16(blk, 0.01f * sc(rng));
-    if (T == DType::Q4_K || T == DType::Q5_K) { put16(blk, 0.002f * sc(rng)); put16(blk + 2, 0.002f * sc(rng)); }
-    if (T == DType::Q6_K) put16(blk + 208, 0.001f * sc(rng));
     if (T == DType::MXFP4) blk[0] = static_cast<uint8_t>(1 + byte(rng) % 140);  // includes subnormal scales
+    else test::sane_block_scales(T, blk, rng);
   }
   return row;
 }
 
-template <class Op, DType T>
+// kExact: the element decoder must give the reference's float bit for bit;
+// else (the sub-block decoders, which form s * q + m in their own order)
+// within 1e-6 relative.
+template <class Op, DType T, bool kExact = true>
 void check_format(std::mt19937& rng) {
   for (int64_t cols : {256, 768, 2048}) {
     const auto row = random_row<T>(cols, rng);
     // element decoders == CPU reference
     std::vector<float> ref(cols);
     dequantize_row_ref(T, row.data(), ref.data(), cols);
-    for (int64_t c = 0; c < cols; ++c)
-      ASSERT_EQ(dequant_elem<T>(row.data(), c), ref[c]) << type_name(T) << " element " << c;
+    for (int64_t c = 0; c < cols; ++c) {
+      if (kExact)
+        ASSERT_EQ(dequant_elem<T>(row.data(), c), ref[c]) << type_name(T) << " element " << c;
+      else
+        ASSERT_NEAR(dequant_elem<T>(row.data(), c), ref[c], 1e-6f * std::fabs(ref[c]))
+            << type_name(T) << " element " << c;
+    }
     // item dots over int8 activations == the double dot of the reference values
     std::uniform_real_distribution<float> u(-1.f, 1.f);
     std::vector<int8_t> q(cols);
@@ -130,6 +138,23 @@ TEST(CudaHostEmulation, QuantizedItemDotsAndElementDecodersMatchReference) {
   check_format<OpQ8_0, DType::Q8_0>(rng);
   check_format<OpQ4_0, DType::Q4_0>(rng);
   check_format<OpMXFP4, DType::MXFP4>(rng);
+}
+
+// The sub-block decoders (quant_sub32*.cuh) through OpSub32 and Dequant<T>,
+// with this file's copy of the IQ tables filled on the host.
+TEST(CudaHostEmulation, SubBlockDecodersMatchReference) {
+  std::memcpy(g_iq_tables.iq2xxs, kIQ2XXSGrid, sizeof g_iq_tables.iq2xxs);
+  std::memcpy(g_iq_tables.iq2xs, kIQ2XSGrid, sizeof g_iq_tables.iq2xs);
+  std::memcpy(g_iq_tables.iq2s, kIQ2SGrid, sizeof g_iq_tables.iq2s);
+  std::memcpy(g_iq_tables.iq1s, kIQ1SGrid, sizeof g_iq_tables.iq1s);
+  std::memcpy(g_iq_tables.iq3xxs, kIQ3XXSGrid, sizeof g_iq_tables.iq3xxs);
+  std::memcpy(g_iq_tables.iq3s, kIQ3SGrid, sizeof g_iq_tables.iq3s);
+  std::memcpy(g_iq_tables.iq4nl, kIQ4NLValues, sizeof g_iq_tables.iq4nl);
+  std::memcpy(g_iq_tables.signs, kIQ2Signs, sizeof g_iq_tables.signs);
+  std::mt19937 rng(5);
+#define MS_CHECK_SUB32(T, D) check_format<OpSub32<D>, DType::T, false>(rng);
+  MS_SUB32_TYPES(MS_CHECK_SUB32)
+#undef MS_CHECK_SUB32
 }
 
 TEST(CudaHostEmulation, FloatDecodersMatchReference) {

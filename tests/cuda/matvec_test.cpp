@@ -212,7 +212,7 @@ TEST(MatvecErrors, RejectsBadShapesAndInputs) {
   EXPECT_THROW(linear(DType::Q4_K, w.get(), 4, 100, none, 1, nullptr, nullptr, nullptr), Error);  // partial block
   EXPECT_THROW(linear(DType::Q4_K, w.get(), 4, 256, none, 1, nullptr, nullptr, nullptr), Error);  // no q8 input
   EXPECT_THROW(linear(DType::F16, w.get(), 4, 256, none, 1, nullptr, nullptr, nullptr), Error);   // no f32 input
-  EXPECT_THROW(linear(DType::Q2_K, w.get(), 4, 256, none, 1, nullptr, nullptr, nullptr), Error);  // unsupported
+  EXPECT_THROW(linear(DType::Q8_K, w.get(), 4, 256, none, 1, nullptr, nullptr, nullptr), Error);  // unsupported
 }
 
 }  // namespace

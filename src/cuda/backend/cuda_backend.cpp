@@ -18,6 +18,7 @@
 #include "cuda/expert_ffn.h"
 #include "cuda/matvec.h"
 #include "cuda/ops.h"
+#include "cuda/quant_tables.h"
 #include "experts/policy.h"
 #include "format/gguf.h"
 #include "model/hparams.h"
@@ -293,6 +294,7 @@ CudaBackend::CudaBackend(const ModelWeights& w, Options opt) : impl_(std::make_u
   m.opt.max_batch = m.B;
   m.opt.gemm_min_batch = std::max(2, opt.gemm_min_batch);
   m.check_types();
+  cuda::prepare_quant_tables();  // IQ lookup tables on the device before any graph capture
   m.stream_owner = std::make_unique<cuda::Stream>();
   m.stream = m.stream_owner->get();
   const VramPlan plan = m.plan_budget(kv_ctx);

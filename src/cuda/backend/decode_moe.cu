@@ -12,6 +12,7 @@
 #include "cuda/router_topk.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/quant_dot.cuh"
+#include "cuda/quant_sub32_iq.cuh"
 #include "util/error.h"
 
 namespace ms::cuda {
@@ -298,15 +299,24 @@ bool quant_type(DType t) {
   switch (t) {
     case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::Q8_0: case DType::Q4_0: case DType::MXFP4:
       return true;
+#define MS_SUB32_CASE(T, D) case DType::T:
+    MS_SUB32_TYPES(MS_SUB32_CASE)
+#undef MS_SUB32_CASE
+      return true;
     default:
       return false;
   }
 }
+// Elements per item of the type's Op (sub-block formats: 32).
 int item_elems(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ? 64 : 32; }
-int block_elems(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ? 256 : 32; }
+int block_elems(DType t) {
+  if (t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K) return 256;
+  const TypeInfo& info = type_info(t);
+  return static_cast<int>(info.block_size);
+}
 
 template <class F>
-void by_type(DType t, F&& f) {
+void by_type(DType t, cudaStream_t stream, F&& f) {
   switch (t) {
     case DType::Q4_K: f(dev::OpQ4K{}); break;
     case DType::Q5_K: f(dev::OpQ5K{}); break;
@@ -314,6 +324,17 @@ void by_type(DType t, F&& f) {
     case DType::Q8_0: f(dev::OpQ8_0{}); break;
     case DType::Q4_0: f(dev::OpQ4_0{}); break;
     case DType::MXFP4: f(dev::OpMXFP4{}); break;
+#define MS_SUB32_CASE(T, D) \
+  case DType::T: f(dev::OpSub32<dev::D>{}); break;
+    MS_SUB32_BASIC_TYPES(MS_SUB32_CASE)
+#undef MS_SUB32_CASE
+#define MS_SUB32_CASE(T, D)         \
+  case DType::T:                    \
+    dev::iq_tables_ready(stream);   \
+    f(dev::OpSub32<dev::D>{});      \
+    break;
+    MS_SUB32_IQ_TYPES(MS_SUB32_CASE)
+#undef MS_SUB32_CASE
     default: throw Error(std::string("fused MoE decode: weight type ") + type_name(t) + " not supported");
   }
 }
@@ -353,7 +374,7 @@ void gate_up_q8_decode(const ExpertWeights& w, const Q8Act& x_q8, const int32_t*
   const DevMats g = dev_mats(w.gate, ie), u = dev_mats(w.up, ie);
   const int d_ff = static_cast<int>(w.gate.rows);
   const dim3 grid(static_cast<unsigned>(d_ff / 32), static_cast<unsigned>(k));
-  by_type(w.gate.type, [&](auto op) {
+  by_type(w.gate.type, stream, [&](auto op) {
     using Op = decltype(op);
     MS_CUDA_CHECK(launch_pdl(gate_up_q8_kernel<Op>, grid, dim3(kGuThreads), 0, stream, g, u, x_q8.q,
                              reinterpret_cast<const float2*>(x_q8.ds), ids, w.n_expert, d_ff, h_q8.q,
@@ -381,7 +402,7 @@ void down_combine_decode(const ExpertWeights& w, const Q8Act& h_q8, const int32_
   const bool wide = d.n_items > 16;  // the matvec's choice of lanes per row
   const int parts = wide ? 1 : 2;
   const int kpp = (k + parts - 1) / parts;
-  by_type(w.down.type, [&](auto op) {
+  by_type(w.down.type, stream, [&](auto op) {
     using Op = decltype(op);
     auto go = [&](auto kernel) {
       MS_CUDA_CHECK(launch_pdl(kernel, dim3(grid), dim3(kDcThreads), 0, stream, d, rows, static_cast<int>(w.down.cols),

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from a source tree's root: builds test_cuda
+# (Release, sm_90, build-gpu/), runs the tests of the quant types on the CUDA
+# backend (and the backend tests they share kernels with), then builds and runs
+# bench/cuda/quant_types_bench.cu. Logs under $OUT (default ./gpu_out).
+#
+#   OUT=/some/dir bench/cuda/quant_types_gpu.sh
+#   TEST_FILTER='Formats/Sub32Format*' SKIP_BENCH=1 bench/cuda/quant_types_gpu.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+OUT=${OUT:-$ROOT/gpu_out}
+mkdir -p "$OUT"
+BUILD=$ROOT/build-gpu
+START=$(date +%s)
+say() { echo "[quant_types_gpu $(($(date +%s) - START))s] $*" | tee -a "$OUT/summary.txt"; }
+[ -f tools/device_env.sh ] && source tools/device_env.sh
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+GEN=()
+command -v ninja >/dev/null && GEN=(-G Ninja)
+nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv,noheader 2>&1 | sed 's/^/device: /' | tee -a "$OUT/summary.txt"
+say "configure"
+cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DCMAKE_CUDA_STANDARD=17 -DCMAKE_CUDA_COMPILER="$NVCC" -DMOESTREAM_CUDA=ON -DMOESTREAM_BENCH=OFF \
+  -DMOESTREAM_TESTS=ON > "$OUT/configure.log" 2>&1 || { say "FAIL configure"; tail -20 "$OUT/configure.log"; exit 3; }
+say "build test_cuda"
+if ! timeout "${BUILD_TIMEOUT:-420}" cmake --build "$BUILD" -j"${JOBS:-16}" --target test_cuda > "$OUT/build.log" 2>&1; then
+  say "FAIL build"; grep -E "error" "$OUT/build.log" | head -30; exit 4
+fi
+say "build ok"
+FILTER=${TEST_FILTER:-'Formats/Sub32Format*:CudaHostEmulation*:Formats/MatvecDense*:MatvecExperts*:CudaMatmulInt8*:CudaDecodeMoe*:Archs/CudaBackendVsCpu*:CudaBackend.*'}
+say "test_cuda --gtest_filter=$FILTER"
+timeout "${TEST_TIMEOUT:-240}" "$BUILD/test_cuda" --gtest_filter="$FILTER" > "$OUT/test_cuda.log" 2>&1
+TEST_RC=$?
+grep -E "^\[  (PASSED|FAILED|SKIPPED) \]|tests? ran" "$OUT/test_cuda.log" | sort -u | head -60 | tee -a "$OUT/summary.txt"
+[ $TEST_RC -ne 0 ] && grep -E "Failure|got .* want|error" "$OUT/test_cuda.log" | head -40 | tee -a "$OUT/summary.txt"
+say "tests rc=$TEST_RC"
+[ "${SKIP_BENCH:-0}" = 1 ] && exit $TEST_RC
+# The kernels only (as tools/gpu_check.sh): the backend objects would need the engine libraries.
+KB=$BUILD/quant_bench_lib
+rm -rf "$KB" && mkdir -p "$KB"
+(cd "$KB" && ar x "$(find "$BUILD" -name libmoestream_cuda.a | head -1)" && rm -f ./*backend*.o && ar rcs libkernels.a ./*.o)
+if timeout 240 "$NVCC" -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -I"$ROOT/src" bench/cuda/quant_types_bench.cu \
+    "$KB/libkernels.a" "$(find "$BUILD" -name libms_quant.a | head -1)" "$(find "$BUILD" -name libms_util.a | head -1)" \
+    -lcublas -o "$BUILD/quant_types_bench" > "$OUT/bench_build.log" 2>&1; then
+  timeout 200 "$BUILD/quant_types_bench" > "$OUT/quant_types_bench.md" 2> "$OUT/bench.err"
+  say "bench rc=$?"
+  cat "$OUT/quant_types_bench.md"
+else
+  say "FAIL bench build"; tail -20 "$OUT/bench_build.log"
+fi
+exit $TEST_RC
