@@ -113,15 +113,19 @@ JsonSize json_size(const Json& root, size_t cap, int max_depth) {
       r.too_deep = true;
       return r;
     }
+    // A node is 16 bytes; strings, lists and mappings add a heap object of
+    // some 32 bytes, and their text or items.
     r.bytes += 16;
     if (j->is_string()) {
-      r.bytes += j->get_ref<const std::string&>().size() + 16;
+      r.bytes += j->get_ref<const std::string&>().size() + 32;
     } else if (j->is_object()) {
+      r.bytes += 32;
       for (auto it = j->begin(); it != j->end() && r.bytes <= cap; ++it) {
-        r.bytes += it.key().size() + 48;
+        r.bytes += it.key().size() + 32;
         todo.emplace_back(&it.value(), d + 1);
       }
     } else if (j->is_array()) {
+      r.bytes += 32;
       for (const Json& x : *j) todo.emplace_back(&x, d + 1);
     }
   }
@@ -1345,7 +1349,7 @@ struct ListLit : Expr {
     Json a = Json::array();
     for (const ExprP& e : items) {
       Value v = e->eval(c);
-      a.push_back(v.k == Value::K::Ns ? *v.ns : v.undef() ? Json(nullptr) : v.j);
+      a.push_back(v.k == Value::K::Ns ? *v.ns : v.undef() ? Json(nullptr) : std::move(v.j));
     }
     count_built(a);
     return Value(a);
@@ -1647,11 +1651,20 @@ struct ForNode : Node {
     for (int64_t i = 0; i < n; ++i) {
       count_iteration();
       c.frames.emplace_back();
-      Json loop = {{"index", i + 1}, {"index0", i},       {"revindex", n - i}, {"revindex0", n - i - 1},
-                   {"first", i == 0}, {"last", i == n - 1}, {"length", n}};
-      if (i > 0) loop["previtem"] = items[static_cast<size_t>(i - 1)];
-      if (i + 1 < n) loop["nextitem"] = items[static_cast<size_t>(i + 1)];
-      c.set("loop", Value(loop));
+      // Built key by key: an initializer list costs some thirty allocations,
+      // and a loop may run a million times.
+      Json loop(Json::value_t::object);
+      loop.get_ref<Json::object_t&>().reserve(9);
+      loop.emplace("index", i + 1);
+      loop.emplace("index0", i);
+      loop.emplace("revindex", n - i);
+      loop.emplace("revindex0", n - i - 1);
+      loop.emplace("first", i == 0);
+      loop.emplace("last", i == n - 1);
+      loop.emplace("length", n);
+      if (i > 0) loop.emplace("previtem", Json(items[static_cast<size_t>(i - 1)]));
+      if (i + 1 < n) loop.emplace("nextitem", Json(items[static_cast<size_t>(i + 1)]));
+      c.set("loop", Value(std::move(loop)));
       bind(c, items[static_cast<size_t>(i)]);
       const Flow f = render_body(body, c, out);
       c.frames.pop_back();
@@ -1697,7 +1710,7 @@ struct SetNode : Node {
       Value target = c.lookup(names[0]);
       if (target.k != Value::K::Ns)
         fail("line " + std::to_string(line) + ": cannot set an attribute of '" + names[0] + "' (not a namespace)");
-      Json value = v.k == Value::K::Ns ? *v.ns : v.undef() ? Json(nullptr) : v.j;
+      Json value = v.k == Value::K::Ns ? *v.ns : v.undef() ? Json(nullptr) : std::move(v.j);
       (*target.ns)[attr] = std::move(value);
       check_value(*target.ns);  // "set ns.x = ns" doubles it
       return Flow::Normal;
