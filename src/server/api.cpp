@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "server/json_limits.h"
 #include "util/error.h"
 
 namespace ms::server {
@@ -54,10 +55,15 @@ double number(const json& body, const char* name, double dflt) {
 int64_t integer(const json& body, const char* name, int64_t dflt) {
   const json* v = field(body, name);
   if (!v) return dflt;
+  // Past int64's range the value saturates (2^63 must not wrap to a negative
+  // number); range checks then name the value as it was sent (v->dump()).
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    return std::numeric_limits<int64_t>::max();
   if (v->is_number_integer()) return v->get<int64_t>();
   if (v->is_number_float()) {  // 16.0 is accepted as 16, 16.5 is not
     const double d = v->get<double>();
     if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) return static_cast<int64_t>(d);
+    bad(name, "must be an integer (got " + v->dump() + ")");
   }
   bad(name, std::string("must be an integer, not ") + type_name(*v));
 }
@@ -155,8 +161,9 @@ bool valid_utf8(const std::string& s) {
 
 }  // namespace
 
-CompletionRequest parse_request(const std::string& text, bool chat) {
+CompletionRequest parse_request(const std::string& text, bool chat, const JsonLimits& limits) {
   if (!valid_utf8(text)) throw ApiError(400, "the request body is not valid UTF-8");
+  check_json_limits(text, limits);  // before anything recursive touches the body
   json body;
   try {
     body = json::parse(text);
@@ -191,9 +198,11 @@ CompletionRequest parse_request(const std::string& text, bool chat) {
   }
 
   // max_completion_tokens is the newer name; either may be given.
-  int64_t max_tokens = integer(body, "max_completion_tokens", integer(body, "max_tokens", -1));
-  if (max_tokens > std::numeric_limits<int>::max()) max_tokens = std::numeric_limits<int>::max();
-  if (max_tokens < std::numeric_limits<int>::min()) max_tokens = -2;
+  const char* max_name = field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  const int64_t max_tokens = integer(body, max_name, -1);
+  if (max_tokens < -1 || max_tokens > std::numeric_limits<int>::max())
+    bad(max_name, "must be -1 (until end of text) or a token count in 0.." +
+                      std::to_string(std::numeric_limits<int>::max()) + " (got " + field(body, max_name)->dump() + ")");
   r.gen.n_predict = static_cast<int>(max_tokens);
   // llama.cpp's extension, for benchmarks: keep going past end-of-text tokens.
   r.gen.stop_at_eog = !boolean(body, "ignore_eos", false);

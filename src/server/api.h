@@ -14,6 +14,7 @@
 
 #include "engine/generate.h"
 #include "engine/sampler.h"
+#include "server/json_limits.h"
 
 namespace ms::server {
 
@@ -54,6 +55,8 @@ struct CompletionRequest {
 // Parses and checks a request body. `chat` selects which endpoint's fields
 // are required. Throws ApiError (400) for malformed JSON, a wrong type, a value
 // out of range, n != 1, an empty message list or prompt.
-CompletionRequest parse_request(const std::string& body, bool chat);
+// The body's nesting depth and element count are checked first (JsonLimits:
+// 400 beyond them), so nothing recursive ever sees a hostile shape.
+CompletionRequest parse_request(const std::string& body, bool chat, const JsonLimits& limits = {});
 
 }  // namespace ms::server

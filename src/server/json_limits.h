@@ -1,0 +1,31 @@
+// Bounds on a request body's JSON shape, checked BEFORE it is parsed.
+//
+// nlohmann's parser is iterative, but copying, dumping and comparing a value
+// recurse once per nesting level, and so does a chat template walking it: a
+// 200 KB body nested 100,000 deep overflows the stack of whichever thread
+// touches it first. A cheap, non-recursive scan of the text refuses such a
+// body (and one with millions of tiny elements) with a 400 before anything
+// recursive can run.
+#pragma once
+#include <cstddef>
+#include <string_view>
+
+namespace ms::server {
+
+struct JsonLimits {
+  // Deepest nesting of arrays and objects. Real requests (messages, content
+  // parts, tool schemas) stay under ~20; 64 leaves room for deep schemas
+  // while every recursive walk stays far from the stack's end.
+  size_t max_depth = 64;
+  // Arrays, objects and separated elements (',' outside strings) in the whole
+  // body: a cap on the work and memory a body of --max-body bytes can ask for.
+  size_t max_items = 100000;
+};
+
+// Throws ApiError(400), naming the limit, the value found and the byte
+// offset, when `text` nests deeper or holds more items than `lim` allows.
+// Says nothing about whether the text is valid JSON (the parser does that):
+// valid JSON is tokenized here exactly as the parser tokenizes it.
+void check_json_limits(std::string_view text, const JsonLimits& lim = {});
+
+}  // namespace ms::server
