@@ -243,7 +243,7 @@ TEST(ExpertFfnAsync, ErrorsComeOutOfWaitAndLeaveYAlone) {
   }
   // Weights the CPU cannot run (an unsupported type): also from wait().
   ExpertFfnWeights odd = ex.w;
-  odd.down_type = DType::IQ2_XXS;
+  odd.down_type = DType::I16;  // a GGUF type with no CPU kernel
   ExpertFfnAsync async_odd({odd}, pool);
   std::vector<float> y = poisoned_y(n, k, 64);
   async_odd.begin(0, x.data(), n, {{0, {0}, {0}}}, y.data());
