@@ -36,13 +36,12 @@ grep -E "^\[  (PASSED|FAILED|SKIPPED) \]|tests? ran" "$OUT/test_cuda.log" | sort
 [ $TEST_RC -ne 0 ] && grep -E "Failure|got .* want|error" "$OUT/test_cuda.log" | head -40 | tee -a "$OUT/summary.txt"
 say "tests rc=$TEST_RC"
 [ "${SKIP_BENCH:-0}" = 1 ] && exit $TEST_RC
-# The kernels only (as tools/gpu_check.sh): the backend objects would need the engine libraries.
-KB=$BUILD/quant_bench_lib
-rm -rf "$KB" && mkdir -p "$KB"
-(cd "$KB" && ar x "$(find "$BUILD" -name libmoestream_cuda.a | head -1)" && rm -f ./*backend*.o && ar rcs libkernels.a ./*.o)
+# Linked against every library of the build (the archive of the CUDA code
+# also holds the backend, whose objects need the engine's libraries).
+mapfile -t LIBS < <(find "$BUILD" -maxdepth 1 -name "lib*.a" | sort)
 if timeout 240 "$NVCC" -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -I"$ROOT/src" bench/cuda/quant_types_bench.cu \
-    "$KB/libkernels.a" "$(find "$BUILD" -name libms_quant.a | head -1)" "$(find "$BUILD" -name libms_util.a | head -1)" \
-    -lcublas -o "$BUILD/quant_types_bench" > "$OUT/bench_build.log" 2>&1; then
+    -Xlinker --start-group "${LIBS[@]}" -Xlinker --end-group -lcublas -lpthread -o "$BUILD/quant_types_bench" \
+    > "$OUT/bench_build.log" 2>&1; then
   timeout 200 "$BUILD/quant_types_bench" > "$OUT/quant_types_bench.md" 2> "$OUT/bench.err"
   say "bench rc=$?"
   cat "$OUT/quant_types_bench.md"

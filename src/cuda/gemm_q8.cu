@@ -323,7 +323,7 @@ struct FmtSub32 {
       } else {
         sc[i] = __uint_as_float(r[32 + i]);
       }
-      mn[i] = __uint_as_float(r[40 + i]);
+      mn[i] = -__uint_as_float(r[40 + i]);  // the kernel subtracts mins (K formats' x = d*sc*q - dmin*m)
     }
   }
 };

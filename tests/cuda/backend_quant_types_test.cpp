@@ -1,0 +1,111 @@
+// The whole forward pass on the GPU against the CPU backend for each weight
+// type read through the sub-block decoders (Q4_1 ... IQ1_M): the tiny q8_0
+// qwen3moe model with every routed expert matrix re-quantized to that type
+// in memory (dequantize_row_ref, then the reference quantizer), logits of a
+// batched prompt (int8 GEMM path), a short prompt (matvec path) and decode
+// steps (fused MoE decode kernels).
+//
+// Tolerance as backend_forward_test.cpp: both backends quantize activations
+// to int8 (CPU per 32 or 256, GPU per 32), so logits differ by rounding:
+// max |gpu - cpu| <= 5% of the RMS of the CPU's logits; a wrong decoder
+// gives differences of the order of the logits themselves.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/backend/cuda_backend.h"
+#include "cuda_test_util.h"
+#include "engine/cpu_backend.h"
+#include "quant/quant.h"
+#include "tiny_models.h"
+
+namespace ms::cuda::test {
+namespace {
+
+constexpr double kRelTol = 0.05;
+
+double rel_diff(const std::vector<float>& got, const std::vector<float>& ref) {
+  EXPECT_EQ(got.size(), ref.size());
+  double max_abs = 0, ss = 0;
+  for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
+    const double e = std::fabs(static_cast<double>(got[i]) - ref[i]);
+    if (!(e <= max_abs)) max_abs = std::isnan(e) ? INFINITY : e;
+    ss += static_cast<double>(ref[i]) * ref[i];
+  }
+  const double rms = ref.empty() ? 0 : std::sqrt(ss / ref.size());
+  return rms > 0 ? max_abs / rms : max_abs;
+}
+
+// `src` with its routed experts re-quantized to t; owns the new matrices.
+struct RequantizedModel {
+  ModelWeights w;
+  std::vector<std::vector<uint8_t>> mats;
+};
+std::unique_ptr<RequantizedModel> requantize_experts(const ModelWeights& src, DType t) {
+  auto m = std::make_unique<RequantizedModel>();
+  m->w = src;
+  auto convert = [&](std::vector<const uint8_t*>& mats, DType& type, int64_t rows, int64_t cols) {
+    const DType from = type;
+    const int64_t rb_from = row_bytes(from, cols), rb_to = row_bytes(t, cols);
+    for (const uint8_t*& p : mats) {
+      std::vector<uint8_t> out(static_cast<size_t>(rb_to * rows));
+      const uint8_t* in = p;
+      pool().parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
+        std::vector<float> f(static_cast<size_t>(cols));
+        for (int64_t r = r0; r < r1; ++r) {
+          dequantize_row_ref(from, in + r * rb_from, f.data(), cols);
+          quantize_row_ref(t, f.data(), out.data() + r * rb_to, cols);
+        }
+      });
+      m->mats.push_back(std::move(out));
+      p = m->mats.back().data();
+    }
+    type = t;
+  };
+  for (LayerWeights& L : m->w.layers) {
+    ExpertWeights& e = L.experts;
+    if (e.n_expert == 0) continue;
+    convert(e.gate_, e.gate_type, e.n_ff, e.n_embd);
+    convert(e.up_, e.up_type, e.n_ff, e.n_embd);
+    convert(e.down_, e.down_type, e.n_embd, e.n_ff);
+  }
+  return m;
+}
+
+class CudaBackendQuantType : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CudaBackendQuantType, LogitsMatchCpu) {
+  MS_REQUIRE_GPU();
+  const std::string quant = GetParam();
+  const DType t = parse_type(quant);
+  const auto m = requantize_experts(tiny_model("qwen3moe", "q8_0").weights, t);
+  ASSERT_FALSE(m->w.layers.empty());
+  ASSERT_EQ(m->w.layers[0].experts.gate_type, t);
+  CpuBackend cpu(m->w, pool());
+  CudaBackend::Options o;
+  o.ctx = 128;
+  CudaBackend gpu(m->w, o);
+  KvCache kv_c = cpu.make_cache(128), kv_g = gpu.make_cache(128);
+  int step = 0;
+  for (int n : {40, 5, 1, 1}) {
+    const std::vector<int32_t> toks = some_tokens(n, m->w.cfg.n_vocab, 300 + step++);
+    std::vector<float> lc, lg;
+    cpu.forward(kv_c, toks, lc, true);
+    gpu.forward(kv_g, toks, lg, true);
+    const double rel = rel_diff(lg, lc);
+    std::printf("[ qwen3moe q8_0, experts %s ] batch %2d: max |gpu-cpu| / rms(cpu) = %.5f\n", quant.c_str(), n, rel);
+    EXPECT_LE(rel, kRelTol) << quant << " batch " << n;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaBackendQuantType,
+                         ::testing::Values("q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "tq1_0", "tq2_0", "iq4_nl",
+                                           "iq4_xs", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s",
+                                           "iq1_m"),
+                         [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
+
+}  // namespace
+}  // namespace ms::cuda::test
