@@ -1,17 +1,23 @@
-// `moestream inspect FILE.gguf [--vram 12G] [--ctx 4096] [--json] [--no-tensors] [--metadata]`:
-// what a GGUF holds (file, architecture, tokenizer, tensors), how its bytes
-// split between dense weights and routed experts, and what a VRAM budget
-// leaves for experts. The sums live in src/model (tested there); this file
-// only prints them.
+// `moestream inspect FILE.gguf [--vram 12G] [--ctx 4096] [--json] [--no-tensors] [--metadata] [--check]`:
+// what a GGUF holds (file, architecture, tokenizer, tensor types and their
+// bytes, tensors, MTP blocks), whether moestream can run it (and if not, the
+// tensor and reason), how its bytes split between dense weights and routed
+// experts, and what a VRAM budget leaves for experts. --check also scans every
+// weight for NaN/Inf (a corrupt download; model/weight_check.h). The sums
+// live in src/model (tested there); this file only prints them.
 #include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "format/gguf.h"
 #include "model/hparams.h"
 #include "model/tensor_roles.h"
+#include "model/weight_check.h"
+#include "model/weights.h"
 #include "util/bytes.h"
 #include "util/error.h"
 
@@ -21,8 +27,27 @@ namespace {
 struct InspectArgs {
   std::string path, vram;
   int64_t ctx = 4096;
-  bool json = false, no_tensors = false, metadata = false;
+  bool json = false, no_tensors = false, metadata = false, check = false;
 };
+
+// Whether the model binds for running: "" when it does, else the reason
+// (the binder names the tensor and its type or shape).
+std::string load_problem(const GgufFile& f) {
+  try {
+    (void)bind_weights(f);
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+// "3 (blk.3.*)" or "2 (blk.40.*, blk.41.*)"
+std::string mtp_layers_str(const ModelHParams& h) {
+  std::string s;
+  for (int64_t il = h.n_layer - h.n_layer_nextn; il < h.n_layer; ++il)
+    s += (s.empty() ? "" : ", ") + std::string("blk.") + std::to_string(il) + ".*";
+  return s;
+}
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "{";
@@ -70,30 +95,36 @@ TokenizerSummary read_tokenizer(const GgufFile& f) {
   return t;
 }
 
-// Layers with attention, as "all 48" or "12 of 48: 3, 7, 11, ...".
+// Layers of the main stack with attention, as "all 48" or "12 of 48: 3, 7,
+// 11, ..." (MTP blocks are not run by the forward pass: no KV cache there).
 std::string attention_layers_str(const ModelHParams& h) {
-  const int n = h.n_attention_layers();
-  if (n == h.n_layer) return "all " + std::to_string(n);
-  std::string s = std::to_string(n) + " of " + std::to_string(h.n_layer);
+  const int64_t trunk = h.n_layer - h.n_layer_nextn;
+  int n = 0;
+  for (int64_t il = 0; il < trunk && il < static_cast<int64_t>(h.layer_has_attention.size()); ++il)
+    n += h.layer_has_attention[static_cast<size_t>(il)] ? 1 : 0;
+  std::string s = n == trunk ? "all " + std::to_string(n) : std::to_string(n) + " of " + std::to_string(trunk);
   int shown = 0;
-  for (size_t il = 0; il < h.layer_has_attention.size(); ++il) {
-    if (!h.layer_has_attention[il]) continue;
+  for (int64_t il = 0; n != trunk && il < trunk && il < static_cast<int64_t>(h.layer_has_attention.size()); ++il) {
+    if (!h.layer_has_attention[static_cast<size_t>(il)]) continue;
     if (shown == 8) {
       s += ", ...";
       break;
     }
     s += (shown++ ? ", " : ": ") + std::to_string(il);
   }
+  if (h.n_layer_nextn > 0) s += " (MTP blocks not counted)";
   return s;
 }
 
 std::string kv_formula(const ModelHParams& h, int64_t ctx) {
-  int64_t kv_heads = 0;  // summed over the layers with attention (counts may differ per layer)
-  for (size_t il = 0; il < h.n_head_kv_layer.size(); ++il)
-    if (h.layer_has_attention[il]) kv_heads += h.n_head_kv_layer[il];
-  return std::to_string(ctx) + " tokens x " + std::to_string(kv_heads) + " KV heads (over " +
-         std::to_string(h.n_attention_layers()) + " attention layers) x (" + std::to_string(h.head_dim) + " + " +
-         std::to_string(h.head_dim_v) + ") dims x 2 B (F16 K and V)";
+  int64_t kv_heads = 0;  // summed over the main stack's layers with attention (counts may differ per layer)
+  int n_attn = 0;
+  const size_t trunk = static_cast<size_t>(std::max<int64_t>(h.n_layer - h.n_layer_nextn, 0));
+  for (size_t il = 0; il < h.n_head_kv_layer.size() && il < trunk; ++il)
+    if (h.layer_has_attention[il]) kv_heads += h.n_head_kv_layer[il], ++n_attn;
+  return std::to_string(ctx) + " tokens x " + std::to_string(kv_heads) + " KV heads (over " + std::to_string(n_attn) +
+         " attention layers) x (" + std::to_string(h.head_dim) + " + " + std::to_string(h.head_dim_v) +
+         ") dims x 2 B (F16 K and V)";
 }
 
 std::string reserve_formula(const ModelHParams& h) {
@@ -104,7 +135,8 @@ std::string reserve_formula(const ModelHParams& h) {
 // ---------------------------------------------------------------- text
 
 void print_text(const InspectArgs& a, const GgufFile& f, const ModelHParams& h, const TokenizerSummary& tok,
-                const WeightSplit& split, const VramPlan& plan, bool with_budget) {
+                const std::vector<TypeBytes>& types, const std::string& load_err, const WeightSplit& split,
+                const VramPlan& plan, bool with_budget) {
   std::printf("file:          %s\n", f.path().c_str());
   std::printf("size:          %s\n", bytes_both(f.file_size()).c_str());
   std::printf("gguf:          version %u, alignment %" PRIu64 ", %zu tensors, %zu metadata keys, data at byte %" PRIu64 "\n",
@@ -124,7 +156,10 @@ void print_text(const InspectArgs& a, const GgufFile& f, const ModelHParams& h, 
     std::printf("  dense FFN width %" PRId64 " (no routed experts)\n", h.n_ff);
   std::printf("  rope base %s, rms eps %s, vocab %" PRId64 "\n", num(h.rope_freq_base).c_str(), num(h.rms_eps).c_str(), h.n_vocab);
   if (h.n_layer_nextn > 0)
-    std::printf("  MTP blocks %" PRId64 " (the last layers; loaded for drafting, not run by the forward pass)\n", h.n_layer_nextn);
+    std::printf("  MTP (multi-token prediction): %" PRId64 " block%s, %s with nextn.* tensors; loaded for drafting, "
+                "not run by the forward pass (block_count %" PRId64 " includes %s)\n",
+                h.n_layer_nextn, h.n_layer_nextn > 1 ? "s" : "", mtp_layers_str(h).c_str(), h.n_layer,
+                h.n_layer_nextn > 1 ? "them" : "it");
   std::printf("  attention layers (KV cache): %s\n", attention_layers_str(h).c_str());
   for (const std::string& p : h.problems) std::printf("  warning: %s\n", p.c_str());
 
@@ -144,6 +179,15 @@ void print_text(const InspectArgs& a, const GgufFile& f, const ModelHParams& h, 
                   v.type == GgufType::ARRAY ? ("[" + std::string(gguf_type_name(v.elem_type)) + "]").c_str() : gguf_type_name(v.type),
                   v.to_display().c_str());
   }
+
+  std::printf("\ntypes:\n  %-8s  %7s  %12s  %6s  %s\n", "type", "tensors", "bytes", "share", "");
+  for (const TypeBytes& t : types)
+    std::printf("  %-8s  %7d  %12s  %5.1f%%  %s\n", type_name(t.type), t.n_tensors, format_bytes(t.bytes).c_str(),
+                f.file_size() ? 100.0 * static_cast<double>(t.bytes) / static_cast<double>(f.file_size()) : 0.0,
+                t.computable ? "" : "moestream cannot compute with this type");
+  std::printf("runs:          %s\n", load_err.empty() ? "yes (every tensor the architecture needs is present, "
+                                                          "with the expected shape and a type moestream computes)"
+                                                        : ("no: " + load_err).c_str());
 
   if (!a.no_tensors) {
     size_t w = 4;
@@ -169,9 +213,9 @@ void print_text(const InspectArgs& a, const GgufFile& f, const ModelHParams& h, 
   std::printf("\nVRAM at --ctx %" PRId64 ":\n", a.ctx);
   std::printf("  dense weights  %12s\n", format_bytes(plan.dense_bytes).c_str());
   std::printf("  KV cache       %12s  = %s\n", format_bytes(plan.kv_bytes).c_str(), kv_formula(h, a.ctx).c_str());
-  if (h.n_attention_layers() < h.n_layer)
-    std::printf("                               (the %" PRId64 " layers without attention keep a recurrent state instead: %s, included)\n",
-                h.n_layer - h.n_attention_layers(), format_bytes(h.recurrent_state_bytes()).c_str());
+  if (const auto n_rec = std::count(h.layer_is_recurrent.begin(), h.layer_is_recurrent.end(), true); n_rec > 0)
+    std::printf("                               (the %lld layers without attention keep a recurrent state instead: %s, included)\n",
+                static_cast<long long>(n_rec), format_bytes(h.recurrent_state_bytes()).c_str());
   std::printf("  reserve        %12s  = %s\n", format_bytes(plan.reserve_bytes).c_str(), reserve_formula(h).c_str());
   std::printf("  minimum        %12s  (dense + KV + reserve: experts all outside VRAM)\n", format_bytes(plan.minimum_bytes).c_str());
   std::printf("  everything     %12s  (minimum + every routed expert)\n", format_bytes(plan.everything_bytes).c_str());
@@ -194,7 +238,8 @@ void print_text(const InspectArgs& a, const GgufFile& f, const ModelHParams& h, 
 // ---------------------------------------------------------------- json
 
 nlohmann::json to_json(const InspectArgs& a, const GgufFile& f, const ModelHParams& h, const TokenizerSummary& tok,
-                       const WeightSplit& split, const VramPlan& plan, bool with_budget) {
+                       const std::vector<TypeBytes>& types, const std::string& load_err, const WeightSplit& split,
+                       const VramPlan& plan, bool with_budget) {
   using nlohmann::json;
   json j;
   j["file"] = {{"path", f.path()}, {"size", f.file_size()}, {"version", f.version()},
@@ -212,7 +257,17 @@ nlohmann::json to_json(const InspectArgs& a, const GgufFile& f, const ModelHPara
   for (size_t il = 0; il < h.layer_has_attention.size(); ++il)
     if (h.layer_has_attention[il]) attn.push_back(il);
   hp["attention_layers"] = attn;
+  hp["n_layer_nextn"] = h.n_layer_nextn;
+  json mtp = json::array();
+  for (int64_t il = h.n_layer - h.n_layer_nextn; il < h.n_layer; ++il) mtp.push_back(il);
+  hp["mtp_layers"] = mtp;
   j["hparams"] = hp;
+  json ty = json::array();
+  for (const TypeBytes& t : types)
+    ty.push_back({{"type", type_name(t.type)}, {"n_tensors", t.n_tensors}, {"bytes", t.bytes}, {"computable", t.computable}});
+  j["types"] = ty;
+  j["runs"] = load_err.empty();
+  if (!load_err.empty()) j["load_error"] = load_err;
   j["tokenizer"] = {{"model", tok.model}, {"pre", tok.pre}, {"n_tokens", tok.n_tokens}, {"bos_id", tok.bos},
                     {"bos", tok.bos_text}, {"eos_id", tok.eos}, {"eos", tok.eos_text},
                     {"chat_template", tok.chat_template}};
@@ -268,6 +323,9 @@ RegisterCommand reg("inspect", [](CLI::App& app) {
   sub->add_flag("--json", a->json, "print one JSON object instead of text");
   sub->add_flag("--no-tensors", a->no_tensors, "leave out the tensor table");
   sub->add_flag("--metadata", a->metadata, "also list every metadata key and value");
+  sub->add_flag("--check", a->check,
+                "also scan every weight for NaN/Inf (float values, every quant block's scales; reads the whole "
+                "file, progress on stderr); exit status 1 if one is found");
   return [a]() -> int {
     if (a->ctx <= 0) throw Error("--ctx must be a positive number of tokens, got " + std::to_string(a->ctx));
     const auto f = GgufFile::open(a->path);
@@ -276,15 +334,52 @@ RegisterCommand reg("inspect", [](CLI::App& app) {
     const WeightSplit split = split_weights(*f);
     const bool with_budget = !a->vram.empty();
     const VramPlan plan = with_budget ? plan_vram(split, h, parse_bytes(a->vram), a->ctx) : vram_needs(split, h, a->ctx);
-    if (a->json) {
-      // Replace invalid UTF-8 (some vocabularies hold raw bytes) rather than fail.
-      std::printf("%s\n", to_json(*a, *f, h, tok, split, plan, with_budget)
-                              .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
-                              .c_str());
-    } else {
-      print_text(*a, *f, h, tok, split, plan, with_budget);
+    const std::vector<TypeBytes> types = bytes_by_type(*f);
+    const std::string load_err = load_problem(*f);
+    std::optional<WeightCheck> check;
+    double check_s = 0;
+    if (a->check) {
+      const auto t0 = std::chrono::steady_clock::now();
+      check = check_weights(*f, [&](uint64_t done, uint64_t total) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::fprintf(stderr, "\rcheck: %s of %s (%.0f%%), %.1f s", format_bytes(done).c_str(), format_bytes(total).c_str(),
+                     total ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0, s);
+        if (done == total) std::fprintf(stderr, "\n");
+      });
+      check_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
-    return 0;
+    if (a->json) {
+      nlohmann::json j = to_json(*a, *f, h, tok, types, load_err, split, plan, with_budget);
+      if (check) {
+        nlohmann::json bad = nlohmann::json::array();
+        for (const BadValue& b : check->bad)
+          bad.push_back({{"tensor", b.tensor}, {"type", type_name(b.type)}, {"block", b.block}, {"field", b.field},
+                         {"value", b.nan ? "nan" : "inf"}});
+        j["check"] = {{"ok", check->bad.empty()}, {"bytes_scanned", check->bytes_scanned},
+                      {"tensors_scanned", check->tensors_scanned}, {"skipped", check->skipped}, {"bad", bad},
+                      {"seconds", check_s}};
+      }
+      // Replace invalid UTF-8 (some vocabularies hold raw bytes) rather than fail.
+      std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    } else {
+      print_text(*a, *f, h, tok, types, load_err, split, plan, with_budget);
+      if (check) {
+        std::printf("\ncheck:         %d tensors, %s scanned in %.1f s", check->tensors_scanned,
+                    format_bytes(check->bytes_scanned).c_str(), check_s);
+        if (!check->skipped.empty()) std::printf(" (%zu integer tensors have no floats to check)", check->skipped.size());
+        std::printf("\n");
+        if (check->bad.empty()) {
+          std::printf("  every float value and every block's scales are finite\n");
+        } else {
+          std::printf("  CORRUPT: %zu tensor%s NaN/Inf; the first: %s\n", check->bad.size(),
+                      check->bad.size() > 1 ? "s hold" : " holds", check->bad[0].describe().c_str());
+          for (size_t k = 1; k < check->bad.size() && k < 10; ++k) std::printf("  also %s\n", check->bad[k].describe().c_str());
+          if (check->bad.size() > 10) std::printf("  ... and %zu more\n", check->bad.size() - 10);
+          std::printf("  the file is damaged (re-download it; compare its checksum)\n");
+        }
+      }
+    }
+    return check && !check->bad.empty() ? 1 : 0;
   };
 });
 
