@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <thread>
 
 #include "engine/cpu_backend.h"
+#include "experts/cost_model.h"
 #include "experts/policy.h"
 #include "experts/profile.h"
 #include "util/bytes.h"
@@ -121,10 +123,51 @@ std::vector<std::string> parse_vram_list(const std::string& text) {
   return items;
 }
 
+void check_vram_options(const VramSetup& v) {
+  bool full = false;
+  parse_vram(v.budget, &full);
+  const std::vector<std::string> names = policy_names();
+  if (v.policy != "default" && std::find(names.begin(), names.end(), v.policy) == names.end()) {
+    std::string list = "default";
+    for (const std::string& n : names) list += ", " + n;
+    throw Error("--policy " + v.policy + ": unknown expert cache policy (one of: " + list + ")");
+  }
+  if (!v.cost.empty()) {
+    CostModel probe;
+    try {
+      probe.apply_overrides(v.cost);
+    } catch (const Error& e) {
+      throw Error("--cost " + v.cost + ": " + e.what());
+    }
+  }
+}
+
+int max_threads() {
+  return kMaxThreadsPerCore * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+void check_threads_flag(int threads) {
+  if (threads < 0) throw Error("--threads must be >= 0 (0: all cores), got " + std::to_string(threads));
+  if (threads > max_threads())
+    throw Error("--threads " + std::to_string(threads) + ": at most " + std::to_string(max_threads()) + " (" +
+                std::to_string(kMaxThreadsPerCore) + " per hardware thread; 0: all cores)");
+}
+
 void check_size_flags(int64_t ctx, int threads, int batch) {
   if (ctx < 0) throw Error("--ctx must be >= 0 (0: the model's context, at most 4096), got " + std::to_string(ctx));
-  if (threads < 0) throw Error("--threads must be >= 0 (0: all cores), got " + std::to_string(threads));
+  if (ctx > kMaxCtx)
+    throw Error("--ctx " + std::to_string(ctx) + ": at most " + std::to_string(kMaxCtx) + " tokens");
+  check_threads_flag(threads);
   if (batch < 1) throw Error("--batch must be >= 1 prompt token per forward pass, got " + std::to_string(batch));
+  if (batch > kMaxBatch)
+    throw Error("--batch " + std::to_string(batch) + ": at most " + std::to_string(kMaxBatch) +
+                " prompt tokens per forward pass (longer prompts run in several)");
+}
+
+void report_thread_shortfall(const ThreadPool& pool, bool quiet) {
+  if (quiet || pool.size() == pool.requested()) return;
+  std::fprintf(stderr, "moestream: started %d of %d threads (%s); running on %d\n", pool.size(), pool.requested(),
+               pool.start_error().c_str(), pool.size());
 }
 
 std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights& w, ThreadPool& pool) {
@@ -140,6 +183,7 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
 #ifdef MOESTREAM_HAVE_CUDA
   std::string why;
   if (cuda::device_count(&why) == 0) {
+    if (s.requested == "cuda") throw Error("--backend cuda: no usable CUDA device (" + why + "); use --backend cpu");
     if (!s.quiet) std::fprintf(stderr, "moestream: no usable CUDA device (%s); running on the CPU\n", why.c_str());
     return make_cpu(s, w, pool);
   }
@@ -189,8 +233,10 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
     return make_cpu(s, w, pool);
   }
 #else
-  if (s.requested == "cuda" && !s.quiet)
-    std::fprintf(stderr, "moestream: this build has no CUDA backend; running on the CPU\n");
+  (void)vram;  // checked above: a typo in --vram is an error on every build
+  if (s.requested == "cuda")
+    throw Error("--backend cuda: this build has no CUDA backend (built without nvcc or with -DMOESTREAM_CUDA=OFF); "
+                "use --backend cpu");
   return make_cpu(s, w, pool);
 #endif
 }

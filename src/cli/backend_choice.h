@@ -1,8 +1,10 @@
 // `--backend cpu|cuda` for the commands that run a model: picks the forward
 // pass and builds it. The default (empty name) is cuda when this build has
-// the CUDA backend and a device is found, else cpu. Where cuda was asked for
-// (or defaulted to) but cannot be used, the CPU runs it and one line on
-// stderr says why. `--kv-type f16|f32` picks the KV cache's element type
+// the CUDA backend and a device is found, else cpu (with a one-line notice
+// on stderr saying why). `--backend cuda` asked for explicitly and not
+// usable (no CUDA in this build, no usable device, the model does not fit)
+// is an error naming why: a user who asked for the GPU must not get a
+// silent CPU run. `--kv-type f16|f32` picks the KV cache's element type
 // (both backends; the CUDA backend sizes its device cache for it).
 #pragma once
 #include <cstdint>
@@ -55,10 +57,31 @@ uint64_t parse_vram(const std::string& text, bool* full);
 // names the bad item); one item (or "") gives a list of one.
 std::vector<std::string> parse_vram_list(const std::string& text);
 
+// --vram, --policy and --cost checked before a model is opened, on either
+// backend (a typo used to be taken silently by the CPU backend, which
+// ignores them). Throws ms::Error naming the flag and what it accepts.
+void check_vram_options(const VramSetup& v);
+
+// Upper bounds of the size flags: more threads than this many per core only
+// cost (and 100000 used to exhaust the machine's processes); a batch or a
+// context this large is a typo that would allocate without bound.
+constexpr int kMaxThreadsPerCore = 4;
+constexpr int kMaxBatch = 16384;
+constexpr int64_t kMaxCtx = int64_t{1} << 20;
+// The most -t accepts on this machine: kMaxThreadsPerCore x the hardware threads.
+int max_threads();
+
 // The size flags `run` and `serve` share, checked the same way (a negative
-// value used to be taken silently): --ctx >= 0 (0: the model's), -t >= 0
-// (0: all cores), -b >= 1. Throws ms::Error naming the flag.
+// value used to be taken silently): 0 <= --ctx <= kMaxCtx (0: the model's),
+// 0 <= -t <= max_threads() (0: all cores), 1 <= -b <= kMaxBatch. Throws
+// ms::Error naming the flag and the bound.
 void check_size_flags(int64_t ctx, int threads, int batch);
+// -t alone (commands without --ctx/-b).
+void check_threads_flag(int threads);
+
+// Tells on stderr (unless quiet) when the pool got fewer threads than -t
+// asked for (the OS refused some).
+void report_thread_shortfall(const ThreadPool& pool, bool quiet);
 
 std::unique_ptr<Backend> make_backend(const BackendSetup& setup, const ModelWeights& w, ThreadPool& pool);
 

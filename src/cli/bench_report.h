@@ -15,6 +15,7 @@ namespace ms::cli {
 
 struct BenchArgs {
   std::string model, backend, output;
+  bool model_given = false;   // -m appeared (so `-m ""` is an error, not the tiny model)
   std::string svg;            // --svg FILE: tokens/s against the budget(s)
   std::string record_routes;  // after the timed runs: one prompt + decode run recorded as a routing trace
   int n_prompt = 512, n_gen = 128, reps = 3, threads = 0, batch = 0;

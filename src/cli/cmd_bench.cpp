@@ -19,6 +19,7 @@
 // (experts/floor.h: what streaming and CPU experts cost at best).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <random>
 #include <cstdio>
 #include <fstream>
@@ -29,6 +30,7 @@
 #include "cli/backend_choice.h"
 #include "cli/bench_report.h"
 #include "cli/commands.h"
+#include "cli/model_path.h"
 #include "cpu/bandwidth.h"
 #include "cpu/thread_pool.h"
 #include "engine/loaded_model.h"
@@ -110,7 +112,7 @@ BudgetRun measure(const BenchArgs& a, const std::string& vram, bool sweep, const
   BackendSetup bs;
   bs.requested = a.backend;
   bs.ctx = ctx;
-  bs.max_batch = a.batch > 0 ? a.batch : std::max(a.n_prompt, 1);
+  bs.max_batch = a.batch > 0 ? a.batch : std::clamp(a.n_prompt, 1, kMaxBatch);
   bs.kv_type = a.kv_type;
   bs.vram = a.vram;
   bs.vram.budget = vram;
@@ -190,16 +192,29 @@ void write_file(const std::string& path, const std::string& text, const char* wh
   if (!f) throw Error(path + ": cannot write the " + what);
 }
 
-int run(const BenchArgs& a) {
-  std::string path = a.model;
-  if (path.empty()) {
-    bool generated = false;
-    path = default_model_path(&generated);
-    std::fprintf(stderr, "moestream: %s the built-in tiny model (random weights) at %s\n",
-                 generated ? "generated" : "using", path.c_str());
-  }
-  if (a.n_prompt < 0 || a.n_gen < 0 || a.reps < 1) throw Error("bench: -p and -n must be >= 0 and -r >= 1");
+// The flags' bounds, checked before the model is opened; each error names its flag.
+void check_bench_flags(const BenchArgs& a) {
+  if (a.n_prompt < 0 || a.n_prompt > kMaxCtx)
+    throw Error("-p " + std::to_string(a.n_prompt) + ": prompt tokens must be in 0.." + std::to_string(kMaxCtx));
+  if (a.n_gen < 0 || a.n_gen > kMaxCtx)
+    throw Error("-n " + std::to_string(a.n_gen) + ": generated tokens must be in 0.." + std::to_string(kMaxCtx));
   if (a.n_prompt == 0 && a.n_gen == 0) throw Error("bench: nothing to measure (-p 0 -n 0)");
+  if (a.reps < 1 || a.reps > 1000) throw Error("-r " + std::to_string(a.reps) + ": repetitions must be in 1..1000");
+  if (a.batch < 0 || a.batch > kMaxBatch)
+    throw Error("-b " + std::to_string(a.batch) + ": must be in 0.." + std::to_string(kMaxBatch) + " (0: the whole prompt)");
+  if (!(a.bandwidth_gbs >= 0) || !std::isfinite(a.bandwidth_gbs))
+    throw Error("--bandwidth must be a number of GB/s >= 0 (0: measured)");
+  check_threads_flag(a.threads);
+  for (const std::string& b : parse_vram_list(a.vram.budget)) {
+    VramSetup one = a.vram;
+    one.budget = b;
+    check_vram_options(one);
+  }
+}
+
+int run(const BenchArgs& a) {
+  check_bench_flags(a);
+  const std::string path = model_path_or_default(a.model, a.model_given, false);
   const std::vector<std::string> budgets = parse_vram_list(a.vram.budget);
   const bool sweep = budgets.size() > 1;
   if (sweep && a.backend == "cpu")
@@ -212,6 +227,7 @@ int run(const BenchArgs& a) {
   auto model = LoadedModel::open(path);
   const ModelInfo mi = model_info(path, *model);
   ThreadPool pool(a.threads);
+  report_thread_shortfall(pool, false);
   std::vector<BudgetRun> runs;
   for (size_t i = 0; i < budgets.size(); ++i) {
     if (sweep) std::fprintf(stderr, "moestream: bench --vram %s (%zu of %zu)\n", budgets[i].c_str(), i + 1, budgets.size());
@@ -232,13 +248,14 @@ int run(const BenchArgs& a) {
 RegisterCommand reg("bench", [](CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   auto* sub = app.add_subcommand("bench", "Measure prompt (pp) and generation (tg) tokens/s, llama-bench style");
-  sub->add_option("-m,--model", a->model, "GGUF model file (default: the built-in tiny model)");
+  sub->add_option("-m,--model", a->model, "GGUF model file (default: the built-in tiny model)")
+      ->each([a](const std::string&) { a->model_given = true; });
   sub->add_option("-p,--n-prompt", a->n_prompt, "prompt tokens of the pp test (0: skip)")->capture_default_str();
   sub->add_option("-n,--n-gen", a->n_gen, "generated tokens of the tg test (0: skip)")->capture_default_str();
   sub->add_option("-r,--repetitions", a->reps, "repetitions of each test")->capture_default_str();
   sub->add_option("--backend", a->backend, backend_help())->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("-t,--threads", a->threads, "CPU threads (0: all cores)");
-  sub->add_option("-b,--batch", a->batch, "prompt tokens per forward batch (0: the whole prompt)");
+  sub->add_option("-b,--batch", a->batch, "prompt tokens per forward batch (0: the whole prompt, at most " + std::to_string(kMaxBatch) + ")");
   sub->add_option("--bandwidth", a->bandwidth_gbs, "memory bandwidth in GB/s for the floor (default: measured)");
   sub->add_flag("--json", a->json, "print JSON instead of the markdown table");
   sub->add_option("-o,--output", a->output, "also write the output to this file");

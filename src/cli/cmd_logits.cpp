@@ -31,6 +31,7 @@
 
 #include "cli/backend_choice.h"
 #include "cli/commands.h"
+#include "cli/model_path.h"
 #include "cpu/thread_pool.h"
 #include "engine/backend.h"
 #include "engine/loaded_model.h"
@@ -213,6 +214,11 @@ RegisterCommand reg("logits", [](CLI::App& app) {
   add_vram_options(*sub, &a->vram, false);
   return [a]() -> int {
     if (a->tokens.empty() && a->prompt.empty()) throw Error("give the prompt with --tokens 1,2,3 or -p TEXT");
+    if (a->greedy > kMaxCtx)
+      throw Error("--greedy " + std::to_string(a->greedy) + ": at most " + std::to_string(kMaxCtx) + " tokens");
+    check_threads_flag(a->threads);
+    check_vram_options(a->vram);
+    require_regular_file(a->model, "-m");
     auto model = LoadedModel::open(a->model);
     const ModelConfig& c = model->weights.cfg;
     const Tokenizer& tok = *model->tokenizer;
@@ -223,7 +229,10 @@ RegisterCommand reg("logits", [](CLI::App& app) {
       return 0;
     }
     if (prompt.empty()) throw Error("the prompt is empty after tokenization");
+    if (static_cast<int64_t>(prompt.size()) > kMaxCtx)
+      throw Error("the prompt has " + std::to_string(prompt.size()) + " tokens; at most " + std::to_string(kMaxCtx));
     ThreadPool pool(a->threads);
+    report_thread_shortfall(pool, false);
     const int64_t n = static_cast<int64_t>(prompt.size());
     BackendSetup bs;
     bs.requested = a->backend;

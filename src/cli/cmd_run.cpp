@@ -1,8 +1,10 @@
-// `moestream run`: generate text from a prompt on the CPU, streaming it as it
-// is made, and end with a summary (prompt and decode tokens/s, peak RSS).
+// `moestream run`: generate text from a prompt, streaming it as it is made,
+// and end with a summary (prompt and decode tokens/s, peak RSS). The backend
+// is CUDA where a device is found, else the CPU (--backend picks).
 // Without -m it runs the built-in tiny model (random weights), so the first
 // command of the README works on a fresh machine.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,7 +15,9 @@
 #include <vector>
 
 #include "cli/backend_choice.h"
+#include "cli/chat_prompt.h"
 #include "cli/commands.h"
+#include "cli/model_path.h"
 #include "cpu/bandwidth.h"
 #include "cpu/thread_pool.h"
 #include "engine/cpu_backend.h"
@@ -21,7 +25,6 @@
 #include "engine/loaded_model.h"
 #include "engine/route_recorder.h"
 #include "engine/sampler.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/stream_decoder.h"
 #include "util/bytes.h"
 #include "util/error.h"
@@ -47,6 +50,8 @@ struct RunArgs {
   bool bench = false;
   bool no_mmap = false;
   int reps = 3;
+  bool model_given = false;  // -m appeared (so `-m ""` is an error, not the tiny model)
+  std::string chat_template;  // --chat-template: a built-in format instead of the file's
   KvType kv_type = KvType::F16;
   SamplerParams sp;
 };
@@ -87,6 +92,50 @@ void print_routing_stats(const CpuBackend& be) {
   std::fprintf(stderr, "routing: mean zipf-fit exponent %.2f\n", slope_sum / c.n_layer);
 }
 
+// "12.34 tok/s", or "n/a" where nothing was timed (-n 0, or one token: the
+// first comes out of the prompt pass, so decode has none to count).
+std::string rate_text(int tokens, double seconds) {
+  if (tokens <= 0 || !(seconds > 0)) return "n/a";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.2f tok/s", tokens / seconds);
+  return buf;
+}
+
+// The largest -n, --prompt-tokens and --reps taken: beyond them a run only
+// allocates (the context grows to fit -n) or never ends.
+constexpr int kMaxReps = 1000;
+
+// Checks the run's own numbers (the sampling and size flags are checked as
+// the server checks them). Throws ms::Error naming the flag.
+void check_run_flags(const RunArgs& r) {
+  r.sp.validate();
+  GenerateParams{.n_predict = r.n_predict}.validate();
+  if (r.n_predict > kMaxCtx)
+    throw Error("-n " + std::to_string(r.n_predict) + ": at most " + std::to_string(kMaxCtx) + " tokens");
+  check_size_flags(r.ctx, r.threads, r.batch);
+  if (r.prompt_tokens < 0 || r.prompt_tokens > kMaxCtx)
+    throw Error("--prompt-tokens " + std::to_string(r.prompt_tokens) + ": must be in 0.." + std::to_string(kMaxCtx) +
+                " (0: the -p text)");
+  if (r.reps < 1 || r.reps > kMaxReps)
+    throw Error("--reps " + std::to_string(r.reps) + ": must be in 1.." + std::to_string(kMaxReps));
+  if (r.sp.repeat_last_n > kMaxCtx)
+    throw Error("--repeat-last-n " + std::to_string(r.sp.repeat_last_n) + ": at most " + std::to_string(kMaxCtx));
+  check_vram_options(r.vram);
+}
+
+// The KV cache of `ctx` tokens must fit this machine's RAM: a context grown
+// from a huge -n or --ctx would otherwise be allocated (and zeroed) until the
+// kernel kills the process. (Recurrent layers keep no K/V: an upper bound.)
+void check_kv_fits(const ModelConfig& c, int64_t ctx, KvType type) {
+  const double elem = type == KvType::F32 ? 4 : 2;
+  const double bytes = 2.0 * c.n_layer * c.n_head_kv * c.head_dim * static_cast<double>(ctx) * elem;
+  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (ram > 0 && bytes > ram)
+    throw Error("the KV cache for " + std::to_string(ctx) + " tokens would take " +
+                format_bytes(static_cast<uint64_t>(bytes)) + ", more than this machine's RAM (" +
+                format_bytes(static_cast<uint64_t>(ram)) + "); use a smaller --ctx or -n");
+}
+
 std::vector<int32_t> synthetic_prompt(int n, int32_t n_vocab) {
   // A fixed pseudo-random prompt: the same ids for every run and model size.
   std::vector<int32_t> ids;
@@ -106,6 +155,7 @@ int run_bench(const RunArgs& r, const std::string& path) {
   auto model = LoadedModel::open(path, r.no_mmap);
   const ModelWeights& w = model->weights;
   ThreadPool pool(r.threads);
+  report_thread_shortfall(pool, r.quiet);
   CpuBackend::Options bo;
   bo.max_batch = std::max(1, r.batch);
   CpuBackend be(w, pool, bo);
@@ -154,17 +204,24 @@ int run_bench(const RunArgs& r, const std::string& path) {
 }
 
 RegisterCommand reg("run", [](CLI::App& app) {
-  auto* sub = app.add_subcommand("run", "Generate text from a prompt on the CPU (no -m: the built-in tiny model)");
+  auto* sub = app.add_subcommand(
+      "run", "Generate text from a prompt, on the GPU where one is found, else the CPU (no -m: the built-in tiny model)");
   auto a = std::make_shared<RunArgs>();
   a->sp.seed = 1;
-  sub->add_option("-m,--model", a->model, "GGUF model file (default: the built-in tiny model)");
+  sub->add_option("-m,--model", a->model, "GGUF model file (default: the built-in tiny model)")
+      ->each([a](const std::string&) { a->model_given = true; });
   sub->add_option("-p,--prompt", a->prompt, "prompt text")->capture_default_str();
   sub->add_option("-n,--n-predict", a->n_predict, "tokens to generate (-1: until end of text)")->capture_default_str();
-  sub->add_flag("--chat", a->chat, "wrap the prompt in the model's chat template (one user turn)");
-  sub->add_option("-t,--threads", a->threads, "CPU threads (0: all cores)");
+  sub->add_flag("--chat", a->chat,
+                "wrap the prompt in the model's chat template (one user turn), as `serve` renders it");
+  sub->add_option("--chat-template", a->chat_template,
+                  "with --chat: a built-in chat format instead of the model's Jinja template (chatml, llama3, ...)");
+  sub->add_option("-t,--threads", a->threads,
+                  "CPU threads (0: all cores; at most " + std::to_string(kMaxThreadsPerCore) + " per core)");
   sub->add_option("--backend", a->backend, backend_help())->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("-c,--ctx", a->ctx, "context size in tokens (0: the model's, at most 4096)");
-  sub->add_option("-b,--batch", a->batch, "prompt tokens per forward batch")->capture_default_str();
+  sub->add_option("-b,--batch", a->batch, "prompt tokens per forward batch (1.." + std::to_string(kMaxBatch) + ")")
+      ->capture_default_str();
   sub->add_option("--prompt-tokens", a->prompt_tokens, "benchmark: use a synthetic prompt of exactly N tokens");
   sub->add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-text tokens (benchmarks)");
   sub->add_flag("--routing-stats", a->routing_stats, "print per-layer expert popularity at the end");
@@ -174,8 +231,8 @@ RegisterCommand reg("run", [](CLI::App& app) {
                 "with --record-routes: also store router L+1's top-k on layer L's state (next-layer prediction)");
   sub->add_flag("-q,--quiet", a->quiet, "print only the generated text");
   sub->add_flag("--bench", a->bench,
-                "benchmark: pp (--prompt-tokens, default 128) and tg (-n, default 64) tok/s beside the "
-                "bandwidth floor, as a markdown table");
+                "benchmark on the CPU backend: pp (--prompt-tokens, default 128) and tg (-n, default 64) tok/s "
+                "beside the bandwidth floor, as a markdown table (`moestream bench` measures either backend)");
   sub->add_flag("--no-mmap", a->no_mmap,
                 "copy the weights into RAM (huge pages where available) instead of reading the file mapping");
   sub->add_option("--reps", a->reps, "benchmark repetitions")->capture_default_str();
@@ -190,22 +247,15 @@ RegisterCommand reg("run", [](CLI::App& app) {
   sub->add_option("--seed", a->sp.seed, "sampling seed")->capture_default_str();
   return [a]() -> int {
     RunArgs& r = *a;
-    // The same checks the server applies to a request's values.
-    r.sp.validate();
-    GenerateParams{.n_predict = r.n_predict}.validate();
-    check_size_flags(r.ctx, r.threads, r.batch);
-    std::string path = r.model;
-    if (path.empty()) {
-      bool generated = false;
-      path = default_model_path(&generated);
-      if (!r.quiet)
-        std::fprintf(stderr, "moestream: %s the built-in tiny model (random weights) at %s; pass -m FILE for a real one\n",
-                     generated ? "generated" : "using", path.c_str());
-    }
+    // The same checks the server applies to a request's values, and bounds.
+    check_run_flags(r);
+    if (!r.chat_template.empty() && !r.chat) throw Error("--chat-template applies with --chat");
+    const std::string path = model_path_or_default(r.model, r.model_given, r.quiet);
     if (r.bench) return run_bench(r, path);
     auto model = LoadedModel::open(path, r.no_mmap);
     const ModelConfig& c = model->weights.cfg;
     ThreadPool pool(r.threads);
+    report_thread_shortfall(pool, r.quiet);
     const Tokenizer& tok = *model->tokenizer;
 
     std::vector<int32_t> prompt;
@@ -213,7 +263,7 @@ RegisterCommand reg("run", [](CLI::App& app) {
       prompt = synthetic_prompt(r.prompt_tokens, tok.n_tokens());
     } else {
       std::string text = r.prompt;
-      if (r.chat) text = ChatTemplate::for_vocab(tok.vocab()).apply({{"user", r.prompt}}, true);
+      if (r.chat) text = chat_prompt(tok, r.prompt, r.chat_template);
       prompt = tok.encode(text, true, true);
       if (prompt.empty()) throw Error("the prompt is empty after tokenization; give some text with -p");
     }
@@ -222,10 +272,12 @@ RegisterCommand reg("run", [](CLI::App& app) {
     if (static_cast<int64_t>(prompt.size()) > ctx)
       throw Error("context full (" + std::to_string(ctx) + " tokens): the prompt has " + std::to_string(prompt.size()) +
                   " tokens; use a larger --ctx or a shorter prompt");
+    check_kv_fits(c, ctx, r.kv_type);
     BackendSetup bs;
     bs.requested = r.backend;
     bs.ctx = ctx;
-    bs.max_batch = std::max(1, r.batch);
+    // A batch longer than the context is never filled (the scratch is sized for it).
+    bs.max_batch = static_cast<int>(std::min<int64_t>(r.batch, ctx));
     bs.quiet = r.quiet;
     bs.kv_type = r.kv_type;
     bs.vram = r.vram;
@@ -264,9 +316,10 @@ RegisterCommand reg("run", [](CLI::App& app) {
     std::fflush(stdout);
     if (!r.quiet) {
       std::fprintf(stderr,
-                   "\nmoestream: prompt %d tokens in %.3f s (%.2f tok/s) | decode %d tokens in %.3f s (%.2f tok/s) | "
+                   "\nmoestream: prompt %d tokens in %.3f s (%s) | decode %d tokens in %.3f s (%s) | "
                    "stop: %s | peak RSS %s\n",
-                   st.n_prompt, st.prompt_seconds, st.prompt_tps(), st.n_generated, st.decode_seconds, st.decode_tps(),
+                   st.n_prompt, st.prompt_seconds, rate_text(st.n_prompt, st.prompt_seconds).c_str(), st.n_generated,
+                   st.decode_seconds, rate_text(st.n_generated - 1, st.decode_seconds).c_str(),
                    st.stop_reason.c_str(), format_bytes(peak_rss_bytes()).c_str());
       if (st.stop_reason.rfind("context full", 0) == 0)
         std::fprintf(stderr, "moestream: stopped: %s; use a larger --ctx\n", st.stop_reason.c_str());

@@ -3,6 +3,7 @@
 //   moestream sim --trace FILE (--vram BYTES[,..] | --slots N[,..] | --slots-fraction F[,..])
 //                 [--policy P[,..]|all] [--pools global|per-layer|both] [--prefetch none|oracle|predicted]
 //                 [--profile FILE] [--pin-layers first,last] [--json] [--csv FILE] [--plot FILE.svg]
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -30,6 +31,21 @@ void write_file(const std::string& path, const std::string& text) {
   if (!out) throw Error("cannot create '" + path + "'");
   out << text;
   if (!out) throw Error("cannot write '" + path + "'");
+}
+
+// The numeric flags' ranges (negative values used to be taken as "unset" or
+// used as they were). Throws ms::Error naming the flag.
+void check_sim_flags(const SimArgs& a) {
+  if (!(a.pin_fraction >= 0 && a.pin_fraction <= 1))
+    throw Error("--pin-fraction must be in [0, 1], got " + std::to_string(a.pin_fraction));
+  if (a.halflife != -1 && !(a.halflife > 0 && std::isfinite(a.halflife)))
+    throw Error("--halflife must be a positive number of forward passes, got " + std::to_string(a.halflife));
+  if (a.margin != -1 && !(a.margin >= 0 && std::isfinite(a.margin)))
+    throw Error("--admit-margin must be a ratio >= 0, got " + std::to_string(a.margin));
+  if (!(a.pcie_gbps >= 0 && std::isfinite(a.pcie_gbps)))
+    throw Error("--pcie-gbps must be a positive number of GB/s, got " + std::to_string(a.pcie_gbps));
+  if (!(a.cpu_gbps >= 0 && std::isfinite(a.cpu_gbps)))
+    throw Error("--cpu-gbps must be a positive number of GB/s, got " + std::to_string(a.cpu_gbps));
 }
 
 std::vector<uint32_t> parse_layers(const std::string& list, const TraceHeader& h) {
@@ -91,6 +107,7 @@ RegisterCommand reg("sim", [](CLI::App& app) {
   sim->add_option("--plot", a->plot, "Write hit rate vs capacity as an SVG chart");
 
   return [a]() -> int {
+    check_sim_flags(*a);
     const Trace trace = read_trace(a->trace);
     const TraceHeader& h = trace.header;
     SweepOptions so;

@@ -7,9 +7,11 @@
 #include <iterator>
 #include <sstream>
 
+#include "cli/chat_prompt.h"
 #include "cli/commands.h"
+#include "cli/model_path.h"
 #include "format/gguf.h"
-#include "tokenizer/chat_template.h"
+#include "tokenizer/chat_template.h"  // chat_format_names()
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 #include "util/error.h"
@@ -76,7 +78,8 @@ RegisterCommand reg("tokenize", [](CLI::App& app) {
   sub->add_option("text", a->text, "the text (when no -f is given)");
   sub->add_flag("--raw", a->raw, "add no BOS/EOS and treat special-token text as plain text");
   sub->add_flag("--pieces", a->pieces, "print one token per line: id and its text");
-  sub->add_flag("--chat", a->chat, "wrap the text as one user message in the model's chat template");
+  sub->add_flag("--chat", a->chat,
+                "wrap the text as one user message in the model's chat template, as `serve` and `run --chat` do");
   sub->add_option("--chat-template", a->chat_template,
                   "chat format instead of the one detected from the GGUF (" + chat_format_names() + ")");
   return [a]() -> int {
@@ -84,13 +87,11 @@ RegisterCommand reg("tokenize", [](CLI::App& app) {
       throw Error("tokenize: give the text either as an argument or with -f, not both");
     if (a->file.empty() && a->text.empty())
       throw Error("tokenize: no text; give it as an argument or with -f FILE");
+    require_regular_file(a->model, "-m");
     std::string text = a->file.empty() ? a->text : read_text_file(a->file);
     const auto file = GgufFile::open(a->model);
     const Tokenizer tok = Tokenizer::from_gguf(*file);
-    if (a->chat || !a->chat_template.empty()) {
-      const ChatTemplate t = ChatTemplate::for_vocab(tok.vocab(), a->chat_template);
-      text = t.apply({{"user", text}}, true);
-    }
+    if (a->chat || !a->chat_template.empty()) text = chat_prompt(tok, text, a->chat_template);
     const std::vector<int32_t> ids = tok.encode(text, !a->raw, !a->raw);
     if (a->pieces) {
       for (int32_t id : ids)

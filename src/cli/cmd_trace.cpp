@@ -16,6 +16,8 @@
 namespace ms::cli {
 namespace {
 
+constexpr double kMaxTraceChoices = double(1ull << 30);
+
 struct TraceArgs {
   std::string file, out, expert_bytes;
   bool json = false;
@@ -65,6 +67,13 @@ RegisterCommand reg("trace", [](CLI::App& app) {
     }
     if (synth->parsed()) {
       if (!args->expert_bytes.empty()) args->synth.expert_bytes = parse_bytes(args->expert_bytes);
+      // Every routed choice is held in memory before the file is written: a
+      // typo like --tokens 4000000000 must not allocate until the OOM killer.
+      const SyntheticTraceOptions& o = args->synth;
+      const double choices = double(o.n_layer) * o.tokens * o.sequences * o.k;
+      if (choices > kMaxTraceChoices)
+        throw Error("trace synth: --layers x --tokens x --sequences x --k = " + std::to_string(uint64_t(choices)) +
+                    " expert choices; at most " + std::to_string(uint64_t(kMaxTraceChoices)));
       const Trace t = make_synthetic_trace(args->synth);
       write_trace(args->out, t);
       std::printf("wrote %s: %zu records, %u layers x %u experts, k=%u\n", args->out.c_str(), t.records.size(),

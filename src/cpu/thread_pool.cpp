@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <system_error>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -37,14 +38,36 @@ int ThreadPool::spin_microseconds() {
   return us;
 }
 
-ThreadPool::ThreadPool(int n_threads, int spin_us) {
+ThreadPool::ThreadPool(int n_threads, int spin_us) : ThreadPool(Options{n_threads, spin_us, 0}) {}
+
+ThreadPool::ThreadPool(const Options& options) {
+  int n_threads = options.n_threads;
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  n_threads_ = n_threads;
-  spin_us_ = spin_us < 0 ? spin_microseconds() : spin_us;
+  requested_ = n_threads;
+  spin_us_ = options.spin_us < 0 ? spin_microseconds() : options.spin_us;
   // More threads than cores: a spinning worker takes the core another one
   // needs, so sleep soon.
-  if (static_cast<unsigned>(n_threads_) > std::thread::hardware_concurrency()) spin_us_ = std::min(spin_us_, 50);
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
+  if (static_cast<unsigned>(n_threads) > std::thread::hardware_concurrency()) spin_us_ = std::min(spin_us_, 50);
+  // Workers read n_threads_ only inside a job, and no job runs before the
+  // constructor returns, so it can still shrink below when a start fails.
+  n_threads_ = n_threads;
+  workers_.reserve(static_cast<size_t>(n_threads - 1));
+  for (int i = 1; i < n_threads; ++i) {
+    try {
+      if (i == options.fail_thread_creation_at)
+        throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
+                                "thread creation refused (injected by a test)");
+      workers_.emplace_back([this, i] { worker(i); });
+    } catch (const std::system_error& e) {
+      // Out of threads (ulimit -u, kernel.threads-max, memory for stacks):
+      // run with the workers started so far. A throw here would leave them
+      // running with no one to stop them, and counting on the missing ones
+      // would hang every run_on_all.
+      start_error_ = e.what();
+      break;
+    }
+  }
+  n_threads_ = 1 + static_cast<int>(workers_.size());
 }
 
 ThreadPool::~ThreadPool() {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -18,14 +19,30 @@ namespace ms {
 
 class ThreadPool {
  public:
+  struct Options {
+    int n_threads = 0;  // counts the calling thread, which works too; 0 = hardware threads
+    int spin_us = -1;   // how long idle workers spin before sleeping; < 0 = spin_microseconds()
+    // Tests: creating the worker thread with this index (1 .. n_threads-1)
+    // throws std::system_error as std::thread does when the OS refuses one
+    // (EAGAIN: a process or user thread limit). 0 = never.
+    int fail_thread_creation_at = 0;
+  };
   // n_threads counts the calling thread, which works too; 0 = hardware threads.
   // spin_us: how long idle workers spin before sleeping; < 0 = spin_microseconds().
   explicit ThreadPool(int n_threads = 0, int spin_us = -1);
+  // Where the OS refuses a worker thread, the pool runs with the threads it
+  // got (size() < requested(); start_error() says why) instead of failing:
+  // every call still completes, on fewer threads.
+  explicit ThreadPool(const Options& options);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  // The thread count asked for (0 resolved to the hardware threads).
+  int requested() const { return requested_; }
+  // Empty, or why fewer than requested() threads run (the OS's message).
+  const std::string& start_error() const { return start_error_; }
 
   // Calls fn(begin, end) over [0, n) in chunks of `grain` items, spread over
   // all threads (dynamic scheduling), and returns when every chunk is done.
@@ -51,7 +68,9 @@ class ThreadPool {
   void dispatch(const std::function<void(int, int)>& job, bool wait_all, const std::function<bool()>& finished);
 
   int n_threads_;
+  int requested_;
   int spin_us_;
+  std::string start_error_;
   std::vector<std::thread> workers_;
   // Hot state, together on one cache line (a worker's start then costs one
   // line transfer): workers poll generation_ and decrement pending_; the

@@ -11,9 +11,27 @@
 #include "util/error.h"
 
 namespace ms {
+namespace {
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a device";
+}
+
+}  // namespace
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (path.empty()) throw Error("cannot open a file with an empty path");
+  // Only a regular file can be mapped. Checked before open(): opening a FIFO
+  // for reading blocks until a writer comes (forever, for a command that was
+  // given one by mistake). O_NONBLOCK closes the gap between stat and open
+  // (a regular file ignores it); the fstat below decides.
+  struct stat pre {};
+  if (::stat(path.c_str(), &pre) == 0 && !S_ISREG(pre.st_mode))
+    throw Error(path + ": not a regular file (" + file_kind(pre.st_mode) + ")");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -23,7 +41,7 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw Error(path + ": not a regular file");
+    throw Error(path + ": not a regular file (" + file_kind(st.st_mode) + ")");
   }
   size_ = static_cast<size_t>(st.st_size);
   if (size_ > 0) {

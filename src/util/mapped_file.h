@@ -9,7 +9,8 @@ namespace ms {
 
 class MappedFile {
  public:
-  // Throws ms::Error naming the path and the OS error.
+  // Throws ms::Error naming the path and the OS error, or saying the path is
+  // not a regular file (a FIFO is refused without blocking in open()).
   explicit MappedFile(const std::string& path);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;

@@ -1,7 +1,8 @@
 // The thread pool: every index of a parallel_for runs exactly once for any
 // size, grain and thread count; run_on_all reaches every thread once; workers
 // that went to sleep wake for the next call (a lost wake-up would hang the
-// test); pools are created and destroyed while workers spin or sleep.
+// test); pools are created and destroyed while workers spin or sleep; where
+// the OS refuses a worker thread, the pool runs on the threads it got.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -100,6 +101,32 @@ TEST(ThreadPool, CreateAndDestroyWhileSpinningOrSleeping) {
     if (rep % 3) expect_each_once(pool, 10, 1);
     if (rep % 4 == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+}
+
+// std::thread throws std::system_error when the OS has no thread left (the
+// pool used to let it escape with workers running, or count on the missing
+// ones and hang): every call still runs each index once, on fewer threads.
+TEST(ThreadPool, RefusedWorkerThreadLeavesAWorkingSmallerPool) {
+  for (int fail_at : {1, 2, 5}) {
+    ThreadPool::Options o;
+    o.n_threads = 6;
+    o.spin_us = fail_at == 2 ? 0 : 1000;
+    o.fail_thread_creation_at = fail_at;
+    ThreadPool pool(o);
+    EXPECT_EQ(pool.requested(), 6);
+    EXPECT_EQ(pool.size(), fail_at) << "workers 1.." << fail_at - 1 << " started, then creation failed";
+    EXPECT_NE(pool.start_error().find("refused"), std::string::npos) << pool.start_error();
+    for (int rep = 0; rep < 5; ++rep) expect_each_once(pool, 97, 3);
+    std::vector<std::atomic<int>> seen(static_cast<size_t>(pool.size()));
+    pool.run_on_all([&](int i, int n) {
+      EXPECT_EQ(n, pool.size());
+      seen[static_cast<size_t>(i)].fetch_add(1);
+    });
+    for (auto& s : seen) EXPECT_EQ(s.load(), 1);
+  }
+  ThreadPool full(ThreadPool::Options{3, -1, 0});
+  EXPECT_EQ(full.size(), 3);
+  EXPECT_TRUE(full.start_error().empty());
 }
 
 }  // namespace

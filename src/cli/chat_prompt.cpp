@@ -1,0 +1,22 @@
+#include "cli/chat_prompt.h"
+
+#include <nlohmann/json.hpp>
+
+#include "server/api.h"
+#include "server/chat.h"
+#include "util/error.h"
+
+namespace ms::cli {
+
+std::string chat_prompt(const Tokenizer& tok, const std::string& user_text, const std::string& format) {
+  const server::ChatRenderer renderer(tok, format);
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  messages.push_back({{"role", "user"}, {"content", user_text}});
+  try {
+    return renderer.render(messages, true);
+  } catch (const server::ApiError& e) {  // the server's HTTP error; here a plain one
+    throw Error(std::string("--chat: ") + e.what() + " (" + renderer.description() + ")");
+  }
+}
+
+}  // namespace ms::cli
