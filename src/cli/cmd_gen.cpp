@@ -9,6 +9,7 @@
 #include "cpu/thread_pool.h"
 #include "engine/synthetic_model.h"
 #include "util/bytes.h"
+#include "util/error.h"
 
 namespace ms::cli {
 namespace {
@@ -33,6 +34,10 @@ RegisterCommand reg("gen", [](CLI::App& app) {
   sub->add_flag("-q,--quiet", *quiet, "no progress output");
   sub->add_option("-o,--output", *out, "output .gguf file")->required();
   return [=]() -> int {
+    // Range checks (cli helper): a negative override used to be taken silently.
+    if (opt->n_layer < 0 || opt->n_layer > 1024) throw Error("--layers must be in 0..1024 (0: the preset's)");
+    if (opt->n_ctx < 0 || opt->n_ctx > (int64_t{1} << 24)) throw Error("--ctx must be in 0..16777216 (0: the preset's)");
+    if (*threads < 0 || *threads > 1024) throw Error("--threads must be in 0..1024 (0: all cores)");
     ThreadPool pool(*threads);
     GenOptions o = *opt;
     const auto t0 = std::chrono::steady_clock::now();
