@@ -60,9 +60,11 @@ inline GpuQ8RowConst gpu_q8_row(const void* p, int64_t n) {
 int64_t gpu_q8_row_bytes(int64_t n);
 
 // The weight types whose GPU kernels take Q8 activations and that this file
-// has dots for: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4 (cuda::matvec_takes_q8
-// among cuda::matvec_supported). F32/F16/BF16 take f32 activations on both
-// sides and need nothing.
+// has dots for: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4, and the formats the GPU
+// reads through sub-block decoders (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, TQ1_0,
+// TQ2_0, every IQ type: gpu_q8_sub32.h) -- cuda::matvec_takes_q8 among
+// cuda::matvec_supported. F32/F16/BF16 take f32 activations on both sides
+// and need nothing.
 bool gpu_q8_supported(DType wtype);
 
 // ---- scalar reference (gpu_q8_ref.cpp)

@@ -9,6 +9,7 @@
 
 #include "quant/blocks.h"
 #include "quant/gpu_q8.h"
+#include "quant/gpu_q8_sub32.h"
 #include "quant/half.h"
 #include "util/error.h"
 
@@ -176,7 +177,7 @@ bool gpu_q8_supported(DType t) {
     case DType::Q4_0: case DType::Q8_0: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::MXFP4:
       return true;
     default:
-      return false;
+      return gpu_sub32_format(t).block_elems != 0;
   }
 }
 
@@ -210,7 +211,8 @@ float vec_dot_gpu_q8_ref(DType t, int64_t n, const void* w, const void* act) {
     case DType::Q6_K: return dot_q6k(row, n / 256, a);
     case DType::Q8_0: return dot_q8_0(row, n / 32, a);
     case DType::Q4_0: return dot_q4_0(row, n / 32, a);
-    default: return dot_mxfp4(row, n / 32, a);
+    case DType::MXFP4: return dot_mxfp4(row, n / 32, a);
+    default: return dot_sub32_gpu_q8(t, row, n, a.q, a.d, a.s);
   }
 }
 

@@ -149,8 +149,11 @@ TEST(GpuQ8Quantize, RowBytesAndErrors) {
 
 // ---------------------------------------------------------------- dots
 const std::vector<DType>& gpu_types() {
-  static const std::vector<DType> k = {DType::Q4_K, DType::Q5_K, DType::Q6_K,
-                                       DType::Q8_0, DType::Q4_0, DType::MXFP4};
+  static const std::vector<DType> k = {
+      DType::Q4_K,  DType::Q5_K,  DType::Q6_K,  DType::Q8_0,   DType::Q4_0,    DType::MXFP4,   DType::Q4_1,
+      DType::Q5_0,  DType::Q5_1,  DType::Q2_K,  DType::Q3_K,   DType::TQ1_0,   DType::TQ2_0,   DType::IQ4_NL,
+      DType::IQ4_XS, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S,
+      DType::IQ1_M};
   return k;
 }
 
@@ -175,7 +178,18 @@ std::vector<uint8_t> random_weights(DType t, int64_t n, int64_t rows, uint32_t s
         case DType::Q6_K: put(blk + 208, sc(rng)); break;
         case DType::Q8_0: case DType::Q4_0: put(blk, sc(rng)); break;
         case DType::MXFP4: blk[0] = static_cast<uint8_t>(115 + rng() % 12); break;
-        default: break;
+        case DType::Q4_1: case DType::Q5_1: put(blk, sc(rng)); put(blk + 2, sc(rng)); break;
+        case DType::Q2_K: put(blk + 80, sc(rng)); put(blk + 82, sc(rng)); break;
+        case DType::Q3_K: put(blk + 108, sc(rng)); break;
+        case DType::TQ1_0: put(blk + 52, sc(rng)); break;
+        case DType::TQ2_0: put(blk + 64, sc(rng)); break;
+        case DType::IQ1_M: {  // the f16 scale is the top nibbles of the 4 scale words
+          const uint16_t h = f32_to_f16(sc(rng));
+          for (int k = 0; k < 4; ++k)
+            blk[49 + 2 * k] = static_cast<uint8_t>((blk[49 + 2 * k] & 0x0F) | (((h >> (4 * k)) & 0xF) << 4));
+          break;
+        }
+        default: put(blk, sc(rng)); break;  // Q5_0 and the other IQ formats: d first
       }
     }
   return w;
@@ -236,10 +250,10 @@ TEST(GpuQ8Dot, ZeroActivations) {
 TEST(GpuQ8Dot, RejectsOtherTypes) {
   const std::vector<uint8_t> act = quantized(random_row(256, 1));
   std::vector<uint8_t> w(1024);
-  EXPECT_THROW(vec_dot_gpu_q8_ref(DType::Q3_K, 256, w.data(), act.data()), Error);
+  EXPECT_THROW(vec_dot_gpu_q8_ref(DType::Q8_K, 256, w.data(), act.data()), Error);
   EXPECT_THROW(vec_dot_gpu_q8_ref(DType::F32, 256, w.data(), act.data()), Error);
   float out;
-  EXPECT_THROW(vec_dot_rows_gpu_q8(DType::Q2_K, 256, w.data(), 0, 1, act.data(), &out), Error);
+  EXPECT_THROW(vec_dot_rows_gpu_q8(DType::Q8_1, 256, w.data(), 0, 1, act.data(), &out), Error);
   EXPECT_THROW(vec_dot_rows_gpu_q8(DType::Q4_K, 128, w.data(), 0, 1, act.data(), &out), Error);
   EXPECT_FALSE(gpu_q8_supported(DType::BF16));
   EXPECT_TRUE(gpu_q8_supported(DType::Q4_K));

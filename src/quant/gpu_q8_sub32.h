@@ -1,0 +1,35 @@
+// Internal: GPU Q8 dots of the formats the CUDA kernels read one 32-element
+// sub-block at a time (gpu_q8_sub32.cpp; the AVX2 kernels in
+// gpu_q8_sub32_avx2.cpp follow the same per-block terms).
+#pragma once
+#include <cstdint>
+
+#include "quant/types.h"
+
+namespace ms {
+
+// How OpSub32 combines a format's sub-block (cuda/quant_sub32.cuh).
+struct GpuSub32Format {
+  int block_elems;  // 32 or 256; 0: not a sub-block format
+  int min_kind;     // 0 none, 1 one offset times the activations' s, 2 per-16 offsets (Q2_K)
+  bool two_scales;  // a scale per 16 elements
+};
+GpuSub32Format gpu_sub32_format(DType t);
+
+// A 32-element sub-block: value e = s[e / 16] * q[e] + m[e / 16].
+struct GpuSub32 {
+  int8_t q[32];
+  float s[2];
+  float m[2];
+};
+// All block_elems / 32 sub-blocks of one block into u[0..].
+void gpu_sub32_decode_block(DType t, const uint8_t* blk, GpuSub32* u);
+
+// One sub-block's term against activation block (a, d, s), in the GPU's order.
+float gpu_sub32_term(const GpuSub32Format& f, const GpuSub32& u, const int8_t* a, float ad, float as);
+
+// The dot of a row of n elements with a GPU Q8 row (quants aq, scales ad,
+// sums as), the terms added in row order.
+float dot_sub32_gpu_q8(DType t, const uint8_t* row, int64_t n, const int8_t* aq, const float* ad, const float* as);
+
+}  // namespace ms
