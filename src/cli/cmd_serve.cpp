@@ -1,16 +1,21 @@
 // `moestream serve`: an OpenAI-compatible HTTP server (src/server) over one
 // engine. Without -m it serves the built-in tiny model. Stops cleanly on
-// SIGINT/SIGTERM: open requests end, the port is released, no thread is left.
+// SIGINT/SIGTERM: open requests end, the port is released, no thread is left;
+// what has not ended after a grace period (a long prompt chunk, a template
+// render) is abandoned, and a second signal exits at once.
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cli/backend_choice.h"
 #include "cli/commands.h"
@@ -41,7 +46,33 @@ struct ServeArgs {
   int64_t max_body = 8 << 20;  // signed: "--max-body -1" must be an error, not 2^64-1
   KvType kv_type = KvType::F16;
   bool quiet = false;
+  int64_t max_connections = 128;
+  int read_timeout = 10;
+  std::vector<std::string> cors_origins;
 };
+
+// Seconds open requests get to end after SIGINT/SIGTERM before the process
+// exits without them.
+constexpr int kShutdownGraceSeconds = 5;
+
+// The most --parallel slots: each is decoded in every step, so past some
+// dozens per core a slot's tokens come too slowly to be worth having (and
+// each holds a KV cache).
+int max_parallel() {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<int>(std::clamp<unsigned>(32 * cores, 64, 512));
+}
+
+// Memory the kernel says is available for new allocations (bytes; 0: unknown).
+uint64_t available_memory() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
 
 RegisterCommand reg("serve", [](CLI::App& app) {
   auto* sub = app.add_subcommand(
@@ -67,10 +98,30 @@ RegisterCommand reg("serve", [](CLI::App& app) {
                   "a built-in chat format instead of the model's Jinja template (chatml, llama3, mistral-v3, ...)");
   sub->add_option("--model-name", a->model_name, "the model id /v1/models lists (default: the file's name)");
   sub->add_option("--max-body", a->max_body, "request body limit in bytes")->capture_default_str();
-  sub->add_flag("-q,--quiet", a->quiet, "no start-up lines");
+  sub->add_option("--max-connections", a->max_connections,
+                  "connections served at once; more get 503 at once (/health and /metrics are still answered)")
+      ->capture_default_str();
+  sub->add_option("--read-timeout", a->read_timeout,
+                  "seconds a request's headers and body may take to arrive (slower clients are cut off)")
+      ->capture_default_str();
+  sub->add_option("--cors-origin", a->cors_origins,
+                  "allow browser requests from this origin (repeatable; * for any): answers CORS preflight and "
+                  "sets Access-Control-Allow-Origin (default: no CORS)");
+  sub->add_flag("-q,--quiet", a->quiet, "no start-up lines and no access log");
   return [a]() -> int {
     ServeArgs& r = *a;
     if (r.parallel < 1) throw Error("--parallel must be >= 1");
+    if (r.parallel > max_parallel())
+      throw Error("--parallel " + std::to_string(r.parallel) + " is more than this machine's maximum of " +
+                  std::to_string(max_parallel()) + " slots (32 per core, at least 64, at most 512)");
+    if (r.max_connections < 1 || r.max_connections > static_cast<int64_t>(server::kMaxConnectionsLimit))
+      throw Error("--max-connections must be in 1.." + std::to_string(server::kMaxConnectionsLimit) + ", got " +
+                  std::to_string(r.max_connections));
+    if (r.read_timeout < 1 || r.read_timeout > 3600)
+      throw Error("--read-timeout must be in 1..3600 seconds, got " + std::to_string(r.read_timeout));
+    for (const std::string& o : r.cors_origins)
+      if (o.empty() || o.find_first_of(" \t\r\n,") != std::string::npos)
+        throw Error("--cors-origin '" + o + "': give one origin per flag, e.g. https://example.com, or *");
     check_size_flags(r.ctx, r.threads, r.batch);
     if (r.port < 0 || r.port > 65535) throw Error("--port must be in 0..65535");
     if (r.max_body < 1) throw Error("--max-body must be at least 1 byte, got " + std::to_string(r.max_body));
@@ -124,6 +175,7 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     so.ctx = ctx;
     so.kv_type = r.kv_type;
     so.prefill_chunk = std::max(1, r.batch);
+    so.max_kv_bytes = available_memory() / 10 * 9;  // the slots' KV caches must fit in memory
     server::Scheduler sched(*be, *model->tokenizer, so, &metrics);
     server::HttpOptions ho;
     ho.host = r.host;
@@ -131,6 +183,10 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     ho.api_key = r.api_key;
     ho.max_body = static_cast<size_t>(r.max_body);
     ho.model_name = r.model_name.empty() ? std::filesystem::path(path).stem().string() : r.model_name;
+    ho.max_connections = static_cast<size_t>(r.max_connections);
+    ho.request_timeout_s = r.read_timeout;
+    ho.cors_origins = r.cors_origins;
+    ho.access_log = !r.quiet;
     server::HttpServer http(sched, *model->tokenizer, chat, metrics, ho);
     const int port = http.bind();
     if (!r.quiet)
@@ -143,21 +199,43 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     std::fflush(stderr);
 
     std::atomic<bool> done{false};
-    std::thread sig_thread([&] {
+    std::thread sig_thread([&, stop_signals] {
       int sig = 0;
       sigwait(&stop_signals, &sig);
       if (done) return;  // woken by the main thread after listen() ended on its own
       if (!r.quiet) std::fprintf(stderr, "moestream: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      // What follows waits for open requests; whatever has not ended after the
+      // grace period (or at a second signal) is abandoned.
+      const bool quiet = r.quiet;
+      std::thread([stop_signals, quiet] {
+        const timespec grace{kShutdownGraceSeconds, 0};
+        siginfo_t info;
+        const bool again = sigtimedwait(&stop_signals, &info, &grace) > 0;
+        if (!quiet)
+          std::fprintf(stderr, "moestream: %s; exiting without the requests still open\n",
+                       again ? "a second signal" : "open requests did not end in time");
+        std::fflush(stderr);
+        std::_Exit(again ? 1 : 0);
+      }).detach();
       sched.stop();  // open requests end (cancelled), so their HTTP threads finish
       while (!done) {
         http.stop();
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     });
-    http.listen();
-    done = true;
-    pthread_kill(sig_thread.native_handle(), SIGTERM);
-    sig_thread.join();
+    // The signal thread must be joined however listen() ends.
+    auto join_signal_thread = [&] {
+      done = true;
+      pthread_kill(sig_thread.native_handle(), SIGTERM);
+      sig_thread.join();
+    };
+    try {
+      http.listen();
+    } catch (...) {
+      join_signal_thread();
+      throw;
+    }
+    join_signal_thread();
     sched.stop();
     if (!r.quiet) std::fprintf(stderr, "moestream: stopped\n");
     return 0;

@@ -18,6 +18,12 @@
 
 #ifndef MOESTREAM_NO_HTTPLIB
 #include <httplib.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "server/connection_pool.h"
 #endif
 
 namespace ms::server {
@@ -39,12 +45,38 @@ void HttpServer::stop() {}
 
 namespace {
 
+// JSON text that never throws: a string that is not UTF-8 (a %ff in a path
+// echoed by an error message, a template's output) gets U+FFFD instead of
+// nlohmann's exception, which would escape httplib and end the process.
+std::string text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
-  res.set_content(e.body().dump(), "application/json");
+  res.set_content(text(e.body()), "application/json");
 }
 
-std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
+std::string sse(const json& j) { return "data: " + text(j) + "\n\n"; }
+
+// What the access log says of the request this thread is answering (a
+// connection's requests all run on one thread, one at a time).
+struct AccessInfo {
+  std::chrono::steady_clock::time_point start{};
+  bool started = false;
+  int prompt_tokens = -1, completion_tokens = -1;
+};
+thread_local AccessInfo t_access;
+
+// The methods a known route takes ("" for an unknown route).
+const char* allowed_methods(const std::string& path) {
+  if (path == "/v1/chat/completions" || path == "/v1/completions") return "POST";
+  if (path == "/v1/models" || path == "/health" || path == "/metrics") return "GET, HEAD";
+  return "";
+}
+
+bool has_body(const httplib::Request& req) {
+  const std::string len = req.get_header_value("Content-Length");
+  return (!len.empty() && len != "0") || req.has_header("Transfer-Encoding");
+}
 
 json usage_json(const Update& u) {
   return {{"prompt_tokens", u.n_prompt},
@@ -62,6 +94,7 @@ struct HttpServer::Impl {
   Metrics& metrics;
   HttpOptions opt;
   httplib::Server svr;
+  std::atomic<ConnectionPool*> pool{nullptr};  // while listen() runs
   std::atomic<uint64_t> next_id{0};
   std::string id_prefix;
   std::atomic<bool> stopped{false};
@@ -92,13 +125,53 @@ struct HttpServer::Impl {
   }
 
   void routes() {
-    const size_t threads = opt.threads > 0 ? static_cast<size_t>(opt.threads)
-                                           : static_cast<size_t>(std::max(16, 4 * sched.parallel() + 8));
-    svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     svr.set_payload_max_length(opt.max_body);
     svr.set_keep_alive_timeout(2);  // idle keep-alive connections must not hold up a shutdown for long
-    svr.set_read_timeout(30);
+    // Per read/write; a whole request's deadline is the ConnectionPool's.
+    svr.set_read_timeout(std::max(1, opt.request_timeout_s));
     svr.set_write_timeout(30);
+    // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, with which a
+    // second server binds the same port and the kernel splits connections).
+    svr.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
+
+    svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      t_access = AccessInfo{std::chrono::steady_clock::now(), true};
+      if (ConnectionPool::over_capacity() && req.path != "/health" && req.path != "/metrics") {
+        ConnectionPool::close_after_response();
+        res.set_header("Retry-After", "1");
+        send_error(res, ApiError(503,
+                                 "the server has " + std::to_string(opt.max_connections) +
+                                     " connections open (--max-connections); retry later",
+                                 "server_error"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      const std::string allow = allowed_methods(req.path);
+      if (req.method == "OPTIONS" && !opt.cors_origins.empty()) {
+        preflight(req, res, allow);
+        if (has_body(req)) ConnectionPool::close_after_response();
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      const bool is_get = req.method == "GET" || req.method == "HEAD";
+      if (!allow.empty() && (allow == "POST" ? req.method != "POST" : !is_get)) {
+        res.set_header("Allow", allow);
+        send_error(res, ApiError(405, "method " + req.method + " is not allowed on " + req.path + " (allowed: " +
+                                          allow + ")"));
+        // Its body (if any) is not read: the connection cannot carry another request.
+        if (has_body(req)) ConnectionPool::close_after_response();
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    svr.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      const std::string origin = cors_origin(req);
+      if (!origin.empty()) {
+        res.set_header("Access-Control-Allow-Origin", origin);
+        if (origin != "*") res.set_header("Vary", "Origin");
+      }
+    });
 
     svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
@@ -110,7 +183,7 @@ struct HttpServer::Impl {
         default: msg = "HTTP " + std::to_string(res.status); break;
       }
       const std::string type = res.status >= 500 ? "server_error" : "invalid_request_error";
-      res.set_content(ApiError(res.status, msg, type).body().dump(), "application/json");
+      res.set_content(text(ApiError(res.status, msg, type).body()), "application/json");
     });
     svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
       std::string what = "internal error";
@@ -123,27 +196,35 @@ struct HttpServer::Impl {
       send_error(res, ApiError(500, what, "server_error"));
     });
     svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      ConnectionPool::response_sent();
       // Known routes by name; anything else under one label (no unbounded label set).
       static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"};
       const char* endpoint = "other";
       for (const char* k : known)
         if (req.path == k) endpoint = k;
       metrics.request(endpoint, res.status);
+      if (opt.access_log) log_access(req, res);
+      t_access = AccessInfo{};
     });
 
+    // Every handler starts with ConnectionPool::request_read(): the request is
+    // in, and making its response has no read deadline.
     svr.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      ConnectionPool::request_read();
       res.set_content(R"({"status":"ok"})", "application/json");
     });
     svr.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+      ConnectionPool::request_read();
       if (!authorized(req, res)) return;
       metrics.set_queue(sched.queue_depth(), sched.active_slots());
       res.set_content(metrics.render(), "text/plain; version=0.0.4");
     });
     svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+      ConnectionPool::request_read();
       if (!authorized(req, res)) return;
       json m = {{"id", opt.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "moestream"},
                 {"meta", {{"n_ctx", sched.ctx()}, {"n_vocab", tok.n_tokens()}}}};
-      res.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(), "application/json");
+      res.set_content(text(json{{"object", "list"}, {"data", json::array({m})}}), "application/json");
     });
     svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
       completion(req, res, true);
@@ -153,10 +234,54 @@ struct HttpServer::Impl {
     });
   }
 
+  // CORS: the Access-Control-Allow-Origin a response to `req` carries ("":
+  // none): "*" when any origin is allowed, else the request's Origin when it
+  // is one of --cors-origin.
+  std::string cors_origin(const httplib::Request& req) const {
+    if (opt.cors_origins.empty()) return "";
+    const std::string origin = req.get_header_value("Origin");
+    for (const std::string& o : opt.cors_origins) {
+      if (o == "*") return "*";
+      if (!origin.empty() && o == origin) return origin;
+    }
+    return "";
+  }
+
+  // A browser's preflight: which methods and headers the real request may
+  // use. No authentication (browsers send none with it); an origin that is
+  // not allowed gets no Access-Control-Allow-Origin (post-routing), which the
+  // browser takes as a refusal.
+  void preflight(const httplib::Request& req, httplib::Response& res, const std::string& allow) {
+    res.status = 204;
+    res.set_header("Access-Control-Allow-Methods", allow.empty() ? "GET, POST, OPTIONS" : allow + ", OPTIONS");
+    const std::string want = req.get_header_value("Access-Control-Request-Headers");
+    res.set_header("Access-Control-Allow-Headers", want.empty() ? "Authorization, Content-Type" : want);
+    res.set_header("Access-Control-Max-Age", "86400");
+  }
+
+  // One line per request: client, method, route, status, tokens, duration.
+  void log_access(const httplib::Request& req, const httplib::Response& res) const {
+    char took[32] = "-";
+    if (t_access.started)
+      std::snprintf(took, sizeof took, "%.3fs",
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t_access.start).count());
+    char tokens[48] = "-";
+    if (t_access.prompt_tokens >= 0)
+      std::snprintf(tokens, sizeof tokens, "%d+%d", t_access.prompt_tokens, std::max(0, t_access.completion_tokens));
+    // The path as sent may hold anything: printable ASCII only, bounded.
+    std::string path;
+    for (char ch : req.path.substr(0, 200)) path += (ch >= 0x20 && ch < 0x7f) ? ch : '?';
+    std::string method;
+    for (char ch : req.method.substr(0, 16)) method += (ch >= 0x20 && ch < 0x7f) ? ch : '?';
+    std::fprintf(stderr, "moestream: access %s %s %s %d tokens %s %s\n", req.remote_addr.c_str(), method.c_str(),
+                 path.c_str(), res.status, tokens, took);
+  }
+
   void completion(const httplib::Request& hreq, httplib::Response& res, bool is_chat) {
+    ConnectionPool::request_read();
     if (!authorized(hreq, res)) return;
     try {
-      CompletionRequest r = parse_request(hreq.body, is_chat);
+      CompletionRequest r = parse_request(hreq.body, is_chat, opt.json_limits);
       std::string text = is_chat ? chat.render(r.messages, true, r.template_kwargs) : r.prompt;
       std::vector<int32_t> ids = tok.encode(text, true, true);
       if (ids.empty()) throw ApiError(400, "the prompt is empty after tokenization");
@@ -190,10 +315,14 @@ struct HttpServer::Impl {
     std::string content, reasoning;
     Update u;
     do {
-      u = req->take(std::chrono::milliseconds(1000));
+      // A client that hung up no longer wants the answer: free its slot.
+      if (ConnectionPool::client_gone()) req->cancel();
+      u = req->take(std::chrono::milliseconds(250));
       content += u.content;
       reasoning += u.reasoning;
     } while (!u.done);
+    t_access.prompt_tokens = u.n_prompt;
+    t_access.completion_tokens = u.n_completion;
     if (u.finish_reason == "error") throw ApiError(500, "generation failed: " + u.error, "server_error");
     if (u.finish_reason == "cancelled") throw ApiError(503, "the server is shutting down", "server_error");
     json choice = {{"index", 0}, {"finish_reason", u.finish_reason}, {"logprobs", nullptr}};
@@ -210,7 +339,7 @@ struct HttpServer::Impl {
                 {"model", model},
                 {"choices", json::array({choice})},
                 {"usage", usage_json(u)}};
-    res.set_content(out.dump(), "application/json");
+    res.set_content(text(out), "application/json");
   }
 
   void stream(httplib::Response& res, const std::shared_ptr<Request>& req, const CompletionRequest& r,
@@ -254,6 +383,8 @@ struct HttpServer::Impl {
               if (!send(": waiting\n\n")) return false;
             }
             if (!u.done) continue;
+            t_access.prompt_tokens = u.n_prompt;  // the provider runs on the connection's thread
+            t_access.completion_tokens = u.n_completion;
             if (u.finish_reason == "error" || u.finish_reason == "cancelled") {
               const ApiError e = u.finish_reason == "error"
                                      ? ApiError(500, "generation failed: " + u.error, "server_error")
@@ -299,15 +430,34 @@ int HttpServer::bind() {
     m.opt.port = port;
     return port;
   }
-  if (!m.svr.bind_to_port(m.opt.host, m.opt.port))
-    throw Error("cannot bind " + m.opt.host + ":" + std::to_string(m.opt.port) +
-                " (in use? try another --port, or --port 0 for a free one)");
+  errno = 0;
+  if (!m.svr.bind_to_port(m.opt.host, m.opt.port)) {
+    const int err = errno;  // bind()'s, when that is what failed
+    const std::string where = m.opt.host + ":" + std::to_string(m.opt.port);
+    if (err == EADDRINUSE)
+      throw Error("cannot listen on " + where +
+                  ": address already in use (another server on this port? try another --port, or --port 0 "
+                  "for a free one)");
+    throw Error("cannot listen on " + where + (err ? std::string(": ") + std::strerror(err) : std::string()) +
+                " (check --host and --port)");
+  }
   return m.opt.port;
 }
 
 void HttpServer::listen() {
-  if (impl_->stopped) return;
-  impl_->svr.listen_after_bind();
+  Impl& m = *impl_;
+  if (m.stopped) return;
+  ConnectionLimits lim;
+  lim.max_connections = std::max<size_t>(1, m.opt.max_connections);
+  lim.request_timeout = std::chrono::seconds(std::max(1, m.opt.request_timeout_s));
+  lim.overflow_timeout = std::min(lim.overflow_timeout, lim.request_timeout);
+  // Made here, so that a failure to start its threads is an error of
+  // listen(); httplib owns (and deletes) it from then on.
+  auto pool = std::make_unique<ConnectionPool>(lim, m.opt.port);
+  m.pool = pool.get();
+  m.svr.new_task_queue = [&pool] { return pool.release(); };
+  m.svr.listen_after_bind();
+  m.pool = nullptr;
 }
 
 void HttpServer::stop() {

@@ -1,6 +1,7 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <system_error>
 
 #include "engine/cpu_backend.h"
 #include "server/text_stream.h"
@@ -100,8 +101,23 @@ Scheduler::Scheduler(Backend& backend, const Tokenizer& tok, Options opt, Metric
     : be_(backend), tok_(tok), opt_(opt), metrics_(metrics) {
   if (opt_.parallel < 1) throw Error("--parallel must be >= 1");
   if (opt_.ctx < 2) throw Error("--ctx must be at least 2 tokens");
-  for (int i = 0; i < opt_.parallel; ++i) slots_.push_back(std::make_unique<Slot>(be_.make_cache(opt_.ctx, opt_.kv_type)));
-  worker_ = std::thread([this] { run(); });
+  for (int i = 0; i < opt_.parallel; ++i) {
+    slots_.push_back(std::make_unique<Slot>(be_.make_cache(opt_.ctx, opt_.kv_type)));
+    const uint64_t per_slot = std::max<uint64_t>(1, slots_[0]->kv.bytes());
+    if (i == 0 && opt_.max_kv_bytes > 0 && per_slot * static_cast<uint64_t>(opt_.parallel) > opt_.max_kv_bytes) {
+      auto mib = [](uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; };
+      throw Error("--parallel " + std::to_string(opt_.parallel) + " needs " +
+                  mib(per_slot * static_cast<uint64_t>(opt_.parallel)) + " of KV cache (" + mib(per_slot) +
+                  " per slot at --ctx " + std::to_string(opt_.ctx) + ") but " + mib(opt_.max_kv_bytes) +
+                  " of memory are free for it: at most " + std::to_string(opt_.max_kv_bytes / per_slot) +
+                  " slots fit (or lower --ctx)");
+    }
+  }
+  try {
+    worker_ = std::thread([this] { run(); });
+  } catch (const std::system_error& e) {
+    throw Error(std::string("cannot start the scheduler's thread: ") + e.what());
+  }
 }
 
 Scheduler::~Scheduler() { stop(); }

@@ -107,6 +107,10 @@ class Scheduler {
     // Decode the active slots' next tokens in one forward pass (the CPU
     // backend's forward_multi); false: one pass per slot.
     bool batch_decode = true;
+    // The slots' KV caches together may take at most this many bytes (0: no
+    // limit): --parallel is refused, naming how many slots fit, before the
+    // caches are allocated past it.
+    uint64_t max_kv_bytes = 0;
   };
   Scheduler(Backend& backend, const Tokenizer& tok, Options opt, Metrics* metrics = nullptr);
   ~Scheduler();  // stop()
