@@ -17,6 +17,7 @@
 
 #include "quant/blocks.h"
 #include "quant/gpu_q8.h"
+#include "quant/gpu_q8_sub32.h"
 #include "quant/simd_hsum.h"
 
 namespace ms::simd {
@@ -304,7 +305,8 @@ GpuQ8RowsFn gpu_q8_rows_kernel_avx2(DType t) {
     case DType::Q8_0: return rows_q8_0;
     case DType::Q4_0: return rows_q4_0;
     case DType::MXFP4: return rows_mxfp4;
-    default: return nullptr;  // Q6_K: reference only
+    case DType::Q6_K: return nullptr;  // reference only
+    default: return gpu_q8_sub32_rows_kernel_avx2(t);  // the sub-block formats, else nullptr
   }
 }
 

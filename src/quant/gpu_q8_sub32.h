@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+#include "quant/gpu_q8.h"
 #include "quant/types.h"
 
 namespace ms {
@@ -31,5 +32,10 @@ float gpu_sub32_term(const GpuSub32Format& f, const GpuSub32& u, const int8_t* a
 // The dot of a row of n elements with a GPU Q8 row (quants aq, scales ad,
 // sums as), the terms added in row order.
 float dot_sub32_gpu_q8(DType t, const uint8_t* row, int64_t n, const int8_t* aq, const float* ad, const float* as);
+
+namespace simd {
+// The AVX2 kernels of these formats (gpu_q8_sub32_avx2.cpp); nullptr for others.
+GpuQ8RowsFn gpu_q8_sub32_rows_kernel_avx2(DType t);
+}  // namespace simd
 
 }  // namespace ms
