@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cpu/thread_pool.h"
+#include "engine/quant_presets.h"
 #include "engine/synthetic_model.h"
 #include "util/bytes.h"
 #include "util/error.h"
@@ -22,8 +23,10 @@ RegisterCommand reg("gen", [](CLI::App& app) {
   auto quiet = std::make_shared<bool>(false);
   sub->add_option("--arch", opt->arch, "qwen3moe | qwen35moe | mixtral | qwen3 | qwen2 | llama (dense)")->capture_default_str();
   sub->add_option("--preset", opt->preset, "tiny | qwen3-30b-a3b | qwen3.6-35b-a3b | mixtral-8x7b")->capture_default_str();
-  sub->add_option("--quant", opt->quant, "q4_k_m | q4_k | q5_k | q6_k | q8_0 | q4_0 | f16 | bf16 | f32")
+  sub->add_option("--quant", opt->quant,
+                  "llama-quantize preset, UD-style mix or single type: " + quant_scheme_names())
       ->capture_default_str();
+  sub->add_flag("--pure", opt->pure, "--quant names one type for every tensor (as llama-quantize --pure)");
   sub->add_option("--router-skew", opt->router_skew,
                   "Zipf exponent S of expert popularity (0: uniform routing)")->capture_default_str();
   sub->add_option("--seed", opt->seed, "random seed (same seed, same file)")->capture_default_str();

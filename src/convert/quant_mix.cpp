@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "engine/quant_presets.h"
 #include "util/error.h"
 
 namespace ms {
@@ -10,65 +11,18 @@ namespace {
 
 struct TargetName {
   ConvertType type;
-  const char* name;
-  uint32_t file_type;  // llama.cpp's LLAMA_FTYPE_* value
+  const char* name;  // for the mixes, also the engine/quant_presets.h scheme name
 };
 
 constexpr TargetName kTargets[] = {
-    {ConvertType::F32, "f32", 0},        // ALL_F32
-    {ConvertType::F16, "f16", 1},        // MOSTLY_F16
-    {ConvertType::BF16, "bf16", 32},     // MOSTLY_BF16
-    {ConvertType::Q8_0, "q8_0", 7},      // MOSTLY_Q8_0
-    {ConvertType::Q4_K, "q4_k", 14},     // MOSTLY_Q4_K_S (uniform q4_K, the "small" end)
-    {ConvertType::Q4_K_M, "q4_k_m", 15}, // MOSTLY_Q4_K_M
-    {ConvertType::Q5_K_M, "q5_k_m", 17}, // MOSTLY_Q5_K_M
-    {ConvertType::Q6_K, "q6_k", 18},     // MOSTLY_Q6_K
+    {ConvertType::F32, "f32"},       {ConvertType::F16, "f16"},       {ConvertType::BF16, "bf16"},
+    {ConvertType::Q8_0, "q8_0"},     {ConvertType::Q4_0, "q4_0"},     {ConvertType::Q4_1, "q4_1"},
+    {ConvertType::Q5_0, "q5_0"},     {ConvertType::Q5_1, "q5_1"},     {ConvertType::Q2_K, "q2_k"},
+    {ConvertType::Q3_K_S, "q3_k_s"}, {ConvertType::Q3_K_M, "q3_k_m"}, {ConvertType::Q3_K_L, "q3_k_l"},
+    {ConvertType::Q4_K_S, "q4_k_s"}, {ConvertType::Q4_K_M, "q4_k_m"}, {ConvertType::Q5_K_S, "q5_k_s"},
+    {ConvertType::Q5_K_M, "q5_k_m"}, {ConvertType::Q6_K, "q6_k"},     {ConvertType::Q3_K, "q3_k"},
+    {ConvertType::Q4_K, "q4_k"},     {ConvertType::Q5_K, "q5_k"},
 };
-
-// ---------------------------------------------------------------- the mix table
-// For the K-quant targets: per tensor role, the type in ordinary layers and in
-// the layers mix_layer_gets_more_bits() selects ("boosted"). Roles outside the
-// blocks (token_embd, output) use the first column. Norms, biases and the
-// router are not here: they are always F32.
-struct MixCell {
-  DType normal;
-  DType boosted;
-};
-struct MixRow {
-  TensorRole role;
-  MixCell q4_k, q4_k_m, q5_k_m, q6_k;
-};
-
-constexpr DType K4 = DType::Q4_K, K5 = DType::Q5_K, K6 = DType::Q6_K;
-
-constexpr MixRow kMixTable[] = {
-    //  role                   q4_k       q4_k_m      q5_k_m      q6_k
-    {TensorRole::TokenEmbd,  {K4, K4},  {K4, K4},  {K5, K5},  {K6, K6}},
-    {TensorRole::Output,     {K6, K6},  {K6, K6},  {K6, K6},  {K6, K6}},
-    {TensorRole::AttnQ,      {K4, K4},  {K4, K4},  {K5, K5},  {K6, K6}},
-    {TensorRole::AttnK,      {K4, K4},  {K4, K4},  {K5, K5},  {K6, K6}},
-    {TensorRole::AttnV,      {K4, K4},  {K4, K6},  {K5, K6},  {K6, K6}},
-    {TensorRole::AttnOutput, {K4, K4},  {K4, K4},  {K5, K5},  {K6, K6}},
-    {TensorRole::FfnGate,    {K4, K4},  {K4, K4},  {K5, K5},  {K6, K6}},
-    {TensorRole::FfnUp,      {K4, K4},  {K4, K4},  {K5, K5},  {K6, K6}},
-    {TensorRole::FfnDown,    {K4, K4},  {K4, K6},  {K5, K6},  {K6, K6}},
-};
-
-const MixRow& mix_row(TensorRole role) {
-  for (const MixRow& r : kMixTable)
-    if (r.role == role) return r;
-  throw Error(std::string("internal: no quant mix entry for role ") + tensor_role_name(role));
-}
-
-const MixCell& mix_cell(const MixRow& row, ConvertType t) {
-  switch (t) {
-    case ConvertType::Q4_K: return row.q4_k;
-    case ConvertType::Q4_K_M: return row.q4_k_m;
-    case ConvertType::Q5_K_M: return row.q5_k_m;
-    case ConvertType::Q6_K: return row.q6_k;
-    default: throw Error("internal: not a K-quant mix");
-  }
-}
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -81,7 +35,8 @@ ConvertType parse_convert_type(const std::string& name) {
   const std::string n = lower(name);
   for (const TargetName& t : kTargets)
     if (n == t.name) return t.type;
-  throw Error("unknown --type '" + name + "'; choose one of: " + convert_type_names());
+  throw Error("unknown --type '" + name + "'; choose one of: " + convert_type_names() +
+              " (IQ types: use `moestream gen --quant`; convert has no importance matrix)");
 }
 
 const char* convert_type_name(ConvertType t) {
@@ -90,12 +45,23 @@ const char* convert_type_name(ConvertType t) {
   return "?";
 }
 
-const char* convert_type_names() { return "f32, f16, bf16, q8_0, q4_k, q4_k_m, q5_k_m, q6_k"; }
+const char* convert_type_names() {
+  return "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, "
+         "q5_k_m, q6_k, q3_k, q4_k, q5_k";
+}
+
+bool convert_type_is_mix(ConvertType t) {
+  return t != ConvertType::F32 && t != ConvertType::F16 && t != ConvertType::BF16 && t != ConvertType::Q8_0;
+}
 
 uint32_t gguf_file_type(ConvertType t) {
-  for (const TargetName& x : kTargets)
-    if (x.type == t) return x.file_type;
-  throw Error("internal: unknown convert type");
+  switch (t) {
+    case ConvertType::F32: return 0;   // ALL_F32
+    case ConvertType::F16: return 1;   // MOSTLY_F16
+    case ConvertType::BF16: return 32; // MOSTLY_BF16
+    case ConvertType::Q8_0: return 7;  // MOSTLY_Q8_0
+    default: return static_cast<uint32_t>(parse_quant_scheme(convert_type_name(t)).ftype);
+  }
 }
 
 const char* tensor_role_name(TensorRole r) {
@@ -116,13 +82,8 @@ const char* tensor_role_name(TensorRole r) {
   return "?";
 }
 
-bool mix_layer_gets_more_bits(int layer, int n_layer) {
-  const int eighth = n_layer / 8;
-  return layer < eighth || layer >= 7 * n_layer / 8 || (layer - eighth) % 3 == 2;
-}
-
-TypeChoice choose_tensor_type(ConvertType target, TensorRole role, int layer, int n_layer, int64_t row_len,
-                              int n_dims, bool tied_output) {
+TypeChoice choose_tensor_type(ConvertType target, TensorRole role, int /*layer*/, int /*n_layer*/, int64_t row_len,
+                              int n_dims, bool /*tied_output*/) {
   TypeChoice c;
   // Vectors and the router stay exact: they are tiny, and the router's
   // choices are what expert-routing parity is measured on.
@@ -135,18 +96,12 @@ TypeChoice choose_tensor_type(ConvertType target, TensorRole role, int layer, in
     case ConvertType::F16: c.type = DType::F16; break;
     case ConvertType::BF16: c.type = DType::BF16; break;
     case ConvertType::Q8_0: c.type = DType::Q8_0; break;
-    default: {
-      const TensorRole r = (role == TensorRole::TokenEmbd && tied_output) ? TensorRole::Output : role;
-      const MixCell& cell = mix_cell(mix_row(r), target);
-      const bool boosted = layer >= 0 && mix_layer_gets_more_bits(layer, n_layer);
-      c.type = boosted ? cell.boosted : cell.normal;
-      break;
-    }
+    default: throw Error(std::string("internal: ") + convert_type_name(target) + " is a mix (apply_quant_mix)");
   }
   const int64_t block = type_info(c.type).block_size;
   if (row_len % block != 0) {
     const DType wanted = c.type;
-    c.type = row_len % type_info(DType::Q8_0).block_size == 0 ? DType::Q8_0 : DType::F16;
+    c.type = DType::F16;
     c.note = "row length " + std::to_string(row_len) + " is not a multiple of " + type_name(wanted) +
              "'s block of " + std::to_string(block) + "; using " + type_name(c.type);
   }

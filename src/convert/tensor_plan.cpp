@@ -4,6 +4,7 @@
 #include <set>
 #include <sstream>
 
+#include "engine/quant_presets.h"
 #include "util/error.h"
 
 namespace ms {
@@ -86,6 +87,7 @@ class Builder {
     p.role = role;
     p.layer = layer;
     p.shape = std::move(shape);
+    if (convert_type_is_mix(target_)) return p;  // typed later, in file order (apply_quant_mix)
     const TypeChoice tc = choose_tensor_type(target_, role, layer, static_cast<int>(c_.n_layer), p.shape[0],
                                              static_cast<int>(p.shape.size()), c_.tie_embeddings);
     p.type = tc.type;
@@ -200,6 +202,25 @@ std::string add_experts(Builder& b, const HfModelConfig& c, const SafetensorsMod
   b.out().push_back(std::move(up));
   b.out().push_back(std::move(down));
   return layout;
+}
+
+// A llama-quantize preset over the whole plan: the rules count tensors (the
+// i-th attn_v, the i-th ffn_down) and look at whether an output head exists,
+// so they run once the plan is complete, in file order.
+void apply_quant_mix(ConversionPlan& plan, const HfModelConfig& c, ConvertType target) {
+  std::vector<std::string> names;
+  for (const PlannedTensor& t : plan.tensors) names.push_back(t.name);
+  MixModel mm;
+  mm.n_layer = static_cast<int>(c.n_layer + plan.n_mtp);
+  mm.n_expert = static_cast<int>(c.n_expert);
+  mm.n_head = static_cast<int>(c.n_head);
+  mm.n_head_kv = static_cast<int>(c.n_head_kv);
+  MixPlanner planner(parse_quant_scheme(convert_type_name(target)), mm, names);
+  for (PlannedTensor& t : plan.tensors) {
+    const MixChoice m = planner.choose(t.name, t.shape, DType::F32);
+    t.type = m.type;
+    t.type_note = m.note;
+  }
 }
 
 }  // namespace
@@ -405,6 +426,7 @@ ConversionPlan plan_conversion(const HfModelConfig& c, const SafetensorsModel& m
   }
 
   plan.tensors = std::move(b.out());
+  if (convert_type_is_mix(target)) apply_quant_mix(plan, c, target);
   if (layouts.size() == 1) plan.expert_layout = *layouts.begin();
   else if (layouts.size() > 1) plan.expert_layout = "mixed";
   for (const std::string& name : m.names()) {

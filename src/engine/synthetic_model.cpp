@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/quant_presets.h"
 #include "engine/synthetic_vocab.h"
 #include "format/gguf.h"
 #include "quant/quant.h"
@@ -51,25 +52,6 @@ enum Role {
   // small f32 projections (alpha, beta, the shared expert's gate vector).
   kSsmA, kConv, kSmallF32,
 };
-
-const char* role_name(Role r) {
-  switch (r) {
-    case kEmbd: return "token_embd";
-    case kOutput: return "output";
-    case kNorm: case kQkNorm: return "norm";
-    case kAttnQ: return "attn_q";
-    case kAttnK: return "attn_k";
-    case kAttnV: return "attn_v";
-    case kAttnO: return "attn_output";
-    case kBias: return "norm";
-    case kGate: return "ffn_gate";
-    case kUp: return "ffn_up";
-    case kDown: return "ffn_down";
-    case kRouter: return "router";
-    case kSsmA: case kConv: case kSmallF32: return "router";  // f32
-  }
-  return "norm";
-}
 
 struct Plan {
   std::string name;
@@ -133,36 +115,7 @@ std::string lower(std::string s) {
   return s;
 }
 
-bool more_bits_layer(int layer, int n_layer) {
-  // The _M mixes give more bits to the first and last eighth of the stack and
-  // every third layer in between.
-  const int eighth = n_layer / 8;
-  return layer < eighth || layer >= n_layer - eighth || (layer - eighth) % 3 == 2;
-}
-
-DType fit(DType want, int64_t row_len) {
-  if (row_len % type_info(want).block_size == 0) return want;
-  if (row_len % 32 == 0) return DType::Q8_0;
-  return DType::F16;
-}
-
 }  // namespace
-
-DType gen_tensor_type(const std::string& quant_in, const std::string& role, int layer, int n_layer, int64_t row_len) {
-  const std::string quant = lower(quant_in);
-  if (role == "norm" || role == "router") return DType::F32;
-  if (quant == "q4_k_m" || quant == "q4_k") {
-    const bool m = quant == "q4_k_m";
-    if (role == "output") return fit(DType::Q6_K, row_len);
-    if (m && (role == "attn_v" || role == "ffn_down") && more_bits_layer(layer, n_layer)) return fit(DType::Q6_K, row_len);
-    return fit(DType::Q4_K, row_len);
-  }
-  const DType t = parse_type(quant);
-  if (t == DType::F32 || t == DType::F16 || t == DType::BF16) return t;
-  if (!type_info(t).computable || t == DType::Q8_K || t == DType::Q8_1)
-    throw Error("gen: --quant " + quant_in + " is not a weight type moestream computes with");
-  return fit(t, row_len);
-}
 
 GenShape gen_preset(const std::string& arch_in, const std::string& preset_in) {
   const std::string arch = lower(arch_in), preset = lower(preset_in);
@@ -291,7 +244,7 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
   const std::string layout = lower(opt.layout);
   if (layout != "stacked" && layout != "merged" && layout != "per-expert")
     throw Error("gen: unknown --layout '" + opt.layout + "' (stacked, merged, per-expert)");
-  gen_tensor_type(opt.quant, "attn_q", 0, 1, 256);  // validates the name early
+  const QuantScheme scheme = parse_quant_scheme(opt.quant, opt.pure);  // validates the name early
 
   const bool moe = s.n_expert > 0;
   const std::string A = s.gguf_arch;
@@ -311,7 +264,6 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
     p.layer = layer;
     p.stddev = stddev;
     p.rows_per_mat = p.shape.size() > 1 ? p.shape[1] : 1;
-    p.type = gen_tensor_type(opt.quant, role_name(role), layer, L, p.shape[0]);
     plans.push_back(p);
     return plans.back();
   };
@@ -381,9 +333,9 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
       add(b + "attn_k.weight", {D, kv_dim}, kAttnK, il, inv_d);
       add(b + "attn_v.weight", {D, kv_dim}, kAttnV, il, inv_d);
       if (A == "qwen2") {
-        add(b + "attn_q.bias", {q_dim}, kBias, il, 0.02f).type = DType::F32;
-        add(b + "attn_k.bias", {kv_dim}, kBias, il, 0.02f).type = DType::F32;
-        add(b + "attn_v.bias", {kv_dim}, kBias, il, 0.02f).type = DType::F32;
+        add(b + "attn_q.bias", {q_dim}, kBias, il, 0.02f);
+        add(b + "attn_k.bias", {kv_dim}, kBias, il, 0.02f);
+        add(b + "attn_v.bias", {kv_dim}, kBias, il, 0.02f);
       }
       add(b + "attn_output.weight", {q_dim, D}, kAttnO, il, res_scale / std::sqrt(static_cast<float>(q_dim))).zero_row0 = true;
       if (A == "qwen3" || A == "qwen3moe" || hybrid) {
@@ -406,6 +358,24 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
       add(b + "nextn.enorm.weight", {D}, kNorm, il, 0);
       add(b + "nextn.hnorm.weight", {D}, kNorm, il, 0);
       add(b + "nextn.shared_head_norm.weight", {D}, kNorm, il, 0);
+    }
+  }
+
+  // ---- types: the scheme's choice per tensor, in file order (some rules count tensors)
+  {
+    std::vector<std::string> names;
+    for (const Plan& p : plans) names.push_back(p.name);
+    MixModel mm;
+    mm.n_layer = L + s.n_mtp;
+    mm.n_expert = s.n_expert;
+    mm.n_head = s.n_head;
+    mm.n_head_kv = s.n_head_kv;
+    MixPlanner planner(scheme, mm, names);
+    for (Plan& p : plans) {
+      p.type = planner.choose(p.name, p.shape, DType::F32).type;
+      if (!type_info(p.type).computable)
+        throw Error("gen: --quant " + opt.quant + " stores " + p.name + " as " + type_name(p.type) +
+                    ", which moestream cannot compute with (yet)");
     }
   }
 
@@ -441,6 +411,7 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
   w.set("general.architecture", GgufValue::of_string(A));
   w.set("general.name", GgufValue::of_string(s.name));
   w.set("general.quantization_version", GgufValue::of_u32(2));
+  w.set("general.file_type", GgufValue::of_u32(static_cast<uint32_t>(scheme.ftype)));
   w.set(A + ".block_count", GgufValue::of_u32(static_cast<uint32_t>(L + s.n_mtp)));
   w.set(A + ".context_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_ctx)));
   w.set(A + ".embedding_length", GgufValue::of_u32(static_cast<uint32_t>(D)));
@@ -476,7 +447,8 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
   }
   w.set("moestream.synthetic.seed", GgufValue::of_u64(opt.seed));
   w.set("moestream.synthetic.router_skew", GgufValue::of_f32(static_cast<float>(opt.router_skew)));
-  w.set("moestream.synthetic.quant", GgufValue::of_string(lower(opt.quant)));
+  w.set("moestream.synthetic.quant", GgufValue::of_string(scheme.name));
+  if (scheme.pure) w.set("moestream.synthetic.pure", GgufValue::of_bool(true));
   w.set("moestream.synthetic.layout", GgufValue::of_string(layout));
   write_vocab_metadata(w, vocab);
 

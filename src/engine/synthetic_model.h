@@ -1,5 +1,6 @@
 // Synthetic models (`moestream gen`): GGUF files with the real shapes and
-// quant mixes of Qwen3-30B-A3B or Mixtral 8x7B (or a tiny model for tests
+// quant mixes (llama-quantize's presets, engine/quant_presets.h) of
+// Qwen3-30B-A3B, Qwen3.6-35B-A3B or Mixtral 8x7B (or a tiny model for tests
 // and the embedded default), random weights, and a working tokenizer.
 //
 // Weights are random but scaled so activations stay finite through every
@@ -72,7 +73,10 @@ GenShape gen_preset(const std::string& arch, const std::string& preset);
 struct GenOptions {
   std::string arch = "qwen3moe";
   std::string preset = "tiny";
-  std::string quant = "q4_k_m";   // q4_k_m | q4_k | q5_k | q6_k | q8_0 | q4_0 | f16 | bf16 | f32
+  // A quantization scheme (engine/quant_presets.h): a llama-quantize preset
+  // (q4_k_m, q2_k, iq4_xs, ...), a UD-style mix, or a single type (q4_k, q5_k).
+  std::string quant = "q4_k_m";
+  bool pure = false;               // `quant` is a type name, for every tensor (llama-quantize --pure)
   std::string layout = "stacked";  // experts: stacked (3-D) | merged (gate_up) | per-expert (2-D)
   double router_skew = 0.0;
   uint64_t seed = 1;
@@ -96,10 +100,5 @@ struct GenResult {
 // Writes the model to `path`. Throws ms::Error for bad options or I/O errors
 // (a partial file is removed).
 GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadPool& pool);
-
-// The type a tensor gets in a quant mix (exposed for tests). role is one of
-// "token_embd", "output", "attn_q", "attn_k", "attn_v", "attn_output",
-// "ffn_gate", "ffn_up", "ffn_down", "router", "norm"; row_len is ne[0].
-DType gen_tensor_type(const std::string& quant, const std::string& role, int layer, int n_layer, int64_t row_len);
 
 }  // namespace ms

@@ -13,6 +13,7 @@
 #include "convert/quant_mix.h"
 #include "convert/tensor_plan.h"
 #include "convert/tiny_checkpoint.h"
+#include "engine/quant_presets.h"
 #include "format/gguf.h"
 #include "quant/quant.h"
 #include "util/error.h"
@@ -355,17 +356,61 @@ TEST_F(ConvertTest, Q8_0ErrorIsBoundedPerBlock) {
   }
 }
 
-TEST_F(ConvertTest, RowsTheKBlocksCannotTileFallBackToQ8_0WithANote) {
+TEST_F(ConvertTest, RowsTheKBlocksCannotTileFallBackWithANote) {
   TinySpec s;  // hidden 64: not a multiple of 256
   s.n_layer = 1;
   TinyModel m = test::make_tiny_model(s);
   ConvertSummary sum;
   auto f = GgufFile::open(convert(s, m, ConvertType::Q4_K_M, "hf", &sum));
-  EXPECT_EQ(f->tensor("blk.0.attn_q.weight").type, DType::Q8_0);
+  // llama.cpp's fallbacks: q4_K -> q5_0 (32-element blocks); the head -> q8_0.
+  EXPECT_EQ(f->tensor("blk.0.attn_q.weight").type, DType::Q5_0);
   EXPECT_EQ(f->tensor("output.weight").type, DType::Q8_0);
   bool noted = false;
   for (const auto& n : sum.notes) noted |= n.find("blk.0.attn_q.weight") != std::string::npos;
   EXPECT_TRUE(noted);
+}
+
+TEST_F(ConvertTest, EveryKAndLegacyTargetWritesThePresetsTypes) {
+  TinySpec s;
+  s.hidden = 256;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.head_dim = 64;
+  s.ff_exp = 256;
+  s.n_expert = 2;
+  s.n_layer = 2;
+  TinyModel m = test::make_tiny_model(s);
+  for (const char* name : {"q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "q4_k_s", "q5_k_s",
+                           "q5_k_m", "q6_k", "q3_k", "q4_k", "q5_k"}) {
+    SCOPED_TRACE(name);
+    const ConvertType t = parse_convert_type(name);
+    auto f = GgufFile::open(convert(s, m, t, name));
+    const QuantScheme scheme = parse_quant_scheme(name);
+    EXPECT_EQ(f->get_int("general.file_type"), scheme.ftype);
+    std::vector<std::string> names;
+    for (const GgufTensorInfo& ti : f->tensors()) names.push_back(ti.name);
+    MixPlanner planner(scheme, MixModel{2, 2, 4, 2}, names);
+    for (const GgufTensorInfo& ti : f->tensors()) {
+      EXPECT_EQ(type_name(ti.type), std::string(type_name(planner.choose(ti.name, ti.shape).type))) << ti.name;
+      // Valid blocks of that type, close to the source (2-bit is coarse: bound loose).
+      const std::vector<float> want = expected_f32(s, m, ti.name);
+      const std::vector<float> got = dequantize(ti);
+      ASSERT_EQ(got.size(), want.size());
+      for (float v : got) ASSERT_TRUE(std::isfinite(v)) << ti.name;
+      EXPECT_LE(rel_rms(got, want), ti.type == DType::F32 ? 0.0 : 0.45) << ti.name << " " << type_name(ti.type);
+    }
+  }
+  // A few facts of the presets on this model (2 layers, 2 experts, n_gqa 2).
+  auto q2 = GgufFile::open(convert(s, m, ConvertType::Q2_K, "q2"));
+  EXPECT_EQ(q2->tensor("blk.0.attn_v.weight").type, DType::Q3_K);
+  EXPECT_EQ(q2->tensor("blk.0.ffn_down_exps.weight").type, DType::Q3_K);
+  EXPECT_EQ(q2->tensor("blk.0.attn_output.weight").type, DType::Q3_K);
+  EXPECT_EQ(q2->tensor("blk.0.ffn_gate_exps.weight").type, DType::Q2_K);
+  EXPECT_EQ(q2->tensor("output.weight").type, DType::Q6_K);
+  auto q3 = GgufFile::open(convert(s, m, ConvertType::Q3_K_M, "q3"));
+  EXPECT_EQ(q3->tensor("blk.0.attn_v.weight").type, DType::Q5_K);
+  EXPECT_EQ(q3->tensor("blk.1.ffn_down_exps.weight").type, DType::Q4_K);
+  EXPECT_EQ(q3->tensor("blk.1.attn_q.weight").type, DType::Q3_K);
 }
 
 TEST_F(ConvertTest, TiedEmbeddingsWriteNoOutputTensor) {
@@ -558,27 +603,24 @@ TEST(HfConfigTest, Qwen3MoeWithDenseLayersIsRefused) {
 
 // ---------------------------------------------------------------- mix table, permutation
 
-TEST(QuantMixTest, MoreBitsLayersAreTheEndsAndEveryThirdLayer) {
-  std::vector<int> boosted;
-  for (int L = 0; L < 48; ++L)
-    if (mix_layer_gets_more_bits(L, 48)) boosted.push_back(L);
-  // First and last 6 of 48, and layers 6 + 3k + 2 between.
-  EXPECT_EQ(boosted, (std::vector<int>{0, 1, 2, 3, 4, 5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35, 38, 41,
-                                       42, 43, 44, 45, 46, 47}));
-}
-
-TEST(QuantMixTest, ChoicesAndFallbacks) {
-  EXPECT_EQ(choose_tensor_type(ConvertType::Q5_K_M, TensorRole::FfnGate, 3, 48, 4096, 3, false).type, DType::Q5_K);
-  EXPECT_EQ(choose_tensor_type(ConvertType::Q5_K_M, TensorRole::FfnDown, 0, 48, 4096, 3, false).type, DType::Q6_K);
-  EXPECT_EQ(choose_tensor_type(ConvertType::Q4_K_M, TensorRole::TokenEmbd, -1, 48, 4096, 2, true).type, DType::Q6_K);
-  EXPECT_EQ(choose_tensor_type(ConvertType::Q4_K, TensorRole::Router, 0, 48, 4096, 2, false).type, DType::F32);
+TEST(QuantMixTest, PlainTargetsAndNames) {
+  EXPECT_EQ(choose_tensor_type(ConvertType::Q8_0, TensorRole::FfnGate, 3, 48, 4096, 3, false).type, DType::Q8_0);
+  EXPECT_EQ(choose_tensor_type(ConvertType::BF16, TensorRole::Router, 0, 48, 4096, 2, false).type, DType::F32);
   EXPECT_EQ(choose_tensor_type(ConvertType::F16, TensorRole::Norm, 0, 48, 4096, 1, false).type, DType::F32);
-  const TypeChoice fb = choose_tensor_type(ConvertType::Q6_K, TensorRole::AttnQ, 0, 48, 96, 2, false);
-  EXPECT_EQ(fb.type, DType::Q8_0);
+  const TypeChoice fb = choose_tensor_type(ConvertType::Q8_0, TensorRole::AttnQ, 0, 48, 40, 2, false);
+  EXPECT_EQ(fb.type, DType::F16);
   EXPECT_FALSE(fb.note.empty());
-  EXPECT_EQ(choose_tensor_type(ConvertType::Q8_0, TensorRole::AttnQ, 0, 48, 40, 2, false).type, DType::F16);
+  EXPECT_THROW(choose_tensor_type(ConvertType::Q4_K_M, TensorRole::AttnQ, 0, 48, 4096, 2, false), Error);
   EXPECT_EQ(parse_convert_type("Q4_K_M"), ConvertType::Q4_K_M);
-  EXPECT_THROW(parse_convert_type("q3_k"), Error);
+  EXPECT_EQ(parse_convert_type("q3_k"), ConvertType::Q3_K);
+  EXPECT_EQ(gguf_file_type(ConvertType::Q3_K_S), 11u);
+  EXPECT_EQ(gguf_file_type(ConvertType::Q4_0), 2u);
+  try {
+    parse_convert_type("iq2_xxs");
+    ADD_FAILURE() << "iq2_xxs accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("q3_k_m"), std::string::npos) << e.what();  // lists the valid ones
+  }
 }
 
 TEST(TensorPlanTest, RopePermutationWithinAHead) {

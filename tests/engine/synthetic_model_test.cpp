@@ -54,22 +54,42 @@ TEST(SyntheticModel, PresetsHaveTheRealShapes) {
   EXPECT_THROW(gen_preset("gpt2", "tiny"), Error);
 }
 
-TEST(SyntheticModel, QuantMixes) {
-  // Q4_K_M: Q4_K by default, Q6_K for the output head and for attn_v /
-  // ffn_down in the first and last eighth and every third layer between.
-  EXPECT_EQ(gen_tensor_type("q4_k_m", "ffn_gate", 10, 48, 2048), DType::Q4_K);
-  EXPECT_EQ(gen_tensor_type("q4_k_m", "output", -1, 48, 2048), DType::Q6_K);
-  EXPECT_EQ(gen_tensor_type("q4_k_m", "ffn_down", 0, 48, 768), DType::Q6_K);
-  EXPECT_EQ(gen_tensor_type("q4_k_m", "ffn_down", 47, 48, 768), DType::Q6_K);
-  EXPECT_EQ(gen_tensor_type("q4_k_m", "ffn_down", 7, 48, 768), DType::Q4_K);
-  EXPECT_EQ(gen_tensor_type("q4_k_m", "attn_v", 8, 48, 2048), DType::Q6_K);
-  EXPECT_EQ(gen_tensor_type("q4_k", "ffn_down", 0, 48, 768), DType::Q4_K);
-  EXPECT_EQ(gen_tensor_type("q4_k_m", "router", 3, 48, 2048), DType::F32);
-  EXPECT_EQ(gen_tensor_type("q8_0", "attn_q", 3, 48, 2048), DType::Q8_0);
-  // A width the K block does not divide falls back to q8_0, then f16.
-  EXPECT_EQ(gen_tensor_type("q4_k", "attn_q", 3, 48, 96), DType::Q8_0);
-  EXPECT_EQ(gen_tensor_type("q4_k", "attn_q", 3, 48, 40), DType::F16);
-  EXPECT_THROW(gen_tensor_type("q9_z", "attn_q", 0, 1, 256), Error);
+TEST(SyntheticModel, FileCarriesTheSchemesTypes) {
+  // The tiny qwen3moe has 8 experts, so llama.cpp's Q4_K_M gives its attn_k
+  // and attn_v Q8_0 and attn_output Q5_K; the output head is Q6_K.
+  ThreadPool pool(2);
+  GenOptions o;
+  o.quant = "Q4_K_M";
+  const std::string p = tmp_path("gen_mix");
+  generate_model(o, p, pool);
+  auto f = GgufFile::open(p);
+  EXPECT_EQ(f->get_int("general.file_type"), 15);
+  EXPECT_EQ(f->get_string("moestream.synthetic.quant"), "q4_k_m");
+  EXPECT_EQ(f->find_tensor("output.weight")->type, DType::Q6_K);
+  EXPECT_EQ(f->find_tensor("token_embd.weight")->type, DType::Q4_K);
+  EXPECT_EQ(f->find_tensor("blk.1.attn_v.weight")->type, DType::Q8_0);
+  EXPECT_EQ(f->find_tensor("blk.1.attn_k.weight")->type, DType::Q8_0);
+  EXPECT_EQ(f->find_tensor("blk.1.attn_output.weight")->type, DType::Q5_K);
+  EXPECT_EQ(f->find_tensor("blk.1.attn_q.weight")->type, DType::Q4_K);
+  // More bits for ffn_down: of 4 layers, the last eighth (layer 3) and every third from 4/8 = 0 (layer 2).
+  EXPECT_EQ(f->find_tensor("blk.0.ffn_down_exps.weight")->type, DType::Q4_K);
+  EXPECT_EQ(f->find_tensor("blk.1.ffn_down_exps.weight")->type, DType::Q4_K);
+  EXPECT_EQ(f->find_tensor("blk.2.ffn_down_exps.weight")->type, DType::Q6_K);
+  EXPECT_EQ(f->find_tensor("blk.3.ffn_down_exps.weight")->type, DType::Q6_K);
+  EXPECT_EQ(f->find_tensor("blk.1.ffn_gate_inp.weight")->type, DType::F32);
+  EXPECT_EQ(f->find_tensor("blk.1.attn_norm.weight")->type, DType::F32);
+  f.reset();
+  // --pure: one type for every matrix, the head included.
+  o.quant = "q5_k";
+  o.pure = true;
+  generate_model(o, p, pool);
+  f = GgufFile::open(p);
+  EXPECT_EQ(f->find_tensor("output.weight")->type, DType::Q5_K);
+  EXPECT_EQ(f->find_tensor("blk.1.attn_v.weight")->type, DType::Q5_K);
+  EXPECT_EQ(f->find_tensor("blk.1.ffn_gate_inp.weight")->type, DType::F32);
+  EXPECT_TRUE(f->get_bool("moestream.synthetic.pure", false));
+  f.reset();
+  fs::remove(p);
 }
 
 TEST(SyntheticModel, SameSeedSameFileDifferentSeedDiffers) {
@@ -103,6 +123,8 @@ TEST(SyntheticModel, BadOptionsAreErrors) {
   EXPECT_THROW(generate_model(o, tmp_path("gen_bad"), pool), Error);
   o = GenOptions{};
   o.quant = "nope";
+  EXPECT_THROW(generate_model(o, tmp_path("gen_bad"), pool), Error);
+  o.quant = "q8_k";  // an activation format
   EXPECT_THROW(generate_model(o, tmp_path("gen_bad"), pool), Error);
   EXPECT_FALSE(fs::exists(tmp_path("gen_bad")));
 }
