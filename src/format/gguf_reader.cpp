@@ -52,6 +52,24 @@ constexpr uint64_t kReserveCap = 1 << 16;
 bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
 bool add_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_add_overflow(a, b, out); }
 
+// ggml type ids that llama.cpp (de3ff81) defines or once wrote to GGUF files
+// and moestream has no block layout for: named in the error, so a user sees
+// which format the file uses.
+const char* ggml_type_moestream_lacks(uint32_t id) {
+  switch (id) {
+    case 31: return "q4_0_4_4 (a repacked layout llama.cpp no longer writes)";
+    case 32: return "q4_0_4_8 (a repacked layout llama.cpp no longer writes)";
+    case 33: return "q4_0_8_8 (a repacked layout llama.cpp no longer writes)";
+    case 36: return "iq4_nl_4_4 (a repacked layout llama.cpp no longer writes)";
+    case 37: return "iq4_nl_4_8 (a repacked layout llama.cpp no longer writes)";
+    case 38: return "iq4_nl_8_8 (a repacked layout llama.cpp no longer writes)";
+    case 40: return "nvfp4";
+    case 41: return "q1_0";
+    case 42: return "q2_0";
+    default: return nullptr;
+  }
+}
+
 std::string range_str(uint64_t a, uint64_t b) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "[%llu, %llu)", static_cast<unsigned long long>(a), static_cast<unsigned long long>(b));
@@ -285,11 +303,16 @@ void GgufFile::parse() {
     const uint64_t type_at = p.pos();
     const uint32_t type_id = p.read<uint32_t>("type");
     const TypeInfo* ti = type_info(type_id);
-    if (!ti)
+    if (!ti) {
+      if (const char* known = ggml_type_moestream_lacks(type_id))
+        p.fail(std::string("type ") + known + " (ggml type id " + std::to_string(type_id) +
+                   ") is not supported by moestream; re-quantize the model to a common type such as Q4_K or Q8_0",
+               type_at);
       p.fail("unknown tensor type id " + std::to_string(type_id) +
                  " (a quantization this version of moestream does not know; re-quantize to a common type such as "
                  "Q4_K or Q8_0)",
              type_at);
+    }
     t.type = ti->type;
     if (t.shape[0] % ti->block_size != 0)
       p.fail("innermost dimension " + std::to_string(t.shape[0]) + " is not a multiple of " + ti->name +

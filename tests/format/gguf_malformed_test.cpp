@@ -236,6 +236,13 @@ TEST(GgufMalformed, OverlappingTensors) {
   EXPECT_EQ(f->tensors().size(), 2u);
 }
 
+// Types llama.cpp writes that moestream has no layout for are named.
+TEST(GgufMalformed, UnsupportedLlamacppTypeIsNamed) {
+  expect_rejected(one_tensor({64}, 40, 0, 64),
+                  {"tensor 'blk.0.ffn_up_exps.weight'", "type nvfp4 (ggml type id 40) is not supported", "re-quantize"});
+  expect_rejected(one_tensor({64}, 31, 0, 64), {"q4_0_4_4", "no longer writes"});
+}
+
 // An unknown type id on a later tensor names that tensor, not the first.
 TEST(GgufMalformed, UnknownTypeNamesItsTensor) {
   GgufBytes b;
