@@ -18,8 +18,11 @@ namespace ms {
 void dequantize_row_ref(DType t, const void* src, float* dst, int64_t n);
 
 // Reference quantizer. For weights of the K formats it searches scales and
-// mins to reduce the squared error (not a naive max-abs rounding); for the
-// activation formats (Q8_0, Q8_1, Q8_K) it rounds to nearest.
+// mins to reduce the squared error (not a naive max-abs rounding); the IQ and
+// TQ formats scan a few scales per sub-block and snap groups of 8 to their
+// nearest grid points (ref_iquants_quantize.cpp: valid, reasonable, not
+// optimal -- no importance matrix); for the activation formats (Q8_0, Q8_1,
+// Q8_K) it rounds to nearest.
 void quantize_row_ref(DType t, const float* src, void* dst, int64_t n);
 
 // Dot product of a weight row of type t with activations already in
