@@ -29,6 +29,7 @@ struct Sub32 {
 };
 
 __device__ __forceinline__ uint32_t u8at(const uint8_t* p) { return __ldg(p); }
+__device__ __forceinline__ uint32_t byte_of_word(uint32_t w, int k) { return (w >> (8 * k)) & 0xffu; }
 
 // Bits 0..3 of x to bit 4 of bytes 0..3 (the 5th bit of Q5_0 / Q5_1 quants).
 __device__ __forceinline__ uint32_t spread_bit4(uint32_t x) {
@@ -154,30 +155,41 @@ struct DecTQ2_0 {
 struct DecTQ1_0 {
   static constexpr int kBlockElems = 256, kBlockBytes = 54, kMin = 0;
   static constexpr bool kTwoScales = false;
-  static __device__ __forceinline__ uint32_t trit_m1(uint32_t byte, int n) {
-    const uint32_t p = n == 0 ? 1u : n == 1 ? 3u : n == 2 ? 9u : n == 3 ? 27u : 81u;
-    return ((((byte * p) & 0xffu) * 3u) >> 8) - 1u;  // -1, 0, 1 (as a byte after & 0xff)
+  // Digit n of byte b, minus 1 (-1, 0, 1; as a byte after & 0xff). 3^n from
+  // a packed table: no branches.
+  static __device__ __forceinline__ uint32_t trit_m1(uint32_t b, uint32_t n) {
+    constexpr uint64_t kPow3 = 0x51'1b'09'03'01ull;  // 81, 27, 9, 3, 1
+    const uint32_t p = static_cast<uint32_t>(kPow3 >> (8 * n)) & 0xffu;
+    return ((((b * p) & 0xffu) * 3u) >> 8) - 1u;
   }
+  // The item's sub-block j differs from lane to lane, so every byte's source
+  // and digit are selected arithmetically (l is a constant once unrolled):
+  // the whole block is read as 13 words, which stay in L1 across the items.
   static __device__ __forceinline__ void decode(const uint8_t* blk, int j, Sub32& u) {
+    uint32_t lo[8], hi[4];
+#pragma unroll
+    for (int w = 0; w < 8; ++w) lo[w] = ld4_a2(blk + 4 * w);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) hi[w] = ld4_a2(blk + 32 + 4 * w);
+    const uint32_t qh = ld4_a2(blk + 48);
+    const uint32_t jj = static_cast<uint32_t>(j);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       uint32_t w = 0;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const int l = 4 * i + k;
-        uint32_t byte;
-        int n;
-        if (j < 5) {
-          byte = u8at(blk + l);
-          n = j;
-        } else if (j < 7 || l < 16) {
-          byte = u8at(blk + 32 + (l & 15));
-          n = j < 7 ? 2 * (j - 5) + (l >> 4) : 4;
-        } else {
-          byte = u8at(blk + 48 + ((l - 16) & 3));
-          n = (l - 16) >> 2;
+        const uint32_t b_lo = byte_of_word(lo[l / 4], l % 4), b_hi = byte_of_word(hi[(l & 15) / 4], l % 4);
+        const uint32_t b_qh = byte_of_word(qh, (l - 16) & 3);
+        uint32_t b, n;
+        if (l < 16) {  // sub-blocks 5..7 take qs[32 + l]
+          b = jj < 5 ? b_lo : b_hi;
+          n = jj < 5 ? jj : jj < 7 ? 2 * (jj - 5) : 4u;
+        } else {       // sub-blocks 5, 6 take qs[32 + l - 16], 7 takes qh
+          b = jj < 5 ? b_lo : jj < 7 ? b_hi : b_qh;
+          n = jj < 5 ? jj : jj < 7 ? 2 * (jj - 5) + 1 : static_cast<uint32_t>((l - 16) >> 2);
         }
-        w |= (trit_m1(byte, n) & 0xffu) << (8 * k);
+        w |= (trit_m1(b, n) & 0xffu) << (8 * k);
       }
       u.q[i] = static_cast<int>(w);
     }
