@@ -27,7 +27,8 @@ tokenizers; no network). For each architecture it
   4. optionally (--quantize BIN) requantizes each f32 file with llama-quantize
      to each of --quant-types, and (--moestream BIN) compares moestream's
      last-position logits on each --backends with the float64 reference
-     (max |ms - hf| / max |hf|; bounds: 1e-4 f32, 1e-2 f16, 5e-2 else).
+     (max |ms - hf| / max |hf| at most 1e-4 for f32 and f16; quantized files:
+     the top token).
 
 Everything lands in OUT/<model>/ (hf/, *.gguf, hf_logits.f32, hf_logits.json,
 convert logs) plus OUT/summary.md. tools/llamacpp_files.sh is the wrapper for
@@ -288,8 +289,13 @@ def rel_err(a, b):
 
 
 def compare_moestream(args, gguf, ids, ref_last, typ):
+    """f32 / f16 files hold the reference's exact weights (rounded to f16
+    before saving): their last-position logits must agree to 1e-4 (f32
+    arithmetic on both sides; 1e-5 seen). Quantized files are the format's
+    effect against an unrounded reference (0.05-0.4 seen on these random
+    models): the error is printed, the check is the top token."""
     rows = []
-    bound = 1e-4 if typ == "f32" else 1e-2 if typ == "f16" else 5e-2
+    bound = 1e-4 if typ in ("f32", "f16") else None
     for be in args.backends.split(","):
         out = gguf.with_suffix(f".{be}.f32")
         cmd = [args.moestream, "logits", "-m", str(gguf), "--tokens", ",".join(map(str, ids)), "-o", str(out),
@@ -304,7 +310,11 @@ def compare_moestream(args, gguf, ids, ref_last, typ):
         n = len(data) // 4
         ms = struct.unpack(f"<{n}f", data)[-len(ref_last):]
         e = rel_err(ms, ref_last)
-        rows.append((gguf.name, be, "ok" if e <= bound else "FAIL", f"rel err {e:.2e} (bound {bound:g})"))
+        if bound is not None:
+            rows.append((gguf.name, be, "ok" if e <= bound else "FAIL", f"rel err {e:.2e} (bound {bound:g})"))
+        else:
+            top = max(range(len(ms)), key=ms.__getitem__) == max(range(len(ref_last)), key=ref_last.__getitem__)
+            rows.append((gguf.name, be, "ok" if top else "FAIL", f"top-1 {'agrees' if top else 'differs'}, rel err {e:.2e}"))
     return rows
 
 
