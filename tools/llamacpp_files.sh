@@ -16,6 +16,9 @@
 #       q4_0,q4_K,q5_K,q6_K,q8_0 (QTYPES=...).
 #   MS=1: also builds moestream (CUDA, sm_90) and compares its logits on the
 #       CPU and CUDA backends with the reference (BACKENDS=cpu,cuda).
+#   tools/llamacpp_files.sh check MOESTREAM [cpu,cuda]
+#       the committed fixtures on each backend against their Hugging Face
+#       logits, and NaN weights stopping with the non-finite-logits error.
 # Each step has its own time limit; a failing one does not stop the next.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,7 +38,71 @@ if [ "$cmd" = pack ]; then
   exit 0
 fi
 
-[ "$cmd" = run ] || { echo "usage: tools/llamacpp_files.sh pack LLAMA_DIR | run [models]"; exit 2; }
+if [ "$cmd" = check ]; then
+  # tools/llamacpp_files.sh check MOESTREAM [backends]: the committed fixtures
+  # (tests/fixtures/llamacpp) on each backend against their Hugging Face logits
+  # (last position; f16: 1e-4, q8_0: the top token), and a copy of one with
+  # NaN weights, which must stop with the non-finite-logits error.
+  MSB=${2:?usage: tools/llamacpp_files.sh check MOESTREAM [cpu,cuda]}
+  BACKENDS=${3:-cpu,cuda}
+  OUT=${OUT:-$ROOT/llamacpp_out}
+  mkdir -p "$OUT"
+  FIX=tests/fixtures/llamacpp
+  TOK=$(python3 -c "import json; print(','.join(map(str, json.load(open('$FIX/qwen3moe-hf_logits.json'))['tokens'])))")
+  fails=0
+  for f in "$FIX"/*.gguf; do
+    n=$(basename "$f" .gguf); m=${n%%-*}
+    for be in ${BACKENDS//,/ }; do
+      "$MSB" logits -m "$f" --tokens "$TOK" -o "/tmp/$n.$be.f32" --backend "$be" --kv-type f32 > "/tmp/$n.$be.log" 2>&1 ||
+        { echo "$n $be: FAIL rc=$? $(tail -1 /tmp/$n.$be.log)"; fails=$((fails + 1)); continue; }
+      python3 - "$FIX/$m-hf_logits.f32" "/tmp/$n.$be.f32" "$n" "$be" <<'PY' || fails=$((fails + 1))
+import array, sys
+ref, got = array.array("f"), array.array("f")
+ref.frombytes(open(sys.argv[1], "rb").read()); got.frombytes(open(sys.argv[2], "rb").read())
+ref = ref[-len(got):]
+err = max(abs(a - b) for a, b in zip(got, ref)) / max(abs(b) for b in ref)
+top = max(range(len(got)), key=got.__getitem__) == max(range(len(ref)), key=ref.__getitem__)
+ok = err <= 1e-4 if "q8_0" not in sys.argv[3] else top
+print(f"{sys.argv[3]} {sys.argv[4]}: {'ok' if ok else 'FAIL'} rel err {err:.2e}, top-1 {'agrees' if top else 'differs'}")
+sys.exit(0 if ok else 1)
+PY
+    done
+  done
+  python3 - "$FIX/qwen35moe-f16.gguf" /tmp/nan.gguf <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read()); pos = 24
+def rd(fmt):
+    global pos
+    v = struct.unpack_from(fmt, b, pos); pos += struct.calcsize(fmt); return v[0]
+def skip(t):
+    global pos
+    if t == 8:
+        n = rd("<Q"); pos += n
+    elif t == 9:
+        et, n = rd("<I"), rd("<Q")
+        for _ in range(n): skip(et)
+    else: pos += {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}[t]
+n_t, n_kv = struct.unpack_from("<QQ", b, 8)
+for _ in range(n_kv): skip(8); skip(rd("<I"))
+infos = []
+for _ in range(n_t):
+    l = rd("<Q"); name = b[pos:pos + l].decode(); pos += l
+    dims = [rd("<Q") for _ in range(rd("<I"))]; t = rd("<I"); off = rd("<Q"); infos.append((name, dims, off))
+data = (pos + 31) // 32 * 32
+for name, dims, off in infos:
+    if name == "output_norm.weight": b[data + off:data + off + 4 * dims[0]] = b"\xff" * (4 * dims[0])
+open(sys.argv[2], "wb").write(b)
+PY
+  for be in ${BACKENDS//,/ }; do
+    msg=$("$MSB" run -m /tmp/nan.gguf -p hello -n 4 --backend "$be" 2>&1); rc=$?
+    if [ $rc -ne 0 ] && grep -q "non-finite logits" <<<"$msg"; then echo "NaN weights $be: ok (rc $rc, $(grep -o 'prompt: the forward pass produced non-finite logits ([A-Za-z]* for token id [0-9]*)' <<<"$msg"))"
+    else echo "NaN weights $be: FAIL rc=$rc: $(tail -1 <<<"$msg")"; fails=$((fails + 1)); fi
+  done
+  echo "failures: $fails"
+  exit $((fails > 0))
+fi
+
+[ "$cmd" = run ] || { echo "usage: tools/llamacpp_files.sh pack LLAMA_DIR | run [models] | check MOESTREAM [backends]"; exit 2; }
 MODELS=${2:-qwen3moe,qwen35moe,mixtral}
 OUT=${OUT:-$ROOT/llamacpp_out}
 WORK=${WORK:-/tmp/llamacpp_files}
