@@ -153,7 +153,8 @@ struct DecIQ4_XS {
 
 // ---------------------------------------------------------------- IQ2
 // IQ2_XXS {d, qs u16[32]}: sub-block j has words a, b (bytes 2+8j, 6+8j);
-// group l: grid[byte l of a], signs sign_byte(b >> 7l); x = d * (0.5 + b >> 28) / 4 * ...
+// group l: grid entry (byte l of a), signs sign_byte(b >> 7l);
+// x = d * (0.5 + (b >> 28)) / 4 * grid * sign.
 struct DecIQ2_XXS {
   static constexpr int kBlockElems = 256, kBlockBytes = 66, kMin = 0;
   static constexpr bool kTwoScales = false;
