@@ -110,11 +110,11 @@ void ThreadPool::worker(int index) {
     }
     seen = gen;
     if (stop_.load(std::memory_order_acquire)) return;
-    // Enter the call only while it is still open and still this generation
+    // Enter the call only while this generation's call is still open
     // (seq_cst against the caller's close-then-count, so that either the
-    // caller sees this worker in active_ or the worker sees closed_).
+    // caller sees this worker in active_ or the worker sees it closed).
     active_.fetch_add(1, std::memory_order_seq_cst);
-    if (!closed_.load(std::memory_order_seq_cst) && generation_.load(std::memory_order_seq_cst) == gen) {
+    if (open_generation_.load(std::memory_order_seq_cst) == gen) {
       const std::function<void(int, int)>* job = job_.load(std::memory_order_acquire);
       (*job)(index, n_threads_);
       pending_.fetch_sub(1, std::memory_order_acq_rel);
@@ -129,10 +129,14 @@ void ThreadPool::dispatch(const std::function<void(int, int)>& job, bool wait_al
     job(0, 1);
     return;
   }
+  // Only this thread (one caller at a time; not reentrant) changes
+  // generation_ while the pool lives. The call is open before it is
+  // published: a worker that sees the new generation must find it open.
+  const uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;
   job_.store(&job, std::memory_order_relaxed);
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-  closed_.store(false, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_seq_cst);  // publishes job_, pending_ and closed_
+  open_generation_.store(gen, std::memory_order_relaxed);
+  generation_.store(gen, std::memory_order_seq_cst);  // publishes job_, pending_ and open_generation_
   if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     { std::lock_guard<std::mutex> lock(mutex_); }
     wake_.notify_all();
@@ -150,7 +154,7 @@ void ThreadPool::dispatch(const std::function<void(int, int)>& job, bool wait_al
   else wait(finished);
   // Close the call, then wait for the workers inside it to leave: the job
   // (the caller's stack) must outlive them.
-  closed_.store(true, std::memory_order_seq_cst);
+  open_generation_.store(0, std::memory_order_seq_cst);
   wait([&] { return active_.load(std::memory_order_seq_cst) == 0; });
 }
 

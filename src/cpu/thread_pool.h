@@ -78,10 +78,13 @@ class ThreadPool {
   alignas(64) std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<const std::function<void(int, int)>*> job_{nullptr};
-  // Workers inside the current job; closed_: the call has returned or is
-  // returning, so a worker that has not entered must not.
+  // Workers inside the current job; open_generation_: the generation of the
+  // call workers may still enter (0: none -- it has returned or is
+  // returning). One value for both, not a flag beside generation_: a worker
+  // late for call g must never take call g+1's "open" for its own (it would
+  // run g+1's job before g+1 was published, and again once it was).
   std::atomic<int> active_{0};
-  std::atomic<bool> closed_{true};
+  std::atomic<uint64_t> open_generation_{0};
   alignas(64) std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
   std::mutex mutex_;  // only for sleeping and waking
