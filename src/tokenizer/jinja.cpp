@@ -136,6 +136,11 @@ JsonSize json_size(const Json& root, size_t cap, int max_depth) {
 size_t check_value(const Json& j) {
   if (!tl_budget || j.is_number() || j.is_boolean() || j.is_null()) return 0;
   const Limits& lim = tl_budget->lim;
+  if (j.is_string()) {  // the common case, without json_size's work list
+    const size_t bytes = j.get_ref<const std::string&>().size() + 48;
+    if (bytes > lim.max_value_bytes) exceeded("a value's bytes exceed", lim.max_value_bytes, "max_value_bytes");
+    return bytes;
+  }
   const JsonSize s = json_size(j, lim.max_value_bytes, lim.max_nesting);
   if (s.too_deep) exceeded("a value's nesting exceeds", static_cast<uint64_t>(lim.max_nesting), "max_nesting");
   if (s.bytes > lim.max_value_bytes) exceeded("a value's bytes exceed", lim.max_value_bytes, "max_value_bytes");
@@ -1745,10 +1750,10 @@ struct MacroNode : Node {
       // The macro sees the globals, the template's top-level names and its
       // own arguments (not the caller's loop variables): its frames start
       // at a new floor (frames, not copies: a call costs no copy of the context).
-      struct Call {
+      struct MacroFrame {
         Context& c;
         size_t floor, frames;
-        Call(Context& ctx, std::map<std::string, Value>&& frame) : c(ctx), floor(ctx.floor), frames(ctx.frames.size()) {
+        MacroFrame(Context& ctx, std::map<std::string, Value>&& frame) : c(ctx), floor(ctx.floor), frames(ctx.frames.size()) {
           if (tl_budget && ++tl_budget->calls > tl_budget->lim.max_call_depth) {
             --tl_budget->calls;
             exceeded("macro calls nested (recursion) exceed", static_cast<uint64_t>(tl_budget->lim.max_call_depth),
@@ -1757,12 +1762,12 @@ struct MacroNode : Node {
           c.frames.push_back(std::move(frame));
           c.floor = frames;
         }
-        ~Call() {
+        ~MacroFrame() {
           if (tl_budget) --tl_budget->calls;
           c.frames.resize(frames);
           c.floor = floor;
         }
-      } call(*ctx, std::move(frame));
+      } macro_frame(*ctx, std::move(frame));
       std::string out;
       render_body(self->body, *ctx, out);
       return Value(Json(out));
