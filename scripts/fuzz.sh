@@ -1,16 +1,32 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer target for the GGUF reader (clang, ASan+UBSan) and runs
-# it for $1 seconds (default 60) from the seed corpus. Fails on any finding.
+# Builds the libFuzzer targets (clang, ASan+UBSan) and runs each for $1 seconds
+# (default 60) from its seed corpus. Fails on any finding.
+#   scripts/fuzz.sh [SECONDS] [TARGET...]    (default: every target below)
+# A target is "name corpus-folder max-input-bytes"; fuzz/<name>_fuzz.cpp builds
+# fuzz_<name> (see the MOESTREAM_FUZZ block of CMakeLists.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_TO_RUN=${1:-60}
+shift || true
+TARGETS=(
+  "gguf fuzz/corpus 65536"          # the GGUF reader
+  "http fuzz/corpus_http 262144"    # the server's request parsing and validation
+  "jinja fuzz/corpus_jinja 65536"   # the chat-template engine (templates from GGUF files)
+)
 bash scripts/install_deps.sh
 cmake -S . -B build-fuzz -DMOESTREAM_FUZZ=ON -DCMAKE_C_COMPILER=clang \
       -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build-fuzz -j "$(nproc)" --target fuzz_gguf
-work=$(mktemp -d)
-cp fuzz/corpus/* "$work"/ 2>/dev/null || true
-echo "fuzz: running the GGUF reader fuzzer for ${SECONDS_TO_RUN}s"
-./build-fuzz/fuzz_gguf "$work" -max_total_time="$SECONDS_TO_RUN" -max_len=65536 \
-    -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 -artifact_prefix=build-fuzz/ 2>&1 | tail -n 15
-echo "fuzz: no findings"
+for t in "${TARGETS[@]}"; do
+  read -r name corpus max_len <<<"$t"
+  if [ $# -gt 0 ] && [[ " $* " != *" $name "* ]]; then continue; fi
+  cmake --build build-fuzz -j "$(nproc)" --target "fuzz_$name"
+  work=$(mktemp -d)
+  cp "$corpus"/* "$work"/ 2>/dev/null || true
+  echo "fuzz: running fuzz_$name for ${SECONDS_TO_RUN}s"
+  dict=()  # fuzz/<name>.dict: the input language's tokens, where there is one
+  [ -f "fuzz/$name.dict" ] && dict=(-dict="fuzz/$name.dict")
+  ./build-fuzz/"fuzz_$name" "$work" "${dict[@]}" -max_total_time="$SECONDS_TO_RUN" -max_len="$max_len" \
+      -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 -artifact_prefix=build-fuzz/ 2>&1 | tail -n 15
+  rm -rf "$work"
+  echo "fuzz: fuzz_$name: no findings"
+done

@@ -111,5 +111,24 @@ TEST(RequestLimits, MaxTokensOutOfRangeNamesTheValueSent) {
   EXPECT_GT(parse_request(m + R"("top_k": 9223372036854775808})", true).sampling.top_k, 1000000);
 }
 
+// Found by fuzz/http_request_fuzz.cpp: the parser's message quoted half of a
+// UTF-8 sequence, and dumping the error body threw (nlohmann's type_error 316).
+TEST(RequestLimits, AParseErrorMessageIsValidJsonText) {
+  const ApiError e = error_of("{\"messages\":[\xc2\xa4{\"role\":\"user\"}]}", true);
+  EXPECT_EQ(e.status, 400);
+  EXPECT_NE(std::string(e.what()).find("not valid JSON"), std::string::npos) << e.what();
+  EXPECT_NO_THROW((void)e.body().dump());
+}
+
+// Found by the fuzzer too: a number past double's range is nlohmann's
+// out_of_range, not a parse_error; it escaped parse_request (a 500).
+TEST(RequestLimits, ANumberPastDoublesRangeIsA400) {
+  for (const char* v : {"1e470", "-1e99999", "123456789e400"}) {
+    const ApiError e = error_of(std::string(R"({"prompt": "hi", "temperature": )") + v + "}", false);
+    EXPECT_EQ(e.status, 400) << v;
+    EXPECT_NE(std::string(e.what()).find("not valid JSON"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace ms::server
