@@ -273,11 +273,13 @@ uint32_t sign_index(const Group& g) { return g.signs & 127u; }
 
 // ------------------------------------------------------------------ IQ4 levels
 
+// The levels are sorted: the nearest is one of the two around t.
 int nearest_iq4(float t) {
-  int best = 0;
-  for (int k = 1; k < 16; ++k)
-    if (std::fabs(t - kIQ4NLValues[k]) < std::fabs(t - kIQ4NLValues[best])) best = k;
-  return best;
+  const int8_t* v = kIQ4NLValues;
+  const int hi = static_cast<int>(std::upper_bound(v, v + 16, t, [](float a, int8_t b) { return a < b; }) - v);
+  if (hi == 0) return 0;
+  if (hi == 16) return 15;
+  return t - v[hi - 1] <= v[hi] - t ? hi - 1 : hi;
 }
 
 float iq4_error(const float* x, int n, float d) {
