@@ -255,7 +255,7 @@ Quantized quantize_super(const Spec& sp, const float* x) {
     if (!(d > 0)) continue;
     float err = 0;
     for (int j = 0; j < nsub; ++j) {
-      const int s = static_cast<int>(std::lround((best_s[j] / (d * sp.factor) - 1.0f) / 2.0f));
+      const int s = round_even((best_s[j] / (d * sp.factor) - 1.0f) / 2.0f);
       q.s[j] = std::clamp(s, 0, sp.smax);
       const float dl = d * static_cast<float>(2 * q.s[j] + 1) * sp.factor;  // as dequantized
       err += quantize_sub(sp, x + j * sp.sub, dl, q.g + j * sp.sub / 8);
@@ -537,7 +537,7 @@ void quantize_iq4_xs(const float* src, void* dst, int64_t n) {
     b.d = f32_to_f16(std::clamp(smax / -32.0f, -65504.0f, 65504.0f));
     const float d = f16_to_f32(b.d);
     for (int ib = 0; ib < 8; ++ib) {
-      const int ls = d != 0 ? std::clamp(static_cast<int>(std::lround(sc[ib] / d)), -32, 31) : 0;
+      const int ls = d != 0 ? std::clamp(round_even(sc[ib] / d), -32, 31) : 0;
       const int u = ls + 32;
       b.scales_l[ib / 2] = static_cast<uint8_t>(b.scales_l[ib / 2] | ((u & 15) << (4 * (ib % 2))));
       b.scales_h = static_cast<uint16_t>(b.scales_h | ((u >> 4) << (2 * ib)));
