@@ -2,11 +2,13 @@
 // fields of one block and checks the elements they define against the
 // format's equation (blocks.h), so a field read from the wrong place or in
 // the wrong order fails. The grid tables themselves are checked through the
-// gguf-py fixtures (ggufpy_fixture_test.cpp).
+// gguf-py fixtures (ggufpy_fixture_test.cpp). Then the quantizers: values a
+// format holds exactly come back exactly.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "quant/blocks.h"
@@ -174,6 +176,69 @@ TEST(IqLayout, IQ4_XS) {
   EXPECT_EQ(y[160 + 4], 0.25f * 9 * 113);
   EXPECT_EQ(y[160 + 20], 0.25f * 9 * -65);
   EXPECT_EQ(y[0], 0.25f * -32 * -127);  // scale field 0 -> -32
+}
+
+}  // namespace
+}  // namespace ms
+
+// ---------------------------------------------------------------- quantizers
+// Values the format can hold exactly come back exactly.
+
+namespace ms {
+namespace {
+
+TEST(IqQuantize, TernaryValuesRoundTripExactly) {
+  std::mt19937 rng(3);
+  std::vector<float> x(512);
+  for (float& v : x) v = 0.25f * static_cast<float>(static_cast<int>(rng() % 3) - 1);
+  x[7] = 0.25f;  // every block has a non-zero value (the scale)
+  x[300] = -0.25f;
+  for (DType t : {DType::TQ1_0, DType::TQ2_0}) {
+    std::vector<uint8_t> q(static_cast<size_t>(row_bytes(t, 512)));
+    quantize_row_ref(t, x.data(), q.data(), 512);
+    std::vector<float> y(512, NAN);
+    dequantize_row_ref(t, q.data(), y.data(), 512);
+    for (int i = 0; i < 512; ++i) ASSERT_EQ(y[i], x[i]) << type_name(t) << " " << i;
+  }
+}
+
+TEST(IqQuantize, IQ4LevelsRoundTripExactly) {
+  std::mt19937 rng(4);
+  std::vector<float> x(256);
+  for (float& v : x) v = 0.5f * kIQ4NLValues[rng() % 16];
+  for (int b = 0; b < 8; ++b) x[32 * b] = 0.5f * -127;  // the largest magnitude on the long end
+  std::vector<uint8_t> q(static_cast<size_t>(row_bytes(DType::IQ4_NL, 256)));
+  quantize_row_ref(DType::IQ4_NL, x.data(), q.data(), 256);
+  std::vector<float> y(256, NAN);
+  dequantize_row_ref(DType::IQ4_NL, q.data(), y.data(), 256);
+  for (int i = 0; i < 256; ++i) ASSERT_EQ(y[i], x[i]) << i;
+}
+
+// Groups that are grid points (with random signs) at a scale the format
+// stores exactly (d = 1/64, s = 15: d * 31 / 8) come back exactly: the scale
+// scan tries max-abs / 43 itself, and on-grid groups snap to themselves.
+TEST(IqQuantize, GridPointsRoundTripExactly) {
+  std::vector<uint64_t> top;  // IQ2_S entries that reach the top level 43
+  for (int i = 0; i < kIQ2SGridSize; ++i)
+    for (int j = 0; j < 8; ++j)
+      if (((kIQ2SGrid[i] >> (8 * j)) & 0xFF) == 43) {
+        top.push_back(kIQ2SGrid[i]);
+        break;
+      }
+  ASSERT_FALSE(top.empty());
+  std::mt19937 rng(5);
+  const float dl = (1.0f / 64) * 31 * 0.125f;
+  std::vector<float> x(512);
+  for (int g = 0; g < 64; ++g) {
+    const uint64_t e = top[rng() % top.size()];
+    for (int j = 0; j < 8; ++j)
+      x[8 * g + j] = dl * static_cast<float>((e >> (8 * j)) & 0xFF) * (rng() % 2 ? -1.f : 1.f);
+  }
+  std::vector<uint8_t> q(static_cast<size_t>(row_bytes(DType::IQ2_S, 512)));
+  quantize_row_ref(DType::IQ2_S, x.data(), q.data(), 512);
+  std::vector<float> y(512, NAN);
+  dequantize_row_ref(DType::IQ2_S, q.data(), y.data(), 512);
+  for (int i = 0; i < 512; ++i) ASSERT_EQ(y[i], x[i]) << i;
 }
 
 }  // namespace
