@@ -80,17 +80,14 @@ const PresetRow* find_preset(const std::string& n) {
   return nullptr;
 }
 
-// The closest llama ftype of a single type (for general.file_type).
+// The closest llama ftype of a single type (for general.file_type): the
+// preset of the same name, else the first whose default it is (q4_K: Q4_K_S,
+// which is also what uniform q4_K with a q6_K head is closest to).
 int ftype_of_type(DType t) {
+  if (const PresetRow* p = find_preset(lower_type_name(t))) return p->ftype;
   for (const PresetRow& p : kPresets)
     if (p.base == t) return p.ftype;
-  switch (t) {
-    case DType::Q3_K: return F_Q3_K_M;
-    case DType::Q4_K: return F_Q4_K_M;
-    case DType::Q5_K: return F_Q5_K_M;
-    case DType::IQ2_S: return F_IQ2_M;
-    default: return F_F16;
-  }
+  return F_F16;
 }
 
 // ---------------------------------------------------------------- categories

@@ -298,6 +298,9 @@ TEST(QuantPresets, NamesAndErrors) {
   EXPECT_EQ(parse_quant_scheme("q4-k-m").ftype, 15);
   EXPECT_EQ(parse_quant_scheme("iq4_xs").ftype, 30);
   EXPECT_EQ(parse_quant_scheme("q4_k").kind, QuantScheme::Kind::Single);
+  EXPECT_EQ(parse_quant_scheme("q4_k").ftype, 14);          // closest preset: Q4_K_S
+  EXPECT_EQ(parse_quant_scheme("iq3_s", true).ftype, 26);   // the preset of the same name
+  EXPECT_EQ(parse_quant_scheme("iq2_s", true).ftype, 28);   // also by name (the preset defaults to iq2_XS)
   EXPECT_EQ(parse_quant_scheme("q2_k").kind, QuantScheme::Kind::Preset);
   EXPECT_EQ(parse_quant_scheme("ud_q2_k_xl").kind, QuantScheme::Kind::Ud);
   for (const char* bad : {"q9_z", "q8_k", "q8_1", "i32", "f64", ""}) {
