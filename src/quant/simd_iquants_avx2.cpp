@@ -222,7 +222,7 @@ struct IQ1S {
     for (int ib = 0; ib < 8; ++ib) {
       const int qh = w.qh[ib];
       const uint8_t* qs = w.qs + 4 * ib;
-      const __m256i delta = _mm256_set1_epi8(qh & 0x8000 ? -1 : 1);
+      const __m256i delta = _mm256_set1_epi8(static_cast<char>(1 - ((qh >> 14) & 2)));  // bit 15: -1
       const __m256i q = iq1_levels(kIQ1SGrid[qs[0] | ((qh << 8) & 0x700)], kIQ1SGrid[qs[1] | ((qh << 5) & 0x700)],
                                    kIQ1SGrid[qs[2] | ((qh << 2) & 0x700)], kIQ1SGrid[qs[3] | ((qh >> 1) & 0x700)],
                                    delta);
@@ -237,7 +237,11 @@ struct IQ1M {
   using Weight = BlockIQ1_M;
   using Act = BlockQ8_K;
   static constexpr int kBlock = QK_K;
-  static int64_t delta8(int nib) { return nib & 8 ? -1 : 0x0101010101010101; }
+  // 8 bytes of +1, or of -1 where bit 3 of nib is set (branch-free: the bits are random).
+  static int64_t delta8(int nib) {
+    const int64_t neg = -static_cast<int64_t>((nib >> 3) & 1);
+    return 0x0101010101010101 + (neg & static_cast<int64_t>(0xFEFEFEFEFEFEFEFEull));
+  }
   static __m256 block(const Weight& w, const Act& a) {
     uint16_t sc[4];
     std::memcpy(sc, w.scales, 8);
