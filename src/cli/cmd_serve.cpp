@@ -217,6 +217,7 @@ RegisterCommand reg("serve", [](CLI::App& app) {
         std::fflush(stderr);
         std::_Exit(again ? 1 : 0);
       }).detach();
+      http.stop();   // no new connections; template renders in flight are cancelled
       sched.stop();  // open requests end (cancelled), so their HTTP threads finish
       while (!done) {
         http.stop();

@@ -35,7 +35,7 @@ ChatRenderer::ChatRenderer(const Tokenizer& tok, const std::string& format) : to
 ChatRenderer::~ChatRenderer() = default;
 
 std::string ChatRenderer::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                                 const nlohmann::ordered_json& kwargs) const {
+                                 const nlohmann::ordered_json& kwargs, const std::atomic<bool>* cancel) const {
   if (jinja_) {
     jinja::Json ctx = jinja::Json::object();
     for (auto it = kwargs.begin(); it != kwargs.end(); ++it) ctx[it.key()] = it.value();
@@ -46,11 +46,20 @@ std::string ChatRenderer::render(const nlohmann::ordered_json& messages, bool ad
     ctx["bos_token"] = bos_text;
     ctx["eos_token"] = eos >= 0 ? tok_.token_to_piece(eos, true) : "";
     std::string out;
+    jinja::RenderOptions ro;
+    ro.cancel = cancel;
     try {
-      out = jinja_->render(ctx);
+      out = jinja_->render(ctx, ro);
     } catch (const jinja::TemplateRaised& e) {
       throw ApiError(400, std::string("the chat template refused the messages: ") + e.what(),
                      "invalid_request_error", "messages");
+    } catch (const jinja::LimitExceeded& e) {
+      // What the template does is driven by the request (messages, tools,
+      // kwargs): the request is what is too big.
+      throw ApiError(400, std::string("rendering these messages with the chat template went past a limit: ") + e.what(),
+                     "invalid_request_error", "messages");
+    } catch (const jinja::Cancelled&) {
+      throw ApiError(503, "the server is shutting down", "server_error");
     } catch (const Error& e) {
       throw ApiError(500, std::string("the model's chat template failed: ") + e.what(), "server_error");
     }

@@ -3,6 +3,7 @@
 // when the file has none or it cannot be rendered here, the architecture's
 // known format (tokenizer/chat_template.h).
 #pragma once
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -27,10 +28,13 @@ class ChatRenderer {
   // The prompt text for OpenAI-shaped messages ([{role, content}, ...]),
   // with `kwargs` (chat_template_kwargs, e.g. enable_thinking) visible to the
   // template. A leading BOS the template writes is removed (the tokenizer
-  // adds it). Throws server::ApiError(400) when the template refuses the
-  // conversation (its raise_exception), with the template's message.
+  // adds it). Throws server::ApiError: 400 when the template refuses the
+  // conversation (its raise_exception), with the template's message, or when
+  // rendering it passes one of jinja::Limits (time, output, loops...); 503
+  // when `cancel` was set during the render (a server shutting down).
   std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                     const nlohmann::ordered_json& kwargs = nlohmann::ordered_json::object()) const;
+                     const nlohmann::ordered_json& kwargs = nlohmann::ordered_json::object(),
+                     const std::atomic<bool>* cancel = nullptr) const;
 
   // "the model's Jinja template" or "built-in chatml (...)"
   std::string description() const { return description_; }

@@ -282,7 +282,7 @@ struct HttpServer::Impl {
     if (!authorized(hreq, res)) return;
     try {
       CompletionRequest r = parse_request(hreq.body, is_chat, opt.json_limits);
-      std::string text = is_chat ? chat.render(r.messages, true, r.template_kwargs) : r.prompt;
+      std::string text = is_chat ? chat.render(r.messages, true, r.template_kwargs, &stopped) : r.prompt;
       std::vector<int32_t> ids = tok.encode(text, true, true);
       if (ids.empty()) throw ApiError(400, "the prompt is empty after tokenization");
       if (static_cast<int64_t>(ids.size()) >= sched.ctx())
