@@ -235,6 +235,20 @@ TEST(JinjaLimits, IntegerArithmeticPastInt64DoesNotOverflow) {
   EXPECT_THROW(r("{{ '\\xZZ' }}"), Error);
 }
 
+TEST(JinjaLimits, MalformedTemplatesFailWithAnMsError) {
+  // Each once escaped as another exception (std::invalid_argument from stoul,
+  // std::out_of_range, a JSON type error), past a caller catching ms::Error.
+  const auto r = [](const std::string& s) { return jinja::Template(s).render(Json::object()); };
+  EXPECT_THROW(r("{{ '\\xZZ' }}"), Error);
+  EXPECT_THROW(r("{{ '\\u12' }}"), Error);
+  EXPECT_THROW(r("{% raw %}endraw"), Error);
+  EXPECT_THROW(r("{% raw %}x{% endraw"), Error);
+  EXPECT_THROW(r("{{ 'a'.startswith([1]) }}"), Error);
+  EXPECT_THROW(r("{{ 'a'.strip(1) }}"), Error);
+  EXPECT_THROW(r("{{ (1e300 * 1e300)|int }}"), Error);
+  EXPECT_EQ(r("{{ 1e999 }}"), "inf");
+}
+
 // ---- the defaults leave real templates alone
 
 std::string read(const fs::path& p) {
