@@ -64,6 +64,43 @@ ConnectionPool::ConnectionPool(ConnectionLimits lim, int port) : lim_(lim), port
 
 ConnectionPool::~ConnectionPool() { shutdown(); }
 
+namespace {
+
+// The local port of a TCP socket, or -1.
+int local_port(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -1;
+  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+  return -1;
+}
+
+bool is_listening(int fd) {
+  int listening = 0;
+  socklen_t len = sizeof listening;
+  return getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening;
+}
+
+}  // namespace
+
+bool ConnectionPool::widen_backlog(int port, int backlog) {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return false;
+  bool found = false;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == dirfd(d)) continue;
+    struct stat st;
+    if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    if (is_listening(static_cast<int>(fd)) && local_port(static_cast<int>(fd)) == port)
+      found = ::listen(static_cast<int>(fd), backlog) == 0 || found;
+  }
+  closedir(d);
+  return found;
+}
+
 // The connected socket on our port that no connection holds yet: the one
 // accept() just returned (only the accepting thread creates such sockets,
 // and it is here).
@@ -81,16 +118,7 @@ std::shared_ptr<ConnectionPool::Conn> ConnectionPool::adopt_new_socket() {
       std::lock_guard lk(m_);
       if (known_inodes_.count(st.st_ino)) continue;
     }
-    int listening = 0;
-    socklen_t len = sizeof listening;
-    if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || listening) continue;
-    sockaddr_storage addr{};
-    len = sizeof addr;
-    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&addr), &len) != 0) continue;
-    int port = -1;
-    if (addr.ss_family == AF_INET) port = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-    else if (addr.ss_family == AF_INET6) port = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-    if (port != port_) continue;
+    if (is_listening(static_cast<int>(fd)) || local_port(static_cast<int>(fd)) != port_) continue;
     c->fd = fcntl(static_cast<int>(fd), F_DUPFD_CLOEXEC, 0);
     c->inode = st.st_ino;
     if (c->fd >= 0) {

@@ -61,6 +61,13 @@ class ConnectionPool : public httplib::TaskQueue {
   // Ends every connection's reads (a shutdown), then joins every thread.
   void shutdown() override;
 
+  // httplib listens with a backlog of 5 (a compile-time constant of the
+  // library): a burst of connections overflows it and the kernel drops SYNs,
+  // which clients retry only after a second. Finds the listening socket on
+  // `port` and listens again with `backlog` (Linux updates it in place).
+  // Returns whether it found the socket.
+  static bool widen_backlog(int port, int backlog);
+
   size_t open_connections() const { return open_; }
   size_t refused_connections() const { return refused_; }
 

@@ -217,6 +217,7 @@ struct HttpServer::Impl {
       ConnectionPool::request_read();
       if (!authorized(req, res)) return;
       metrics.set_queue(sched.queue_depth(), sched.active_slots());
+      if (ConnectionPool* p = pool.load()) metrics.set_connections(p->open_connections(), p->refused_connections());
       res.set_content(metrics.render(), "text/plain; version=0.0.4");
     });
     svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
@@ -454,6 +455,9 @@ void HttpServer::listen() {
   // Made here, so that a failure to start its threads is an error of
   // listen(); httplib owns (and deletes) it from then on.
   auto pool = std::make_unique<ConnectionPool>(lim, m.opt.port);
+  // Bursts of clients (and a /health probe among them) must not wait out
+  // SYN retries: a backlog as large as the connections served.
+  ConnectionPool::widen_backlog(m.opt.port, static_cast<int>(std::max<size_t>(128, lim.max_connections)));
   m.pool = pool.get();
   m.svr.new_task_queue = [&pool] { return pool.release(); };
   m.svr.listen_after_bind();

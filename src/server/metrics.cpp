@@ -46,6 +46,12 @@ void Metrics::set_queue(size_t queued, int active) {
   active_ = active;
 }
 
+void Metrics::set_connections(size_t open, uint64_t refused) {
+  std::lock_guard lk(m_);
+  connections_open_ = open;
+  connections_refused_ = refused;
+}
+
 void Metrics::set_experts(const ExpertMetrics& e) {
   std::lock_guard lk(m_);
   experts_ = e;
@@ -99,6 +105,11 @@ std::string Metrics::render() const {
   value("moestream_queue_depth", static_cast<double>(queued_));
   metric("moestream_active_slots", "gauge", "slots generating now");
   value("moestream_active_slots", active_);
+  metric("moestream_http_connections_open", "gauge", "HTTP connections being served (--max-connections caps them)");
+  value("moestream_http_connections_open", static_cast<double>(connections_open_));
+  metric("moestream_http_connections_refused_total", "counter",
+         "connections answered 503 at once: past --max-connections and the overflow queue");
+  value("moestream_http_connections_refused_total", static_cast<double>(connections_refused_));
   metric("moestream_expert_telemetry_available", "gauge",
          "1 when the backend tiers experts and reports the expert_* values (else they are 0)");
   value("moestream_expert_telemetry_available", ex.available ? 1 : 0);

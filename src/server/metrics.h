@@ -39,6 +39,8 @@ class Metrics {
   void cancelled();
   void generated_token(Clock::time_point t = Clock::now());
   void set_queue(size_t queued, int active);
+  // The HTTP side's connections: served now, and refused so far.
+  void set_connections(size_t open, uint64_t refused);
   // A snapshot of the backend's expert telemetry. The backend may only be
   // asked on the thread that runs its forward passes, so the scheduler's
   // worker sets this after its passes and a scrape reads the copy.
@@ -55,6 +57,8 @@ class Metrics {
   uint64_t prompt_tokens_ = 0, cached_tokens_ = 0, completion_tokens_ = 0, cancelled_ = 0;
   size_t queued_ = 0;
   int active_ = 0;
+  size_t connections_open_ = 0;
+  uint64_t connections_refused_ = 0;
   mutable std::deque<Clock::time_point> recent_;
   Clock::time_point start_ = Clock::now();
   ExpertMetrics experts_;

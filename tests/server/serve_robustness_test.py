@@ -15,6 +15,7 @@ usage: serve_robustness_test.py PATH/TO/moestream
 """
 import http.client
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -221,6 +222,10 @@ def check_slow_clients():
         except OSError:
             pass
     time.sleep(0.5)
+    st, text = s.request("GET", "/metrics", key=None)
+    m = re.search(r"^moestream_http_connections_open (\S+)$", text if isinstance(text, str) else "", re.M)
+    check(st == 200 and m and float(m.group(1)) >= 100,
+          "/metrics counts the open connections: %s" % (m.group(0) if m else text))
     worst = 0.0
     for _ in range(5):
         st, took = timed_health(s.port)
@@ -289,6 +294,51 @@ def check_slow_clients():
         c.close()
 
 
+def check_connection_cap():
+    """Past --max-connections a request gets 503 (Retry-After) at once while /health is still answered."""
+    s = Server("-q", "--max-connections", "4")
+    held = []
+    for _ in range(4):
+        c = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+        c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{")
+        held.append(c)
+    time.sleep(0.3)
+    t0 = time.time()
+    body = json.dumps({"prompt": "hi", "max_tokens": 2}).encode()
+    st, head, text = raw_request(s.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                                 % len(body) + body)
+    check(st == 503 and "Retry-After: 1" in head and "--max-connections" in text and time.time() - t0 < 3,
+          "past the cap: %s %s %s (%.2f s)" % (st, head, text[:120], time.time() - t0))
+    check(timed_health(s.port)[0] == 200, "/health past the cap")
+    for c in held:
+        c.close()
+    deadline = time.time() + 10
+    st = None
+    while time.time() < deadline and st != 200:
+        st, _, _ = raw_request(s.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                       b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        time.sleep(0.1)
+    check(st == 200, "served again once connections closed: %s" % st)
+    check(s.stop(signal.SIGTERM) == 0, "cap server exits 0")
+
+
+def check_non_streaming_hangup():
+    """A non-streaming client that hangs up is noticed: its generation is cancelled."""
+    s = Server("-q", "--ctx", "4096")
+    before = s.metric("moestream_requests_cancelled_total")
+    c = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    body = json.dumps({"prompt": "hi", "max_tokens": 4000, "ignore_eos": True, "temperature": 0}).encode()
+    c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    time.sleep(0.3)
+    c.close()
+    deadline = time.time() + 10
+    while time.time() < deadline and s.metric("moestream_requests_cancelled_total") == before:
+        time.sleep(0.05)
+    check(s.metric("moestream_requests_cancelled_total") == before + 1, "the hung-up request was cancelled")
+    check(s.metric("moestream_active_slots") == 0, "its slot is free")
+    check(s.stop(signal.SIGTERM) == 0, "hang-up server exits 0")
+
+
 def main():
     check_flags()
     check_port_in_use()
@@ -298,6 +348,8 @@ def main():
     check(s.stop(signal.SIGTERM) == 0, "exit 0")
     check_cors()
     check_access_log()
+    check_connection_cap()
+    check_non_streaming_hangup()
     check_slow_clients()
     if FAILURES:
         print("%d failures" % len(FAILURES))
