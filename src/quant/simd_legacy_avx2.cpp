@@ -125,29 +125,43 @@ struct Q3K {
   using Weight = BlockQ3_K;
   using Act = BlockQ8_K;
   static constexpr int kBlock = QK_K;
-  static void scales(const uint8_t* s, int* sc) {
-    for (int i = 0; i < 16; ++i) {
-      const int low = i < 8 ? (s[i] & 0xF) : (s[i - 8] >> 4);
-      const int high = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
-      sc[i] = (low | (high << 4)) - 32;
-    }
+  // The 16 scales as int16 (sub-blocks 0..7 in the low lane, 8..15 in the
+  // high): value i = (low nibble | 2 high bits << 4) - 32, where the low
+  // nibble of i is in byte i % 8 (high half of the byte for i >= 8) and its
+  // top bits at bit 2(i/4) of byte 8 + i % 4.
+  static __m256i scales(const uint8_t* s) {
+    uint64_t lo8;
+    std::memcpy(&lo8, s, 8);
+    const __m128i a = _mm_cvtsi64_si128(static_cast<long long>(lo8));
+    const __m128i lo = _mm_and_si128(_mm_unpacklo_epi64(a, _mm_srli_epi16(a, 4)), _mm_set1_epi8(0x0F));
+    const uint32_t b = load_u32(s + 8);
+    const __m128i hi = _mm_and_si128(_mm_set_epi32(static_cast<int>(b >> 6), static_cast<int>(b >> 4),
+                                                   static_cast<int>(b >> 2), static_cast<int>(b)),
+                                     _mm_set1_epi8(3));
+    const __m128i v = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+    return _mm256_cvtepi8_epi16(v);
+  }
+  static __m256i pair_mask(int j) {  // low lane: int16 element 2j, high lane: 2j + 1
+    const int a = 4 * j, b = 4 * j + 2;
+    const __m128i m0 = _mm_set1_epi16(static_cast<int16_t>(a | ((a + 1) << 8)));
+    const __m128i m1 = _mm_set1_epi16(static_cast<int16_t>(b | ((b + 1) << 8)));
+    return _mm256_set_m128i(m1, m0);
   }
   static __m256 block(const Weight& w, const Act& a) {
-    int sc[16];
-    scales(w.scales, sc);
+    const __m256i sc16 = scales(w.scales);
     const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1), four = _mm256_set1_epi8(4);
     const __m256i hm = load256(w.hmask);
     __m256i sum = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
       const __m256i v = load256(w.qs + 32 * h);
+      const __m256i sch = _mm256_permute2x128_si256(sc16, sc16, h == 0 ? 0x00 : 0x11);  // the half's 8 scales, both lanes
       for (int j = 0; j < 4; ++j) {
-        const int sb = 8 * h + 2 * j;
         const __m256i low = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), m3);
         const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), one);
         const __m256i u = _mm256_or_si256(low, _mm256_slli_epi16(high, 2));
         const __m256i av = load256(a.qs + 128 * h + 32 * j);
         const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(u, av), _mm256_maddubs_epi16(four, av));
-        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, scale_pair(sc[sb], sc[sb + 1])));
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sch, pair_mask(j))));
       }
     }
     return scaled(f16(w.d) * a.d, sum);
