@@ -188,11 +188,12 @@ struct IQ3S {
   static __m256 block(const Weight& w, const Act& a) {
     __m256i sum = _mm256_setzero_si256();
     for (int ib = 0; ib < 8; ++ib) {
-      const uint8_t* g = w.qs + 8 * ib;
-      const int qh = w.qh[ib];
-      int e[8];
-      for (int k = 0; k < 8; ++k) e[k] = static_cast<int>(kIQ3SGrid[g[k] | (((qh >> k) & 1) << 8)]);
-      const __m256i q = _mm256_set_epi32(e[7], e[6], e[5], e[4], e[3], e[2], e[1], e[0]);
+      // The 8 grid indices: qs bytes with bit k of qh[ib] as their 9th bit.
+      const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.qs + 8 * ib)));
+      const __m256i hi = _mm256_and_si256(
+          _mm256_sllv_epi32(_mm256_set1_epi32(w.qh[ib]), _mm256_setr_epi32(8, 7, 6, 5, 4, 3, 2, 1)),
+          _mm256_set1_epi32(0x100));
+      const __m256i q = _mm256_i32gather_epi32(reinterpret_cast<const int*>(kIQ3SGrid), _mm256_or_si256(lo, hi), 4);
       const __m256i av = apply_signs(load256(a.qs + 32 * ib), load_u32(w.signs + 4 * ib));
       const int s = (w.scales[ib / 2] >> (4 * (ib % 2))) & 15;
       sum = _mm256_add_epi32(sum, dot_u8(q, av, _mm256_set1_epi16(static_cast<int16_t>(2 * s + 1))));
