@@ -9,7 +9,8 @@ max_tokens past int64 (400 naming the value); wrong methods (405 with Allow); CO
 preflight with --cors-origin and none without it; the access log (and none with -q);
 200 connections that send headers and one byte of body while /health still answers,
 connections past the cap refused quickly, trickling clients cut off at
---read-timeout; SIGTERM with all of that open still exits.
+--read-timeout; SIGTERM with all of that open still exits, and one during a long
+prompt pass exits after the grace period.
 
 usage: serve_robustness_test.py PATH/TO/moestream
 """
@@ -339,6 +340,29 @@ def check_non_streaming_hangup():
     check(s.stop(signal.SIGTERM) == 0, "hang-up server exits 0")
 
 
+def check_shutdown_grace():
+    """SIGTERM during a long prompt pass (~18k tokens in one chunk): the process exits within the grace
+    period (5 s) plus a margin, abandoning the pass if it is still running."""
+    s = Server("-c", "32768", "-b", "16384")
+    def long_prompt():
+        try:
+            s.request("POST", "/v1/completions", {"prompt": "word " * 9000, "max_tokens": 5}, key=None)
+        except (http.client.HTTPException, OSError):
+            pass  # abandoned: the connection closes without an answer
+
+    t = threading.Thread(target=long_prompt, daemon=True)
+    t.start()
+    time.sleep(1.5)
+    t0 = time.time()
+    rc = s.stop(signal.SIGTERM)
+    took = time.time() - t0
+    check(rc == 0 and took < 12, "SIGTERM mid-prompt: rc %s after %.1f s" % (rc, took))
+    time.sleep(0.2)
+    if took >= 4.5:
+        check(any("did not end in time" in l for l in s.log), "the abandonment is logged: %s" % s.log[-3:])
+    check(port_closed(s.port), "port closed after the grace period")
+
+
 def main():
     check_flags()
     check_port_in_use()
@@ -351,6 +375,7 @@ def main():
     check_connection_cap()
     check_non_streaming_hangup()
     check_slow_clients()
+    check_shutdown_grace()
     if FAILURES:
         print("%d failures" % len(FAILURES))
         sys.exit(1)
