@@ -473,14 +473,19 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
   int64_t total_elements = 0;
   for (const Plan& p : plans) total_elements += p.rows() * p.shape[0];
   const int64_t pool_rows = opt.pool_rows >= 0 ? opt.pool_rows : (total_elements > (int64_t{1} << 28) ? 4096 : 0);
-  std::map<std::tuple<int, DType, int64_t>, std::vector<uint8_t>> row_pools;
+  // Keyed by what decides a row's distribution: role, type, width and scale
+  // (an MTP projection shares attn_output's role and width, not its scale).
+  std::map<std::tuple<int, DType, int64_t, float>, std::vector<uint8_t>> row_pools;
+  // Every tensor of a few hundred rows or more: attention too (a layer's
+  // attn_q has as many rows as a pool, and quantizing it afresh in each of 48
+  // layers was 90% of the time of a Qwen3-30B-A3B file).
   auto pooled = [&](const Plan& p) {
     return pool_rows > 0 && p.role != kRouter && p.role != kNorm && p.role != kQkNorm && p.role != kBias &&
-           p.type != DType::F32 && p.rows() > pool_rows;
+           p.type != DType::F32 && p.rows() >= std::min<int64_t>(pool_rows, 256);
   };
   auto pool_for = [&](const Plan& p) -> const std::vector<uint8_t>& {
     const int role = p.merged_ff > 0 ? kGate : p.role;  // gate and up share a distribution
-    auto key = std::make_tuple(role == kUp ? int{kGate} : role, p.type, p.shape[0]);
+    auto key = std::make_tuple(role == kUp ? int{kGate} : role, p.type, p.shape[0], p.stddev);
     auto it = row_pools.find(key);
     if (it != row_pools.end()) return it->second;
     std::vector<uint8_t>& buf = row_pools[key];

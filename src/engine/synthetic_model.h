@@ -22,11 +22,12 @@
 // `moestream run --routing-stats` measures the popularity that results.
 //
 // Large models (over 256M weights): quantizing every random row with the
-// reference quantizer would take an hour for Qwen3-30B-A3B, so the big
-// quantized tensors (experts, attention, embeddings; not the output head or
-// routers) take each row from a pool of 4096 pre-quantized random rows per
-// (role, type, width), chosen by a hash of (layer, expert, row). Every expert
-// is still a different matrix; bytes, shapes and types are the real ones.
+// reference quantizer would take an hour for Qwen3-30B-A3B, so the quantized
+// tensors of 256 rows or more (experts, attention, embeddings, the output
+// head; not routers or norms) take each row from a pool of 4096
+// pre-quantized random rows per (role, type, width, scale), chosen by a hash
+// of (layer, expert, row). Every expert is still a different matrix; bytes,
+// shapes and types are the real ones.
 //
 // Generation streams tensor by tensor to disk (a chunk of rows at a time, rows
 // generated and quantized in parallel from a counter-based random stream, so
