@@ -203,6 +203,31 @@ TEST(QuantPresets, IQ2MCountsFfnDownTensors) {
   EXPECT_EQ(t.at(blk(3, "ffn_down_exps")), DType::IQ2_S);
 }
 
+TEST(QuantPresets, DeltaNetInputProjectionCountsAsAttnV) {
+  // qwen35moe: three Gated DeltaNet layers (attn_qkv) then one attention
+  // layer (attn_v); llama.cpp counts both as V-like tensors, in file order.
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;
+  for (int il = 0; il < 4; ++il) {
+    const bool linear = il % 4 != 3;
+    names.push_back(blk(il, linear ? "attn_qkv" : "attn_v"));
+    shapes.push_back({2048, linear ? 8192 : 512});
+    names.push_back(blk(il, linear ? "ssm_alpha" : "attn_k"));
+    shapes.push_back({2048, linear ? 32 : 512});
+  }
+  names.push_back("output.weight");
+  shapes.push_back({2048, 1024});
+  MixPlanner p(parse_quant_scheme("q3_k_m"), MixModel{4, 256, 16, 2}, names);
+  std::vector<DType> got;
+  for (size_t i = 0; i < names.size(); ++i) got.push_back(p.choose(names[i], shapes[i]).type);
+  EXPECT_EQ(got[0], DType::Q5_K);  // blk.0.attn_qkv: the first V-like tensor
+  EXPECT_EQ(got[1], DType::Q3_K);  // ssm_alpha: the default type
+  EXPECT_EQ(got[2], DType::Q5_K);  // blk.1.attn_qkv: the second
+  EXPECT_EQ(got[4], DType::Q4_K);  // blk.2.attn_qkv: the third
+  EXPECT_EQ(got[6], DType::Q4_K);  // blk.3.attn_v
+  EXPECT_EQ(got[8], DType::Q6_K);  // output
+}
+
 TEST(QuantPresets, ShapeFallbacks) {
   FakeModel m;
   m.d = 2048;
