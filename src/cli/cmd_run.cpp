@@ -101,8 +101,8 @@ std::string rate_text(int tokens, double seconds) {
   return buf;
 }
 
-// The largest -n, --prompt-tokens and --reps taken: beyond them a run only
-// allocates (the context grows to fit -n) or never ends.
+// At most this many --bench repetitions (-n and --prompt-tokens are bounded
+// by kMaxCtx): beyond them a run only seems to hang.
 constexpr int kMaxReps = 1000;
 
 // Checks the run's own numbers (the sampling and size flags are checked as
@@ -161,6 +161,7 @@ int run_bench(const RunArgs& r, const std::string& path) {
   CpuBackend be(w, pool, bo);
   const int pp = r.prompt_tokens > 0 ? r.prompt_tokens : 128;
   const int tg = r.n_predict > 0 ? r.n_predict : 64;
+  check_kv_fits(w.cfg, pp + tg + 1, r.kv_type);
   const int reps = std::max(1, r.reps);
   const std::vector<int32_t> prompt = synthetic_prompt(pp, model->tokenizer->n_tokens());
   std::vector<float> logits;
