@@ -249,6 +249,8 @@ bool Scheduler::step(Slot& s) {
       finish(s, "length");
       return false;
     }
+    // Corrupt weights (NaN/Inf) end the request with the reason, not with garbage text.
+    check_finite_logits(s.logits, "decode step", s.n_generated);
     const int32_t id = s.sampler->sample(s.logits.data(), n_vocab);
     s.sampler->accept(id);
     ++s.n_generated;

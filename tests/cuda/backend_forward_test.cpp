@@ -12,7 +12,9 @@
 // wrong formula gives differences of the order of the logits themselves).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -56,6 +58,67 @@ struct Case {
   const char* quant;
 };
 
+// Each MoE layer's expert choices and router input for one forward batch.
+struct RouteLog {
+  struct Layer {
+    int layer = 0, n_tokens = 0, k = 0;
+    std::vector<int32_t> ids;
+    std::vector<float> hidden;
+  };
+  std::vector<Layer> layers;
+  void watch(Backend& be, int64_t n_embd) {
+    be.set_route_hook(
+        [this, n_embd](const RouteEvent& ev) {
+          Layer& l = layers.emplace_back();
+          l.layer = ev.layer, l.n_tokens = ev.n_tokens, l.k = ev.k;
+          l.ids.assign(ev.ids, ev.ids + ev.n_tokens * ev.k);
+          if (ev.hidden) l.hidden.assign(ev.hidden, ev.hidden + ev.n_tokens * n_embd);
+        },
+        true);
+  }
+};
+
+// A near-tie: the router's k-th and (k+1)-th logits closer than this share of
+// the spread of that token's router logits (both backends round activations
+// to int8 differently, which moves router logits by ~1-3%).
+constexpr double kRouterTieShare = 0.05;
+
+// The first token whose expert choice differs between the two logs at some
+// layer where the reference's (CPU's) router had a near-tie there, or -1 when
+// the logs agree or a flip is not at a near-tie (and no earlier flip of the
+// same or an earlier token explains it).
+int first_flip_at_near_tie(const ModelWeights& w, const RouteLog& ref, const RouteLog& got) {
+  if (ref.layers.size() != got.layers.size()) return -1;
+  int first = -1;
+  for (size_t i = 0; i < ref.layers.size(); ++i) {
+    const RouteLog::Layer &a = ref.layers[i], &b = got.layers[i];
+    if (a.layer != b.layer || a.n_tokens != b.n_tokens || a.k != b.k) return -1;
+    const TensorView& router = w.layers.at(static_cast<size_t>(a.layer)).router;
+    for (int t = 0; t < a.n_tokens; ++t) {
+      std::vector<int32_t> sa(a.ids.begin() + t * a.k, a.ids.begin() + (t + 1) * a.k),
+          sb(b.ids.begin() + t * b.k, b.ids.begin() + (t + 1) * b.k);
+      std::sort(sa.begin(), sa.end()), std::sort(sb.begin(), sb.end());
+      if (sa == sb) continue;
+      if (first >= 0 && first <= t) continue;  // downstream of an earlier flip
+      if (router.type != DType::F32 || a.hidden.empty()) return -1;
+      const int64_t n_embd = router.cols;
+      std::vector<double> logit(static_cast<size_t>(router.rows));
+      for (int64_t e = 0; e < router.rows; ++e) {
+        double s = 0;
+        for (int64_t j = 0; j < n_embd; ++j) s += double(router.f32()[e * n_embd + j]) * a.hidden[t * n_embd + j];
+        logit[static_cast<size_t>(e)] = s;
+      }
+      std::vector<double> sorted = logit;
+      std::sort(sorted.begin(), sorted.end(), std::greater<>());
+      const double spread = sorted.front() - sorted.back();
+      const double gap = sorted[static_cast<size_t>(a.k - 1)] - sorted[static_cast<size_t>(a.k)];
+      if (!(gap <= kRouterTieShare * spread)) return -1;
+      first = first < 0 ? t : std::min(first, t);
+    }
+  }
+  return first;
+}
+
 class CudaBackendVsCpu : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaBackendVsCpu, LogitsOfEveryPromptPosition) {
@@ -72,12 +135,28 @@ TEST_P(CudaBackendVsCpu, LogitsOfEveryPromptPosition) {
   for (int n : {40, 5, 1, 1}) {
     const std::vector<int32_t> toks = some_tokens(n, m.weights.cfg.n_vocab, 100 + step++);
     std::vector<float> lc, lg;
+    RouteLog rc, rg;
+    rc.watch(cpu, m.weights.cfg.n_embd), rg.watch(gpu, m.weights.cfg.n_embd);
     cpu.forward(kv_c, toks, lc, true);
     gpu.forward(kv_g, toks, lg, true);
+    cpu.set_route_hook(nullptr), gpu.set_route_hook(nullptr);
     const Diff d = compare(lg, lc);
     std::printf("[ %s %s ] batch %2d: max |gpu-cpu| %.5f, rms(cpu) %.4f, rel %.5f\n", GetParam().arch,
                 GetParam().quant, n, d.max_abs, d.rms_ref, d.rel());
-    EXPECT_LE(d.rel(), kRelTol) << GetParam().arch << " " << GetParam().quant << " batch " << n;
+    if (d.rel() <= kRelTol) continue;
+    // Past the tolerance only behind a routing flip at a near-tie of the CPU's router.
+    const int first_tie = first_flip_at_near_tie(m.weights, rc, rg);
+    const int64_t V = m.weights.cfg.n_vocab;
+    std::printf("[ %s %s ] batch %2d: first routing flip at a near-tie: token %d\n", GetParam().arch,
+                GetParam().quant, n, first_tie);
+    ASSERT_GE(first_tie, 0) << GetParam().arch << " " << GetParam().quant << " batch " << n
+                            << ": logits apart with no routing flip at a near-tie to explain it";
+    for (int t = 0; t < first_tie; ++t) {
+      const std::vector<float> a(lg.begin() + t * V, lg.begin() + (t + 1) * V),
+          b(lc.begin() + t * V, lc.begin() + (t + 1) * V);
+      EXPECT_LE(compare(a, b).rel(), kRelTol) << GetParam().quant << " batch " << n << " position " << t
+                                              << " (before the first near-tie flip)";
+    }
   }
   EXPECT_EQ(kv_g.n_past(), 47);
 }
