@@ -34,6 +34,7 @@
 #include "cli/model_path.h"
 #include "cpu/thread_pool.h"
 #include "engine/backend.h"
+#include "engine/generate.h"
 #include "engine/loaded_model.h"
 #include "engine/sampler.h"
 #include "util/error.h"
@@ -259,6 +260,7 @@ RegisterCommand reg("logits", [](CLI::App& app) {
     if (static_cast<int64_t>(logits.size()) != rows * c.n_vocab)
       throw Error("internal: the forward pass returned " + std::to_string(logits.size()) + " logits, expected " +
                   std::to_string(rows * c.n_vocab));
+    check_finite_logits(logits, "prompt");  // corrupt weights: say so rather than write NaN for a parity check
 
     if (!a->output.empty()) {
       std::ofstream out(a->output, std::ios::binary);

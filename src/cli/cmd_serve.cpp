@@ -20,6 +20,7 @@
 #include "cli/backend_choice.h"
 #include "cli/commands.h"
 #include "cpu/thread_pool.h"
+#include "cli/model_path.h"
 #include "engine/loaded_model.h"
 #include "server/chat.h"
 #include "server/http_server.h"
@@ -32,6 +33,7 @@ namespace {
 
 struct ServeArgs {
   std::string model;
+  bool model_given = false;  // -m appeared (so `-m ""` is an error, not the tiny model)
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string api_key;
@@ -78,7 +80,8 @@ RegisterCommand reg("serve", [](CLI::App& app) {
   auto* sub = app.add_subcommand(
       "serve", "OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics");
   auto a = std::make_shared<ServeArgs>();
-  sub->add_option("-m,--model", a->model, "GGUF model file (default: the built-in tiny model)");
+  sub->add_option("-m,--model", a->model, "GGUF model file (default: the built-in tiny model)")
+      ->each([a](const std::string&) { a->model_given = true; });
   sub->add_option("--host", a->host, "address to listen on (0.0.0.0: every interface)")->capture_default_str();
   sub->add_option("--port", a->port, "TCP port (0: a free one, printed at start)")->capture_default_str();
   sub->add_option("--api-key", a->api_key,
@@ -141,14 +144,7 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     signal(SIGPIPE, SIG_IGN);
 
-    std::string path = r.model;
-    if (path.empty()) {
-      bool generated = false;
-      path = default_model_path(&generated);
-      if (!r.quiet)
-        std::fprintf(stderr, "moestream: %s the built-in tiny model (random weights) at %s; pass -m FILE for a real one\n",
-                     generated ? "generated" : "using", path.c_str());
-    }
+    const std::string path = model_path_or_default(r.model, r.model_given, r.quiet);
     auto model = LoadedModel::open(path);
     const ModelConfig& c = model->weights.cfg;
     ThreadPool pool(r.threads);

@@ -178,6 +178,9 @@ TEST_F(CliFlags, ModelMustBeARegularFile) {
   EXPECT_NE(out.find("-m"), std::string::npos) << out;
   EXPECT_EQ(moestream("bench -m \"\" -p 1 -n 1", &out), 1) << out;
   EXPECT_EQ(moestream("tokenize -m \"\" hello", &out), 1) << out;
+  // serve would otherwise start listening (and this test would hang): bounded by the helper's timeout.
+  EXPECT_EQ(moestream("serve -m \"\" --port 0", &out, 20), 1) << out;
+  EXPECT_NE(out.find("-m"), std::string::npos) << out;
 
   const std::string dir = tmp_path("dir");
   fs::create_directory(dir);
