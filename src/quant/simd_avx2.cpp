@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "quant/blocks.h"
+#include "quant/simd_avx2_util.h"
 #include "quant/simd_hsum.h"
 #include "quant/simd_kernels.h"
 #include "quant/simd_row_groups.h"
@@ -18,40 +19,6 @@ namespace ms::simd {
 namespace {
 
 // ---------------------------------------------------------------- helpers
-
-inline float f16(uint16_t h) { return _cvtsh_ss(h); }
-
-inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-
-inline uint32_t load_u32(const void* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
-// 16 packed nibbles -> 32 bytes: low nibbles are elements 0..15, high 16..31
-// (the order of Q4_0 and MXFP4).
-inline __m256i unpack_nibbles_32(const uint8_t* qs) {
-  const __m128i x = load128(qs);
-  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
-  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-}
-
-// The 6-bit scales and mins of Q4_K/Q5_K, 8 each, packed in 12 bytes:
-// sub-blocks 0..3 keep their low 6 bits in bytes 0..3 (scale) and 4..7 (min);
-// sub-blocks 4..7 keep their low 4 bits in bytes 8..11 (scale low nibble, min
-// high nibble) and their top 2 bits in the top bits of bytes 0..7.
-// Returns the bytes sc0..sc7 m0..m7.
-inline __m128i unpack_k4_scales(const uint8_t* s) {
-  const uint32_t a = load_u32(s), b = load_u32(s + 4), c = load_u32(s + 8);
-  const uint32_t sc_lo = a & 0x3f3f3f3fu;
-  const uint32_t m_lo = b & 0x3f3f3f3fu;
-  const uint32_t sc_hi = (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u);
-  const uint32_t m_hi = ((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u);
-  return _mm_set_epi32(static_cast<int>(m_hi), static_cast<int>(m_lo), static_cast<int>(sc_hi),
-                       static_cast<int>(sc_lo));
-}
 
 // pshufb masks broadcasting int16 element j (of 8 in a 128-bit lane) to all of it.
 alignas(32) constexpr uint8_t kBroadcastI16[8][32] = {
@@ -69,24 +36,6 @@ alignas(32) constexpr uint8_t kPairI16[4][32] = {
     MS_P(0, 1), MS_P(2, 3), MS_P(4, 5), MS_P(6, 7)
 #undef MS_P
 };
-
-// E8M0 exponent e as float 2^(e-128): the MXFP4 block scale 2^(e-127) halved,
-// because the kernels use the E2M1 values doubled (integers).
-constexpr uint32_t e8m0_half_bits(int e) {
-  return e >= 2 ? static_cast<uint32_t>(e - 1) << 23 : (e == 1 ? 0x00400000u : 0x00200000u);
-}
-struct E8M0Table {
-  uint32_t bits[256];
-  constexpr E8M0Table() : bits{} {
-    for (int e = 0; e < 256; ++e) bits[e] = e8m0_half_bits(e);
-  }
-};
-alignas(64) constexpr E8M0Table kE8M0Half{};
-inline float e8m0_half(uint8_t e) {
-  float f;
-  std::memcpy(&f, &kE8M0Half.bits[e], 4);
-  return f;
-}
 
 // ---------------------------------------------------------------- Q4_K x Q8_K
 // Per super-block: sum_j sc_j * (q . a)_j * d * da  -  sum_j m_j * bsum_j * dmin * da.

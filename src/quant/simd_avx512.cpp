@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "quant/blocks.h"
+#include "quant/simd_avx2_util.h"
 #include "quant/simd_hsum.h"
 #include "quant/simd_kernels.h"
 
@@ -32,60 +33,14 @@ inline float hsum(__m512 v) {
   return hsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
 
-inline float f16(uint16_t h) { return _cvtsh_ss(h); }
-
 inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
-inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 // 32 bytes into both halves of a zmm.
 inline __m512i bcast256(const void* p) { return _mm512_broadcast_i64x4(load256(p)); }
-
-inline uint32_t load_u32(const void* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
-// 16 packed nibbles -> 32 bytes: low nibbles elements 0..15, high 16..31.
-inline __m256i unpack_nibbles_32(const uint8_t* qs) {
-  const __m128i x = load128(qs);
-  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
-  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-}
-
-// Q4_K/Q5_K 6-bit scales and mins (see simd_avx2.cpp): bytes sc0..sc7 m0..m7.
-inline __m128i unpack_k4_scales(const uint8_t* s) {
-  const uint32_t a = load_u32(s), b = load_u32(s + 4), c = load_u32(s + 8);
-  const uint32_t sc_lo = a & 0x3f3f3f3fu;
-  const uint32_t m_lo = b & 0x3f3f3f3fu;
-  const uint32_t sc_hi = (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u);
-  const uint32_t m_hi = ((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u);
-  return _mm_set_epi32(static_cast<int>(m_hi), static_cast<int>(m_lo), static_cast<int>(sc_hi),
-                       static_cast<int>(sc_lo));
-}
 
 // vpermd indices: lane group g (4 lanes) takes element 4t+g.
 inline __m512i idx_quad4(int t) {
   return _mm512_setr_epi32(4 * t, 4 * t, 4 * t, 4 * t, 4 * t + 1, 4 * t + 1, 4 * t + 1, 4 * t + 1,
                            4 * t + 2, 4 * t + 2, 4 * t + 2, 4 * t + 2, 4 * t + 3, 4 * t + 3, 4 * t + 3, 4 * t + 3);
-}
-
-// E8M0 exponent e as float 2^(e-128) (block scale halved: the kernels use the
-// doubled E2M1 values).
-constexpr uint32_t e8m0_half_bits(int e) {
-  return e >= 2 ? static_cast<uint32_t>(e - 1) << 23 : (e == 1 ? 0x00400000u : 0x00200000u);
-}
-struct E8M0Table {
-  uint32_t bits[256];
-  constexpr E8M0Table() : bits{} {
-    for (int e = 0; e < 256; ++e) bits[e] = e8m0_half_bits(e);
-  }
-};
-alignas(64) constexpr E8M0Table kE8M0Half{};
-inline float e8m0_half(uint8_t e) {
-  float f;
-  std::memcpy(&f, &kE8M0Half.bits[e], 4);
-  return f;
 }
 
 // Software prefetch of the next row group. The kernels read R rows side by

@@ -18,20 +18,12 @@
 
 #include "quant/blocks.h"
 #include "quant/iq_grids.h"
+#include "quant/simd_avx2_util.h"
 #include "quant/simd_kernels.h"
 #include "quant/simd_row_groups.h"
 
 namespace ms::simd {
 namespace {
-
-inline float f16(uint16_t h) { return _cvtsh_ss(h); }
-inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-inline uint32_t load_u32(const void* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 
 // 0xFF in byte 8g+j where bit j of byte g of `bits` is set, else 0.
 inline __m256i bits_to_mask(uint32_t bits) {
@@ -61,19 +53,6 @@ inline __m256i dot_u8(__m256i u, __m256i a, __m256i scale) {
 // Signed bytes q (|q| <= 127) times signed a (|a| <= 127).
 inline __m256i dot_s8(__m256i q, __m256i a, __m256i scale) {
   return dot_u8(_mm256_abs_epi8(q), _mm256_sign_epi8(a, q), scale);
-}
-
-// int16 scale s0 for the low 16 elements of a 32, s1 for the high 16.
-inline __m256i scale_pair(int s0, int s1) {
-  return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(s1)), _mm_set1_epi16(static_cast<int16_t>(s0)));
-}
-
-inline __m256 scaled(float f, __m256i isum) { return _mm256_mul_ps(_mm256_set1_ps(f), _mm256_cvtepi32_ps(isum)); }
-
-// 16 packed nibbles -> 32 bytes: low nibbles are elements 0..15, high 16..31.
-inline __m256i unpack_nibbles_32(const uint8_t* qs) {
-  const __m128i x = load128(qs);
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F));
 }
 
 inline __m256i iq4_levels(__m256i nibbles) {

@@ -12,25 +12,12 @@
 #include <cstring>
 
 #include "quant/blocks.h"
+#include "quant/simd_avx2_util.h"
 #include "quant/simd_kernels.h"
 #include "quant/simd_row_groups.h"
 
 namespace ms::simd {
 namespace {
-
-inline float f16(uint16_t h) { return _cvtsh_ss(h); }
-inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-inline uint32_t load_u32(const void* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
-inline __m256i unpack_nibbles_32(const uint8_t* qs) {
-  const __m128i x = load128(qs);
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F));
-}
 
 // 0x10 in byte j where bit j of the little-endian u32 at qh is set (the 5th
 // bit of Q5_0/Q5_1 element j).
@@ -42,14 +29,8 @@ inline __m256i fifth_bits(const uint8_t* qh) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
 }
 
-inline __m256 scaled(float f, __m256i isum) { return _mm256_mul_ps(_mm256_set1_ps(f), _mm256_cvtepi32_ps(isum)); }
 // Lane 0 holds v, the rest 0: a scalar term added into a block's 8 lanes.
 inline __m256 lane0(float v) { return _mm256_setr_ps(v, 0, 0, 0, 0, 0, 0, 0); }
-
-// int16 scale s0 for the low 16 elements of a 32, s1 for the high 16.
-inline __m256i scale_pair(int s0, int s1) {
-  return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(s1)), _mm_set1_epi16(static_cast<int16_t>(s0)));
-}
 
 // ---------------------------------------------------------------- 32-wide blocks
 // Unsigned q (0..31) times a, the int16 pairs less `offset` * a's pairs.
