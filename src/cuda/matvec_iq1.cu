@@ -1,18 +1,11 @@
 // Matvec for the sub-block formats IQ1_S, IQ1_M (the generic kernel of
 // matvec_kernel.cuh with OpSub32 over their decoders).
-#include "cuda/matvec_kernel.cuh"
+#include "cuda/matvec_sub32_launch.cuh"
 #include "cuda/quant_sub32_iq.cuh"
 
 namespace ms::cuda::detail {
 
-#define MS_MV_DEFINE(T, D)                                                                         \
-  void matvec_launch_##T(const dev::MatvecParams& p, int max_groups, int max_per_group, int parts, \
-                         cudaStream_t stream) {                                                    \
-    dev::iq_tables_ready(stream);                                                                  \
-    dev::launch_matvec<dev::OpSub32<dev::D>>(p, max_groups, max_per_group, parts, stream);         \
-  }
-MS_MV_DEFINE(IQ1_S, DecIQ1_S)
-MS_MV_DEFINE(IQ1_M, DecIQ1_M)
-#undef MS_MV_DEFINE
+MS_MV_DEFINE_IQ(IQ1_S, DecIQ1_S)
+MS_MV_DEFINE_IQ(IQ1_M, DecIQ1_M)
 
 }  // namespace ms::cuda::detail

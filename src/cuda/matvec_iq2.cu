@@ -1,19 +1,12 @@
 // Matvec for the sub-block formats IQ2_XXS, IQ2_XS, IQ2_S (the generic kernel of
 // matvec_kernel.cuh with OpSub32 over their decoders).
-#include "cuda/matvec_kernel.cuh"
+#include "cuda/matvec_sub32_launch.cuh"
 #include "cuda/quant_sub32_iq.cuh"
 
 namespace ms::cuda::detail {
 
-#define MS_MV_DEFINE(T, D)                                                                         \
-  void matvec_launch_##T(const dev::MatvecParams& p, int max_groups, int max_per_group, int parts, \
-                         cudaStream_t stream) {                                                    \
-    dev::iq_tables_ready(stream);                                                                  \
-    dev::launch_matvec<dev::OpSub32<dev::D>>(p, max_groups, max_per_group, parts, stream);         \
-  }
-MS_MV_DEFINE(IQ2_XXS, DecIQ2_XXS)
-MS_MV_DEFINE(IQ2_XS, DecIQ2_XS)
-MS_MV_DEFINE(IQ2_S, DecIQ2_S)
-#undef MS_MV_DEFINE
+MS_MV_DEFINE_IQ(IQ2_XXS, DecIQ2_XXS)
+MS_MV_DEFINE_IQ(IQ2_XS, DecIQ2_XS)
+MS_MV_DEFINE_IQ(IQ2_S, DecIQ2_S)
 
 }  // namespace ms::cuda::detail

@@ -1,16 +1,10 @@
 // Matvec for the sub-block formats TQ1_0, TQ2_0 (the generic kernel of
 // matvec_kernel.cuh with OpSub32 over their decoders).
-#include "cuda/matvec_kernel.cuh"
+#include "cuda/matvec_sub32_launch.cuh"
 
 namespace ms::cuda::detail {
 
-#define MS_MV_DEFINE(T, D)                                                                         \
-  void matvec_launch_##T(const dev::MatvecParams& p, int max_groups, int max_per_group, int parts, \
-                         cudaStream_t stream) {                                                    \
-    dev::launch_matvec<dev::OpSub32<dev::D>>(p, max_groups, max_per_group, parts, stream);         \
-  }
 MS_MV_DEFINE(TQ1_0, DecTQ1_0)
 MS_MV_DEFINE(TQ2_0, DecTQ2_0)
-#undef MS_MV_DEFINE
 
 }  // namespace ms::cuda::detail
