@@ -135,7 +135,8 @@ struct Q3K {
     __m256i sum = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
       const __m256i v = load256(w.qs + 32 * h);
-      const __m256i sch = _mm256_permute2x128_si256(sc16, sc16, h == 0 ? 0x00 : 0x11);  // the half's 8 scales, both lanes
+      // the half's 8 scales, both lanes (the selector must be an immediate, also at -O0)
+      const __m256i sch = h == 0 ? _mm256_permute2x128_si256(sc16, sc16, 0x00) : _mm256_permute2x128_si256(sc16, sc16, 0x11);
       for (int j = 0; j < 4; ++j) {
         const __m256i low = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), m3);
         const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), one);
