@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds moestream and runs the default test suite (CPU tests; GPU tests skip
-# themselves where no device is found). Then runs the GGUF reader fuzzer for
-# FUZZ_SECONDS (default 60; 0 skips it).
+# themselves where no device is found). Then runs each fuzzer (the GGUF reader,
+# the server's request parsing, the chat-template engine: scripts/fuzz.sh) for
+# FUZZ_SECONDS (default 60; 0 skips them).
 # Longer suites: ctest --test-dir build -L slow
 set -euo pipefail
 cd "$(dirname "$0")/.."
