@@ -8,13 +8,42 @@
 
 namespace ms {
 
-const char* kv_type_name(KvType t) { return t == KvType::F32 ? "f32" : "f16"; }
+const char* kv_type_name(KvType t) {
+  switch (t) {
+    case KvType::F16: return "f16";
+    case KvType::F32: return "f32";
+    case KvType::Q8_0: return "q8_0";
+  }
+  return "?";
+}
+
+KvType parse_kv_type(std::string_view name) {
+  for (KvType t : {KvType::F16, KvType::F32, KvType::Q8_0})
+    if (name == kv_type_name(t)) return t;
+  throw Error("--kv-type: unknown KV cache type '" + std::string(name) + "' (expected f16, f32 or q8_0)");
+}
+
+int kv_bytes_per_32(KvType t) {
+  switch (t) {
+    case KvType::F16: return 64;
+    case KvType::F32: return 128;
+    case KvType::Q8_0: return static_cast<int>(sizeof(BlockQ8_0));
+  }
+  return 64;
+}
+
+void check_kv_head_dim(KvType t, int64_t head_dim) {
+  if (t == KvType::Q8_0 && head_dim % QK != 0)
+    throw Error("--kv-type q8_0 needs a head size that is a multiple of " + std::to_string(QK) +
+                " (blocks of 32); this model's head size is " + std::to_string(head_dim) + ": use --kv-type f16");
+}
 
 KvCache::KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type)
     : n_layer_(n_layer), ctx_(ctx), type_(type) {
   if (n_layer <= 0 || n_kv <= 0 || head_dim <= 0 || ctx <= 0)
     throw Error("KV cache: layers, heads, head size and context must be positive");
-  per_layer_ = 2 * static_cast<int64_t>(n_kv) * head_dim * ctx;
+  check_kv_head_dim(type, head_dim);
+  half_layer_bytes_ = static_cast<int64_t>(n_kv) * ctx * kv_row_bytes(type, head_dim);
   allocate_kv(n_layer);
 }
 
@@ -26,7 +55,8 @@ KvCache::KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type, 
     throw Error("KV cache: the recurrent layout has " + std::to_string(rec.recurrent.size()) + " layers, not " +
                 std::to_string(n_layer));
   if (rec.conv_elems < 0 || rec.state_elems < 0) throw Error("KV cache: negative recurrent state size");
-  per_layer_ = 2 * static_cast<int64_t>(n_kv) * head_dim * ctx;
+  check_kv_head_dim(type, head_dim);
+  half_layer_bytes_ = static_cast<int64_t>(n_kv) * ctx * kv_row_bytes(type, head_dim);
   conv_elems_ = rec.conv_elems;
   state_elems_ = rec.state_elems;
   int n_kv_layers = 0, n_rec = 0;
@@ -46,7 +76,7 @@ KvCache::KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type, 
 }
 
 void KvCache::allocate_kv(int n_attn_layers) {
-  const uint64_t total = static_cast<uint64_t>(per_layer_) * static_cast<uint64_t>(n_attn_layers) * kv_type_size(type_);
+  const uint64_t total = 2 * static_cast<uint64_t>(half_layer_bytes_) * static_cast<uint64_t>(n_attn_layers);
   const KvType type = type_;
   const int64_t ctx = ctx_;
   try {
@@ -58,8 +88,8 @@ void KvCache::allocate_kv(int n_attn_layers) {
 }
 
 void KvCache::wrong_type(KvType want) const {
-  throw Error(std::string("KV cache: asked for ") + kv_type_name(want) + " keys/values of an " +
-              kv_type_name(type_) + " cache");
+  throw Error(std::string("KV cache: asked for ") + kv_type_name(want) + " keys/values but the cache holds " +
+              kv_type_name(type_));
 }
 
 void KvCache::not_attention(int layer) const {

@@ -1,9 +1,13 @@
 // The state of one sequence, per layer kind (DESIGN.md: sequence state):
-//  - attention layers: keys and values as [n_kv][ctx][head_dim] elements (the
-//    layout of src/cpu/attention.h and the CUDA backend). IEEE halves by
-//    default; F32 keeps them unrounded, for numerical parity checks against
-//    F32 references (at twice the memory). Sized once to the context; running
-//    past it is an error, never a silent wrap.
+//  - attention layers: keys and values as [n_kv][ctx] rows of head_dim
+//    elements (the layout of src/cpu/attention.h and the CUDA backend). IEEE
+//    halves by default; F32 keeps them unrounded, for numerical parity checks
+//    against F32 references (at twice the memory); Q8_0 stores each row as
+//    head_dim/32 blocks of ggml's block_q8_0 (an f16 scale d, then 32 int8;
+//    d = amax/127, q = round(x/d), as llama.cpp's `-ctk/-ctv q8_0`): 34 bytes
+//    per 32 elements, 53% of f16, for long contexts. Q8_0 needs head_dim a
+//    multiple of 32. Sized once to the context; running past it is an error,
+//    never a silent wrap.
 //  - recurrent (linear-attention) layers of hybrids: a fixed-size f32 state,
 //    whatever the sequence length: the conv window (the last conv_kernel - 1
 //    inputs of the causal conv) and the delta-rule state matrix. All zeros
@@ -13,15 +17,29 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <vector>
+
+#include "quant/blocks.h"
 
 namespace ms {
 
-enum class KvType { F16, F32 };
+enum class KvType { F16, F32, Q8_0 };
 
-// "f16", "f32" (the --kv-type spelling).
+// "f16", "f32", "q8_0" (the --kv-type spelling).
 const char* kv_type_name(KvType t);
-inline int kv_type_size(KvType t) { return t == KvType::F32 ? 4 : 2; }
+// The inverse; throws ms::Error naming --kv-type and the accepted names.
+KvType parse_kv_type(std::string_view name);
+
+// Bytes per 32 elements of a K or V row: 64 (f16), 128 (f32), 34 (q8_0).
+// The budget planner (ModelHParams::kv_cache_bytes) takes this number.
+int kv_bytes_per_32(KvType t);
+// Bytes of one K (or V) row of head_dim elements (one position of one KV
+// head). For Q8_0 head_dim must be a multiple of 32 (check_kv_head_dim).
+inline int64_t kv_row_bytes(KvType t, int64_t head_dim) { return head_dim * kv_bytes_per_32(t) / 32; }
+// Throws ms::Error naming --kv-type and the head size when the type cannot
+// hold rows of head_dim elements (q8_0: not a multiple of 32).
+void check_kv_head_dim(KvType t, int64_t head_dim);
 
 // Which layers are recurrent and how big their state is (f32 elements).
 // conv_elems = state_elems = 0 with recurrent layers: a backend that keeps
@@ -46,15 +64,20 @@ class KvCache {
   int64_t n_past() const { return n_past_; }
 
   // One layer's keys and values, typed: each throws ms::Error when the cache
-  // holds the other type (a mix-up would read garbage, not fail).
-  uint16_t* k_f16(int layer) { return elems<uint16_t>(KvType::F16, layer, 0); }
-  uint16_t* v_f16(int layer) { return elems<uint16_t>(KvType::F16, layer, per_layer_ / 2); }
+  // holds another type (a mix-up would read garbage, not fail).
+  uint16_t* k_f16(int layer) { return elems<uint16_t>(KvType::F16, layer, false); }
+  uint16_t* v_f16(int layer) { return elems<uint16_t>(KvType::F16, layer, true); }
   const uint16_t* k_f16(int layer) const { return const_cast<KvCache*>(this)->k_f16(layer); }
   const uint16_t* v_f16(int layer) const { return const_cast<KvCache*>(this)->v_f16(layer); }
-  float* k_f32(int layer) { return elems<float>(KvType::F32, layer, 0); }
-  float* v_f32(int layer) { return elems<float>(KvType::F32, layer, per_layer_ / 2); }
+  float* k_f32(int layer) { return elems<float>(KvType::F32, layer, false); }
+  float* v_f32(int layer) { return elems<float>(KvType::F32, layer, true); }
   const float* k_f32(int layer) const { return const_cast<KvCache*>(this)->k_f32(layer); }
   const float* v_f32(int layer) const { return const_cast<KvCache*>(this)->v_f32(layer); }
+  // Q8_0: [n_kv][ctx][head_dim / 32] blocks per layer for K, the same for V.
+  BlockQ8_0* k_q8(int layer) { return elems<BlockQ8_0>(KvType::Q8_0, layer, false); }
+  BlockQ8_0* v_q8(int layer) { return elems<BlockQ8_0>(KvType::Q8_0, layer, true); }
+  const BlockQ8_0* k_q8(int layer) const { return const_cast<KvCache*>(this)->k_q8(layer); }
+  const BlockQ8_0* v_q8(int layer) const { return const_cast<KvCache*>(this)->v_q8(layer); }
 
   // Recurrent layers (hybrids): their f32 conv window and delta-rule state.
   // Throws ms::Error for a layer that is not recurrent.
@@ -82,11 +105,14 @@ class KvCache {
 
  private:
   template <typename T>
-  T* elems(KvType want, int layer, int64_t offset) {
+  T* elems(KvType want, int layer, bool values) {
     if (type_ != want) wrong_type(want);
     const int slot = kv_slot_.empty() ? layer : kv_slot_[static_cast<size_t>(layer)];
     if (slot < 0) not_attention(layer);
-    return reinterpret_cast<T*>(data_.data()) + static_cast<int64_t>(slot) * per_layer_ + offset;
+    // Every offset is a multiple of the row size, so of T's (halves, floats,
+    // 34-byte blocks of one byte alignment).
+    return reinterpret_cast<T*>(data_.data() + static_cast<int64_t>(slot) * 2 * half_layer_bytes_ +
+                                (values ? half_layer_bytes_ : 0));
   }
   float* rec_elems(int layer, int64_t offset);
   [[noreturn]] void wrong_type(KvType want) const;
@@ -96,7 +122,7 @@ class KvCache {
   int n_layer_;
   int64_t ctx_;
   KvType type_;
-  int64_t per_layer_;  // elements per layer, k and v together
+  int64_t half_layer_bytes_;  // bytes of one layer's keys (its values take as many)
   int64_t n_past_ = 0;
   // Raw bytes: a byte array may hold objects of any type, and operator new
   // aligns it for float.

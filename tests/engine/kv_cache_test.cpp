@@ -64,5 +64,61 @@ TEST(KvCache, WrongElementTypeIsAnError) {
   EXPECT_NO_THROW(cf.v_f32(0));
 }
 
+
+TEST(KvCache, Q8_0RowsAreBlocksOf32) {
+  // 2 layers, 3 KV heads, head size 64 (2 blocks a row), 5 positions.
+  KvCache c(2, 3, 64, 5, KvType::Q8_0);
+  EXPECT_EQ(c.type(), KvType::Q8_0);
+  EXPECT_EQ(kv_row_bytes(KvType::Q8_0, 64), 2 * 34);
+  EXPECT_EQ(c.bytes(), 2u * 2 * 3 * 5 * 2 * 34);
+  EXPECT_EQ(c.v_q8(0) - c.k_q8(0), 3 * 5 * 2);
+  EXPECT_EQ(c.k_q8(1) - c.k_q8(0), 2 * 3 * 5 * 2);
+  for (int l = 0; l < 2; ++l)
+    for (int b = 0; b < 3 * 5 * 2; ++b) {
+      EXPECT_EQ(c.k_q8(l)[b].d, 0u);
+      c.v_q8(l)[b].qs[31] = -127;  // every block writable (ASan flags an undersized buffer)
+    }
+  EXPECT_STREQ(kv_type_name(c.type()), "q8_0");
+  EXPECT_THROW(c.k_f16(0), Error);
+  EXPECT_THROW(c.v_f32(0), Error);
+  KvCache h(1, 1, 32, 4);
+  EXPECT_THROW(h.k_q8(0), Error);
+}
+
+TEST(KvCache, Q8_0NeedsAHeadSizeMultipleOf32) {
+  for (int hd : {1, 16, 48, 100}) {
+    try {
+      KvCache c(1, 1, hd, 4, KvType::Q8_0);
+      FAIL() << "head size " << hd << " accepted";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("--kv-type q8_0"), std::string::npos) << m;
+      EXPECT_NE(m.find(std::to_string(hd)), std::string::npos) << m;
+    }
+    RecurrentLayout rec;
+    rec.recurrent = {true, false};
+    EXPECT_THROW(KvCache(2, 1, hd, 4, KvType::Q8_0, rec), Error);
+    EXPECT_NO_THROW(KvCache(1, 1, hd, 4, KvType::F16));
+  }
+  EXPECT_NO_THROW(check_kv_head_dim(KvType::Q8_0, 256));
+  EXPECT_THROW(check_kv_head_dim(KvType::Q8_0, 80), Error);
+  EXPECT_NO_THROW(check_kv_head_dim(KvType::F16, 80));
+}
+
+TEST(KvCache, TypeNamesRoundTripAndRowBytes) {
+  for (KvType t : {KvType::F16, KvType::F32, KvType::Q8_0}) EXPECT_EQ(parse_kv_type(kv_type_name(t)), t);
+  try {
+    parse_kv_type("q4_0");
+    FAIL() << "q4_0 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--kv-type"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(kv_row_bytes(KvType::F16, 128), 256);
+  EXPECT_EQ(kv_row_bytes(KvType::F32, 128), 512);
+  EXPECT_EQ(kv_row_bytes(KvType::Q8_0, 128), 136);
+  EXPECT_EQ(kv_row_bytes(KvType::F16, 5), 10);  // odd head sizes are fine for f16/f32
+  EXPECT_EQ(kv_row_bytes(KvType::F32, 5), 20);
+}
+
 }  // namespace
 }  // namespace ms

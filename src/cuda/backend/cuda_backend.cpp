@@ -339,6 +339,8 @@ ExpertTelemetry CudaBackend::expert_telemetry() const {
 
 KvCache CudaBackend::make_cache(int64_t ctx, KvType type) const {
   if (ctx <= 0) throw Error("KV cache: the context must be positive");
+  if (type == KvType::Q8_0)  // until the device cache and its kernels hold q8_0 blocks
+    throw Error("CUDA backend: --kv-type q8_0 is not supported on the GPU yet (use f16, or --backend cpu)");
   if (ctx > impl_->kv.ctx())
     throw Error("CUDA backend: a context of " + std::to_string(ctx) + " tokens does not fit the device KV cache of " +
                 std::to_string(impl_->kv.ctx()) + " tokens (set CudaBackend::Options::ctx / --ctx)");
