@@ -1,0 +1,71 @@
+// How many prompt tokens one forward pass takes (the CUDA backend's batch,
+// `-b 0`), from the arithmetic of a tiered prompt: every pass streams each
+// cold expert over the link once, for all of its tokens, so the link's share
+// of a pass falls as the pass grows; the pass's buffers (activations and the
+// hybrid step's per-token rows) come out of the same VRAM as the expert
+// cache, so a longer pass also makes more experts cold.
+//
+// With B tokens per pass, per-token buffer bytes m, link rate R, GPU compute
+// t per token, and the cold bytes at B = 0 being C0 (routed experts minus the
+// room left for cache slots):
+//   cold(B) = max(0, C0 + B m)          link(B) = cold(B) / R
+//   compute(B) = B t                    share(B) = link(B) / compute(B)
+// share falls with B towards m / (R t). The choice is the smallest B (at
+// least the floor, where the GPU already runs at its prompt rate) with
+// share(B) <= the target share, bounded by the memory the budget leaves for
+// the buffers (a share of the room, so a tight budget keeps small passes and
+// decode keeps most of its cache), by the context and by the largest batch.
+// Every expert resident: nothing streams, the floor.
+//
+// Pure arithmetic: the CUDA backend measures or estimates the inputs and
+// applies the result; unit tests on CI (tests/experts/pass_size_test.cpp).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace ms {
+
+struct PassSizeInputs {
+  bool tiered = false;            // some routed experts live outside VRAM
+  uint64_t expert_bytes = 0;      // every routed expert's weights
+  // VRAM the budget leaves for expert cache slots and the pass's per-token
+  // buffers together (after dense weights, KV cache, reserve, and the
+  // step's fixed buffers: transit ring, tables).
+  uint64_t room_bytes = 0;
+  double bytes_per_token = 0;     // per-token buffers (activations + the hybrid step's rows)
+  double link_gbps = 0;           // host -> device copies (pinned)
+  double compute_s_per_token = 0; // GPU prompt compute per token (estimate or measurement)
+  int64_t ctx = 0;                // no pass is longer than the context (0: no bound)
+
+  double stream_share = 0.10;     // target: the link's time per pass over its compute
+  double memory_share = 1.0 / 3;  // the per-token buffers take at most this share of room_bytes
+  int floor_tokens = 512;         // the GPU's prompt rate is reached from about here
+  int min_tokens = 16;            // the least a pass may be (memory permitting or not)
+  int max_tokens = 16384;         // the largest batch the CLI accepts
+};
+
+struct PassSize {
+  int tokens = 0;
+  // What the choice was bounded by.
+  enum class Bound { Resident, Floor, Link, Memory, Context, Largest } bound = Bound::Floor;
+  double cold_bytes = 0;  // at `tokens`
+  double link_s = 0;      // cold_bytes over the link, once per pass
+  double compute_s = 0;   // the pass's compute (tokens x compute_s_per_token)
+  // One line for `run -v` / bench: the size and why.
+  std::string why;
+};
+
+// Estimated GPU prompt compute per token: 2 flops per active weight (dense
+// weights plus n_expert_used experts) at an effective rate. The default rate
+// is moestream's prompt path measured on H100/H200 (Qwen3-30B-A3B Q4_K:
+// ~3.3 G active weights, pp512 8748 tok/s and ~1.2 s per 8192 tokens, i.e.
+// ~45-58 TFLOP/s effective); attention's growth with depth is left out
+// (it only makes compute larger and the link's share smaller).
+constexpr double kPromptTflopsEstimate = 50;
+double estimate_prompt_s_per_token(double active_weights, double tflops = kPromptTflopsEstimate);
+
+// Throws ms::Error on inputs that make no sense (negative or zero rates for a
+// tiered model, floor above max, ...).
+PassSize choose_pass_size(const PassSizeInputs& in);
+
+}  // namespace ms
