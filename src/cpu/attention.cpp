@@ -8,26 +8,55 @@
 #include "cpu/attention_kernels.h"
 #include "cpu/thread_pool.h"
 #include "quant/half.h"
+#include "quant/quant.h"
 #include "util/cpu_features.h"
 
 namespace ms {
 namespace {
 
-// Every function below is written once for both cache element types (uint16_t
-// halves, float); to_f32 is the only place they differ.
-inline float to_f32(uint16_t h) { return f16_to_f32(h); }
-inline float to_f32(float x) { return x; }
+// Every function below is written once for the cache's unit types (uint16_t
+// halves, floats, BlockQ8_0); row_units and elem are where they differ.
+// A row of head_dim elements is head_dim units, or head_dim/32 blocks.
+inline int64_t row_units(const uint16_t*, int d) { return d; }
+inline int64_t row_units(const float*, int d) { return d; }
+inline int64_t row_units(const BlockQ8_0*, int d) { return d / QK; }
+
+// Element i of a row as a float (q8_0: d * q, exact in float: 11 by 8 bits).
+inline float elem(const uint16_t* row, int i) { return f16_to_f32(row[i]); }
+inline float elem(const float* row, int i) { return row[i]; }
+inline float elem(const BlockQ8_0* row, int i) {
+  const BlockQ8_0& b = row[i / QK];
+  return f16_to_f32(b.d) * static_cast<float>(b.qs[i % QK]);
+}
 
 template <typename T>
 float dot_scalar(const float* a, const T* b, int n) {
   float sum = 0;
-  for (int i = 0; i < n; ++i) sum += a[i] * to_f32(b[i]);
+  for (int i = 0; i < n; ++i) sum += a[i] * elem(b, i);
   return sum;
 }
 
 template <typename T>
 void axpy_scalar(float w, const T* v, float* y, int n) {
-  for (int i = 0; i < n; ++i) y[i] += w * to_f32(v[i]);
+  for (int i = 0; i < n; ++i) y[i] += w * elem(v, i);
+}
+
+// Q8_0 without SIMD: the scale applied once per block, as the AVX2 kernels do.
+float dot_scalar_q8_0(const float* a, const BlockQ8_0* b, int n) {
+  float sum = 0;
+  for (int blk = 0; blk < n / QK; ++blk) {
+    float s = 0;
+    for (int i = 0; i < QK; ++i) s += a[blk * QK + i] * static_cast<float>(b[blk].qs[i]);
+    sum += f16_to_f32(b[blk].d) * s;
+  }
+  return sum;
+}
+
+void axpy_scalar_q8_0(float w, const BlockQ8_0* v, float* y, int n) {
+  for (int blk = 0; blk < n / QK; ++blk) {
+    const float ws = w * f16_to_f32(v[blk].d);
+    for (int i = 0; i < QK; ++i) y[blk * QK + i] += ws * static_cast<float>(v[blk].qs[i]);
+  }
 }
 
 template <typename T>
@@ -51,14 +80,22 @@ const RowKernels<float>& row_kernels(const float*) {
   return k;
 }
 
+const RowKernels<BlockQ8_0>& row_kernels(const BlockQ8_0*) {
+  static const RowKernels<BlockQ8_0> k =
+      cpu_features().avx2 ? RowKernels<BlockQ8_0>{attn_kernels::dot_f32_q8_0_avx2, attn_kernels::axpy_q8_0_avx2}
+                          : RowKernels<BlockQ8_0>{dot_scalar_q8_0, axpy_scalar_q8_0};
+  return k;
+}
+
 // One (token, head): scores over kv_len positions, softmax, weighted V sum.
 template <typename T>
 void attend_one(const AttentionShape& s, const RowKernels<T>& rk, const float* q, const T* k_head, const T* v_head,
                 int64_t kv_len, float* scores, float* out) {
   const int d = s.head_dim;
+  const int64_t ru = row_units(k_head, d);
   float mx = -INFINITY;
   for (int64_t j = 0; j < kv_len; ++j) {
-    scores[j] = rk.dot(q, k_head + j * d, d) * s.scale;
+    scores[j] = rk.dot(q, k_head + j * ru, d) * s.scale;
     mx = std::max(mx, scores[j]);
   }
   float sum = 0;
@@ -68,13 +105,14 @@ void attend_one(const AttentionShape& s, const RowKernels<T>& rk, const float* q
   }
   std::fill(out, out + d, 0.0f);
   const float inv = 1.0f / sum;
-  for (int64_t j = 0; j < kv_len; ++j) rk.axpy(scores[j] * inv, v_head + j * d, out, d);
+  for (int64_t j = 0; j < kv_len; ++j) rk.axpy(scores[j] * inv, v_head + j * ru, out, d);
 }
 
 template <typename T>
 void attention_ref_impl(const AttentionShape& s, const float* q, const T* k_cache, const T* v_cache, int n_tokens,
                         int64_t pos0, float* out) {
   const int d = s.head_dim;
+  const int64_t ru = row_units(k_cache, d);
   const int group = s.n_head / s.n_kv;
   std::vector<double> scores;
   for (int t = 0; t < n_tokens; ++t) {
@@ -82,11 +120,11 @@ void attention_ref_impl(const AttentionShape& s, const float* q, const T* k_cach
     scores.assign(static_cast<size_t>(kv_len), 0.0);
     for (int h = 0; h < s.n_head; ++h) {
       const float* qh = q + (static_cast<int64_t>(t) * s.n_head + h) * d;
-      const int64_t kv_base = static_cast<int64_t>(h / group) * s.ctx * d;
+      const int64_t kv_base = static_cast<int64_t>(h / group) * s.ctx * ru;
       double mx = -INFINITY;
       for (int64_t j = 0; j < kv_len; ++j) {
         double dot = 0;
-        for (int i = 0; i < d; ++i) dot += static_cast<double>(qh[i]) * to_f32(k_cache[kv_base + j * d + i]);
+        for (int i = 0; i < d; ++i) dot += static_cast<double>(qh[i]) * elem(k_cache + kv_base + j * ru, i);
         scores[j] = dot * s.scale;
         mx = std::max(mx, scores[j]);
       }
@@ -95,7 +133,7 @@ void attention_ref_impl(const AttentionShape& s, const float* q, const T* k_cach
       float* oh = out + (static_cast<int64_t>(t) * s.n_head + h) * d;
       for (int i = 0; i < d; ++i) {
         double acc = 0;
-        for (int64_t j = 0; j < kv_len; ++j) acc += scores[j] * to_f32(v_cache[kv_base + j * d + i]);
+        for (int64_t j = 0; j < kv_len; ++j) acc += scores[j] * elem(v_cache + kv_base + j * ru, i);
         oh[i] = static_cast<float>(acc / sum);
       }
     }
@@ -107,6 +145,7 @@ void attention_impl(ThreadPool& pool, const AttentionShape& s, const float* q, c
                     int n_tokens, int64_t pos0, float* out) {
   const RowKernels<T>& rk = row_kernels(k_cache);
   const int d = s.head_dim;
+  const int64_t ru = row_units(k_cache, d);
   const int group = s.n_head / s.n_kv;
   const int64_t n_items = static_cast<int64_t>(n_tokens) * s.n_head;
   const int64_t max_len = pos0 + n_tokens;
@@ -119,7 +158,7 @@ void attention_impl(ThreadPool& pool, const AttentionShape& s, const float* q, c
       const int64_t item = next.fetch_add(1, std::memory_order_relaxed);
       if (item >= n_items) break;
       const int t = static_cast<int>(item / s.n_head), h = static_cast<int>(item % s.n_head);
-      const int64_t kv_base = static_cast<int64_t>(h / group) * s.ctx * d;
+      const int64_t kv_base = static_cast<int64_t>(h / group) * s.ctx * ru;
       attend_one(s, rk, q + item * d, k_cache + kv_base, v_cache + kv_base, pos0 + t + 1, scores.data(),
                  out + item * d);
     }
@@ -135,10 +174,11 @@ template <typename T, typename StoreRow>
 void kv_store_impl(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0, T* k_cache,
                    T* v_cache, StoreRow store_row) {
   const int d = s.head_dim;
+  const int64_t ru = row_units(k_cache, d);
   for (int t = 0; t < n_tokens; ++t)
     for (int h = 0; h < s.n_kv; ++h) {
       const int64_t src = (static_cast<int64_t>(t) * s.n_kv + h) * d;
-      const int64_t dst = (static_cast<int64_t>(h) * s.ctx + pos0 + t) * d;
+      const int64_t dst = (static_cast<int64_t>(h) * s.ctx + pos0 + t) * ru;
       store_row(k + src, k_cache + dst);
       store_row(v + src, v_cache + dst);
     }
@@ -166,6 +206,16 @@ void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const 
   attention_impl(pool, s, q, k_cache, v_cache, n_tokens, pos0, out);
 }
 
+void attention_ref(const AttentionShape& s, const float* q, const BlockQ8_0* k_cache, const BlockQ8_0* v_cache,
+                   int n_tokens, int64_t pos0, float* out) {
+  attention_ref_impl(s, q, k_cache, v_cache, n_tokens, pos0, out);
+}
+
+void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const BlockQ8_0* k_cache,
+               const BlockQ8_0* v_cache, int n_tokens, int64_t pos0, float* out) {
+  attention_impl(pool, s, q, k_cache, v_cache, n_tokens, pos0, out);
+}
+
 void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0,
               uint16_t* k_cache, uint16_t* v_cache) {
   const int d = s.head_dim;
@@ -183,6 +233,13 @@ void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tok
   const int d = s.head_dim;
   kv_store_impl(s, k, v, n_tokens, pos0, k_cache, v_cache,
                 [d](const float* src, float* dst) { std::copy(src, src + d, dst); });
+}
+
+void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0,
+              BlockQ8_0* k_cache, BlockQ8_0* v_cache) {
+  const int d = s.head_dim;
+  kv_store_impl(s, k, v, n_tokens, pos0, k_cache, v_cache,
+                [d](const float* src, BlockQ8_0* dst) { quantize_row_act(DType::Q8_0, src, dst, d); });
 }
 
 }  // namespace ms

@@ -1,13 +1,19 @@
 // Causal grouped-query attention over a KV cache, on the CPU.
 //
-// The cache of one layer holds k and v as [n_kv][ctx][head_dim] elements:
-// IEEE halves (raw uint16_t), the layout of the CUDA backend
+// The cache of one layer holds k and v as [n_kv][ctx] rows of head_dim
+// elements: IEEE halves (raw uint16_t), the layout of the CUDA backend
 // (src/cuda/attention.h), so a cache can be compared between backends; or
 // floats, for numerical parity checks where rounding K/V to half would
-// dominate the error. Each function comes in both, picked by the cache's
-// pointer type. Query head h uses KV head h / (n_head / n_kv).
+// dominate the error; or q8_0 blocks (head_dim/32 BlockQ8_0 a row, ggml's
+// layout for `-ctk/-ctv q8_0`: half the memory of f16; head_dim a multiple of
+// 32, which the KV cache checks). Each function comes in all three, picked by
+// the cache's pointer type. Query head h uses KV head h / (n_head / n_kv).
+// Q8_0 rows are read as d * q (the query stays f32): attention over a q8_0
+// cache is attention over its dequantized values.
 #pragma once
 #include <cstdint>
+
+#include "quant/blocks.h"
 
 namespace ms {
 
@@ -27,18 +33,25 @@ void attention_ref(const AttentionShape& s, const float* q, const uint16_t* k_ca
                    const uint16_t* v_cache, int n_tokens, int64_t pos0, float* out);
 void attention_ref(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache,
                    int n_tokens, int64_t pos0, float* out);
+void attention_ref(const AttentionShape& s, const float* q, const BlockQ8_0* k_cache, const BlockQ8_0* v_cache,
+                   int n_tokens, int64_t pos0, float* out);
 // Same, threaded over (token, head) with SIMD dots where available.
 void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const uint16_t* k_cache,
                const uint16_t* v_cache, int n_tokens, int64_t pos0, float* out);
 void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const float* k_cache,
                const float* v_cache, int n_tokens, int64_t pos0, float* out);
+void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const BlockQ8_0* k_cache,
+               const BlockQ8_0* v_cache, int n_tokens, int64_t pos0, float* out);
 
 // Writes f32 rows k, v [n_tokens][n_kv][head_dim] into the cache at positions
 // pos0 .. pos0+n_tokens-1 (the caller checks they are < ctx): rounded to
-// nearest-even halves, or copied exactly.
+// nearest-even halves, copied exactly, or quantized to q8_0 per block of 32
+// (d = amax/127, q = round(x/d): quantize_row_act's Q8_0, src/quant).
 void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0,
               uint16_t* k_cache, uint16_t* v_cache);
 void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0,
               float* k_cache, float* v_cache);
+void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0,
+              BlockQ8_0* k_cache, BlockQ8_0* v_cache);
 
 }  // namespace ms

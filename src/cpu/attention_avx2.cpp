@@ -67,6 +67,37 @@ void axpy_f32_avx2(float w, const float* v, float* y, int n) {
   for (; i < n; ++i) y[i] = fma1(w, v[i], y[i]);
 }
 
+namespace {
+// 8 int8 -> 8 floats (exact).
+inline __m256 load_i8x8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+}  // namespace
+
+float dot_f32_q8_0_avx2(const float* a, const BlockQ8_0* b, int n) {
+  // Per block: the 32 products in one vector of partial sums, then scaled by
+  // d into the running sum (one FMA per block, as the scalar version does).
+  __m256 acc = _mm256_setzero_ps();
+  for (int blk = 0; blk < n / QK; ++blk, a += QK) {
+    const int8_t* q = b[blk].qs;
+    __m256 s = _mm256_mul_ps(_mm256_loadu_ps(a), load_i8x8(q));
+    s = _mm256_fmadd_ps(_mm256_loadu_ps(a + 8), load_i8x8(q + 8), s);
+    s = _mm256_fmadd_ps(_mm256_loadu_ps(a + 16), load_i8x8(q + 16), s);
+    s = _mm256_fmadd_ps(_mm256_loadu_ps(a + 24), load_i8x8(q + 24), s);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[blk].d)), s, acc);
+  }
+  return hsum(acc);
+}
+
+void axpy_q8_0_avx2(float w, const BlockQ8_0* v, float* y, int n) {
+  for (int blk = 0; blk < n / QK; ++blk, y += QK) {
+    const __m256 ws = _mm256_set1_ps(w * _cvtsh_ss(v[blk].d));
+    const int8_t* q = v[blk].qs;
+    for (int i = 0; i < QK; i += 8)
+      _mm256_storeu_ps(y + i, _mm256_fmadd_ps(ws, load_i8x8(q + i), _mm256_loadu_ps(y + i)));
+  }
+}
+
 void f32_to_f16_row_avx2(const float* src, uint16_t* dst, int n) {
   int i = 0;
   for (; i + 8 <= n; i += 8)

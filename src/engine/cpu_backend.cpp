@@ -220,12 +220,19 @@ void CpuBackend::attention_block(const std::vector<Span>& spans, int il, int n) 
     const float* k = k_.data() + sp.t0 * kv_dim;
     const float* v = v_.data() + sp.t0 * kv_dim;
     float* att = att_.data() + sp.t0 * q_dim;
-    if (kv.type() == KvType::F32) {
-      kv_store(s, k, v, sp.n, sp.pos0, kv.k_f32(il), kv.v_f32(il));
-      attention(pool_, s, q, kv.k_f32(il), kv.v_f32(il), sp.n, sp.pos0, att);
-    } else {
-      kv_store(s, k, v, sp.n, sp.pos0, kv.k_f16(il), kv.v_f16(il));
-      attention(pool_, s, q, kv.k_f16(il), kv.v_f16(il), sp.n, sp.pos0, att);
+    switch (kv.type()) {
+      case KvType::F32:
+        kv_store(s, k, v, sp.n, sp.pos0, kv.k_f32(il), kv.v_f32(il));
+        attention(pool_, s, q, kv.k_f32(il), kv.v_f32(il), sp.n, sp.pos0, att);
+        break;
+      case KvType::Q8_0:
+        kv_store(s, k, v, sp.n, sp.pos0, kv.k_q8(il), kv.v_q8(il));
+        attention(pool_, s, q, kv.k_q8(il), kv.v_q8(il), sp.n, sp.pos0, att);
+        break;
+      case KvType::F16:
+        kv_store(s, k, v, sp.n, sp.pos0, kv.k_f16(il), kv.v_f16(il));
+        attention(pool_, s, q, kv.k_f16(il), kv.v_f16(il), sp.n, sp.pos0, att);
+        break;
     }
   }
   if (gated)  // the output gate: att *= sigmoid(gate)
