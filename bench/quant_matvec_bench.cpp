@@ -12,7 +12,10 @@
 // two matvec_batch calls (experts8), the same kernel on a matrix kept in cache
 // (hot: the compute ceiling), the same with 8 tokens (tok8: prompt
 // processing), and an empty parallel_for (pool: the fixed cost of every
-// parallel call).
+// parallel call). k-avx2 / k-avx512 rows call one ISA level's row kernel
+// directly on the in-cache matrix (one thread, activations quantized once),
+// so the AVX2 and AVX-512 kernels of a type compare in one run, whatever the
+// dispatcher picks.
 //
 // Usage: quant_matvec_bench [--ws_mib=N] [--threads=1,8,16] [--types=q4_K,iq2_xxs] [--quick]
 //                           [google benchmark flags]
@@ -41,6 +44,7 @@
 #include "cpu/thread_pool.h"
 #include "quant/half.h"
 #include "quant/quant.h"
+#include "quant/simd_kernels.h"
 #include "util/cpu_features.h"
 #include "util/split.h"
 
@@ -197,6 +201,24 @@ void BM_Matvec(benchmark::State& state, DType t, int64_t rows, int64_t cols, int
   state.SetLabel(ms::vec_dot_path(t));
 }
 
+// k-avx2|k-avx512/type/768x2048/t1: one ISA level's row kernel on the
+// in-cache matrix, all 768 rows per call, activations quantized once.
+void BM_Kernel(benchmark::State& state, DType t, ms::simd::VecDotRowsFn fn) {
+  constexpr int64_t rows = 768, cols = 2048;
+  const int64_t rb = ms::row_bytes(t, cols);
+  const WeightPool& wp = weights(t, rows * rb);
+  const std::vector<float> x = random_x(cols);
+  std::vector<uint8_t> act(ms::act_row_bytes(t, cols));
+  ms::quantize_row_act(ms::type_info(t).vec_dot_type, x.data(), act.data(), cols);
+  std::vector<float> y(rows);
+  for (auto _ : state) {
+    fn(cols, wp.bytes.data(), rb, rows, act.data(), y.data());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * rows * rb);
+}
+
 // tok8/type/768x2048/t1: prompt processing's compute ceiling: ms::matmul of
 // one in-cache expert matrix with 8 tokens (the mean tokens per expert of a
 // 128-token Qwen3-30B-A3B prompt). GB/s counts weight bytes times tokens, so
@@ -328,6 +350,10 @@ void register_all() {
     const std::string tn = ms::type_name(t);
     reg("hot/" + tn + "/768x2048/t1", BM_Matvec, t, int64_t{768}, int64_t{2048}, 1, true);
     reg("tok8/" + tn + "/768x2048/t1", BM_Tokens8, t);
+    if (ms::simd::cpu_supports_avx2())
+      if (auto fn = ms::simd::vec_dot_rows_kernel_avx2(t)) reg("k-avx2/" + tn + "/768x2048/t1", BM_Kernel, t, fn);
+    if (ms::simd::cpu_supports_avx512())
+      if (auto fn = ms::simd::vec_dot_rows_kernel_avx512(t)) reg("k-avx512/" + tn + "/768x2048/t1", BM_Kernel, t, fn);
     for (const Shape& s : shapes)
       for (int th : thread_counts)
         reg("matvec/" + tn + "/" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "/t" + std::to_string(th),

@@ -31,7 +31,7 @@ bool cpu_supports_avx512() {
   __builtin_cpu_init();
   return cpu_supports_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512vnni");
+         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("bmi2");
 #else
   return false;
 #endif
@@ -79,6 +79,22 @@ VecDotRowsFn vec_dot_rows_kernel_avx512(DType t) {
     case DType::BF16: return vec_dot_rows_bf16_avx512;
     case DType::F16: return vec_dot_rows_f16_avx512;
     case DType::F32: return vec_dot_rows_f32_avx512;
+    case DType::Q4_1: return vec_dot_rows_q4_1_avx512;
+    case DType::Q5_0: return vec_dot_rows_q5_0_avx512;
+    case DType::Q5_1: return vec_dot_rows_q5_1_avx512;
+    case DType::Q2_K: return vec_dot_rows_q2_K_avx512;
+    case DType::Q3_K: return vec_dot_rows_q3_K_avx512;
+    case DType::TQ1_0: return vec_dot_rows_tq1_0_avx512;
+    case DType::TQ2_0: return vec_dot_rows_tq2_0_avx512;
+    case DType::IQ1_S: return vec_dot_rows_iq1_s_avx512;
+    case DType::IQ1_M: return vec_dot_rows_iq1_m_avx512;
+    case DType::IQ2_XXS: return vec_dot_rows_iq2_xxs_avx512;
+    case DType::IQ2_XS: return vec_dot_rows_iq2_xs_avx512;
+    case DType::IQ2_S: return vec_dot_rows_iq2_s_avx512;
+    case DType::IQ3_XXS: return vec_dot_rows_iq3_xxs_avx512;
+    case DType::IQ3_S: return vec_dot_rows_iq3_s_avx512;
+    case DType::IQ4_NL: return vec_dot_rows_iq4_nl_avx512;
+    case DType::IQ4_XS: return vec_dot_rows_iq4_xs_avx512;
     default: return nullptr;
   }
 }

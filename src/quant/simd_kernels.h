@@ -49,7 +49,7 @@ QuantizeActFn quantize_act_kernel_avx512(DType act_type);
 
 // Whether this CPU can run the kernels of a level (ignores MOESTREAM_ISA).
 bool cpu_supports_avx2();
-bool cpu_supports_avx512();  // F, BW, VL, DQ and VNNI
+bool cpu_supports_avx512();  // F, BW, VL, DQ and VNNI (and BMI2, which every such CPU has)
 
 // Software prefetch of the next row group in the kernels: 0 off, 1 into L1,
 // 2 into L2 (the default: on a 16-thread Xeon host, L1 prefetches competed
@@ -103,6 +103,24 @@ void vec_dot_rows_mxfp4_avx512(int64_t, const void*, int64_t, int64_t, const voi
 void vec_dot_rows_bf16_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
 void vec_dot_rows_f16_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
 void vec_dot_rows_f32_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+// (simd_legacy_avx512.cpp)
+void vec_dot_rows_q4_1_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_q5_0_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_q5_1_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_iq4_nl_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_q2_K_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_q3_K_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+// (simd_iquants_avx512.cpp; these need activations in [-127, 127] and BMI2)
+void vec_dot_rows_tq1_0_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_tq2_0_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_iq1_s_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_iq1_m_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_iq2_xxs_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_iq2_xs_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_iq2_s_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_iq3_xxs_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_iq3_s_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
+void vec_dot_rows_iq4_xs_avx512(int64_t, const void*, int64_t, int64_t, const void*, float*);
 void vec_dot_tokens_q4_K_avx512(int64_t, const void*, int64_t, int64_t, const void* const*, int64_t, float* const*);
 void vec_dot_tokens_q5_K_avx512(int64_t, const void*, int64_t, int64_t, const void* const*, int64_t, float* const*);
 
