@@ -21,76 +21,15 @@
 
 #include "quant/blocks.h"
 #include "quant/simd_avx2_util.h"
+#include "quant/simd_avx512_rows.h"
 #include "quant/simd_hsum.h"
 #include "quant/simd_kernels.h"
 
 namespace ms::simd {
 namespace {
 
-// ---------------------------------------------------------------- helpers
-
-inline float hsum(__m512 v) {
-  return hsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
-}
-
-inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
-// 32 bytes into both halves of a zmm.
-inline __m512i bcast256(const void* p) { return _mm512_broadcast_i64x4(load256(p)); }
-
-// vpermd indices: lane group g (4 lanes) takes element 4t+g.
-inline __m512i idx_quad4(int t) {
-  return _mm512_setr_epi32(4 * t, 4 * t, 4 * t, 4 * t, 4 * t + 1, 4 * t + 1, 4 * t + 1, 4 * t + 1,
-                           4 * t + 2, 4 * t + 2, 4 * t + 2, 4 * t + 2, 4 * t + 3, 4 * t + 3, 4 * t + 3, 4 * t + 3);
-}
-
-// Software prefetch of the next row group. The kernels read R rows side by
-// side, which for long rows is R short streams (a few dozen lines each) that
-// the hardware prefetcher does not pick up in time. Called once per block
-// index i (block size bb), this walks line by line through the R*stride bytes
-// g_prefetch_groups groups after the current one (rows back to back, as in a
-// matrix) at the rate the group is consumed, so the next group is in cache
-// when the kernel reaches it, and the walk itself is one sequential stream
-// the hardware prefetcher follows. g_prefetch_mode: 0 off, 1 into L1, 2 into L2.
-//
-// The walk stays inside the rows of the current call: for_row_groups sets
-// t_prefetch_ahead to fewer groups (none for the last) near the end. Rows past
-// the call belong to another thread's chunk of the matrix, and fetching them
-// here cost DRAM bandwidth twice (up to a quarter more traffic with the
-// 28-row tiles of a batched expert matvec).
-thread_local int t_prefetch_ahead = 0;
-
-template <int R>
-inline void prefetch_next_group(const uint8_t* w, int64_t stride, int64_t i, int bb) {
-  const int mode = g_prefetch_mode;
-  const int ahead = t_prefetch_ahead;
-  if (mode == 0 || ahead <= 0) return;
-  const char* p = reinterpret_cast<const char*>(w + ahead * R * stride + i * R * bb);
-  if (mode == 1) {
-    for (int k = 0; k < R * bb; k += 64) _mm_prefetch(p + k, _MM_HINT_T0);
-  } else {
-    for (int k = 0; k < R * bb; k += 64) _mm_prefetch(p + k, _MM_HINT_T1);
-  }
-}
-
-template <class Kernel>
-void for_row_groups(int64_t n, const void* w, int64_t stride, int64_t rows, const void* a, float* out) {
-  constexpr int G = Kernel::kRows;
-  const uint8_t* wp = static_cast<const uint8_t*>(w);
-  int64_t r = 0;
-  for (; r + G <= rows; r += G) {
-    const int64_t later = (rows - r) / G - 1;  // whole groups after this one
-    t_prefetch_ahead = static_cast<int>(later < g_prefetch_groups ? later : g_prefetch_groups);
-    Kernel::template run<G>(n, wp + r * stride, stride, a, out + r);
-  }
-  t_prefetch_ahead = 0;
-  if constexpr (G > 1) {
-    if (rows - r >= 2) {
-      Kernel::template run<2>(n, wp + r * stride, stride, a, out + r);
-      r += 2;
-    }
-    if (rows - r == 1) Kernel::template run<1>(n, wp + r * stride, stride, a, out + r);
-  }
-}
+// Helpers (hsum, load512, bcast256, idx_quad4) and the row-group driver with
+// its software prefetch (for_row_groups, prefetch_next_group): simd_avx512_rows.h.
 
 // ---------------------------------------------------------------- Q4_K / Q5_K x Q8_K
 // 64 bytes of qs (chunks c and c+1, 128 elements) per load: their low nibbles

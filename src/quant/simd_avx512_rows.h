@@ -1,9 +1,20 @@
-// Row-group driver and small helpers shared by the AVX-512 kernel files of
-// the formats added after simd_avx512.cpp (simd_legacy_avx512.cpp,
-// simd_iquants_avx512.cpp): runs a kernel over the rows of a vec_dot_rows
-// call in groups of Kernel::kRows with software prefetch of the next group,
-// as simd_avx512.cpp does for its own kernels (see there for why the
-// prefetch walks only inside the call's rows).
+// Row-group driver and small helpers shared by the AVX-512 kernel files
+// (simd_avx512.cpp, simd_legacy_avx512.cpp, simd_iquants_avx512.cpp): runs a
+// kernel over the rows of a vec_dot_rows call in groups of Kernel::kRows with
+// software prefetch of the next group.
+//
+// The prefetch: the kernels read R rows side by side, which for long rows is
+// R short streams (a few dozen lines each) that the hardware prefetcher does
+// not pick up in time. Called once per block index i (block size bb),
+// prefetch_next_group walks line by line through the R*stride bytes
+// t_prefetch_ahead groups after the current one (rows back to back, as in a
+// matrix) at the rate the group is consumed, so the next group is in cache
+// when the kernel reaches it, and the walk itself is one sequential stream
+// the hardware prefetcher follows. g_prefetch_mode: 0 off, 1 into L1, 2 into
+// L2. The walk stays inside the rows of the current call (for_row_groups sets
+// t_prefetch_ahead to fewer groups, none for the last, near the end): rows
+// past the call belong to another thread's chunk of the matrix, and fetching
+// them here cost DRAM bandwidth twice.
 //
 // Include only from files built with the AVX-512 flags (*_avx512.cpp).
 // Internal linkage on purpose, as in simd_hsum.h: each includer is built with
