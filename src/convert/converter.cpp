@@ -210,6 +210,17 @@ void write_model_metadata(GgufWriter& w, const HfModelConfig& c, ConvertType typ
   w.set(a + "attention.layer_norm_rms_epsilon", GgufValue::of_f32(static_cast<float>(c.rms_eps)));
   w.set(a + "rope.freq_base", GgufValue::of_f32(static_cast<float>(c.rope_theta)));
   w.set(a + "rope.dimension_count", u32(c.n_rot()));
+  if (!c.rope_scaling_type.empty()) {
+    w.set(a + "rope.scaling.type", GgufValue::of_string(c.rope_scaling_type));
+    w.set(a + "rope.scaling.factor", GgufValue::of_f32(static_cast<float>(c.rope_factor)));
+  }
+  if (c.rope_scaling_type == "yarn") {
+    w.set(a + "rope.scaling.original_context_length", u32(c.rope_orig_ctx));
+    if (c.yarn_beta_fast > 0) w.set(a + "rope.scaling.yarn_beta_fast", GgufValue::of_f32(static_cast<float>(c.yarn_beta_fast)));
+    if (c.yarn_beta_slow > 0) w.set(a + "rope.scaling.yarn_beta_slow", GgufValue::of_f32(static_cast<float>(c.yarn_beta_slow)));
+    if (c.yarn_ext_factor >= 0)
+      w.set(a + "rope.scaling.yarn_ext_factor", GgufValue::of_f32(static_cast<float>(c.yarn_ext_factor)));
+  }
   if (c.is_moe()) {
     w.set(a + "expert_count", u32(c.n_expert));
     w.set(a + "expert_used_count", u32(c.n_expert_used));
@@ -224,6 +235,12 @@ void write_model_metadata(GgufWriter& w, const HfModelConfig& c, ConvertType typ
     }
     w.set(a + "expert_shared_feed_forward_length", u32(c.n_ff_shexp));
     w.set(a + "full_attention_interval", u32(c.full_attn_interval));
+    // Each block's kind, MTP blocks (full attention) included: the loader
+    // takes these over the interval, so any layer_types pattern converts.
+    std::vector<GgufValue> recurrent;
+    for (int64_t il = 0; il < c.n_layer + c.n_mtp; ++il)
+      recurrent.push_back(GgufValue::of_bool(il < c.n_layer && c.is_linear_layer(il)));
+    w.set(a + "attention.recurrent_layers", GgufValue::of_array(GgufType::BOOL, std::move(recurrent)));
     w.set(a + "ssm.conv_kernel", u32(c.lin_conv_kernel));
     w.set(a + "ssm.state_size", u32(c.lin_head_k));
     w.set(a + "ssm.group_count", u32(c.lin_k_heads));

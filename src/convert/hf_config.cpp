@@ -72,11 +72,15 @@ bool get_bool_or(const json& j, const char* key, const std::string& where, bool 
 }
 
 // rope_theta lives at the top level (transformers 4.x) or inside
-// rope_parameters (5.x). Scaled RoPE variants change the frequencies, which the
-// GGUF keys written here cannot express: refuse them rather than write a file
-// that silently computes something else.
-double read_rope(const json& j, const std::string& where, double def_theta) {
-  double theta = get_float_or(j, "rope_theta", where, def_theta);
+// rope_parameters (5.x). Of the scaled RoPE variants, linear and plain YaRN
+// (factor, original_max_position_embeddings, beta_fast/beta_slow,
+// extrapolation_factor) are written as llama.cpp's converter writes them
+// (rope.scaling.*, which the loader computes as llama.cpp does). Variants whose
+// frequencies or magnitude the GGUF keys cannot express (longrope, dynamic,
+// llama3, YaRN with attention_factor / mscale / mscale_all_dim / truncate) are
+// refused rather than written as a file that silently computes something else.
+void read_rope(const json& j, const std::string& where, double def_theta, HfModelConfig& c) {
+  c.rope_theta = get_float_or(j, "rope_theta", where, def_theta);
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
     const json* rp = field(j, key);
     if (!rp) continue;
@@ -84,17 +88,40 @@ double read_rope(const json& j, const std::string& where, double def_theta) {
     if (const json* t = field(*rp, "rope_theta")) {
       if (!t->is_number() || !(t->get<double>() > 0))
         throw Error(where + ": " + key + ".rope_theta must be a positive number, found " + t->dump());
-      theta = t->get<double>();
+      c.rope_theta = t->get<double>();
     }
     std::string type = "default";
     if (const json* t = field(*rp, "rope_type")) type = t->is_string() ? t->get<std::string>() : t->dump();
     else if (const json* t2 = field(*rp, "type")) type = t2->is_string() ? t2->get<std::string>() : t2->dump();
-    if (type != "default")
-      throw Error(where + ": " + key + " asks for RoPE scaling of type '" + type +
-                  "', which moestream convert does not support (only unscaled RoPE); use a checkpoint "
-                  "without rope scaling");
+    if (type == "default") continue;
+    const std::string in = where + ": " + key;
+    if (type != "linear" && type != "yarn")
+      throw Error(in + " asks for RoPE scaling of type '" + type +
+                  "', which moestream convert does not support (unscaled, linear or plain YaRN); use a checkpoint "
+                  "without it");
+    for (const char* unsupported : {"attention_factor", "attn_factor", "mscale", "mscale_all_dim", "truncate"})
+      if (field(*rp, unsupported))
+        throw Error(in + " has \"" + unsupported + "\", a RoPE " + type +
+                    " variant whose magnitude or frequencies the GGUF rope.scaling keys cannot express; use a "
+                    "checkpoint without it");
+    c.rope_scaling_type = type;
+    c.rope_factor = get_float_or(*rp, "factor", in, 0.0);
+    if (!(c.rope_factor > 0)) throw Error(in + ": RoPE " + type + " scaling needs a positive \"factor\"");
+    if (type == "yarn") {
+      // transformers' default for the original length: max_position_embeddings.
+      c.rope_orig_ctx = get_int_or(*rp, "original_max_position_embeddings", in,
+                                   get_int_or(j, "max_position_embeddings", where, 0));
+      if (c.rope_orig_ctx <= 0)
+        throw Error(in + ": YaRN needs original_max_position_embeddings (or max_position_embeddings)");
+      c.yarn_beta_fast = get_float_or(*rp, "beta_fast", in, 0.0);
+      c.yarn_beta_slow = get_float_or(*rp, "beta_slow", in, 0.0);
+      if (const json* e = field(*rp, "extrapolation_factor")) {
+        if (!e->is_number() || e->get<double>() < 0)
+          throw Error(in + ".extrapolation_factor must be a number >= 0, found " + e->dump());
+        c.yarn_ext_factor = e->get<double>();
+      }
+    }
   }
-  return theta;
 }
 
 // Qwen3.5/3.6-MoE's text config: experts, the shared expert, Gated DeltaNet,
@@ -117,19 +144,26 @@ void read_qwen35(const json& j, const std::string& where, HfModelConfig& c) {
   if (c.lin_conv_kernel < 2 || c.lin_conv_kernel > 16)
     throw Error(where + ": linear_conv_kernel_dim " + std::to_string(c.lin_conv_kernel) + " is out of range (2..16)");
   c.full_attn_interval = get_int_or(j, "full_attention_interval", where, 4);
-  // The GGUF layout stores the pattern as an interval: an explicit
-  // layer_types list must be that pattern.
-  if (const json* lt = field(j, "layer_types"); lt && lt->is_array()) {
-    if (static_cast<int64_t>(lt->size()) != c.n_layer)
-      throw Error(where + ": layer_types has " + std::to_string(lt->size()) + " entries for " +
-                  std::to_string(c.n_layer) + " layers");
+  // layer_types, when present, names each layer's kind (any pattern; the
+  // GGUF carries it as attention.recurrent_layers). Without it the interval
+  // decides, as in the reference modeling code.
+  if (const json* lt = field(j, "layer_types"); lt && !lt->is_null()) {
+    if (!lt->is_array() || static_cast<int64_t>(lt->size()) != c.n_layer)
+      throw Error(where + ": layer_types must list one kind per layer (" + std::to_string(c.n_layer) + "), found " +
+                  (lt->is_array() ? std::to_string(lt->size()) + " entries" : lt->dump()));
     for (int64_t il = 0; il < c.n_layer; ++il) {
-      const std::string want = c.is_linear_layer(il) ? "linear_attention" : "full_attention";
-      if ((*lt)[static_cast<size_t>(il)] != want)
-        throw Error(where + ": layer_types[" + std::to_string(il) + "] is " + (*lt)[static_cast<size_t>(il)].dump() +
-                    ", but the qwen35moe GGUF layout has full attention exactly every " +
-                    std::to_string(c.full_attn_interval) + "th layer");
+      const json& k = (*lt)[static_cast<size_t>(il)];
+      if (k != "linear_attention" && k != "full_attention")
+        throw Error(where + ": layer_types[" + std::to_string(il) + "] is " + k.dump() +
+                    "; a qwen3_5_moe layer is \"linear_attention\" or \"full_attention\"");
+      c.linear_layers.push_back(k == "linear_attention");
     }
+    // The interval no longer decides anything; the GGUF still gets one (4
+    // where the config has none or a meaningless one, as llama.cpp writes).
+    if (c.full_attn_interval <= 0) c.full_attn_interval = 4;
+  } else if (c.full_attn_interval <= 0) {
+    throw Error(where + ": full_attention_interval must be positive (found " + std::to_string(c.full_attn_interval) +
+                ") when there is no layer_types list");
   }
   c.partial_rotary = 0.25;  // the reference's default for this architecture
   const json* rp = field(j, "rope_parameters");
@@ -211,7 +245,7 @@ HfModelConfig parse_hf_config(const std::string& text, const std::string& where)
 
   const bool llama_family = c.arch == HfArch::Mixtral || c.arch == HfArch::Llama;
   c.rms_eps = get_float_or(j, "rms_norm_eps", where, llama_family ? 1e-5 : 1e-6);
-  c.rope_theta = read_rope(j, where, c.arch == HfArch::Mixtral ? 1e6 : 10000.0);
+  read_rope(j, where, c.arch == HfArch::Mixtral ? 1e6 : 10000.0, c);
   c.tie_embeddings = top_tie ? *top_tie : get_bool_or(j, "tie_word_embeddings", where, false);
   c.permute_qk = llama_family;
   c.qk_norm = c.arch == HfArch::Qwen3Moe || c.arch == HfArch::Qwen3 || c.arch == HfArch::Qwen35Moe;

@@ -38,6 +38,13 @@ struct HfModelConfig {
   int64_t n_ctx = 0;        // max_position_embeddings
   double rms_eps = 1e-6;
   double rope_theta = 10000.0;
+  // rope_scaling / rope_parameters of type linear or yarn ("" : unscaled),
+  // written as rope.scaling.* (model/rope_scaling.h reads them back).
+  std::string rope_scaling_type;
+  double rope_factor = 0;          // factor
+  int64_t rope_orig_ctx = 0;       // yarn: original_max_position_embeddings
+  double yarn_beta_fast = 0, yarn_beta_slow = 0;  // yarn: 0 when not given (the loader's defaults apply)
+  double yarn_ext_factor = -1;     // yarn: extrapolation_factor, < 0 when not given
 
   // Mixture of experts (n_expert == 0: dense).
   int64_t n_expert = 0;
@@ -57,16 +64,23 @@ struct HfModelConfig {
   // Qwen3.5's image-text checkpoints).
   std::string prefix = "model.";
 
-  // qwen35moe: Gated DeltaNet layers (all but every full_attn_interval-th),
-  // partial RoPE, a shared expert, MTP blocks (mtp.* tensors).
+  // qwen35moe: Gated DeltaNet layers, partial RoPE, a shared expert, MTP
+  // blocks (mtp.* tensors). Which layers are Gated DeltaNet: config.json's
+  // layer_types when it has one (any pattern), else all but every
+  // full_attn_interval-th. The GGUF gets both the per-layer flags
+  // (attention.recurrent_layers) and the interval, as llama.cpp writes them.
   int64_t full_attn_interval = 0;
+  std::vector<bool> linear_layers;  // per main-stack layer; empty: the interval decides
   int64_t lin_conv_kernel = 0, lin_k_heads = 0, lin_v_heads = 0, lin_head_k = 0, lin_head_v = 0;
   int64_t n_ff_shexp = 0;
   double partial_rotary = 1.0;  // fraction of head_dim that RoPE turns
   int64_t n_mtp = 0;            // mtp_num_hidden_layers
   std::vector<int32_t> mrope_sections;  // rope_parameters.mrope_section (written as rope.dimension_sections)
   int64_t n_rot() const { return static_cast<int64_t>(static_cast<double>(head_dim) * partial_rotary); }
-  bool is_linear_layer(int64_t il) const { return full_attn_interval > 0 && (il + 1) % full_attn_interval != 0; }
+  bool is_linear_layer(int64_t il) const {
+    if (!linear_layers.empty()) return il >= 0 && il < static_cast<int64_t>(linear_layers.size()) && linear_layers[static_cast<size_t>(il)];
+    return full_attn_interval > 0 && (il + 1) % full_attn_interval != 0;
+  }
 
   bool is_moe() const { return n_expert > 0; }
 };

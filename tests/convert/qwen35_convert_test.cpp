@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -16,8 +17,11 @@
 #include "convert/hf_config.h"
 #include "convert/tensor_plan.h"
 #include "cpu/thread_pool.h"
+#include "engine/cpu_backend.h"
 #include "engine/synthetic_model.h"
 #include "format/gguf.h"
+#include "model/hparams.h"
+#include "model/weights.h"
 #include "quant/quant.h"
 #include "tiny_checkpoint.h"
 #include "util/error.h"
@@ -55,8 +59,11 @@ class Qwen35ConvertTest : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
 
-  // The HF checkpoint the GGUF came from, by the inverse of every conversion step.
-  void write_hf(const fs::path& hf, bool vl_layout) {
+  // The HF checkpoint the GGUF came from, by the inverse of every conversion
+  // step. With `order`, HF layer L holds the GGUF's layer order[L] and
+  // config.json lists each layer's kind in layer_types: a pattern that need
+  // not be every 4th layer.
+  void write_hf(const fs::path& hf, bool vl_layout, const std::vector<int64_t>& order = {}) {
     const GgufFile& f = *src_;
     const std::string A = "qwen35moe.";
     const int64_t H = f.get_int(A + "embedding_length"), nk = f.get_int(A + "ssm.group_count"),
@@ -89,9 +96,11 @@ class Qwen35ConvertTest : public ::testing::Test {
     put(P + "embed_tokens.weight", {f.find_tensor("token_embd.weight")->shape[1], H}, get("token_embd.weight"));
     put(P + "norm.weight", {H}, minus1(get("output_norm.weight")));
     put("lm_head.weight", {f.find_tensor("output.weight")->shape[1], H}, get("output.weight"));
+    nlohmann::json layer_types = nlohmann::json::array();
     for (int64_t L = 0; L <= n_layer; ++L) {
       const bool mtp = L == n_layer;
-      const std::string b = "blk." + std::to_string(L) + ".";
+      const std::string b = "blk." + std::to_string(mtp || order.empty() ? L : order[static_cast<size_t>(L)]) + ".";
+      if (!mtp) layer_types.push_back(f.find_tensor(b + "attn_qkv.weight") ? "linear_attention" : "full_attention");
       const std::string hf_l = mtp ? "mtp.layers.0." : P + "layers." + std::to_string(L) + ".";
       put(hf_l + "input_layernorm.weight", {H}, minus1(get(b + "attn_norm.weight")));
       put(hf_l + "post_attention_layernorm.weight", {H}, minus1(get(b + "post_attention_norm.weight")));
@@ -175,6 +184,7 @@ class Qwen35ConvertTest : public ::testing::Test {
         {"mtp_num_hidden_layers", 1},
         {"tie_word_embeddings", false},
     };
+    if (!order.empty()) text["layer_types"] = layer_types;
     nlohmann::json cfg = text;
     cfg["model_type"] = "qwen3_5_moe_text";
     cfg["architectures"] = {"Qwen3_5MoeForCausalLM"};
@@ -184,10 +194,12 @@ class Qwen35ConvertTest : public ::testing::Test {
     std::ofstream(hf / "config.json") << cfg.dump(2);
   }
 
-  // Converts and checks every tensor and the key metadata against the original.
-  void round_trip(bool vl_layout) {
-    const fs::path hf = dir_ / (vl_layout ? "hf_vl" : "hf");
-    write_hf(hf, vl_layout);
+  // Converts and checks every tensor and the key metadata against the original
+  // (blk.L against the original's blk.order[L] when the layers were reordered).
+  // The converted file is at dir_/back.gguf.
+  void round_trip(bool vl_layout, const std::vector<int64_t>& order = {}) {
+    const fs::path hf = dir_ / (vl_layout ? "hf_vl" : order.empty() ? "hf" : "hf_reordered");
+    write_hf(hf, vl_layout, order);
     ConvertOptions o;
     o.input_dir = hf.string();
     o.output_path = (dir_ / "back.gguf").string();
@@ -204,12 +216,19 @@ class Qwen35ConvertTest : public ::testing::Test {
     EXPECT_EQ(back->get_string("general.architecture"), "qwen35moe");
     size_t n = 0;
     for (const GgufTensorInfo& t : src_->tensors()) {
-      const GgufTensorInfo* b = back->find_tensor(t.name);
-      ASSERT_NE(b, nullptr) << t.name;
-      ASSERT_EQ(b->shape, t.shape) << t.name;
+      std::string name = t.name;
+      if (!order.empty() && name.rfind("blk.", 0) == 0) {  // blk.<src>.x is expected at blk.<L>.x
+        const size_t dot = name.find('.', 4);
+        const int64_t src_layer = std::stoll(name.substr(4, dot - 4));
+        const auto at = std::find(order.begin(), order.end(), src_layer);
+        if (at != order.end()) name = "blk." + std::to_string(at - order.begin()) + name.substr(dot);
+      }
+      const GgufTensorInfo* b = back->find_tensor(name);
+      ASSERT_NE(b, nullptr) << name << " (from " << t.name << ")";
+      ASSERT_EQ(b->shape, t.shape) << name;
       const auto want = values(t), got = values(*b);
       for (size_t i = 0; i < want.size(); ++i)
-        ASSERT_NEAR(got[i], want[i], 1e-6f * (1 + std::fabs(want[i]))) << t.name << " [" << i << "]";
+        ASSERT_NEAR(got[i], want[i], 1e-6f * (1 + std::fabs(want[i]))) << name << " [" << i << "]";
       ++n;
     }
     EXPECT_EQ(n, back->tensors().size()) << "nothing extra";
@@ -224,6 +243,38 @@ TEST_F(Qwen35ConvertTest, CausalLmCheckpointRoundTrips) { round_trip(false); }
 
 TEST_F(Qwen35ConvertTest, ImageTextCheckpointConvertsItsTextModel) { round_trip(true); }
 
+// A checkpoint whose full-attention layer is not every 4th (layer_types
+// [full, linear, linear, linear]): the converter writes each block's kind as
+// attention.recurrent_layers, and the loader builds the model from it.
+TEST_F(Qwen35ConvertTest, AnyLayerPatternConvertsWithPerLayerFlags) {
+  const int64_t n_main = src_->get_int("qwen35moe.block_count") - 1;
+  ASSERT_EQ(n_main, 4) << "the tiny preset changed: pick another order";
+  ASSERT_EQ(src_->find_tensor("blk.3.attn_qkv.weight"), nullptr) << "blk.3 is the original's full-attention layer";
+  round_trip(false, {3, 0, 1, 2});
+  if (HasFatalFailure()) return;
+  const std::string path = (dir_ / "back.gguf").string();
+  auto back = GgufFile::open(path);
+  const GgufValue* rec = back->find("qwen35moe.attention.recurrent_layers");
+  ASSERT_NE(rec, nullptr);
+  ASSERT_EQ(rec->arr.size(), 5u) << "4 layers and the MTP block";
+  const std::vector<bool> want = {false, true, true, true, false};
+  for (size_t il = 0; il < want.size(); ++il)
+    EXPECT_EQ(rec->arr[il].as_bool("recurrent_layers"), want[il]) << "block " << il;
+  const ModelHParams h = inspect_hparams(*back);
+  EXPECT_EQ(h.layer_is_recurrent, want);
+  // It binds (every tensor's shape agrees with its layer's kind) and runs.
+  // (No tokenizer in this file, so the weights are bound without LoadedModel.)
+  const ModelWeights w = bind_weights(*back);
+  ThreadPool pool(2);
+  CpuBackend be(w, pool);
+  KvCache kv = be.make_cache(16);
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+  std::vector<float> logits;
+  be.forward(kv, prompt, logits);
+  ASSERT_FALSE(logits.empty());
+  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+}
+
 TEST(Qwen35HfConfig, LayerPatternAndHeadsAreChecked) {
   nlohmann::json j = {{"model_type", "qwen3_5_moe_text"}, {"vocab_size", 8}, {"hidden_size", 64},
                       {"num_hidden_layers", 4}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
@@ -236,14 +287,31 @@ TEST(Qwen35HfConfig, LayerPatternAndHeadsAreChecked) {
   EXPECT_EQ(c.n_rot(), 8) << "partial_rotary_factor defaults to 0.25";
   EXPECT_TRUE(c.is_linear_layer(0));
   EXPECT_FALSE(c.is_linear_layer(3));
+  // Any pattern that layer_types lists is taken as it is.
+  auto other = j;
+  other["layer_types"] = {"linear_attention", "full_attention", "linear_attention", "full_attention"};
+  const HfModelConfig o = parse_hf_config(other.dump(), "config.json");
+  EXPECT_EQ(o.linear_layers, (std::vector<bool>{true, false, true, false}));
+  EXPECT_FALSE(o.is_linear_layer(1));
+  EXPECT_TRUE(o.is_linear_layer(2));
   auto bad = j;
-  bad["layer_types"] = {"linear_attention", "full_attention", "linear_attention", "full_attention"};
+  bad["layer_types"] = {"linear_attention", "sliding_attention", "linear_attention", "full_attention"};
   try {
     parse_hf_config(bad.dump(), "config.json");
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("layer_types[1]"), std::string::npos) << e.what();
   }
+  bad["layer_types"] = {"linear_attention", "full_attention"};
+  try {
+    parse_hf_config(bad.dump(), "config.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("one kind per layer"), std::string::npos) << e.what();
+  }
+  bad = j;
+  bad["full_attention_interval"] = 0;
+  EXPECT_THROW(parse_hf_config(bad.dump(), "config.json"), Error);
   bad = j;
   bad["linear_num_value_heads"] = 3;
   EXPECT_THROW(parse_hf_config(bad.dump(), "config.json"), Error);
