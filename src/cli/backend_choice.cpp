@@ -58,10 +58,12 @@ bool cuda_built() {
 
 void add_kv_type_option(CLI::App& sub, KvType* type) {
   sub.add_option_function<std::string>(
-         "--kv-type", [type](const std::string& name) { *type = name == "f32" ? KvType::F32 : KvType::F16; },
-         "KV cache type: f16 (default) or f32 (unrounded K/V, for numerical parity checks; twice the memory)")
-      ->check(CLI::IsMember({"f16", "f32"}))
-      ->option_text("f16|f32");
+         "--kv-type", [type](const std::string& name) { *type = parse_kv_type(name); },
+         "KV cache type: f16 (default), q8_0 (blocks of 32 int8 with an f16 scale, as llama.cpp's -ctk/-ctv q8_0: "
+         "53% of f16's memory, for long contexts; head size a multiple of 32), or f32 (unrounded K/V, for numerical "
+         "parity checks; twice the memory)")
+      ->check(CLI::IsMember({"f16", "f32", "q8_0"}))
+      ->option_text("f16|f32|q8_0");
 }
 
 void add_vram_options(CLI::App& sub, VramSetup* v, bool steps) {

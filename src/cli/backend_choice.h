@@ -4,7 +4,7 @@
 // on stderr saying why). `--backend cuda` asked for explicitly and not
 // usable (no CUDA in this build, no usable device, the model does not fit)
 // is an error naming why: a user who asked for the GPU must not get a
-// silent CPU run. `--kv-type f16|f32` picks the KV cache's element type
+// silent CPU run. `--kv-type f16|f32|q8_0` picks the KV cache's element type
 // (both backends; the CUDA backend sizes its device cache for it).
 #pragma once
 #include <cstdint>
@@ -45,7 +45,7 @@ struct BackendSetup {
 // The CLI11 check for --backend values.
 inline const char* backend_help() { return "cpu or cuda (default: cuda when built with CUDA and a GPU is found)"; }
 
-// Adds `--kv-type f16|f32` to a command, stored in *type (default F16).
+// Adds `--kv-type f16|f32|q8_0` to a command, stored in *type (default F16).
 void add_kv_type_option(CLI::App& sub, KvType* type);
 
 // Adds --vram, --policy, --profile, --host-pin, --cost (and --verbose-steps

@@ -163,8 +163,9 @@ std::string bench_text(const BenchArgs& a, const LoadedModel& model, const Model
   const ModelConfig& c = model.weights.cfg;
   // The KV type only when not the default, so default headers stay as they were.
   std::string out = "moestream bench | build " MOESTREAM_VERSION " (git " MOESTREAM_GIT_HASH ") | backend " +
-                    runs[0].backend + (a.kv_type == KvType::F32 ? " | kv f32" : "") + " | device: " +
-                    runs[0].device + "\n";
+                    runs[0].backend +
+                    (a.kv_type == KvType::F16 ? "" : std::string(" | kv ") + kv_type_name(a.kv_type)) +
+                    " | device: " + runs[0].device + "\n";
   out += "model: " + (mi.name.empty() ? mi.path : mi.name) + " | " + c.describe() + " | " + mi.size + " | " + mi.mix +
          "\n";
   if (runs.size() == 1) return out + run_text(runs[0], mi, c.arch_name);

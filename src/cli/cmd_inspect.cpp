@@ -12,7 +12,9 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "cli/backend_choice.h"
 #include "cli/commands.h"
+#include "engine/kv_cache.h"
 #include "format/gguf.h"
 #include "model/hparams.h"
 #include "model/tensor_roles.h"
@@ -27,6 +29,7 @@ namespace {
 struct InspectArgs {
   std::string path, vram;
   int64_t ctx = 4096;
+  KvType kv_type = KvType::F16;  // --kv-type: the KV cache's bytes in the budget
   bool json = false, no_tensors = false, metadata = false, check = false;
 };
 
@@ -116,15 +119,17 @@ std::string attention_layers_str(const ModelHParams& h) {
   return s;
 }
 
-std::string kv_formula(const ModelHParams& h, int64_t ctx) {
+std::string kv_formula(const ModelHParams& h, int64_t ctx, KvType type) {
   int64_t kv_heads = 0;  // summed over the main stack's layers with attention (counts may differ per layer)
   int n_attn = 0;
   const size_t trunk = static_cast<size_t>(std::max<int64_t>(h.n_layer - h.n_layer_nextn, 0));
   for (size_t il = 0; il < h.n_head_kv_layer.size() && il < trunk; ++il)
     if (h.layer_has_attention[il]) kv_heads += h.n_head_kv_layer[il], ++n_attn;
   return std::to_string(ctx) + " tokens x " + std::to_string(kv_heads) + " KV heads (over " + std::to_string(n_attn) +
-         " attention layers) x (" + std::to_string(h.head_dim) + " + " + std::to_string(h.head_dim_v) +
-         ") dims x 2 B (F16 K and V)";
+         " attention layers) x (" + std::to_string(h.head_dim) + " + " + std::to_string(h.head_dim_v) + ") dims x " +
+         (type == KvType::Q8_0   ? "34 B / 32 (q8_0 K and V: blocks of 32 int8 + f16 scale)"
+          : type == KvType::F32 ? "4 B (F32 K and V)"
+                                : "2 B (F16 K and V)");
 }
 
 std::string reserve_formula(const ModelHParams& h) {
@@ -212,7 +217,8 @@ void print_text(const InspectArgs& a, const GgufFile& f, const ModelHParams& h, 
 
   std::printf("\nVRAM at --ctx %" PRId64 ":\n", a.ctx);
   std::printf("  dense weights  %12s\n", format_bytes(plan.dense_bytes).c_str());
-  std::printf("  KV cache       %12s  = %s\n", format_bytes(plan.kv_bytes).c_str(), kv_formula(h, a.ctx).c_str());
+  std::printf("  KV cache       %12s  = %s\n", format_bytes(plan.kv_bytes).c_str(),
+              kv_formula(h, a.ctx, a.kv_type).c_str());
   if (const auto n_rec = std::count(h.layer_is_recurrent.begin(), h.layer_is_recurrent.end(), true); n_rec > 0)
     std::printf("                               (the %lld layers without attention keep a recurrent state instead: %s, included)\n",
                 static_cast<long long>(n_rec), format_bytes(h.recurrent_state_bytes()).c_str());
@@ -295,9 +301,9 @@ nlohmann::json to_json(const InspectArgs& a, const GgufFile& f, const ModelHPara
                 {"expert_bytes", split.expert_bytes}, {"total_experts", split.total_experts},
                 {"one_expert_bytes", split.one_expert_bytes}};
   json v = {{"ctx", a.ctx}, {"dense_bytes", plan.dense_bytes}, {"kv_bytes", plan.kv_bytes},
-            {"kv_formula", kv_formula(h, a.ctx)}, {"reserve_bytes", plan.reserve_bytes},
-            {"reserve_formula", reserve_formula(h)}, {"minimum_bytes", plan.minimum_bytes},
-            {"everything_bytes", plan.everything_bytes}};
+            {"kv_type", kv_type_name(a.kv_type)}, {"kv_formula", kv_formula(h, a.ctx, a.kv_type)},
+            {"reserve_bytes", plan.reserve_bytes}, {"reserve_formula", reserve_formula(h)},
+            {"minimum_bytes", plan.minimum_bytes}, {"everything_bytes", plan.everything_bytes}};
   if (with_budget) {
     v["budget"] = plan.budget;
     v["fits_minimum"] = plan.fits_minimum;
@@ -320,6 +326,7 @@ RegisterCommand reg("inspect", [](CLI::App& app) {
   sub->add_option("file", a->path, "GGUF model file")->required();
   sub->add_option("--vram", a->vram, "VRAM budget (e.g. 12G, 24GiB, 8000M): how many experts fit");
   sub->add_option("--ctx", a->ctx, "context length the KV cache is sized for")->capture_default_str();
+  add_kv_type_option(*sub, &a->kv_type);
   sub->add_flag("--json", a->json, "print one JSON object instead of text");
   sub->add_flag("--no-tensors", a->no_tensors, "leave out the tensor table");
   sub->add_flag("--metadata", a->metadata, "also list every metadata key and value");
@@ -333,7 +340,11 @@ RegisterCommand reg("inspect", [](CLI::App& app) {
     const TokenizerSummary tok = read_tokenizer(*f);
     const WeightSplit split = split_weights(*f);
     const bool with_budget = !a->vram.empty();
-    const VramPlan plan = with_budget ? plan_vram(split, h, parse_bytes(a->vram), a->ctx) : vram_needs(split, h, a->ctx);
+    check_kv_head_dim(a->kv_type, h.head_dim);
+    check_kv_head_dim(a->kv_type, h.head_dim_v);
+    const int kv32 = kv_bytes_per_32(a->kv_type);
+    const VramPlan plan =
+        with_budget ? plan_vram(split, h, parse_bytes(a->vram), a->ctx, kv32) : vram_needs(split, h, a->ctx, kv32);
     const std::vector<TypeBytes> types = bytes_by_type(*f);
     const std::string load_err = load_problem(*f);
     std::optional<WeightCheck> check;

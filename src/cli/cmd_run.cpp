@@ -127,8 +127,9 @@ void check_run_flags(const RunArgs& r) {
 // from a huge -n or --ctx would otherwise be allocated (and zeroed) until the
 // kernel kills the process. (Recurrent layers keep no K/V: an upper bound.)
 void check_kv_fits(const ModelConfig& c, int64_t ctx, KvType type) {
-  const double elem = type == KvType::F32 ? 4 : 2;
-  const double bytes = 2.0 * c.n_layer * c.n_head_kv * c.head_dim * static_cast<double>(ctx) * elem;
+  check_kv_head_dim(type, c.head_dim);
+  const double bytes = 2.0 * c.n_layer * c.n_head_kv * static_cast<double>(kv_row_bytes(type, c.head_dim)) *
+                       static_cast<double>(ctx);
   const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
   if (ram > 0 && bytes > ram)
     throw Error("the KV cache for " + std::to_string(ctx) + " tokens would take " +
@@ -288,7 +289,8 @@ RegisterCommand reg("run", [](CLI::App& app) {
     if (!r.quiet)
       std::fprintf(stderr, "moestream: %s | %s: %s | ctx %lld%s | %s\n", c.describe().c_str(), be->name().c_str(),
                    backend_device(*be, pool).c_str(), static_cast<long long>(ctx),
-                   r.kv_type == KvType::F32 ? " (kv f32)" : "", r.sp.describe().c_str());
+                   r.kv_type == KvType::F16 ? "" : (std::string(" (kv ") + kv_type_name(r.kv_type) + ")").c_str(),
+                   r.sp.describe().c_str());
 
     StreamDecoder dec(tok);
     if (!r.quiet && r.prompt_tokens <= 0 && !r.chat) {

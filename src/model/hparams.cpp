@@ -90,12 +90,13 @@ int ModelHParams::n_attention_layers() const {
   return static_cast<int>(std::count(layer_has_attention.begin(), layer_has_attention.end(), true));
 }
 
-uint64_t ModelHParams::kv_cache_bytes(int64_t n_ctx) const {
+uint64_t ModelHParams::kv_cache_bytes(int64_t n_ctx, int kv_bytes_per_32) const {
   uint64_t per_token = 0;
   const size_t trunk = static_cast<size_t>(std::max<int64_t>(n_layer - n_layer_nextn, 0));
   for (size_t il = 0; il < n_head_kv_layer.size() && il < trunk; ++il)
     if (layer_has_attention[il])
-      per_token += static_cast<uint64_t>(n_head_kv_layer[il]) * static_cast<uint64_t>(head_dim + head_dim_v) * 2;
+      per_token += static_cast<uint64_t>(n_head_kv_layer[il]) * static_cast<uint64_t>(head_dim + head_dim_v) *
+                   static_cast<uint64_t>(kv_bytes_per_32) / 32;
   return per_token * static_cast<uint64_t>(std::max<int64_t>(n_ctx, 0));
 }
 

@@ -62,10 +62,13 @@ struct ModelHParams {
 
   bool is_moe() const { return n_expert > 0; }
   int n_attention_layers() const;
-  // Bytes of an F16 K and V cache for n_ctx tokens:
-  //   n_ctx * sum over attention layers of n_head_kv(layer) * (head_dim + head_dim_v) * 2
-  // (MTP layers excluded: the normal forward pass does not run them).
-  uint64_t kv_cache_bytes(int64_t n_ctx) const;
+  // Bytes of a K and V cache for n_ctx tokens:
+  //   n_ctx * sum over attention layers of n_head_kv(layer) * (head_dim + head_dim_v) * b / 32
+  // (MTP layers excluded: the normal forward pass does not run them), b the
+  // cache type's bytes per 32 elements of a row: 64 F16 (the default), 128
+  // F32, 34 Q8_0 (engine/kv_cache.h: kv_bytes_per_32; Q8_0 needs head sizes
+  // that are multiples of 32, which the KV cache checks).
+  uint64_t kv_cache_bytes(int64_t n_ctx, int kv_bytes_per_32 = 64) const;
   // Bytes of one sequence's recurrent state, whatever its length: per
   // linear-attention layer an f32 conv window ((conv_kernel - 1) * conv_dim)
   // and an f32 delta-rule state (value heads * key head size * value head size).

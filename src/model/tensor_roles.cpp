@@ -204,13 +204,13 @@ uint64_t vram_reserve_bytes(int64_t n_vocab) {
   return kVramFixedReserve + static_cast<uint64_t>(std::max<int64_t>(n_vocab, 0)) * 4 * kVramLogitRows;
 }
 
-VramPlan vram_needs(const WeightSplit& split, const ModelHParams& hp, int64_t n_ctx) {
+VramPlan vram_needs(const WeightSplit& split, const ModelHParams& hp, int64_t n_ctx, int kv_bytes_per_32) {
   VramPlan v;
   v.n_ctx = n_ctx;
   v.dense_bytes = split.dense_bytes;
   // The sequence state: K/V of the attention layers plus the fixed-size
   // recurrent state of linear-attention layers (hybrids).
-  v.kv_bytes = hp.kv_cache_bytes(n_ctx) + hp.recurrent_state_bytes();
+  v.kv_bytes = hp.kv_cache_bytes(n_ctx, kv_bytes_per_32) + hp.recurrent_state_bytes();
   v.reserve_bytes = vram_reserve_bytes(hp.n_vocab);
   v.minimum_bytes = v.dense_bytes + v.kv_bytes + v.reserve_bytes;
   v.everything_bytes = v.minimum_bytes + split.expert_bytes;
@@ -218,8 +218,9 @@ VramPlan vram_needs(const WeightSplit& split, const ModelHParams& hp, int64_t n_
   return v;
 }
 
-VramPlan plan_vram(const WeightSplit& split, const ModelHParams& hp, uint64_t budget, int64_t n_ctx) {
-  VramPlan v = vram_needs(split, hp, n_ctx);
+VramPlan plan_vram(const WeightSplit& split, const ModelHParams& hp, uint64_t budget, int64_t n_ctx,
+                   int kv_bytes_per_32) {
+  VramPlan v = vram_needs(split, hp, n_ctx, kv_bytes_per_32);
   v.budget = budget;
   v.fits_minimum = budget >= v.minimum_bytes;
   v.fits_everything = budget >= v.everything_bytes;

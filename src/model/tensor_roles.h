@@ -88,7 +88,8 @@ WeightSplit split_weights(const GgufFile& file);
 // on the GPU are there:
 //   room = budget - dense weights - KV cache(n_ctx) - reserve
 //   reserve = kVramFixedReserve + n_vocab * 4 B * kVramLogitRows   (f32 logits)
-//   KV cache = n_ctx * sum over attention layers of n_head_kv * (key_length + value_length) * 2 B   (F16 K and V)
+//   KV cache = n_ctx * sum over attention layers of n_head_kv * (key_length + value_length) * 2 B   (F16 K and V;
+//              kv_bytes_per_32 / 32 B an element for other cache types: ModelHParams::kv_cache_bytes)
 //              + the recurrent state of linear-attention layers (hybrids; ModelHParams::recurrent_state_bytes)
 // CUDA context, activations, workspaces (measured on the H100: activations
 // and the hybrid step's buffers for 512-token batches take ~250 MiB).
@@ -115,8 +116,9 @@ struct VramPlan {
 
 // The reserve for a vocabulary of n_vocab tokens.
 uint64_t vram_reserve_bytes(int64_t n_vocab);
-VramPlan plan_vram(const WeightSplit& split, const ModelHParams& hp, uint64_t budget, int64_t n_ctx);
+VramPlan plan_vram(const WeightSplit& split, const ModelHParams& hp, uint64_t budget, int64_t n_ctx,
+                   int kv_bytes_per_32 = 64);
 // The same sums with no budget: minimum and everything (budget = 0).
-VramPlan vram_needs(const WeightSplit& split, const ModelHParams& hp, int64_t n_ctx);
+VramPlan vram_needs(const WeightSplit& split, const ModelHParams& hp, int64_t n_ctx, int kv_bytes_per_32 = 64);
 
 }  // namespace ms

@@ -102,7 +102,7 @@ class Scheduler {
   struct Options {
     int parallel = 1;         // slots (sequences decoded in turn)
     int64_t ctx = 4096;       // tokens per slot
-    KvType kv_type = KvType::F16;
+    KvType kv_type = KvType::F16;  // each slot's cache: f16, f32 or q8_0 (max_kv_bytes counts its real bytes)
     int prefill_chunk = 512;  // prompt tokens per turn of the worker
     // Decode the active slots' next tokens in one forward pass (the CPU
     // backend's forward_multi); false: one pass per slot.

@@ -20,6 +20,9 @@
 #include "engine/cpu_backend.h"
 #include "engine/loaded_model.h"
 #include "engine/synthetic_model.h"
+#include "format/gguf.h"
+#include "model/hparams.h"
+#include "model/tensor_roles.h"
 
 namespace ms {
 namespace {
@@ -84,6 +87,30 @@ TEST_F(KvQ8_0, MemoryIsBlocksOf34BytesPer32) {
     const uint64_t kv_f16 = f.bytes() - h.bytes(), rec = h.bytes() - kv_f16;
     EXPECT_EQ((q.bytes() - rec) * 64, kv_f16 * 34) << arch;
     EXPECT_LT(q.bytes(), h.bytes()) << arch;
+  }
+}
+
+// The budget planner's KV bytes (what --vram and `inspect` count) equal what
+// the cache really allocates, for every type (qwen35moe: plus its f32
+// recurrent state, in both).
+TEST_F(KvQ8_0, BudgetCountsWhatTheCacheAllocates) {
+  for (const char* arch : kArchs) {
+    auto m = LoadedModel::open(model(arch));
+    ThreadPool pool(2);
+    CpuBackend be(m->weights, pool);
+    const ModelHParams hp = inspect_hparams(*m->file);
+    const WeightSplit split = split_weights(*m->file);
+    for (KvType t : {KvType::F16, KvType::F32, KvType::Q8_0}) {
+      const VramPlan v = vram_needs(split, hp, 96, kv_bytes_per_32(t));
+      EXPECT_EQ(v.kv_bytes, be.make_cache(96, t).bytes()) << arch << " " << kv_type_name(t);
+      const VramPlan b = plan_vram(split, hp, v.minimum_bytes, 96, kv_bytes_per_32(t));
+      EXPECT_TRUE(b.fits_minimum) << arch << " " << kv_type_name(t);
+    }
+    // q8_0 needs less of a budget than f16 by 30/64 of the K/V.
+    const uint64_t kv16 = hp.kv_cache_bytes(96), kv8 = hp.kv_cache_bytes(96, kv_bytes_per_32(KvType::Q8_0));
+    EXPECT_EQ(kv8 * 64, kv16 * 34) << arch;
+    const uint64_t budget = vram_needs(split, hp, 96, kv_bytes_per_32(KvType::Q8_0)).minimum_bytes;
+    EXPECT_FALSE(plan_vram(split, hp, budget, 96).fits_minimum) << arch << ": f16 fits a q8_0-sized budget";
   }
 }
 
