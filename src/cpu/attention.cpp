@@ -41,8 +41,10 @@ void axpy_scalar(float w, const T* v, float* y, int n) {
   for (int i = 0; i < n; ++i) y[i] += w * elem(v, i);
 }
 
-// Q8_0 without SIMD: the scale applied once per block, as the AVX2 kernels do.
-float dot_scalar_q8_0(const float* a, const BlockQ8_0* b, int n) {
+}  // namespace
+
+// Q8_0 without SIMD (declared in attention_kernels.h, for its tests).
+float attn_kernels::dot_f32_q8_0_scalar(const float* a, const BlockQ8_0* b, int n) {
   float sum = 0;
   for (int blk = 0; blk < n / QK; ++blk) {
     float s = 0;
@@ -52,12 +54,14 @@ float dot_scalar_q8_0(const float* a, const BlockQ8_0* b, int n) {
   return sum;
 }
 
-void axpy_scalar_q8_0(float w, const BlockQ8_0* v, float* y, int n) {
+void attn_kernels::axpy_q8_0_scalar(float w, const BlockQ8_0* v, float* y, int n) {
   for (int blk = 0; blk < n / QK; ++blk) {
     const float ws = w * f16_to_f32(v[blk].d);
     for (int i = 0; i < QK; ++i) y[blk * QK + i] += ws * static_cast<float>(v[blk].qs[i]);
   }
 }
+
+namespace {
 
 template <typename T>
 struct RowKernels {
@@ -83,7 +87,7 @@ const RowKernels<float>& row_kernels(const float*) {
 const RowKernels<BlockQ8_0>& row_kernels(const BlockQ8_0*) {
   static const RowKernels<BlockQ8_0> k =
       cpu_features().avx2 ? RowKernels<BlockQ8_0>{attn_kernels::dot_f32_q8_0_avx2, attn_kernels::axpy_q8_0_avx2}
-                          : RowKernels<BlockQ8_0>{dot_scalar_q8_0, axpy_scalar_q8_0};
+                          : RowKernels<BlockQ8_0>{attn_kernels::dot_f32_q8_0_scalar, attn_kernels::axpy_q8_0_scalar};
   return k;
 }
 

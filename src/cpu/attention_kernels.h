@@ -19,6 +19,10 @@ void axpy_f32_avx2(float w, const float* v, float* y, int n);
 // sum over blocks of d * sum_i a[i] * q[i], and y[i] += (w * d) * q[i].
 float dot_f32_q8_0_avx2(const float* a, const BlockQ8_0* b, int n);
 void axpy_q8_0_avx2(float w, const BlockQ8_0* v, float* y, int n);
+// The same without SIMD (attention.cpp; CPUs without AVX2), the scale
+// applied once per block as above.
+float dot_f32_q8_0_scalar(const float* a, const BlockQ8_0* b, int n);
+void axpy_q8_0_scalar(float w, const BlockQ8_0* v, float* y, int n);
 // dst[i] = half(src[i]) (round to nearest even)
 void f32_to_f16_row_avx2(const float* src, uint16_t* dst, int n);
 

@@ -1,8 +1,8 @@
 // Attention over a Q8_0 cache (--kv-type q8_0): kv_store quantizes each row
 // exactly as src/quant's Q8_0 reference does; attention over the q8_0 cache is
 // attention over its dequantized values (the double reference bit for bit,
-// the threaded SIMD version tightly); the AVX2 row kernels against a scalar
-// definition (odd numbers of blocks, poisoned outputs); and the distance from
+// the threaded SIMD version tightly); the row kernels (scalar against the
+// definition, AVX2 against scalar: 1..9 blocks, poisoned outputs); and the distance from
 // the f16 cache's result stays within a bound derived from the rounding.
 #include <gtest/gtest.h>
 
@@ -192,31 +192,49 @@ TEST(AttentionQ8_0, CloseToTheF16Cache) {
   std::printf("q8_0 vs f16 cache attention: worst max |diff| %.3g, worst RMS %.3g\n", worst, worst_rms);
 }
 
-// The AVX2 row kernels against a plain scalar definition, for 1..9 blocks, the
+// The row kernels, for 1..9 blocks: the scalar ones (CPUs without AVX2)
+// against the definition in double, the AVX2 ones against the scalar ones;
 // output rows poisoned past their end (must stay untouched).
-TEST(AttentionQ8_0, Avx2RowKernelsMatchScalar) {
-  if (!cpu_features().avx2) GTEST_SKIP() << "no AVX2 on this CPU";
+TEST(AttentionQ8_0, RowKernelsScalarAndAvx2) {
+  using Dot = float (*)(const float*, const BlockQ8_0*, int);
+  using Axpy = void (*)(float, const BlockQ8_0*, float*, int);
+  struct Path {
+    const char* name;
+    Dot dot;
+    Axpy axpy;
+  };
+  std::vector<Path> paths = {{"scalar", attn_kernels::dot_f32_q8_0_scalar, attn_kernels::axpy_q8_0_scalar}};
+  if (cpu_features().avx2) paths.push_back({"avx2", attn_kernels::dot_f32_q8_0_avx2, attn_kernels::axpy_q8_0_avx2});
   std::mt19937 rng(31);
   for (int nb = 1; nb <= 9; ++nb) {
     const int n = nb * QK;
     const std::vector<float> a = randn(size_t(n), 40 + nb), x = randn(size_t(n), 60 + nb, 2.f);
     std::vector<BlockQ8_0> b(static_cast<size_t>(nb));
     quantize_row_ref(DType::Q8_0, x.data(), b.data(), n);
-    double want = 0;
-    for (int i = 0; i < n; ++i) want += double(a[size_t(i)]) * f16_to_f32(b[size_t(i / QK)].d) * b[size_t(i / QK)].qs[i % QK];
-    double mag = 0;
-    for (int i = 0; i < n; ++i) mag += std::fabs(double(a[size_t(i)]) * x[size_t(i)]);
-    EXPECT_NEAR(attn_kernels::dot_f32_q8_0_avx2(a.data(), b.data(), n), want, 1e-6 * mag + 1e-6) << nb << " blocks";
-
+    auto deq = [&](int i) { return double(f16_to_f32(b[size_t(i / QK)].d)) * b[size_t(i / QK)].qs[i % QK]; };
+    double want = 0, mag = 0;
+    for (int i = 0; i < n; ++i) want += double(a[size_t(i)]) * deq(i), mag += std::fabs(double(a[size_t(i)]) * deq(i));
     const float w = std::uniform_real_distribution<float>(-2.f, 2.f)(rng);
-    std::vector<float> y = randn(size_t(n) + 8, 80 + nb), y0 = y;
-    for (int i = n; i < n + 8; ++i) y[size_t(i)] = y0[size_t(i)] = NAN;
-    attn_kernels::axpy_q8_0_avx2(w, b.data(), y.data(), n);
-    for (int i = 0; i < n; ++i) {
-      const double e = double(y0[size_t(i)]) + double(w) * f16_to_f32(b[size_t(i / QK)].d) * b[size_t(i / QK)].qs[i % QK];
-      ASSERT_NEAR(y[size_t(i)], e, 1e-5 * (std::fabs(e) + 1)) << nb << " blocks, i " << i;
+    std::vector<float> y0 = randn(size_t(n) + 8, 80 + nb);
+    for (int i = n; i < n + 8; ++i) y0[size_t(i)] = NAN;
+    const float scalar_dot = attn_kernels::dot_f32_q8_0_scalar(a.data(), b.data(), n);
+    std::vector<float> scalar_y = y0;
+    attn_kernels::axpy_q8_0_scalar(w, b.data(), scalar_y.data(), n);
+    for (const Path& p : paths) {
+      const float got = p.dot(a.data(), b.data(), n);
+      EXPECT_NEAR(got, want, 1e-6 * mag + 1e-6) << p.name << ", " << nb << " blocks";
+      EXPECT_NEAR(got, scalar_dot, 1e-6 * mag + 1e-6) << p.name << " vs scalar, " << nb << " blocks";
+      std::vector<float> y = y0;
+      p.axpy(w, b.data(), y.data(), n);
+      for (int i = 0; i < n; ++i) {
+        const double e = double(y0[size_t(i)]) + double(w) * deq(i);
+        ASSERT_NEAR(y[size_t(i)], e, 1e-5 * (std::fabs(e) + 1)) << p.name << ", " << nb << " blocks, i " << i;
+        // Same operations in the same order (one rounding of w*d, one FMA or
+        // multiply-add per element): within one rounding of the scalar path.
+        ASSERT_NEAR(y[size_t(i)], scalar_y[size_t(i)], 1e-6 * (std::fabs(e) + 1)) << p.name << " vs scalar, i " << i;
+      }
+      for (int i = n; i < n + 8; ++i) EXPECT_TRUE(std::isnan(y[size_t(i)])) << p.name << " wrote past the row: " << i;
     }
-    for (int i = n; i < n + 8; ++i) EXPECT_TRUE(std::isnan(y[size_t(i)])) << "wrote past the row: " << i;
   }
 }
 
