@@ -2,8 +2,9 @@
 // exactly as src/quant's Q8_0 reference does; attention over the q8_0 cache is
 // attention over its dequantized values (the double reference bit for bit,
 // the threaded SIMD version tightly); the row kernels (scalar against the
-// definition, AVX2 against scalar: 1..9 blocks, poisoned outputs); and the distance from
-// the f16 cache's result stays within a bound derived from the rounding.
+// definition, AVX2 against scalar: 1..9 blocks, poisoned outputs); and the
+// distance from the f16 cache's result stays within a stated bound (about 2x
+// the worst measured, CloseToTheF16Cache).
 #include <gtest/gtest.h>
 
 #include <algorithm>
