@@ -1,7 +1,10 @@
 // Attention with grouped-query heads over a KV cache laid out
 // [n_kv][ctx][head_dim] per layer (see kv_append in ops.h), of f16 (raw
-// uint16_t bits) or f32 elements: each launcher has an overload per element
-// type. Query head h uses KV head h / (n_head / n_kv). Arithmetic is f32.
+// uint16_t bits), f32 elements or q8_0 blocks (ggml's block_q8_0, a row of
+// head_dim elements = head_dim/32 blocks; head_dim a multiple of 32): each
+// launcher has an overload per element type. Query head h uses KV head
+// h / (n_head / n_kv). Decode arithmetic is f32; prefill over f16 and q8_0
+// caches runs on tensor cores (f16 q, k, v and probabilities, f32 sums).
 //
 // CUDA-only header; device pointers; asynchronous, graph-capturable.
 #pragma once
@@ -9,6 +12,8 @@
 
 #include <cstddef>
 #include <cstdint>
+
+#include "quant/blocks.h"
 
 namespace ms::cuda {
 
@@ -30,13 +35,29 @@ void attention_decode(const AttentionShape& s, const float* q, const uint16_t* k
                       int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream);
 void attention_decode(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache,
                       int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream);
+void attention_decode(const AttentionShape& s, const float* q, const BlockQ8_0* k_cache, const BlockQ8_0* v_cache,
+                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream);
 
 // Causal prefill: q [n_tokens][n_head][head_dim] for positions pos0 ..
 // pos0+n_tokens-1; the cache already holds positions 0 .. pos0+n_tokens-1.
 // Token i attends to positions 0 .. pos0+i. out [n_tokens][n_head][head_dim].
+// f16 and q8_0 caches: flash attention on tensor cores (attention_flash.cu)
+// for head_dim a multiple of 8 up to 256 (16-byte aligned f16 caches);
+// f32 caches and other f16 shapes: the f32 tiled kernel below.
 void attention_prefill(const AttentionShape& s, const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
                        int n_tokens, int pos0, float* out, cudaStream_t stream);
 void attention_prefill(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache,
                        int n_tokens, int pos0, float* out, cudaStream_t stream);
+void attention_prefill(const AttentionShape& s, const float* q, const BlockQ8_0* k_cache, const BlockQ8_0* v_cache,
+                       int n_tokens, int pos0, float* out, cudaStream_t stream);
+
+// The f32 tiled prefill kernel (no tensor cores) over an f16 cache, whatever
+// attention_prefill picks: the baseline of the attention bench.
+void attention_prefill_tiled(const AttentionShape& s, const float* q, const uint16_t* k_cache,
+                             const uint16_t* v_cache, int n_tokens, int pos0, float* out, cudaStream_t stream);
+
+// Throws ms::Error naming `who` unless head_dim fits a q8_0 cache (a multiple
+// of 32, at most 256).
+void check_q8_0_head_dim(const char* who, int head_dim);
 
 }  // namespace ms::cuda

@@ -21,8 +21,9 @@
 // Generic path (any even head_dim, any group up to 16): fixed chunks of
 // kSplit positions, a warp per position for the scores, natural-exp domain.
 //
-// Every kernel is templated on the cache's element type T (__half or float,
-// kv_elem.cuh); scores, softmax and sums are f32 either way.
+// Every kernel is templated on the cache's element type T (__half, float or
+// Q8_0 blocks, kv_elem.cuh: rows addressed in units of T, elements read by
+// index); scores, softmax and sums are f32 either way.
 #include <algorithm>
 #include <cfloat>
 #include <string>
@@ -70,15 +71,16 @@ __global__ void __launch_bounds__(kThreads) attn_decode_split_kernel(
 
   // scores
   using E = dev::KvElem<T>;
-  const T* kbase = kc + (static_cast<int64_t>(kvh) * ctx + t0) * hd;
+  const int units = dev::kv_row_units<T>(hd);  // of T per row
+  const T* kbase = kc + (static_cast<int64_t>(kvh) * ctx + t0) * units;
   for (int p = warp; p < len; p += kThreads / 32) {
-    const T* kr = kbase + static_cast<int64_t>(p) * hd;
+    const T* kr = kbase + static_cast<int64_t>(p) * units;
     float acc[kMaxGroup];
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) acc[g] = 0.f;
     for (int d = 2 * lane; d < hd; d += 64) {
       float kv[2];
-      E::template ldg<2>(kr + d, kv);
+      E::template ldg_at<2>(kr, d, kv);
 #pragma unroll
       for (int g = 0; g < kMaxGroup; ++g)
         if (g < group) acc[g] += q_s[g * hd + d] * kv[0] + q_s[g * hd + d + 1] * kv[1];
@@ -116,10 +118,10 @@ __global__ void __launch_bounds__(kThreads) attn_decode_split_kernel(
     float ax[kMaxGroup], ay[kMaxGroup];
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) ax[g] = ay[g] = 0.f;
-    const T* vbase = vc + (static_cast<int64_t>(kvh) * ctx + t0) * hd + 2 * pr;
+    const T* vbase = vc + (static_cast<int64_t>(kvh) * ctx + t0) * units;
     for (int p = grp; p < len; p += ngrp) {
       float v[2];
-      E::template ldg<2>(vbase + static_cast<int64_t>(p) * hd, v);
+      E::template ldg_at<2>(vbase + static_cast<int64_t>(p) * units, 2 * pr, v);
 #pragma unroll
       for (int g = 0; g < kMaxGroup; ++g) {
         if (g < group) {
@@ -317,19 +319,20 @@ __global__ void __launch_bounds__(kFastWarps * 32) attn_decode_fast_kernel(
   }
 
   using E = dev::KvElem<T>;
-  const T* kbase = kc + static_cast<int64_t>(kvh) * ctx * HD;
-  const T* vbase = vc + static_cast<int64_t>(kvh) * ctx * HD;
+  constexpr int U = dev::kv_row_units<T>(HD);  // units of T per row
+  const T* kbase = kc + static_cast<int64_t>(kvh) * ctx * U;
+  const T* vbase = vc + static_cast<int64_t>(kvh) * ctx * U;
   for (int tt = t0 + pw * kTile; tt < t1; tt += WP * kTile) {
     const int pos = tt + lane;
     const bool valid = pos < t1;
-    const T* kr = kbase + static_cast<int64_t>(valid ? pos : tt) * HD;
+    const T* kr = kbase + static_cast<int64_t>(valid ? pos : tt) * U;
     float s[GW];
 #pragma unroll
     for (int g = 0; g < GW; ++g) s[g] = 0.f;
 #pragma unroll  // all K loads of the row in flight at once (unroll 4 spilled at G=8, HD=128)
     for (int c = 0; c < HD / 8; ++c) {
       float kv[8];
-      E::template ldg<8>(kr + c * 8, kv);
+      E::template ldg_at<8>(kr, c * 8, kv);
 #pragma unroll
       for (int g = 0; g < GW; ++g) s[g] += dot8(kv, qw + g * HD + c * 8);
     }
@@ -351,13 +354,14 @@ __global__ void __launch_bounds__(kFastWarps * 32) attn_decode_fast_kernel(
     // load latency, not the arithmetic, is the time at short contexts). Rows
     // past the end re-read the last valid one; their weight is 0.
     const int last = min(kTile, t1 - tt) - 1;
-    const T* vr = vbase + static_cast<int64_t>(tt) * HD + lane * D;
+    const T* vr = vbase + static_cast<int64_t>(tt) * U;
 #pragma unroll
     for (int j0 = 0; j0 < kTile; j0 += kVRows) {
       if (j0 > last) break;
       float v[kVRows][D];
 #pragma unroll
-      for (int j = 0; j < kVRows; ++j) E::template ldg<D>(vr + static_cast<int64_t>(min(j0 + j, last)) * HD, v[j]);
+      for (int j = 0; j < kVRows; ++j)
+        E::template ldg_at<D>(vr + static_cast<int64_t>(min(j0 + j, last)) * U, lane * D, v[j]);
 #pragma unroll
       for (int j = 0; j < kVRows; ++j) {
 #pragma unroll
@@ -589,6 +593,12 @@ void attention_decode(const AttentionShape& s, const float* q, const uint16_t* k
 
 void attention_decode(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache,
                       int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream) {
+  decode_impl(s, q, k_cache, v_cache, max_kv_len, kv_len, out, scratch, stream);
+}
+
+void attention_decode(const AttentionShape& s, const float* q, const BlockQ8_0* k_cache, const BlockQ8_0* v_cache,
+                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream) {
+  check_q8_0_head_dim("attention_decode", s.head_dim);
   decode_impl(s, q, k_cache, v_cache, max_kv_len, kv_len, out, scratch, stream);
 }
 

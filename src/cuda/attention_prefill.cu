@@ -1,4 +1,7 @@
-// Causal prefill attention (simple tiled version, no tensor cores yet).
+// Causal prefill attention, the simple tiled version (no tensor cores, f32
+// arithmetic): f32 caches, and f16 caches that the flash kernel
+// (attention_flash.cu) does not take (head_dim not a multiple of 8, unaligned
+// pointers); also the baseline of the attention bench.
 //
 // A block = 8 warps = 8 consecutive query tokens of one head. K and V tiles of
 // 32 positions are staged in shared memory (in the cache's element type T,
@@ -196,8 +199,8 @@ void prefill_impl(const AttentionShape& s, const float* q, const T* kc, const T*
 
 }  // namespace
 
-void attention_prefill(const AttentionShape& s, const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
-                       int n_tokens, int pos0, float* out, cudaStream_t stream) {
+void attention_prefill_tiled(const AttentionShape& s, const float* q, const uint16_t* k_cache,
+                             const uint16_t* v_cache, int n_tokens, int pos0, float* out, cudaStream_t stream) {
   prefill_impl(s, q, reinterpret_cast<const __half*>(k_cache), reinterpret_cast<const __half*>(v_cache), n_tokens,
                pos0, out, stream);
 }

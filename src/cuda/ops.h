@@ -13,6 +13,7 @@
 
 #include "cuda/matvec.h"
 #include "model/rope_router.h"  // RopeMode, RouterMode: ms::, shared with model/ and cpu/
+#include "quant/blocks.h"
 #include "quant/types.h"
 
 namespace ms::cuda {
@@ -68,5 +69,10 @@ void kv_append(const float* k, const float* v, int n_tokens, int n_kv, int head_
                uint16_t* k_cache, uint16_t* v_cache, int64_t ctx, cudaStream_t stream);
 void kv_append(const float* k, const float* v, int n_tokens, int n_kv, int head_dim, const int32_t* positions,
                float* k_cache, float* v_cache, int64_t ctx, cudaStream_t stream);
+// q8_0 cache ([n_kv][ctx][head_dim/32] blocks; head_dim a multiple of 32):
+// each block of 32 quantized as the CPU cache does (quantize_row_act Q8_0:
+// d = amax/127 stored as f16, q = round(x / d) with the f32 d).
+void kv_append(const float* k, const float* v, int n_tokens, int n_kv, int head_dim, const int32_t* positions,
+               BlockQ8_0* k_cache, BlockQ8_0* v_cache, int64_t ctx, cudaStream_t stream);
 
 }  // namespace ms::cuda

@@ -1,4 +1,5 @@
-// Embedding rows (dequantised from the table's own format) and KV cache appends.
+// Embedding rows (dequantised from the table's own format) and KV cache appends
+// (f16, f32, q8_0).
 #include <string>
 
 #include "cuda/device.h"
@@ -38,6 +39,34 @@ __global__ void kv_append_kernel(const float* __restrict__ k, const float* __res
   const int64_t dst = (static_cast<int64_t>(h) * ctx + pos) * head_dim + d;
   k_cache[dst] = dev::KvElem<T>::from_float(k[src]);
   v_cache[dst] = dev::KvElem<T>::from_float(v[src]);
+}
+
+// q8_0: a warp per block of 32 elements (lane = element); blocks of a token
+// [n_kv][head_dim/32] in order, 8 warps per thread block. Bit for bit the
+// CPU's quantize_row_act(Q8_0) (src/quant, the CPU cache's kv_store): d =
+// amax/127 (f32, stored as f16), q = round-half-even(x * (1/d)) clamped to
+// +-127 (ggml's reference rounds ties away from zero: rare ties differ by 1).
+__global__ void kv_append_q8_0_kernel(const float* __restrict__ k, const float* __restrict__ v, int n_kv,
+                                      int head_dim, const int32_t* __restrict__ positions, BlockQ8_0* k_cache,
+                                      BlockQ8_0* v_cache, int64_t ctx) {
+  const int t = blockIdx.y;
+  const int per_head = head_dim / QK;
+  const int blk = blockIdx.x * (kThreads / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (blk >= n_kv * per_head) return;
+  const int32_t pos = positions[t];
+  if (pos < 0 || pos >= ctx) return;
+  const int h = blk / per_head, b = blk % per_head;
+  const int64_t src = static_cast<int64_t>(t) * n_kv * head_dim + static_cast<int64_t>(blk) * QK + lane;
+  const int64_t dst = (static_cast<int64_t>(h) * ctx + pos) * per_head + b;
+  for (int which = 0; which < 2; ++which) {
+    const float x = (which == 0 ? k : v)[src];
+    BlockQ8_0& out = (which == 0 ? k_cache : v_cache)[dst];
+    const float d = dev::warp_max(fabsf(x)) / 127.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    const float r = x * id;
+    out.qs[lane] = static_cast<int8_t>(max(-127, min(127, static_cast<int>(rintf(isfinite(r) ? r : 0.f)))));
+    if (lane == 0) out.d = __half_as_ushort(__float2half_rn(d));
+  }
 }
 
 template <class T>
@@ -106,6 +135,18 @@ void kv_append(const float* k, const float* v, int n_tokens, int n_kv, int head_
 void kv_append(const float* k, const float* v, int n_tokens, int n_kv, int head_dim, const int32_t* positions,
                float* k_cache, float* v_cache, int64_t ctx, cudaStream_t stream) {
   kv_append_impl(k, v, n_tokens, n_kv, head_dim, positions, k_cache, v_cache, ctx, stream);
+}
+
+void kv_append(const float* k, const float* v, int n_tokens, int n_kv, int head_dim, const int32_t* positions,
+               BlockQ8_0* k_cache, BlockQ8_0* v_cache, int64_t ctx, cudaStream_t stream) {
+  if (n_tokens <= 0) return;
+  if (head_dim <= 0 || head_dim % QK != 0)
+    throw Error("kv_append: a q8_0 KV cache needs head_dim a multiple of 32, not " + std::to_string(head_dim));
+  if (n_tokens > 65535) throw Error("kv_append: at most 65535 tokens per call");
+  const int blocks = n_kv * (head_dim / QK), per_tb = kThreads / 32;
+  const dim3 grid(static_cast<unsigned>((blocks + per_tb - 1) / per_tb), static_cast<unsigned>(n_tokens));
+  kv_append_q8_0_kernel<<<grid, kThreads, 0, stream>>>(k, v, n_kv, head_dim, positions, k_cache, v_cache, ctx);
+  MS_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace ms::cuda

@@ -213,24 +213,58 @@ INSTANTIATE_TEST_SUITE_P(Archs, CudaBackendVsCpu,
                            return std::string(i.param.arch) + "_" + i.param.quant;
                          });
 
+// The route logs of token-by-token steps (one event per layer and step) as
+// one batch's (one event per layer): step t becomes token t.
+RouteLog as_one_batch(const RouteLog& steps) {
+  RouteLog out;
+  for (const RouteLog::Layer& l : steps.layers) {
+    auto it = std::find_if(out.layers.begin(), out.layers.end(), [&](const RouteLog::Layer& o) { return o.layer == l.layer; });
+    if (it == out.layers.end()) {
+      out.layers.push_back(l);
+      continue;
+    }
+    it->n_tokens += l.n_tokens;
+    it->ids.insert(it->ids.end(), l.ids.begin(), l.ids.end());
+    it->hidden.insert(it->hidden.end(), l.hidden.begin(), l.hidden.end());
+  }
+  return out;
+}
+
+// Batched prefill (int8 tensor-core matmuls, flash attention with f16 q and
+// softmax weights) against token-by-token decode: within the tolerance, or
+// past it only behind a routing flip at a near-tie of the decode path's
+// router, with the positions before it within the tolerance.
 TEST(CudaBackend, PrefillMatchesTokenByToken) {
   MS_REQUIRE_GPU();
   const LoadedModel& m = tiny_model("qwen3moe", "q4_k_m");
   CudaBackend gpu(m.weights, CudaBackend::Options{.ctx = 128});
   const std::vector<int32_t> toks = some_tokens(48, m.weights.cfg.n_vocab, 3);
   std::vector<float> batch, one, steps;
+  RouteLog rb, rs;
   {
+    rb.watch(gpu, m.weights.cfg.n_embd);
     KvCache kv = gpu.make_cache(128);
     gpu.forward(kv, toks, batch, true);
   }
+  rs.watch(gpu, m.weights.cfg.n_embd);
   KvCache kv = gpu.make_cache(128);
   for (int32_t t : toks) {
     gpu.forward(kv, std::span<const int32_t>(&t, 1), one);
     steps.insert(steps.end(), one.begin(), one.end());
   }
+  gpu.set_route_hook(nullptr);
   const Diff d = compare(batch, steps);
   std::printf("prefill vs token by token: max diff %.5f, rms %.4f, rel %.5f\n", d.max_abs, d.rms_ref, d.rel());
-  EXPECT_LE(d.rel(), kRelTol);
+  if (d.rel() <= kRelTol) return;
+  const int first_tie = first_flip_at_near_tie(m.weights, as_one_batch(rs), rb);
+  std::printf("prefill vs token by token: first routing flip at a near-tie: token %d\n", first_tie);
+  ASSERT_GE(first_tie, 0) << "logits apart with no routing flip at a near-tie to explain it";
+  const int64_t V = m.weights.cfg.n_vocab;
+  for (int t = 0; t < first_tie; ++t) {
+    const std::vector<float> a(batch.begin() + t * V, batch.begin() + (t + 1) * V),
+        b(steps.begin() + t * V, steps.begin() + (t + 1) * V);
+    EXPECT_LE(compare(a, b).rel(), kRelTol) << "position " << t << " (before the first near-tie flip)";
+  }
 }
 
 // The f32 KV cache (Options::kv_f32) on a float-weight model, where nothing

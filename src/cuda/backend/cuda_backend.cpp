@@ -266,14 +266,15 @@ cuda::AttentionShape CudaBackend::Impl::attn_shape() const {
   return {c.n_head, c.n_head_kv, c.head_dim, kv.ctx(), 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
 }
 
-// Switches the device cache to f32 or f16 (reallocating it, contents lost);
-// the decode graph holds the old cache's addresses, so it goes too.
-void CudaBackend::Impl::set_kv_f32(bool f32) {
-  if (f32 == kv.f32()) return;
+// Switches the device cache to another element type (reallocating it,
+// contents lost); the decode graph holds the old cache's addresses, so it
+// goes too.
+void CudaBackend::Impl::set_kv_type(KvType type) {
+  if (type == kv.type()) return;
   MS_CUDA_CHECK(cudaStreamSynchronize(stream));
   graph.reset();
   for (auto& g : hybrid_graphs) g->reset();
-  kv.reallocate(f32);
+  kv.reallocate(type);
 }
 
 // ---------------------------------------------------------------- the API
@@ -339,23 +340,24 @@ ExpertTelemetry CudaBackend::expert_telemetry() const {
 
 KvCache CudaBackend::make_cache(int64_t ctx, KvType type) const {
   if (ctx <= 0) throw Error("KV cache: the context must be positive");
-  if (type == KvType::Q8_0)  // until the device cache and its kernels hold q8_0 blocks
-    throw Error("CUDA backend: --kv-type q8_0 is not supported on the GPU yet (use f16, or --backend cpu)");
+  check_kv_head_dim(type, impl_->c.head_dim);
   if (ctx > impl_->kv.ctx())
     throw Error("CUDA backend: a context of " + std::to_string(ctx) + " tokens does not fit the device KV cache of " +
                 std::to_string(impl_->kv.ctx()) + " tokens (set CudaBackend::Options::ctx / --ctx)");
   // The device holds one cache: asking for the other element type reallocates
   // it (Options::kv_f32 sizes the right one up front).
-  impl_->set_kv_f32(type == KvType::F32);
+  impl_->set_kv_type(type);
   // Keys and values live in the device arena; this cache only counts positions
   // (and says which type it was made for). Hybrids: it also marks the
   // recurrent layers (with no state of their own here: it is on the device),
   // so it refuses to rewind as the CPU's does (truncate keeps all or none).
+  // Its rows are the smallest the type allows (q8_0: one block of 32).
   const ModelConfig& c = impl_->c;
-  if (c.linear_layer.empty()) return KvCache(1, 1, 1, ctx, type);
+  const int row = type == KvType::Q8_0 ? QK : 1;
+  if (c.linear_layer.empty()) return KvCache(1, 1, row, ctx, type);
   RecurrentLayout rec;
   rec.recurrent = c.linear_layer;
-  return KvCache(c.n_layer, 1, 1, ctx, type, rec);
+  return KvCache(c.n_layer, 1, row, ctx, type, rec);
 }
 
 void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vector<float>& logits, bool all_logits) {
@@ -366,9 +368,9 @@ void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vec
   if (kv.ctx() > m.kv.ctx())
     throw Error("CUDA backend: this KV cache holds " + std::to_string(kv.ctx()) + " positions, the device cache " +
                 std::to_string(m.kv.ctx()) + "; make it with CudaBackend::make_cache");
-  if ((kv.type() == KvType::F32) != m.kv.f32())
+  if (kv.type() != m.kv.type())
     throw Error(std::string("CUDA backend: this KV cache was made as ") + kv_type_name(kv.type()) +
-                " but the device cache is now " + (m.kv.f32() ? "f32" : "f16") +
+                " but the device cache is now " + kv_type_name(m.kv.type()) +
                 " (a later make_cache switched it; the device holds one cache)");
   kv.check_room(n);
   for (int32_t id : tokens)

@@ -120,7 +120,7 @@ struct CudaBackend::Impl {
   void make_hybrid(const VramPlan& plan);
   void layout_activations(cuda::Layout& L);
   void allocate_activations();
-  void set_kv_f32(bool f32);
+  void set_kv_type(KvType type);
   uint64_t weight_bytes() const { return weights.bytes() + experts.bytes(); }
   cuda::AttentionShape attn_shape() const;
 

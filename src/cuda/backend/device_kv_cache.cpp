@@ -3,14 +3,34 @@
 
 #include <string>
 
+#include "cuda/attention.h"
 #include "cuda/backend/arena_layout.h"
 #include "util/error.h"
 
 namespace ms::cuda {
+namespace {
 
-DeviceKvCache::DeviceKvCache(int n_layer, int n_head_kv, int head_dim, int64_t ctx, bool f32,
+// Bytes of one K (or V) row of hd elements, and the type's name. Kept here
+// rather than taken from engine/kv_cache.cpp: the kernel benches link the
+// CUDA library's kernels without the engine's library.
+size_t row_bytes(KvType t, int hd) {
+  switch (t) {
+    case KvType::F32: return sizeof(float) * static_cast<size_t>(hd);
+    case KvType::Q8_0: return sizeof(BlockQ8_0) * static_cast<size_t>(hd / QK);
+    default: return sizeof(uint16_t) * static_cast<size_t>(hd);
+  }
+}
+const char* name(KvType t) { return t == KvType::F32 ? "f32" : t == KvType::Q8_0 ? "q8_0" : "f16"; }
+void check_type(KvType t, int hd) {
+  if (t == KvType::Q8_0) check_q8_0_head_dim("device KV cache (--kv-type q8_0)", hd);
+}
+
+}  // namespace
+
+DeviceKvCache::DeviceKvCache(int n_layer, int n_head_kv, int head_dim, int64_t ctx, KvType type,
                              const RecurrentShape& rec)
-    : n_layer_(n_layer), n_head_kv_(n_head_kv), head_dim_(head_dim), ctx_(ctx), f32_(f32), rec_(rec) {
+    : n_layer_(n_layer), n_head_kv_(n_head_kv), head_dim_(head_dim), ctx_(ctx), type_(type), rec_(rec) {
+  check_type(type_, head_dim_);
   if (!rec_.recurrent.empty() && static_cast<int>(rec_.recurrent.size()) != n_layer)
     throw Error("device KV cache: the recurrent layout has " + std::to_string(rec_.recurrent.size()) +
                 " layers, not " + std::to_string(n_layer));
@@ -27,18 +47,20 @@ DeviceKvCache::DeviceKvCache(int n_layer, int n_head_kv, int head_dim, int64_t c
   allocate();  // ends with a device sync, which also covers the memset above
 }
 
-void DeviceKvCache::reallocate(bool f32) {
-  f32_ = f32;
+void DeviceKvCache::reallocate(KvType type) {
+  check_type(type, head_dim_);
+  type_ = type;
   allocate();
 }
 
 void DeviceKvCache::allocate() {
-  const size_t elem = f32_ ? sizeof(float) : sizeof(uint16_t);
-  const size_t half_layer = static_cast<size_t>(n_head_kv_) * static_cast<size_t>(ctx_) * head_dim_ * elem;
+  const size_t half_layer =
+      static_cast<size_t>(n_head_kv_) * static_cast<size_t>(ctx_) * row_bytes(type_, head_dim_);
   int n_attn = 0;
   for (int il = 0; il < n_layer_; ++il) n_attn += is_recurrent(il) ? 0 : 1;
   arena_ = DeviceArena();  // the old cache goes first: both may not fit at once
-  arena_ = DeviceArena(f32_ ? "KV cache (f32)" : "KV cache (f16)", 2 * arena_align_up(half_layer) * n_attn);
+  const std::string what = std::string("KV cache (") + name(type_) + ")";
+  arena_ = DeviceArena(what, 2 * arena_align_up(half_layer) * n_attn);
   k_.assign(static_cast<size_t>(n_layer_), nullptr);
   v_.assign(static_cast<size_t>(n_layer_), nullptr);
   for (int il = 0; il < n_layer_; ++il) {

@@ -1,6 +1,7 @@
 // The device sequence state (DESIGN.md: sequence state is per layer kind):
 //  - attention layers: a K and a V buffer, [n_head_kv][ctx][head_dim] of f16
-//    (bits in uint16_t) or f32 (exact, twice the bytes), in one arena;
+//    (bits in uint16_t), f32 (exact, twice the bytes) or q8_0 (rows of
+//    head_dim/32 BlockQ8_0, 34 bytes per 32 elements), in one arena;
 //  - recurrent (Gated DeltaNet) layers of hybrids: the f32 conv window
 //    ([conv_kernel - 1][conv_dim]) and delta-rule state matrix
 //    ([n_v_heads][head_v][head_k]) of src/cpu/delta_net.h, in a second arena,
@@ -17,6 +18,8 @@
 #include <vector>
 
 #include "cuda/device.h"
+#include "engine/kv_cache.h"
+#include "quant/blocks.h"
 
 namespace ms::cuda {
 
@@ -33,29 +36,35 @@ class DeviceKvCache {
   DeviceKvCache() = default;
   // Allocates and zeroes n_layer layers' K and V for ctx positions (only for
   // the attention layers when rec.recurrent is given) and the recurrent state.
-  DeviceKvCache(int n_layer, int n_head_kv, int head_dim, int64_t ctx, bool f32, const RecurrentShape& rec = {});
+  // Throws ms::Error (naming --kv-type) for q8_0 with head_dim not a multiple of 32.
+  DeviceKvCache(int n_layer, int n_head_kv, int head_dim, int64_t ctx, KvType type, const RecurrentShape& rec = {});
+  DeviceKvCache(int n_layer, int n_head_kv, int head_dim, int64_t ctx, bool f32, const RecurrentShape& rec = {})
+      : DeviceKvCache(n_layer, n_head_kv, head_dim, ctx, f32 ? KvType::F32 : KvType::F16, rec) {}
 
-  // The same geometry in the other element type (K/V contents lost; the
+  // The same geometry in another element type (K/V contents lost; the
   // recurrent state is f32 either way and stays). K/V addresses change:
   // whatever holds them (a captured graph) must be dropped first.
-  void reallocate(bool f32);
+  void reallocate(KvType type);
+  void reallocate(bool f32) { reallocate(f32 ? KvType::F32 : KvType::F16); }
 
   int64_t ctx() const { return ctx_; }
-  bool f32() const { return f32_; }
+  KvType type() const { return type_; }
+  bool f32() const { return type_ == KvType::F32; }
   uint64_t bytes() const { return arena_.capacity() + rec_arena_.capacity(); }
 
   // Calls f(k_cache, v_cache) with layer il's cache pointers as their element
-  // type (uint16_t: f16 bits, or float); every cache launcher has both
-  // overloads. Throws ms::Error for a recurrent layer (it has no K/V).
+  // type (uint16_t: f16 bits, float, or BlockQ8_0); the cache launchers have
+  // an overload for each. Throws ms::Error for a recurrent layer (no K/V).
   template <class F>
   void with_layer(int il, F&& f) const {
     void* k = k_[static_cast<size_t>(il)];
     void* v = v_[static_cast<size_t>(il)];
     if (k == nullptr) no_kv(il);
-    if (f32_)
-      f(static_cast<float*>(k), static_cast<float*>(v));
-    else
-      f(static_cast<uint16_t*>(k), static_cast<uint16_t*>(v));
+    switch (type_) {
+      case KvType::F32: f(static_cast<float*>(k), static_cast<float*>(v)); break;
+      case KvType::Q8_0: f(static_cast<BlockQ8_0*>(k), static_cast<BlockQ8_0*>(v)); break;
+      default: f(static_cast<uint16_t*>(k), static_cast<uint16_t*>(v)); break;
+    }
   }
 
   // Recurrent layers: the conv window and the delta-rule state of layer il
@@ -74,7 +83,7 @@ class DeviceKvCache {
 
   int n_layer_ = 0, n_head_kv_ = 0, head_dim_ = 0;
   int64_t ctx_ = 0;
-  bool f32_ = false;
+  KvType type_ = KvType::F16;
   RecurrentShape rec_;
   DeviceArena arena_;      // K/V
   DeviceArena rec_arena_;  // recurrent state (hybrids)

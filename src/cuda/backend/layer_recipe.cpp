@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 
 #include "cuda/attention.h"
 #include "cuda/backend/cuda_backend_impl.h"
@@ -27,6 +28,11 @@ namespace ms {
 namespace {
 
 bool uses_q8(const cuda::DevMat& m) { return cuda::matvec_takes_q8(m.type); }
+
+// The fused q/k prologues write f16 or f32 caches; a q8_0 cache takes the
+// separate launches (kv_append quantizes each block of 32 as it writes).
+template <class P>
+constexpr bool fused_prologue_cache = !std::is_same_v<std::remove_cv_t<std::remove_pointer_t<P>>, BlockQ8_0>;
 
 }  // namespace
 
@@ -103,16 +109,20 @@ void CudaBackend::Impl::attention_block(int il, int n, const int32_t* positions,
     project(L.wv, x, &xq8, n, v, nullptr);
     if (gated) cuda::split_q_gate(q_gate, n, c.n_head, c.head_dim, 0, q, gate, s);
   }
-  if (one_qkv && !L.bq && opt.fused_decode) {
+  const bool fusable_cache = kv.type() != KvType::Q8_0;
+  if (one_qkv && !L.bq && opt.fused_decode && fusable_cache) {
     kv.with_layer(il, [&](auto* kc, auto* vc) {
-      cuda::decode_qk_prologue(qkv, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps, c.n_rot,
-                               positions, c.rope_base, c.rope_freq_scale, c.arch->rope_mode, kc, vc, kv_ctx, s);
+      if constexpr (fused_prologue_cache<decltype(kc)>)
+        cuda::decode_qk_prologue(qkv, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps, c.n_rot,
+                                 positions, c.rope_base, c.rope_freq_scale, c.arch->rope_mode, kc, vc, kv_ctx, s);
     });
-  } else if (!one_qkv && !L.bq && opt.fused_prefill && (L.q_norm == nullptr) == (L.k_norm == nullptr)) {
+  } else if (!one_qkv && !L.bq && opt.fused_prefill && fusable_cache &&
+             (L.q_norm == nullptr) == (L.k_norm == nullptr)) {
     kv.with_layer(il, [&](auto* kc, auto* vc) {
-      cuda::batch_qk_prologue(qp, kp, vp, n, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps,
-                              c.n_rot, positions, c.rope_base, c.rope_freq_scale, c.arch->rope_mode, kc, vc, kv_ctx,
-                              s);
+      if constexpr (fused_prologue_cache<decltype(kc)>)
+        cuda::batch_qk_prologue(qp, kp, vp, n, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps,
+                                c.n_rot, positions, c.rope_base, c.rope_freq_scale, c.arch->rope_mode, kc, vc, kv_ctx,
+                                s);
     });
   } else {
     prologue(il, n, qp, kp, vp, positions, one_qkv);
