@@ -7,7 +7,9 @@
 #
 #   OUT=dir tools/llamacpp_sweep.sh MODEL.gguf [N,N,...]     default N: 20,28,48
 #   LLAMA_LOAD_MODE=none,mmap (LLAMA_MMAP=0,1 for an older llama-bench; default: both),
-#   LLAMA_BUILD_TIMEOUT=seconds (default 900)
+#   LLAMA_BUILD_TIMEOUT=seconds (default 900), LLAMA_BUILD_ONLY=1 (build, run nothing),
+#   LLAMA_ARGS="-t 16" (more llama-bench arguments), LLAMA_FORMAT=json (default md),
+#   LLAMA_TAG=name (writes llama_bench_name.FORMAT: several runs in one $OUT)
 #   (for the 16.1 GiB Qwen3-30B-A3B Q4_K: about 10.5, 8 and 1.5 GiB of VRAM)
 #   carry: .llama (and .deps for moestream's own build)
 set -uo pipefail
@@ -29,6 +31,7 @@ if [ ! -x "$BENCH" ]; then
   timeout "${LLAMA_BUILD_TIMEOUT:-900}" cmake --build "$BUILD" --target llama-bench -j"$(nproc)" > "$OUT/llama_build.log" 2>&1 ||
     { echo "llamacpp_sweep: build failed or timed out (run again on the same machine to resume)"; tail -5 "$OUT/llama_build.log"; exit 1; }
 fi
+[ -n "${LLAMA_BUILD_ONLY:-}" ] && exit 0
 echo "llama.cpp $(cat "$ROOT/.llama/llama-src.version" 2>/dev/null || echo '(version unknown)')"
 # How llama.cpp holds the weights it leaves on the CPU: read into its own
 # (pinned, where CUDA offers it) host buffers, or mmap'ed pages (its default).
@@ -38,6 +41,9 @@ echo "llama.cpp $(cat "$ROOT/.llama/llama-src.version" 2>/dev/null || echo '(ver
 help=$("$BENCH" --help 2>&1)  # (not piped into grep -q: under pipefail its early exit fails the test)
 if [[ "$help" == *--load-mode* ]]; then load=(-lm "${LLAMA_LOAD_MODE:-none,mmap}")
 else load=(-mmp "${LLAMA_MMAP:-0,1}"); fi
-timeout 900 "$BENCH" -m "$MODEL" -ngl 99 -fa 1 -ncmoe "$NCMOE" "${load[@]}" -p 512 -n 128 -r 2 -o md \
-  2> "$OUT/llama_bench.err" |
-  tee "$OUT/llama_bench.md"
+fmt=${LLAMA_FORMAT:-md}
+name=llama_bench${LLAMA_TAG:+_$LLAMA_TAG}
+read -r -a extra <<< "${LLAMA_ARGS:-}"
+timeout 900 "$BENCH" -m "$MODEL" -ngl 99 -fa 1 -ncmoe "$NCMOE" "${load[@]}" -p 512 -n 128 -r 2 "${extra[@]}" -o "$fmt" \
+  2> "$OUT/$name.err" |
+  tee "$OUT/$name.$fmt"
