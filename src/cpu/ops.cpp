@@ -40,14 +40,15 @@ void rmsnorm(const float* x, const float* w, float* out, int64_t n, float eps) {
 // ---------------------------------------------------------------- RoPE
 
 void rope_ref(float* x, int n_heads, int head_dim, int n_rot, int64_t pos, float theta_base,
-              float freq_scale, RopeMode mode) {
+              const RopeScaling& scaling, RopeMode mode) {
   const int half = n_rot / 2;
   for (int h = 0; h < n_heads; ++h) {
     float* v = x + static_cast<int64_t>(h) * head_dim;
     for (int i = 0; i < half; ++i) {
       const double freq = std::pow(static_cast<double>(theta_base), -2.0 * i / n_rot);
-      const double angle = static_cast<double>(pos) * freq_scale * freq;
-      const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+      const double angle = static_cast<double>(pos) * rope_pair_scale(scaling, i) * freq;
+      const float c = static_cast<float>(std::cos(angle)) * scaling.mscale;
+      const float s = static_cast<float>(std::sin(angle)) * scaling.mscale;
       const int a = mode == RopeMode::Normal ? 2 * i : i;
       const int b = mode == RopeMode::Normal ? 2 * i + 1 : i + half;
       const float x0 = v[a], x1 = v[b];
@@ -57,14 +58,14 @@ void rope_ref(float* x, int n_heads, int head_dim, int n_rot, int64_t pos, float
   }
 }
 
-void rope_table(float* cs, int n_rot, int64_t pos, float theta_base, float freq_scale) {
+void rope_table(float* cs, int n_rot, int64_t pos, float theta_base, const RopeScaling& scaling) {
   const int half = n_rot / 2;
   for (int i = 0; i < half; ++i) {
     // Angles in double: at position 100k a float angle loses ~3 digits.
     const double freq = std::pow(static_cast<double>(theta_base), -2.0 * i / n_rot);
-    const double angle = static_cast<double>(pos) * freq_scale * freq;
-    cs[2 * i] = static_cast<float>(std::cos(angle));
-    cs[2 * i + 1] = static_cast<float>(std::sin(angle));
+    const double angle = static_cast<double>(pos) * rope_pair_scale(scaling, i) * freq;
+    cs[2 * i] = static_cast<float>(std::cos(angle)) * scaling.mscale;
+    cs[2 * i + 1] = static_cast<float>(std::sin(angle)) * scaling.mscale;
   }
 }
 

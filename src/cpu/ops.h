@@ -25,12 +25,14 @@ void rmsnorm(const float* x, const float* w, float* out, int64_t n, float eps);
 
 // ---------------------------------------------------------------- RoPE
 // Rotary position embedding, in place, on x = [n_heads][head_dim] of one token
-// at position `pos` (the pairing and angles: RopeMode, model/rope_router.h).
+// at position `pos` (the pairing and angles: RopeMode and RopeScaling,
+// model/rope_router.h: pair i turns by pos * rope_pair_scale(scaling, i) *
+// theta_base^(-2i/n_rot), its cos/sin times scaling.mscale).
 void rope_ref(float* x, int n_heads, int head_dim, int n_rot, int64_t pos, float theta_base,
-              float freq_scale, RopeMode mode);
+              const RopeScaling& scaling, RopeMode mode);
 // Same result from a table of (cos, sin) per pair for this position, built once
 // per token and shared by q and k of every layer (rope_table, n_rot/2 pairs).
-void rope_table(float* cs, int n_rot, int64_t pos, float theta_base, float freq_scale);
+void rope_table(float* cs, int n_rot, int64_t pos, float theta_base, const RopeScaling& scaling);
 void rope_apply(float* x, int n_heads, int head_dim, int n_rot, const float* cs, RopeMode mode);
 
 // ---------------------------------------------------------------- softmax, SwiGLU

@@ -32,10 +32,11 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t count, cud
 
 // Rotary position embedding, in place, on x = [n_tokens][n_heads][head_dim];
 // token t is at position positions[t]; the first n_rot dims of each head are
-// rotated with angle pos * freq_scale * base^(-2i/n_rot) for pair i, paired
+// rotated with angle pos * rope_pair_scale(scaling, i) * base^(-2i/n_rot) for
+// pair i, cos/sin times scaling.mscale (model/rope_router.h), paired
 // as RopeMode says.
 void rope(float* x, int n_tokens, int n_heads, int head_dim, int n_rot, const int32_t* positions,
-          float theta_base, float freq_scale, RopeMode mode, cudaStream_t stream);
+          float theta_base, RopeScaling scaling, RopeMode mode, cudaStream_t stream);
 
 // Router: logits [n_tokens][n_expert] -> ids [n_tokens][k], weights [n_tokens][k]
 // (descending weight; ties go to the lower expert id), as RouterMode says.

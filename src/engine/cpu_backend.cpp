@@ -159,7 +159,7 @@ void CpuBackend::forward_spans(const std::vector<Span>& spans, const int32_t* to
     for (int t = sp.t0; t < sp.t0 + sp.n; ++t) {
       embed_row(w_.token_embd.type, w_.token_embd.data, c.n_vocab, D, tokens[t], h_.data() + t * D);
       rope_table(rope_cs_.data() + static_cast<int64_t>(t) * c.n_rot, c.n_rot, sp.pos0 + (t - sp.t0), c.rope_base,
-                 c.rope_freq_scale);
+                 c.rope_scaling);
     }
   for (int il = 0; il < c.n_layer; ++il) {
     if (c.is_linear(il)) linear_attention_block(spans, il, n);

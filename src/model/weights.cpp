@@ -5,6 +5,7 @@
 
 #include "format/gguf.h"
 #include "model/hparams.h"
+#include "model/rope_scaling.h"
 #include "util/error.h"
 
 namespace ms {
@@ -211,14 +212,7 @@ ModelConfig read_model_config(const GgufFile& f) {
   c.n_ctx_train = hp.n_ctx_train > 0 ? hp.n_ctx_train : 4096;
   c.rms_eps = hp.rms_eps > 0 ? static_cast<float>(hp.rms_eps) : 1e-6f;
   c.rope_base = hp.rope_freq_base > 0 ? static_cast<float>(hp.rope_freq_base) : 10000.0f;
-  const std::string scaling = f.get_string(p + "rope.scaling.type", "none");
-  if (scaling == "linear") {
-    const double factor = f.get_float(p + "rope.scaling.factor", 1.0);
-    if (!(factor > 0)) throw Error(f.path() + ": rope.scaling.factor must be > 0");
-    c.rope_freq_scale = static_cast<float>(1.0 / factor);
-  } else if (scaling != "none" && !scaling.empty()) {
-    throw Error(f.path() + ": RoPE scaling '" + scaling + "' is not supported (only none and linear)");
-  }
+  c.rope_scaling = read_rope_scaling(f, c.arch_name, c.n_rot, c.rope_base, c.n_ctx_train);
   if (hp.n_expert_shared > 1 || (hp.n_expert_shared > 0 && !c.arch->shared_expert))
     throw Error(f.path() + ": shared experts are not supported for '" + c.arch_name + "' (expert_shared_count " +
                 std::to_string(hp.n_expert_shared) + ")");

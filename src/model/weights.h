@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "model/arch.h"
+#include "model/rope_router.h"
 #include "quant/types.h"
 
 namespace ms {
@@ -37,7 +38,7 @@ struct ModelConfig {
   int64_t n_ff_exp = 0;   // one expert's FFN width
   float rms_eps = 1e-6f;
   float rope_base = 10000.0f;
-  float rope_freq_scale = 1.0f;
+  RopeScaling rope_scaling;  // rope.scaling.*: none, linear or YaRN (model/rope_scaling.h)
   bool router_renorm = true;  // SoftmaxTopK: renormalise the top-k weights
   int64_t n_ff_shexp = 0;     // shared expert's FFN width (arch->shared_expert)
 

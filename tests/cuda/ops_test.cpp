@@ -1,12 +1,17 @@
 // CUDA element-wise ops against plain double-precision loops: RMSNorm (with
 // its Q8 output), add, SwiGLU, RoPE (both pairings), router top-k (both
-// modes), expert combine, embedding rows of each format, KV cache append.
+// modes), expert combine, embedding rows of each format, KV cache append;
+// RoPE with YaRN scaling against the CPU reference.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <numeric>
 
+#include "cpu/ops.h"
+#include "cuda/backend/decode_fused.h"
+#include "cuda/backend/prefill_fused.h"
 #include "cuda/ops.h"
+#include "model/rope_yarn.h"
 #include "cuda_test_util.h"
 
 namespace ms::cuda::test {
@@ -317,6 +322,61 @@ TEST(CudaOps, KvAppendWritesF32AtPositions) {
   }
   EXPECT_EQ(gk, wk);
   EXPECT_EQ(gv, wv);
+}
+
+
+// RoPE with YaRN scaling (model/rope_scaling.h): the separate kernel and the
+// fused q/k prologues of decode and prompt batches against the CPU's scalar
+// rope_ref, at positions past the original context.
+TEST(CudaOps, RopeYarnMatchesCpu) {
+  MS_REQUIRE_GPU();
+  std::mt19937 rng(71);
+  Stream s;
+  const int n_tok = 5, n_head = 3, n_kv = 2, hd = 128;
+  const std::vector<int32_t> pos = {0, 1, 63, 4097, 100000};
+  DeviceBuffer dpos = upload(pos);
+  for (RopeMode mode : {RopeMode::Normal, RopeMode::Neox})
+    for (int n_rot : {128, 64}) {
+      YarnParams yp;
+      yp.factor = 4;
+      yp.n_rot = n_rot;
+      yp.n_ctx_orig = 4096;
+      yp.theta_base = 1e6;
+      const RopeScaling sc = yarn_scaling(yp);
+      ASSERT_GT(sc.corr_high, sc.corr_low);
+      const std::string what = std::string(mode == RopeMode::Neox ? "neox" : "normal") + " n_rot " + std::to_string(n_rot);
+      auto cpu_rope = [&](std::vector<float> x, int heads, int n) {
+        for (int t = 0; t < n; ++t)
+          ms::rope_ref(x.data() + static_cast<size_t>(t) * heads * hd, heads, hd, n_rot, pos[t], 1e6f, sc, mode);
+        return std::vector<double>(x.begin(), x.end());
+      };
+      // The separate kernel.
+      const auto x = random_floats(static_cast<size_t>(n_tok * n_head * hd), rng);
+      DeviceBuffer dx = upload(x);
+      rope(dx.as<float>(), n_tok, n_head, hd, n_rot, dpos.as<int32_t>(), 1e6f, sc, mode, s);
+      expect_near_all(download<float>(dx.get(), x.size()), cpu_rope(x, n_head, n_tok), 1e-5, 1e-5, "rope yarn " + what);
+      // The prompt batch's fused prologue (no norms, f32 cache).
+      const auto q = random_floats(static_cast<size_t>(n_tok * n_head * hd), rng);
+      const auto k = random_floats(static_cast<size_t>(n_tok * n_kv * hd), rng);
+      const auto v = random_floats(static_cast<size_t>(n_tok * n_kv * hd), rng);
+      const int64_t ctx = 100001;
+      DeviceBuffer dq = upload(q), dk = upload(k), dv = upload(v);
+      DeviceBuffer kc(static_cast<size_t>(n_kv * ctx * hd) * sizeof(float), "k cache");
+      DeviceBuffer vc(static_cast<size_t>(n_kv * ctx * hd) * sizeof(float), "v cache");
+      batch_qk_prologue(dq.as<float>(), dk.as<float>(), dv.as<float>(), n_tok, n_head, n_kv, hd, nullptr, nullptr, 1e-6f,
+                        n_rot, dpos.as<int32_t>(), 1e6f, sc, mode, kc.as<float>(), vc.as<float>(), ctx, s);
+      expect_near_all(download<float>(dq.get(), q.size()), cpu_rope(q, n_head, n_tok), 1e-5, 1e-5, "batch q " + what);
+      expect_near_all(download<float>(dk.get(), k.size()), cpu_rope(k, n_kv, n_tok), 1e-5, 1e-5, "batch k " + what);
+      // The decode prologue: one token at the last position, q|k|v in one row.
+      std::vector<float> qkv = random_floats(static_cast<size_t>((n_head + 2 * n_kv) * hd), rng);
+      DeviceBuffer dqkv = upload(qkv), dlast = upload(std::vector<int32_t>{pos.back()});
+      decode_qk_prologue(dqkv.as<float>(), n_head, n_kv, hd, nullptr, nullptr, 1e-6f, n_rot, dlast.as<int32_t>(), 1e6f,
+                         sc, mode, kc.as<float>(), vc.as<float>(), ctx, s);
+      std::vector<float> qk(qkv.begin(), qkv.begin() + (n_head + n_kv) * hd);
+      ms::rope_ref(qk.data(), n_head + n_kv, hd, n_rot, pos.back(), 1e6f, sc, mode);
+      expect_near_all(download<float>(dqkv.get(), qk.size()), std::vector<double>(qk.begin(), qk.end()), 1e-5, 1e-5,
+                      "decode q|k " + what);
+    }
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ template <class T>
 __global__ void __launch_bounds__(kHeadPrologueThreads)
     qk_prologue_kernel(float* qkv, int n_head, int n_kv, int hd, const float* __restrict__ q_norm,
                        const float* __restrict__ k_norm, float eps, int n_rot, const int32_t* __restrict__ position,
-                       double log2_base, float freq_scale, bool neox, T* k_cache, T* v_cache, int64_t ctx) {
+                       double log2_base, RopeScaling scaling, bool neox, T* k_cache, T* v_cache, int64_t ctx) {
   const int b = blockIdx.x;
   const int pos = __ldg(position);
   const bool pos_ok = pos >= 0 && pos < ctx;
@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kHeadPrologueThreads)
     return;
   }
   const bool is_q = b < n_head;
-  dev::head_norm_rope(row, hd, is_q ? q_norm : k_norm, eps, n_rot, pos, log2_base, freq_scale, neox,
+  dev::head_norm_rope(row, hd, is_q ? q_norm : k_norm, eps, n_rot, pos, log2_base, scaling, neox,
                       is_q || !pos_ok ? static_cast<T*>(nullptr) : k_cache, b - n_head, ctx);
 }
 
@@ -144,29 +144,29 @@ namespace {
 
 template <class T>
 void qk_prologue_impl(float* qkv, int n_head, int n_kv, int head_dim, const float* q_norm, const float* k_norm,
-                      float eps, int n_rot, const int32_t* position, float theta_base, float freq_scale, RopeMode mode,
+                      float eps, int n_rot, const int32_t* position, float theta_base, RopeScaling scaling, RopeMode mode,
                       T* k_cache, T* v_cache, int64_t ctx, cudaStream_t stream) {
   if (n_head <= 0 || n_kv <= 0) return;
   check_head_prologue_args("decode_qk_prologue", head_dim, n_rot);
   qk_prologue_kernel<T><<<n_head + 2 * n_kv, kHeadPrologueThreads, 0, stream>>>(
       qkv, n_head, n_kv, head_dim, q_norm, k_norm, eps, n_rot, position, std::log2(static_cast<double>(theta_base)),
-      freq_scale, mode == RopeMode::Neox, k_cache, v_cache, ctx);
+      scaling, mode == RopeMode::Neox, k_cache, v_cache, ctx);
   MS_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 void decode_qk_prologue(float* qkv, int n_head, int n_kv, int head_dim, const float* q_norm, const float* k_norm,
-                        float eps, int n_rot, const int32_t* position, float theta_base, float freq_scale,
+                        float eps, int n_rot, const int32_t* position, float theta_base, RopeScaling scaling,
                         RopeMode mode, uint16_t* k_cache, uint16_t* v_cache, int64_t ctx, cudaStream_t stream) {
-  qk_prologue_impl(qkv, n_head, n_kv, head_dim, q_norm, k_norm, eps, n_rot, position, theta_base, freq_scale, mode,
+  qk_prologue_impl(qkv, n_head, n_kv, head_dim, q_norm, k_norm, eps, n_rot, position, theta_base, scaling, mode,
                    reinterpret_cast<__half*>(k_cache), reinterpret_cast<__half*>(v_cache), ctx, stream);
 }
 
 void decode_qk_prologue(float* qkv, int n_head, int n_kv, int head_dim, const float* q_norm, const float* k_norm,
-                        float eps, int n_rot, const int32_t* position, float theta_base, float freq_scale,
+                        float eps, int n_rot, const int32_t* position, float theta_base, RopeScaling scaling,
                         RopeMode mode, float* k_cache, float* v_cache, int64_t ctx, cudaStream_t stream) {
-  qk_prologue_impl(qkv, n_head, n_kv, head_dim, q_norm, k_norm, eps, n_rot, position, theta_base, freq_scale, mode,
+  qk_prologue_impl(qkv, n_head, n_kv, head_dim, q_norm, k_norm, eps, n_rot, position, theta_base, scaling, mode,
                    k_cache, v_cache, ctx, stream);
 }
 

@@ -18,10 +18,10 @@ namespace ms::cuda {
 //   k, v heads: written to the cache (f16 or f32) at position[0] (as kv_append()).
 // Equals rmsnorm + rmsnorm + rope + rope + kv_append of ops.h, in one launch.
 void decode_qk_prologue(float* qkv, int n_head, int n_kv, int head_dim, const float* q_norm, const float* k_norm,
-                        float eps, int n_rot, const int32_t* position, float theta_base, float freq_scale,
+                        float eps, int n_rot, const int32_t* position, float theta_base, RopeScaling scaling,
                         RopeMode mode, uint16_t* k_cache, uint16_t* v_cache, int64_t ctx, cudaStream_t stream);
 void decode_qk_prologue(float* qkv, int n_head, int n_kv, int head_dim, const float* q_norm, const float* k_norm,
-                        float eps, int n_rot, const int32_t* position, float theta_base, float freq_scale,
+                        float eps, int n_rot, const int32_t* position, float theta_base, RopeScaling scaling,
                         RopeMode mode, float* k_cache, float* v_cache, int64_t ctx, cudaStream_t stream);
 
 // RMSNorm of one row of n floats (n a multiple of 32, at most 8192) with its

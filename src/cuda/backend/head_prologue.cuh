@@ -10,6 +10,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/kv_elem.cuh"
+#include "model/rope_router.h"
 #include "util/error.h"
 
 namespace ms::cuda {
@@ -41,7 +42,7 @@ __device__ __forceinline__ void head_store_v(const float* row, int hd, T* v_cach
 // `row`; a k head (k_cache set) also goes into cache row `pos` of kv head j.
 template <class T>
 __device__ __forceinline__ void head_norm_rope(float* row, int hd, const float* __restrict__ w, float eps, int n_rot,
-                                               int pos, double log2_base, float freq_scale, bool neox, T* k_cache,
+                                               int pos, double log2_base, RopeScaling scaling, bool neox, T* k_cache,
                                                int j, int64_t ctx) {
   __shared__ float buf[kHeadPrologueMaxDim];
   __shared__ float scratch[32];
@@ -60,10 +61,10 @@ __device__ __forceinline__ void head_norm_rope(float* row, int hd, const float* 
   const int half = n_rot / 2;
   for (int i = threadIdx.x; i < half; i += kHeadPrologueThreads) {
     const double inv_freq = exp2(-2.0 * i / n_rot * log2_base);
-    const double theta = static_cast<double>(pos) * freq_scale * inv_freq;
+    const double theta = static_cast<double>(pos) * rope_pair_scale(scaling, i) * inv_freq;
     double sd, cd;
     sincos(theta, &sd, &cd);
-    const float s = static_cast<float>(sd), c = static_cast<float>(cd);
+    const float s = static_cast<float>(sd) * scaling.mscale, c = static_cast<float>(cd) * scaling.mscale;
     const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
     const float x0 = buf[a], x1 = buf[b];
     buf[a] = x0 * c - x1 * s;

@@ -114,14 +114,14 @@ void CudaBackend::Impl::attention_block(int il, int n, const int32_t* positions,
     kv.with_layer(il, [&](auto* kc, auto* vc) {
       if constexpr (fused_prologue_cache<decltype(kc)>)
         cuda::decode_qk_prologue(qkv, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps, c.n_rot,
-                                 positions, c.rope_base, c.rope_freq_scale, c.arch->rope_mode, kc, vc, kv_ctx, s);
+                                 positions, c.rope_base, c.rope_scaling, c.arch->rope_mode, kc, vc, kv_ctx, s);
     });
   } else if (!one_qkv && !L.bq && opt.fused_prefill && fusable_cache &&
              (L.q_norm == nullptr) == (L.k_norm == nullptr)) {
     kv.with_layer(il, [&](auto* kc, auto* vc) {
       if constexpr (fused_prologue_cache<decltype(kc)>)
         cuda::batch_qk_prologue(qp, kp, vp, n, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps,
-                                c.n_rot, positions, c.rope_base, c.rope_freq_scale, c.arch->rope_mode, kc, vc, kv_ctx,
+                                c.n_rot, positions, c.rope_base, c.rope_scaling, c.arch->rope_mode, kc, vc, kv_ctx,
                                 s);
     });
   } else {
@@ -157,10 +157,10 @@ void CudaBackend::Impl::prologue(int il, int n, float* qp, float* kp, float* vp,
   }
   const RopeMode rm = c.arch->rope_mode;
   if (one_qkv) {
-    cuda::rope(qp, 1, c.n_head + c.n_head_kv, c.head_dim, c.n_rot, positions, c.rope_base, c.rope_freq_scale, rm, s);
+    cuda::rope(qp, 1, c.n_head + c.n_head_kv, c.head_dim, c.n_rot, positions, c.rope_base, c.rope_scaling, rm, s);
   } else {
-    cuda::rope(qp, n, c.n_head, c.head_dim, c.n_rot, positions, c.rope_base, c.rope_freq_scale, rm, s);
-    cuda::rope(kp, n, c.n_head_kv, c.head_dim, c.n_rot, positions, c.rope_base, c.rope_freq_scale, rm, s);
+    cuda::rope(qp, n, c.n_head, c.head_dim, c.n_rot, positions, c.rope_base, c.rope_scaling, rm, s);
+    cuda::rope(kp, n, c.n_head_kv, c.head_dim, c.n_rot, positions, c.rope_base, c.rope_scaling, rm, s);
   }
   kv.with_layer(il, [&](auto* kc, auto* vc) {
     cuda::kv_append(kp, vp, n, c.n_head_kv, c.head_dim, positions, kc, vc, kv.ctx(), s);

@@ -21,7 +21,7 @@ template <class T>
 __global__ void __launch_bounds__(kHeadPrologueThreads) batch_qk_prologue_kernel(
     float* q, float* k, const float* v, int n_head, int n_kv, int hd, const float* __restrict__ q_norm,
     const float* __restrict__ k_norm, float eps, int n_rot, const int32_t* __restrict__ positions, double log2_base,
-    float freq_scale, bool neox, T* k_cache, T* v_cache, int64_t ctx) {
+    RopeScaling scaling, bool neox, T* k_cache, T* v_cache, int64_t ctx) {
   const int b = blockIdx.x, t = blockIdx.y;
   const int pos = __ldg(positions + t);
   const bool pos_ok = pos >= 0 && pos < ctx;
@@ -33,14 +33,14 @@ __global__ void __launch_bounds__(kHeadPrologueThreads) batch_qk_prologue_kernel
   const bool is_q = b < n_head;
   const int j = is_q ? b : b - n_head;
   float* row = is_q ? q + (static_cast<int64_t>(t) * n_head + j) * hd : k + (static_cast<int64_t>(t) * n_kv + j) * hd;
-  dev::head_norm_rope(row, hd, is_q ? q_norm : k_norm, eps, n_rot, pos, log2_base, freq_scale, neox,
+  dev::head_norm_rope(row, hd, is_q ? q_norm : k_norm, eps, n_rot, pos, log2_base, scaling, neox,
                       is_q || !pos_ok ? static_cast<T*>(nullptr) : k_cache, j, ctx);
 }
 
 template <class T>
 void batch_qk_prologue_impl(float* q, float* k, const float* v, int n, int n_head, int n_kv, int head_dim,
                             const float* q_norm, const float* k_norm, float eps, int n_rot, const int32_t* positions,
-                            float theta_base, float freq_scale, RopeMode mode, T* k_cache, T* v_cache, int64_t ctx,
+                            float theta_base, RopeScaling scaling, RopeMode mode, T* k_cache, T* v_cache, int64_t ctx,
                             cudaStream_t stream) {
   if (n <= 0 || n_head <= 0 || n_kv <= 0) return;
   if (n > 65535) throw Error("batch_qk_prologue: at most 65535 tokens per call");
@@ -48,7 +48,7 @@ void batch_qk_prologue_impl(float* q, float* k, const float* v, int n, int n_hea
   const dim3 grid(static_cast<unsigned>(n_head + 2 * n_kv), static_cast<unsigned>(n));
   batch_qk_prologue_kernel<T><<<grid, kHeadPrologueThreads, 0, stream>>>(
       q, k, v, n_head, n_kv, head_dim, q_norm, k_norm, eps, n_rot, positions, std::log2(static_cast<double>(theta_base)),
-      freq_scale, mode == RopeMode::Neox, k_cache, v_cache, ctx);
+      scaling, mode == RopeMode::Neox, k_cache, v_cache, ctx);
   MS_CUDA_CHECK_LAUNCH();
 }
 
@@ -56,19 +56,19 @@ void batch_qk_prologue_impl(float* q, float* k, const float* v, int n, int n_hea
 
 void batch_qk_prologue(float* q, float* k, const float* v, int n, int n_head, int n_kv, int head_dim,
                        const float* q_norm, const float* k_norm, float eps, int n_rot, const int32_t* positions,
-                       float theta_base, float freq_scale, RopeMode mode, uint16_t* k_cache, uint16_t* v_cache,
+                       float theta_base, RopeScaling scaling, RopeMode mode, uint16_t* k_cache, uint16_t* v_cache,
                        int64_t ctx, cudaStream_t stream) {
   batch_qk_prologue_impl(q, k, v, n, n_head, n_kv, head_dim, q_norm, k_norm, eps, n_rot, positions, theta_base,
-                         freq_scale, mode, reinterpret_cast<__half*>(k_cache), reinterpret_cast<__half*>(v_cache), ctx,
+                         scaling, mode, reinterpret_cast<__half*>(k_cache), reinterpret_cast<__half*>(v_cache), ctx,
                          stream);
 }
 
 void batch_qk_prologue(float* q, float* k, const float* v, int n, int n_head, int n_kv, int head_dim,
                        const float* q_norm, const float* k_norm, float eps, int n_rot, const int32_t* positions,
-                       float theta_base, float freq_scale, RopeMode mode, float* k_cache, float* v_cache, int64_t ctx,
+                       float theta_base, RopeScaling scaling, RopeMode mode, float* k_cache, float* v_cache, int64_t ctx,
                        cudaStream_t stream) {
   batch_qk_prologue_impl(q, k, v, n, n_head, n_kv, head_dim, q_norm, k_norm, eps, n_rot, positions, theta_base,
-                         freq_scale, mode, k_cache, v_cache, ctx, stream);
+                         scaling, mode, k_cache, v_cache, ctx, stream);
 }
 
 }  // namespace ms::cuda

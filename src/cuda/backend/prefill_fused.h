@@ -19,11 +19,11 @@ namespace ms::cuda {
 // Equals rmsnorm + rmsnorm + rope + rope + kv_append of ops.h, in one launch.
 void batch_qk_prologue(float* q, float* k, const float* v, int n, int n_head, int n_kv, int head_dim,
                        const float* q_norm, const float* k_norm, float eps, int n_rot, const int32_t* positions,
-                       float theta_base, float freq_scale, RopeMode mode, uint16_t* k_cache, uint16_t* v_cache,
+                       float theta_base, RopeScaling scaling, RopeMode mode, uint16_t* k_cache, uint16_t* v_cache,
                        int64_t ctx, cudaStream_t stream);
 void batch_qk_prologue(float* q, float* k, const float* v, int n, int n_head, int n_kv, int head_dim,
                        const float* q_norm, const float* k_norm, float eps, int n_rot, const int32_t* positions,
-                       float theta_base, float freq_scale, RopeMode mode, float* k_cache, float* v_cache, int64_t ctx,
+                       float theta_base, RopeScaling scaling, RopeMode mode, float* k_cache, float* v_cache, int64_t ctx,
                        cudaStream_t stream);
 
 }  // namespace ms::cuda
