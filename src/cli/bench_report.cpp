@@ -9,6 +9,7 @@
 #include "experts/floor.h"
 #include "format/gguf.h"
 #include "util/bytes.h"
+#include "util/error.h"
 
 #ifndef MOESTREAM_VERSION
 #define MOESTREAM_VERSION "0.1.0"
@@ -47,8 +48,8 @@ nlohmann::json run_json(const BenchArgs& a, const BudgetRun& r) {
   j["floor_tps"] = r.floor_tps;
   nlohmann::json rs = nlohmann::json::array();
   for (const Stat& s : r.stats)
-    rs.push_back({{"test", s.test}, {"n_tokens", s.n_tokens}, {"reps", a.reps}, {"tps_mean", s.mean()},
-                  {"tps_sd", s.sd()}, {"tps", s.tps}});
+    rs.push_back({{"test", s.test}, {"n_tokens", s.n_tokens}, {"n_depth", s.depth}, {"reps", a.reps},
+                  {"tps_mean", s.mean()}, {"tps_sd", s.sd()}, {"tps", s.tps}});
   j["results"] = rs;
   j["experts"] = r.tel.to_json();
   if (r.tel.hybrid) j["vram_budget_bytes"] = r.tel.budget_bytes;
@@ -87,6 +88,51 @@ std::string run_text(const BudgetRun& r, const ModelInfo& mi, const std::string&
 }
 
 }  // namespace
+
+std::string bench_test_name(char kind, int n_tokens, int depth) {
+  std::string name = std::string(kind == 'p' ? "pp" : "tg") + std::to_string(n_tokens);
+  if (depth > 0) name += " @ d" + std::to_string(depth);
+  return name;
+}
+
+int largest(const std::vector<int>& list) {
+  int m = 0;
+  for (int v : list) m = std::max(m, v);
+  return m;
+}
+
+int first_nonzero(const std::vector<int>& list) {
+  for (int v : list)
+    if (v > 0) return v;
+  return 0;
+}
+
+int64_t bench_ctx(const BenchArgs& a, int tg_prompt) {
+  const int64_t gen = largest(a.n_gen) > 0 ? int64_t{tg_prompt} + largest(a.n_gen) : 0;
+  return int64_t{largest(a.n_depth)} + std::max<int64_t>(largest(a.n_prompt), gen) + 1;
+}
+
+void check_bench_lists(const BenchArgs& a) {
+  struct Flag {
+    const char* name;
+    const std::vector<int>* list;
+    const char* what;
+  };
+  for (const Flag& f : {Flag{"-p", &a.n_prompt, "prompt tokens"}, Flag{"-n", &a.n_gen, "generated tokens"},
+                        Flag{"-d", &a.n_depth, "depth tokens"}}) {
+    if (f.list->empty()) throw Error(std::string(f.name) + ": give at least one value");
+    for (int v : *f.list)
+      if (v < 0 || v > kMaxCtx)
+        throw Error(std::string(f.name) + " " + std::to_string(v) + ": " + f.what + " must be in 0.." +
+                    std::to_string(kMaxCtx));
+  }
+  if (largest(a.n_prompt) == 0 && largest(a.n_gen) == 0) throw Error("bench: nothing to measure (-p 0 -n 0)");
+  const int64_t ctx = bench_ctx(a, 8);
+  if (ctx > kMaxCtx)
+    throw Error("-d " + std::to_string(largest(a.n_depth)) + " with -p " + std::to_string(largest(a.n_prompt)) +
+                " / -n " + std::to_string(largest(a.n_gen)) + ": a context of " + std::to_string(ctx) +
+                " tokens, more than " + std::to_string(kMaxCtx));
+}
 
 ModelInfo model_info(const std::string& path, const LoadedModel& m) {
   const ModelWeights& w = m.weights;
@@ -177,7 +223,7 @@ std::string bench_text(const BenchArgs& a, const LoadedModel& model, const Model
   }
   return out + "floor tok/s: per decode token, max(GPU bytes / HBM, streamed bytes / H2D, CPU bytes / CPU rate) at "
                "the measured rates; where every expert is resident, the floor above\n\n" +
-         budget_table(rows, a.n_prompt, a.n_gen);
+         budget_table(rows, first_nonzero(a.n_prompt), first_nonzero(a.n_gen));
 }
 
 }  // namespace ms::cli

@@ -18,7 +18,9 @@ struct BenchArgs {
   bool model_given = false;   // -m appeared (so `-m ""` is an error, not the tiny model)
   std::string svg;            // --svg FILE: tokens/s against the budget(s)
   std::string record_routes;  // after the timed runs: one prompt + decode run recorded as a routing trace
-  int n_prompt = 512, n_gen = 128, reps = 3, threads = 0, batch = 0;
+  // -p, -n, -d: comma lists; every (depth, prompt) and (depth, gen) pair is a test.
+  std::vector<int> n_prompt = {512}, n_gen = {128}, n_depth = {0};
+  int reps = 3, threads = 0, batch = 0;
   bool json = false;
   double bandwidth_gbs = 0;  // > 0: use this instead of measuring
   KvType kv_type = KvType::F16;
@@ -26,9 +28,10 @@ struct BenchArgs {
 };
 
 struct Stat {
-  std::string test;
+  std::string test;  // bench_test_name()
   int n_tokens = 0;
   std::vector<double> tps;
+  int depth = 0;     // tokens already in the cache when the test ran (-d)
   double mean() const {
     double s = 0;
     for (double v : tps) s += v;
@@ -42,6 +45,18 @@ struct Stat {
     return std::sqrt(s / (tps.size() - 1));
   }
 };
+
+// llama-bench's test names: "pp512", "tg128", and at depth "pp512 @ d8192".
+std::string bench_test_name(char kind, int n_tokens, int depth);
+// The largest item of a -p/-n/-d list, and the first positive one (0: none).
+int largest(const std::vector<int>& list);
+int first_nonzero(const std::vector<int>& list);
+// The KV capacity every test of the lists fits in: the deepest context plus
+// the longest prompt, or tg_prompt + the most generated tokens, plus one.
+int64_t bench_ctx(const BenchArgs& a, int tg_prompt);
+// -p, -n and -d items in 0..kMaxCtx, something to measure, and the context
+// they need within kMaxCtx; throws ms::Error naming the flag.
+void check_bench_lists(const BenchArgs& a);
 
 // What the output says about the model, the same for every budget.
 struct ModelInfo {

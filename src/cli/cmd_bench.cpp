@@ -4,13 +4,18 @@
 // the build and the model in the header. The one tool performance claims are
 // made with; keep its output formats stable.
 //
-//   moestream bench [-m FILE] [-p 512] [-n 128] [-r 3] [--backend cpu|cuda] [-t N] [--kv-type f16|f32]
+//   moestream bench [-m FILE] [-p 512[,8192..]] [-n 128[,..]] [-d 0[,32768..]] [-r 3] [--backend cpu|cuda] [-t N]
+//                   [--kv-type f16|f32|q8_0]
 //                   [--vram B[,B..]] [--svg FILE] [--json] [-o FILE]
 //
 // pp: a synthetic prompt of p tokens into an empty cache, one forward call
 //     (batched prefill), logits of the last token copied back.
 // tg: after a short (untimed) prompt of 8 tokens, n decode steps of random
 //     tokens (a new sequence each run), logits copied back each step.
+// -d N (llama-bench's depth): each pp and tg test starts from a cache that
+//     already holds N tokens (filled untimed; for tg it replaces the 8-token
+//     prompt); rows read `pp512 @ d8192`. Lists run every combination, in
+//     llama-bench's order: per depth, the pp tests, then the tg tests.
 // The floor beside tg is active bytes per token / memory bandwidth (the GPU's
 // device-to-device copy rate, or the host's read rate for --backend cpu).
 // --vram A,B,..: the whole bench once per budget, each on a backend built
@@ -108,11 +113,11 @@ BudgetRun measure(const BenchArgs& a, const std::string& vram, bool sweep, const
   const ModelWeights& w = model.weights;
   const ModelConfig& c = w.cfg;
   constexpr int kTgPrompt = 8;
-  const int64_t ctx = std::max<int64_t>(a.n_prompt, kTgPrompt + a.n_gen) + 1;
+  const int64_t ctx = bench_ctx(a, kTgPrompt);
   BackendSetup bs;
   bs.requested = a.backend;
   bs.ctx = ctx;
-  bs.max_batch = a.batch > 0 ? a.batch : std::clamp(a.n_prompt, 1, kMaxBatch);
+  bs.max_batch = a.batch > 0 ? a.batch : std::clamp(largest(a.n_prompt), 1, kMaxBatch);
   bs.kv_type = a.kv_type;
   bs.vram = a.vram;
   bs.vram.budget = vram;
@@ -125,22 +130,29 @@ BudgetRun measure(const BenchArgs& a, const std::string& vram, bool sweep, const
   r.device = backend_device(*be, pool);
 
   using clock = std::chrono::steady_clock;
-  const std::vector<int32_t> prompt = bench_prompt(a.n_prompt, c.n_vocab, 12345);
   const std::vector<int32_t> tg_prompt = bench_prompt(kTgPrompt, c.n_vocab, 777);
   std::vector<float> logits;
-  auto run_pp = [&]() {
+  // The untimed context of a test at depth d (llama-bench's -d): d tokens of
+  // a fixed prompt in a fresh cache, in the backend's own prompt passes.
+  auto fill = [&](KvCache& kv, int depth) {
+    if (depth > 0) be->forward(kv, bench_prompt(depth, c.n_vocab, 4242), logits);
+  };
+  auto run_pp = [&](const std::vector<int32_t>& prompt, int depth) {
     KvCache kv = be->make_cache(ctx, a.kv_type);
+    fill(kv, depth);
     const auto t0 = clock::now();
     be->forward(kv, prompt, logits);
     return std::chrono::duration<double>(clock::now() - t0).count();
   };
   // Decode feeds random tokens, a new sequence per run (as llama-bench does):
   // greedy decoding of a random-weight model soon loops, and a loop's experts
-  // would all be cached by the second run, which no real text allows.
+  // would all be cached by the second run, which no real text allows. At
+  // depth 0 a short prompt comes first; at depth d the d tokens are the prompt.
   uint32_t tg_run = 0;
-  auto run_tg = [&](int n) {
+  auto run_tg = [&](int n, int depth) {
     KvCache kv = be->make_cache(ctx, a.kv_type);
-    be->forward(kv, tg_prompt, logits);
+    if (depth > 0) fill(kv, depth);
+    else be->forward(kv, tg_prompt, logits);
     std::mt19937 rng(1000 + tg_run++);
     const auto vocab = static_cast<uint32_t>(c.n_vocab);
     const auto t0 = clock::now();
@@ -151,27 +163,36 @@ BudgetRun measure(const BenchArgs& a, const std::string& vram, bool sweep, const
     return std::chrono::duration<double>(clock::now() - t0).count();
   };
   // Warm-up: pages in the weights, spins up the pool, captures the decode graph.
-  if (a.n_prompt > 0) run_pp();
-  if (a.n_gen > 0) run_tg(std::min(a.n_gen, 8));
+  const int first_p = first_nonzero(a.n_prompt), first_n = first_nonzero(a.n_gen);
+  if (first_p > 0) run_pp(bench_prompt(first_p, c.n_vocab, 12345), 0);
+  if (first_n > 0) run_tg(std::min(first_n, 8), 0);
 
-  if (a.n_prompt > 0) {
-    Stat s{"pp" + std::to_string(a.n_prompt), a.n_prompt, {}};
-    for (int i = 0; i < a.reps; ++i) s.tps.push_back(a.n_prompt / run_pp());
-    r.stats.push_back(s);
-  }
-  if (a.n_gen > 0) {
-    Stat s{"tg" + std::to_string(a.n_gen), a.n_gen, {}};
-    for (int i = 0; i < a.reps; ++i) s.tps.push_back(a.n_gen / run_tg(a.n_gen));
-    r.stats.push_back(s);
+  // llama-bench's order: for each depth, every pp test, then every tg test.
+  for (int depth : a.n_depth) {
+    for (int np : a.n_prompt) {
+      if (np <= 0) continue;
+      const std::vector<int32_t> prompt = bench_prompt(np, c.n_vocab, 12345);
+      Stat s{bench_test_name('p', np, depth), np, {}, depth};
+      for (int i = 0; i < a.reps; ++i) s.tps.push_back(np / run_pp(prompt, depth));
+      r.stats.push_back(s);
+    }
+    for (int ng : a.n_gen) {
+      if (ng <= 0) continue;
+      Stat s{bench_test_name('t', ng, depth), ng, {}, depth};
+      for (int i = 0; i < a.reps; ++i) s.tps.push_back(ng / run_tg(ng, depth));
+      r.stats.push_back(s);
+    }
   }
   if (!a.record_routes.empty()) {
-    // Untimed: the pp prompt, then n_gen greedy decode tokens, in one context.
+    // Untimed: the first pp prompt, then the first tg count of greedy decode
+    // tokens, in one context.
+    const std::vector<int32_t> prompt = bench_prompt(std::max(first_p, 0), c.n_vocab, 12345);
     RouteRecorder rec(a.record_routes, w, static_cast<uint32_t>(prompt.size()));
     rec.attach(*be);
-    KvCache kv = be->make_cache(static_cast<int64_t>(prompt.size()) + a.n_gen + 1, a.kv_type);
+    KvCache kv = be->make_cache(static_cast<int64_t>(prompt.size()) + first_n + 1, a.kv_type);
     if (!prompt.empty()) be->forward(kv, prompt, logits);
     int32_t tok = prompt.empty() ? 0 : argmax(logits.data(), static_cast<int32_t>(c.n_vocab));
-    for (int j = 0; j < a.n_gen; ++j) {
+    for (int j = 0; j < first_n; ++j) {
       be->forward(kv, std::span<const int32_t>(&tok, 1), logits);
       tok = argmax(logits.data(), static_cast<int32_t>(c.n_vocab));
     }
@@ -194,11 +215,7 @@ void write_file(const std::string& path, const std::string& text, const char* wh
 
 // The flags' bounds, checked before the model is opened; each error names its flag.
 void check_bench_flags(const BenchArgs& a) {
-  if (a.n_prompt < 0 || a.n_prompt > kMaxCtx)
-    throw Error("-p " + std::to_string(a.n_prompt) + ": prompt tokens must be in 0.." + std::to_string(kMaxCtx));
-  if (a.n_gen < 0 || a.n_gen > kMaxCtx)
-    throw Error("-n " + std::to_string(a.n_gen) + ": generated tokens must be in 0.." + std::to_string(kMaxCtx));
-  if (a.n_prompt == 0 && a.n_gen == 0) throw Error("bench: nothing to measure (-p 0 -n 0)");
+  check_bench_lists(a);  // -p, -n, -d (bench_report.h)
   if (a.reps < 1 || a.reps > 1000) throw Error("-r " + std::to_string(a.reps) + ": repetitions must be in 1..1000");
   if (a.batch < 0 || a.batch > kMaxBatch)
     throw Error("-b " + std::to_string(a.batch) + ": must be in 0.." + std::to_string(kMaxBatch) + " (0: the whole prompt)");
@@ -239,7 +256,8 @@ int run(const BenchArgs& a) {
   if (!a.svg.empty()) {
     std::vector<BudgetRow> rows;
     for (const BudgetRun& r : runs) rows.push_back(r.row);
-    write_file(a.svg, budget_svg(rows, "moestream bench: " + (mi.name.empty() ? mi.path : mi.name), a.n_prompt, a.n_gen),
+    write_file(a.svg, budget_svg(rows, "moestream bench: " + (mi.name.empty() ? mi.path : mi.name),
+                                first_nonzero(a.n_prompt), first_nonzero(a.n_gen)),
                "chart");
   }
   return 0;
@@ -250,8 +268,17 @@ RegisterCommand reg("bench", [](CLI::App& app) {
   auto* sub = app.add_subcommand("bench", "Measure prompt (pp) and generation (tg) tokens/s, llama-bench style");
   sub->add_option("-m,--model", a->model, "GGUF model file (default: the built-in tiny model)")
       ->each([a](const std::string&) { a->model_given = true; });
-  sub->add_option("-p,--n-prompt", a->n_prompt, "prompt tokens of the pp test (0: skip)")->capture_default_str();
-  sub->add_option("-n,--n-gen", a->n_gen, "generated tokens of the tg test (0: skip)")->capture_default_str();
+  sub->add_option("-p,--n-prompt", a->n_prompt, "prompt tokens of the pp tests, a comma list (0: skip)")
+      ->delimiter(',')
+      ->capture_default_str();
+  sub->add_option("-n,--n-gen", a->n_gen, "generated tokens of the tg tests, a comma list (0: skip)")
+      ->delimiter(',')
+      ->capture_default_str();
+  sub->add_option("-d,--n-depth", a->n_depth,
+                  "tokens of context already in the cache when each pp/tg test starts (llama-bench's -d; filling it is "
+                  "not timed), a comma list")
+      ->delimiter(',')
+      ->capture_default_str();
   sub->add_option("-r,--repetitions", a->reps, "repetitions of each test")->capture_default_str();
   sub->add_option("--backend", a->backend, backend_help())->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("-t,--threads", a->threads, "CPU threads (0: all cores)");
