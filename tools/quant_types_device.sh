@@ -55,7 +55,8 @@ export LLAMA_BUILD=${LLAMA_BUILD:-/tmp/llama-build}
 MS=${MS_BIN:-$ROOT/build-qbench-gpu/moestream}
 GEN_MS=${MS_CPU_BIN:-$MS}
 [ -f tools/device_env.sh ] && source tools/device_env.sh
-on_bench() { taskset -c "$BENCH_CPUS" "$@"; }
+if command -v taskset > /dev/null; then on_bench() { taskset -c "$BENCH_CPUS" "$@"; }; on_build() { taskset -c "$BUILD_CPUS" "$@"; }
+else on_bench() { "$@"; }; on_build() { "$@"; }; fi  # (no taskset: builds and benches share the cores)
 time_left() { [ $(($(date +%s) - START)) -lt "$DEADLINE" ]; }
 IFS=, read -r -a TYPE_LIST <<< "$TYPES"
 
@@ -77,14 +78,14 @@ ms_build() {
   local gen=(); command -v ninja > /dev/null && gen=(-G Ninja)
   cmake -S "$src" -B "$ROOT/build-qbench-gpu" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DMOESTREAM_CUDA=ON -DMOESTREAM_BENCH=OFF -DMOESTREAM_TESTS=OFF > "$WORK/ms_configure.log" 2>&1 &&
-    timeout 400 taskset -c "$BUILD_CPUS" cmake --build "$ROOT/build-qbench-gpu" --target moestream -j"$((NCPU > THREADS ? NCPU - THREADS : NCPU))" \
+    on_build timeout 400 cmake --build "$ROOT/build-qbench-gpu" --target moestream -j"$((NCPU > THREADS ? NCPU - THREADS : NCPU))" \
       > "$WORK/ms_build.log" 2>&1 && touch "$WORK/ms.built"
 }
 MS_PID=; LLAMA_PID=
 if [ -z "$DRY" ]; then
   if [ ! -f "$WORK/ms.built" ] && [ -z "${MS_BIN:-}" ]; then ms_build & MS_PID=$!; fi
   if [ ! -x "$LLAMA_BUILD/bin/llama-bench" ]; then
-    OUT=$WORK LLAMA_BUILD_ONLY=1 LLAMA_BUILD_TIMEOUT=${LLAMA_BUILD_TIMEOUT:-420} taskset -c "$BUILD_CPUS" \
+    OUT=$WORK LLAMA_BUILD_ONLY=1 LLAMA_BUILD_TIMEOUT=${LLAMA_BUILD_TIMEOUT:-420} on_build \
       bash tools/llamacpp_sweep.sh none > "$WORK/llama_build_step.log" 2>&1 & LLAMA_PID=$!
   fi
 fi
@@ -105,7 +106,7 @@ llama_ready() {  # $1=wait: block until the build ends
       say "llama-bench build rc=$rc"; [ $rc -eq 0 ] || tail -5 "$WORK/llama_build_step.log"
     fi
   fi
-  [ -x "$LLAMA_BUILD/bin/llama-bench" ]
+  [ -z "$LLAMA_PID" ] && [ -x "$LLAMA_BUILD/bin/llama-bench" ]  # (not while its link may still be writing it)
 }
 
 # ---------------------------------------------------------------- files
@@ -195,7 +196,7 @@ else
     publish
   done
   if llama_ready wait; then
-    for t in "${TYPE_LIST[@]}"; do llama_rows "$t"; finish_type "$t"; done
+    for t in "${TYPE_LIST[@]}"; do llama_rows "$t"; finish_type "$t"; publish; done
   fi
 fi
 [ -n "$MS_PID" ] && wait "$MS_PID"
