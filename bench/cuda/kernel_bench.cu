@@ -5,10 +5,11 @@
 // keeps f32 activations and dequantizes weights to float) after checking they
 // agree.
 //
-// Timing: each measurement is a CUDA graph of kPerGraph back-to-back launches
-// (no CPU launch overhead in the numbers), replayed kReps times; the median
-// replay / kPerGraph is reported. Launches rotate over copies of the weights
-// totalling more than 4x the L2 cache, so weights come from HBM.
+// Timing (graph_timer.cuh, shared with quant_types_bench.cu): each
+// measurement is a CUDA graph of kPerGraph back-to-back launches (no CPU
+// launch overhead in the numbers), replayed kReps times; the median replay /
+// kPerGraph is reported. Launches rotate over copies of the weights totalling
+// more than 4x the L2 cache, so weights come from HBM.
 //
 // Build (tools/gpu_check.sh does this after the CMake build):
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Isrc bench/cuda/kernel_bench.cu \
@@ -33,6 +34,7 @@
 #include "quant/half.h"
 #include "quant/types.h"
 #include "util/error.h"
+#include "graph_timer.cuh"
 
 using namespace ms;
 using namespace ms::cuda;
@@ -42,29 +44,9 @@ namespace {
 int kPerGraph = 20;
 int kReps = 15;
 
-// Median time of one launch in microseconds.
+// Median time of one launch in microseconds (graph_timer.cuh).
 double time_us(cudaStream_t s, const std::function<void(int)>& launch) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  MS_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kPerGraph; ++i) launch(i);
-  MS_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-  MS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  Event a, b;
-  MS_CUDA_CHECK(cudaGraphLaunch(exec, s));  // warm-up
-  MS_CUDA_CHECK(cudaGraphLaunch(exec, s));
-  std::vector<double> t;
-  for (int r = 0; r < kReps; ++r) {
-    a.record(s);
-    MS_CUDA_CHECK(cudaGraphLaunch(exec, s));
-    b.record(s);
-    b.synchronize();
-    t.push_back(b.ms_since(a) * 1000.0 / kPerGraph);
-  }
-  MS_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  MS_CUDA_CHECK(cudaGraphDestroy(graph));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return graph_median_us(s, kPerGraph, kReps, launch);
 }
 
 void put_f16(uint8_t* p, float v) {

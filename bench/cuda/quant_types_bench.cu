@@ -2,8 +2,8 @@
 // matvec (one token; 8 experts of an FFN through a slot table, and one dense
 // attention matrix) and the int8 GEMM of a prompt batch (512 vectors), at
 // Qwen3-30B-A3B shapes. Weights rotate over copies larger than 4x the L2
-// cache, so they come from HBM; timing as kernel_bench (a CUDA graph of
-// back-to-back launches, median of the replays).
+// cache, so they come from HBM; timed as kernel_bench times (graph_timer.cuh:
+// a CUDA graph of back-to-back launches, median of the replays).
 //
 // Build (after the CMake build, as tools/gpu_check.sh builds kernel_bench):
 //   nvcc -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -Isrc bench/cuda/quant_types_bench.cu \
@@ -23,6 +23,7 @@
 #include "cuda/quant_tables.h"
 #include "quant/types.h"
 #include "util/error.h"
+#include "graph_timer.cuh"
 
 using namespace ms;
 using namespace ms::cuda;
@@ -32,26 +33,7 @@ namespace {
 constexpr int kPerGraph = 20, kReps = 11;
 
 double time_us(cudaStream_t s, const std::function<void(int)>& launch) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  MS_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kPerGraph; ++i) launch(i);
-  MS_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-  MS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  Event a, b;
-  MS_CUDA_CHECK(cudaGraphLaunch(exec, s));  // warm-up
-  std::vector<double> t;
-  for (int r = 0; r < kReps; ++r) {
-    a.record(s);
-    MS_CUDA_CHECK(cudaGraphLaunch(exec, s));
-    b.record(s);
-    b.synchronize();
-    t.push_back(b.ms_since(a) * 1000.0 / kPerGraph);
-  }
-  MS_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  MS_CUDA_CHECK(cudaGraphDestroy(graph));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return graph_median_us(s, kPerGraph, kReps, launch);
 }
 
 // Random bytes with every f16 field of the block set to a small scale is not
