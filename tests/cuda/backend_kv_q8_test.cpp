@@ -91,5 +91,25 @@ TEST(CudaBackendKvQ8, CacheBytesAre34Of64) {
   EXPECT_NEAR(q8 / f16, 34.0 / 64.0, 0.01);
 }
 
+// Options::kv_type sizes the device cache for q8_0 up front (the budget is
+// planned for it too): the same bytes as switching by make_cache, and a
+// make_cache of that type keeps the cache (no reallocation: same bytes).
+TEST(CudaBackendKvQ8, OptionsSizeTheCacheUpFront) {
+  MS_REQUIRE_GPU();
+  const LoadedModel& m = tiny_model("qwen3moe", "f16");
+  CudaBackend switched(m.weights, CudaBackend::Options{.ctx = 512});
+  KvCache a = switched.make_cache(512, KvType::Q8_0);
+  CudaBackend sized(m.weights, CudaBackend::Options{.ctx = 512, .kv_type = KvType::Q8_0});
+  const uint64_t before = sized.memory_use().kv;
+  EXPECT_EQ(before, switched.memory_use().kv);
+  KvCache b = sized.make_cache(512, KvType::Q8_0);
+  EXPECT_EQ(sized.memory_use().kv, before);
+  std::vector<float> la, lb;
+  const std::vector<int32_t> toks = some_tokens(20, m.weights.cfg.n_vocab, 43);
+  switched.forward(a, toks, la);
+  sized.forward(b, toks, lb);
+  EXPECT_EQ(la, lb);
+}
+
 }  // namespace
 }  // namespace ms::cuda::test

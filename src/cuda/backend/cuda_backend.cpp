@@ -42,6 +42,9 @@ namespace {
 
 // The recurrent (Gated DeltaNet) layers of a hybrid and their state's size
 // (empty for models without them).
+// The device KV cache's type from the options (kv_f32 wins).
+KvType device_kv_type(const CudaBackend::Options& o) { return o.kv_f32 ? KvType::F32 : o.kv_type; }
+
 cuda::RecurrentShape recurrent_shape(const ModelConfig& c) {
   cuda::RecurrentShape r;
   if (c.linear_layer.empty()) return r;
@@ -67,7 +70,7 @@ VramPlan CudaBackend::Impl::plan_budget(int64_t kv_ctx) {
     budget = free_now > CudaBackend::kAutoMargin ? free_now - CudaBackend::kAutoMargin : 0;
   }
   const WeightSplit split = split_weights(*w.file);
-  plan = plan_vram(split, inspect_hparams(*w.file), budget, kv_ctx);
+  plan = plan_vram(split, inspect_hparams(*w.file), budget, kv_ctx, kv_bytes_per_32(device_kv_type(opt)));
   if (!plan.fits_minimum)
     throw Error(std::string(automatic ? "the GPU's free memory less a " + format_bytes(CudaBackend::kAutoMargin) +
                                             " margin (" + format_bytes(budget) + ")"
@@ -302,7 +305,7 @@ CudaBackend::CudaBackend(const ModelWeights& w, Options opt) : impl_(std::make_u
   try {
     m.weights = cuda::DeviceWeights::upload(w);
     if (c.is_moe() && !m.tiered) m.experts = cuda::ResidentExperts(w);
-    m.kv = cuda::DeviceKvCache(c.n_layer, c.n_head_kv, c.head_dim, kv_ctx, opt.kv_f32, recurrent_shape(c));
+    m.kv = cuda::DeviceKvCache(c.n_layer, c.n_head_kv, c.head_dim, kv_ctx, device_kv_type(opt), recurrent_shape(c));
     m.allocate_activations();
     if (m.tiered) m.make_hybrid(plan);
   } catch (const Error& e) {

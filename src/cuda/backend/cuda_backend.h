@@ -68,6 +68,9 @@ class CudaBackend : public Backend {
     // computed (parity with f32 references), twice the bytes of the default
     // f16. make_cache switches it to the type asked for.
     bool kv_f32 = false;
+    // The device KV cache's type when kv_f32 is false (Q8_0: 34/64 of f16's
+    // bytes): the cache is allocated, and the VRAM budget planned, for it.
+    KvType kv_type = KvType::F16;
 
     // ---- VRAM budget (what `--vram` sets)
     // Bytes of device memory this backend may use (weights, KV cache,
