@@ -40,6 +40,29 @@ void delta_gates(const float* alpha, const float* b, const float* ssm_a, const f
 void delta_rule(const float* qkv, int64_t ld, const float* g, const float* beta, int n, const DeltaNetShape& s,
                 float* S, float* out, cudaStream_t stream);
 
+// The same recurrence in the chunked (WY) form of src/cpu/delta_net.h, for
+// prompts: chunks of 64 tokens, each a few small matrix products on the
+// tensor cores and a triangular solve, the state carried from chunk to
+// chunk in shared memory (delta_net_chunked.cu). Same arguments, outputs and
+// final state as delta_rule, up to float reassociation. kSplitTf32 (the
+// default) splits every tensor-core operand into two tf32 parts and keeps
+// f32 accuracy; kTf32 rounds the operands to tf32 (about 1e-3 relative).
+// Heads of head_k up to 192 (delta_rule_chunked_supported says).
+enum class DeltaPrecision { kSplitTf32, kTf32 };
+bool delta_rule_chunked_supported(const DeltaNetShape& s);
+void delta_rule_chunked(const float* qkv, int64_t ld, const float* g, const float* beta, int n,
+                        const DeltaNetShape& s, float* S, float* out, cudaStream_t stream,
+                        DeltaPrecision precision = DeltaPrecision::kSplitTf32);
+
+// Prompt lengths from which the chunked form is used (shorter ones and
+// decode run the token-by-token kernel); measured in
+// bench/cuda/delta_net_bench.cu (bench/results/long_context.md).
+constexpr int kDeltaChunkedMinTokens = 64;
+// What the layer calls: delta_rule below kDeltaChunkedMinTokens tokens (or
+// for a head the chunked kernel does not take), delta_rule_chunked from there.
+void delta_rule_prompt(const float* qkv, int64_t ld, const float* g, const float* beta, int n,
+                       const DeltaNetShape& s, float* S, float* out, cudaStream_t stream);
+
 // out[r] = rmsnorm(x[r]) * w * silu(z[r]) for `rows` rows of n (out may alias x).
 void gated_rmsnorm(const float* x, const float* z, const float* w, float* out, int64_t rows, int n, float eps,
                    cudaStream_t stream);

@@ -61,9 +61,10 @@ void CudaBackend::Impl::small_projection(const cuda::DevMat& m, int n, float* y)
 }
 
 // h += Wout gated_rmsnorm(delta_rule(l2norm(conv(Wqkv x))), Wz x) for n
-// tokens of one sequence, the state carried in the device cache. Prompts run
-// the recurrence token by token inside one launch (a warp per state row keeps
-// the row in registers across the tokens), not the chunked form.
+// tokens of one sequence, the state carried in the device cache. Prompts of
+// kDeltaChunkedMinTokens tokens or more run the recurrence in the chunked
+// (WY) form on the tensor cores; decode and shorter prompts token by token in
+// one launch (a warp per state row keeps the row in registers).
 void CudaBackend::Impl::linear_attention_block(int il, int n) {
   cudaStream_t s = stream;
   const cuda::DevLayer& L = weights.layer(il);
@@ -78,7 +79,7 @@ void CudaBackend::Impl::linear_attention_block(int il, int n) {
   cuda::delta_gates(lin_a, lin_b, L.ssm_a, L.ssm_dt, n, nv, lin_g, lin_beta, s);
   cuda::conv1d_silu(lin_qkv, CD, n, CD, L.ssm_conv, c.lin.conv_kernel, kv.conv_state(il), lin_conv, s);
   cuda::delta_prepare_qk(lin_conv, CD, n, sh, kL2NormEps, s);
-  cuda::delta_rule(lin_conv, CD, lin_g, lin_beta, n, sh, kv.delta_state(il), lin_out, s);
+  cuda::delta_rule_prompt(lin_conv, CD, lin_g, lin_beta, n, sh, kv.delta_state(il), lin_out, s);
   cuda::gated_rmsnorm(lin_out, lin_z, L.ssm_norm, lin_out, static_cast<int64_t>(n) * nv, sh.head_v, c.rms_eps, s);
   if (cuda::matvec_takes_q8(L.ssm_out.type)) cuda::quantize_q8act(lin_out, VD, n, linq8, s);
   project(L.ssm_out, lin_out, &linq8, n, h, h);
