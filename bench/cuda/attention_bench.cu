@@ -6,9 +6,10 @@
 //    tensor-core flash kernel over f16 and q8_0 caches; TFLOP/s counts the
 //    causal work, 4 * n(n+1)/2 * head_dim * n_head;
 //  - decode of one token at depth 0 (kv 1), 8k and 32k over f16 and q8_0.
-// Prints a markdown table (stdout). Build as tools/gpu_check.sh builds
-// kernel_bench (see bench/cuda/attention_gpu.sh); nothing is checked here:
-// the tests (tests/cuda/attention_test.cpp) check the results.
+// Prints a markdown table (stdout). Timing: graph_timer.cuh, as the other
+// kernel benches. Build as tools/gpu_check.sh builds kernel_bench (see
+// bench/cuda/attention_gpu.sh); nothing is checked here: the tests
+// (tests/cuda/attention_test.cpp) check the results.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -20,33 +21,22 @@
 #include <random>
 #include <vector>
 
-#include "bench_check.cuh"
 #include "cuda/attention.h"
+#include "cuda/device.h"
+#include "graph_timer.cuh"
 #include "quant/blocks.h"
+
+#define CK(x) MS_CUDA_CHECK(x)
 
 namespace {
 
-// Median of `reps` timings of `launch` (after one warm-up call), in ms.
+// Median of `reps` timed calls of `launch` in ms (graph_timer.cuh: one call
+// per graph). A first call outside the capture does the launchers' one-time
+// setup (the flash kernel's shared-memory opt-in).
 double time_ms(cudaStream_t s, int reps, const std::function<void()>& launch) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
   launch();
   CK(cudaStreamSynchronize(s));
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    CK(cudaEventRecord(a, s));
-    launch();
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return ms::cuda::graph_median_us(s, 1, reps, [&](int) { launch(); }) * 1e-3;
 }
 
 template <class T>
