@@ -190,7 +190,10 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
     return make_cpu(s, w, pool);
   }
   CudaBackend::Options o;
-  o.kv_f32 = s.kv_type == KvType::F32;  // the device cache is sized now; make_cache could switch it later
+  // The device cache is allocated, and the VRAM budget planned, for this type
+  // now (q8_0: 34/64 of f16's bytes); make_cache could switch it later.
+  o.kv_f32 = s.kv_type == KvType::F32;
+  o.kv_type = s.kv_type;
   if (s.ctx > 0) o.ctx = s.ctx;
   if (s.max_batch > 0) o.max_batch = s.max_batch;
   // For A/B measurements: the prefill expert path, decode with or without graphs
