@@ -6,7 +6,7 @@
 //   R_i     = beta_i (v_i - exp(G_i) S k_i)
 //   Vn      = T^-1 R                        (the corrected values)
 //   o_i     = exp(G_i) S q_i + sum_{j<=i} (q_i . k_j) exp(G_i - G_j) Vn_j
-//   S'      = exp(G_C) S + sum_i Vn_i (exp(G_C - G_i) k_i)^T
+//   S'      = exp(G_C) S + sum_i (exp(G_C - G_i) Vn_i) k_i^T
 // (R folds the CPU's W = T^-1 [beta exp(G) k] into the right-hand side, so
 // only the value columns are solved for, not the key columns as well.)
 //
@@ -88,22 +88,52 @@ __device__ __forceinline__ void to_tf32(Frag& f, Frag& lo) {
   }
 }
 
-// acc += A (16x8 at a, stride lda) * B (8x16 at b, stride ldb); with kSplit,
-// as a_hi b_hi + a_hi b_lo + a_lo b_hi (the lo * lo term is below f32's
-// rounding).
+// acc += A B for tf32 fragments; with kSplit, A = a + a_lo, B = b + b_lo,
+// the small terms a_hi b_lo + a_lo b_hi going to `corr` (the lo * lo term is
+// below f32's rounding). Two accumulators: two independent mma chains.
 template <bool kSplit, class FA, class FB>
-__device__ __forceinline__ void mma_step(Acc& acc, const float* a, int lda, const float* b, int ldb) {
+__device__ __forceinline__ void mma_frags(Acc& acc, Acc& corr, const FA& a, const FA& a_lo, const FB& b,
+                                          const FB& b_lo) {
+  if constexpr (kSplit) {
+    wmma::mma_sync(corr, a_lo, b, corr);
+    wmma::mma_sync(corr, a, b_lo, corr);
+  }
+  wmma::mma_sync(acc, a, b, acc);
+}
+
+// acc += A (16x8 at a, stride lda) * B (8x16 at b, stride ldb) (see mma_frags).
+template <bool kSplit, class FA, class FB>
+__device__ __forceinline__ void mma_step(Acc& acc, Acc& corr, const float* a, int lda, const float* b, int ldb) {
   FA fa, fa_lo;
   FB fb, fb_lo;
   wmma::load_matrix_sync(fa, a, lda);
   wmma::load_matrix_sync(fb, b, ldb);
   to_tf32<kSplit>(fa, fa_lo);
   to_tf32<kSplit>(fb, fb_lo);
-  if constexpr (kSplit) {
-    wmma::mma_sync(acc, fa_lo, fb, acc);
-    wmma::mma_sync(acc, fa, fb_lo, acc);
+  mma_frags<kSplit>(acc, corr, fa, fa_lo, fb, fb_lo);
+}
+
+// acc += the other accumulators' sums.
+__device__ __forceinline__ void add_into(Acc& acc, const Acc& a, const Acc& b, const Acc& c) {
+#pragma unroll
+  for (int e = 0; e < acc.num_elements; ++e) acc.x[e] += (a.x[e] + b.x[e]) + c.x[e];
+}
+
+// acc (initialised by the caller) += sum over `steps` (even) k-steps of
+// A_s B_s, A_s at a + s * a_step, B_s at b + s * b_step: even and odd steps
+// in separate accumulators (four independent chains with the corrections).
+template <bool kSplit, class FA, class FB>
+__device__ __forceinline__ void mma_run(Acc& acc, int steps, const float* a, int lda, int a_step, const float* b,
+                                        int ldb, int b_step) {
+  Acc acc1, corr0, corr1;
+  wmma::fill_fragment(acc1, 0.f);
+  wmma::fill_fragment(corr0, 0.f);
+  wmma::fill_fragment(corr1, 0.f);
+  for (int s = 0; s < steps; s += 2) {
+    mma_step<kSplit, FA, FB>(acc, corr0, a + s * a_step, lda, b + s * b_step, ldb);
+    mma_step<kSplit, FA, FB>(acc1, corr1, a + (s + 1) * a_step, lda, b + (s + 1) * b_step, ldb);
   }
-  wmma::mma_sync(acc, fa, fb, acc);
+  add_into(acc, acc1, corr0, corr1);
 }
 
 // Tile t (0..9) of a 4x4 grid's lower triangle, row by row.
@@ -199,34 +229,64 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
 
-    // ---- tensor-core products: K K^T and Q K^T (lower tiles only), K S^T, Q S^T.
+    // ---- tensor-core products: K K^T and Q K^T (lower tiles only), K S^T and
+    // Q S^T; a job makes the K and the Q tile of one (row, column) pair, which
+    // share the right-hand fragment (K^T or S^T, read column-major).
     const int ksteps = hkp / 8;
-    for (int job = warp; job < 36; job += kWarps) {
-      Acc acc;
-      wmma::fill_fragment(acc, 0.f);
-      if (job < 20) {
-        int mi, ni;
-        lower_tile(job % 10, mi, ni);
-        const float* a = (job < 10 ? Ks : Qs) + 16 * mi * ldk;
-        const float* b = Ks + 16 * ni * ldk;  // K^T, column-major
-        for (int s = 0; s < ksteps; ++s) mma_step<kSplit, FragA, FragBT>(acc, a + 8 * s, ldk, b + 8 * s, ldk);
-        wmma::store_matrix_sync((job < 10 ? Akk : Aqk) + 16 * mi * kLdA + 16 * ni, acc, kLdA, wmma::mem_row_major);
+    for (int job = warp; job < 18; job += kWarps) {
+      int mi, ni, ldd;
+      const float* b;
+      float *dk, *dq;
+      if (job < 10) {
+        lower_tile(job, mi, ni);
+        b = Ks + 16 * ni * ldk;
+        dk = Akk + 16 * mi * kLdA + 16 * ni;
+        dq = Aqk + 16 * mi * kLdA + 16 * ni;
+        ldd = kLdA;
       } else {
-        const int t = job - 20, mi = (t % 8) / 2, ni = t % 2;
-        const bool q = t >= 8;
-        const float* a = (q ? Qs : Ks) + 16 * mi * ldk;
-        const float* b = Ss + 16 * ni * ldk;  // S^T, column-major
-        for (int s = 0; s < ksteps; ++s) mma_step<kSplit, FragA, FragBT>(acc, a + 8 * s, ldk, b + 8 * s, ldk);
-        wmma::store_matrix_sync((q ? Os : KSs) + 16 * mi * kLdV + 16 * ni, acc, kLdV, wmma::mem_row_major);
+        mi = (job - 10) / 2;
+        ni = (job - 10) % 2;
+        b = Ss + 16 * ni * ldk;
+        dk = KSs + 16 * mi * kLdV + 16 * ni;
+        dq = Os + 16 * mi * kLdV + 16 * ni;
+        ldd = kLdV;
       }
+      const float *ak = Ks + 16 * mi * ldk, *aq = Qs + 16 * mi * ldk;
+      Acc ck, cq, ek, eq;
+      wmma::fill_fragment(ck, 0.f);
+      wmma::fill_fragment(cq, 0.f);
+      wmma::fill_fragment(ek, 0.f);
+      wmma::fill_fragment(eq, 0.f);
+      for (int s = 0; s < ksteps; ++s) {
+        FragBT fb, fb_lo;
+        FragA fa, fa_lo;
+        wmma::load_matrix_sync(fb, b + 8 * s, ldk);
+        to_tf32<kSplit>(fb, fb_lo);
+        wmma::load_matrix_sync(fa, ak + 8 * s, ldk);
+        to_tf32<kSplit>(fa, fa_lo);
+        mma_frags<kSplit>(ck, ek, fa, fa_lo, fb, fb_lo);
+        wmma::load_matrix_sync(fa, aq + 8 * s, ldk);
+        to_tf32<kSplit>(fa, fa_lo);
+        mma_frags<kSplit>(cq, eq, fa, fa_lo, fb, fb_lo);
+      }
+      if constexpr (kSplit) {
+#pragma unroll
+        for (int e = 0; e < ck.num_elements; ++e) {
+          ck.x[e] += ek.x[e];
+          cq.x[e] += eq.x[e];
+        }
+      }
+      wmma::store_matrix_sync(dk, ck, ldd, wmma::mem_row_major);
+      wmma::store_matrix_sync(dq, cq, ldd, wmma::mem_row_major);
     }
     __syncthreads();
 
-    // ---- decays and gates: L, the decayed Q K^T, R, exp(G) Q S^T, the
-    // state update's k weights. Tiles above the diagonal are never read.
-    for (int idx = tid; idx < kC * kC; idx += kThreads) {
-      const int i = idx / kC, j = idx % kC;
-      if (j >= 16 * (i / 16 + 1)) continue;
+    // ---- decays and gates: L, the decayed Q K^T, R, exp(G) Q S^T. Only the
+    // 10 lower tiles: those above the diagonal are never read.
+    for (int idx = tid; idx < 10 * 256; idx += kThreads) {
+      int mi, ni;
+      lower_tile(idx / 256, mi, ni);
+      const int i = 16 * mi + (idx % 256) / 16, j = 16 * ni + idx % 16;
       const float d = j <= i ? expf(Gs[i] - Gs[j]) : 0.f;  // no exp of a growth above the diagonal
       Akk[i * kLdA + j] = j < i ? Bs[i] * d * Akk[i * kLdA + j] : 0.f;
       Aqk[i * kLdA + j] = d * Aqk[i * kLdA + j];
@@ -236,7 +296,6 @@ __global__ void __launch_bounds__(kThreads)
       Rs[i * kLdV + c] = Bs[i] * (Rs[i * kLdV + c] - eGs[i] * KSs[i * kLdV + c]);
       Os[i * kLdV + c] *= eGs[i];
     }
-    for (int idx = tid; idx < kC * hkp; idx += kThreads) Ks[idx / hkp * ldk + idx % hkp] *= Fs[idx / hkp];
     __syncthreads();
 
     // ---- the diagonal blocks of T = I + L inverted, a column per thread.
@@ -256,7 +315,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
 
-    // ---- Vn = T^-1 R by blocks of 16 rows: Y_b = R_b - L[b][<b] Vn_<b, Vn_b = Dinv_b Y_b.
+    // ---- Vn = T^-1 R by blocks of 16 rows: Y_b = R_b - L[b][<b] Vn_<b, Vn_b =
+    // Dinv_b Y_b; R_b, read by then, makes room for F Vn_b (the state update's).
     for (int b = 0; b < 4; ++b) {
       for (int idx = tid; idx < 16 * kBV; idx += kThreads) {
         const int i = 16 * b + idx / kBV, c = idx % kBV;
@@ -272,11 +332,12 @@ __global__ void __launch_bounds__(kThreads)
         float x = 0.f;
         for (int m = 0; m <= r; ++m) x += D[m] * KSs[(16 * b + m) * kLdV + c];
         Xs[(16 * b + r) * kLdV + c] = x;
+        Rs[(16 * b + r) * kLdV + c] = Fs[16 * b + r] * x;
       }
       __syncthreads();
     }
 
-    // ---- tensor cores again: O = exp(G) Q S^T + A_qk Vn; S = exp(G_C) S + Vn^T (F k).
+    // ---- tensor cores again: O = exp(G) Q S^T + A_qk Vn; S = exp(G_C) S + (F Vn)^T K.
     const float eC = eGs[kC - 1];
     const int jobs = 8 + 2 * (hkp / 16);
     for (int job = warp; job < jobs; job += kWarps) {
@@ -285,8 +346,8 @@ __global__ void __launch_bounds__(kThreads)
         const int mi = job / 2, ni = job % 2;
         float* o = Os + 16 * mi * kLdV + 16 * ni;
         wmma::load_matrix_sync(acc, o, kLdV, wmma::mem_row_major);
-        for (int s = 0; s < 2 * (mi + 1); ++s)  // A_qk is lower triangular
-          mma_step<kSplit, FragA, FragB>(acc, Aqk + 16 * mi * kLdA + 8 * s, kLdA, Xs + 8 * s * kLdV + 16 * ni, kLdV);
+        // A_qk is lower triangular: the k-steps up to the diagonal tile.
+        mma_run<kSplit, FragA, FragB>(acc, 2 * (mi + 1), Aqk + 16 * mi * kLdA, kLdA, 8, Xs + 16 * ni, kLdV, 8 * kLdV);
         wmma::store_matrix_sync(o, acc, kLdV, wmma::mem_row_major);
       } else {
         const int t = job - 8, mi = t % 2, ni = t / 2;
@@ -294,8 +355,8 @@ __global__ void __launch_bounds__(kThreads)
         wmma::load_matrix_sync(acc, st, ldk, wmma::mem_row_major);
 #pragma unroll
         for (int e = 0; e < acc.num_elements; ++e) acc.x[e] *= eC;
-        for (int s = 0; s < kC / 8; ++s)  // Vn^T: Vn read column-major
-          mma_step<kSplit, FragAT, FragB>(acc, Xs + 8 * s * kLdV + 16 * mi, kLdV, Ks + 8 * s * ldk + 16 * ni, ldk);
+        // (F Vn)^T: F Vn (in Rs) read column-major.
+        mma_run<kSplit, FragAT, FragB>(acc, kC / 8, Rs + 16 * mi, kLdV, 8 * kLdV, Ks + 16 * ni, ldk, 8 * ldk);
         wmma::store_matrix_sync(st, acc, ldk, wmma::mem_row_major);
       }
     }
