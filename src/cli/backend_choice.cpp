@@ -11,6 +11,8 @@
 #include "experts/cost_model.h"
 #include "experts/policy.h"
 #include "experts/profile.h"
+#include "model/hparams.h"
+#include "model/tensor_roles.h"
 #include "util/bytes.h"
 #include "util/error.h"
 #include "util/split.h"
@@ -156,7 +158,7 @@ void check_threads_flag(int threads) {
 }
 
 void check_size_flags(int64_t ctx, int threads, int batch) {
-  if (ctx < 0) throw Error("--ctx must be >= 0 (0: the model's context, at most 4096), got " + std::to_string(ctx));
+  if (ctx < 0) throw Error("--ctx must be >= 0 (0: the model's context where memory allows), got " + std::to_string(ctx));
   if (ctx > kMaxCtx)
     throw Error("--ctx " + std::to_string(ctx) + ": at most " + std::to_string(kMaxCtx) + " tokens");
   check_threads_flag(threads);
@@ -244,6 +246,97 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
                 "use --backend cpu");
   return make_cpu(s, w, pool);
 #endif
+}
+
+uint64_t available_ram() {
+  std::ifstream f("/proc/meminfo");
+  std::string key, unit;
+  uint64_t kb = 0;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+namespace {
+
+// Whether make_backend(s) will build the CUDA backend (its default choice
+// included); *budget gets the VRAM it may use, *full whether every expert
+// must be resident.
+bool cuda_chosen(const BackendSetup& s, uint64_t* budget, bool* full) {
+  if (s.requested == "cpu") return false;
+#ifdef MOESTREAM_HAVE_CUDA
+  std::string why;
+  if (cuda::device_count(&why) == 0) return false;
+  *budget = parse_vram(s.vram.budget, full);
+  if (*budget == 0) {  // automatic, or full: the device's free memory less the margin
+    const uint64_t free_now = cuda::free_device_bytes();
+    *budget = free_now > CudaBackend::kAutoMargin ? free_now - CudaBackend::kAutoMargin : 0;
+  }
+  return true;
+#else
+  (void)budget;
+  (void)full;
+  return false;
+#endif
+}
+
+// The memory a context may take on the backend make_backend(s) builds.
+ContextMemory context_memory(const BackendSetup& s, const ModelWeights& w) {
+  ContextMemory m;
+  uint64_t budget = 0;
+  bool full = false;
+  if (cuda_chosen(s, &budget, &full) && w.file != nullptr) {
+    const WeightSplit split = split_weights(*w.file);
+    const uint64_t fixed = split.dense_bytes + vram_reserve_bytes(w.cfg.n_vocab);
+    const uint64_t avail = budget > fixed ? budget - fixed : 0;
+    const uint64_t resident = avail > split.expert_bytes ? avail - split.expert_bytes : 0;
+    const bool tiers = w.cfg.is_moe() && !full;  // routed experts may leave VRAM for the KV cache
+    m.limit = tiers ? avail : resident;
+    m.resident = resident;
+    m.automatic = tiers ? avail / 2 : resident;
+    m.where = std::string(full ? "--vram full" : s.vram.budget.empty() ? "the GPU's free memory" : "--vram " + s.vram.budget) +
+              " (" + format_bytes(budget) + ") less dense weights" + (tiers ? "" : " and experts") + " and reserve: " +
+              format_bytes(tiers ? avail : resident);
+    if (m.limit == 0) m.limit = 1;  // nothing fits: every context is refused, with the largest (0)
+    return m;
+  }
+  const uint64_t ram = available_ram();
+  m.limit = ram / 10 * 9;  // as serve's slot check
+  m.automatic = ram / 2;
+  m.where = "this machine's free RAM (" + format_bytes(ram) + ")";
+  return m;
+}
+
+}  // namespace
+
+bool will_use_cuda(const BackendSetup& s) {
+  uint64_t budget = 0;
+  bool full = false;
+  return cuda_chosen(s, &budget, &full);
+}
+
+ContextChoice plan_context(BackendSetup& s, const ModelWeights& w, int64_t requested, int64_t needed, int slots) {
+  check_kv_head_dim(s.kv_type, w.cfg.head_dim);
+  ContextChoice c;
+  if (w.file == nullptr) {  // weights not from a file (tests): the model's context, no memory check
+    c.ctx = requested > 0 ? requested : std::max<int64_t>(w.cfg.n_ctx_train, needed);
+  } else {
+    const ModelHParams hp = inspect_hparams(*w.file);
+    const KvCost cost = kv_cost(hp, kv_bytes_per_32(s.kv_type));
+    c = choose_context(requested, needed, w.cfg.n_ctx_train, cost, context_memory(s, w), slots);
+  }
+  if (c.capped && !s.quiet) std::fprintf(stderr, "moestream: %s\n", c.note.c_str());
+  s.ctx = c.ctx;
+  return c;
+}
+
+std::string context_cost_line(const ModelWeights& w, KvType type, int64_t ctx, int slots) {
+  if (w.file == nullptr) return "context " + std::to_string(ctx) + " tokens";
+  const ModelHParams hp = inspect_hparams(*w.file);
+  const KvCost cost = kv_cost(hp, kv_bytes_per_32(type));
+  return "context " + std::to_string(ctx) + " tokens" + (slots > 1 ? " x " + std::to_string(slots) + " slots" : "") +
+         ": KV cache " + format_bytes(cost.bytes(ctx, slots)) + " (" + describe_kv_cost(hp, cost, kv_type_name(type)) +
+         ")";
 }
 
 std::string backend_device(const Backend& be, const ThreadPool& pool) {

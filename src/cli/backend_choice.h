@@ -14,6 +14,7 @@
 
 #include "cpu/thread_pool.h"
 #include "engine/backend.h"
+#include "model/context_plan.h"
 #include "model/weights.h"
 
 namespace CLI {
@@ -84,6 +85,23 @@ void check_threads_flag(int threads);
 void report_thread_shortfall(const ThreadPool& pool, bool quiet);
 
 std::unique_ptr<Backend> make_backend(const BackendSetup& setup, const ModelWeights& w, ThreadPool& pool);
+
+// The context of run, serve and logits (model/context_plan.h): `requested`
+// (--ctx; 0: the model's trained context where memory allows, else the
+// largest that fits, said in one line on stderr unless quiet), for `slots`
+// sequences, at least `needed` tokens (the prompt and -n; 0: none known),
+// against the memory of the backend make_backend(setup) will build: the
+// machine's free RAM (CPU), or the VRAM budget less dense weights and the
+// reserve (CUDA). Throws naming --ctx and the largest context that fits when
+// an explicit one does not. Sets setup.ctx to the choice and returns it.
+ContextChoice plan_context(BackendSetup& setup, const ModelWeights& w, int64_t requested, int64_t needed, int slots);
+// "context 40960 tokens: KV cache 3.75 GiB (f16, 96.0 MiB per 1k tokens: ...)": what a context costs.
+std::string context_cost_line(const ModelWeights& w, KvType type, int64_t ctx, int slots);
+// Whether make_backend(setup) will build the CUDA backend (asked for, or the
+// default choice with a device found).
+bool will_use_cuda(const BackendSetup& setup);
+// Free RAM (MemAvailable), in bytes; 0 when unknown.
+uint64_t available_ram();
 
 // One line describing where the backend runs: the GPU's name, or
 // "CPU <model>, N threads".

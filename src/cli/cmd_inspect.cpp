@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "engine/kv_cache.h"
 #include "format/gguf.h"
+#include "model/context_plan.h"
 #include "model/hparams.h"
 #include "model/tensor_roles.h"
 #include "model/weight_check.h"
@@ -222,11 +223,21 @@ void print_text(const InspectArgs& a, const GgufFile& f, const ModelHParams& h, 
   if (const auto n_rec = std::count(h.layer_is_recurrent.begin(), h.layer_is_recurrent.end(), true); n_rec > 0)
     std::printf("                               (the %lld layers without attention keep a recurrent state instead: %s, included)\n",
                 static_cast<long long>(n_rec), format_bytes(h.recurrent_state_bytes()).c_str());
+  const KvCost cost = kv_cost(h, kv_bytes_per_32(a.kv_type));
+  std::printf("  KV per token   %12s  (%s)\n", format_bytes(cost.per_token).c_str(),
+              describe_kv_cost(h, cost, kv_type_name(a.kv_type)).c_str());
   std::printf("  reserve        %12s  = %s\n", format_bytes(plan.reserve_bytes).c_str(), reserve_formula(h).c_str());
   std::printf("  minimum        %12s  (dense + KV + reserve: experts all outside VRAM)\n", format_bytes(plan.minimum_bytes).c_str());
   std::printf("  everything     %12s  (minimum + every routed expert)\n", format_bytes(plan.everything_bytes).c_str());
   if (!with_budget) return;
   std::printf("  budget         %12s\n", format_bytes(plan.budget).c_str());
+  // The longest contexts this budget holds (experts tiered / all resident).
+  const uint64_t fixed = plan.dense_bytes + plan.reserve_bytes;
+  const uint64_t avail = plan.budget > fixed ? plan.budget - fixed : 0;
+  std::printf("  largest context that fits: %" PRId64 " tokens (experts outside VRAM), %" PRId64
+              " tokens with every expert resident; the model's: %" PRId64 "\n",
+              largest_context(cost, avail), avail > split.expert_bytes ? largest_context(cost, avail - split.expert_bytes) : 0,
+              h.n_ctx_train);
   if (!plan.fits_minimum) {
     std::printf("  the budget is below the minimum: at least %s is needed (short by %s); "
                 "lower --ctx to shrink the KV cache\n",
@@ -304,7 +315,15 @@ nlohmann::json to_json(const InspectArgs& a, const GgufFile& f, const ModelHPara
             {"kv_type", kv_type_name(a.kv_type)}, {"kv_formula", kv_formula(h, a.ctx, a.kv_type)},
             {"reserve_bytes", plan.reserve_bytes}, {"reserve_formula", reserve_formula(h)},
             {"minimum_bytes", plan.minimum_bytes}, {"everything_bytes", plan.everything_bytes}};
+  const KvCost cost = kv_cost(h, kv_bytes_per_32(a.kv_type));
+  v["kv_bytes_per_1k_tokens"] = cost.per_token * 1024;
+  v["kv_fixed_bytes"] = cost.fixed;
+  v["n_ctx_train"] = h.n_ctx_train;
   if (with_budget) {
+    const uint64_t fixed = plan.dense_bytes + plan.reserve_bytes;
+    const uint64_t avail = plan.budget > fixed ? plan.budget - fixed : 0;
+    v["ctx_fits_max"] = largest_context(cost, avail);
+    v["ctx_fits_max_resident"] = avail > split.expert_bytes ? largest_context(cost, avail - split.expert_bytes) : 0;
     v["budget"] = plan.budget;
     v["fits_minimum"] = plan.fits_minimum;
     v["shortfall"] = plan.shortfall;
@@ -325,7 +344,7 @@ RegisterCommand reg("inspect", [](CLI::App& app) {
                                             "and what fits in a VRAM budget");
   sub->add_option("file", a->path, "GGUF model file")->required();
   sub->add_option("--vram", a->vram, "VRAM budget (e.g. 12G, 24GiB, 8000M): how many experts fit");
-  sub->add_option("--ctx", a->ctx, "context length the KV cache is sized for")->capture_default_str();
+  sub->add_option("--ctx", a->ctx, "context length the KV cache is sized for (0: the model's)")->capture_default_str();
   add_kv_type_option(*sub, &a->kv_type);
   sub->add_flag("--json", a->json, "print one JSON object instead of text");
   sub->add_flag("--no-tensors", a->no_tensors, "leave out the tensor table");
@@ -334,9 +353,10 @@ RegisterCommand reg("inspect", [](CLI::App& app) {
                 "also scan every weight for NaN/Inf (float values, every quant block's scales; reads the whole "
                 "file, progress on stderr); exit status 1 if one is found");
   return [a]() -> int {
-    if (a->ctx <= 0) throw Error("--ctx must be a positive number of tokens, got " + std::to_string(a->ctx));
+    if (a->ctx < 0) throw Error("--ctx must be >= 0 tokens (0: the model's context), got " + std::to_string(a->ctx));
     const auto f = GgufFile::open(a->path);
     const ModelHParams h = inspect_hparams(*f);
+    if (a->ctx == 0) a->ctx = h.n_ctx_train > 0 ? h.n_ctx_train : kAutoFloor;  // the model's context
     const TokenizerSummary tok = read_tokenizer(*f);
     const WeightSplit split = split_weights(*f);
     const bool with_budget = !a->vram.empty();

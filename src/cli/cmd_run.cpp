@@ -221,7 +221,7 @@ RegisterCommand reg("run", [](CLI::App& app) {
   sub->add_option("-t,--threads", a->threads,
                   "CPU threads (0: all cores; at most " + std::to_string(kMaxThreadsPerCore) + " per core)");
   sub->add_option("--backend", a->backend, backend_help())->check(CLI::IsMember({"cpu", "cuda"}));
-  sub->add_option("-c,--ctx", a->ctx, "context size in tokens (0: the model's, at most 4096)");
+  sub->add_option("-c,--ctx", a->ctx, "context size in tokens (0: the model's trained context where memory allows, else the largest that fits)");
   sub->add_option("-b,--batch", a->batch, "prompt tokens per forward batch (1.." + std::to_string(kMaxBatch) + ")")
       ->capture_default_str();
   sub->add_option("--prompt-tokens", a->prompt_tokens, "benchmark: use a synthetic prompt of exactly N tokens");
@@ -269,20 +269,21 @@ RegisterCommand reg("run", [](CLI::App& app) {
       prompt = tok.encode(text, true, true);
       if (prompt.empty()) throw Error("the prompt is empty after tokenization; give some text with -p");
     }
-    int64_t ctx = r.ctx > 0 ? r.ctx : std::min<int64_t>(c.n_ctx_train, 4096);
-    if (r.ctx <= 0 && r.n_predict >= 0) ctx = std::max<int64_t>(ctx, static_cast<int64_t>(prompt.size()) + r.n_predict);
+    BackendSetup bs;
+    bs.requested = r.backend;
+    bs.quiet = r.quiet;
+    bs.kv_type = r.kv_type;
+    bs.vram = r.vram;
+    // --ctx 0: the model's context where memory allows (and at least the
+    // prompt plus -n); an explicit --ctx that does not fit is an error.
+    const int64_t needed = static_cast<int64_t>(prompt.size()) + std::max(r.n_predict, 0);
+    const int64_t ctx = plan_context(bs, model->weights, r.ctx, needed, 1).ctx;
     if (static_cast<int64_t>(prompt.size()) > ctx)
       throw Error("context full (" + std::to_string(ctx) + " tokens): the prompt has " + std::to_string(prompt.size()) +
                   " tokens; use a larger --ctx or a shorter prompt");
     check_kv_fits(c, ctx, r.kv_type);
-    BackendSetup bs;
-    bs.requested = r.backend;
-    bs.ctx = ctx;
     // A batch longer than the context is never filled (the scratch is sized for it).
     bs.max_batch = static_cast<int>(std::min<int64_t>(r.batch, ctx));
-    bs.quiet = r.quiet;
-    bs.kv_type = r.kv_type;
-    bs.vram = r.vram;
     const std::unique_ptr<Backend> be = make_backend(bs, model->weights, pool);
     KvCache kv = be->make_cache(ctx, r.kv_type);
     Sampler sampler(r.sp);
@@ -291,6 +292,7 @@ RegisterCommand reg("run", [](CLI::App& app) {
                    backend_device(*be, pool).c_str(), static_cast<long long>(ctx),
                    r.kv_type == KvType::F16 ? "" : (std::string(" (kv ") + kv_type_name(r.kv_type) + ")").c_str(),
                    r.sp.describe().c_str());
+    if (!r.quiet) std::fprintf(stderr, "moestream: %s\n", context_cost_line(model->weights, r.kv_type, ctx, 1).c_str());
 
     StreamDecoder dec(tok);
     if (!r.quiet && r.prompt_tokens <= 0 && !r.chat) {

@@ -65,17 +65,6 @@ int max_parallel() {
   return static_cast<int>(std::clamp<unsigned>(32 * cores, 64, 512));
 }
 
-// Memory the kernel says is available for new allocations (bytes; 0: unknown).
-uint64_t available_memory() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  uint64_t kb = 0;
-  std::string unit;
-  while (f >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
-
 RegisterCommand reg("serve", [](CLI::App& app) {
   auto* sub = app.add_subcommand(
       "serve", "OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics");
@@ -87,7 +76,7 @@ RegisterCommand reg("serve", [](CLI::App& app) {
   sub->add_option("--api-key", a->api_key,
                   "require 'Authorization: Bearer KEY' on every route but /health (default: $MOESTREAM_API_KEY, "
                   "else none)");
-  sub->add_option("-c,--ctx", a->ctx, "context per request slot in tokens (0: the model's, at most 4096)");
+  sub->add_option("-c,--ctx", a->ctx, "context per request slot in tokens (0: the model's trained context where the slots' KV caches fit, else the largest that does)");
   sub->add_option("--parallel", a->parallel,
                   "request slots, decoded together in one forward pass (each has its own KV cache; the CUDA "
                   "backend holds one)")
@@ -148,14 +137,15 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     auto model = LoadedModel::open(path);
     const ModelConfig& c = model->weights.cfg;
     ThreadPool pool(r.threads);
-    const int64_t ctx = r.ctx > 0 ? r.ctx : std::min<int64_t>(c.n_ctx_train > 0 ? c.n_ctx_train : 4096, 4096);
     BackendSetup bs;
     bs.requested = r.backend;
-    bs.ctx = ctx;
     bs.max_batch = std::max(1, r.batch);
     bs.quiet = r.quiet;
     bs.kv_type = r.kv_type;
     bs.vram = r.vram;
+    // Per slot: --ctx 0 is the model's context where the slots' KV caches fit
+    // (the CUDA backend holds one sequence, whatever --parallel says).
+    const int64_t ctx = plan_context(bs, model->weights, r.ctx, 0, will_use_cuda(bs) ? 1 : r.parallel).ctx;
     const std::unique_ptr<Backend> be = make_backend(bs, model->weights, pool);
     int parallel = r.parallel;
     if (be->name() == "cuda" && parallel > 1) {
@@ -171,7 +161,7 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     so.ctx = ctx;
     so.kv_type = r.kv_type;
     so.prefill_chunk = std::max(1, r.batch);
-    so.max_kv_bytes = available_memory() / 10 * 9;  // the slots' KV caches must fit in memory
+    so.max_kv_bytes = available_ram() / 10 * 9;  // the slots' KV caches must fit in memory
     server::Scheduler sched(*be, *model->tokenizer, so, &metrics);
     server::HttpOptions ho;
     ho.host = r.host;
@@ -185,6 +175,8 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     ho.access_log = !r.quiet;
     server::HttpServer http(sched, *model->tokenizer, chat, metrics, ho);
     const int port = http.bind();
+    if (!r.quiet)
+      std::fprintf(stderr, "moestream: %s\n", context_cost_line(model->weights, r.kv_type, ctx, parallel).c_str());
     if (!r.quiet)
       std::fprintf(stderr, "moestream: %s | %s: %s | ctx %lld x %d slots | chat template: %s%s\n",
                    c.describe().c_str(), be->name().c_str(), backend_device(*be, pool).c_str(),

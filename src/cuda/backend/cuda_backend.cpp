@@ -21,6 +21,7 @@
 #include "cuda/quant_tables.h"
 #include "experts/policy.h"
 #include "format/gguf.h"
+#include "model/context_plan.h"
 #include "model/hparams.h"
 #include "model/tensor_roles.h"
 #include "util/bytes.h"
@@ -70,15 +71,27 @@ VramPlan CudaBackend::Impl::plan_budget(int64_t kv_ctx) {
     budget = free_now > CudaBackend::kAutoMargin ? free_now - CudaBackend::kAutoMargin : 0;
   }
   const WeightSplit split = split_weights(*w.file);
-  plan = plan_vram(split, inspect_hparams(*w.file), budget, kv_ctx, kv_bytes_per_32(device_kv_type(opt)));
-  if (!plan.fits_minimum)
+  const ModelHParams hp = inspect_hparams(*w.file);
+  const int kv_b32 = kv_bytes_per_32(device_kv_type(opt));
+  plan = plan_vram(split, hp, budget, kv_ctx, kv_b32);
+  if (!plan.fits_minimum) {
+    // The largest context this budget holds: the KV bytes per token from the
+    // plan itself (whatever the cache type), the fixed recurrent state at 0.
+    const VramPlan at0 = vram_needs(split, hp, 0, kv_b32);
+    const KvCost cost{kv_ctx > 0 ? (plan.kv_bytes - at0.kv_bytes) / static_cast<uint64_t>(kv_ctx) : 0, at0.kv_bytes};
+    const uint64_t fixed = plan.dense_bytes + plan.reserve_bytes;
+    const int64_t fit = budget > fixed ? largest_context(cost, budget - fixed) : 0;
     throw Error(std::string(automatic ? "the GPU's free memory less a " + format_bytes(CudaBackend::kAutoMargin) +
                                             " margin (" + format_bytes(budget) + ")"
                                       : "--vram " + format_bytes(budget)) +
                 " is too small: this model needs at least " + format_bytes(plan.minimum_bytes) +
                 " for dense weights + KV at ctx " + std::to_string(kv_ctx) + " (dense " +
                 format_bytes(plan.dense_bytes) + ", KV " + format_bytes(plan.kv_bytes) + ", reserve " +
-                format_bytes(plan.reserve_bytes) + "); lower --ctx or raise --vram");
+                format_bytes(plan.reserve_bytes) + "); " +
+                (fit > 0 ? "the largest context that fits is " + std::to_string(fit) + " tokens: lower --ctx"
+                         : "no context fits") +
+                " or raise --vram");
+  }
   tiered = !plan.fits_everything;
   return plan;
 }
