@@ -29,6 +29,15 @@
 #include "cuda/device.h"
 #include "util/error.h"
 
+// tf32 WMMA needs sm_80: for older targets (the default build includes
+// sm_75) the kernel's body is left out and delta_rule_chunked_supported says
+// no, so the layer keeps the token-by-token kernel there.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define MS_DELTA_TENSOR_CORES 0
+#else
+#define MS_DELTA_TENSOR_CORES 1
+#endif
+
 namespace ms::cuda {
 namespace {
 
@@ -37,11 +46,9 @@ using namespace nvcuda;
 constexpr int kC = 64;                 // tokens per chunk
 constexpr int kBV = 32;                // value channels (state rows) per block
 constexpr int kThreads = 256;          // 8 warps
-constexpr int kWarps = kThreads / 32;
 constexpr int kLdA = kC + 4;           // row stride of the chunk x chunk matrices (padded: banks)
 constexpr int kLdV = kBV + 4;          // row stride of the chunk x slice matrices
 constexpr int kMaxHeadK = 192;         // the largest padded head_k whose tiles fit shared memory
-constexpr int kLoads = kC * kMaxHeadK / 4 / kThreads;  // 16-byte loads of q (and of k) per thread and chunk
 
 // Shared memory, in floats; every region starts on a 32-byte boundary (WMMA
 // loads and stores need it: all sizes below are multiples of 8 floats).
@@ -69,6 +76,10 @@ struct Layout {
 
 size_t smem_bytes(int hkp) { return sizeof(float) * static_cast<size_t>(Layout(hkp).total); }
 int padded_head_k(int head_k) { return (head_k + 15) / 16 * 16; }
+
+#if MS_DELTA_TENSOR_CORES
+constexpr int kWarps = kThreads / 32;
+constexpr int kLoads = kC * kMaxHeadK / 4 / kThreads;  // 16-byte loads of q (and of k) per thread and chunk
 
 using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major>;
 using FragAT = wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major>;
@@ -142,12 +153,14 @@ __device__ __forceinline__ void lower_tile(int t, int& mi, int& ni) {
   while ((mi + 1) * (mi + 2) / 2 <= t) ++mi;
   ni = t - mi * (mi + 1) / 2;
 }
+#endif  // MS_DELTA_TENSOR_CORES
 
 template <bool kSplit>
 __global__ void __launch_bounds__(kThreads)
     delta_chunked_kernel(const float* __restrict__ qkv, int64_t ld, const float* __restrict__ g,
                          const float* __restrict__ beta, int n, int n_k, int n_v, int hk, int hv, int hkp, float* S,
                          float* out) {
+#if MS_DELTA_TENSOR_CORES
   extern __shared__ __align__(128) float sm[];
   const Layout Ly(hkp);
   const int ldk = Ly.ldk;
@@ -373,6 +386,9 @@ __global__ void __launch_bounds__(kThreads)
     const int c = idx / hkp, x = idx % hkp;
     if (c < bv && x < hk) Sg[static_cast<int64_t>(c) * hk + x] = Ss[c * ldk + x];
   }
+#else
+  __trap();  // never launched: delta_rule_chunked_supported is false for such code
+#endif
 }
 
 // The device's opt-in shared memory per block (queried once).
@@ -382,6 +398,17 @@ int smem_optin() {
     MS_CUDA_CHECK(cudaGetDevice(&dev));
     MS_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     return bytes;
+  }();
+  return v;
+}
+
+// The PTX version the chunked kernel runs from on this device (below 80:
+// code without tensor cores, see MS_DELTA_TENSOR_CORES).
+int kernel_ptx_version() {
+  static const int v = [] {
+    cudaFuncAttributes a{};
+    MS_CUDA_CHECK(cudaFuncGetAttributes(&a, delta_chunked_kernel<true>));
+    return a.ptxVersion;
   }();
   return v;
 }
@@ -409,14 +436,15 @@ void launch(const float* qkv, int64_t ld, const float* g, const float* beta, int
 bool delta_rule_chunked_supported(const DeltaNetShape& s) {
   if (s.head_k <= 0 || s.head_v <= 0 || s.n_k_heads <= 0 || s.n_v_heads % s.n_k_heads != 0) return false;
   const int hkp = padded_head_k(s.head_k);
-  return hkp <= kMaxHeadK && smem_bytes(hkp) <= static_cast<size_t>(smem_optin());
+  return hkp <= kMaxHeadK && smem_bytes(hkp) <= static_cast<size_t>(smem_optin()) && kernel_ptx_version() >= 80;
 }
 
 void delta_rule_chunked(const float* qkv, int64_t ld, const float* g, const float* beta, int n, const DeltaNetShape& s,
                         float* S, float* out, cudaStream_t stream, DeltaPrecision precision) {
   if (!delta_rule_chunked_supported(s))
-    throw Error("delta_rule_chunked (CUDA): unsupported shape (head_k " + std::to_string(s.head_k) + " must be 1.." +
-                std::to_string(kMaxHeadK) + ", value heads a multiple of key heads)");
+    throw Error("delta_rule_chunked (CUDA): unsupported shape or device (head_k " + std::to_string(s.head_k) +
+                " must be 1.." + std::to_string(kMaxHeadK) +
+                ", value heads a multiple of key heads, code built for sm_80 or newer)");
   if (n <= 0) return;
   if (precision == DeltaPrecision::kTf32) launch<false>(qkv, ld, g, beta, n, s, S, out, stream);
   else launch<true>(qkv, ld, g, beta, n, s, S, out, stream);

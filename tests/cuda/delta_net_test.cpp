@@ -138,6 +138,13 @@ Prompt random_prompt(const ms::DeltaNetShape& sh, int n, float decay_hi, std::mt
 // heads, 3:1 with narrow odd heads), one value head per key head, and
 // head widths that are not multiples of the kernel's tiles (48 keys, 80
 // values: a partial slice of state rows).
+// The chunked kernel needs tf32 tensor cores (code built for sm_80 or newer).
+#define MS_REQUIRE_CHUNKED()                                                                     \
+  do {                                                                                           \
+    if (!delta_rule_chunked_supported({2, 4, 32, 32}))                                           \
+      GTEST_SKIP() << "the chunked delta rule needs tf32 tensor cores (sm_80+ code): skipped"; \
+  } while (0)
+
 const ms::DeltaNetShape kChunkedShapes[] = {{2, 4, 32, 32}, {16, 32, 128, 128}, {1, 3, 40, 8}, {4, 4, 64, 64},
                                             {2, 2, 48, 80}};
 
@@ -150,6 +157,7 @@ const ms::DeltaNetShape kChunkedShapes[] = {{2, 4, 32, 32}, {16, 32, 128, 128}, 
 // weak ones (the state carries across chunks for long).
 TEST(CudaDeltaNet, ChunkedMatchesReferenceAndTokenByToken) {
   MS_REQUIRE_GPU();
+  MS_REQUIRE_CHUNKED();
   std::mt19937 rng(11);
   Stream s;
   for (const ms::DeltaNetShape& sh : kChunkedShapes) {
@@ -194,6 +202,7 @@ TEST(CudaDeltaNet, ChunkedMatchesReferenceAndTokenByToken) {
 // not f32's; a wrong formula is off by O(1).
 TEST(CudaDeltaNet, ChunkedTf32IsWithinItsRounding) {
   MS_REQUIRE_GPU();
+  MS_REQUIRE_CHUNKED();
   std::mt19937 rng(12);
   Stream s;
   for (const ms::DeltaNetShape& sh : {ms::DeltaNetShape{2, 4, 32, 32}, ms::DeltaNetShape{16, 32, 128, 128}}) {
@@ -218,7 +227,8 @@ TEST(CudaDeltaNet, ChunkedTf32IsWithinItsRounding) {
 }
 
 // What the layer calls: either side of kDeltaChunkedMinTokens, the reference's
-// outputs and state (a prompt, then a decode step continuing from its state).
+// outputs and state (a prompt, then a decode step continuing from its state);
+// where the chunked kernel cannot run, the token-by-token one does it all.
 TEST(CudaDeltaNet, PromptDispatchMatchesReference) {
   MS_REQUIRE_GPU();
   std::mt19937 rng(13);
