@@ -13,9 +13,11 @@ namespace {
 
 constexpr int kRound = 64;  // pass sizes chosen by arithmetic are multiples of this (where above it)
 
+// Routed expert bytes outside the cache slots with passes of b tokens.
 double cold_at(const PassSizeInputs& in, int b) {
-  const double c0 = double(in.expert_bytes) - double(in.room_bytes);
-  return std::max(0.0, c0 + double(b) * in.bytes_per_token);
+  double slots = std::max(0.0, double(in.room_bytes) - double(b) * in.bytes_per_token);
+  if (in.slot_cap_bytes >= 0) slots = std::min(slots, double(in.slot_cap_bytes));
+  return std::max(0.0, double(in.expert_bytes) - slots);
 }
 
 std::string fmt(const char* f, double a, double b = 0, double c = 0) {
@@ -60,30 +62,49 @@ PassSize choose_pass_size(const PassSizeInputs& in) {
   }
   const double R = in.link_gbps * 1e9, t = in.compute_s_per_token, m = in.bytes_per_token;
   auto share = [&](int b) { return cold_at(in, b) / R / (double(b) * t); };
-  // The smallest pass from the floor up whose streaming stays within the target share.
-  double need = in.floor_tokens;
-  PassSize::Bound bound = PassSize::Bound::Floor;
-  if (share(in.floor_tokens) > in.stream_share) {
-    const double gain = in.stream_share * R * t - m;  // bytes of link budget each token adds
-    const double c0 = double(in.expert_bytes) - double(in.room_bytes);
-    need = gain > 0 ? std::max<double>(in.floor_tokens, std::ceil(c0 / gain / kRound) * kRound)
-                    : std::numeric_limits<double>::infinity();
-    bound = PassSize::Bound::Link;
-  }
-  const double mem_cap = m > 0 ? std::floor(in.memory_share * double(in.room_bytes) / m)
-                               : std::numeric_limits<double>::infinity();
-  double b = need;
-  if (b > mem_cap) {
-    b = mem_cap >= 2 * kRound ? std::floor(mem_cap / kRound) * kRound : mem_cap;
-    bound = PassSize::Bound::Memory;
-  }
-  if (b > upper) {
-    b = upper;
-    bound = ctx_bounds ? PassSize::Bound::Context : PassSize::Bound::Largest;
-  }
+  const double inf = std::numeric_limits<double>::infinity();
+  // Memory: up to the floor a pass may take everything the budget leaves
+  // (below it, streaming every cold expert once per few tokens costs far
+  // more than the cache those bytes would hold); above it, memory_share.
+  const double fit_all = m > 0 ? double(in.room_bytes) / m : inf;
+  const double share_cap = m > 0 ? in.memory_share * double(in.room_bytes) / m : inf;
   const int least = std::min(in.min_tokens, upper);
-  if (b < least) b = least;  // the memory bound gives way to the least pass (the pool shrinks instead)
-  r.tokens = static_cast<int>(b);
+  const double lower_d = std::min<double>(in.floor_tokens, fit_all);
+  const double mem_upper = std::max(lower_d, share_cap);
+  const int top = static_cast<int>(std::min<double>(upper, mem_upper));
+  PassSize::Bound cap_bound = mem_upper < upper ? PassSize::Bound::Memory
+                              : ctx_bounds      ? PassSize::Bound::Context
+                                                : PassSize::Bound::Largest;
+  int b = 0;
+  PassSize::Bound bound = PassSize::Bound::Floor;
+  bool reached = true;
+  if (top < in.floor_tokens) {
+    // Memory or the context hold less than the floor: the largest that fits.
+    b = top >= 2 * kRound ? top / kRound * kRound : top;
+    bound = cap_bound;
+  } else {
+    // The smallest pass from the floor up (in steps of kRound) within the
+    // target share; none: the one with the least share.
+    int best = in.floor_tokens;
+    b = -1;
+    for (int c = in.floor_tokens;; c = std::min(top, (c / kRound + 1) * kRound)) {
+      if (share(c) <= in.stream_share) {
+        b = c;
+        break;
+      }
+      if (share(c) < share(best)) best = c;
+      if (c >= top) break;
+    }
+    if (b >= 0) {
+      bound = b == in.floor_tokens ? PassSize::Bound::Floor : PassSize::Bound::Link;
+    } else {
+      b = best;
+      reached = false;
+      bound = b == top ? cap_bound : PassSize::Bound::Link;
+    }
+  }
+  b = std::max(b, least);  // no room at all: the least pass (the buffers come out of the reserve)
+  r.tokens = b;
   r.bound = bound;
   r.cold_bytes = cold_at(in, r.tokens);
   r.link_s = r.cold_bytes / R;
@@ -95,11 +116,13 @@ PassSize choose_pass_size(const PassSizeInputs& in) {
   switch (bound) {
     case PassSize::Bound::Floor: r.why += "the floor size already keeps streaming small"; break;
     case PassSize::Bound::Link:
-      r.why += fmt("the smallest pass within %.0f%%", 100.0 * in.stream_share);
+      r.why += reached ? fmt("the smallest pass within %.0f%%", 100.0 * in.stream_share)
+                       : std::string("the least share any pass reaches");
       break;
     case PassSize::Bound::Memory:
       r.why += "bounded by VRAM: its buffers (" + format_bytes(static_cast<uint64_t>(m)) + " a token) may take " +
-               fmt("%.0f%% of the ", 100.0 * in.memory_share) + format_bytes(in.room_bytes) + " left for experts";
+               (top < in.floor_tokens ? std::string("all") : fmt("%.0f%%", 100.0 * in.memory_share)) + " of the " +
+               format_bytes(in.room_bytes) + " left for experts and buffers";
       break;
     case PassSize::Bound::Context: r.why += "bounded by the context (" + std::to_string(in.ctx) + ")"; break;
     case PassSize::Bound::Largest: r.why += "bounded by the largest batch (" + std::to_string(in.max_tokens) + ")"; break;

@@ -6,16 +6,16 @@
 // cache, so a longer pass also makes more experts cold.
 //
 // With B tokens per pass, per-token buffer bytes m, link rate R, GPU compute
-// t per token, and the cold bytes at B = 0 being C0 (routed experts minus the
-// room left for cache slots):
-//   cold(B) = max(0, C0 + B m)          link(B) = cold(B) / R
-//   compute(B) = B t                    share(B) = link(B) / compute(B)
-// share falls with B towards m / (R t). The choice is the smallest B (at
-// least the floor, where the GPU already runs at its prompt rate) with
-// share(B) <= the target share, bounded by the memory the budget leaves for
-// the buffers (a share of the room, so a tight budget keeps small passes and
-// decode keeps most of its cache), by the context and by the largest batch.
-// Every expert resident: nothing streams, the floor.
+// t per token, routed expert bytes X and `room` for slots and buffers:
+//   slots(B) = min(cap, max(0, room - B m))   cold(B) = max(0, X - slots(B))
+//   link(B) = cold(B) / R   compute(B) = B t   share(B) = link(B) / compute(B)
+// While experts are cold, share falls with B towards m / (R t). The choice
+// is the smallest B from the floor (where the GPU already runs at its prompt
+// rate) up, in steps of 64, with share(B) <= the target share (none: the B
+// of least share), bounded by the memory the budget leaves for the buffers
+// (all of it up to the floor; beyond, a share of it, so a tight budget keeps
+// small passes and decode keeps most of its cache), by the context and by
+// the largest batch. Every expert resident: nothing streams, the floor.
 //
 // Pure arithmetic: the CUDA backend measures or estimates the inputs and
 // applies the result; unit tests on CI (tests/experts/pass_size_test.cpp).
@@ -32,6 +32,10 @@ struct PassSizeInputs {
   // buffers together (after dense weights, KV cache, reserve, and the
   // step's fixed buffers: transit ring, tables).
   uint64_t room_bytes = 0;
+  // The cache slots never take more than this (-1: no bound): the budget's
+  // room for experts, when room_bytes also counts a reserve that only the
+  // buffers may use.
+  int64_t slot_cap_bytes = -1;
   double bytes_per_token = 0;     // per-token buffers (activations + the hybrid step's rows)
   double link_gbps = 0;           // host -> device copies (pinned)
   double compute_s_per_token = 0; // GPU prompt compute per token (estimate or measurement)

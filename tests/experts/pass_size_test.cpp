@@ -30,7 +30,9 @@ PassSizeInputs qwen30b_10g() {
 }
 
 double share_at(const PassSizeInputs& in, int b) {
-  const double cold = std::max(0.0, double(in.expert_bytes) - double(in.room_bytes) + b * in.bytes_per_token);
+  double slots = std::max(0.0, double(in.room_bytes) - b * in.bytes_per_token);
+  if (in.slot_cap_bytes >= 0) slots = std::min(slots, double(in.slot_cap_bytes));
+  const double cold = std::max(0.0, double(in.expert_bytes) - slots);
   return cold / (in.link_gbps * 1e9) / (b * in.compute_s_per_token);
 }
 
@@ -84,11 +86,33 @@ TEST(PassSize, ATightBudgetKeepsPassesSmall) {
   EXPECT_EQ(p.bound, PassSize::Bound::Memory) << p.why;
   EXPECT_LT(p.tokens, 512) << p.why;
   EXPECT_GE(p.tokens, in.min_tokens);
-  EXPECT_LE(p.tokens * in.bytes_per_token, in.memory_share * double(in.room_bytes));
+  // Below the floor a pass takes all that is left (not a share): fewer,
+  // longer passes stream the cold experts fewer times.
+  EXPECT_LE(p.tokens * in.bytes_per_token, double(in.room_bytes));
+  EXPECT_GT((p.tokens + 64) * in.bytes_per_token, double(in.room_bytes));
   EXPECT_NE(p.why.find("VRAM"), std::string::npos) << p.why;
+  // Room for more than the floor but a third of it for less: the floor.
+  in.room_bytes = 200'000'000;
+  EXPECT_EQ(choose_pass_size(in).tokens, in.floor_tokens) << choose_pass_size(in).why;
   // No room at all: the least pass, not zero.
   in.room_bytes = 0;
   EXPECT_EQ(choose_pass_size(in).tokens, in.min_tokens);
+}
+
+// At the minimum budget the room for slots is 0: only a reserve is left,
+// which the buffers may use but the slots not; every expert is cold however
+// short the pass, so the pass takes all of it (as the old 512-token default
+// did), not a share.
+TEST(PassSize, NoRoomForSlotsEveryExpertColdAtAnySize) {
+  PassSizeInputs in = qwen30b_10g();
+  in.expert_bytes = 1'300'000'000;  // 4 layers of the 30B shape
+  in.room_bytes = 110'000'000;      // the reserve's half, less the transit ring
+  in.slot_cap_bytes = 0;
+  const PassSize p = choose_pass_size(in);
+  EXPECT_DOUBLE_EQ(p.cold_bytes, 1.3e9) << p.why;
+  EXPECT_EQ(p.bound, PassSize::Bound::Memory) << p.why;
+  EXPECT_GT(p.tokens, 256) << p.why;
+  EXPECT_LE(p.tokens * in.bytes_per_token, double(in.room_bytes)) << p.why;
 }
 
 TEST(PassSize, NearlyResidentOrAFastLinkNeedsOnlyTheFloor) {
@@ -134,15 +158,18 @@ TEST(PassSize, RandomInputsKeepEveryBound) {
     in.compute_s_per_token = 1e-6 + u(rng) * 1e-3;
     in.ctx = u(rng) < 0.3 ? static_cast<int64_t>(1 + u(rng) * 40000) : 0;
     in.stream_share = 0.02 + u(rng) * 0.3;
+    if (u(rng) < 0.3) in.slot_cap_bytes = static_cast<int64_t>(u(rng) * double(in.room_bytes));
     const PassSize p = choose_pass_size(in);
     const int upper = in.ctx > 0 ? static_cast<int>(std::min<int64_t>(in.ctx, in.max_tokens)) : in.max_tokens;
     ASSERT_GE(p.tokens, std::min(in.min_tokens, upper)) << p.why;
     ASSERT_LE(p.tokens, upper) << p.why;
-    if (p.tokens > in.min_tokens)
+    if (p.tokens > std::max(in.min_tokens, in.floor_tokens))
       ASSERT_LE(p.tokens * in.bytes_per_token, in.memory_share * double(in.room_bytes) + 1e-6) << p.why;
-    if (p.bound == PassSize::Bound::Link) {
-      ASSERT_LE(share_at(in, p.tokens), in.stream_share * (1 + 1e-9)) << p.why;
-      if (p.tokens - 64 >= in.floor_tokens) ASSERT_GT(share_at(in, p.tokens - 64), in.stream_share) << p.why;
+    if (p.tokens > in.min_tokens) ASSERT_LE(p.tokens * in.bytes_per_token, double(in.room_bytes) + 1e-6) << p.why;
+    if (p.bound == PassSize::Bound::Link && share_at(in, p.tokens) <= in.stream_share) {
+      // The smallest within the share: every smaller candidate is above it.
+      for (int c = in.floor_tokens; c < p.tokens; c = (c / 64 + 1) * 64)
+        ASSERT_GT(share_at(in, c), in.stream_share) << p.why;
     }
     if (p.bound == PassSize::Bound::Floor) ASSERT_LE(share_at(in, in.floor_tokens), in.stream_share) << p.why;
     PassSizeInputs faster = in;
