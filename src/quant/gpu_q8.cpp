@@ -1,8 +1,11 @@
-// Dispatch of GPU Q8 (quant/gpu_q8.h): the AVX2 kernels where this CPU has
-// AVX2 (capped by MOESTREAM_ISA through cpu_features()), else the reference.
+// Dispatch of GPU Q8 (quant/gpu_q8.h): the AVX-512 VNNI kernels of the
+// formats that have one where this CPU has VNNI, else the AVX2 kernels where
+// it has AVX2 (both capped by MOESTREAM_ISA through cpu_features()), else the
+// reference.
 #include <string>
 
 #include "quant/gpu_q8.h"
+#include "quant/gpu_q8_sub32.h"
 #include "quant/simd_kernels.h"
 #include "util/cpu_features.h"
 #include "util/error.h"
@@ -15,7 +18,22 @@ bool use_avx2() {
   return yes;
 }
 
-simd::GpuQ8RowsFn rows_kernel(DType t) { return use_avx2() ? simd::gpu_q8_rows_kernel_avx2(t) : nullptr; }
+// The AVX-512 VNNI kernels (gpu_q8_sub32_fast_avx512.cpp) of the formats
+// that have them, on CPUs with VNNI (as dispatch.cpp decides for the integer
+// formats).
+bool use_avx512() {
+  static const bool yes = cpu_features().avx512 && cpu_features().avx512_vnni && simd::cpu_supports_avx512();
+  return yes;
+}
+
+simd::GpuQ8RowsFn rows_kernel_avx512(DType t) {
+  return use_avx512() ? simd::gpu_q8_sub32_fast_kernel_avx512(t) : nullptr;
+}
+
+simd::GpuQ8RowsFn rows_kernel(DType t) {
+  if (simd::GpuQ8RowsFn fn = rows_kernel_avx512(t)) return fn;
+  return use_avx2() ? simd::gpu_q8_rows_kernel_avx2(t) : nullptr;
+}
 
 }  // namespace
 
@@ -36,6 +54,9 @@ void vec_dot_rows_gpu_q8(DType t, int64_t n, const void* w, int64_t row_stride, 
   for (int64_t r = 0; r < rows; ++r) out[r] = vec_dot_gpu_q8_ref(t, n, wp + r * row_stride, a);
 }
 
-const char* gpu_q8_path(DType t) { return rows_kernel(t) ? "avx2" : "scalar"; }
+const char* gpu_q8_path(DType t) {
+  if (rows_kernel_avx512(t)) return "avx512";
+  return rows_kernel(t) ? "avx2" : "scalar";
+}
 
 }  // namespace ms

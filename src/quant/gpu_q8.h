@@ -81,7 +81,7 @@ void quantize_row_gpu_q8(const float* x, void* dst, int64_t n);
 // out[r] = dot(weight row at w + r*row_stride, a) for r < rows.
 void vec_dot_rows_gpu_q8(DType wtype, int64_t n, const void* w, int64_t row_stride, int64_t rows, const void* a,
                          float* out);
-// "avx2" or "scalar": the path vec_dot_rows_gpu_q8 takes for wtype here.
+// "avx512", "avx2" or "scalar": the path vec_dot_rows_gpu_q8 takes for wtype here.
 const char* gpu_q8_path(DType wtype);
 
 // ---- the ISA kernels, for tests (gpu_q8_avx2.cpp); nullptr where none.

@@ -34,8 +34,19 @@ float gpu_sub32_term(const GpuSub32Format& f, const GpuSub32& u, const int8_t* a
 float dot_sub32_gpu_q8(DType t, const uint8_t* row, int64_t n, const int8_t* aq, const float* ad, const float* as);
 
 namespace simd {
-// The AVX2 kernels of these formats (gpu_q8_sub32_avx2.cpp); nullptr for others.
+// The AVX2 kernels of these formats: the SIMD-decoding one where there is one
+// (gpu_q8_sub32_fast_kernel_avx2), else the decode-then-dot one; nullptr for
+// other formats.
 GpuQ8RowsFn gpu_q8_sub32_rows_kernel_avx2(DType t);
+// The decode-then-dot AVX2 kernels (gpu_q8_sub32_avx2.cpp: scalar
+// gpu_sub32_decode_block, SIMD integer dots), every sub-block format.
+GpuQ8RowsFn gpu_q8_sub32_generic_kernel_avx2(DType t);
+// SIMD-decoding kernels (gpu_q8_sub32_simd.h) of Q3_K, Q2_K, IQ4_XS, IQ4_NL:
+// AVX2 (gpu_q8_sub32_fast_avx2.cpp) and AVX-512 VNNI
+// (gpu_q8_sub32_fast_avx512.cpp, callable only where cpu_supports_avx512());
+// nullptr for the other formats.
+GpuQ8RowsFn gpu_q8_sub32_fast_kernel_avx2(DType t);
+GpuQ8RowsFn gpu_q8_sub32_fast_kernel_avx512(DType t);
 }  // namespace simd
 
 }  // namespace ms

@@ -1,4 +1,6 @@
-// AVX2 GPU Q8 dots of the sub-block formats (gpu_q8_sub32.h): each block is
+// AVX2 GPU Q8 dots of the sub-block formats (gpu_q8_sub32.h) that have no
+// SIMD-decoding kernel (gpu_q8_sub32_fast_avx2.cpp has Q3_K, Q2_K, IQ4_XS,
+// IQ4_NL; the ones here remain for those too, for tests and the bench): each block is
 // decoded once (scalar, gpu_sub32_decode_block) for 4 rows' worth of
 // activation loads being shared, and each sub-block's two 16-element integer
 // dots are done with maddubs/madd. The float terms are then combined as
@@ -73,6 +75,11 @@ void rows(int64_t n, const void* w, int64_t stride, int64_t nrows, const void* a
 }  // namespace
 
 GpuQ8RowsFn gpu_q8_sub32_rows_kernel_avx2(DType t) {
+  if (GpuQ8RowsFn fast = gpu_q8_sub32_fast_kernel_avx2(t)) return fast;
+  return gpu_q8_sub32_generic_kernel_avx2(t);
+}
+
+GpuQ8RowsFn gpu_q8_sub32_generic_kernel_avx2(DType t) {
   switch (t) {
     case DType::Q4_1: return rows<DType::Q4_1>;
     case DType::Q5_0: return rows<DType::Q5_0>;

@@ -1,0 +1,280 @@
+// Internal, included only by gpu_q8_sub32_fast_avx2.cpp and
+// gpu_q8_sub32_fast_avx512.cpp: GPU Q8 row kernels (quant/gpu_q8.h) of Q3_K,
+// Q2_K, IQ4_XS and IQ4_NL that decode the weights with SIMD instead of the
+// scalar gpu_sub32_decode_block.
+//
+// The includer defines, before including this file, inside
+// namespace ms::simd { namespace { ... } }:
+//   __m256i dot_u8(__m256i w, __m256i a)   32 unsigned weights (0..127) x 32
+//       int8 activations -> 8 int32 partial sums, sum k over bytes 4k..4k+3
+//       (maddubs + madd on AVX2, dpbusd on AVX-512 VNNI).
+// Everything here is in an anonymous namespace, so each ISA file gets its own
+// copy compiled with its own flags (no inline function is shared with
+// baseline files: see simd_kernels.h).
+//
+// The terms are gpu_sub32_term's, per 32-element sub-block j against
+// activation block j (d_j, s_j) with S0, S1 the integer dots of its halves:
+//   Q3_K    d_j * (s0 * S0 + s1 * S1)
+//   Q2_K    d_j * (s0 * S0 + s1 * S1) + d_j * (m0 * H0 + m1 * H1)
+//   IQ4_*   d_j * s * (S0 + S1)
+// with the same float scale expressions (s0 = d * sc etc.). The integer dots
+// are exact, so S0, S1, H0, H1 are the reference's integers; the 8 sub-blocks
+// of a super-block go through the float formula side by side (lane j =
+// sub-block j) and each lane accumulates over the row, the 8 lanes added at
+// the end. So only the order of the final float additions (and FMA
+// contraction) differs from dot_sub32_gpu_q8, as in the other GPU Q8 kernels.
+//
+// Q3_K's quants q - 4*(1 - hbit) are dotted as the unsigned q' = q + 4*hbit
+// (0..7), then 4*H subtracted per half (H: the activations' half sums): the
+// same integer, one maddubs instead of the signed-operand trick.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "quant/blocks.h"
+#include "quant/gpu_q8.h"
+
+namespace ms::simd {
+namespace {
+
+inline __m256i s32_load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i s32_load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+inline uint32_t s32_u32(const void* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline float s32_f16(const void* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// Signed weights: the unsigned operand is |w|, the sign moves to a.
+inline __m256i dot_s8(__m256i w, __m256i a) { return dot_u8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)); }
+
+// p[j]: sub-block j's 8 partial sums (4 per half). h0 / h1 get the 8
+// sub-blocks' first-half / second-half totals, lane j = sub-block j.
+inline void s32_reduce_halves(const __m256i* p, __m256i* h0, __m256i* h1) {
+  const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
+  const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
+  // per 128-bit lane: [p0 p1 p2 p3]; lane 0 holds the first halves, lane 1 the second
+  const __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
+  *h0 = _mm256_permute2x128_si256(a, b, 0x20);
+  *h1 = _mm256_permute2x128_si256(a, b, 0x31);
+}
+inline __m256i s32_reduce(const __m256i* p) {
+  __m256i h0, h1;
+  s32_reduce_halves(p, &h0, &h1);
+  return _mm256_add_epi32(h0, h1);
+}
+
+// One super-block's activations (8 blocks of 32): quants, d, s, and for the
+// K formats the halves' integer sums.
+struct SuperAct {
+  __m256i q[8];
+  __m256 d, s;
+  __m256i h0, h1;
+};
+inline void load_super(const int8_t* q, const float* d, const float* s, bool halves, SuperAct& a) {
+  for (int j = 0; j < 8; ++j) a.q[j] = s32_load256(q + 32 * j);
+  a.d = _mm256_loadu_ps(d);
+  a.s = _mm256_loadu_ps(s);
+  if (halves) {
+    const __m256i ones = _mm256_set1_epi8(1);
+    __m256i p[8];
+    for (int j = 0; j < 8; ++j) p[j] = dot_u8(ones, a.q[j]);
+    s32_reduce_halves(p, &a.h0, &a.h1);
+  }
+}
+
+// ---------------------------------------------------------------- Q3_K
+struct SuperQ3K {
+  static constexpr int64_t kBytes = sizeof(BlockQ3_K);
+  static constexpr bool kHalves = true;
+  static __m256 term(const uint8_t* blk, const SuperAct& a) {
+    // 16 signed 6-bit scales: low nibbles in bytes 0-7, high 2 bits in 8-11.
+    const uint32_t a0 = s32_u32(blk + 96), a1 = s32_u32(blk + 100), hi = s32_u32(blk + 104);
+    const uint32_t w0 = (a0 & 0x0f0f0f0fu) | ((hi & 0x03030303u) << 4);
+    const uint32_t w1 = (a1 & 0x0f0f0f0fu) | (((hi >> 2) & 0x03030303u) << 4);
+    const uint32_t w2 = ((a0 >> 4) & 0x0f0f0f0fu) | (((hi >> 4) & 0x03030303u) << 4);
+    const uint32_t w3 = ((a1 >> 4) & 0x0f0f0f0fu) | (((hi >> 6) & 0x03030303u) << 4);
+    __m128i sc = _mm_sub_epi8(_mm_setr_epi32(static_cast<int>(w0), static_cast<int>(w1), static_cast<int>(w2),
+                                             static_cast<int>(w3)),
+                              _mm_set1_epi8(32));
+    sc = _mm_shuffle_epi8(sc, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    const __m256 d = _mm256_set1_ps(s32_f16(blk + 108));
+    const __m256 s0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+    const __m256 s1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))));
+
+    const __m256i hm = s32_load256(blk), three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+    __m256i p[8];
+    for (int h = 0; h < 2; ++h) {
+      const __m256i qs = s32_load256(blk + 32 + 32 * h);
+      for (int c = 0; c < 4; ++c) {
+        const int j = 4 * h + c;
+        const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << j));
+        const __m256i low = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * c), three);
+        const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), four);
+        p[j] = dot_u8(_mm256_or_si256(low, high), a.q[j]);
+      }
+    }
+    __m256i i0, i1;
+    s32_reduce_halves(p, &i0, &i1);
+    i0 = _mm256_sub_epi32(i0, _mm256_slli_epi32(a.h0, 2));
+    i1 = _mm256_sub_epi32(i1, _mm256_slli_epi32(a.h1, 2));
+    const __m256 inner = _mm256_add_ps(_mm256_mul_ps(s0, _mm256_cvtepi32_ps(i0)), _mm256_mul_ps(s1, _mm256_cvtepi32_ps(i1)));
+    return _mm256_mul_ps(a.d, inner);
+  }
+};
+
+// ---------------------------------------------------------------- Q2_K
+struct SuperQ2K {
+  static constexpr int64_t kBytes = sizeof(BlockQ2_K);
+  static constexpr bool kHalves = true;
+  static __m256 term(const uint8_t* blk, const SuperAct& a) {
+    // scales[2j + k]: low nibble scale, high nibble min of half k of sub-block j
+    const __m128i raw = _mm_shuffle_epi8(s32_load128(blk),
+                                         _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m128i sc = _mm_and_si128(raw, m4), mn = _mm_and_si128(_mm_srli_epi16(raw, 4), m4);
+    const __m256 d = _mm256_set1_ps(s32_f16(blk + 80)), ndmin = _mm256_set1_ps(-s32_f16(blk + 82));
+    auto cvt = [](__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); };
+    const __m256 s0 = _mm256_mul_ps(d, cvt(sc)), s1 = _mm256_mul_ps(d, cvt(_mm_srli_si128(sc, 8)));
+    const __m256 n0 = _mm256_mul_ps(ndmin, cvt(mn)), n1 = _mm256_mul_ps(ndmin, cvt(_mm_srli_si128(mn, 8)));
+
+    const __m256i three = _mm256_set1_epi8(3);
+    __m256i p[8];
+    for (int h = 0; h < 2; ++h) {
+      const __m256i qs = s32_load256(blk + 16 + 32 * h);
+      for (int c = 0; c < 4; ++c)
+        p[4 * h + c] = dot_u8(_mm256_and_si256(_mm256_srli_epi16(qs, 2 * c), three), a.q[4 * h + c]);
+    }
+    __m256i i0, i1;
+    s32_reduce_halves(p, &i0, &i1);
+    const __m256 inner = _mm256_add_ps(_mm256_mul_ps(s0, _mm256_cvtepi32_ps(i0)), _mm256_mul_ps(s1, _mm256_cvtepi32_ps(i1)));
+    const __m256 mins =
+        _mm256_add_ps(_mm256_mul_ps(n0, _mm256_cvtepi32_ps(a.h0)), _mm256_mul_ps(n1, _mm256_cvtepi32_ps(a.h1)));
+    return _mm256_add_ps(_mm256_mul_ps(a.d, inner), _mm256_mul_ps(a.d, mins));
+  }
+};
+
+// ---------------------------------------------------------------- IQ4_XS / IQ4_NL
+inline __m256i iq4_lut() {
+  return _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,  //
+                          -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+}
+// 16 bytes of nibbles -> the 32 levels in element order (low nibbles are
+// elements 0-15, high nibbles 16-31).
+inline __m256i iq4_levels(__m128i x, __m256i lut) {
+  const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F));
+  return _mm256_shuffle_epi8(lut, q);
+}
+
+struct SuperIQ4XS {
+  static constexpr int64_t kBytes = sizeof(BlockIQ4_XS);
+  static constexpr bool kHalves = false;
+  static __m256 term(const uint8_t* blk, const SuperAct& a) {
+    // ls_j = (4 bits of scales_l) | (2 bits of scales_h) << 4; s_j = d * (ls_j - 32)
+    const uint32_t sl = s32_u32(blk + 4), sh = static_cast<uint32_t>(blk[2]) | (static_cast<uint32_t>(blk[3]) << 8);
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i lo = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(sl)), _mm256_slli_epi32(idx, 2)), _mm256_set1_epi32(15));
+    const __m256i hi = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(sh)), _mm256_slli_epi32(idx, 1)), _mm256_set1_epi32(3));
+    const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+    const __m256 s = _mm256_mul_ps(_mm256_set1_ps(s32_f16(blk)), _mm256_cvtepi32_ps(ls));
+
+    const __m256i lut = iq4_lut();
+    __m256i p[8];
+    for (int j = 0; j < 8; ++j) p[j] = dot_s8(iq4_levels(s32_load128(blk + 8 + 16 * j), lut), a.q[j]);
+    return _mm256_mul_ps(_mm256_mul_ps(a.d, s), _mm256_cvtepi32_ps(s32_reduce(p)));
+  }
+};
+
+// IQ4_NL: 32-element blocks, 8 of them side by side as one "super-block"
+// (the term is the same: d_j * s * (S0 + S1), s the block's f16 scale).
+struct SuperIQ4NL {
+  static constexpr int64_t kBytes = 8 * sizeof(BlockIQ4_NL);
+  static constexpr bool kHalves = false;
+  static __m256 term(const uint8_t* blk, const SuperAct& a) {
+    const __m256i lut = iq4_lut();
+    __m256i p[8];
+    alignas(32) float sc[8];
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* b = blk + j * sizeof(BlockIQ4_NL);
+      sc[j] = s32_f16(b);
+      p[j] = dot_s8(iq4_levels(s32_load128(b + 2), lut), a.q[j]);
+    }
+    return _mm256_mul_ps(_mm256_mul_ps(a.d, _mm256_load_ps(sc)), _mm256_cvtepi32_ps(s32_reduce(p)));
+  }
+  // A single block (the row's last n/32 % 8): the reference term.
+  static float tail(const uint8_t* b, const int8_t* q, float ad) {
+    const __m256i p = dot_s8(iq4_levels(s32_load128(b + 2), iq4_lut()), s32_load256(q));
+    __m128i v = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4e));
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xb1));
+    return ad * s32_f16(b) * static_cast<float>(_mm_cvtsi128_si32(v));
+  }
+};
+
+inline float s32_hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// R rows at once, the activation super-block loaded once for all of them.
+// Super::kBytes is the weight bytes of 256 elements; a format with 32-element
+// blocks (IQ4_NL) finishes the row's last n/32 % 8 blocks with Super::tail.
+template <class Super, int R>
+void super_rows(int64_t n, const uint8_t* w, int64_t stride, const int8_t* aq, const float* ad, const float* as,
+                float* out) {
+  __m256 acc[R];
+  float tail[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), tail[r] = 0.f;
+  const int64_t supers = n / 256;
+  for (int64_t i = 0; i < supers; ++i) {
+    SuperAct a;
+    load_super(aq + 256 * i, ad + 8 * i, as + 8 * i, Super::kHalves, a);
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_add_ps(acc[r], Super::term(w + r * stride + i * Super::kBytes, a));
+  }
+  if constexpr (requires { Super::tail(w, aq, 0.f); }) {
+    constexpr int64_t kBlk = Super::kBytes / 8;
+    for (int64_t b = 8 * supers; b < n / 32; ++b)
+      for (int r = 0; r < R; ++r) tail[r] += Super::tail(w + r * stride + b * kBlk, aq + 32 * b, ad[b]);
+  }
+  for (int r = 0; r < R; ++r) out[r] = s32_hsum(acc[r]) + tail[r];
+}
+
+template <class Super>
+void super_rows_all(int64_t n, const void* w, int64_t stride, int64_t rows, const void* act, float* out) {
+  const auto* wp = static_cast<const uint8_t*>(w);
+  const auto* aq = static_cast<const int8_t*>(act);
+  const auto* ad = reinterpret_cast<const float*>(static_cast<const uint8_t*>(act) + n);
+  const float* as = ad + n / 32;
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) super_rows<Super, 4>(n, wp + r * stride, stride, aq, ad, as, out + r);
+  if (rows - r >= 2) {
+    super_rows<Super, 2>(n, wp + r * stride, stride, aq, ad, as, out + r);
+    r += 2;
+  }
+  if (rows - r == 1) super_rows<Super, 1>(n, wp + r * stride, stride, aq, ad, as, out + r);
+}
+
+// The kernels of this header for t, nullptr for the other formats.
+inline GpuQ8RowsFn sub32_fast_kernel(DType t) {
+  switch (t) {
+    case DType::Q3_K: return super_rows_all<SuperQ3K>;
+    case DType::Q2_K: return super_rows_all<SuperQ2K>;
+    case DType::IQ4_XS: return super_rows_all<SuperIQ4XS>;
+    case DType::IQ4_NL: return super_rows_all<SuperIQ4NL>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+}  // namespace ms::simd
