@@ -45,6 +45,7 @@ std::string cpu_model_name() {
 std::unique_ptr<Backend> make_cpu(const BackendSetup& s, const ModelWeights& w, ThreadPool& pool) {
   CpuBackend::Options o;
   if (s.max_batch > 0) o.max_batch = s.max_batch;
+  else if (s.cpu_max_batch > 0) o.max_batch = s.cpu_max_batch;
   return std::make_unique<CpuBackend>(w, pool, o);
 }
 
@@ -162,7 +163,8 @@ void check_size_flags(int64_t ctx, int threads, int batch) {
   if (ctx > kMaxCtx)
     throw Error("--ctx " + std::to_string(ctx) + ": at most " + std::to_string(kMaxCtx) + " tokens");
   check_threads_flag(threads);
-  if (batch < 1) throw Error("--batch must be >= 1 prompt token per forward pass, got " + std::to_string(batch));
+  if (batch < 0)
+    throw Error("--batch must be >= 0 prompt tokens per forward pass (0: chosen), got " + std::to_string(batch));
   if (batch > kMaxBatch)
     throw Error("--batch " + std::to_string(batch) + ": at most " + std::to_string(kMaxBatch) +
                 " prompt tokens per forward pass (longer prompts run in several)");
@@ -232,7 +234,9 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
     o.profile = &profile;
   }
   try {
-    return std::make_unique<CudaBackend>(w, o);
+    auto be = std::make_unique<CudaBackend>(w, o);
+    if (!s.quiet) std::fprintf(stderr, "moestream: %s\n", be->batch_reason().c_str());
+    return be;
   } catch (const Error& e) {
     // Asked for explicitly, or a budget was given: say why it cannot run.
     if (s.requested == "cuda" || !s.vram.budget.empty()) throw;
@@ -337,6 +341,20 @@ std::string context_cost_line(const ModelWeights& w, KvType type, int64_t ctx, i
   return "context " + std::to_string(ctx) + " tokens" + (slots > 1 ? " x " + std::to_string(slots) + " slots" : "") +
          ": KV cache " + format_bytes(cost.bytes(ctx, slots)) + " (" + describe_kv_cost(hp, cost, kv_type_name(type)) +
          ")";
+}
+
+std::string batch_help() {
+  return "prompt tokens per forward pass (0: chosen; CUDA: from the VRAM budget, so a tiered prompt's cold experts "
+         "stream once per pass at a small share of its compute, bounded by the memory the budget leaves; at most " +
+         std::to_string(kMaxBatch) + ")";
+}
+
+int backend_max_batch(const Backend& be) {
+#ifdef MOESTREAM_HAVE_CUDA
+  if (const auto* cb = dynamic_cast<const CudaBackend*>(&be)) return cb->max_batch();
+#endif
+  (void)be;
+  return CpuBackend::Options{}.max_batch;  // what make_cpu gives it when -b is 0
 }
 
 std::string backend_device(const Backend& be, const ThreadPool& pool) {

@@ -37,7 +37,11 @@ struct VramSetup {
 struct BackendSetup {
   std::string requested;  // "", "cpu", "cuda"
   int64_t ctx = 0;        // the longest sequence this run needs (sizes the device KV cache)
-  int max_batch = 0;      // prompt tokens per batch (0: the backend's default)
+  // Prompt tokens per forward pass. 0: the backend's choice (CUDA: from the
+  // budget, the link and the compute rate, experts/pass_size.h; CPU:
+  // cpu_max_batch if set, else its default).
+  int max_batch = 0;
+  int cpu_max_batch = 0;
   bool quiet = false;     // no notice on fallback
   KvType kv_type = KvType::F16;  // the cache make_cache will be asked for (CUDA: sizes the device cache)
   VramSetup vram;
@@ -74,11 +78,15 @@ int max_threads();
 
 // The size flags `run` and `serve` share, checked the same way (a negative
 // value used to be taken silently): 0 <= --ctx <= kMaxCtx (0: the model's),
-// 0 <= -t <= max_threads() (0: all cores), 1 <= -b <= kMaxBatch. Throws
+// 0 <= -t <= max_threads() (0: all cores), 0 <= -b <= kMaxBatch (0: chosen). Throws
 // ms::Error naming the flag and the bound.
 void check_size_flags(int64_t ctx, int threads, int batch);
 // -t alone (commands without --ctx/-b).
 void check_threads_flag(int threads);
+// The help of -b for run, serve and bench (0: the backend chooses).
+std::string batch_help();
+// Prompt tokens per forward pass of a backend made by make_backend with -b 0.
+int backend_max_batch(const Backend& be);
 
 // Tells on stderr (unless quiet) when the pool got fewer threads than -t
 // asked for (the OS refused some).

@@ -117,7 +117,8 @@ BudgetRun measure(const BenchArgs& a, const std::string& vram, bool sweep, const
   BackendSetup bs;
   bs.requested = a.backend;
   bs.ctx = ctx;
-  bs.max_batch = a.batch > 0 ? a.batch : std::clamp(largest(a.n_prompt), 1, kMaxBatch);
+  bs.max_batch = a.batch;  // 0: the CUDA backend chooses (batch_help); the CPU's takes the whole prompt
+  bs.cpu_max_batch = std::clamp(largest(a.n_prompt), 1, kMaxBatch);
   bs.kv_type = a.kv_type;
   bs.vram = a.vram;
   bs.vram.budget = vram;
@@ -218,7 +219,7 @@ void check_bench_flags(const BenchArgs& a) {
   check_bench_lists(a);  // -p, -n, -d (bench_report.h)
   if (a.reps < 1 || a.reps > 1000) throw Error("-r " + std::to_string(a.reps) + ": repetitions must be in 1..1000");
   if (a.batch < 0 || a.batch > kMaxBatch)
-    throw Error("-b " + std::to_string(a.batch) + ": must be in 0.." + std::to_string(kMaxBatch) + " (0: the whole prompt)");
+    throw Error("-b " + std::to_string(a.batch) + ": must be in 0.." + std::to_string(kMaxBatch) + " (0: chosen)");
   if (!(a.bandwidth_gbs >= 0) || !std::isfinite(a.bandwidth_gbs))
     throw Error("--bandwidth must be a number of GB/s >= 0 (0: measured)");
   check_threads_flag(a.threads);
@@ -282,7 +283,7 @@ RegisterCommand reg("bench", [](CLI::App& app) {
   sub->add_option("-r,--repetitions", a->reps, "repetitions of each test")->capture_default_str();
   sub->add_option("--backend", a->backend, backend_help())->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("-t,--threads", a->threads, "CPU threads (0: all cores)");
-  sub->add_option("-b,--batch", a->batch, "prompt tokens per forward batch (0: the whole prompt, at most " + std::to_string(kMaxBatch) + ")");
+  sub->add_option("-b,--batch", a->batch, batch_help() + "; the CPU backend: 0 is the whole prompt");
   sub->add_option("--bandwidth", a->bandwidth_gbs, "memory bandwidth in GB/s for the floor (default: measured)");
   sub->add_flag("--json", a->json, "print JSON instead of the markdown table");
   sub->add_option("-o,--output", a->output, "also write the output to this file");

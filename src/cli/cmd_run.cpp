@@ -40,7 +40,7 @@ struct RunArgs {
   bool chat = false;
   int threads = 0;
   int64_t ctx = 0;
-  int batch = 256;
+  int batch = 0;  // 0: chosen (batch_help)
   int prompt_tokens = 0;  // > 0: a synthetic prompt of exactly this many tokens (benchmarks)
   bool ignore_eos = false;
   bool routing_stats = false;
@@ -158,7 +158,7 @@ int run_bench(const RunArgs& r, const std::string& path) {
   ThreadPool pool(r.threads);
   report_thread_shortfall(pool, r.quiet);
   CpuBackend::Options bo;
-  bo.max_batch = std::max(1, r.batch);
+  if (r.batch > 0) bo.max_batch = r.batch;
   CpuBackend be(w, pool, bo);
   const int pp = r.prompt_tokens > 0 ? r.prompt_tokens : 128;
   const int tg = r.n_predict > 0 ? r.n_predict : 64;
@@ -222,8 +222,7 @@ RegisterCommand reg("run", [](CLI::App& app) {
                   "CPU threads (0: all cores; at most " + std::to_string(kMaxThreadsPerCore) + " per core)");
   sub->add_option("--backend", a->backend, backend_help())->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("-c,--ctx", a->ctx, "context size in tokens (0: the model's trained context where memory allows, else the largest that fits)");
-  sub->add_option("-b,--batch", a->batch, "prompt tokens per forward batch (1.." + std::to_string(kMaxBatch) + ")")
-      ->capture_default_str();
+  sub->add_option("-b,--batch", a->batch, batch_help())->capture_default_str();
   sub->add_option("--prompt-tokens", a->prompt_tokens, "benchmark: use a synthetic prompt of exactly N tokens");
   sub->add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-text tokens (benchmarks)");
   sub->add_flag("--routing-stats", a->routing_stats, "print per-layer expert popularity at the end");

@@ -44,7 +44,7 @@ struct ServeArgs {
   int64_t ctx = 0;
   int parallel = 1;
   int threads = 0;
-  int batch = 256;
+  int batch = 0;  // 0: chosen (batch_help)
   int64_t max_body = 8 << 20;  // signed: "--max-body -1" must be an error, not 2^64-1
   KvType kv_type = KvType::F16;
   bool quiet = false;
@@ -82,7 +82,7 @@ RegisterCommand reg("serve", [](CLI::App& app) {
                   "backend holds one)")
       ->capture_default_str();
   sub->add_option("-t,--threads", a->threads, "CPU threads (0: all cores)");
-  sub->add_option("-b,--batch", a->batch, "prompt tokens per forward batch")->capture_default_str();
+  sub->add_option("-b,--batch", a->batch, batch_help())->capture_default_str();
   sub->add_option("--backend", a->backend, backend_help())->check(CLI::IsMember({"cpu", "cuda"}));
   add_kv_type_option(*sub, &a->kv_type);
   add_vram_options(*sub, &a->vram, true);
@@ -139,7 +139,7 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     ThreadPool pool(r.threads);
     BackendSetup bs;
     bs.requested = r.backend;
-    bs.max_batch = std::max(1, r.batch);
+    bs.max_batch = r.batch;
     bs.quiet = r.quiet;
     bs.kv_type = r.kv_type;
     bs.vram = r.vram;
@@ -160,7 +160,7 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     so.parallel = parallel;
     so.ctx = ctx;
     so.kv_type = r.kv_type;
-    so.prefill_chunk = std::max(1, r.batch);
+    so.prefill_chunk = r.batch > 0 ? r.batch : backend_max_batch(*be);
     so.max_kv_bytes = available_ram() / 10 * 9;  // the slots' KV caches must fit in memory
     server::Scheduler sched(*be, *model->tokenizer, so, &metrics);
     server::HttpOptions ho;

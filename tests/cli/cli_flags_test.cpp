@@ -122,7 +122,7 @@ TEST_F(CliFlags, AbsurdValuesAreErrorsNamingTheFlag) {
       {"run " + m() + "-n 1 -t " + std::to_string(too_many_threads), "--threads"},
       {"run " + m() + "-n 1 -t -2", "--threads"},
       {"run " + m() + "-n 1 -b 100000000", "--batch"},
-      {"run " + m() + "-n 1 -b 0", "--batch"},
+      {"run " + m() + "-n 1 -b -1", "--batch"},
       {"run " + m() + "-n 1 --ctx 100000000", "--ctx"},
       {"run " + m() + "-n 100000000", "-n"},
       {"run " + m() + "-n 1 --policy nope", "--policy"},

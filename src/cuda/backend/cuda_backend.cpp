@@ -307,8 +307,8 @@ CudaBackend::CudaBackend(const ModelWeights& w, Options opt) : impl_(std::make_u
   const ModelConfig& c = w.cfg;
   const int64_t kv_ctx = opt.ctx > 0 ? opt.ctx : std::min<int64_t>(c.n_ctx_train > 0 ? c.n_ctx_train : 4096, 4096);
   if (kv_ctx > (int64_t{1} << 30)) throw Error("CUDA backend: context too large");
+  if (opt.max_batch < 0) throw Error("CUDA backend: max_batch must be >= 0 (0: chosen from the budget)");
   m.B = std::max(1, opt.max_batch);
-  m.opt.max_batch = m.B;
   m.opt.gemm_min_batch = std::max(2, opt.gemm_min_batch);
   m.check_types();
   cuda::prepare_quant_tables();  // IQ lookup tables on the device before any graph capture
@@ -319,6 +319,13 @@ CudaBackend::CudaBackend(const ModelWeights& w, Options opt) : impl_(std::make_u
     m.weights = cuda::DeviceWeights::upload(w);
     if (c.is_moe() && !m.tiered) m.experts = cuda::ResidentExperts(w);
     m.kv = cuda::DeviceKvCache(c.n_layer, c.n_head_kv, c.head_dim, kv_ctx, device_kv_type(opt), recurrent_shape(c));
+    if (opt.max_batch == 0) {
+      m.B = m.choose_batch(plan, kv_ctx);
+    } else {
+      m.pass.tokens = m.B;
+      m.pass.why = "prompt passes of " + std::to_string(m.B) + " tokens (given: -b / max_batch)";
+    }
+    m.opt.max_batch = m.B;
     m.allocate_activations();
     if (m.tiered) m.make_hybrid(plan);
   } catch (const Error& e) {
@@ -338,6 +345,8 @@ void CudaBackend::set_route_hook(RouteHook hook, bool want_hidden) {
 }
 
 int64_t CudaBackend::ctx_capacity() const { return impl_->kv.ctx(); }
+int CudaBackend::max_batch() const { return impl_->B; }
+std::string CudaBackend::batch_reason() const { return impl_->pass.why; }
 int CudaBackend::graph_captures() const { return impl_->graph.captures(); }
 std::string CudaBackend::device_description() const { return cuda::describe(impl_->info); }
 std::string CudaBackend::device_name() const { return impl_->info.name; }
@@ -404,8 +413,11 @@ void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vec
     kv.advance(1);
     return;
   }
+  // Passes of equal size (8192 tokens at B = 7000: two of 4096, not 7000 + 1192).
+  const int64_t passes = (n + m.B - 1) / m.B;
+  const int64_t per_pass = (n + passes - 1) / passes;
   for (int64_t done = 0; done < n;) {
-    const int nb = static_cast<int>(std::min<int64_t>(m.B, n - done));
+    const int nb = static_cast<int>(std::min<int64_t>(per_pass, n - done));
     const bool last = done + nb == n;
     float* out = all_logits ? logits.data() + done * V : (last ? logits.data() : nullptr);
     m.prefill(tokens.data() + done, nb, kv.n_past(), out, all_logits);

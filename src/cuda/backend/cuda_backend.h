@@ -50,7 +50,12 @@ class CudaBackend : public Backend {
   struct Options {
     int device = 0;
     int64_t ctx = 0;             // device KV capacity in tokens (0: min(model context, 4096))
-    int max_batch = 512;         // prompt tokens per internal batch (longer inputs are split)
+    // Prompt tokens per forward pass (longer inputs are split into passes of
+    // equal size). 0: chosen from the budget (experts/pass_size.h): 512 when
+    // every expert is resident; tiered, the smallest pass whose once-per-pass
+    // streaming of the cold experts stays a small share of its compute,
+    // bounded by the VRAM its buffers may take and by the context.
+    int max_batch = 0;
     int gemm_min_batch = 16;     // batches of at least this many tokens use the tensor-core matmul
     bool use_graph = true;       // replay decode steps from a captured CUDA graph
     bool fused_decode = true;    // decode: q/k norm + rope + cache append in one launch (decode_fused.h)
@@ -135,6 +140,8 @@ class CudaBackend : public Backend {
   void set_route_hook(RouteHook hook, bool want_hidden = false) override;
 
   int64_t ctx_capacity() const;
+  int max_batch() const;               // prompt tokens per pass, as chosen or given
+  std::string batch_reason() const;    // one line: the pass size and why
   MemoryUse memory_use() const;
   std::string device_description() const;  // cuda::describe() of the device
   std::string device_name() const;         // "NVIDIA H100 80GB HBM3"

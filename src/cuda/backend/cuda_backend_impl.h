@@ -22,6 +22,7 @@
 #include "cuda/backend/resident_experts.h"
 #include "cuda/device.h"
 #include "cuda/matvec.h"
+#include "experts/pass_size.h"
 #include "model/tensor_roles.h"
 
 namespace ms {
@@ -45,8 +46,10 @@ struct CudaBackend::Impl {
   std::unique_ptr<cuda::Stream> stream_owner;
   cudaStream_t stream = nullptr;
 
-  // Activations, sized for opt.max_batch tokens.
+  // Activations, sized for B tokens: opt.max_batch, or chosen by
+  // choose_batch (pass_batch.cpp) when that is 0; `pass` says why.
   int B = 1;
+  PassSize pass;
   float *qkv = nullptr;  // decode: q|k|v of one token
   float *h = nullptr, *x = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *att = nullptr;
   float *router_logits = nullptr, *route_w = nullptr, *ffg = nullptr, *ffu = nullptr;
@@ -118,6 +121,7 @@ struct CudaBackend::Impl {
   void check_types() const;
   VramPlan plan_budget(int64_t kv_ctx);
   void make_hybrid(const VramPlan& plan);
+  int choose_batch(const VramPlan& plan, int64_t kv_ctx);  // pass_batch.cpp
   void layout_activations(cuda::Layout& L);
   void allocate_activations();
   void set_kv_type(KvType type);

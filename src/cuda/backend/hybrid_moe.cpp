@@ -4,6 +4,7 @@
 #include "cuda/backend/hybrid_moe.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +42,20 @@ size_t expert_ffn_bound(const ModelConfig& c, int max_tokens) {
   return align_up(cuda::q8act_bytes(static_cast<int64_t>(D), static_cast<int64_t>(t))) + 2 * align_up(pairs * F * 4) +
          align_up(cuda::q8act_bytes(static_cast<int64_t>(F), static_cast<int64_t>(pairs))) + align_up(pairs * D * 4) +
          align_up(4 * (3 * pairs + 2));
+}
+
+// Row copies of any count: the kernels take at most 65535 rows a launch (the
+// grid's y dimension), and a long prompt's wave has up to n_tokens x k.
+constexpr int kRowsPerLaunch = 65535;
+
+void gather_rows_any(const float* src, const int32_t* rows, int n_rows, int64_t n, float* dst, cudaStream_t s) {
+  for (int r = 0; r < n_rows; r += kRowsPerLaunch)
+    cuda::gather_rows(src, rows + r, std::min(kRowsPerLaunch, n_rows - r), n, dst + static_cast<int64_t>(r) * n, s);
+}
+
+void scatter_rows_any(const float* src, const int32_t* rows, int n_rows, int64_t n, float* dst, cudaStream_t s) {
+  for (int r = 0; r < n_rows; r += kRowsPerLaunch)
+    cuda::scatter_rows(src + static_cast<int64_t>(r) * n, rows + r, std::min(kRowsPerLaunch, n_rows - r), n, dst, s);
 }
 
 cuda::Q8Act q8_rows(cuda::Q8Act a, int64_t first) {
@@ -741,7 +756,7 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
     if (r.copies) copy_wave(il, sp, waves[wv], wv);
     if (r.ring >= 0) MS_CUDA_CHECK(cudaStreamWaitEvent(stream, event(ring_copied, static_cast<size_t>(r.ring)).get(), 0));
     const int nr = r.r1 - r.r0;
-    cuda::gather_rows(x, token_of_row() + r.r0, nr, D, xg + r.r0 * D, stream);
+    gather_rows_any(x, token_of_row() + r.r0, nr, D, xg + r.r0 * D, stream);
     cuda::MatvecGroups g;
     g.max_groups = r.g1 - r.g0;
     g.per_group = r.max_rows;
@@ -769,7 +784,7 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
     }
     if (batch) cuda::matmul(ew.down, hin, g, yc, D, nullptr, stream);
     else cuda::matvec(ew.down, hin, g, yc, D, nullptr, stream);
-    cuda::scatter_rows(yc + r.r0 * D, pair_of_row() + r.r0, nr, D, exp_y, stream);
+    scatter_rows_any(yc + r.r0 * D, pair_of_row() + r.r0, nr, D, exp_y, stream);
     mark_read(sp, waves[wv]);
   }
   if (any_copy && timed) copier->record(copy1.get());
@@ -804,7 +819,7 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
     pass_cpu_s += s;
     // The gathered-input buffer is free once the waves ran (same stream).
     MS_CUDA_CHECK(cudaMemcpyAsync(xg, cpu_y_host.get(), sizeof(float) * n_cpu_rows * D, cudaMemcpyHostToDevice, stream));
-    cuda::scatter_rows(xg, cpu_pair(), n_cpu_rows, D, exp_y, stream);
+    scatter_rows_any(xg, cpu_pair(), n_cpu_rows, D, exp_y, stream);
   }
 
   // ---- combine: every pair at its index, summed in fixed order
@@ -822,7 +837,10 @@ HybridMoe::HybridMoe(const ModelWeights& w, const HybridMoeOptions& opt, cudaStr
   Impl& m = *impl_;
   const ModelConfig& c = w.cfg;
   if (!c.is_moe()) throw Error("hybrid MoE: the model has no routed experts");
-  if (opt.max_tokens * c.n_expert_used > 65535) throw Error("hybrid MoE: too many (token, expert) pairs per pass");
+  // Pair indices are int32 (and row copies go in launches of 65535 rows):
+  // the bound is the index width, far past any batch the CLI accepts.
+  if (opt.max_tokens < 1 || int64_t{opt.max_tokens} * c.n_expert_used * 5 + 1 > INT32_MAX)
+    throw Error("hybrid MoE: " + std::to_string(opt.max_tokens) + " tokens per pass is out of range");
   m.pool = opt.pool;
   if (!m.pool) {
     m.own_pool = std::make_unique<ThreadPool>(0);
