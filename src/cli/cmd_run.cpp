@@ -23,6 +23,7 @@
 #include "engine/cpu_backend.h"
 #include "engine/generate.h"
 #include "engine/loaded_model.h"
+#include "model/rope_scaling.h"
 #include "engine/route_recorder.h"
 #include "engine/sampler.h"
 #include "tokenizer/stream_decoder.h"
@@ -292,6 +293,8 @@ RegisterCommand reg("run", [](CLI::App& app) {
                    r.kv_type == KvType::F16 ? "" : (std::string(" (kv ") + kv_type_name(r.kv_type) + ")").c_str(),
                    r.sp.describe().c_str());
     if (!r.quiet) std::fprintf(stderr, "moestream: %s\n", context_cost_line(model->weights, r.kv_type, ctx, 1).c_str());
+    if (!r.quiet && !c.rope_scaling.is_identity())
+      std::fprintf(stderr, "moestream: RoPE scaling %s\n", describe_rope_scaling(c.rope_scaling).c_str());
 
     StreamDecoder dec(tok);
     if (!r.quiet && r.prompt_tokens <= 0 && !r.chat) {
