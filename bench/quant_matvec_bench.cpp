@@ -15,7 +15,8 @@
 // parallel call). k-avx2 / k-avx512 rows call one ISA level's row kernel
 // directly on the in-cache matrix (one thread, activations quantized once),
 // so the AVX2 and AVX-512 kernels of a type compare in one run, whatever the
-// dispatcher picks.
+// dispatcher picks. g-* / gd-* rows do the same for the GPU Q8 row kernels
+// (the tiered mode's CPU experts), in cache and from DRAM.
 //
 // Usage: quant_matvec_bench [--ws_mib=N] [--threads=1,8,16] [--types=q4_K,iq2_xxs] [--quick]
 //                           [google benchmark flags]
@@ -38,10 +39,13 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cpu/matvec.h"
 #include "cpu/thread_pool.h"
+#include "quant/gpu_q8.h"
+#include "quant/gpu_q8_sub32.h"
 #include "quant/half.h"
 #include "quant/quant.h"
 #include "quant/simd_kernels.h"
@@ -219,6 +223,31 @@ void BM_Kernel(benchmark::State& state, DType t, ms::simd::VecDotRowsFn fn) {
   state.SetBytesProcessed(state.iterations() * rows * rb);
 }
 
+// g-old|g-avx2|g-avx512/type/768x2048/t1 (in cache) and gd-.../t1 (DRAM: the
+// matrix rotates over the working set): the GPU Q8 row kernels (quant/gpu_q8.h)
+// that the tiered mode's CPU-computed experts use, called directly, one
+// thread, activations quantized once. g-old is the decode-then-dot AVX2
+// kernel of the sub-block formats (gpu_q8_sub32_avx2.cpp), g-avx2 / g-avx512
+// the kernels the dispatcher takes at that ISA level (for Q3_K, Q2_K, IQ4_XS,
+// IQ4_NL the SIMD-decoding ones of gpu_q8_sub32_simd.h).
+void BM_GpuQ8Kernel(benchmark::State& state, DType t, ms::simd::GpuQ8RowsFn fn, bool hot) {
+  constexpr int64_t rows = 768, cols = 2048;
+  const int64_t rb = ms::row_bytes(t, cols), mbytes = rows * rb;
+  const WeightPool& wp = weights(t, mbytes);
+  const int64_t n_mats = hot ? 1 : static_cast<int64_t>(wp.bytes.size()) / mbytes;
+  const std::vector<float> x = random_x(cols);
+  std::vector<uint8_t> act(static_cast<size_t>(ms::gpu_q8_row_bytes(cols)));
+  ms::quantize_row_gpu_q8(x.data(), act.data(), cols);
+  std::vector<float> y(rows);
+  int64_t k = 0;
+  for (auto _ : state) {
+    fn(cols, wp.bytes.data() + (k++ % n_mats) * mbytes, rb, rows, act.data(), y.data());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * mbytes);
+}
+
 // tok8/type/768x2048/t1: prompt processing's compute ceiling: ms::matmul of
 // one in-cache expert matrix with 8 tokens (the mean tokens per expert of a
 // 128-token Qwen3-30B-A3B prompt). GB/s counts weight bytes times tokens, so
@@ -354,6 +383,17 @@ void register_all() {
       if (auto fn = ms::simd::vec_dot_rows_kernel_avx2(t)) reg("k-avx2/" + tn + "/768x2048/t1", BM_Kernel, t, fn);
     if (ms::simd::cpu_supports_avx512())
       if (auto fn = ms::simd::vec_dot_rows_kernel_avx512(t)) reg("k-avx512/" + tn + "/768x2048/t1", BM_Kernel, t, fn);
+    if (ms::gpu_q8_supported(t) && ms::simd::cpu_supports_avx2()) {
+      std::vector<std::pair<std::string, ms::simd::GpuQ8RowsFn>> gk;
+      if (auto fn = ms::simd::gpu_q8_sub32_generic_kernel_avx2(t)) gk.emplace_back("old", fn);
+      if (auto fn = ms::simd::gpu_q8_rows_kernel_avx2(t)) gk.emplace_back("avx2", fn);
+      if (ms::simd::cpu_supports_avx512())
+        if (auto fn = ms::simd::gpu_q8_sub32_fast_kernel_avx512(t)) gk.emplace_back("avx512", fn);
+      for (const auto& [name, fn] : gk) {
+        reg("g-" + name + "/" + tn + "/768x2048/t1", BM_GpuQ8Kernel, t, fn, true);
+        reg("gd-" + name + "/" + tn + "/768x2048/t1", BM_GpuQ8Kernel, t, fn, false);
+      }
+    }
     for (const Shape& s : shapes)
       for (int th : thread_counts)
         reg("matvec/" + tn + "/" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "/t" + std::to_string(th),

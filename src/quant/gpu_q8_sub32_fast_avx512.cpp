@@ -1,6 +1,6 @@
-// AVX-512 VNNI GPU Q8 row kernels of Q3_K, Q2_K, IQ4_XS and IQ4_NL: the
-// bodies of gpu_q8_sub32_simd.h (256-bit vectors) with each 32-byte integer
-// dot one vpdpbusd (AVX512VL + VNNI) instead of maddubs + madd. Dispatched
+// AVX-512 VNNI GPU Q8 row kernels of Q3_K, Q2_K, IQ4_XS, IQ4_NL, Q4_1, Q5_0
+// and Q5_1: the bodies of gpu_q8_sub32_simd.h (256-bit vectors) with each
+// 32-byte integer dot one vpdpbusd (AVX512VL + VNNI) instead of maddubs + madd. Dispatched
 // only on CPUs with AVX-512 VNNI (gpu_q8.cpp).
 //
 // Built with the AVX-512 flags (see simd_kernels.h).

@@ -1,7 +1,7 @@
 // Internal, included only by gpu_q8_sub32_fast_avx2.cpp and
 // gpu_q8_sub32_fast_avx512.cpp: GPU Q8 row kernels (quant/gpu_q8.h) of Q3_K,
-// Q2_K, IQ4_XS and IQ4_NL that decode the weights with SIMD instead of the
-// scalar gpu_sub32_decode_block.
+// Q2_K, IQ4_XS, IQ4_NL, Q4_1, Q5_0 and Q5_1 that decode the weights with SIMD
+// instead of the scalar gpu_sub32_decode_block.
 //
 // The includer defines, before including this file, inside
 // namespace ms::simd { namespace { ... } }:
@@ -16,7 +16,8 @@
 // activation block j (d_j, s_j) with S0, S1 the integer dots of its halves:
 //   Q3_K    d_j * (s0 * S0 + s1 * S1)
 //   Q2_K    d_j * (s0 * S0 + s1 * S1) + d_j * (m0 * H0 + m1 * H1)
-//   IQ4_*   d_j * s * (S0 + S1)
+//   IQ4_*, Q5_0               d_j * s * (S0 + S1)
+//   Q4_1, Q5_1                d_j * s * (S0 + S1) + m * s_j
 // with the same float scale expressions (s0 = d * sc etc.). The integer dots
 // are exact, so S0, S1, H0, H1 are the reference's integers; the 8 sub-blocks
 // of a super-block go through the float formula side by side (lane j =
@@ -166,12 +167,13 @@ inline __m256i iq4_lut() {
   return _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,  //
                           -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
 }
-// 16 bytes of nibbles -> the 32 levels in element order (low nibbles are
-// elements 0-15, high nibbles 16-31).
-inline __m256i iq4_levels(__m128i x, __m256i lut) {
-  const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F));
-  return _mm256_shuffle_epi8(lut, q);
+// The 32 nibbles of 16 bytes in element order (low nibbles are elements
+// 0-15, high nibbles 16-31).
+inline __m256i nibbles32(__m128i x) {
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F));
 }
+// 16 bytes of nibbles -> the 32 IQ4 levels in element order.
+inline __m256i iq4_levels(__m128i x, __m256i lut) { return _mm256_shuffle_epi8(lut, nibbles32(x)); }
 
 struct SuperIQ4XS {
   static constexpr int64_t kBytes = sizeof(BlockIQ4_XS);
@@ -194,29 +196,75 @@ struct SuperIQ4XS {
   }
 };
 
-// IQ4_NL: 32-element blocks, 8 of them side by side as one "super-block"
-// (the term is the same: d_j * s * (S0 + S1), s the block's f16 scale).
-struct SuperIQ4NL {
-  static constexpr int64_t kBytes = 8 * sizeof(BlockIQ4_NL);
+// ---------------------------------------------------------------- 32-element blocks
+// Q4_1, Q5_0, Q5_1, IQ4_NL: 8 consecutive blocks side by side as one
+// "super-block" (lane j = block j). Fmt::dot(b, a): the block's integer dot
+// as 8 partial sums; Fmt::scale(b): its float scale; Fmt::kMin: the block
+// has an offset m (f16 at byte 2), the term d_j * s * S + m * s_j.
+
+// Bit l of the 32-bit qh as 0x10 in byte l (the 5th bit of element l).
+inline __m256i fifth_bits(uint32_t qh) {
+  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)),
+                                            _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                                             2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+struct FmtIQ4NL {
+  static constexpr int64_t kBytes = sizeof(BlockIQ4_NL);
+  static constexpr bool kMin = false;
+  static __m256i dot(const uint8_t* b, __m256i a) {
+    return dot_s8(iq4_levels(s32_load128(b + 2), iq4_lut()), a);
+  }
+};
+struct FmtQ4_1 {
+  static constexpr int64_t kBytes = sizeof(BlockQ4_1);
+  static constexpr bool kMin = true;
+  static __m256i dot(const uint8_t* b, __m256i a) { return dot_u8(nibbles32(s32_load128(b + 4)), a); }
+};
+struct FmtQ5_0 {  // q = (nibble | bit << 4) - 16, signed
+  static constexpr int64_t kBytes = sizeof(BlockQ5_0);
+  static constexpr bool kMin = false;
+  static __m256i dot(const uint8_t* b, __m256i a) {
+    const __m256i q = _mm256_or_si256(nibbles32(s32_load128(b + 6)), fifth_bits(s32_u32(b + 2)));
+    return dot_s8(_mm256_sub_epi8(q, _mm256_set1_epi8(16)), a);
+  }
+};
+struct FmtQ5_1 {  // q = nibble | bit << 4, unsigned
+  static constexpr int64_t kBytes = sizeof(BlockQ5_1);
+  static constexpr bool kMin = true;
+  static __m256i dot(const uint8_t* b, __m256i a) {
+    return dot_u8(_mm256_or_si256(nibbles32(s32_load128(b + 8)), fifth_bits(s32_u32(b + 4))), a);
+  }
+};
+
+template <class Fmt>
+struct Blocks8 {
+  static constexpr int64_t kBytes = 8 * Fmt::kBytes;  // per 256 elements
   static constexpr bool kHalves = false;
   static __m256 term(const uint8_t* blk, const SuperAct& a) {
-    const __m256i lut = iq4_lut();
     __m256i p[8];
-    alignas(32) float sc[8];
+    alignas(32) float sc[8], mn[8];
     for (int j = 0; j < 8; ++j) {
-      const uint8_t* b = blk + j * sizeof(BlockIQ4_NL);
+      const uint8_t* b = blk + j * Fmt::kBytes;
       sc[j] = s32_f16(b);
-      p[j] = dot_s8(iq4_levels(s32_load128(b + 2), lut), a.q[j]);
+      if constexpr (Fmt::kMin) mn[j] = s32_f16(b + 2);
+      p[j] = Fmt::dot(b, a.q[j]);
     }
-    return _mm256_mul_ps(_mm256_mul_ps(a.d, _mm256_load_ps(sc)), _mm256_cvtepi32_ps(s32_reduce(p)));
+    const __m256 t = _mm256_mul_ps(_mm256_mul_ps(a.d, _mm256_load_ps(sc)), _mm256_cvtepi32_ps(s32_reduce(p)));
+    if constexpr (Fmt::kMin) return _mm256_add_ps(t, _mm256_mul_ps(_mm256_load_ps(mn), a.s));
+    return t;
   }
-  // A single block (the row's last n/32 % 8): the reference term.
-  static float tail(const uint8_t* b, const int8_t* q, float ad) {
-    const __m256i p = dot_s8(iq4_levels(s32_load128(b + 2), iq4_lut()), s32_load256(q));
+  // A single block (the row's last n/32 % 8), as gpu_sub32_term adds it.
+  static float tail(const uint8_t* b, const int8_t* q, float ad, float as) {
+    const __m256i p = Fmt::dot(b, s32_load256(q));
     __m128i v = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
     v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4e));
     v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xb1));
-    return ad * s32_f16(b) * static_cast<float>(_mm_cvtsi128_si32(v));
+    float r = ad * s32_f16(b) * static_cast<float>(_mm_cvtsi128_si32(v));
+    if constexpr (Fmt::kMin) r += s32_f16(b + 2) * as;
+    return r;
   }
 };
 
@@ -242,10 +290,10 @@ void super_rows(int64_t n, const uint8_t* w, int64_t stride, const int8_t* aq, c
     load_super(aq + 256 * i, ad + 8 * i, as + 8 * i, Super::kHalves, a);
     for (int r = 0; r < R; ++r) acc[r] = _mm256_add_ps(acc[r], Super::term(w + r * stride + i * Super::kBytes, a));
   }
-  if constexpr (requires { Super::tail(w, aq, 0.f); }) {
+  if constexpr (requires { Super::tail(w, aq, 0.f, 0.f); }) {
     constexpr int64_t kBlk = Super::kBytes / 8;
     for (int64_t b = 8 * supers; b < n / 32; ++b)
-      for (int r = 0; r < R; ++r) tail[r] += Super::tail(w + r * stride + b * kBlk, aq + 32 * b, ad[b]);
+      for (int r = 0; r < R; ++r) tail[r] += Super::tail(w + r * stride + b * kBlk, aq + 32 * b, ad[b], as[b]);
   }
   for (int r = 0; r < R; ++r) out[r] = s32_hsum(acc[r]) + tail[r];
 }
@@ -271,7 +319,10 @@ inline GpuQ8RowsFn sub32_fast_kernel(DType t) {
     case DType::Q3_K: return super_rows_all<SuperQ3K>;
     case DType::Q2_K: return super_rows_all<SuperQ2K>;
     case DType::IQ4_XS: return super_rows_all<SuperIQ4XS>;
-    case DType::IQ4_NL: return super_rows_all<SuperIQ4NL>;
+    case DType::IQ4_NL: return super_rows_all<Blocks8<FmtIQ4NL>>;
+    case DType::Q4_1: return super_rows_all<Blocks8<FmtQ4_1>>;
+    case DType::Q5_0: return super_rows_all<Blocks8<FmtQ5_0>>;
+    case DType::Q5_1: return super_rows_all<Blocks8<FmtQ5_1>>;
     default: return nullptr;
   }
 }

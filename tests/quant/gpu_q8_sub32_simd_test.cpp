@@ -1,9 +1,10 @@
-// The SIMD-decoding GPU Q8 kernels of Q3_K, Q2_K, IQ4_XS and IQ4_NL
-// (quant/gpu_q8_sub32_simd.h, AVX2 and AVX-512 VNNI builds) against the
-// scalar dot_sub32_gpu_q8: random blocks (every packed quant/scale pattern),
-// row counts that hit the 4/2/1 row groups, a padded row stride, IQ4_NL
-// lengths that end in a partial group of 8 blocks, outputs poisoned with NaN
-// (one past the rows too), activations with zeros and saturated blocks.
+// The SIMD-decoding GPU Q8 kernels of Q3_K, Q2_K, IQ4_XS, IQ4_NL, Q4_1, Q5_0
+// and Q5_1 (quant/gpu_q8_sub32_simd.h, AVX2 and AVX-512 VNNI builds) against
+// the scalar dot_sub32_gpu_q8: random blocks (every packed quant/scale
+// pattern), row counts that hit the 4/2/1 row groups, a padded row stride,
+// 32-element formats' lengths that end in a partial group of 8 blocks,
+// outputs poisoned with NaN (one past the rows too), activations with zeros
+// and saturated blocks.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,7 +23,7 @@
 namespace ms {
 namespace {
 
-const DType kTypes[] = {DType::Q3_K, DType::Q2_K, DType::IQ4_XS, DType::IQ4_NL};
+const DType kTypes[] = {DType::Q3_K, DType::Q2_K, DType::IQ4_XS, DType::IQ4_NL, DType::Q4_1, DType::Q5_0, DType::Q5_1};
 
 // Random bytes with a sane f16 scale (and Q2_K's dmin).
 std::vector<uint8_t> random_rows(DType t, int64_t n, int64_t rows, int64_t stride, uint32_t seed) {
@@ -41,7 +42,8 @@ std::vector<uint8_t> random_rows(DType t, int64_t n, int64_t rows, int64_t strid
       switch (t) {
         case DType::Q3_K: put(blk + 108); break;
         case DType::Q2_K: put(blk + 80), put(blk + 82); break;
-        default: put(blk); break;  // IQ4_XS, IQ4_NL: d first
+        case DType::Q4_1: case DType::Q5_1: put(blk), put(blk + 2); break;
+        default: put(blk); break;  // IQ4_XS, IQ4_NL, Q5_0: d first
       }
     }
   return w;
