@@ -272,10 +272,11 @@ bool cuda_chosen(const BackendSetup& s, uint64_t* budget, bool* full) {
   std::string why;
   if (cuda::device_count(&why) == 0) return false;
   *budget = parse_vram(s.vram.budget, full);
-  if (*budget == 0) {  // automatic, or full: the device's free memory less the margin
-    const uint64_t free_now = cuda::free_device_bytes();
-    *budget = free_now > CudaBackend::kAutoMargin ? free_now - CudaBackend::kAutoMargin : 0;
-  }
+  // Automatic, or full: the device's free memory less the margin; a budget
+  // beyond it is not there to hold a context either.
+  const uint64_t free_now = cuda::free_device_bytes();
+  const uint64_t usable = free_now > CudaBackend::kAutoMargin ? free_now - CudaBackend::kAutoMargin : 0;
+  if (*budget == 0 || *budget > usable) *budget = usable;
   return true;
 #else
   (void)budget;
@@ -298,7 +299,9 @@ ContextMemory context_memory(const BackendSetup& s, const ModelWeights& w) {
     m.limit = tiers ? avail : resident;
     m.resident = resident;
     m.automatic = tiers ? avail / 2 : resident;
-    m.where = std::string(full ? "--vram full" : s.vram.budget.empty() ? "the GPU's free memory" : "--vram " + s.vram.budget) +
+    bool ignored = false;
+    const bool given = !full && !s.vram.budget.empty() && parse_vram(s.vram.budget, &ignored) == budget;
+    m.where = std::string(full ? "--vram full" : given ? "--vram " + s.vram.budget : "the GPU's free memory") +
               " (" + format_bytes(budget) + ") less dense weights" + (tiers ? "" : " and experts") + " and reserve: " +
               format_bytes(tiers ? avail : resident);
     if (m.limit == 0) m.limit = 1;  // nothing fits: every context is refused, with the largest (0)
