@@ -149,7 +149,7 @@ def check_flags():
 
     for cmd in (["run", "-q"], ["serve", "-q", "--port", "0"]):
         fails(cmd + ["-t", "-3"], "--threads must be >= 0")
-        fails(cmd + ["-b", "0"], "--batch must be >= 1")
+        fails(cmd + ["-b", "-1"], "--batch must be >= 0")  # 0: the pass size is chosen
         fails(cmd + ["-c", "-2"], "--ctx must be >= 0")
         fails(cmd + ["--vram", "8Q"], "--vram 8Q: not a size")
     fails(["run", "-q", "--temp", "-1"], "temperature must be a number >= 0")

@@ -321,6 +321,7 @@ CudaBackend::CudaBackend(const ModelWeights& w, Options opt) : impl_(std::make_u
     m.kv = cuda::DeviceKvCache(c.n_layer, c.n_head_kv, c.head_dim, kv_ctx, device_kv_type(opt), recurrent_shape(c));
     if (opt.max_batch == 0) {
       m.B = m.choose_batch(plan, kv_ctx);
+      m.pass_chosen = true;
     } else {
       m.pass.tokens = m.B;
       m.pass.why = "prompt passes of " + std::to_string(m.B) + " tokens (given: -b / max_batch)";
@@ -413,9 +414,12 @@ void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vec
     kv.advance(1);
     return;
   }
-  // Passes of equal size (8192 tokens at B = 7000: two of 4096, not 7000 + 1192).
+  // A chosen pass size splits a longer input into passes of equal size (8192
+  // tokens at B = 7000: two of 4096, not 7000 + 1192, whose short second pass
+  // could not hide the cold experts' copies behind its compute); a given one
+  // into passes of B and the rest.
   const int64_t passes = (n + m.B - 1) / m.B;
-  const int64_t per_pass = (n + passes - 1) / passes;
+  const int64_t per_pass = m.pass_chosen ? (n + passes - 1) / passes : m.B;
   for (int64_t done = 0; done < n;) {
     const int nb = static_cast<int>(std::min<int64_t>(per_pass, n - done));
     const bool last = done + nb == n;

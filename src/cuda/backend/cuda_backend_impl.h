@@ -50,6 +50,7 @@ struct CudaBackend::Impl {
   // choose_batch (pass_batch.cpp) when that is 0; `pass` says why.
   int B = 1;
   PassSize pass;
+  bool pass_chosen = false;  // B was chosen (forward splits into equal passes)
   float *qkv = nullptr;  // decode: q|k|v of one token
   float *h = nullptr, *x = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *att = nullptr;
   float *router_logits = nullptr, *route_w = nullptr, *ffg = nullptr, *ffu = nullptr;
