@@ -1,7 +1,7 @@
 // AVX2 GPU Q8 dots of the sub-block formats (gpu_q8_sub32.h): the dispatched
-// kernels of the formats without a SIMD-decoding one (gpu_q8_sub32_fast_avx2.cpp
-// has Q3_K, Q2_K, IQ4_XS, IQ4_NL, Q4_1, Q5_0, Q5_1; for those the ones here
-// remain for tests and the bench). Each block is decoded once (scalar,
+// kernels of the formats without a SIMD-decoding one (TQ1_0, IQ1_M; the
+// others are in gpu_q8_sub32_fast_avx2.cpp, and the ones here remain for
+// tests and the bench). Each block is decoded once (scalar,
 // gpu_sub32_decode_block) for 4 rows' worth of activation loads being shared,
 // and each sub-block's two 16-element integer dots are done with maddubs/madd. The float terms are then combined as
 // gpu_sub32_term does, in the same order (the compiler may fuse some into

@@ -1,5 +1,5 @@
-// AVX-512 VNNI GPU Q8 row kernels of Q3_K, Q2_K, IQ4_XS, IQ4_NL, Q4_1, Q5_0
-// and Q5_1: the bodies of gpu_q8_sub32_simd.h (256-bit vectors) with each
+// AVX-512 VNNI GPU Q8 row kernels of the sub-block formats but TQ1_0 and
+// IQ1_M: the bodies of gpu_q8_sub32_simd.h (256-bit vectors) with each
 // 32-byte integer dot one vpdpbusd (AVX512VL + VNNI) instead of maddubs + madd. Dispatched
 // only on CPUs with AVX-512 VNNI (gpu_q8.cpp).
 //

@@ -1,7 +1,8 @@
 // Internal, included only by gpu_q8_sub32_fast_avx2.cpp and
-// gpu_q8_sub32_fast_avx512.cpp: GPU Q8 row kernels (quant/gpu_q8.h) of Q3_K,
-// Q2_K, IQ4_XS, IQ4_NL, Q4_1, Q5_0 and Q5_1 that decode the weights with SIMD
-// instead of the scalar gpu_sub32_decode_block.
+// gpu_q8_sub32_fast_avx512.cpp: GPU Q8 row kernels (quant/gpu_q8.h) of the
+// sub-block formats (all but TQ1_0 and IQ1_M: Q3_K, Q2_K, IQ4_XS, IQ4_NL,
+// Q4_1, Q5_0, Q5_1, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, TQ2_0) that
+// decode the weights with SIMD instead of the scalar gpu_sub32_decode_block.
 //
 // The includer defines, before including this file, inside
 // namespace ms::simd { namespace { ... } }:
@@ -18,6 +19,7 @@
 //   Q2_K    d_j * (s0 * S0 + s1 * S1) + d_j * (m0 * H0 + m1 * H1)
 //   IQ4_*, Q5_0               d_j * s * (S0 + S1)
 //   Q4_1, Q5_1                d_j * s * (S0 + S1) + m * s_j
+//   the grid formats, TQ2_0   as IQ4_XS, or as Q3_K where a scale is per 16
 // with the same float scale expressions (s0 = d * sc etc.). The integer dots
 // are exact, so S0, S1, H0, H1 are the reference's integers; the 8 sub-blocks
 // of a super-block go through the float formula side by side (lane j =
@@ -36,6 +38,7 @@
 
 #include "quant/blocks.h"
 #include "quant/gpu_q8.h"
+#include "quant/iq_grids.h"
 
 namespace ms::simd {
 namespace {
@@ -196,6 +199,201 @@ struct SuperIQ4XS {
   }
 };
 
+// ---------------------------------------------------------------- grid formats
+// IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, TQ2_0: each sub-block's 32
+// weights rebuilt as bytes (grid magnitudes looked up by index, the signs
+// moved onto the activations with sign_epi8, as simd_iquants_avx2.cpp does),
+// dotted to 8 partial sums p[j]; the scales are the reference's
+// d * mult * factor (ref_iquants.cpp's unpack), one per 32 or per 16.
+
+// 0xFF in byte 8g+k where bit k of byte g of `bits` is set, else 0.
+inline __m256i s32_bits_to_mask(uint32_t bits) {
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+}
+// a with byte 8g+k negated where that bit of `bits` is set.
+inline __m256i s32_apply_signs(__m256i a, uint32_t bits) {
+  return _mm256_sign_epi8(a, _mm256_or_si256(s32_bits_to_mask(bits), _mm256_set1_epi8(1)));
+}
+// Four sign bytes from four 7-bit sign indices.
+inline uint32_t s32_signs(uint32_t aux) {
+  return kIQ2Signs[aux & 127] | static_cast<uint32_t>(kIQ2Signs[(aux >> 7) & 127]) << 8 |
+         static_cast<uint32_t>(kIQ2Signs[(aux >> 14) & 127]) << 16 |
+         static_cast<uint32_t>(kIQ2Signs[(aux >> 21) & 127]) << 24;
+}
+inline __m256i s32_grid64(const uint64_t* grid, uint32_t i0, uint32_t i1, uint32_t i2, uint32_t i3) {
+  return _mm256_set_epi64x(static_cast<long long>(grid[i3]), static_cast<long long>(grid[i2]),
+                           static_cast<long long>(grid[i1]), static_cast<long long>(grid[i0]));
+}
+// d * mult_j * factor for the 8 lanes, in the reference's order.
+inline __m256 s32_scales(float d, const int* mult, float factor) {
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s32_load256(mult))),
+                       _mm256_set1_ps(factor));
+}
+// d_j * s_j * (S0 + S1)
+inline __m256 s32_one_scale(const SuperAct& a, __m256 s, const __m256i* p) {
+  return _mm256_mul_ps(_mm256_mul_ps(a.d, s), _mm256_cvtepi32_ps(s32_reduce(p)));
+}
+// d_j * (s0_j * S0 + s1_j * S1)
+inline __m256 s32_two_scales(const SuperAct& a, __m256 s0, __m256 s1, const __m256i* p) {
+  __m256i i0, i1;
+  s32_reduce_halves(p, &i0, &i1);
+  return _mm256_mul_ps(a.d, _mm256_add_ps(_mm256_mul_ps(s0, _mm256_cvtepi32_ps(i0)),
+                                          _mm256_mul_ps(s1, _mm256_cvtepi32_ps(i1))));
+}
+
+struct SuperIQ2XXS {
+  static constexpr int64_t kBytes = sizeof(BlockIQ2_XXS);
+  static constexpr bool kHalves = false;
+  static __m256 term(const uint8_t* blk, const SuperAct& a) {
+    BlockIQ2_XXS b;
+    std::memcpy(&b, blk, sizeof b);
+    alignas(32) int m[8];
+    __m256i p[8];
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint32_t idx = b.qs[4 * ib] | static_cast<uint32_t>(b.qs[4 * ib + 1]) << 16;
+      const uint32_t aux = b.qs[4 * ib + 2] | static_cast<uint32_t>(b.qs[4 * ib + 3]) << 16;
+      const __m256i q = s32_grid64(kIQ2XXSGrid, idx & 255, (idx >> 8) & 255, (idx >> 16) & 255, idx >> 24);
+      p[ib] = dot_u8(q, s32_apply_signs(a.q[ib], s32_signs(aux)));
+      m[ib] = 2 * static_cast<int>(aux >> 28) + 1;
+    }
+    return s32_one_scale(a, s32_scales(_cvtsh_ss(b.d), m, 0.125f), p);
+  }
+};
+
+struct SuperIQ2XS {
+  static constexpr int64_t kBytes = sizeof(BlockIQ2_XS);
+  static constexpr bool kHalves = false;
+  static __m256 term(const uint8_t* blk, const SuperAct& a) {
+    BlockIQ2_XS b;
+    std::memcpy(&b, blk, sizeof b);
+    alignas(32) int m0[8], m1[8];
+    __m256i p[8];
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint16_t* g = b.qs + 4 * ib;  // 9-bit grid index | 7-bit sign index << 9
+      const __m256i q = s32_grid64(kIQ2XSGrid, g[0] & 511u, g[1] & 511u, g[2] & 511u, g[3] & 511u);
+      const uint32_t signs = kIQ2Signs[g[0] >> 9] | static_cast<uint32_t>(kIQ2Signs[g[1] >> 9]) << 8 |
+                             static_cast<uint32_t>(kIQ2Signs[g[2] >> 9]) << 16 |
+                             static_cast<uint32_t>(kIQ2Signs[g[3] >> 9]) << 24;
+      p[ib] = dot_u8(q, s32_apply_signs(a.q[ib], signs));
+      m0[ib] = 2 * (b.scales[ib] & 15) + 1;
+      m1[ib] = 2 * (b.scales[ib] >> 4) + 1;
+    }
+    const float d = _cvtsh_ss(b.d);
+    return s32_two_scales(a, s32_scales(d, m0, 0.125f), s32_scales(d, m1, 0.125f), p);
+  }
+};
+
+struct SuperIQ2S {
+  static constexpr int64_t kBytes = sizeof(BlockIQ2_S);
+  static constexpr bool kHalves = false;
+  static __m256 term(const uint8_t* blk, const SuperAct& a) {
+    BlockIQ2_S b;
+    std::memcpy(&b, blk, sizeof b);
+    alignas(32) int m0[8], m1[8];
+    __m256i p[8];
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint8_t* qs = b.qs + 4 * ib;
+      const uint32_t qh = b.qh[ib];
+      const __m256i q = s32_grid64(kIQ2SGrid, qs[0] | ((qh << 8) & 0x300), qs[1] | ((qh << 6) & 0x300),
+                                   qs[2] | ((qh << 4) & 0x300), qs[3] | ((qh << 2) & 0x300));
+      p[ib] = dot_u8(q, s32_apply_signs(a.q[ib], s32_u32(b.qs + 32 + 4 * ib)));
+      m0[ib] = 2 * (b.scales[ib] & 15) + 1;
+      m1[ib] = 2 * (b.scales[ib] >> 4) + 1;
+    }
+    const float d = _cvtsh_ss(b.d);
+    return s32_two_scales(a, s32_scales(d, m0, 0.125f), s32_scales(d, m1, 0.125f), p);
+  }
+};
+
+struct SuperIQ3XXS {
+  static constexpr int64_t kBytes = sizeof(BlockIQ3_XXS);
+  static constexpr bool kHalves = false;
+  static __m256 term(const uint8_t* blk, const SuperAct& a) {
+    alignas(32) int m[8];
+    __m256i p[8];
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint8_t* g = blk + 2 + 8 * ib;
+      const __m256i q = _mm256_setr_epi32(
+          static_cast<int>(kIQ3XXSGrid[g[0]]), static_cast<int>(kIQ3XXSGrid[g[1]]),
+          static_cast<int>(kIQ3XXSGrid[g[2]]), static_cast<int>(kIQ3XXSGrid[g[3]]),
+          static_cast<int>(kIQ3XXSGrid[g[4]]), static_cast<int>(kIQ3XXSGrid[g[5]]),
+          static_cast<int>(kIQ3XXSGrid[g[6]]), static_cast<int>(kIQ3XXSGrid[g[7]]));
+      const uint32_t aux = s32_u32(blk + 2 + 64 + 4 * ib);
+      p[ib] = dot_u8(q, s32_apply_signs(a.q[ib], s32_signs(aux)));
+      m[ib] = 2 * static_cast<int>(aux >> 28) + 1;
+    }
+    return s32_one_scale(a, s32_scales(s32_f16(blk), m, 0.25f), p);
+  }
+};
+
+struct SuperIQ3S {
+  static constexpr int64_t kBytes = sizeof(BlockIQ3_S);
+  static constexpr bool kHalves = false;
+  static __m256 term(const uint8_t* blk, const SuperAct& a) {
+    BlockIQ3_S b;
+    std::memcpy(&b, blk, sizeof b);
+    alignas(32) int m[8];
+    __m256i p[8];
+    for (int ib = 0; ib < 8; ++ib) {
+      // the 8 grid indices: qs bytes with bit k of qh[ib] as their 9th bit
+      const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qs + 8 * ib)));
+      const __m256i hi = _mm256_and_si256(
+          _mm256_sllv_epi32(_mm256_set1_epi32(b.qh[ib]), _mm256_setr_epi32(8, 7, 6, 5, 4, 3, 2, 1)),
+          _mm256_set1_epi32(0x100));
+      const __m256i q = _mm256_i32gather_epi32(reinterpret_cast<const int*>(kIQ3SGrid), _mm256_or_si256(lo, hi), 4);
+      p[ib] = dot_u8(q, s32_apply_signs(a.q[ib], s32_u32(b.signs + 4 * ib)));
+      m[ib] = 2 * ((b.scales[ib / 2] >> (4 * (ib % 2))) & 15) + 1;
+    }
+    return s32_one_scale(a, s32_scales(_cvtsh_ss(b.d), m, 1.0f), p);
+  }
+};
+
+struct SuperIQ1S {  // levels 8 * grid + delta (grid in {-1, 0, 1}, delta +-1)
+  static constexpr int64_t kBytes = sizeof(BlockIQ1_S);
+  static constexpr bool kHalves = false;
+  static __m256 term(const uint8_t* blk, const SuperAct& a) {
+    BlockIQ1_S b;
+    std::memcpy(&b, blk, sizeof b);
+    alignas(32) int m[8];
+    __m256i p[8];
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint32_t qh = b.qh[ib];
+      const uint8_t* qs = b.qs + 4 * ib;
+      __m256i g = s32_grid64(kIQ1SGrid, qs[0] | ((qh << 8) & 0x700), qs[1] | ((qh << 5) & 0x700),
+                             qs[2] | ((qh << 2) & 0x700), qs[3] | ((qh >> 1) & 0x700));
+      g = _mm256_add_epi8(g, g);  // x8 per byte (a 16-bit shift would carry -1's bits across)
+      g = _mm256_add_epi8(g, g);
+      g = _mm256_add_epi8(g, g);
+      g = _mm256_add_epi8(g, _mm256_set1_epi8(static_cast<char>(qh & 0x8000 ? -1 : 1)));
+      p[ib] = dot_s8(g, a.q[ib]);
+      m[ib] = 2 * static_cast<int>((qh >> 12) & 7) + 1;
+    }
+    return s32_one_scale(a, s32_scales(_cvtsh_ss(b.d), m, 0.125f), p);
+  }
+};
+
+struct SuperTQ2 {  // q = 2-bit field - 1, laid out as Q2_K's quants; one scale d
+  static constexpr int64_t kBytes = sizeof(BlockTQ2_0);
+  static constexpr bool kHalves = true;
+  static __m256 term(const uint8_t* blk, const SuperAct& a) {
+    const __m256i three = _mm256_set1_epi8(3);
+    __m256i p[8];
+    for (int h = 0; h < 2; ++h) {
+      const __m256i qs = s32_load256(blk + 32 * h);
+      for (int c = 0; c < 4; ++c)
+        p[4 * h + c] = dot_u8(_mm256_and_si256(_mm256_srli_epi16(qs, 2 * c), three), a.q[4 * h + c]);
+    }
+    // sum (f - 1) a = sum f a - (H0 + H1), exact
+    const __m256i isum = _mm256_sub_epi32(s32_reduce(p), _mm256_add_epi32(a.h0, a.h1));
+    const __m256 s = _mm256_set1_ps(s32_f16(blk + 64));  // d * 1 * 1
+    return _mm256_mul_ps(_mm256_mul_ps(a.d, s), _mm256_cvtepi32_ps(isum));
+  }
+};
+
 // ---------------------------------------------------------------- 32-element blocks
 // Q4_1, Q5_0, Q5_1, IQ4_NL: 8 consecutive blocks side by side as one
 // "super-block" (lane j = block j). Fmt::dot(b, a): the block's integer dot
@@ -320,6 +518,13 @@ inline GpuQ8RowsFn sub32_fast_kernel(DType t) {
     case DType::Q2_K: return super_rows_all<SuperQ2K>;
     case DType::IQ4_XS: return super_rows_all<SuperIQ4XS>;
     case DType::IQ4_NL: return super_rows_all<Blocks8<FmtIQ4NL>>;
+    case DType::IQ2_XXS: return super_rows_all<SuperIQ2XXS>;
+    case DType::IQ2_XS: return super_rows_all<SuperIQ2XS>;
+    case DType::IQ2_S: return super_rows_all<SuperIQ2S>;
+    case DType::IQ3_XXS: return super_rows_all<SuperIQ3XXS>;
+    case DType::IQ3_S: return super_rows_all<SuperIQ3S>;
+    case DType::IQ1_S: return super_rows_all<SuperIQ1S>;
+    case DType::TQ2_0: return super_rows_all<SuperTQ2>;
     case DType::Q4_1: return super_rows_all<Blocks8<FmtQ4_1>>;
     case DType::Q5_0: return super_rows_all<Blocks8<FmtQ5_0>>;
     case DType::Q5_1: return super_rows_all<Blocks8<FmtQ5_1>>;

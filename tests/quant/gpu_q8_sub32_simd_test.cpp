@@ -1,5 +1,5 @@
-// The SIMD-decoding GPU Q8 kernels of Q3_K, Q2_K, IQ4_XS, IQ4_NL, Q4_1, Q5_0
-// and Q5_1 (quant/gpu_q8_sub32_simd.h, AVX2 and AVX-512 VNNI builds) against
+// The SIMD-decoding GPU Q8 kernels of the sub-block formats (all but TQ1_0
+// and IQ1_M; quant/gpu_q8_sub32_simd.h, AVX2 and AVX-512 VNNI builds) against
 // the scalar dot_sub32_gpu_q8: random blocks (every packed quant/scale
 // pattern), row counts that hit the 4/2/1 row groups, a padded row stride,
 // 32-element formats' lengths that end in a partial group of 8 blocks,
@@ -23,7 +23,9 @@
 namespace ms {
 namespace {
 
-const DType kTypes[] = {DType::Q3_K, DType::Q2_K, DType::IQ4_XS, DType::IQ4_NL, DType::Q4_1, DType::Q5_0, DType::Q5_1};
+const DType kTypes[] = {DType::Q3_K,    DType::Q2_K,   DType::IQ4_XS, DType::IQ4_NL,  DType::Q4_1,
+                        DType::Q5_0,    DType::Q5_1,   DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S,
+                        DType::IQ3_XXS, DType::IQ3_S,  DType::IQ1_S,  DType::TQ2_0};
 
 // Random bytes with a sane f16 scale (and Q2_K's dmin).
 std::vector<uint8_t> random_rows(DType t, int64_t n, int64_t rows, int64_t stride, uint32_t seed) {
@@ -43,7 +45,8 @@ std::vector<uint8_t> random_rows(DType t, int64_t n, int64_t rows, int64_t strid
         case DType::Q3_K: put(blk + 108); break;
         case DType::Q2_K: put(blk + 80), put(blk + 82); break;
         case DType::Q4_1: case DType::Q5_1: put(blk), put(blk + 2); break;
-        default: put(blk); break;  // IQ4_XS, IQ4_NL, Q5_0: d first
+        case DType::TQ2_0: put(blk + 64); break;
+        default: put(blk); break;  // the others: d first
       }
     }
   return w;
@@ -131,8 +134,8 @@ TEST(GpuQ8Sub32Simd, DispatchPicksThem) {
     const std::string path = gpu_q8_path(t);
     EXPECT_TRUE(path == "avx2" || path == "avx512") << type_name(t) << " " << path;
   }
-  EXPECT_EQ(simd::gpu_q8_sub32_fast_kernel_avx2(DType::IQ2_XXS), nullptr);
-  EXPECT_NE(simd::gpu_q8_sub32_rows_kernel_avx2(DType::IQ2_XXS), nullptr);
+  EXPECT_EQ(simd::gpu_q8_sub32_fast_kernel_avx2(DType::IQ1_M), nullptr);
+  EXPECT_NE(simd::gpu_q8_sub32_rows_kernel_avx2(DType::IQ1_M), nullptr);
 }
 
 }  // namespace
