@@ -113,16 +113,20 @@ struct SuperQ3K {
     const __m256 s0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
     const __m256 s1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))));
 
+    // Sub-block j's high bits are bit j of each hmask byte, moved to bit 2
+    // (the value 4) by a 16-bit shift: both bytes of a word move by the same
+    // amount and bit 2 of each comes from bit j of the same byte (j <= 7).
     const __m256i hm = s32_load256(blk), three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+    const __m256i hb[8] = {_mm256_slli_epi16(hm, 2), _mm256_slli_epi16(hm, 1), hm,
+                           _mm256_srli_epi16(hm, 1), _mm256_srli_epi16(hm, 2), _mm256_srli_epi16(hm, 3),
+                           _mm256_srli_epi16(hm, 4), _mm256_srli_epi16(hm, 5)};
     __m256i p[8];
     for (int h = 0; h < 2; ++h) {
       const __m256i qs = s32_load256(blk + 32 + 32 * h);
       for (int c = 0; c < 4; ++c) {
         const int j = 4 * h + c;
-        const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << j));
         const __m256i low = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * c), three);
-        const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), four);
-        p[j] = dot_u8(_mm256_or_si256(low, high), a.q[j]);
+        p[j] = dot_u8(_mm256_or_si256(low, _mm256_and_si256(hb[j], four)), a.q[j]);
       }
     }
     __m256i i0, i1;
