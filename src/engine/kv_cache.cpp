@@ -80,7 +80,7 @@ void KvCache::allocate_kv(int n_attn_layers) {
   const KvType type = type_;
   const int64_t ctx = ctx_;
   try {
-    data_.assign(static_cast<size_t>(total), std::byte{0});
+    data_.resize(static_cast<size_t>(total));  // zero pages, not touched here
   } catch (const std::bad_alloc&) {
     throw Error("KV cache: cannot allocate " + format_bytes(total) + " (" + kv_type_name(type) +
                 ") for a context of " + std::to_string(ctx) + " tokens; use a smaller --ctx");

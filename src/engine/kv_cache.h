@@ -17,7 +17,10 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "quant/blocks.h"
@@ -49,6 +52,32 @@ struct RecurrentLayout {
   std::vector<bool> recurrent;  // [n_layer]: no K/V for these layers
   int64_t conv_elems = 0;       // per recurrent layer: (conv_kernel - 1) * conv_dim
   int64_t state_elems = 0;      // per recurrent layer: n_v_heads * head_k * head_v
+};
+
+// Memory for the K/V bytes that the kernel hands out as zero pages on first
+// touch (calloc of a large block maps fresh pages): a cache sized for the
+// model's whole context costs resident memory only for the positions
+// written so far. Default construction leaves calloc's zeros untouched.
+template <class T>
+struct ZeroPagesAllocator {
+  using value_type = T;
+  ZeroPagesAllocator() = default;
+  template <class U>
+  ZeroPagesAllocator(const ZeroPagesAllocator<U>&) noexcept {}
+  T* allocate(size_t n) {
+    void* p = std::calloc(n, sizeof(T));
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) noexcept { std::free(p); }
+  template <class U>
+  void construct(U*) noexcept {}
+  template <class U, class... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
+  template <class U>
+  bool operator==(const ZeroPagesAllocator<U>&) const noexcept { return true; }
 };
 
 class KvCache {
@@ -124,9 +153,9 @@ class KvCache {
   KvType type_;
   int64_t half_layer_bytes_;  // bytes of one layer's keys (its values take as many)
   int64_t n_past_ = 0;
-  // Raw bytes: a byte array may hold objects of any type, and operator new
-  // aligns it for float.
-  std::vector<std::byte> data_;
+  // Raw bytes: a byte array may hold objects of any type, and calloc aligns
+  // it for float. Zero until written (see ZeroPagesAllocator).
+  std::vector<std::byte, ZeroPagesAllocator<std::byte>> data_;
   // Hybrids: per layer, its index among the K/V layers or among the
   // recurrent ones (-1: the other kind). Empty for attention-only caches.
   std::vector<int> kv_slot_, rec_slot_;

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "engine/kv_cache.h"
@@ -103,6 +105,33 @@ TEST(KvCache, Q8_0NeedsAHeadSizeMultipleOf32) {
   EXPECT_NO_THROW(check_kv_head_dim(KvType::Q8_0, 256));
   EXPECT_THROW(check_kv_head_dim(KvType::Q8_0, 80), Error);
   EXPECT_NO_THROW(check_kv_head_dim(KvType::F16, 80));
+}
+
+// Resident bytes of this process (Linux /proc/self/statm), 0 where unknown.
+uint64_t resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long long size = 0, resident = 0;
+  const int got = std::fscanf(f, "%llu %llu", &size, &resident);
+  std::fclose(f);
+  return got == 2 ? resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
+
+// A cache sized for a long context costs memory for the positions written,
+// not for the whole context: the model's full context may be the default.
+TEST(KvCache, UnwrittenPositionsCostNoResidentMemory) {
+  const uint64_t before = resident_bytes();
+  if (before == 0) GTEST_SKIP() << "no /proc/self/statm";
+  KvCache kv(8, 8, 128, 65536, KvType::F16);  // 2 GiB of K/V
+  ASSERT_EQ(kv.bytes(), uint64_t{2} << 30);
+  const uint64_t after = resident_bytes();
+  EXPECT_LT(after, before + (uint64_t{64} << 20)) << "allocating the cache made it resident";
+  // Unwritten positions read as zeros; written ones keep what was written.
+  const int64_t last = 65535 * 128;
+  EXPECT_EQ(kv.k_f16(7)[last], 0);
+  EXPECT_EQ(kv.v_f16(0)[0], 0);
+  kv.k_f16(7)[last] = 0x3c00;
+  EXPECT_EQ(kv.k_f16(7)[last], 0x3c00);
 }
 
 TEST(KvCache, TypeNamesRoundTripAndRowBytes) {
