@@ -322,7 +322,8 @@ bool will_use_cuda(const BackendSetup& s) {
   return cuda_chosen(s, &budget, &full);
 }
 
-ContextChoice plan_context(BackendSetup& s, const ModelWeights& w, int64_t requested, int64_t needed, int slots) {
+ContextChoice plan_context(BackendSetup& s, const ModelWeights& w, int64_t requested, int64_t needed, int slots,
+                           bool needed_is_all) {
   check_kv_head_dim(s.kv_type, w.cfg.head_dim);
   ContextChoice c;
   if (w.file == nullptr) {  // weights not from a file (tests): the model's context, no memory check
@@ -330,7 +331,7 @@ ContextChoice plan_context(BackendSetup& s, const ModelWeights& w, int64_t reque
   } else {
     const ModelHParams hp = inspect_hparams(*w.file);
     const KvCost cost = kv_cost(hp, kv_bytes_per_32(s.kv_type));
-    c = choose_context(requested, needed, w.cfg.n_ctx_train, cost, context_memory(s, w), slots);
+    c = choose_context(requested, needed, w.cfg.n_ctx_train, cost, context_memory(s, w), slots, needed_is_all);
   }
   if (c.capped && !s.quiet) std::fprintf(stderr, "moestream: %s\n", c.note.c_str());
   s.ctx = c.ctx;

@@ -102,7 +102,8 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& setup, const ModelWeig
 // machine's free RAM (CPU), or the VRAM budget less dense weights and the
 // reserve (CUDA). Throws naming --ctx and the largest context that fits when
 // an explicit one does not. Sets setup.ctx to the choice and returns it.
-ContextChoice plan_context(BackendSetup& setup, const ModelWeights& w, int64_t requested, int64_t needed, int slots);
+ContextChoice plan_context(BackendSetup& setup, const ModelWeights& w, int64_t requested, int64_t needed, int slots,
+                           bool needed_is_all = false);
 // "context 40960 tokens: KV cache 3.75 GiB (f16, 96.0 MiB per 1k tokens: ...)": what a context costs.
 std::string context_cost_line(const ModelWeights& w, KvType type, int64_t ctx, int slots);
 // Whether make_backend(setup) will build the CUDA backend (asked for, or the

@@ -275,9 +275,10 @@ RegisterCommand reg("run", [](CLI::App& app) {
     bs.kv_type = r.kv_type;
     bs.vram = r.vram;
     // --ctx 0: the model's context where memory allows (and at least the
-    // prompt plus -n); an explicit --ctx that does not fit is an error.
+    // prompt plus -n; with a bounded -n at a tiered budget, just that);
+    // an explicit --ctx that does not fit is an error.
     const int64_t needed = static_cast<int64_t>(prompt.size()) + std::max(r.n_predict, 0);
-    const int64_t ctx = plan_context(bs, model->weights, r.ctx, needed, 1).ctx;
+    const int64_t ctx = plan_context(bs, model->weights, r.ctx, needed, 1, r.n_predict >= 0).ctx;
     if (static_cast<int64_t>(prompt.size()) > ctx)
       throw Error("context full (" + std::to_string(ctx) + " tokens): the prompt has " + std::to_string(prompt.size()) +
                   " tokens; use a larger --ctx or a shorter prompt");

@@ -49,7 +49,7 @@ int64_t largest_context(const KvCost& cost, uint64_t room, int slots) {
 }
 
 ContextChoice choose_context(int64_t requested, int64_t needed, int64_t n_ctx_train, const KvCost& cost,
-                             const ContextMemory& mem, int slots) {
+                             const ContextMemory& mem, int slots, bool needed_is_all) {
   auto fits = [&](int64_t ctx, uint64_t room) { return cost.bytes(ctx, slots) <= room; };
   const std::string per_slot = slots > 1 ? " x " + std::to_string(slots) + " slots" : "";
   ContextChoice c;
@@ -72,6 +72,16 @@ ContextChoice choose_context(int64_t requested, int64_t needed, int64_t n_ctx_tr
   const bool known = mem.limit > 0 || mem.resident > 0 || mem.automatic > 0;
   if (!known || (mem.resident > 0 && fits(want, mem.resident)) || (mem.resident == 0 && fits(want, mem.automatic))) {
     c.ctx = want;
+    return c;
+  }
+  // A bounded run at a tiered budget: K/V beyond its need would only take
+  // expert slots (the model's context fitting beside every expert returned above).
+  if (needed_is_all && needed > 0 && want > needed && (mem.limit == 0 || fits(needed, mem.limit))) {
+    c.ctx = needed;
+    c.capped = true;
+    c.note = "context " + tokens_text(needed) + per_slot + ": what the prompt and -n need (the model's " +
+             tokens_text(train) + " would take " + format_bytes(cost.bytes(want, slots)) +
+             " of KV cache from expert slots; --ctx N to choose)";
     return c;
   }
   // The model's context does not fit where it should: the largest that does.

@@ -62,7 +62,10 @@ int64_t largest_context(const KvCost& cost, uint64_t room, int slots = 1);
 // prompt plus -n; 0: nothing known); n_ctx_train: the model's context (0:
 // unknown, taken as kAutoFloor). Throws ms::Error naming --ctx and the largest
 // context that fits when an explicit one (or the one needed) does not.
+// needed_is_all: the run never holds more than `needed` tokens (a bounded
+// `run`); then, where the model's context would push experts out of VRAM,
+// --ctx 0 takes only what is needed and leaves the rest to expert slots.
 ContextChoice choose_context(int64_t requested, int64_t needed, int64_t n_ctx_train, const KvCost& cost,
-                             const ContextMemory& mem, int slots = 1);
+                             const ContextMemory& mem, int slots = 1, bool needed_is_all = false);
 
 }  // namespace ms

@@ -119,6 +119,26 @@ TEST(ContextPlan, CudaKeepsExpertsResidentBeforeTiering) {
   EXPECT_NE(error_of(120000, 0, m).find("largest context that fits is 108544"), std::string::npos);
 }
 
+TEST(ContextPlan, BoundedRunAtATieredBudgetTakesWhatItNeeds) {
+  ContextMemory m;
+  m.limit = 10 * GiB;
+  m.resident = 256 * MiB;  // the model's context would push experts out of VRAM
+  m.automatic = 5 * GiB;
+  m.where = "--vram";
+  const ContextChoice c = choose_context(0, 700, 40960, kQwen3, m, 1, true);
+  EXPECT_EQ(c.ctx, 700);
+  EXPECT_TRUE(c.capped);
+  EXPECT_NE(c.note.find("what the prompt and -n need"), std::string::npos) << c.note;
+  // Unbounded (-n -1): the model's context, as before.
+  EXPECT_EQ(choose_context(0, 700, 40960, kQwen3, m, 1, false).ctx, 40960);
+  // Where the model's context fits beside every expert, it is taken whole.
+  m.resident = 8 * GiB;
+  EXPECT_EQ(choose_context(0, 700, 40960, kQwen3, m, 1, true).ctx, 40960);
+  // An explicit --ctx is kept.
+  m.resident = 256 * MiB;
+  EXPECT_EQ(choose_context(2048, 700, 40960, kQwen3, m, 1, true).ctx, 2048);
+}
+
 TEST(ContextPlan, HybridModelsCountOnlyTheirAttentionLayers) {
   // qwen35moe-like: 8 layers, full attention every 4th (2 layers), 2 KV heads of 256.
   ModelHParams hp;
