@@ -35,14 +35,13 @@ float dot_sub32_gpu_q8(DType t, const uint8_t* row, int64_t n, const int8_t* aq,
 
 namespace simd {
 // The AVX2 kernels of these formats: the SIMD-decoding one where there is one
-// (gpu_q8_sub32_fast_kernel_avx2), else the decode-then-dot one; nullptr for
-// other formats.
+// (gpu_q8_sub32_fast_kernel_avx2: every sub-block format now), else the
+// decode-then-dot one; nullptr for other formats.
 GpuQ8RowsFn gpu_q8_sub32_rows_kernel_avx2(DType t);
 // The decode-then-dot AVX2 kernels (gpu_q8_sub32_avx2.cpp: scalar
 // gpu_sub32_decode_block, SIMD integer dots), every sub-block format.
 GpuQ8RowsFn gpu_q8_sub32_generic_kernel_avx2(DType t);
-// SIMD-decoding kernels (gpu_q8_sub32_simd.h) of every sub-block format but
-// TQ1_0 and IQ1_M:
+// SIMD-decoding kernels (gpu_q8_sub32_simd.h) of every sub-block format:
 // AVX2 (gpu_q8_sub32_fast_avx2.cpp) and AVX-512 VNNI
 // (gpu_q8_sub32_fast_avx512.cpp, callable only where cpu_supports_avx512());
 // nullptr for the other formats.

@@ -1,10 +1,10 @@
-// AVX2 GPU Q8 dots of the sub-block formats (gpu_q8_sub32.h): the dispatched
-// kernels of the formats without a SIMD-decoding one (TQ1_0, IQ1_M; the
-// others are in gpu_q8_sub32_fast_avx2.cpp, and the ones here remain for
-// tests and the bench). Each block is decoded once (scalar,
-// gpu_sub32_decode_block) for 4 rows' worth of activation loads being shared,
-// and each sub-block's two 16-element integer dots are done with maddubs/madd. The float terms are then combined as
-// gpu_sub32_term does, in the same order (the compiler may fuse some into
+// AVX2 GPU Q8 dots of the sub-block formats (gpu_q8_sub32.h), decode then
+// dot: no longer dispatched (every sub-block format has a SIMD-decoding
+// kernel in gpu_q8_sub32_fast_avx2.cpp); kept as the baseline of the bench's
+// g-old rows. Each block is decoded once (scalar, gpu_sub32_decode_block) for
+// 4 rows' worth of activation loads being shared, and each sub-block's two
+// 16-element integer dots are done with maddubs/madd. The float terms are
+// then combined as gpu_sub32_term does, in the same order (the compiler may fuse some into
 // FMAs here, so the last bits can differ from the reference).
 //
 // Built with -mavx2 -mfma -mf16c: see the note in simd_kernels.h (this file

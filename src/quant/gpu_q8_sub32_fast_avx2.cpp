@@ -1,6 +1,6 @@
-// AVX2 GPU Q8 row kernels of the sub-block formats but TQ1_0 and IQ1_M, with
-// SIMD decoding (the bodies: gpu_q8_sub32_simd.h). TQ1_0 and IQ1_M keep the
-// decode-then-dot kernels of gpu_q8_sub32_avx2.cpp.
+// AVX2 GPU Q8 row kernels of the sub-block formats with SIMD decoding (the
+// bodies: gpu_q8_sub32_simd.h), in place of the decode-then-dot kernels of
+// gpu_q8_sub32_avx2.cpp.
 //
 // Built with -mavx2 -mfma -mf16c (see simd_kernels.h).
 #include <immintrin.h>

@@ -1,7 +1,7 @@
-// AVX-512 VNNI GPU Q8 row kernels of the sub-block formats but TQ1_0 and
-// IQ1_M: the bodies of gpu_q8_sub32_simd.h (256-bit vectors) with each
-// 32-byte integer dot one vpdpbusd (AVX512VL + VNNI) instead of maddubs + madd. Dispatched
-// only on CPUs with AVX-512 VNNI (gpu_q8.cpp).
+// AVX-512 VNNI GPU Q8 row kernels of the sub-block formats: the bodies of
+// gpu_q8_sub32_simd.h (256-bit vectors) with each 32-byte integer dot one
+// vpdpbusd (AVX512VL + VNNI) instead of maddubs + madd. Dispatched only on
+// CPUs with AVX-512 VNNI (gpu_q8.cpp).
 //
 // Built with the AVX-512 flags (see simd_kernels.h).
 #include <immintrin.h>

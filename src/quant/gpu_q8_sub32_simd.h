@@ -1,8 +1,7 @@
 // Internal, included only by gpu_q8_sub32_fast_avx2.cpp and
 // gpu_q8_sub32_fast_avx512.cpp: GPU Q8 row kernels (quant/gpu_q8.h) of the
-// sub-block formats (all but TQ1_0 and IQ1_M: Q3_K, Q2_K, IQ4_XS, IQ4_NL,
-// Q4_1, Q5_0, Q5_1, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, TQ2_0) that
-// decode the weights with SIMD instead of the scalar gpu_sub32_decode_block.
+// sub-block formats (Q3_K, Q2_K, IQ4_XS, IQ4_NL, Q4_1, Q5_0, Q5_1, IQ2_XXS,
+// IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ2_0, TQ1_0) that decode the weights with SIMD instead of the scalar gpu_sub32_decode_block.
 //
 // The includer defines, before including this file, inside
 // namespace ms::simd { namespace { ... } }:
@@ -204,7 +203,7 @@ struct SuperIQ4XS {
 };
 
 // ---------------------------------------------------------------- grid formats
-// IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, TQ2_0: each sub-block's 32
+// IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ2_0: each sub-block's 32
 // weights rebuilt as bytes (grid magnitudes looked up by index, the signs
 // moved onto the activations with sign_epi8, as simd_iquants_avx2.cpp does),
 // dotted to 8 partial sums p[j]; the scales are the reference's
@@ -380,6 +379,43 @@ struct SuperIQ1S {  // levels 8 * grid + delta (grid in {-1, 0, 1}, delta +-1)
   }
 };
 
+struct SuperIQ1M {  // as IQ1_S with a delta sign per 8 and a 3-bit scale per 16
+  static constexpr int64_t kBytes = sizeof(BlockIQ1_M);
+  static constexpr bool kHalves = false;
+  // 8 bytes of +1, or of -1 where bit 3 of nib is set
+  static long long delta8(int nib) {
+    const long long neg = -static_cast<long long>((nib >> 3) & 1);
+    return 0x0101010101010101LL + (neg & static_cast<long long>(0xFEFEFEFEFEFEFEFEull));
+  }
+  static __m256 term(const uint8_t* blk, const SuperAct& a) {
+    BlockIQ1_M b;
+    std::memcpy(&b, blk, sizeof b);
+    uint16_t sc[4];
+    std::memcpy(sc, b.scales, 8);
+    // the f16 super-block scale: the top nibbles of the 4 scale words
+    const auto dbits = static_cast<unsigned short>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) |
+                                                   ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+    alignas(32) int m0[8], m1[8];
+    __m256i p[8];
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint8_t* qs = b.qs + 4 * ib;
+      const int h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
+      __m256i g = s32_grid64(kIQ1SGrid, qs[0] | ((h0 << 8) & 0x700), qs[1] | ((h0 << 4) & 0x700),
+                             qs[2] | ((h1 << 8) & 0x700), qs[3] | ((h1 << 4) & 0x700));
+      g = _mm256_add_epi8(g, g);  // x8 per byte
+      g = _mm256_add_epi8(g, g);
+      g = _mm256_add_epi8(g, g);
+      g = _mm256_add_epi8(g, _mm256_set_epi64x(delta8(h1 >> 4), delta8(h1), delta8(h0 >> 4), delta8(h0)));
+      p[ib] = dot_s8(g, a.q[ib]);
+      const int shift = 6 * (ib % 2);
+      m0[ib] = 2 * ((sc[ib / 2] >> shift) & 7) + 1;
+      m1[ib] = 2 * ((sc[ib / 2] >> (shift + 3)) & 7) + 1;
+    }
+    const float d = _cvtsh_ss(dbits);
+    return s32_two_scales(a, s32_scales(d, m0, 0.125f), s32_scales(d, m1, 0.125f), p);
+  }
+};
+
 struct SuperTQ2 {  // q = 2-bit field - 1, laid out as Q2_K's quants; one scale d
   static constexpr int64_t kBytes = sizeof(BlockTQ2_0);
   static constexpr bool kHalves = true;
@@ -394,6 +430,47 @@ struct SuperTQ2 {  // q = 2-bit field - 1, laid out as Q2_K's quants; one scale 
     // sum (f - 1) a = sum f a - (H0 + H1), exact
     const __m256i isum = _mm256_sub_epi32(s32_reduce(p), _mm256_add_epi32(a.h0, a.h1));
     const __m256 s = _mm256_set1_ps(s32_f16(blk + 64));  // d * 1 * 1
+    return _mm256_mul_ps(_mm256_mul_ps(a.d, s), _mm256_cvtepi32_ps(isum));
+  }
+};
+
+// TQ1_0: base-3 digits (trits t in 0..2, q = t - 1) of bytes that hold a
+// fixed-point fraction of 3^5: digit k of b is ((uint8_t)(b * 3^k) * 3) >> 8.
+// Sub-blocks 0-4: digit j of qs[0..31]; 5 and 6: digits 0,1 and 2,3 of
+// qs[32..47] (16 elements each); 7: digit 4 of qs[32..47], then the 4 digits
+// of qh[0..3] (elements 240 + 4k + m). As for TQ2_0, 1 * H is subtracted.
+inline __m256i s32_trits16(__m256i b16, int pow3) {  // 16 bytes held as u16 lanes
+  const __m256i m = _mm256_and_si256(_mm256_mullo_epi16(b16, _mm256_set1_epi16(static_cast<short>(pow3))),
+                                     _mm256_set1_epi16(0xFF));
+  return _mm256_srli_epi16(_mm256_mullo_epi16(m, _mm256_set1_epi16(3)), 8);
+}
+// Two sets of 16 u16 digits as 32 bytes, x's first.
+inline __m256i s32_pack_trits(__m256i x, __m256i y) {
+  return _mm256_permute4x64_epi64(_mm256_packus_epi16(x, y), 0xD8);
+}
+
+struct SuperTQ1 {
+  static constexpr int64_t kBytes = sizeof(BlockTQ1_0);
+  static constexpr bool kHalves = true;
+  static __m256 term(const uint8_t* blk, const SuperAct& a) {
+    static constexpr int kPow3[5] = {1, 3, 9, 27, 81};
+    __m256i p[8];
+    const __m256i lo = _mm256_cvtepu8_epi16(s32_load128(blk)), hi = _mm256_cvtepu8_epi16(s32_load128(blk + 16));
+    for (int k = 0; k < 5; ++k)
+      p[k] = dot_u8(s32_pack_trits(s32_trits16(lo, kPow3[k]), s32_trits16(hi, kPow3[k])), a.q[k]);
+    const __m256i mid = _mm256_cvtepu8_epi16(s32_load128(blk + 32));
+    p[5] = dot_u8(s32_pack_trits(s32_trits16(mid, 1), s32_trits16(mid, 3)), a.q[5]);
+    p[6] = dot_u8(s32_pack_trits(s32_trits16(mid, 9), s32_trits16(mid, 27)), a.q[6]);
+    // qh's 4 bytes, each repeated for the 4 digits k (lane 4k + m = qh[m]),
+    // times 3^k per lane
+    const __m256i qh = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_cvtsi32_si128(static_cast<int>(s32_u32(blk + 48))),
+                                                             _mm_setr_epi8(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3)));
+    const __m256i pw = _mm256_setr_epi16(1, 1, 1, 1, 3, 3, 3, 3, 9, 9, 9, 9, 27, 27, 27, 27);
+    const __m256i m = _mm256_and_si256(_mm256_mullo_epi16(qh, pw), _mm256_set1_epi16(0xFF));
+    const __m256i tq = _mm256_srli_epi16(_mm256_mullo_epi16(m, _mm256_set1_epi16(3)), 8);
+    p[7] = dot_u8(s32_pack_trits(s32_trits16(mid, 81), tq), a.q[7]);
+    const __m256i isum = _mm256_sub_epi32(s32_reduce(p), _mm256_add_epi32(a.h0, a.h1));
+    const __m256 s = _mm256_set1_ps(s32_f16(blk + 52));
     return _mm256_mul_ps(_mm256_mul_ps(a.d, s), _mm256_cvtepi32_ps(isum));
   }
 };
@@ -533,7 +610,9 @@ inline GpuQ8RowsFn sub32_fast_kernel(DType t) {
     case DType::IQ3_XXS: return super_rows_all<SuperIQ3XXS>;
     case DType::IQ3_S: return super_rows_all<SuperIQ3S>;
     case DType::IQ1_S: return super_rows_all<SuperIQ1S>;
+    case DType::IQ1_M: return super_rows_all<SuperIQ1M>;
     case DType::TQ2_0: return super_rows_all<SuperTQ2>;
+    case DType::TQ1_0: return super_rows_all<SuperTQ1>;
     case DType::Q4_1: return super_rows_all<Blocks8<FmtQ4_1>>;
     case DType::Q5_0: return super_rows_all<Blocks8<FmtQ5_0>>;
     case DType::Q5_1: return super_rows_all<Blocks8<FmtQ5_1>>;
