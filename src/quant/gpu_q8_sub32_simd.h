@@ -252,18 +252,15 @@ struct SuperIQ2XXS {
   static constexpr int64_t kBytes = sizeof(BlockIQ2_XXS);
   static constexpr bool kHalves = false;
   static __m256 term(const uint8_t* blk, const SuperAct& a) {
-    BlockIQ2_XXS b;
-    std::memcpy(&b, blk, sizeof b);
     alignas(32) int m[8];
     __m256i p[8];
-    for (int ib = 0; ib < 8; ++ib) {
-      const uint32_t idx = b.qs[4 * ib] | static_cast<uint32_t>(b.qs[4 * ib + 1]) << 16;
-      const uint32_t aux = b.qs[4 * ib + 2] | static_cast<uint32_t>(b.qs[4 * ib + 3]) << 16;
+    for (int ib = 0; ib < 8; ++ib) {  // per sub-block: u32 grid bytes, u32 signs | scale << 28
+      const uint32_t idx = s32_u32(blk + 2 + 8 * ib), aux = s32_u32(blk + 6 + 8 * ib);
       const __m256i q = s32_grid64(kIQ2XXSGrid, idx & 255, (idx >> 8) & 255, (idx >> 16) & 255, idx >> 24);
       p[ib] = dot_u8(q, s32_apply_signs(a.q[ib], s32_signs(aux)));
       m[ib] = 2 * static_cast<int>(aux >> 28) + 1;
     }
-    return s32_one_scale(a, s32_scales(_cvtsh_ss(b.d), m, 0.125f), p);
+    return s32_one_scale(a, s32_scales(s32_f16(blk), m, 0.125f), p);
   }
 };
 
