@@ -227,9 +227,10 @@ void BM_Kernel(benchmark::State& state, DType t, ms::simd::VecDotRowsFn fn) {
 // matrix rotates over the working set): the GPU Q8 row kernels (quant/gpu_q8.h)
 // that the tiered mode's CPU-computed experts use, called directly, one
 // thread, activations quantized once. g-old is the decode-then-dot AVX2
-// kernel of the sub-block formats (gpu_q8_sub32_avx2.cpp), g-avx2 / g-avx512
-// the kernels the dispatcher takes at that ISA level (for Q3_K, Q2_K, IQ4_XS,
-// IQ4_NL the SIMD-decoding ones of gpu_q8_sub32_simd.h).
+// kernel of the sub-block formats (gpu_q8_sub32_avx2.cpp; the scalar
+// reference for Q6_K), g-avx2 / g-avx512 the kernels the dispatcher takes at
+// that ISA level (for the sub-block formats and Q6_K the SIMD-decoding ones
+// of gpu_q8_sub32_simd.h).
 void BM_GpuQ8Kernel(benchmark::State& state, DType t, ms::simd::GpuQ8RowsFn fn, bool hot) {
   constexpr int64_t rows = 768, cols = 2048;
   const int64_t rb = ms::row_bytes(t, cols), mbytes = rows * rb;
@@ -246,6 +247,13 @@ void BM_GpuQ8Kernel(benchmark::State& state, DType t, ms::simd::GpuQ8RowsFn fn, 
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * mbytes);
+}
+
+// The scalar GPU Q8 reference of Q6_K as a row kernel (its "old" path: there
+// was no AVX2 GPU Q8 kernel for Q6_K).
+void gpu_q8_ref_rows_q6_K(int64_t n, const void* w, int64_t stride, int64_t rows, const void* a, float* out) {
+  for (int64_t r = 0; r < rows; ++r)
+    out[r] = ms::vec_dot_gpu_q8_ref(DType::Q6_K, n, static_cast<const uint8_t*>(w) + r * stride, a);
 }
 
 // tok8/type/768x2048/t1: prompt processing's compute ceiling: ms::matmul of
@@ -386,7 +394,9 @@ void register_all() {
     if (ms::gpu_q8_supported(t) && ms::simd::cpu_supports_avx2()) {
       std::vector<std::pair<std::string, ms::simd::GpuQ8RowsFn>> gk;
       if (auto fn = ms::simd::gpu_q8_sub32_generic_kernel_avx2(t)) gk.emplace_back("old", fn);
+      if (t == DType::Q6_K) gk.emplace_back("old", gpu_q8_ref_rows_q6_K);
       if (auto fn = ms::simd::gpu_q8_rows_kernel_avx2(t)) gk.emplace_back("avx2", fn);
+      else if (auto fn2 = ms::simd::gpu_q8_sub32_fast_kernel_avx2(t)) gk.emplace_back("avx2", fn2);  // Q6_K
       if (ms::simd::cpu_supports_avx512())
         if (auto fn = ms::simd::gpu_q8_sub32_fast_kernel_avx512(t)) gk.emplace_back("avx512", fn);
       for (const auto& [name, fn] : gk) {

@@ -32,7 +32,9 @@ simd::GpuQ8RowsFn rows_kernel_avx512(DType t) {
 
 simd::GpuQ8RowsFn rows_kernel(DType t) {
   if (simd::GpuQ8RowsFn fn = rows_kernel_avx512(t)) return fn;
-  return use_avx2() ? simd::gpu_q8_rows_kernel_avx2(t) : nullptr;
+  if (!use_avx2()) return nullptr;
+  if (simd::GpuQ8RowsFn fn = simd::gpu_q8_rows_kernel_avx2(t)) return fn;
+  return simd::gpu_q8_sub32_fast_kernel_avx2(t);  // Q6_K (gpu_q8_sub32_simd.h)
 }
 
 }  // namespace

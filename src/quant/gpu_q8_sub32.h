@@ -41,7 +41,8 @@ GpuQ8RowsFn gpu_q8_sub32_rows_kernel_avx2(DType t);
 // The decode-then-dot AVX2 kernels (gpu_q8_sub32_avx2.cpp: scalar
 // gpu_sub32_decode_block, SIMD integer dots), every sub-block format.
 GpuQ8RowsFn gpu_q8_sub32_generic_kernel_avx2(DType t);
-// SIMD-decoding kernels (gpu_q8_sub32_simd.h) of every sub-block format:
+// SIMD-decoding kernels (gpu_q8_sub32_simd.h) of every sub-block format and
+// of Q6_K (gpu_q8_avx2.cpp has none; gpu_q8.cpp dispatches to this one):
 // AVX2 (gpu_q8_sub32_fast_avx2.cpp) and AVX-512 VNNI
 // (gpu_q8_sub32_fast_avx512.cpp, callable only where cpu_supports_avx512());
 // nullptr for the other formats.

@@ -1,7 +1,9 @@
 // Internal, included only by gpu_q8_sub32_fast_avx2.cpp and
 // gpu_q8_sub32_fast_avx512.cpp: GPU Q8 row kernels (quant/gpu_q8.h) of the
 // sub-block formats (Q3_K, Q2_K, IQ4_XS, IQ4_NL, Q4_1, Q5_0, Q5_1, IQ2_XXS,
-// IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ2_0, TQ1_0) that decode the weights with SIMD instead of the scalar gpu_sub32_decode_block.
+// IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ2_0, TQ1_0), and of Q6_K
+// (whose GPU term has the same shape), that decode the weights with SIMD
+// instead of the scalar gpu_sub32_decode_block (the reference for Q6_K).
 //
 // The includer defines, before including this file, inside
 // namespace ms::simd { namespace { ... } }:
@@ -132,6 +134,44 @@ struct SuperQ3K {
     s32_reduce_halves(p, &i0, &i1);
     i0 = _mm256_sub_epi32(i0, _mm256_slli_epi32(a.h0, 2));
     i1 = _mm256_sub_epi32(i1, _mm256_slli_epi32(a.h1, 2));
+    const __m256 inner = _mm256_add_ps(_mm256_mul_ps(s0, _mm256_cvtepi32_ps(i0)), _mm256_mul_ps(s1, _mm256_cvtepi32_ps(i1)));
+    return _mm256_mul_ps(a.d, inner);
+  }
+};
+
+// ---------------------------------------------------------------- Q6_K
+// Not a sub-block format of the CUDA kernels (OpQ6K), but its GPU term has
+// the same shape (gpu_q8_ref.cpp's q6k_chunk): chunk j = 4h + c of 32
+// elements against activation block j, d_j * (s0 * S0 + s1 * S1) with
+// s = d * scales[2j], d * scales[2j + 1] and q = (low 4 bits | high 2 bits
+// << 4) - 32, dotted as the unsigned 0..63 minus 32 * H per half.
+struct SuperQ6K {
+  static constexpr int64_t kBytes = sizeof(BlockQ6_K);
+  static constexpr bool kHalves = true;
+  static __m256 term(const uint8_t* blk, const SuperAct& a) {
+    const __m128i sc = _mm_shuffle_epi8(s32_load128(blk + 192),
+                                        _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    const __m256 d = _mm256_set1_ps(s32_f16(blk + 208));
+    const __m256 s0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+    const __m256 s1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))));
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(0x30);
+    __m256i p[8];
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = s32_load256(blk + 64 * h), ql1 = s32_load256(blk + 64 * h + 32);
+      const __m256i qh = s32_load256(blk + 128 + 32 * h);
+      // chunk c: low bits from ql[64h + 32(c & 1)] nibble c >> 1, high bits bits 2c of qh
+      const __m256i lo[4] = {_mm256_and_si256(ql0, m4), _mm256_and_si256(ql1, m4),
+                             _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                             _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4)};
+      const __m256i hi[4] = {_mm256_and_si256(_mm256_slli_epi16(qh, 4), m3),
+                             _mm256_and_si256(_mm256_slli_epi16(qh, 2), m3), _mm256_and_si256(qh, m3),
+                             _mm256_and_si256(_mm256_srli_epi16(qh, 2), m3)};
+      for (int c = 0; c < 4; ++c) p[4 * h + c] = dot_u8(_mm256_or_si256(lo[c], hi[c]), a.q[4 * h + c]);
+    }
+    __m256i i0, i1;
+    s32_reduce_halves(p, &i0, &i1);
+    i0 = _mm256_sub_epi32(i0, _mm256_slli_epi32(a.h0, 5));
+    i1 = _mm256_sub_epi32(i1, _mm256_slli_epi32(a.h1, 5));
     const __m256 inner = _mm256_add_ps(_mm256_mul_ps(s0, _mm256_cvtepi32_ps(i0)), _mm256_mul_ps(s1, _mm256_cvtepi32_ps(i1)));
     return _mm256_mul_ps(a.d, inner);
   }
@@ -598,6 +638,7 @@ void super_rows_all(int64_t n, const void* w, int64_t stride, int64_t rows, cons
 inline GpuQ8RowsFn sub32_fast_kernel(DType t) {
   switch (t) {
     case DType::Q3_K: return super_rows_all<SuperQ3K>;
+    case DType::Q6_K: return super_rows_all<SuperQ6K>;
     case DType::Q2_K: return super_rows_all<SuperQ2K>;
     case DType::IQ4_XS: return super_rows_all<SuperIQ4XS>;
     case DType::IQ4_NL: return super_rows_all<Blocks8<FmtIQ4NL>>;

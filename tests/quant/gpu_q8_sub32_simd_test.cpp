@@ -1,7 +1,7 @@
-// The SIMD-decoding GPU Q8 kernels of the sub-block formats
-// (quant/gpu_q8_sub32_simd.h, AVX2 and AVX-512 VNNI builds) against
-// the scalar dot_sub32_gpu_q8: random blocks (every packed quant/scale
-// pattern), row counts that hit the 4/2/1 row groups, a padded row stride,
+// The SIMD-decoding GPU Q8 kernels of the sub-block formats and Q6_K
+// (quant/gpu_q8_sub32_simd.h, AVX2 and AVX-512 VNNI builds) against the
+// scalar dot_sub32_gpu_q8 (the Q6_K reference for Q6_K): random blocks
+// (every packed quant/scale pattern), row counts that hit the 4/2/1 row groups, a padded row stride,
 // 32-element formats' lengths that end in a partial group of 8 blocks,
 // outputs poisoned with NaN (one past the rows too), activations with zeros
 // and saturated blocks.
@@ -27,7 +27,7 @@ namespace {
 const DType kTypes[] = {DType::Q3_K,    DType::Q2_K,   DType::IQ4_XS, DType::IQ4_NL,  DType::Q4_1,
                         DType::Q5_0,    DType::Q5_1,   DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S,
                         DType::IQ3_XXS, DType::IQ3_S,  DType::IQ1_S,  DType::IQ1_M,  DType::TQ2_0,
-                        DType::TQ1_0};
+                        DType::TQ1_0,   DType::Q6_K};
 
 // Random bytes with a sane f16 scale (and Q2_K's dmin).
 std::vector<uint8_t> random_rows(DType t, int64_t n, int64_t rows, int64_t stride, uint32_t seed) {
@@ -49,6 +49,7 @@ std::vector<uint8_t> random_rows(DType t, int64_t n, int64_t rows, int64_t strid
         case DType::Q4_1: case DType::Q5_1: put(blk), put(blk + 2); break;
         case DType::TQ2_0: put(blk + 64); break;
         case DType::TQ1_0: put(blk + 52); break;
+        case DType::Q6_K: put(blk + 208); break;
         case DType::IQ1_M: {  // the f16 scale is the top nibbles of the 4 scale words
           const uint16_t h = f32_to_f16(sc(rng));
           for (int k = 0; k < 4; ++k)
@@ -79,6 +80,14 @@ std::vector<uint8_t> activations(int64_t n, uint32_t seed, bool saturated) {
 // sum over the row of |each product| in the reference's terms: the scale of
 // float rounding (survives cancellation).
 double magnitude(DType t, const uint8_t* row, int64_t n, const GpuQ8RowConst& a) {
+  if (t == DType::Q6_K) {  // no sub-block decoder: the dequantized weights
+    std::vector<float> w(static_cast<size_t>(n));
+    dequantize_row_ref(t, row, w.data(), n);
+    double mag = 0;
+    for (int64_t i = 0; i < n; ++i)
+      mag += std::fabs(static_cast<double>(w[static_cast<size_t>(i)]) * a.d[i / 32] * a.q[i]);
+    return mag;
+  }
   const GpuSub32Format f = gpu_sub32_format(t);
   const int64_t subs = f.block_elems / 32, bytes = type_info(t).type_size;
   GpuSub32 u[8];
@@ -112,7 +121,8 @@ void check_kernel(simd::GpuQ8RowsFn fn, DType t, const std::string& what) {
         fn(n, w.data(), stride, rows, act.data(), out.data());
         for (int64_t r = 0; r < rows; ++r) {
           const uint8_t* wr = w.data() + r * stride;
-          const float want = dot_sub32_gpu_q8(t, wr, n, a.q, a.d, a.s);
+          // dot_sub32_gpu_q8 for the sub-block formats, the Q6_K reference for Q6_K
+          const float want = vec_dot_gpu_q8_ref(t, n, wr, act.data());
           const double mag = magnitude(t, wr, n, a);
           const float got = out[static_cast<size_t>(r)];
           ASSERT_FALSE(std::isnan(got)) << what << " " << type_name(t) << " n=" << n << " row " << r;
@@ -139,12 +149,13 @@ TEST(GpuQ8Sub32Simd, Avx512MatchesScalar) {
 TEST(GpuQ8Sub32Simd, DispatchPicksThem) {
   if (!simd::cpu_supports_avx2()) GTEST_SKIP() << "no AVX2";
   for (DType t : kTypes) {
-    EXPECT_EQ(simd::gpu_q8_sub32_rows_kernel_avx2(t), simd::gpu_q8_sub32_fast_kernel_avx2(t)) << type_name(t);
+    if (t != DType::Q6_K)
+      EXPECT_EQ(simd::gpu_q8_sub32_rows_kernel_avx2(t), simd::gpu_q8_sub32_fast_kernel_avx2(t)) << type_name(t);
     const CpuFeatures& f = cpu_features();  // capped by MOESTREAM_ISA
     const bool vnni = f.avx512 && f.avx512_vnni && simd::cpu_supports_avx512();
     EXPECT_EQ(std::string(gpu_q8_path(t)), vnni ? "avx512" : f.avx2 ? "avx2" : "scalar") << type_name(t);
   }
-  for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0}) EXPECT_EQ(simd::gpu_q8_sub32_fast_kernel_avx2(t), nullptr);
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q8_0}) EXPECT_EQ(simd::gpu_q8_sub32_fast_kernel_avx2(t), nullptr);
 }
 
 }  // namespace
