@@ -31,6 +31,12 @@
 // Q3_K's quants q - 4*(1 - hbit) are dotted as the unsigned q' = q + 4*hbit
 // (0..7), then 4*H subtracted per half (H: the activations' half sums): the
 // same integer, one maddubs instead of the signed-operand trick.
+//
+// Signed weights and the grid formats' signs are moved onto the activations
+// with sign_epi8, which leaves a -128 as -128: exact for activations in
+// [-127, 127], what quantize_row_gpu_q8 makes unless a block's scale is
+// subnormal or infinite (its saturating edge cases); the decode-then-dot
+// kernels had the same limit.
 #pragma once
 #include <immintrin.h>
 
