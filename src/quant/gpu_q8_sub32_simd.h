@@ -34,9 +34,9 @@
 //
 // Signed weights and the grid formats' signs are moved onto the activations
 // with sign_epi8, which leaves a -128 as -128: exact for activations in
-// [-127, 127], what quantize_row_gpu_q8 makes unless a block's scale is
-// subnormal or infinite (its saturating edge cases); the decode-then-dot
-// kernels had the same limit.
+// [-127, 127], what quantize_row_gpu_q8 makes for finite activations with a
+// normal block scale (gpu_q8.h; not in its saturating edge cases); the
+// decode-then-dot kernels had the same limit.
 #pragma once
 #include <immintrin.h>
 
