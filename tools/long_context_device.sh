@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Issue #29's long-context rows on the GPU machine, moestream and llama.cpp's
+# llama-bench on the same file in the same call: pp at PP tokens (empty
+# cache) and tg128 at depth DEPTH, at --vram full and each tiered budget.
+# llama.cpp runs -ngl 99 -fa 1, and at a budget --n-cpu-moe N with N the
+# fewest CPU layers whose VRAM use fits (tools/quant_types_rows.py ncmoe),
+# counting its KV cache at DEPTH+128 tokens and compute buffers (OVERHEAD_GIB)
+# as moestream's budget counts its own. Peak VRAM of each moestream bench
+# call is sampled with nvidia-smi.
+#
+#   OUT=dir MS=build-gpu/moestream LLAMA_BUILD=/tmp/llama-build \
+#     tools/long_context_device.sh MODEL.gguf
+#
+# Settings: BUDGETS (10.5G,8G), PP (8192,32768), DEPTH (32768), REPS (2),
+# THREADS (16), OVERHEAD_GIB (3.5: f16 K/V of Qwen3-30B-A3B at 32.9k tokens,
+# 3.0 GiB, plus ~0.5 GiB of buffers), LLAMA_LM (llama-bench's load mode for
+# the budget rows: none, its pinned buffers, its faster prompt mode).
+# llama-bench is built by tools/llamacpp_sweep.sh (LLAMA_BUILD_ONLY=1).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+MODEL=${1:?usage: tools/long_context_device.sh MODEL.gguf}
+OUT=${OUT:-$(pwd)/gpu_out}
+mkdir -p "$OUT"
+MS=${MS:-build-gpu/moestream}
+LB=${LLAMA_BUILD:-/tmp/llama-build}/bin/llama-bench
+BUDGETS=${BUDGETS:-10.5G,8G}
+PP=${PP:-8192,32768}
+DEPTH=${DEPTH:-32768}
+REPS=${REPS:-2}
+THREADS=${THREADS:-16}
+OVERHEAD_GIB=${OVERHEAD_GIB:-3.5}
+LLAMA_LM=${LLAMA_LM:-none}
+START=$(date +%s)
+say() { echo "[lc $(($(date +%s) - START))s] $*" | tee -a "$OUT/lc_log.txt"; }
+[ -f tools/device_env.sh ] && source tools/device_env.sh
+
+# Peak GPU memory in use while a command runs (MiB, whole device).
+with_peak_vram() {  # label cmd...
+  local label=$1; shift
+  local f=$OUT/lc_vram_$label.txt
+  (while true; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2> /dev/null | head -1; sleep 0.5; done) > "$f" &
+  local sampler=$!
+  "$@"
+  local rc=$?
+  kill "$sampler" 2> /dev/null; wait "$sampler" 2> /dev/null
+  say "$label: peak VRAM $(sort -n "$f" | tail -1) MiB (device-wide), rc=$rc"
+  return $rc
+}
+
+say "machine: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); model $(basename "$MODEL")"
+# ---- moestream: prompts from an empty cache, then decode at depth.
+with_peak_vram ms_pp timeout 400 "$MS" bench -m "$MODEL" -p "$PP" -n 0 -r "$REPS" -t "$THREADS" --backend cuda \
+  --vram "full,$BUDGETS" -o "$OUT/lc_ms_pp.md" > /dev/null 2> "$OUT/lc_ms_pp.err" || say "ms pp failed: $(tail -2 "$OUT/lc_ms_pp.err")"
+with_peak_vram ms_tg timeout 400 "$MS" bench -m "$MODEL" -p 0 -n 128 -d "$DEPTH" -r "$REPS" -t "$THREADS" --backend cuda \
+  --vram "full,$BUDGETS" -o "$OUT/lc_ms_tg.md" > /dev/null 2> "$OUT/lc_ms_tg.err" || say "ms tg failed: $(tail -2 "$OUT/lc_ms_tg.err")"
+grep -h "moestream: " "$OUT"/lc_ms_*.err | grep -iE "pass|context" | sort -u | head -8 >> "$OUT/lc_log.txt"
+
+# ---- llama.cpp: the same tests; N per budget from the file's layout.
+[ -x "$LB" ] || { say "no llama-bench at $LB"; exit 1; }
+"$MS" inspect --json "$MODEL" > "$OUT/lc_inspect.json" 2> /dev/null
+python3 tools/quant_types_rows.py ncmoe "$OUT/lc_inspect.json" "$BUDGETS" "$OVERHEAD_GIB" > "$OUT/lc_ncmoe.txt" \
+  2> "$OUT/lc_ncmoe_arith.txt" || { say "ncmoe arithmetic failed"; exit 1; }
+say "llama.cpp --n-cpu-moe for $BUDGETS: $(cat "$OUT/lc_ncmoe.txt")"
+llama() {  # tag args...
+  local tag=$1; shift
+  timeout 500 "$LB" -m "$MODEL" -ngl 99 -fa 1 -t "$THREADS" -r "$REPS" -o md "$@" > "$OUT/lc_llama_$tag.md" \
+    2> "$OUT/lc_llama_$tag.err" || say "llama-bench $tag failed: $(tail -2 "$OUT/lc_llama_$tag.err")"
+}
+llama pp_full -ncmoe 0 -p "$PP" -n 0
+llama tg_full -ncmoe 0 -p 0 -n 128 -d "$DEPTH"
+llama pp_budgets -ncmoe "$(cat "$OUT/lc_ncmoe.txt")" -lm "$LLAMA_LM" -p "$PP" -n 0
+llama tg_budgets -ncmoe "$(cat "$OUT/lc_ncmoe.txt")" -lm "$LLAMA_LM" -p 0 -n 128 -d "$DEPTH"
+say "done"
+cat "$OUT"/lc_ms_*.md "$OUT"/lc_llama_*.md 2> /dev/null | grep -E "^\|" | grep -vE "^\|[ -]*\|[ -]*\|" | head -60
