@@ -32,6 +32,18 @@
 #include "cuda/kv_elem.cuh"
 #include "util/error.h"
 
+// mma.sync m16n8k16 with f16 inputs and cp.async need sm_80: for older
+// targets (the default build includes sm_75) the kernel's body is left out
+// and flash_usable() says no, so f16 caches take the tiled kernel there.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define MS_FLASH_TENSOR_CORES 0
+#else
+#define MS_FLASH_TENSOR_CORES 1
+#endif
+#if !MS_FLASH_TENSOR_CORES
+#pragma nv_diag_suppress 177  // the helpers below serve only the left-out body
+#endif
+
 namespace ms::cuda {
 namespace {
 
@@ -131,6 +143,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const float* __
                                                                   int n_head, int group, int hd, int64_t ctx,
                                                                   int pos0, float scale_log2,
                                                                   float* __restrict__ out) {
+#if MS_FLASH_TENSOR_CORES
   constexpr int BK = key_tile<HDP>(), S = row_stride<HDP>();
   constexpr int KS = HDP / 16;         // k-steps of Q K^T
   constexpr int NT = BK / 8;           // n-tiles of S (8 keys each)
@@ -297,6 +310,19 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const float* __
     if (tok0 < n_tokens) *reinterpret_cast<float2*>(out0 + col) = make_float2(o[d][0] * inv0, o[d][1] * inv0);
     if (tok1 < n_tokens) *reinterpret_cast<float2*>(out1 + col) = make_float2(o[d][2] * inv1, o[d][3] * inv1);
   }
+#else
+  __trap();  // never launched: flash_usable() is false for such code
+#endif
+}
+
+// Whether this device runs the kernel from sm_80+ code (queried once).
+bool flash_usable() {
+  static const bool v = [] {
+    cudaFuncAttributes a{};
+    MS_CUDA_CHECK(cudaFuncGetAttributes(&a, flash_prefill_kernel<__half, 64>));
+    return a.ptxVersion >= 80;
+  }();
+  return v;
 }
 
 template <class T, int HDP>
@@ -357,7 +383,7 @@ void attention_prefill(const AttentionShape& s, const float* q, const uint16_t* 
   // float4 loads of q, 16-byte copies of K/V rows, float2 stores of out
   const bool fits = s.head_dim % 8 == 0 && aligned(q, 16) && aligned(k_cache, 16) && aligned(v_cache, 16) &&
                     aligned(out, 8);
-  if (!fits) {
+  if (!fits || !flash_usable()) {
     attention_prefill_tiled(s, q, k_cache, v_cache, n_tokens, pos0, out, stream);
     return;
   }
@@ -372,6 +398,9 @@ void attention_prefill(const AttentionShape& s, const float* q, const BlockQ8_0*
   check_prefill(s, n_tokens, pos0);
   if (!aligned(q, 16) || !aligned(out, 8) || !aligned(k_cache, 2) || !aligned(v_cache, 2))
     throw Error("attention_prefill: q must be 16-byte aligned, out 8-byte aligned (q8_0 cache)");
+  if (!flash_usable())
+    throw Error("attention_prefill: a q8_0 KV cache needs a GPU of compute capability 8.0 or newer (and code "
+                "built for it); use --kv-type f16");
   flash(s, q, k_cache, v_cache, n_tokens, pos0, out, stream);
 }
 
