@@ -20,7 +20,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:?usage: tools/long_context_device.sh MODEL.gguf}
 OUT=${OUT:-$(pwd)/gpu_out}
-mkdir -p "$OUT"
+WORK=${WORK:-/tmp/lc}  # every file; $OUT gets lc_log.txt and lc.tgz after each step (the device tool returns few files)
+mkdir -p "$OUT" "$WORK"
 MS=${MS:-build-gpu/moestream}
 LB=${LLAMA_BUILD:-/tmp/llama-build}/bin/llama-bench
 BUDGETS=${BUDGETS:-10.5G,8G}
@@ -31,13 +32,14 @@ THREADS=${THREADS:-16}
 OVERHEAD_GIB=${OVERHEAD_GIB:-3.5}
 LLAMA_LM=${LLAMA_LM:-none}
 START=$(date +%s)
-say() { echo "[lc $(($(date +%s) - START))s] $*" | tee -a "$OUT/lc_log.txt"; }
+say() { echo "[lc $(($(date +%s) - START))s] $*" | tee -a "$WORK/lc_log.txt"; pack; }
+pack() { cp "$WORK/lc_log.txt" "$OUT/" 2> /dev/null; tar czf "$OUT/lc.tgz" -C "$WORK" . 2> /dev/null; }
 [ -f tools/device_env.sh ] && source tools/device_env.sh
 
 # Peak GPU memory in use while a command runs (MiB, whole device).
 with_peak_vram() {  # label cmd...
   local label=$1; shift
-  local f=$OUT/lc_vram_$label.txt
+  local f=$WORK/lc_vram_$label.txt
   (while true; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2> /dev/null | head -1; sleep 0.5; done) > "$f" &
   local sampler=$!
   "$@"
@@ -50,25 +52,27 @@ with_peak_vram() {  # label cmd...
 say "machine: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); model $(basename "$MODEL")"
 # ---- moestream: prompts from an empty cache, then decode at depth.
 with_peak_vram ms_pp timeout 400 "$MS" bench -m "$MODEL" -p "$PP" -n 0 -r "$REPS" -t "$THREADS" --backend cuda \
-  --vram "full,$BUDGETS" -o "$OUT/lc_ms_pp.md" > /dev/null 2> "$OUT/lc_ms_pp.err" || say "ms pp failed: $(tail -2 "$OUT/lc_ms_pp.err")"
+  --vram "full,$BUDGETS" -o "$WORK/lc_ms_pp.md" > /dev/null 2> "$WORK/lc_ms_pp.err" || say "ms pp failed: $(tail -2 "$WORK/lc_ms_pp.err")"
 with_peak_vram ms_tg timeout 400 "$MS" bench -m "$MODEL" -p 0 -n 128 -d "$DEPTH" -r "$REPS" -t "$THREADS" --backend cuda \
-  --vram "full,$BUDGETS" -o "$OUT/lc_ms_tg.md" > /dev/null 2> "$OUT/lc_ms_tg.err" || say "ms tg failed: $(tail -2 "$OUT/lc_ms_tg.err")"
-grep -h "moestream: " "$OUT"/lc_ms_*.err | grep -iE "pass|context" | sort -u | head -8 >> "$OUT/lc_log.txt"
+  --vram "full,$BUDGETS" -o "$WORK/lc_ms_tg.md" > /dev/null 2> "$WORK/lc_ms_tg.err" || say "ms tg failed: $(tail -2 "$WORK/lc_ms_tg.err")"
+grep -h "moestream: " "$WORK"/lc_ms_*.err | grep -iE "pass|context" | sort -u | head -8 >> "$WORK/lc_log.txt"
+grep -hE "^\| " "$WORK"/lc_ms_*.md 2> /dev/null  # (printed now: the call may end before llama.cpp's rows)
+pack
 
 # ---- llama.cpp: the same tests; N per budget from the file's layout.
 [ -x "$LB" ] || { say "no llama-bench at $LB"; exit 1; }
-"$MS" inspect --json "$MODEL" > "$OUT/lc_inspect.json" 2> /dev/null
-python3 tools/quant_types_rows.py ncmoe "$OUT/lc_inspect.json" "$BUDGETS" "$OVERHEAD_GIB" > "$OUT/lc_ncmoe.txt" \
-  2> "$OUT/lc_ncmoe_arith.txt" || { say "ncmoe arithmetic failed"; exit 1; }
-say "llama.cpp --n-cpu-moe for $BUDGETS: $(cat "$OUT/lc_ncmoe.txt")"
+"$MS" inspect --json "$MODEL" > "$WORK/lc_inspect.json" 2> /dev/null
+python3 tools/quant_types_rows.py ncmoe "$WORK/lc_inspect.json" "$BUDGETS" "$OVERHEAD_GIB" > "$WORK/lc_ncmoe.txt" \
+  2> "$WORK/lc_ncmoe_arith.txt" || { say "ncmoe arithmetic failed"; exit 1; }
+say "llama.cpp --n-cpu-moe for $BUDGETS: $(cat "$WORK/lc_ncmoe.txt")"
 llama() {  # tag args...
   local tag=$1; shift
-  timeout 500 "$LB" -m "$MODEL" -ngl 99 -fa 1 -t "$THREADS" -r "$REPS" -o md "$@" > "$OUT/lc_llama_$tag.md" \
-    2> "$OUT/lc_llama_$tag.err" || say "llama-bench $tag failed: $(tail -2 "$OUT/lc_llama_$tag.err")"
+  timeout 500 "$LB" -m "$MODEL" -ngl 99 -fa 1 -t "$THREADS" -r "$REPS" -o md "$@" > "$WORK/lc_llama_$tag.md" \
+    2> "$WORK/lc_llama_$tag.err" || say "llama-bench $tag failed: $(tail -2 "$WORK/lc_llama_$tag.err")"
 }
 llama pp_full -ncmoe 0 -p "$PP" -n 0
 llama tg_full -ncmoe 0 -p 0 -n 128 -d "$DEPTH"
-llama pp_budgets -ncmoe "$(cat "$OUT/lc_ncmoe.txt")" -lm "$LLAMA_LM" -p "$PP" -n 0
-llama tg_budgets -ncmoe "$(cat "$OUT/lc_ncmoe.txt")" -lm "$LLAMA_LM" -p 0 -n 128 -d "$DEPTH"
+llama pp_budgets -ncmoe "$(cat "$WORK/lc_ncmoe.txt")" -lm "$LLAMA_LM" -p "$PP" -n 0
+llama tg_budgets -ncmoe "$(cat "$WORK/lc_ncmoe.txt")" -lm "$LLAMA_LM" -p 0 -n 128 -d "$DEPTH"
 say "done"
-cat "$OUT"/lc_ms_*.md "$OUT"/lc_llama_*.md 2> /dev/null | grep -E "^\|" | grep -vE "^\|[ -]*\|[ -]*\|" | head -60
+cat "$WORK"/lc_ms_*.md "$WORK"/lc_llama_*.md 2> /dev/null | grep -E "^\|" | grep -vE "^\|[ -]*\|[ -]*\|" | head -60
