@@ -55,10 +55,9 @@ void delta_rule_chunked(const float* qkv, int64_t ld, const float* g, const floa
                         DeltaPrecision precision = DeltaPrecision::kSplitTf32);
 
 // Prompt lengths from which the chunked form is used (shorter ones and
-// decode run the token-by-token kernel): on the H200 at Qwen3.6-35B-A3B's
-// shape the chunked kernel took 0.55x / 0.93x / 1.63x the token-by-token
-// one's speed at 16 / 32 / 64 tokens (bench/cuda/delta_net_bench.cu,
-// bench/results/long_context.md).
+// decode run the token-by-token kernel): the length where the chunked
+// kernel overtook the token-by-token one at Qwen3.6-35B-A3B's shape
+// (bench/cuda/delta_net_bench.cu; figures in bench/results/long_context.md).
 constexpr int kDeltaChunkedMinTokens = 64;
 // What the layer calls: delta_rule below kDeltaChunkedMinTokens tokens (or
 // for a head the chunked kernel does not take), delta_rule_chunked from there.

@@ -61,10 +61,10 @@ struct PassSize {
 
 // Estimated GPU prompt compute per token: 2 flops per active weight (dense
 // weights plus n_expert_used experts) at an effective rate. The default rate
-// is moestream's prompt path measured on H100/H200 (Qwen3-30B-A3B Q4_K:
-// ~3.3 G active weights, pp512 8748 tok/s and ~1.2 s per 8192 tokens, i.e.
-// ~45-58 TFLOP/s effective); attention's growth with depth is left out
-// (it only makes compute larger and the link's share smaller).
+// is what moestream's prompt path reaches on H100/H200 for the Qwen3-30B-A3B
+// shape (bench/results/long_context.md, hybrid_bench.md); attention's growth
+// with depth is left out (it only makes compute larger and the link's share
+// smaller).
 constexpr double kPromptTflopsEstimate = 50;
 double estimate_prompt_s_per_token(double active_weights, double tflops = kPromptTflopsEstimate);
 
