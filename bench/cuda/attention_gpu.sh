@@ -11,23 +11,10 @@
 #   SKIP_BENCH=1 / SKIP_TESTS=1
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$(pwd)
-OUT=${OUT:-$ROOT/gpu_out}
-mkdir -p "$OUT"
-BUILD=$ROOT/build-gpu
-START=$(date +%s)
-say() { echo "[attention_gpu $(($(date +%s) - START))s] $*" | tee -a "$OUT/summary.txt"; }
-[ -f tools/device_env.sh ] && source tools/device_env.sh
-NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv,noheader 2>&1 | sed 's/^/device: /' | tee -a "$OUT/summary.txt"
-GEN=()
-command -v ninja >/dev/null && GEN=(-G Ninja)
+source bench/cuda/gpu_common.sh
 TEST_BIN=${TEST_BIN:-}
 if [ -z "$TEST_BIN" ] || [ "${SKIP_BENCH:-0}" != 1 ]; then
-  say "configure"
-  cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DCMAKE_CUDA_STANDARD=17 -DCMAKE_CUDA_COMPILER="$NVCC" -DMOESTREAM_CUDA=ON -DMOESTREAM_BENCH=OFF \
-    -DMOESTREAM_TESTS=ON > "$OUT/configure.log" 2>&1 || { say "FAIL configure"; tail -20 "$OUT/configure.log"; exit 3; }
+  configure_gpu_build || exit 3
   TARGET=test_cuda
   [ -n "$TEST_BIN" ] && TARGET=moestream_cuda
   say "build $TARGET"

@@ -8,21 +8,8 @@
 #   TEST_FILTER='Formats/Sub32Format*' SKIP_BENCH=1 bench/cuda/quant_types_gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$(pwd)
-OUT=${OUT:-$ROOT/gpu_out}
-mkdir -p "$OUT"
-BUILD=$ROOT/build-gpu
-START=$(date +%s)
-say() { echo "[quant_types_gpu $(($(date +%s) - START))s] $*" | tee -a "$OUT/summary.txt"; }
-[ -f tools/device_env.sh ] && source tools/device_env.sh
-NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-GEN=()
-command -v ninja >/dev/null && GEN=(-G Ninja)
-nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv,noheader 2>&1 | sed 's/^/device: /' | tee -a "$OUT/summary.txt"
-say "configure"
-cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DCMAKE_CUDA_STANDARD=17 -DCMAKE_CUDA_COMPILER="$NVCC" -DMOESTREAM_CUDA=ON -DMOESTREAM_BENCH=OFF \
-  -DMOESTREAM_TESTS=ON > "$OUT/configure.log" 2>&1 || { say "FAIL configure"; tail -20 "$OUT/configure.log"; exit 3; }
+source bench/cuda/gpu_common.sh
+configure_gpu_build || exit 3
 say "build test_cuda"
 if ! timeout "${BUILD_TIMEOUT:-420}" cmake --build "$BUILD" -j"${JOBS:-16}" --target test_cuda > "$OUT/build.log" 2>&1; then
   say "FAIL build"; grep -E "error" "$OUT/build.log" | head -30; exit 4
