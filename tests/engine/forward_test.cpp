@@ -19,6 +19,7 @@
 #include "engine/loaded_model.h"
 #include "engine/sampler.h"
 #include "engine/synthetic_model.h"
+#include "kv_test_util.h"
 #include "ref_model.h"
 #include "util/error.h"
 
@@ -150,34 +151,7 @@ TEST(Forward, ExpertLayoutsGiveIdenticalLogits) {
 TEST(Forward, BatchedPrefillEqualsTokenByToken) {
   for (const char* arch : {"qwen3moe", "mixtral"}) {
     auto m = LoadedModel::open(Models::get().path(arch, "q4_k_m"));
-    ThreadPool pool(2);
-    std::vector<int32_t> prompt;
-    std::mt19937 rng(5);
-    for (int i = 0; i < 40; ++i) prompt.push_back(static_cast<int32_t>(rng() % 509));
-
-    CpuBackend one(m->weights, pool);
-    KvCache kv1 = one.make_cache(64);
-    std::vector<float> step, all_steps;
-    for (int32_t t : prompt) {
-      one.forward(kv1, std::span<const int32_t>(&t, 1), step);
-      all_steps.insert(all_steps.end(), step.begin(), step.end());
-    }
-    CpuBackend::Options o;
-    o.max_batch = 16;  // 40 tokens: batches of 16, 16, 8
-    CpuBackend batched(m->weights, pool, o);
-    KvCache kv2 = batched.make_cache(64);
-    std::vector<float> all;
-    batched.forward(kv2, prompt, all, /*all_logits=*/true);
-    ASSERT_EQ(all.size(), all_steps.size());
-    double worst = 0;
-    for (size_t i = 0; i < all.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(all[i] - all_steps[i])));
-    EXPECT_LT(worst, 1e-4) << arch;
-    EXPECT_EQ(kv2.n_past(), 40);
-    // Both caches continue the same way.
-    const int32_t next = 17;
-    one.forward(kv1, std::span<const int32_t>(&next, 1), step);
-    batched.forward(kv2, std::span<const int32_t>(&next, 1), all);
-    for (size_t i = 0; i < step.size(); ++i) ASSERT_NEAR(step[i], all[i], 1e-4);
+    kvtest::expect_batched_prefill_equals_token_by_token(m->weights, KvType::F16, arch);
   }
 }
 

@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -20,6 +19,7 @@
 #include "engine/cpu_backend.h"
 #include "engine/loaded_model.h"
 #include "engine/synthetic_model.h"
+#include "kv_test_util.h"
 #include "ref_model.h"
 
 namespace ms {
@@ -51,16 +51,8 @@ class KvF32 : public ::testing::Test {
   }
 };
 
-const std::vector<int32_t> kPrompt = {5, 77, 300, 12, 41, 41, 200, 3, 499, 150, 64, 9, 250, 18, 7, 330};
-
-double rel_rms(const float* a, const float* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / den);
-}
+using kvtest::kPrompt;
+using kvtest::rel_rms;
 
 // Worst relative RMS logit error over the prompt, fed token by token, against
 // the reference (double arithmetic, K/V unrounded).
@@ -115,35 +107,11 @@ TEST_F(KvF32, LogitsStayCloseToTheF16Caches) {
 }
 
 TEST_F(KvF32, BatchedPrefillEqualsTokenByToken) {
-  std::vector<int32_t> prompt;
-  std::mt19937 rng(5);
-  for (int i = 0; i < 40; ++i) prompt.push_back(static_cast<int32_t>(rng() % 509));
   for (const char* quant : {"f32", "q4_k_m"})
     for (KvType type : {KvType::F16, KvType::F32}) {
       auto m = LoadedModel::open(model("qwen3moe", quant));
-      ThreadPool pool(2);
-      CpuBackend one(m->weights, pool);
-      KvCache kv1 = one.make_cache(64, type);
-      std::vector<float> step, all_steps;
-      for (int32_t t : prompt) {
-        one.forward(kv1, std::span<const int32_t>(&t, 1), step);
-        all_steps.insert(all_steps.end(), step.begin(), step.end());
-      }
-      CpuBackend::Options o;
-      o.max_batch = 16;  // 40 tokens: batches of 16, 16, 8
-      CpuBackend batched(m->weights, pool, o);
-      KvCache kv2 = batched.make_cache(64, type);
-      std::vector<float> all;
-      batched.forward(kv2, prompt, all, /*all_logits=*/true);
-      ASSERT_EQ(all.size(), all_steps.size());
-      double worst = 0;
-      for (size_t i = 0; i < all.size(); ++i) worst = std::max(worst, double(std::fabs(all[i] - all_steps[i])));
-      EXPECT_LT(worst, 1e-4) << quant << " " << kv_type_name(type);
-      // Both caches continue the same way.
-      const int32_t next = 17;
-      one.forward(kv1, std::span<const int32_t>(&next, 1), step);
-      batched.forward(kv2, std::span<const int32_t>(&next, 1), all);
-      for (size_t i = 0; i < step.size(); ++i) ASSERT_NEAR(step[i], all[i], 1e-4) << quant << " " << kv_type_name(type);
+      kvtest::expect_batched_prefill_equals_token_by_token(m->weights, type,
+                                                           std::string(quant) + " " + kv_type_name(type));
     }
 }
 

@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -20,6 +19,7 @@
 #include "engine/cpu_backend.h"
 #include "engine/loaded_model.h"
 #include "engine/synthetic_model.h"
+#include "kv_test_util.h"
 #include "format/gguf.h"
 #include "model/hparams.h"
 #include "model/tensor_roles.h"
@@ -53,16 +53,8 @@ class KvQ8_0 : public ::testing::Test {
   }
 };
 
-const std::vector<int32_t> kPrompt = {5, 77, 300, 12, 41, 41, 200, 3, 499, 150, 64, 9, 250, 18, 7, 330};
-
-double rel_rms(const float* a, const float* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / den);
-}
+using kvtest::kPrompt;
+using kvtest::rel_rms;
 
 int argmax(const float* x, size_t n) { return int(std::max_element(x, x + n) - x); }
 
@@ -169,29 +161,9 @@ TEST_F(KvQ8_0, GreedyTokensMatchTheF16CacheOutsideNearTies) {
 }
 
 TEST_F(KvQ8_0, BatchedPrefillEqualsTokenByToken) {
-  std::vector<int32_t> prompt;
-  std::mt19937 rng(5);
-  for (int i = 0; i < 40; ++i) prompt.push_back(static_cast<int32_t>(rng() % 509));
   for (const char* arch : kArchs) {
     auto m = LoadedModel::open(model(arch));
-    ThreadPool pool(2);
-    CpuBackend one(m->weights, pool);
-    KvCache kv1 = one.make_cache(64, KvType::Q8_0);
-    std::vector<float> step, all_steps;
-    for (int32_t t : prompt) {
-      one.forward(kv1, std::span<const int32_t>(&t, 1), step);
-      all_steps.insert(all_steps.end(), step.begin(), step.end());
-    }
-    CpuBackend::Options o;
-    o.max_batch = 16;  // 40 tokens: batches of 16, 16, 8
-    CpuBackend batched(m->weights, pool, o);
-    KvCache kv2 = batched.make_cache(64, KvType::Q8_0);
-    std::vector<float> all;
-    batched.forward(kv2, prompt, all, /*all_logits=*/true);
-    ASSERT_EQ(all.size(), all_steps.size());
-    double worst = 0;
-    for (size_t i = 0; i < all.size(); ++i) worst = std::max(worst, double(std::fabs(all[i] - all_steps[i])));
-    EXPECT_LT(worst, 1e-4) << arch;
+    kvtest::expect_batched_prefill_equals_token_by_token(m->weights, KvType::Q8_0, arch);
   }
 }
 
