@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "attention_test_util.h"
 #include "cpu/attention.h"
 #include "cpu/thread_pool.h"
 #include "quant/half.h"
@@ -18,30 +19,15 @@
 namespace ms {
 namespace {
 
-struct Case {
-  int n_head, n_kv, head_dim;
-  int64_t ctx;
-  int n_tokens;
-  int64_t pos0;
-};
+using attntest::Case;
+using attntest::randn;
+using attntest::shape;
 
 // GQA groups of 1..8, head sizes around the SIMD widths (8, 16) and odd ones,
 // prefill and decode, starts at 0 and deep in the context.
 const Case kCases[] = {{4, 4, 8, 16, 1, 0},       {8, 2, 64, 40, 1, 33}, {6, 3, 24, 50, 7, 10},
                        {32, 4, 128, 300, 3, 250}, {2, 1, 12, 9, 9, 0},   {4, 2, 17, 20, 2, 5},
                        {8, 1, 1, 11, 4, 3},       {3, 3, 5, 6, 6, 0},    {16, 2, 33, 70, 13, 40}};
-
-AttentionShape shape(const Case& c) {
-  return {c.n_head, c.n_kv, c.head_dim, c.ctx, 1.0f / std::sqrt(float(c.head_dim))};
-}
-
-std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.f, sd);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // A cache with positions pos0+n_tokens.. (never written yet) set to NaN:
 // reading any of them would poison the output.

@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "attention_test_util.h"
 #include "cpu/attention.h"
 #include "cpu/attention_kernels.h"
 #include "cpu/thread_pool.h"
@@ -24,30 +25,15 @@
 namespace ms {
 namespace {
 
-struct Case {
-  int n_head, n_kv, head_dim;
-  int64_t ctx;
-  int n_tokens;
-  int64_t pos0;
-};
+using attntest::Case;
+using attntest::randn;
+using attntest::shape;
 
 // GQA groups of 1..8; head sizes of 1..8 blocks (odd counts too); prefill and
 // decode; starts at 0 and deep in the context; odd numbers of positions.
 const Case kCases[] = {{4, 4, 32, 16, 1, 0},     {8, 2, 64, 40, 1, 33},   {6, 3, 96, 50, 7, 10},
                        {32, 4, 128, 300, 3, 250}, {2, 1, 32, 9, 9, 0},     {16, 2, 160, 70, 13, 40},
                        {8, 1, 256, 37, 5, 31},    {4, 2, 64, 129, 17, 111}};
-
-AttentionShape shape(const Case& c) {
-  return {c.n_head, c.n_kv, c.head_dim, c.ctx, 1.0f / std::sqrt(float(c.head_dim))};
-}
-
-std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.f, sd);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // A layer's K or V for every position as f32 rows [n_kv][ctx][head_dim]
 // (random, with a few outliers: q8_0's scale follows the block's largest

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "attention_test_util.h"
 #include "cpu/attention.h"
 #include "cpu/thread_pool.h"
 #include "quant/half.h"
@@ -13,12 +14,8 @@
 namespace ms {
 namespace {
 
-struct Case {
-  int n_head, n_kv, head_dim;
-  int64_t ctx;
-  int n_tokens;
-  int64_t pos0;
-};
+using attntest::Case;
+using attntest::shape;
 
 void fill_cache(std::vector<uint16_t>& c, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -31,7 +28,7 @@ TEST(Attention, FastMatchesReference) {
   const Case cases[] = {{4, 4, 8, 16, 1, 0},   {8, 2, 64, 40, 1, 33},  {6, 3, 24, 50, 7, 10},
                         {32, 4, 128, 300, 3, 250}, {2, 1, 12, 9, 9, 0}, {4, 2, 17, 20, 2, 5}};
   for (const Case& c : cases) {
-    AttentionShape s{c.n_head, c.n_kv, c.head_dim, c.ctx, 1.0f / std::sqrt(float(c.head_dim))};
+    const AttentionShape s = shape(c);
     std::vector<uint16_t> k(size_t(c.n_kv) * c.ctx * c.head_dim), v(k.size());
     fill_cache(k, 1);
     fill_cache(v, 2);
