@@ -68,6 +68,19 @@ uint64_t all_expert_bytes(const ModelWeights& w) {
   return b;
 }
 
+// The prompt's logits with every weight resident in VRAM (the reference the
+// budgeted runs are held to): every position's, or the last one's.
+std::vector<float> all_resident_logits(const ModelWeights& w, const std::vector<int32_t>& prompt, bool all_logits) {
+  CudaBackend::Options o;
+  o.ctx = kCtx;
+  o.vram_full = true;
+  CudaBackend ref(w, o);
+  KvCache kv = ref.make_cache(kCtx);
+  std::vector<float> logits;
+  ref.forward(kv, prompt, logits, all_logits);
+  return logits;
+}
+
 CudaBackend::Options cold_options(uint64_t budget, int max_batch) {
   CudaBackend::Options o;
   o.ctx = kCtx;
@@ -118,15 +131,7 @@ TEST(LongPrompt, SixteenThousandTokensAtTheMinimumBudgetMatchAllResident) {
   const auto m = make_model("tiny", "f16", 0);
   const int64_t V = m->weights.cfg.n_vocab;
   const std::vector<int32_t> prompt = some_tokens(kPrompt, V, 2929);
-  std::vector<float> want;
-  {
-    CudaBackend::Options o;
-    o.ctx = kCtx;
-    o.vram_full = true;
-    CudaBackend ref(m->weights, o);
-    KvCache kv = ref.make_cache(kCtx);
-    ref.forward(kv, prompt, want, true);
-  }
+  const std::vector<float> want = all_resident_logits(m->weights, prompt, true);
   const uint64_t budget = minimum_budget(*m);
   const uint64_t per_pass = all_expert_bytes(m->weights);
   for (int given : {0, 1000}) {
@@ -160,15 +165,7 @@ TEST(LongPrompt, OnePassOfSixteenThousandTokensOfTheQwen30bShape) {
   const auto m = make_model("qwen3-30b-a3b", "q4_k", 4);
   const int64_t V = m->weights.cfg.n_vocab;
   const std::vector<int32_t> prompt = some_tokens(kPrompt, V, 3030);
-  std::vector<float> want;
-  {
-    CudaBackend::Options o;
-    o.ctx = kCtx;
-    o.vram_full = true;
-    CudaBackend ref(m->weights, o);
-    KvCache kv = ref.make_cache(kCtx);
-    ref.forward(kv, prompt, want);
-  }
+  const std::vector<float> want = all_resident_logits(m->weights, prompt, false);
   const uint64_t budget = minimum_budget(*m);
   for (int given : {kPrompt, 1024, 0}) {
     CudaBackend be(m->weights, cold_options(budget, given));
