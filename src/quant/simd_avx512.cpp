@@ -7,12 +7,7 @@
 //
 // Built with the AVX-512 flags: see the note in simd_kernels.h about what this
 // file may include.
-// GCC 12's AVX-512 headers trip -Wuninitialized on their own
-// _mm512_undefined_* helpers ("__Y = __Y"); the warning is about the header.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "quant/simd_avx512_warnings.h"  // first: GCC 12's own _mm512_undefined_* helpers
 #include <immintrin.h>
 
 #include <cstdint>

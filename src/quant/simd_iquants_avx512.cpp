@@ -24,10 +24,7 @@
 // makes; see simd_kernels.h). Integer sums are exact; only float scaling and
 // summation order differ from the reference (ref_iquants.cpp). Built with the
 // AVX-512 flags: see the note in simd_kernels.h about what this file may include.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12's own _mm512_undefined_* helpers
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "quant/simd_avx512_warnings.h"  // first: GCC 12's own _mm512_undefined_* helpers
 #include <immintrin.h>
 
 #include <cstdint>
