@@ -20,7 +20,7 @@ namespace ms {
 namespace {
 
 using attntest::Case;
-using attntest::randn;
+using attntest::gaussian;
 using attntest::shape;
 
 // GQA groups of 1..8, head sizes around the SIMD widths (8, 16) and odd ones,
@@ -32,7 +32,7 @@ const Case kCases[] = {{4, 4, 8, 16, 1, 0},       {8, 2, 64, 40, 1, 33}, {6, 3, 
 // A cache with positions pos0+n_tokens.. (never written yet) set to NaN:
 // reading any of them would poison the output.
 std::vector<float> cache(const Case& c, uint32_t seed) {
-  std::vector<float> kc = randn(size_t(c.n_kv) * c.ctx * c.head_dim, seed);
+  std::vector<float> kc = gaussian(size_t(c.n_kv) * c.ctx * c.head_dim, seed);
   for (int h = 0; h < c.n_kv; ++h)
     for (int64_t p = c.pos0 + c.n_tokens; p < c.ctx; ++p)
       for (int i = 0; i < c.head_dim; ++i) kc[(h * c.ctx + p) * c.head_dim + i] = NAN;
@@ -45,7 +45,7 @@ TEST(AttentionF32, FastMatchesReference) {
     const AttentionShape s = shape(c);
     const std::vector<float> k = cache(c, 1), v = cache(c, 2);
     for (float q_sd : {1.f, 8.f}) {  // 8: peaked softmax (scores in the tens)
-      const std::vector<float> q = randn(size_t(c.n_tokens) * c.n_head * c.head_dim, 3, q_sd);
+      const std::vector<float> q = gaussian(size_t(c.n_tokens) * c.n_head * c.head_dim, 3, q_sd);
       std::vector<float> ref(q.size(), NAN), fast(q.size(), NAN);
       attention_ref(s, q.data(), k.data(), v.data(), c.n_tokens, c.pos0, ref.data());
       attention(pool, s, q.data(), k.data(), v.data(), c.n_tokens, c.pos0, fast.data());
@@ -62,7 +62,7 @@ TEST(AttentionF32, ThreadCountDoesNotChangeResults) {
   const Case c{16, 4, 64, 200, 24, 150};
   const AttentionShape s = shape(c);
   const std::vector<float> k = cache(c, 4), v = cache(c, 5);
-  const std::vector<float> q = randn(size_t(c.n_tokens) * c.n_head * c.head_dim, 6);
+  const std::vector<float> q = gaussian(size_t(c.n_tokens) * c.n_head * c.head_dim, 6);
   std::vector<float> first;
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
@@ -79,13 +79,13 @@ TEST(AttentionF32, SameValuesGiveTheF16PathsResultsExactly) {
   ThreadPool pool(2);
   for (const Case& c : kCases) {
     const AttentionShape s = shape(c);
-    std::vector<float> kf = randn(size_t(c.n_kv) * c.ctx * c.head_dim, 7), vf = randn(kf.size(), 8);
+    std::vector<float> kf = gaussian(size_t(c.n_kv) * c.ctx * c.head_dim, 7), vf = gaussian(kf.size(), 8);
     std::vector<uint16_t> kh(kf.size()), vh(kf.size());
     for (size_t i = 0; i < kf.size(); ++i) {
       kh[i] = f32_to_f16(kf[i]), vh[i] = f32_to_f16(vf[i]);
       kf[i] = f16_to_f32(kh[i]), vf[i] = f16_to_f32(vh[i]);
     }
-    const std::vector<float> q = randn(size_t(c.n_tokens) * c.n_head * c.head_dim, 9);
+    const std::vector<float> q = gaussian(size_t(c.n_tokens) * c.n_head * c.head_dim, 9);
     std::vector<float> ref_h(q.size()), ref_f(q.size()), fast_h(q.size()), fast_f(q.size());
     attention_ref(s, q.data(), kh.data(), vh.data(), c.n_tokens, c.pos0, ref_h.data());
     attention_ref(s, q.data(), kf.data(), vf.data(), c.n_tokens, c.pos0, ref_f.data());
@@ -101,9 +101,9 @@ TEST(AttentionF32, SinglePositionReturnsTheValueUnrounded) {
   // halves; the F16 cache would round them).
   ThreadPool pool(2);
   const AttentionShape s{4, 2, 9, 4, 0.35f};
-  std::vector<float> k = randn(2 * 4 * 9, 10), v = randn(k.size(), 11);
+  std::vector<float> k = gaussian(2 * 4 * 9, 10), v = gaussian(k.size(), 11);
   for (size_t i = 0; i < v.size(); ++i) v[i] = 0.1f * float(i) + 1e-4f;
-  const std::vector<float> q = randn(4 * 9, 12);
+  const std::vector<float> q = gaussian(4 * 9, 12);
   std::vector<float> ref(q.size(), NAN), fast(q.size(), NAN);
   attention_ref(s, q.data(), k.data(), v.data(), 1, 0, ref.data());
   attention(pool, s, q.data(), k.data(), v.data(), 1, 0, fast.data());
@@ -118,7 +118,7 @@ TEST(AttentionF32, KvStoreCopiesExactly) {
   // Values a half cannot hold (beyond 65504, below its subnormals, 1 + 2^-20)
   // come back bit for bit; -0 keeps its sign.
   const AttentionShape s{2, 3, 7, 6, 1.f};
-  std::vector<float> k = randn(2 * 3 * 7, 13), v = randn(k.size(), 14);
+  std::vector<float> k = gaussian(2 * 3 * 7, 13), v = gaussian(k.size(), 14);
   k[0] = 1e6f, k[1] = 1e-30f, k[2] = 1.0f + 0x1p-20f, k[3] = -0.0f;
   v[5] = std::numeric_limits<float>::denorm_min();
   const float sentinel = -12345.f;

@@ -26,7 +26,7 @@ namespace ms {
 namespace {
 
 using attntest::Case;
-using attntest::randn;
+using attntest::gaussian;
 using attntest::shape;
 
 // GQA groups of 1..8; head sizes of 1..8 blocks (odd counts too); prefill and
@@ -48,7 +48,7 @@ struct Caches {
 Caches make_caches(const Case& c, uint32_t seed) {
   const AttentionShape s = shape(c);
   const int64_t rows = int64_t(c.n_kv) * c.ctx;
-  std::vector<float> x = randn(size_t(rows) * c.head_dim, seed);
+  std::vector<float> x = gaussian(size_t(rows) * c.head_dim, seed);
   std::mt19937 rng(seed + 100);
   for (int i = 0; i < int(rows); ++i) x[rng() % x.size()] *= 6.f;
   // kv_store takes [n_tokens][n_kv][head_dim]: write position p of head h as token p.
@@ -83,7 +83,7 @@ Caches make_caches(const Case& c, uint32_t seed) {
 TEST(AttentionQ8_0, KvStoreQuantizesEachRowAsTheQ8_0Reference) {
   const AttentionShape s{4, 2, 64, 6, 1.f};
   const int n_tokens = 3, pos0 = 2, nb = 64 / QK;
-  const std::vector<float> k = randn(size_t(n_tokens) * 2 * 64, 7), v = randn(k.size(), 8, 3.f);
+  const std::vector<float> k = gaussian(size_t(n_tokens) * 2 * 64, 7), v = gaussian(k.size(), 8, 3.f);
   BlockQ8_0 poison;
   std::memset(&poison, 0xA5, sizeof poison);
   std::vector<BlockQ8_0> kc(size_t(2) * 6 * nb, poison), vc(kc.size(), poison);
@@ -118,7 +118,7 @@ TEST(AttentionQ8_0, ReferenceIsTheReferenceOverTheDequantizedCache) {
   for (const Case& c : kCases) {
     const AttentionShape s = shape(c);
     const Caches k = make_caches(c, 1), v = make_caches(c, 2);
-    const std::vector<float> q = randn(size_t(c.n_tokens) * c.n_head * c.head_dim, 3);
+    const std::vector<float> q = gaussian(size_t(c.n_tokens) * c.n_head * c.head_dim, 3);
     std::vector<float> q8(q.size(), NAN), deq(q.size(), NAN);
     attention_ref(s, q.data(), k.q8.data(), v.q8.data(), c.n_tokens, c.pos0, q8.data());
     attention_ref(s, q.data(), k.deq.data(), v.deq.data(), c.n_tokens, c.pos0, deq.data());
@@ -132,7 +132,7 @@ TEST(AttentionQ8_0, FastMatchesReference) {
   for (const Case& c : kCases) {
     const AttentionShape s = shape(c);
     const Caches k = make_caches(c, 11), v = make_caches(c, 12);
-    const std::vector<float> q = randn(size_t(c.n_tokens) * c.n_head * c.head_dim, 13);
+    const std::vector<float> q = gaussian(size_t(c.n_tokens) * c.n_head * c.head_dim, 13);
     std::vector<float> ref(q.size()), fast(q.size(), NAN), fast_deq(q.size(), NAN);
     attention_ref(s, q.data(), k.q8.data(), v.q8.data(), c.n_tokens, c.pos0, ref.data());
     attention(pool, s, q.data(), k.q8.data(), v.q8.data(), c.n_tokens, c.pos0, fast.data());
@@ -158,7 +158,7 @@ TEST(AttentionQ8_0, CloseToTheF16Cache) {
   for (const Case& c : kCases) {
     const AttentionShape s = shape(c);
     const Caches k = make_caches(c, 21), v = make_caches(c, 22);
-    const std::vector<float> q = randn(size_t(c.n_tokens) * c.n_head * c.head_dim, 23);
+    const std::vector<float> q = gaussian(size_t(c.n_tokens) * c.n_head * c.head_dim, 23);
     std::vector<float> q8(q.size(), NAN), f16(q.size(), NAN);
     attention(pool, s, q.data(), k.q8.data(), v.q8.data(), c.n_tokens, c.pos0, q8.data());
     attention(pool, s, q.data(), k.f16.data(), v.f16.data(), c.n_tokens, c.pos0, f16.data());
@@ -195,14 +195,14 @@ TEST(AttentionQ8_0, RowKernelsScalarAndAvx2) {
   std::mt19937 rng(31);
   for (int nb = 1; nb <= 9; ++nb) {
     const int n = nb * QK;
-    const std::vector<float> a = randn(size_t(n), 40 + nb), x = randn(size_t(n), 60 + nb, 2.f);
+    const std::vector<float> a = gaussian(size_t(n), 40 + nb), x = gaussian(size_t(n), 60 + nb, 2.f);
     std::vector<BlockQ8_0> b(static_cast<size_t>(nb));
     quantize_row_ref(DType::Q8_0, x.data(), b.data(), n);
     auto deq = [&](int i) { return double(f16_to_f32(b[size_t(i / QK)].d)) * b[size_t(i / QK)].qs[i % QK]; };
     double want = 0, mag = 0;
     for (int i = 0; i < n; ++i) want += double(a[size_t(i)]) * deq(i), mag += std::fabs(double(a[size_t(i)]) * deq(i));
     const float w = std::uniform_real_distribution<float>(-2.f, 2.f)(rng);
-    std::vector<float> y0 = randn(size_t(n) + 8, 80 + nb);
+    std::vector<float> y0 = gaussian(size_t(n) + 8, 80 + nb);
     for (int i = n; i < n + 8; ++i) y0[size_t(i)] = NAN;
     const float scalar_dot = attn_kernels::dot_f32_q8_0_scalar(a.data(), b.data(), n);
     std::vector<float> scalar_y = y0;
@@ -227,7 +227,7 @@ TEST(AttentionQ8_0, RowKernelsScalarAndAvx2) {
 
 TEST(AttentionQ8_0, SinglePositionReturnsTheDequantizedValue) {
   const AttentionShape s{4, 2, 32, 4, 0.35f};
-  const std::vector<float> kv = randn(2 * 32, 9);
+  const std::vector<float> kv = gaussian(2 * 32, 9);
   std::vector<BlockQ8_0> kc(2 * 4), vc(kc.size());
   kv_store(s, kv.data(), kv.data(), 1, 0, kc.data(), vc.data());
   std::vector<float> q(4 * 32, 0.7f), out(q.size(), NAN), deq(32);

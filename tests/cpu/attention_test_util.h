@@ -1,13 +1,12 @@
 // Helpers shared by the CPU attention tests of the cache types
 // (attention_test.cpp: f16, attention_f32_test.cpp, attention_q8_0_test.cpp):
-// one test case's shape and random inputs.
+// one test case's shape, and where its random inputs come from.
 #pragma once
 #include <cmath>
 #include <cstdint>
-#include <random>
-#include <vector>
 
 #include "cpu/attention.h"
+#include "quant/ref_test_util.h"
 
 namespace ms::attntest {
 
@@ -25,13 +24,7 @@ inline AttentionShape shape(const Case& c) {
   return {c.n_head, c.n_kv, c.head_dim, c.ctx, 1.0f / std::sqrt(float(c.head_dim))};
 }
 
-// n normal values (mean 0, deviation sd) from the given seed.
-inline std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.f, sd);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+// Random inputs: gaussian(n, seed, sd) from the quant tests' helpers.
+using testing_ref::gaussian;
 
 }  // namespace ms::attntest
