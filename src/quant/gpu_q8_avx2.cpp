@@ -10,6 +10,18 @@
 // intrinsics, <cstdint>/<cstring>, blocks.h and declarations, and keep
 // helpers in an anonymous namespace (no inline functions shared with
 // baseline files).
+//
+// The row kernels read 4 rows side by side, 4 short streams the hardware
+// prefetcher misses, so each step prefetches the row group
+// g_prefetch_groups groups ahead (simd_row_groups.h's prefetch_next_group,
+// as the Q8_K kernels and gpu_q8_sub32_simd.h do). A prefetch only loads
+// cache lines, but where it sits can change which products GCC fuses into
+// FMAs (this file's float terms are plain mul/add/sub intrinsics, contracted
+// by the compiler): Blocks32 prefetches at the end of its step because at
+// the start GCC 12 fused Q4_0's a.d * idot - 8 * a.s the other way round
+// (last-bit differences). Where it sits now, the results of all five
+// kernels are bit-identical to the build without prefetch (compared on
+// random rows, 1-64 rows, with and without a tail).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -19,6 +31,7 @@
 #include "quant/gpu_q8.h"
 #include "quant/gpu_q8_sub32.h"
 #include "quant/simd_hsum.h"
+#include "quant/simd_row_groups.h"
 
 namespace ms::simd {
 namespace {
@@ -109,6 +122,7 @@ struct K45 {
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / 256; ++i) {
+      prefetch_next_group<R>(w, stride, i, static_cast<int>(kBlockBytes));
       const __m256 ad = _mm256_loadu_ps(act.d + 8 * i), as = _mm256_loadu_ps(act.s + 8 * i);
       __m256i a[8];
       for (int j = 0; j < 8; ++j) a[j] = load256(act.q + 256 * i + 32 * j);
@@ -217,6 +231,7 @@ struct Blocks32 {
           t = _mm256_mul_ps(_mm256_mul_ps(d, ad), idot);
         acc[r] = _mm256_add_ps(acc[r], t);
       }
+      prefetch_next_group<R>(w, stride, b / 8, static_cast<int>(8 * Fmt::kBytes));  // here: see the top
     }
     for (; b < nb; ++b) {
       const __m256i a = load256(act.q + 32 * b);
