@@ -136,6 +136,15 @@ TOKENIZER_TEXTS = PROMPTS + [
     "<|im_start|>user\nhi<|im_end|>",
 ]
 MAX_PROMPT_TOKENS = 48
+# Every model also runs one prompt of LONG_PROMPT_TOKENS: longer than three
+# 64-token tiles of the CUDA flash-attention prefill (and the delta rule's
+# 64-token chunks), so tile edges and the online softmax across tiles are
+# compared with the reference, not only one partial tile.
+LONG_PROMPT = " ".join(f"step {i}: the {w} expert reads tile {i % 7} and writes {i * 3}" for i, w in
+                       enumerate(["first", "routed", "cold", "hot", "shared", "streamed", "cached", "prefetched",
+                                  "grouped", "masked", "causal", "softmax", "rotary", "gated", "decayed",
+                                  "tiled", "pinned", "staged", "evicted", "resident"] * 2))
+LONG_PROMPT_TOKENS = 200
 GREEDY_TOKENS = 32
 TYPES = ["f32", "f16", "bf16", "q8_0"]
 LOGIT_BOUNDS = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2, "q8_0": 1e-2}
@@ -800,6 +809,7 @@ def prepare_model(name, spec, args, ms, torch, transformers):
         ids = hf_tok.encode(p).ids[:spec.get("max_prompt_tokens", MAX_PROMPT_TOKENS)]
         if ids:
             prompts.append(ids)
+    prompts.append(hf_tok.encode(LONG_PROMPT).ids[:LONG_PROMPT_TOKENS])
 
     ggufs = {}
     for typ in args.types:

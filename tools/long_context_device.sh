@@ -36,6 +36,10 @@ say() { echo "[lc $(($(date +%s) - START))s] $*" | tee -a "$WORK/lc_log.txt"; pa
 pack() { cp "$WORK/lc_log.txt" "$OUT/" 2> /dev/null; tar czf "$OUT/lc.tgz" -C "$WORK" . 2> /dev/null; }
 [ -f tools/device_env.sh ] && source tools/device_env.sh
 
+# A step is skipped when its table already holds rows (resumable: run it
+# again on the same warm machine and it goes on where a call's limit stopped it).
+done_md() { grep -qE "^\| .*[0-9]+\.[0-9]+ ± " "$1" 2> /dev/null; }
+
 # Peak GPU memory in use while a command runs (MiB, whole device).
 with_peak_vram() {  # label cmd...
   local label=$1; shift
@@ -51,9 +55,9 @@ with_peak_vram() {  # label cmd...
 
 say "machine: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); model $(basename "$MODEL")"
 # ---- moestream: prompts from an empty cache, then decode at depth.
-with_peak_vram ms_pp timeout 400 "$MS" bench -m "$MODEL" -p "$PP" -n 0 -r "$REPS" -t "$THREADS" --backend cuda \
+done_md "$WORK/lc_ms_pp.md" || with_peak_vram ms_pp timeout 400 "$MS" bench -m "$MODEL" -p "$PP" -n 0 -r "$REPS" -t "$THREADS" --backend cuda \
   --vram "full,$BUDGETS" -o "$WORK/lc_ms_pp.md" > /dev/null 2> "$WORK/lc_ms_pp.err" || say "ms pp failed: $(tail -2 "$WORK/lc_ms_pp.err")"
-with_peak_vram ms_tg timeout 400 "$MS" bench -m "$MODEL" -p 0 -n 128 -d "$DEPTH" -r "$REPS" -t "$THREADS" --backend cuda \
+done_md "$WORK/lc_ms_tg.md" || with_peak_vram ms_tg timeout 400 "$MS" bench -m "$MODEL" -p 0 -n 128 -d "$DEPTH" -r "$REPS" -t "$THREADS" --backend cuda \
   --vram "full,$BUDGETS" -o "$WORK/lc_ms_tg.md" > /dev/null 2> "$WORK/lc_ms_tg.err" || say "ms tg failed: $(tail -2 "$WORK/lc_ms_tg.err")"
 grep -h "moestream: " "$WORK"/lc_ms_*.err | grep -iE "pass|context" | sort -u | head -8 >> "$WORK/lc_log.txt"
 grep -hE "^\| " "$WORK"/lc_ms_*.md 2> /dev/null  # (printed now: the call may end before llama.cpp's rows)
@@ -67,6 +71,7 @@ python3 tools/quant_types_rows.py ncmoe "$WORK/lc_inspect.json" "$BUDGETS" "$OVE
 say "llama.cpp --n-cpu-moe for $BUDGETS: $(cat "$WORK/lc_ncmoe.txt")"
 llama() {  # tag args...
   local tag=$1; shift
+  done_md "$WORK/lc_llama_$tag.md" && return 0
   timeout 500 "$LB" -m "$MODEL" -ngl 99 -fa 1 -t "$THREADS" -r "$REPS" -o md "$@" > "$WORK/lc_llama_$tag.md" \
     2> "$WORK/lc_llama_$tag.err" || say "llama-bench $tag failed: $(tail -2 "$WORK/lc_llama_$tag.err")"
 }

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The GPU machine's rows for issues #29 and #27 over several calls on one warm
+# machine: each call does the next steps until DEADLINE seconds have passed,
+# then exits; call it again (within the machine's idle window) to go on.
+# What is done is kept under WORK (markers); $OUT gets rows.tgz and log.txt.
+#
+#   OUT=dir tools/issue_rows_device.sh            (carry .deps and .llama)
+#
+# Steps, in order:
+#   build   moestream (sm_90, build-rows/) on half the cores while llama.cpp's
+#           llama-bench and llama-quantize build on the other half
+#   q30     gen Qwen3-30B-A3B Q4_K; tools/long_context_device.sh on it
+#           (full, 10.5G, 8G)
+#   q36     gen Qwen3.6-35B-A3B Q4_K; tools/long_context_device.sh (full, 12G, 8G)
+#   qt      tools/quant_types_device.sh (Q3_K_M, IQ4_XS, Q2_K at full, 10.5G, 8G, 1.5G)
+#   parity  tools/hf_parity.py on the CUDA backend (its prompts include ones
+#           longer than an attention tile)
+# STEPS=... picks a subset (comma list).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+OUT=${OUT:-$ROOT/gpu_out}
+WORK=${WORK:-/tmp/rows}
+STEPS=${STEPS:-build,q30,q36,qt,parity}
+DEADLINE=${DEADLINE:-560}
+mkdir -p "$OUT" "$WORK"
+START=$(date +%s)
+NCPU=$(nproc)
+HALF=$((NCPU / 2))
+MS=$ROOT/build-rows/moestream
+export LLAMA_BUILD=${LLAMA_BUILD:-/tmp/llama-build}
+[ -f tools/device_env.sh ] && source tools/device_env.sh
+pack() { cp "$WORK/log.txt" "$OUT/" 2> /dev/null; tar czf "$OUT/rows.tgz" -C "$WORK" --exclude='*.gguf' --exclude='*.part' \
+  --exclude='hf_*' . 2> /dev/null; }
+say() { echo "[rows $(($(date +%s) - START))s] $*" | tee -a "$WORK/log.txt"; pack; }
+left() { echo $((DEADLINE - ($(date +%s) - START))); }
+want() { [[ ",$STEPS," == *",$1,"* ]] && [ ! -f "$WORK/$1.done" ]; }
+
+say "machine: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1); $NCPU cores; disk free $(df -BG --output=avail /tmp | tail -1)"
+
+if want build; then
+  if [ ! -x "$LLAMA_BUILD/bin/llama-quantize" ]; then
+    (mkdir -p /tmp/llama-src && tar xJf .llama/llama-src.tar.xz -C /tmp/llama-src --strip-components=1 2> /dev/null
+     cmake -S /tmp/llama-src -B "$LLAMA_BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+       -DLLAMA_CURL=OFF -DGGML_NATIVE=ON > "$WORK/llama_cfg.log" 2>&1 &&
+     taskset -c "$HALF-$((NCPU - 1))" cmake --build "$LLAMA_BUILD" --target llama-bench llama-quantize -j"$HALF" \
+       > "$WORK/llama_build.log" 2>&1; echo $? > "$WORK/llama_build.rc") &
+    LPID=$!
+  fi
+  cmake -S . -B build-rows -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DMOESTREAM_BENCH=OFF \
+    > "$WORK/ms_cfg.log" 2>&1 || cmake -S . -B build-rows -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DMOESTREAM_BENCH=OFF > "$WORK/ms_cfg.log" 2>&1
+  taskset -c "0-$((HALF - 1))" cmake --build build-rows --target moestream -j"$HALF" > "$WORK/ms_build.log" 2>&1
+  say "moestream build rc=$? ($($MS version 2> /dev/null | head -1))"
+  # gen the first file while llama.cpp still builds
+  [ -f "$WORK/q30.gguf" ] || timeout 300 "$MS" gen --arch qwen3moe --preset qwen3-30b-a3b --quant q4_k -t "$HALF" -q \
+    -o "$WORK/q30.gguf.part" > "$WORK/gen_q30.log" 2>&1 && mv "$WORK/q30.gguf.part" "$WORK/q30.gguf"
+  say "gen q30: $(du -h "$WORK/q30.gguf" 2> /dev/null | cut -f1)"
+  [ -n "${LPID:-}" ] && wait "$LPID"
+  say "llama build rc=$(cat "$WORK/llama_build.rc" 2> /dev/null) $(ls "$LLAMA_BUILD/bin" 2> /dev/null | tr '\n' ' ')"
+  [ -x "$MS" ] && [ -x "$LLAMA_BUILD/bin/llama-bench" ] && touch "$WORK/build.done"
+  grep -E "error" "$WORK/ms_build.log" | head -5
+fi
+
+lc() {  # tag model budgets
+  local tag=$1 model=$2 budgets=$3
+  OUT=$WORK/lc_$tag WORK=$WORK/lc_$tag MS=$MS BUDGETS=$budgets REPS=${REPS:-2} \
+    timeout "$(left)" bash tools/long_context_device.sh "$model" > "$WORK/lc_$tag.stdout" 2>&1
+  grep -q "^\[lc .*\] done" "$WORK/lc_$tag/lc_log.txt" 2> /dev/null
+}
+if want q30 && [ "$(left)" -gt 60 ]; then
+  lc q30 "$WORK/q30.gguf" 10.5G,8G && { touch "$WORK/q30.done"; rm -f "$WORK/q30.gguf"; }
+  say "q30 rows: $(tail -1 "$WORK/lc_q30/lc_log.txt")"
+fi
+if want q36 && [ "$(left)" -gt 90 ]; then
+  [ -f "$WORK/q36.gguf" ] || timeout 300 "$MS" gen --arch qwen35moe --preset qwen3.6-35b-a3b --quant q4_k -t "$NCPU" -q \
+    -o "$WORK/q36.gguf.part" > "$WORK/gen_q36.log" 2>&1 && mv "$WORK/q36.gguf.part" "$WORK/q36.gguf"
+  say "gen q36: $(du -h "$WORK/q36.gguf" 2> /dev/null | cut -f1)"
+  [ "$(left)" -gt 60 ] && lc q36 "$WORK/q36.gguf" 12G,8G && { touch "$WORK/q36.done"; rm -f "$WORK/q36.gguf"; }
+  say "q36 rows: $(tail -1 "$WORK/lc_q36/lc_log.txt" 2> /dev/null)"
+fi
+if want qt && [ "$(left)" -gt 90 ]; then
+  OUT=$WORK/qt WORK=$WORK/qt MS_BIN=$MS DEADLINE=$(($(left) - 40)) timeout "$(left)" bash tools/quant_types_device.sh \
+    > "$WORK/qt.stdout" 2>&1
+  ls "$WORK"/qt/{q3_k_m,iq4_xs,q2_k}.{ms,llama}.done > /dev/null 2>&1 && touch "$WORK/qt.done"
+  say "qt: $(tail -3 "$WORK/qt/log.txt" 2> /dev/null | tr '\n' ' ')"
+fi
+if want parity && [ "$(left)" -gt 120 ]; then
+  timeout "$(left)" python3 tools/hf_parity.py --moestream "$MS" --out "$WORK/hf" --backend cuda \
+    > "$WORK/parity.stdout" 2>&1 && touch "$WORK/parity.done"
+  cp "$WORK/hf/parity.md" "$WORK/parity.md" 2> /dev/null
+  say "parity rc: $(tail -2 "$WORK/parity.stdout" | tr '\n' ' ')"
+fi
+say "call ends; done: $(cd "$WORK" && ls *.done 2> /dev/null | tr '\n' ' ')"
