@@ -38,32 +38,39 @@ want() { [[ ",$STEPS," == *",$1,"* ]] && [ ! -f "$WORK/$1.done" ]; }
 
 say "machine: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1); $NCPU cores; disk free $(df -BG --output=avail /tmp | tail -1)"
 
+# llama.cpp builds detached (setsid): it goes on across calls while the
+# machine stays warm; llama_build.rc says when it has ended.
+wait_llama() {
+  while [ ! -f "$WORK/llama_build.rc" ] && [ "$(left)" -gt 30 ]; do sleep 5; done
+  [ "$(cat "$WORK/llama_build.rc" 2> /dev/null)" = 0 ]
+}
 if want build; then
-  if [ ! -x "$LLAMA_BUILD/bin/llama-quantize" ]; then
-    (mkdir -p /tmp/llama-src && tar xJf .llama/llama-src.tar.xz -C /tmp/llama-src --strip-components=1 2> /dev/null
-     cmake -S /tmp/llama-src -B "$LLAMA_BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-       -DLLAMA_CURL=OFF -DGGML_NATIVE=ON > "$WORK/llama_cfg.log" 2>&1 &&
-     taskset -c "$HALF-$((NCPU - 1))" cmake --build "$LLAMA_BUILD" --target llama-bench llama-quantize -j"$HALF" \
-       > "$WORK/llama_build.log" 2>&1; echo $? > "$WORK/llama_build.rc") &
-    LPID=$!
+  if [ ! -f "$WORK/llama_build.started" ]; then
+    touch "$WORK/llama_build.started"
+    setsid nohup bash -c "mkdir -p /tmp/llama-src && tar xJf .llama/llama-src.tar.xz -C /tmp/llama-src --strip-components=1 &&
+      cmake -S /tmp/llama-src -B '$LLAMA_BUILD' -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+        -DLLAMA_CURL=OFF -DGGML_NATIVE=ON > '$WORK/llama_cfg.log' 2>&1 &&
+      taskset -c $HALF-$((NCPU - 1)) cmake --build '$LLAMA_BUILD' --target llama-bench llama-quantize -j$HALF \
+        > '$WORK/llama_build.log' 2>&1; echo \$? > '$WORK/llama_build.rc'" > /dev/null 2>&1 < /dev/null &
   fi
-  cmake -S . -B build-rows -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DMOESTREAM_BENCH=OFF \
-    > "$WORK/ms_cfg.log" 2>&1 || cmake -S . -B build-rows -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DMOESTREAM_BENCH=OFF > "$WORK/ms_cfg.log" 2>&1
-  taskset -c "0-$((HALF - 1))" cmake --build build-rows --target moestream -j"$HALF" > "$WORK/ms_build.log" 2>&1
-  say "moestream build rc=$? ($($MS version 2> /dev/null | head -1))"
-  # gen the first file while llama.cpp still builds
-  [ -f "$WORK/q30.gguf" ] || timeout 300 "$MS" gen --arch qwen3moe --preset qwen3-30b-a3b --quant q4_k -t "$HALF" -q \
-    -o "$WORK/q30.gguf.part" > "$WORK/gen_q30.log" 2>&1 && mv "$WORK/q30.gguf.part" "$WORK/q30.gguf"
+  if [ ! -x "$MS" ]; then
+    cmake -S . -B build-rows -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DMOESTREAM_BENCH=OFF \
+      > "$WORK/ms_cfg.log" 2>&1 || { rm -rf build-rows; cmake -S . -B build-rows -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DMOESTREAM_BENCH=OFF > "$WORK/ms_cfg.log" 2>&1; }
+    taskset -c "0-$((HALF - 1))" cmake --build build-rows --target moestream -j"$HALF" > "$WORK/ms_build.log" 2>&1
+    say "moestream build rc=$? ($($MS version 2> /dev/null | head -1))"
+    grep -E "error" "$WORK/ms_build.log" | head -5
+  fi
+  # the first file while llama.cpp still builds
+  [ -f "$WORK/q30.gguf" ] || timeout 300 taskset -c "0-$((HALF - 1))" "$MS" gen --arch qwen3moe --preset qwen3-30b-a3b \
+    --quant q4_k -t "$HALF" -q -o "$WORK/q30.gguf.part" > "$WORK/gen_q30.log" 2>&1 && mv "$WORK/q30.gguf.part" "$WORK/q30.gguf"
   say "gen q30: $(du -h "$WORK/q30.gguf" 2> /dev/null | cut -f1)"
-  [ -n "${LPID:-}" ] && wait "$LPID"
-  say "llama build rc=$(cat "$WORK/llama_build.rc" 2> /dev/null) $(ls "$LLAMA_BUILD/bin" 2> /dev/null | tr '\n' ' ')"
-  [ -x "$MS" ] && [ -x "$LLAMA_BUILD/bin/llama-bench" ] && touch "$WORK/build.done"
-  grep -E "error" "$WORK/ms_build.log" | head -5
+  [ -x "$MS" ] && [ -f "$WORK/q30.gguf" ] && touch "$WORK/build.done"
 fi
 
 lc() {  # tag model budgets
   local tag=$1 model=$2 budgets=$3
+  wait_llama || { say "llama.cpp build not ready (rc $(cat "$WORK/llama_build.rc" 2> /dev/null)): $(tail -3 "$WORK/llama_build.log" 2> /dev/null)"; return 1; }
   OUT=$WORK/lc_$tag WORK=$WORK/lc_$tag MS=$MS BUDGETS=$budgets REPS=${REPS:-2} \
     timeout "$(left)" bash tools/long_context_device.sh "$model" > "$WORK/lc_$tag.stdout" 2>&1
   grep -q "^\[lc .*\] done" "$WORK/lc_$tag/lc_log.txt" 2> /dev/null
@@ -79,7 +86,7 @@ if want q36 && [ "$(left)" -gt 90 ]; then
   [ "$(left)" -gt 60 ] && lc q36 "$WORK/q36.gguf" 12G,8G && { touch "$WORK/q36.done"; rm -f "$WORK/q36.gguf"; }
   say "q36 rows: $(tail -1 "$WORK/lc_q36/lc_log.txt" 2> /dev/null)"
 fi
-if want qt && [ "$(left)" -gt 90 ]; then
+if want qt && [ "$(left)" -gt 90 ] && wait_llama; then
   OUT=$WORK/qt WORK=$WORK/qt MS_BIN=$MS DEADLINE=$(($(left) - 40)) timeout "$(left)" bash tools/quant_types_device.sh \
     > "$WORK/qt.stdout" 2>&1
   ls "$WORK"/qt/{q3_k_m,iq4_xs,q2_k}.{ms,llama}.done > /dev/null 2>&1 && touch "$WORK/qt.done"
