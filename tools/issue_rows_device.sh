@@ -31,7 +31,7 @@ MS=$ROOT/build-rows/moestream
 export LLAMA_BUILD=${LLAMA_BUILD:-/tmp/llama-build}
 [ -f tools/device_env.sh ] && source tools/device_env.sh
 pack() { cp "$WORK/log.txt" "$OUT/" 2> /dev/null; tar czf "$OUT/rows.tgz" -C "$WORK" --exclude='*.gguf' --exclude='*.part' \
-  --exclude='hf_*' . 2> /dev/null; }
+  --exclude='./hf' --exclude='*.safetensors' . 2> /dev/null; }
 say() { echo "[rows $(($(date +%s) - START))s] $*" | tee -a "$WORK/log.txt"; pack; }
 left() { echo $((DEADLINE - ($(date +%s) - START))); }
 want() { [[ ",$STEPS," == *",$1,"* ]] && [ ! -f "$WORK/$1.done" ]; }
@@ -47,41 +47,51 @@ wait_llama() {
 if want build; then
   if [ ! -f "$WORK/llama_build.started" ]; then
     touch "$WORK/llama_build.started"
-    setsid nohup bash -c "mkdir -p /tmp/llama-src && tar xJf .llama/llama-src.tar.xz -C /tmp/llama-src --strip-components=1 &&
+    setsid nohup bash -c "mkdir -p /tmp/llama-src && tar xJf .llama/llama-src.tar.xz -C /tmp/llama-src &&
       cmake -S /tmp/llama-src -B '$LLAMA_BUILD' -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-        -DLLAMA_CURL=OFF -DGGML_NATIVE=ON > '$WORK/llama_cfg.log' 2>&1 &&
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+        -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF > '$WORK/llama_cfg.log' 2>&1 &&
       taskset -c $HALF-$((NCPU - 1)) cmake --build '$LLAMA_BUILD' --target llama-bench llama-quantize -j$HALF \
-        > '$WORK/llama_build.log' 2>&1; echo \$? > '$WORK/llama_build.rc'" > /dev/null 2>&1 < /dev/null &
+        > '$WORK/llama_build.log' 2>&1; echo \$? > '$WORK/llama_build.rc'; [ -f '$WORK/llama_build.rc' ] || echo 9 > '$WORK/llama_build.rc'" \
+      > "$WORK/llama_step.log" 2>&1 < /dev/null &
   fi
   if [ ! -x "$MS" ]; then
-    cmake -S . -B build-rows -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DMOESTREAM_BENCH=OFF \
-      > "$WORK/ms_cfg.log" 2>&1 || { rm -rf build-rows; cmake -S . -B build-rows -DCMAKE_BUILD_TYPE=Release \
+    SRC=.
+    if [ -n "${SRC_TAR:-}" ]; then rm -rf /tmp/ms-src && mkdir -p /tmp/ms-src && tar xf "$SRC_TAR" -C /tmp/ms-src && SRC=/tmp/ms-src; fi
+    cmake -S "$SRC" -B build-rows -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DMOESTREAM_BENCH=OFF \
+      > "$WORK/ms_cfg.log" 2>&1 || { rm -rf build-rows; cmake -S "$SRC" -B build-rows -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DMOESTREAM_BENCH=OFF > "$WORK/ms_cfg.log" 2>&1; }
     taskset -c "0-$((HALF - 1))" cmake --build build-rows --target moestream -j"$HALF" > "$WORK/ms_build.log" 2>&1
     say "moestream build rc=$? ($($MS version 2> /dev/null | head -1))"
     grep -E "error" "$WORK/ms_build.log" | head -5
   fi
   # the first file while llama.cpp still builds
-  [ -f "$WORK/q30.gguf" ] || timeout 300 taskset -c "0-$((HALF - 1))" "$MS" gen --arch qwen3moe --preset qwen3-30b-a3b \
-    --quant q4_k -t "$HALF" -q -o "$WORK/q30.gguf.part" > "$WORK/gen_q30.log" 2>&1 && mv "$WORK/q30.gguf.part" "$WORK/q30.gguf"
+  [ -f "$WORK/q30.gguf" ] || { timeout 300 taskset -c "0-$((HALF - 1))" "$MS" gen --arch qwen3moe --preset qwen3-30b-a3b \
+    --quant q4_k -t "$HALF" -q -o "$WORK/q30.gguf.part" > "$WORK/gen_q30.log" 2>&1 && mv "$WORK/q30.gguf.part" "$WORK/q30.gguf"; }
   say "gen q30: $(du -h "$WORK/q30.gguf" 2> /dev/null | cut -f1)"
   [ -x "$MS" ] && [ -f "$WORK/q30.gguf" ] && touch "$WORK/build.done"
 fi
 
 lc() {  # tag model budgets
   local tag=$1 model=$2 budgets=$3
-  wait_llama || { say "llama.cpp build not ready (rc $(cat "$WORK/llama_build.rc" 2> /dev/null)): $(tail -3 "$WORK/llama_build.log" 2> /dev/null)"; return 1; }
+  wait_llama || { say "llama.cpp build not ready (rc $(cat "$WORK/llama_build.rc" 2> /dev/null)): $(tail -3 "$WORK/llama_build.log" "$WORK/llama_cfg.log" "$WORK/llama_step.log" 2> /dev/null | tr '\n' ' ')"; return 1; }
   OUT=$WORK/lc_$tag WORK=$WORK/lc_$tag MS=$MS BUDGETS=$budgets REPS=${REPS:-2} \
     timeout "$(left)" bash tools/long_context_device.sh "$model" > "$WORK/lc_$tag.stdout" 2>&1
   grep -q "^\[lc .*\] done" "$WORK/lc_$tag/lc_log.txt" 2> /dev/null
 }
+if want parity && [ "$(left)" -gt 120 ]; then
+  timeout "$(left)" python3 tools/hf_parity.py --moestream "$MS" --out "$WORK/hf" --backend cuda \
+    > "$WORK/parity.stdout" 2>&1 && touch "$WORK/parity.done"
+  cp "$WORK/hf/parity.md" "$WORK/parity.md" 2> /dev/null; touch "$WORK/parity.done"
+  say "parity rc: $(tail -2 "$WORK/parity.stdout" | tr '\n' ' ')"
+fi
 if want q30 && [ "$(left)" -gt 60 ]; then
   lc q30 "$WORK/q30.gguf" 10.5G,8G && { touch "$WORK/q30.done"; rm -f "$WORK/q30.gguf"; }
   say "q30 rows: $(tail -1 "$WORK/lc_q30/lc_log.txt")"
 fi
 if want q36 && [ "$(left)" -gt 90 ]; then
-  [ -f "$WORK/q36.gguf" ] || timeout 300 "$MS" gen --arch qwen35moe --preset qwen3.6-35b-a3b --quant q4_k -t "$NCPU" -q \
-    -o "$WORK/q36.gguf.part" > "$WORK/gen_q36.log" 2>&1 && mv "$WORK/q36.gguf.part" "$WORK/q36.gguf"
+  [ -f "$WORK/q36.gguf" ] || { timeout 300 "$MS" gen --arch qwen35moe --preset qwen3.6-35b-a3b --quant q4_k -t "$NCPU" -q \
+    -o "$WORK/q36.gguf.part" > "$WORK/gen_q36.log" 2>&1 && mv "$WORK/q36.gguf.part" "$WORK/q36.gguf"; }
   say "gen q36: $(du -h "$WORK/q36.gguf" 2> /dev/null | cut -f1)"
   [ "$(left)" -gt 60 ] && lc q36 "$WORK/q36.gguf" 12G,8G && { touch "$WORK/q36.done"; rm -f "$WORK/q36.gguf"; }
   say "q36 rows: $(tail -1 "$WORK/lc_q36/lc_log.txt" 2> /dev/null)"
@@ -91,11 +101,5 @@ if want qt && [ "$(left)" -gt 90 ] && wait_llama; then
     > "$WORK/qt.stdout" 2>&1
   ls "$WORK"/qt/{q3_k_m,iq4_xs,q2_k}.{ms,llama}.done > /dev/null 2>&1 && touch "$WORK/qt.done"
   say "qt: $(tail -3 "$WORK/qt/log.txt" 2> /dev/null | tr '\n' ' ')"
-fi
-if want parity && [ "$(left)" -gt 120 ]; then
-  timeout "$(left)" python3 tools/hf_parity.py --moestream "$MS" --out "$WORK/hf" --backend cuda \
-    > "$WORK/parity.stdout" 2>&1 && touch "$WORK/parity.done"
-  cp "$WORK/hf/parity.md" "$WORK/parity.md" 2> /dev/null
-  say "parity rc: $(tail -2 "$WORK/parity.stdout" | tr '\n' ' ')"
 fi
 say "call ends; done: $(cd "$WORK" && ls *.done 2> /dev/null | tr '\n' ' ')"
