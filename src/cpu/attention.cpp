@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "cpu/attention_kernels.h"
@@ -10,6 +11,7 @@
 #include "quant/half.h"
 #include "quant/quant.h"
 #include "util/cpu_features.h"
+#include "util/error.h"
 
 namespace ms {
 namespace {
@@ -91,53 +93,68 @@ const RowKernels<BlockQ8_0>& row_kernels(const BlockQ8_0*) {
   return k;
 }
 
-// One (token, head): scores over kv_len positions, softmax, weighted V sum.
+// The first key position the query at position p sees.
+inline int64_t first_key(const AttentionExtras& x, int64_t p) {
+  return x.window > 0 ? std::max<int64_t>(0, p - x.window + 1) : 0;
+}
+
+void check_extras(const AttentionExtras& x) {
+  if (x.window < 0) throw Error("attention: sliding window " + std::to_string(x.window) + " must be >= 0");
+}
+
+// One (token, head): scores over the n_keys rows at k_rows / v_rows, softmax
+// (with the sink's term in the denominator when there is one), weighted V sum.
 template <typename T>
-void attend_one(const AttentionShape& s, const RowKernels<T>& rk, const float* q, const T* k_head, const T* v_head,
-                int64_t kv_len, float* scores, float* out) {
+void attend_one(const AttentionShape& s, const RowKernels<T>& rk, const float* q, const T* k_rows, const T* v_rows,
+                int64_t n_keys, const float* sink, float* scores, float* out) {
   const int d = s.head_dim;
-  const int64_t ru = row_units(k_head, d);
+  const int64_t ru = row_units(k_rows, d);
   float mx = -INFINITY;
-  for (int64_t j = 0; j < kv_len; ++j) {
-    scores[j] = rk.dot(q, k_head + j * ru, d) * s.scale;
+  for (int64_t j = 0; j < n_keys; ++j) {
+    scores[j] = rk.dot(q, k_rows + j * ru, d) * s.scale;
     mx = std::max(mx, scores[j]);
   }
+  if (sink) mx = std::max(mx, *sink);
   float sum = 0;
-  for (int64_t j = 0; j < kv_len; ++j) {
+  for (int64_t j = 0; j < n_keys; ++j) {
     scores[j] = std::exp(scores[j] - mx);
     sum += scores[j];
   }
+  if (sink) sum += std::exp(*sink - mx);
   std::fill(out, out + d, 0.0f);
   const float inv = 1.0f / sum;
-  for (int64_t j = 0; j < kv_len; ++j) rk.axpy(scores[j] * inv, v_head + j * ru, out, d);
+  for (int64_t j = 0; j < n_keys; ++j) rk.axpy(scores[j] * inv, v_rows + j * ru, out, d);
 }
 
 template <typename T>
 void attention_ref_impl(const AttentionShape& s, const float* q, const T* k_cache, const T* v_cache, int n_tokens,
-                        int64_t pos0, float* out) {
+                        int64_t pos0, float* out, const AttentionExtras& x) {
+  check_extras(x);
   const int d = s.head_dim;
   const int64_t ru = row_units(k_cache, d);
   const int group = s.n_head / s.n_kv;
   std::vector<double> scores;
   for (int t = 0; t < n_tokens; ++t) {
-    const int64_t kv_len = pos0 + t + 1;
+    const int64_t kv_len = pos0 + t + 1, j0 = first_key(x, pos0 + t);
     scores.assign(static_cast<size_t>(kv_len), 0.0);
     for (int h = 0; h < s.n_head; ++h) {
       const float* qh = q + (static_cast<int64_t>(t) * s.n_head + h) * d;
       const int64_t kv_base = static_cast<int64_t>(h / group) * s.ctx * ru;
       double mx = -INFINITY;
-      for (int64_t j = 0; j < kv_len; ++j) {
+      for (int64_t j = j0; j < kv_len; ++j) {
         double dot = 0;
         for (int i = 0; i < d; ++i) dot += static_cast<double>(qh[i]) * elem(k_cache + kv_base + j * ru, i);
         scores[j] = dot * s.scale;
         mx = std::max(mx, scores[j]);
       }
+      if (x.sinks) mx = std::max(mx, static_cast<double>(x.sinks[h]));
       double sum = 0;
-      for (int64_t j = 0; j < kv_len; ++j) sum += (scores[j] = std::exp(scores[j] - mx));
+      for (int64_t j = j0; j < kv_len; ++j) sum += (scores[j] = std::exp(scores[j] - mx));
+      if (x.sinks) sum += std::exp(static_cast<double>(x.sinks[h]) - mx);
       float* oh = out + (static_cast<int64_t>(t) * s.n_head + h) * d;
       for (int i = 0; i < d; ++i) {
         double acc = 0;
-        for (int64_t j = 0; j < kv_len; ++j) acc += scores[j] * elem(v_cache + kv_base + j * ru, i);
+        for (int64_t j = j0; j < kv_len; ++j) acc += scores[j] * elem(v_cache + kv_base + j * ru, i);
         oh[i] = static_cast<float>(acc / sum);
       }
     }
@@ -146,13 +163,14 @@ void attention_ref_impl(const AttentionShape& s, const float* q, const T* k_cach
 
 template <typename T>
 void attention_impl(ThreadPool& pool, const AttentionShape& s, const float* q, const T* k_cache, const T* v_cache,
-                    int n_tokens, int64_t pos0, float* out) {
+                    int n_tokens, int64_t pos0, float* out, const AttentionExtras& x) {
+  check_extras(x);
   const RowKernels<T>& rk = row_kernels(k_cache);
   const int d = s.head_dim;
   const int64_t ru = row_units(k_cache, d);
   const int group = s.n_head / s.n_kv;
   const int64_t n_items = static_cast<int64_t>(n_tokens) * s.n_head;
-  const int64_t max_len = pos0 + n_tokens;
+  const int64_t max_len = x.window > 0 ? std::min<int64_t>(x.window, pos0 + n_tokens) : pos0 + n_tokens;
   std::atomic<int64_t> next{0};
   // One scores buffer per thread; items (token, head) handed out one by one
   // (their cost grows with the token's position, so static splits balance badly).
@@ -162,9 +180,10 @@ void attention_impl(ThreadPool& pool, const AttentionShape& s, const float* q, c
       const int64_t item = next.fetch_add(1, std::memory_order_relaxed);
       if (item >= n_items) break;
       const int t = static_cast<int>(item / s.n_head), h = static_cast<int>(item % s.n_head);
-      const int64_t kv_base = static_cast<int64_t>(h / group) * s.ctx * ru;
-      attend_one(s, rk, q + item * d, k_cache + kv_base, v_cache + kv_base, pos0 + t + 1, scores.data(),
-                 out + item * d);
+      const int64_t first = first_key(x, pos0 + t);
+      const int64_t rows = static_cast<int64_t>(h / group) * s.ctx * ru + first * ru;
+      attend_one(s, rk, q + item * d, k_cache + rows, v_cache + rows, pos0 + t + 1 - first,
+                 x.sinks ? x.sinks + h : nullptr, scores.data(), out + item * d);
     }
   };
   if (n_items * max_len * d < 32768 || pool.size() == 1)
@@ -191,33 +210,33 @@ void kv_store_impl(const AttentionShape& s, const float* k, const float* v, int 
 }  // namespace
 
 void attention_ref(const AttentionShape& s, const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
-                   int n_tokens, int64_t pos0, float* out) {
-  attention_ref_impl(s, q, k_cache, v_cache, n_tokens, pos0, out);
+                   int n_tokens, int64_t pos0, float* out, const AttentionExtras& x) {
+  attention_ref_impl(s, q, k_cache, v_cache, n_tokens, pos0, out, x);
 }
 
 void attention_ref(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache, int n_tokens,
-                   int64_t pos0, float* out) {
-  attention_ref_impl(s, q, k_cache, v_cache, n_tokens, pos0, out);
+                   int64_t pos0, float* out, const AttentionExtras& x) {
+  attention_ref_impl(s, q, k_cache, v_cache, n_tokens, pos0, out, x);
 }
 
 void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const uint16_t* k_cache,
-               const uint16_t* v_cache, int n_tokens, int64_t pos0, float* out) {
-  attention_impl(pool, s, q, k_cache, v_cache, n_tokens, pos0, out);
+               const uint16_t* v_cache, int n_tokens, int64_t pos0, float* out, const AttentionExtras& x) {
+  attention_impl(pool, s, q, k_cache, v_cache, n_tokens, pos0, out, x);
 }
 
 void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache,
-               int n_tokens, int64_t pos0, float* out) {
-  attention_impl(pool, s, q, k_cache, v_cache, n_tokens, pos0, out);
+               int n_tokens, int64_t pos0, float* out, const AttentionExtras& x) {
+  attention_impl(pool, s, q, k_cache, v_cache, n_tokens, pos0, out, x);
 }
 
 void attention_ref(const AttentionShape& s, const float* q, const BlockQ8_0* k_cache, const BlockQ8_0* v_cache,
-                   int n_tokens, int64_t pos0, float* out) {
-  attention_ref_impl(s, q, k_cache, v_cache, n_tokens, pos0, out);
+                   int n_tokens, int64_t pos0, float* out, const AttentionExtras& x) {
+  attention_ref_impl(s, q, k_cache, v_cache, n_tokens, pos0, out, x);
 }
 
 void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const BlockQ8_0* k_cache,
-               const BlockQ8_0* v_cache, int n_tokens, int64_t pos0, float* out) {
-  attention_impl(pool, s, q, k_cache, v_cache, n_tokens, pos0, out);
+               const BlockQ8_0* v_cache, int n_tokens, int64_t pos0, float* out, const AttentionExtras& x) {
+  attention_impl(pool, s, q, k_cache, v_cache, n_tokens, pos0, out, x);
 }
 
 void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0,

@@ -10,6 +10,9 @@
 // the cache's pointer type. Query head h uses KV head h / (n_head / n_kv).
 // Q8_0 rows are read as d * q (the query stays f32): attention over a q8_0
 // cache is attention over its dequantized values.
+//
+// AttentionExtras (gpt-oss) changes which keys a query sees and its softmax's
+// denominator; the defaults (no sinks, no window) leave both as they were.
 #pragma once
 #include <cstdint>
 
@@ -25,23 +28,38 @@ struct AttentionShape {
   float scale = 0.f;                       // usually 1/sqrt(head_dim)
 };
 
+struct AttentionExtras {
+  // Learned attention sinks, one logit per query head ([n_head], or null for
+  // none): an extra term exp(sinks[h] - m) in each softmax denominator, with no
+  // value row (probability mass that goes nowhere). sinks[h] is compared with
+  // the scaled scores scale * q.k (llama.cpp's and transformers' convention);
+  // m is the maximum over the scores and the sink.
+  const float* sinks = nullptr;
+  // Sliding window: > 0 lets the query at position p see keys p - window + 1
+  // .. p only (llama.cpp's standard SWA: masked when p - j >= window; HF's
+  // sliding_window). 0: every key 0 .. p (plain causal).
+  int window = 0;
+};
+
 // q [n_tokens][n_head][head_dim] for positions pos0 .. pos0+n_tokens-1; the
 // cache already holds positions 0 .. pos0+n_tokens-1. Token i attends to
-// positions 0 .. pos0+i. out [n_tokens][n_head][head_dim] (must not alias q).
+// positions 0 .. pos0+i (or its window, see AttentionExtras).
+// out [n_tokens][n_head][head_dim] (must not alias q).
 // Accumulates in double: the reference the fast versions are tested against.
 void attention_ref(const AttentionShape& s, const float* q, const uint16_t* k_cache,
-                   const uint16_t* v_cache, int n_tokens, int64_t pos0, float* out);
+                   const uint16_t* v_cache, int n_tokens, int64_t pos0, float* out, const AttentionExtras& x = {});
 void attention_ref(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache,
-                   int n_tokens, int64_t pos0, float* out);
+                   int n_tokens, int64_t pos0, float* out, const AttentionExtras& x = {});
 void attention_ref(const AttentionShape& s, const float* q, const BlockQ8_0* k_cache, const BlockQ8_0* v_cache,
-                   int n_tokens, int64_t pos0, float* out);
-// Same, threaded over (token, head) with SIMD dots where available.
+                   int n_tokens, int64_t pos0, float* out, const AttentionExtras& x = {});
+// Same, threaded over (token, head) with SIMD dots where available. A window
+// skips the keys before it (the work per query is at most `window` keys).
 void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const uint16_t* k_cache,
-               const uint16_t* v_cache, int n_tokens, int64_t pos0, float* out);
+               const uint16_t* v_cache, int n_tokens, int64_t pos0, float* out, const AttentionExtras& x = {});
 void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const float* k_cache,
-               const float* v_cache, int n_tokens, int64_t pos0, float* out);
+               const float* v_cache, int n_tokens, int64_t pos0, float* out, const AttentionExtras& x = {});
 void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const BlockQ8_0* k_cache,
-               const BlockQ8_0* v_cache, int n_tokens, int64_t pos0, float* out);
+               const BlockQ8_0* v_cache, int n_tokens, int64_t pos0, float* out, const AttentionExtras& x = {});
 
 // Writes f32 rows k, v [n_tokens][n_kv][head_dim] into the cache at positions
 // pos0 .. pos0+n_tokens-1 (the caller checks they are < ctx): rounded to
