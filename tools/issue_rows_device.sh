@@ -80,7 +80,7 @@ lc() {  # tag model budgets
   grep -q "^\[lc .*\] done" "$WORK/lc_$tag/lc_log.txt" 2> /dev/null
 }
 if want parity && [ "$(left)" -gt 120 ]; then
-  timeout "$(left)" python3 tools/hf_parity.py --moestream "$MS" --out "$WORK/hf" --backend cuda \
+  timeout "$(left)" python3 tools/hf_parity.py --moestream "$MS" --out "$WORK/hf" --backend cuda --models qwen3moe,qwen35moe,mixtral \
     > "$WORK/parity.stdout" 2>&1 && touch "$WORK/parity.done"
   cp "$WORK/hf/parity.md" "$WORK/parity.md" 2> /dev/null; touch "$WORK/parity.done"
   say "parity rc: $(tail -2 "$WORK/parity.stdout" | tr '\n' ' ')"
