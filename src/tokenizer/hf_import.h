@@ -3,7 +3,7 @@
 // and by the parity tests against the HF reference tokenizer.
 //
 // Supported: byte-level BPE whose Split regex is one of the known
-// pre-tokenizers (gpt2, llama3, qwen2, qwen35), and SentencePiece-style BPE
+// pre-tokenizers (gpt2, llama3, qwen2, qwen35, gpt4o), and SentencePiece-style BPE
 // with byte fallback (Llama 2, Mistral). Anything else: ms::Error.
 #pragma once
 #include <string>

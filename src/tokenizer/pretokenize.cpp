@@ -25,6 +25,12 @@ constexpr const char* kQwen2Regex =
 // tests/tokenizer/llamacpp_vocab_test.cpp).
 constexpr const char* kQwen35Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// GPT-4o / o200k (gpt-oss's o200k_harmony): words split at case
+// changes ("camelCase" -> "camel", "Case"; an upper-case run keeps one
+// following lower-case run), a contraction stays on its word, numbers go in
+// groups of up to 3, and punctuation runs keep trailing newlines and '/'.
+constexpr const char* kGpt4oRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 // Compiled patterns: the contractions group without (?i:).
 #define MS_CONTRACTIONS R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]))"
@@ -34,12 +40,17 @@ constexpr const char* kQwen2Compiled =
     MS_CONTRACTIONS R"(|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kQwen35Compiled =
     MS_CONTRACTIONS R"(|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kGpt4oCompiled =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+)" MS_CONTRACTIONS
+    R"(?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*)" MS_CONTRACTIONS
+    R"(?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 #undef MS_CONTRACTIONS
 
 const PreTokenizerSpec kGpt2{"gpt2", kGpt2Regex, kGpt2Regex, false, false};
 const PreTokenizerSpec kLlama3{"llama3", kLlama3Regex, kLlama3Compiled, false, true};
 const PreTokenizerSpec kQwen2{"qwen2", kQwen2Regex, kQwen2Compiled, true, false};
 const PreTokenizerSpec kQwen35{"qwen35", kQwen35Regex, kQwen35Compiled, false, false};
+const PreTokenizerSpec kGpt4o{"gpt4o", kGpt4oRegex, kGpt4oCompiled, false, false};
 
 struct Alias {
   const char* name;
@@ -50,13 +61,14 @@ const Alias kAliases[] = {
     {"llama3", &kLlama3},  {"llama-bpe", &kLlama3}, {"llama-v3", &kLlama3},
     {"qwen2", &kQwen2},    {"deepseek-r1-qwen", &kQwen2},
     {"qwen35", &kQwen35},
+    {"gpt4o", &kGpt4o},    {"gpt-4o", &kGpt4o},
 };
 
 }  // namespace
 
 std::string supported_pre_tokenizers() {
   return "gpt2 (also 'default', 'gpt-2'), llama3 (also 'llama-bpe', 'llama-v3'), "
-         "qwen2 (also 'deepseek-r1-qwen'), qwen35";
+         "qwen2 (also 'deepseek-r1-qwen'), qwen35, gpt4o (also 'gpt-4o')";
 }
 
 const PreTokenizerSpec& pre_tokenizer_spec(const std::string& pre) {

@@ -10,7 +10,7 @@
 namespace ms {
 
 struct PreTokenizerSpec {
-  const char* name;    // canonical name: gpt2, llama3, qwen2, qwen35
+  const char* name;    // canonical name: gpt2, llama3, qwen2, qwen35, gpt4o
   const char* published;  // the Split regex as published in the models' tokenizer.json
   const char* regex;      // what we compile: the same, with "(?i:'s|...)" spelled out
                           // in ASCII (as the reference implementations do), so
@@ -23,7 +23,7 @@ struct PreTokenizerSpec {
 // aliases such as "llama-bpe" are accepted). Throws ms::Error listing the
 // supported values for anything else.
 const PreTokenizerSpec& pre_tokenizer_spec(const std::string& pre);
-// "gpt2, llama3, qwen2, qwen35" (with aliases), for messages.
+// "gpt2, llama3, qwen2, qwen35, gpt4o" (with aliases), for messages.
 std::string supported_pre_tokenizers();
 
 // A compiled (JIT where available) pre-tokenizer regex. Thread-safe: split()

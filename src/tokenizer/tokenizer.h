@@ -61,7 +61,7 @@ class Tokenizer {
   // The effective end-of-turn token: EOT, else EOS.
   int32_t eot_id() const;
   // The canonical name of the pre-tokenizer ("gpt2", "llama3", "qwen2",
-  // "qwen35"), or "spm" for SentencePiece.
+  // "qwen35", "gpt4o"), or "spm" for SentencePiece.
   const char* pre_name() const;
 
  private:

@@ -114,7 +114,7 @@ TEST(PreTokenizer, PiecesAlwaysConcatenateToTheInput) {
   std::mt19937 rng(7);
   const char* alphabet[] = {"a", "Z", "1", " ", "\n", "\t", "'", "s", "!", "\xE4\xBD\xA0", "\xF0\x9F\x98\x80",
                             "\xCC\x88", "\xFF", "\xC3", "\r"};
-  for (const char* pre : {"gpt2", "llama3", "qwen2", "qwen35"}) {
+  for (const char* pre : {"gpt2", "llama3", "qwen2", "qwen35", "gpt4o"}) {
     PreTokenizer p(pre_tokenizer_spec(pre).regex);
     for (int iter = 0; iter < 300; ++iter) {
       std::string text;

@@ -1,6 +1,6 @@
 // Parity with the Hugging Face tokenizers on real vocabularies (Qwen3,
-// Llama 3, and the SentencePiece vocabulary of the llama2 package, which is
-// Mistral's). The reference ids come from tools/tokenizer_fixtures (run
+// Llama 3, GPT-4o's o200k, and the SentencePiece vocabulary of the llama2
+// package, which is Mistral's). The reference ids come from tools/tokenizer_fixtures (run
 // scripts/fetch_tokenizer_fixtures.sh); without them the tests skip.
 #include <gtest/gtest.h>
 
@@ -108,6 +108,9 @@ void check_parity(const std::string& name, const char* expected_pre) {
 TEST(TokenizerParity, Qwen3) { check_parity("qwen3", "qwen2"); }
 TEST(TokenizerParity, Llama3) { check_parity("llama3", "llama3"); }
 TEST(TokenizerParity, Llama2SentencePiece) { check_parity("llama2", "spm"); }
+// gpt-4o's o200k vocabulary: the same text tokens (ids below 199998) and
+// split as gpt-oss's o200k_harmony, which differs only in special tokens.
+TEST(TokenizerParity, Gpt4o) { check_parity("gpt4o", "gpt4o"); }
 
 TEST(TokenizerParity, ImportedSpecialTokens) {
   LOAD_FIXTURE_OR_SKIP("qwen3", dir);

