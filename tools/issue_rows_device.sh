@@ -4,7 +4,7 @@
 # then exits; call it again (within the machine's idle window) to go on.
 # What is done is kept under WORK (markers); $OUT gets rows.tgz and log.txt.
 #
-#   OUT=dir tools/issue_rows_device.sh            (carry .deps and .llama)
+#   OUT=dir tools/issue_rows_device.sh            (carry .deps, .llama, .llamaconv)
 #
 # Steps, in order:
 #   build   moestream (sm_90, build-rows/) on half the cores while llama.cpp's
@@ -15,13 +15,15 @@
 #   qt      tools/quant_types_device.sh (Q3_K_M, IQ4_XS, Q2_K at full, 10.5G, 8G, 1.5G)
 #   parity  tools/hf_parity.py on the CUDA backend (its prompts include ones
 #           longer than an attention tile)
+#   files   tools/llamacpp_files.sh run with QUANT=1: llama.cpp-converted tiny
+#           checkpoints requantized by llama-quantize to every type (carry .llamaconv)
 # STEPS=... picks a subset (comma list).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/gpu_out}
 WORK=${WORK:-/tmp/rows}
-STEPS=${STEPS:-build,q30,q36,qt,parity}
+STEPS=${STEPS:-build,parity,q30,q36,qt,files}
 DEADLINE=${DEADLINE:-560}
 mkdir -p "$OUT" "$WORK"
 START=$(date +%s)
@@ -101,5 +103,15 @@ if want qt && [ "$(left)" -gt 90 ] && wait_llama; then
     > "$WORK/qt.stdout" 2>&1
   ls "$WORK"/qt/{q3_k_m,iq4_xs,q2_k}.{ms,llama}.done > /dev/null 2>&1 && touch "$WORK/qt.done"
   say "qt: $(tail -3 "$WORK/qt/log.txt" 2> /dev/null | tr '\n' ' ')"
+fi
+# llama.cpp's converter + quantizer files of every type (carry .llamaconv):
+# logits on CPU and CUDA against Hugging Face and each other.
+QTYPES_ALL=q4_0,q4_1,q5_0,q5_1,q2_k,q2_k_s,q3_k_s,q3_k_m,q3_k_l,q4_k_s,q4_k_m,q5_k_s,q5_k_m,q6_k,iq4_xs,iq4_nl,iq3_s,iq3_m,iq3_xxs,iq3_xs,iq2_s,iq2_m,iq2_xs,iq2_xxs,iq1_s,iq1_m,tq1_0,tq2_0
+if want files && [ "$(left)" -gt 150 ] && wait_llama; then
+  [ -x "$LLAMA_BUILD/bin/llama-imatrix" ] || cmake --build "$LLAMA_BUILD" --target llama-imatrix -j"$NCPU" > "$WORK/imatrix_build.log" 2>&1
+  QUANT=1 LLAMA_BIN=$LLAMA_BUILD/bin MS_BIN=$MS QTYPES=${QTYPES:-$QTYPES_ALL} OUT=$WORK/files WORK=/tmp/lf \
+    PY_TIMEOUT=$(($(left) - 20)) timeout "$(left)" bash tools/llamacpp_files.sh run > "$WORK/files.stdout" 2>&1 &&
+    touch "$WORK/files.done"
+  say "files: $(tail -2 "$WORK/files/steps.txt" 2> /dev/null | tr '\n' ' ')"
 fi
 say "call ends; done: $(cd "$WORK" && ls *.done 2> /dev/null | tr '\n' ' ')"

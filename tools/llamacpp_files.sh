@@ -15,7 +15,9 @@
 #       (tools/make_llama_src.sh) and requantizes each f32 file to
 #       q4_0,q4_K,q5_K,q6_K,q8_0 (QTYPES=...).
 #   MS=1: also builds moestream (CUDA, sm_90) and compares its logits on the
-#       CPU and CUDA backends with the reference (BACKENDS=cpu,cuda).
+#       CPU and CUDA backends with the reference (BACKENDS=cpu,cuda);
+#       MS_BIN=path: that binary instead of a build. LLAMA_BIN=folder: its
+#       llama-quantize / llama-imatrix instead of a CPU-only build.
 #   tools/llamacpp_files.sh check MOESTREAM [cpu,cuda]
 #       the committed fixtures on each backend against their Hugging Face
 #       logits, and NaN weights stopping with the non-finite-logits error.
@@ -114,20 +116,30 @@ say() { echo "[llamacpp_files $(($(date +%s) - START))s] $*" | tee -a "$OUT/step
 EXTRA=()
 
 if [ "${QUANT:-0}" = 1 ]; then
-  if [ -f .llama/llama-src.tar.xz ]; then
-    say "build llama-quantize"
+  # LLAMA_BIN: a folder holding llama-quantize (and llama-imatrix) already
+  # built, e.g. the CUDA build of tools/issue_rows_device.sh; else a CPU-only
+  # build of them here.
+  LB=${LLAMA_BIN:-/tmp/llama-build-cpu/bin}
+  if [ ! -x "$LB/llama-quantize" ] && [ -f .llama/llama-src.tar.xz ]; then
+    say "build llama-quantize, llama-imatrix"
     mkdir -p /tmp/llama-src && tar xJf .llama/llama-src.tar.xz -C /tmp/llama-src
-    cmake -S /tmp/llama-src -B /tmp/llama-build -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DLLAMA_CURL=OFF \
+    cmake -S /tmp/llama-src -B /tmp/llama-build-cpu -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DLLAMA_CURL=OFF \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF > "$OUT/llama_configure.log" 2>&1 &&
-      timeout 300 cmake --build /tmp/llama-build -j16 --target llama-quantize > "$OUT/llama_build.log" 2>&1 &&
-      EXTRA+=(--quantize /tmp/llama-build/bin/llama-quantize --quant-types "${QTYPES:-q4_0,q4_K,q5_K,q6_K,q8_0}") ||
+      timeout 300 cmake --build /tmp/llama-build-cpu -j16 --target llama-quantize llama-imatrix > "$OUT/llama_build.log" 2>&1 ||
       say "FAIL llama-quantize build (logs in OUT)"
+    LB=/tmp/llama-build-cpu/bin
+  fi
+  if [ -x "$LB/llama-quantize" ]; then
+    EXTRA+=(--quantize "$LB/llama-quantize" --quant-types "${QTYPES:-q4_0,q4_K,q5_K,q6_K,q8_0}")
+    [ -x "$LB/llama-imatrix" ] && EXTRA+=(--imatrix "$LB/llama-imatrix")
   else
-    say "QUANT=1 but no .llama/llama-src.tar.xz (tools/make_llama_src.sh); skipping requantization"
+    say "QUANT=1 but no llama-quantize (LLAMA_BIN, or .llama/llama-src.tar.xz from tools/make_llama_src.sh); skipping requantization"
   fi
 fi
 
-if [ "${MS:-0}" = 1 ]; then
+if [ -n "${MS_BIN:-}" ]; then
+  EXTRA+=(--moestream "$MS_BIN" --backends "${BACKENDS:-cpu,cuda}")
+elif [ "${MS:-0}" = 1 ]; then
   say "build moestream (CUDA sm_90)"
   GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
   cmake -S . -B build-gpu "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DMOESTREAM_CUDA=ON \
@@ -137,13 +149,14 @@ if [ "${MS:-0}" = 1 ]; then
 fi
 
 say "checkpoints, conversion, reference ($MODELS)"
-PYTHONUNBUFFERED=1 timeout 420 python3 tools/llamacpp_files.py --llama .llamaconv --out "$WORK" --models "$MODELS" \
+PYTHONUNBUFFERED=1 timeout "${PY_TIMEOUT:-420}" python3 tools/llamacpp_files.py --llama .llamaconv --out "$WORK" --models "$MODELS" \
   "${EXTRA[@]}" 2>&1 | tee "$OUT/llamacpp_files.log"
 rc=${PIPESTATUS[0]}
 say "llamacpp_files.py rc=$rc"
 cp "$WORK/summary.md" "$OUT/" 2>/dev/null
 # Everything (checkpoints, GGUFs, logits, dumps, logs) in one archive: the
 # GPU machine returns at most 8 files.
-tar czf "$OUT/llamacpp_files.tar.gz" -C "$WORK" --exclude='*.cpu.f32' --exclude='*.cuda.f32' .
+tar czf "$OUT/llamacpp_files.tar.gz" -C "$WORK" --exclude='*.cpu.f32' --exclude='*.cuda.f32' \
+  $([ "${QUANT:-0}" = 1 ] && echo "--exclude=*.gguf --exclude=*.safetensors") .
 say "archive $(du -h "$OUT/llamacpp_files.tar.gz" | cut -f1)"
 exit "$rc"
