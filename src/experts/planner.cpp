@@ -107,7 +107,7 @@ ExpertPlan Planner::plan(uint64_t step, uint32_t layer, std::span<const ExpertKe
       ++p.n_stream;
       ++p.n_staged;
     } else {
-      cold.push_back({bytes, e.tokens, false});
+      cold.push_back({bytes, e.tokens, !host_tier_});
       cold_index.push_back(i);
     }
   }

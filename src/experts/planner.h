@@ -83,12 +83,17 @@ class Planner {
 
   const CostModel& cost() const { return cost_; }
   void set_cost(const CostModel& cost) { cost_ = cost; }
+  // Without the host tier every cold expert streams (a pass whose link
+  // beats the CPU: StepScheduler::begin_pass). On by default.
+  void set_host_tier(bool on) { host_tier_ = on; }
+  bool host_tier() const { return host_tier_; }
   uint64_t bytes_of(ExpertKey key) const { return expert_bytes_[key / n_expert_]; }
 
  private:
   CostModel cost_;
   std::vector<uint64_t> expert_bytes_;
   uint32_t n_expert_;
+  bool host_tier_ = true;
   AccessResult result_;
 };
 

@@ -21,6 +21,7 @@ namespace {
 
 PoolLayout layout_for(const ResidencyConfig& cfg) {
   if (cfg.n_layer == 0 || cfg.n_expert == 0) throw Error("expert residency: the model has no routed experts");
+  if (cfg.capacity) return make_pool_layout(residency_header(cfg), *cfg.capacity);
   CapacitySpec cap;
   cap.kind = CapacitySpec::Kind::Bytes;
   cap.value = double(cfg.pool_bytes);
@@ -29,6 +30,11 @@ PoolLayout layout_for(const ResidencyConfig& cfg) {
 
 PolicyOptions policy_options(const ResidencyConfig& cfg) {
   PolicyOptions o;
+  if (cfg.policy_options) {
+    o = *cfg.policy_options;
+    o.n_keys = cfg.n_layer * cfg.n_expert;
+    return o;
+  }
   o.n_keys = cfg.n_layer * cfg.n_expert;
   o.admit_margin = cfg.admit_margin;
   if (cfg.profile) o.pinned = cfg.profile->hottest(o.n_keys);

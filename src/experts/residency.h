@@ -44,6 +44,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -69,6 +70,11 @@ struct ResidencyConfig {
   double admit_margin = 1.0;
   CostModel cost;
   const ExpertProfile* profile = nullptr;  // initial placement: hottest first (optional)
+  // The simulator's knobs (moestream sim): pools sized by this capacity
+  // instead of pool_bytes, and these policy options instead of
+  // admit_margin and the profile's pins (n_keys is filled in).
+  std::optional<CapacitySpec> capacity;
+  std::optional<PolicyOptions> policy_options;
 };
 
 struct SlotRef {
@@ -175,6 +181,10 @@ class ExpertResidency {
   const ResidencyCounters& counters() const { return counters_; }
   // Replaces the cost model (e.g. with figures measured after start-up).
   void set_cost(const CostModel& cost) { planner_.set_cost(cost); }
+  const CostModel& cost() const { return planner_.cost(); }
+  // Off: plans stream every cold expert (no CPU share); see Planner.
+  void set_host_tier(bool on) { planner_.set_host_tier(on); }
+  uint64_t bytes_of(ExpertKey key) const { return planner_.bytes_of(key); }
 
  private:
   void release(ExpertKey key);
