@@ -18,7 +18,7 @@ namespace {
 // stops on them even when the GGUF names only one EOS.
 constexpr std::string_view kEndOfTurnTexts[] = {
     "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>",
-    "</s>",       "<|end|>",       "<end_of_turn>", "<|return|>",
+    "</s>",       "<|end|>",       "<end_of_turn>", "<|return|>", "<|call|>",
 };
 
 }  // namespace
@@ -49,11 +49,21 @@ struct Tokenizer::Impl {
     eog.assign(vocab.tokens.size(), 0);
     for (int32_t id : {vocab.eos_id, vocab.eot_id, vocab.eom_id})
       if (id >= 0) eog[static_cast<size_t>(id)] = 1;
-    for (std::string_view t : kEndOfTurnTexts) {
-      const int32_t id = find_id(by_text, t);
-      if (id >= 0 && vocab.types[static_cast<size_t>(id)] == TokenType::Control)
-        eog[static_cast<size_t>(id)] = 1;
-    }
+    for (std::string_view t : kEndOfTurnTexts)
+      if (const int32_t id = control_id(t); id >= 0) eog[static_cast<size_t>(id)] = 1;
+    // The harmony format (gpt-oss's o200k_harmony) ends a turn with <|return|>
+    // or a tool call with <|call|>; its <|end|> only closes one message (the
+    // analysis) and the answer follows, so it must not stop generation. (As
+    // llama.cpp: a vocabulary with both markers drops <|end|>, even when the
+    // file names it as EOS or EOT.)
+    const int32_t ret = control_id("<|return|>"), call = control_id("<|call|>"), end = control_id("<|end|>");
+    if (ret >= 0 && call >= 0 && end >= 0) eog[static_cast<size_t>(end)] = 0;
+  }
+
+  // The id of a control token with this text, or -1.
+  int32_t control_id(std::string_view text) const {
+    const int32_t id = find_id(by_text, text);
+    return id >= 0 && vocab.types[static_cast<size_t>(id)] == TokenType::Control ? id : -1;
   }
 
   void encode_text(std::string_view text, std::vector<int32_t>& out) const {
