@@ -124,9 +124,17 @@ void ExpertFfn::compute(const ExpertFfnWeights& w, const float* x, int n_tokens,
   // its expf and the C library's may differ in the last bit.)
   const int64_t da = gpu_d ? gpu_q8_row_bytes(F) : act_row_bytes(w.down_type, F);
   act_down_.resize(static_cast<size_t>(da * n_pairs));
+  pair_expert_.clear();
+  for (const ExpertWork& item : work) pair_expert_.insert(pair_expert_.end(), item.tokens.size(), item.expert);
   auto swiglu_quantize = [&](int64_t p_begin, int64_t p_end) {
     float* g = gate_.data() + p_begin * F;
-    silu_mul(g, up_.data() + p_begin * F, g, (p_end - p_begin) * F);
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const int64_t e = pair_expert_[static_cast<size_t>(p)];
+      if (w.gate_bias) add_inplace(gate_.data() + p * F, w.gate_bias + e * F, F);
+      if (w.up_bias) add_inplace(up_.data() + p * F, w.up_bias + e * F, F);
+    }
+    if (w.clamped_swiglu) swiglu_oai(g, up_.data() + p_begin * F, g, (p_end - p_begin) * F, w.alpha, w.limit);
+    else silu_mul(g, up_.data() + p_begin * F, g, (p_end - p_begin) * F);
     if (gpu_d) {
       for (int64_t p = p_begin; p < p_end; ++p)
         quantize_row_gpu_q8(gate_.data() + p * F, act_down_.data() + p * da, F);
@@ -152,8 +160,11 @@ void ExpertFfn::compute(const ExpertFfnWeights& w, const float* x, int n_tokens,
   pair_slot_.clear();
   for (const ExpertWork& item : work) pair_slot_.insert(pair_slot_.end(), item.slots.begin(), item.slots.end());
   auto scatter = [&](int64_t p_begin, int64_t p_end) {
-    for (int64_t p = p_begin; p < p_end; ++p)
-      std::copy_n(up_.data() + p * D, D, y + static_cast<int64_t>(pair_slot_[static_cast<size_t>(p)]) * D);
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      float* out = y + static_cast<int64_t>(pair_slot_[static_cast<size_t>(p)]) * D;
+      std::copy_n(up_.data() + p * D, D, out);
+      if (w.down_bias) add_inplace(out, w.down_bias + static_cast<int64_t>(pair_expert_[static_cast<size_t>(p)]) * D, D);
+    }
   };
   if (n_pairs < 16) scatter(0, n_pairs);
   else pool_.parallel_for(n_pairs, 8, scatter);
@@ -171,12 +182,20 @@ void expert_ffn_ref(const ExpertFfnWeights& w, int expert, const float* x, float
     dequantize_row_ref(w.up_type, w.up[e] + r * ub, row.data(), D);
     double u = 0;
     for (int64_t c = 0; c < D; ++c) u += static_cast<double>(row[c]) * x[c];
-    h[r] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
+    if (w.gate_bias) g += w.gate_bias[static_cast<int64_t>(e) * F + r];
+    if (w.up_bias) u += w.up_bias[static_cast<int64_t>(e) * F + r];
+    if (w.clamped_swiglu) {
+      const float gf = static_cast<float>(g), uf = static_cast<float>(u);
+      swiglu_oai_ref(&gf, &uf, &h[r], 1, w.alpha, w.limit);
+    } else {
+      h[r] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
+    }
   }
   for (int64_t r = 0; r < D; ++r) {
     dequantize_row_ref(w.down_type, w.down[e] + r * db, row.data(), F);
     double acc = 0;
     for (int64_t c = 0; c < F; ++c) acc += static_cast<double>(row[c]) * h[c];
+    if (w.down_bias) acc += w.down_bias[static_cast<int64_t>(e) * D + r];
     y[r] = static_cast<float>(acc);
   }
 }

@@ -1,5 +1,7 @@
 // The routed-expert FFN of one MoE layer on the CPU:
 //   y[slot] = down_e(silu(gate_e x[token]) * up_e x[token])
+// or, with biases and gpt-oss's clamped SwiGLU (cpu/ops.h: swiglu_oai),
+//   y[slot] = down_e(swiglu_oai(gate_e x + bg_e, up_e x + bu_e)) + bd_e
 // for every (token, slot) pair the router sent to expert e. The engine's
 // CpuExpertExecutor (engine/expert_executor.h) and the asynchronous form for
 // the hybrid step (cpu/expert_ffn_async.h) both run this code.
@@ -37,6 +39,14 @@ struct ExpertFfnWeights {
   int64_t n_embd = 0, n_ff = 0;
   DType gate_type = DType::F32, up_type = DType::F32, down_type = DType::F32;
   std::span<const uint8_t* const> gate, up, down;
+  // Optional f32 biases, contiguous per expert (null: none): gate and up
+  // [n_expert][n_ff], down [n_expert][n_embd] (gpt-oss).
+  const float* gate_bias = nullptr;
+  const float* up_bias = nullptr;
+  const float* down_bias = nullptr;
+  // The activation: silu(g) * u, or the clamped SwiGLU with these constants.
+  bool clamped_swiglu = false;
+  float alpha = 1.702f, limit = 7.0f;
   int n_expert() const { return static_cast<int>(gate.size()); }
 };
 
@@ -85,6 +95,7 @@ class ExpertFfn {
   std::vector<uint8_t> act_gate_, act_up_, act_down_;
   std::vector<float> gate_, up_;
   std::vector<int32_t> pair_slot_;  // slot of each pair, in work order
+  std::vector<int32_t> pair_expert_;  // expert of each pair, in work order (biases)
 };
 
 // The reference the fast path is tested against: one (expert, x) pair,

@@ -129,6 +129,22 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+void swiglu_oai_ref(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = std::min(static_cast<double>(gate[i]), static_cast<double>(limit));
+    const double u = std::clamp(static_cast<double>(up[i]), -static_cast<double>(limit), static_cast<double>(limit));
+    out[i] = static_cast<float>(g / (1.0 + std::exp(-static_cast<double>(alpha) * g)) * (u + 1.0));
+  }
+}
+
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], limit);
+    const float u = std::clamp(up[i], -limit, limit);
+    out[i] = g / (1.0f + std::exp(-alpha * g)) * (u + 1.0f);
+  }
+}
+
 // ---------------------------------------------------------------- router
 
 void router_topk_ref(const float* logits, int n_expert, int k, RouterMode mode, bool renorm,

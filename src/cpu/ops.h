@@ -1,5 +1,5 @@
 // The small ops of the forward pass on the CPU: RMSNorm, RoPE, softmax,
-// SwiGLU, the MoE router's top-k, embedding rows, and the element-wise helpers.
+// SwiGLU (plain and gpt-oss's clamped one), the MoE router's top-k, embedding rows, and the element-wise helpers.
 // Attention has its own header (attention.h).
 //
 // Each op has a plain scalar reference (*_ref): the definition every fast path
@@ -43,6 +43,14 @@ void softmax(float* x, int64_t n);
 // out = silu(gate) * up, silu(g) = g / (1 + exp(-g)). out may alias either.
 void silu_mul_ref(const float* gate, const float* up, float* out, int64_t n);
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+
+// gpt-oss's clamped SwiGLU: g = min(gate, limit), u = clamp(up, -limit, limit),
+// out = g * sigmoid(alpha * g) * (u + 1) (alpha 1.702, limit 7 in gpt-oss).
+// The clamp bounds the product, which SwiGLU's would not be: outlier
+// activations stay within what the down projection was trained on.
+// out may alias either.
+void swiglu_oai_ref(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit);
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t n, float alpha, float limit);
 
 // ---------------------------------------------------------------- router
 // One token's router logits [n_expert] -> ids[k], weights[k], as RouterMode

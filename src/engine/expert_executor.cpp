@@ -16,6 +16,10 @@ ExpertFfnWeights expert_ffn_weights(const ExpertWeights& ex) {
   w.gate = ex.gate_;
   w.up = ex.up_;
   w.down = ex.down_;
+  w.gate_bias = ex.gate_b_;  // gpt-oss: biases and the clamped SwiGLU
+  w.up_bias = ex.up_b_;
+  w.down_bias = ex.down_b_;
+  w.clamped_swiglu = ex.clamped_swiglu;
   return w;
 }
 

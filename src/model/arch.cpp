@@ -12,6 +12,10 @@ const std::vector<ArchInfo>& all_archs() {
       {"qwen3", RopeMode::Neox, true, false, false, false, RouterMode::SoftmaxTopK, true, false, false, false},
       {"qwen3moe", RopeMode::Neox, true, false, true, false, RouterMode::SoftmaxTopK, true, false, false, false},
       {"qwen35moe", RopeMode::Neox, true, false, true, false, RouterMode::SoftmaxTopK, true, true, true, true},
+      // gpt-oss: q/k/v biases, top-k of the (biased) logits then softmax over the k.
+      {"gpt-oss", RopeMode::Neox, false, true, true, false, RouterMode::TopKSoftmax, false, false, false, false,
+       /*attn_sinks*/ true, /*swa_pattern*/ 2, /*attn_out_bias*/ true, /*router_bias*/ true, /*expert_bias*/ true,
+       /*clamped_swiglu*/ true, /*post_attention_norm*/ true},
   };
   return table;
 }

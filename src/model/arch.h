@@ -24,6 +24,16 @@
 //   shared_expert:    every MoE layer adds sigmoid(w_s . x) * SwiGLU_shexp(x)
 //   the FFN norm is named post_attention_norm, and RoPE may cover only the
 //   first rope.dimension_count dims of each head (partial RoPE).
+//
+// gpt-oss (OpenAI) adds biases and two attention features:
+//   attn_sinks:   a learned logit per head in the softmax denominator (blk.N.attn_sinks)
+//   swa_pattern:  sliding-window attention (`<arch>.attention.sliding_window`
+//                 keys back) on layers il % swa_pattern < swa_pattern - 1
+//                 (gpt-oss: 2, the even layers), full attention on the others
+//   attn_out_bias, router_bias, expert_bias: attn_output.bias,
+//                 ffn_gate_inp.bias, ffn_{gate,up,down}_exps.bias
+//   clamped_swiglu: the experts' activation (cpu/ops.h: swiglu_oai)
+//   the FFN norm is named post_attention_norm here too.
 #pragma once
 #include <string>
 #include <vector>
@@ -44,12 +54,20 @@ struct ArchInfo {
   bool linear_attention;   // Gated DeltaNet layers between the full-attention ones (qwen35moe)
   bool attn_output_gate;   // attn_q holds [q | gate] per head; output *= sigmoid(gate)
   bool shared_expert;      // ffn_{gate,up,down}_shexp + ffn_gate_inp_shexp in every MoE layer
+  // gpt-oss; defaulted so the rows above need not spell them.
+  bool attn_sinks = false;     // blk.N.attn_sinks: one learned logit per q head
+  int swa_pattern = 0;         // > 0: layers il % swa_pattern < swa_pattern - 1 use the sliding window
+  bool attn_out_bias = false;  // attn_output.bias
+  bool router_bias = false;    // ffn_gate_inp.bias, added to the logits before top-k
+  bool expert_bias = false;    // ffn_{gate,up,down}_exps.bias
+  bool clamped_swiglu = false; // experts: (clamp(up) + 1) * g * sigmoid(1.702 g), g = min(gate, 7)
+  bool post_attention_norm = false;  // the FFN norm is blk.N.post_attention_norm (not ffn_norm)
 };
 
 // The row for a GGUF architecture name. Throws ms::Error naming the
 // architecture and listing the supported ones.
 const ArchInfo& arch_info(const std::string& name);
 const std::vector<ArchInfo>& all_archs();
-std::string supported_arch_names();  // "llama, qwen2, qwen3, qwen3moe, qwen35moe"
+std::string supported_arch_names();  // "llama, qwen2, qwen3, qwen3moe, qwen35moe, gpt-oss"
 
 }  // namespace ms

@@ -14,6 +14,7 @@ struct ArchHParamRules {
   const char* name;
   bool moe;                    // routed experts required (expert_count > 0)
   int default_full_attn_every; // >0: linear-attention hybrid; every Nth layer has softmax attention
+  int default_swa_pattern = 0; // >0: sliding window on layers il % n < n - 1 (needs attention.sliding_window)
 };
 
 // Architectures whose required keys are known. Others still get everything
@@ -30,7 +31,7 @@ constexpr ArchHParamRules kArchRules[] = {
     {"olmoe", true, 0},
     {"granitemoe", true, 0},
     {"phimoe", true, 0},
-    {"gpt-oss", true, 0},
+    {"gpt-oss", true, 0, 2},
 };
 
 const ArchHParamRules* find_rules(const std::string& arch) {
@@ -252,6 +253,27 @@ ModelHParams read_metadata(const GgufFile& f) {
         h.layer_is_recurrent[static_cast<size_t>(il)] = recurrent;
         if (recurrent) h.n_head_kv_layer[static_cast<size_t>(il)] = 0;
       }
+    }
+  }
+  // Sliding-window layers: the pattern key (an array of bools or a period),
+  // else the architecture's period; only where a window is given.
+  h.layer_is_swa.assign(h.n_head_kv_layer.size(), false);
+  const int64_t swa_default = rules ? rules->default_swa_pattern : 0;
+  if (swa_default > 0 && !f.has(p + "attention.sliding_window")) problem(p + "attention.sliding_window", "is missing");
+  h.sliding_window = optional(p + "attention.sliding_window", 0);
+  if (h.sliding_window > 0) {
+    const std::string pk = p + "attention.sliding_window_pattern";
+    const GgufValue* pat = f.find(pk);
+    if (pat && pat->type == GgufType::ARRAY) {
+      if (static_cast<int64_t>(pat->arr.size()) != h.n_layer)
+        problem(pk, "has " + std::to_string(pat->arr.size()) + " values for block_count " + std::to_string(h.n_layer));
+      else
+        for (size_t il = 0; il < h.layer_is_swa.size(); ++il) h.layer_is_swa[il] = pat->arr[il].as_bool(pk);
+    } else {
+      const int64_t period = pat ? f.get_int(pk) : swa_default;
+      if (period < 0) problem(pk, "is " + std::to_string(period) + ", must be >= 0");
+      for (int64_t il = 0; il < static_cast<int64_t>(h.layer_is_swa.size()); ++il)
+        h.layer_is_swa[static_cast<size_t>(il)] = period == 0 || (period > 0 && il % period < period - 1);
     }
   }
   h.layer_has_attention.resize(h.n_head_kv_layer.size());

@@ -38,6 +38,12 @@ struct ModelHParams {
   int64_t n_vocab = 0;        // tokenizer.ggml.tokens length, else token_embd rows
   std::optional<bool> expert_weights_norm;  // {arch}.expert_weights_norm
   int64_t full_attention_interval = 0;      // {arch}.full_attention_interval (linear-attention hybrids)
+  // Sliding-window attention (gpt-oss): {arch}.attention.sliding_window, 0
+  // when absent; which layers use it: {arch}.attention.sliding_window_pattern
+  // (one bool per layer, or n: layers il % n < n - 1), else the
+  // architecture's pattern (hparams.cpp's table; gpt-oss 2: the even layers).
+  int64_t sliding_window = 0;
+  std::vector<bool> layer_is_swa;  // [n_layer]; all false without a window
   // {arch}.nextn_predict_layers: MTP (next-token prediction) blocks stored
   // after the main stack; block_count counts them, the normal forward pass
   // skips them (they draft tokens for speculative decoding).

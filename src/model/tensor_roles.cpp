@@ -30,6 +30,7 @@ constexpr RoleName kRoles[] = {
     {TensorRole::AttnQNorm, "attn_q_norm", "attn_q_norm"},
     {TensorRole::AttnKNorm, "attn_k_norm", "attn_k_norm"},
     {TensorRole::AttnPostNorm, "attn_post_norm", "post_attention_norm"},
+    {TensorRole::AttnSinks, "attn_sinks", "attn_sinks"},
     {TensorRole::FfnNorm, "ffn_norm", "ffn_norm"},
     {TensorRole::FfnPostNorm, "ffn_post_norm", "post_ffw_norm"},
     {TensorRole::Router, "router", "ffn_gate_inp"},

@@ -24,6 +24,7 @@ struct ModelHParams;
 enum class TensorRole {
   TokenEmbd, Output, OutputNorm,
   AttnNorm, AttnQ, AttnK, AttnV, AttnQKV, AttnOutput, AttnQNorm, AttnKNorm, AttnPostNorm,
+  AttnSinks,                                      // attn_sinks: a learned logit per head (gpt-oss)
   FfnNorm, FfnPostNorm,
   Router,                                         // ffn_gate_inp
   ExpertGate, ExpertUp, ExpertDown, ExpertGateUp, // routed experts (any layout)

@@ -81,6 +81,7 @@ void bind_experts(const Binder& b, const GgufFile& f, const uint8_t* data, const
   ex.n_ff = c.n_ff_exp;
   ex.data_base_ = data ? data : f.base() + f.data_offset();
   ex.data_offset_ = f.data_offset();
+  ex.clamped_swiglu = c.arch->clamped_swiglu;
   const int64_t E = c.n_expert, D = c.n_embd, F = c.n_ff_exp;
   ex.gate_.resize(E);
   ex.up_.resize(E);
@@ -151,6 +152,17 @@ std::string ModelConfig::describe() const {
                   static_cast<long long>(n_ff_exp), static_cast<long long>(n_ff_shexp), static_cast<long long>(n_vocab));
     return buf;
   }
+  if (is_moe() && n_swa > 0) {
+    int n_window = 0;
+    for (int il = 0; il < n_layer; ++il) n_window += is_swa(il) ? 1 : 0;
+    std::snprintf(buf, sizeof buf,
+                  "%s: %d layers (%d with a %lld-token window), n_embd %lld, %d/%d heads of %d, %d experts (top %d) "
+                  "of ff %lld, vocab %lld",
+                  arch_name.c_str(), n_layer, n_window, static_cast<long long>(n_swa), static_cast<long long>(n_embd),
+                  n_head, n_head_kv, head_dim, n_expert, n_expert_used, static_cast<long long>(n_ff_exp),
+                  static_cast<long long>(n_vocab));
+    return buf;
+  }
   if (is_moe())
     std::snprintf(buf, sizeof buf, "%s: %d layers, n_embd %lld, %d/%d heads of %d, %d experts (top %d) of ff %lld, vocab %lld",
                   arch_name.c_str(), n_layer, static_cast<long long>(n_embd), n_head, n_head_kv, head_dim, n_expert,
@@ -209,6 +221,10 @@ ModelConfig read_model_config(const GgufFile& f) {
   if (c.n_rot <= 0 || c.n_rot > c.head_dim || c.n_rot % 2)
     throw Error(f.path() + ": rope.dimension_count " + std::to_string(c.n_rot) + " must be even and <= head size " +
                 std::to_string(c.head_dim));
+  if (c.arch->swa_pattern > 0) {
+    c.n_swa = hp.sliding_window;  // read_hparams required it
+    c.swa_layer.assign(hp.layer_is_swa.begin(), hp.layer_is_swa.begin() + c.n_layer);
+  }
   c.n_ctx_train = hp.n_ctx_train > 0 ? hp.n_ctx_train : 4096;
   c.rms_eps = hp.rms_eps > 0 ? static_cast<float>(hp.rms_eps) : 1e-6f;
   c.rope_base = hp.rope_freq_base > 0 ? static_cast<float>(hp.rope_freq_base) : 10000.0f;
@@ -261,8 +277,8 @@ std::vector<ByteRange> ExpertWeights::ranges(int e) const {
 
 std::vector<const TensorView*> LayerWeights::dense_tensors() const {
   std::vector<const TensorView*> out;
-  for (const TensorView* t : {&attn_norm, &wq, &wk, &wv, &wo, &bq, &bk, &bv, &q_norm, &k_norm, &ffn_norm, &ffn_gate,
-                              &ffn_up, &ffn_down, &router, &ssm_qkv, &ssm_z, &ssm_beta, &ssm_alpha, &ssm_a, &ssm_dt,
+  for (const TensorView* t : {&attn_norm, &wq, &wk, &wv, &wo, &bq, &bk, &bv, &bo, &attn_sinks, &q_norm, &k_norm,
+                              &ffn_norm, &ffn_gate, &ffn_up, &ffn_down, &router, &router_b, &ssm_qkv, &ssm_z, &ssm_beta, &ssm_alpha, &ssm_a, &ssm_dt,
                               &ssm_conv, &ssm_norm, &ssm_out, &shexp_gate, &shexp_up, &shexp_down, &shexp_router})
     if (*t) out.push_back(t);
   return out;
@@ -322,10 +338,21 @@ ModelWeights bind_weights(const GgufFile& f, const uint8_t* data) {
     l.ssm_out = b.get(blk(il, "ssm_out.weight"), {L.value_dim(), D});
   };
   auto bind_ffn = [&](int il, LayerWeights& l) {
-    l.ffn_norm = b.get_f32(blk(il, a.linear_attention ? "post_attention_norm.weight" : "ffn_norm.weight"), {D});
+    const bool post_norm = a.linear_attention || a.post_attention_norm;
+    l.ffn_norm = b.get_f32(blk(il, post_norm ? "post_attention_norm.weight" : "ffn_norm.weight"), {D});
     if (c.is_moe()) {
       l.router = b.get(blk(il, "ffn_gate_inp.weight"), {D, c.n_expert});
+      if (a.router_bias) l.router_b = b.get_f32(blk(il, "ffn_gate_inp.bias"), {c.n_expert});
       bind_experts(b, f, data, c, il, l.experts);
+      if (a.expert_bias) {
+        ExpertWeights& ex = l.experts;
+        ex.gate_b_view_ = b.get_f32(blk(il, "ffn_gate_exps.bias"), {c.n_ff_exp, c.n_expert});
+        ex.up_b_view_ = b.get_f32(blk(il, "ffn_up_exps.bias"), {c.n_ff_exp, c.n_expert});
+        ex.down_b_view_ = b.get_f32(blk(il, "ffn_down_exps.bias"), {D, c.n_expert});
+        ex.gate_b_ = ex.gate_b_view_.f32();
+        ex.up_b_ = ex.up_b_view_.f32();
+        ex.down_b_ = ex.down_b_view_.f32();
+      }
     } else {
       l.ffn_gate = b.get(blk(il, "ffn_gate.weight"), {D, c.n_ff});
       l.ffn_up = b.get(blk(il, "ffn_up.weight"), {D, c.n_ff});
@@ -380,6 +407,8 @@ ModelWeights bind_weights(const GgufFile& f, const uint8_t* data) {
       l.bk = b.get_f32(blk(il, "attn_k.bias"), {kv_dim});
       l.bv = b.get_f32(blk(il, "attn_v.bias"), {kv_dim});
     }
+    if (a.attn_out_bias) l.bo = b.get_f32(blk(il, "attn_output.bias"), {D});
+    if (a.attn_sinks) l.attn_sinks = b.get_f32(blk(il, "attn_sinks.weight"), {static_cast<int64_t>(c.n_head)});
     if (a.qk_norm) bind_qk_norm(il, l);
     bind_ffn(il, l);
   }

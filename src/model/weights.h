@@ -57,6 +57,12 @@ struct ModelConfig {
     int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
   } lin;
 
+  // Sliding-window attention (arch->swa_pattern, gpt-oss): a query at
+  // position p sees keys in (p - n_swa, p] on the layers marked here.
+  int64_t n_swa = 0;
+  std::vector<bool> swa_layer;  // [n_layer]; empty without a window
+  bool is_swa(int il) const { return !swa_layer.empty() && swa_layer[static_cast<size_t>(il)]; }
+
   bool is_moe() const { return n_expert > 0; }
   bool is_linear(int il) const { return !linear_layer.empty() && linear_layer[static_cast<size_t>(il)]; }
   int n_attention_layers() const;
@@ -105,20 +111,34 @@ class ExpertWeights {
   // for gate and up together).
   std::vector<ByteRange> ranges(int e) const;
 
+  // f32 biases (arch->expert_bias, gpt-oss), null when absent: n_ff values
+  // for gate and up, n_embd for down. Small and kept with the dense weights
+  // (not in ranges(): the tiers move matrices, every device has the biases).
+  const float* gate_bias(int e) const { return gate_b_ ? gate_b_ + static_cast<int64_t>(e) * n_ff : nullptr; }
+  const float* up_bias(int e) const { return up_b_ ? up_b_ + static_cast<int64_t>(e) * n_ff : nullptr; }
+  const float* down_bias(int e) const { return down_b_ ? down_b_ + static_cast<int64_t>(e) * n_embd : nullptr; }
+  bool has_bias() const { return gate_b_ || up_b_ || down_b_; }
+  bool clamped_swiglu = false;  // the activation (arch->clamped_swiglu, cpu/ops.h: swiglu_oai)
+
   // Filled by the binder. Pointers are into the data section at data_base_,
   // which starts at file offset data_offset_ (the mapping, or a copy in RAM).
   std::vector<const uint8_t*> gate_, up_, down_;
   const uint8_t* data_base_ = nullptr;
   uint64_t data_offset_ = 0;
+  const float *gate_b_ = nullptr, *up_b_ = nullptr, *down_b_ = nullptr;  // [n_expert][n_ff|n_embd]
+  TensorView gate_b_view_, up_b_view_, down_b_view_;  // the bias tensors (for byte counts and uploads)
 };
 
 struct LayerWeights {
   TensorView attn_norm, wq, wk, wv, wo;  // wq: 2 * q_dim rows (q, gate per head) with attn_output_gate
   TensorView bq, bk, bv;          // qkv_bias archs
+  TensorView bo;                  // attn_out_bias archs: n_embd
+  TensorView attn_sinks;          // attn_sinks archs: one f32 logit per q head
   TensorView q_norm, k_norm;      // qk_norm archs: head_dim values each
   TensorView ffn_norm;            // post_attention_norm in qwen35moe files
   TensorView ffn_gate, ffn_up, ffn_down;  // dense FFN
   TensorView router;              // MoE: n_expert rows x n_embd
+  TensorView router_b;            // router_bias archs: n_expert f32, added to the logits
   ExpertWeights experts;          // MoE
 
   // Gated DeltaNet (a linear-attention layer of a hybrid; wq..wo absent).
