@@ -262,8 +262,14 @@ CompletionRequest parse_request(const std::string& text, bool chat, const JsonLi
     if (!kw->is_object()) bad("chat_template_kwargs", "must be an object");
     r.template_kwargs = *kw;
   }
+  // OpenAI's reasoning_effort ("low", "medium", "high"): the templates that
+  // know it (gpt-oss's) read it as a variable; chat_template_kwargs wins.
+  if (const json* re = field(body, "reasoning_effort")) {
+    if (!re->is_string()) bad("reasoning_effort", std::string("must be a string such as \"low\", \"medium\" or \"high\", not ") + type_name(*re));
+    if (!r.template_kwargs.contains("reasoning_effort")) r.template_kwargs["reasoning_effort"] = *re;
+  }
   // Tool definitions go to the template (tool calls come back as the model's
-  // text; they are not parsed into tool_calls).
+  // text, except a gpt-oss (harmony) model's: tool_calls, server/tool_calls.h).
   if (const json* tools = field(body, "tools")) {
     if (!tools->is_array()) bad("tools", "must be an array");
     if (!tools->empty()) r.template_kwargs["tools"] = *tools;

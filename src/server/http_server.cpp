@@ -13,6 +13,8 @@
 #include "server/metrics.h"
 #include "server/scheduler.h"
 #include "server/text_stream.h"
+#include "server/tool_calls.h"
+#include "tokenizer/harmony.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -98,9 +100,10 @@ struct HttpServer::Impl {
   std::atomic<uint64_t> next_id{0};
   std::string id_prefix;
   std::atomic<bool> stopped{false};
+  const bool harmony;  // gpt-oss: chat answers are parsed by channel (tokenizer/harmony.h)
 
   Impl(Scheduler& s, const Tokenizer& t, const ChatRenderer& c, Metrics& m, HttpOptions o)
-      : sched(s), tok(t), chat(c), metrics(m), opt(std::move(o)) {
+      : sched(s), tok(t), chat(c), metrics(m), opt(std::move(o)), harmony(harmony_markers(t).has_value()) {
     std::random_device rd;
     char buf[17];
     std::snprintf(buf, sizeof buf, "%08x%08x", rd(), rd());
@@ -299,6 +302,7 @@ struct HttpServer::Impl {
       job.stop = r.stop;
       job.separate_reasoning = is_chat && r.separate_reasoning;
       job.starts_in_reasoning = job.separate_reasoning && prompt_opens_think(text);
+      job.harmony = is_chat && harmony;
       std::shared_ptr<Request> req = sched.submit(std::move(job));
       const std::string id =
           std::string(is_chat ? "chatcmpl-" : "cmpl-") + id_prefix + std::to_string(next_id.fetch_add(1));
@@ -314,6 +318,7 @@ struct HttpServer::Impl {
   void whole(httplib::Response& res, const std::shared_ptr<Request>& req, const CompletionRequest& r,
              const std::string& id, int64_t created, const std::string& model) {
     std::string content, reasoning;
+    json tool_calls = json::array();
     Update u;
     do {
       // A client that hung up no longer wants the answer: free its slot.
@@ -321,15 +326,19 @@ struct HttpServer::Impl {
       u = req->take(std::chrono::milliseconds(250));
       content += u.content;
       reasoning += u.reasoning;
+      for (const HarmonyToolCall& c : u.tool_calls)
+        tool_calls.push_back(openai_tool_call(c, "call_" + id + "_" + std::to_string(tool_calls.size())));
     } while (!u.done);
     t_access.prompt_tokens = u.n_prompt;
     t_access.completion_tokens = u.n_completion;
     if (u.finish_reason == "error") throw ApiError(500, "generation failed: " + u.error, "server_error");
     if (u.finish_reason == "cancelled") throw ApiError(503, "the server is shutting down", "server_error");
-    json choice = {{"index", 0}, {"finish_reason", u.finish_reason}, {"logprobs", nullptr}};
+    const bool called = !tool_calls.empty() && u.finish_reason == "stop";
+    json choice = {{"index", 0}, {"finish_reason", called ? "tool_calls" : u.finish_reason}, {"logprobs", nullptr}};
     if (r.chat) {
       json msg = {{"role", "assistant"}, {"content", content}};
       if (r.separate_reasoning) msg["reasoning_content"] = reasoning;
+      if (!tool_calls.empty()) msg["tool_calls"] = tool_calls;
       choice["message"] = msg;
     } else {
       choice["text"] = content;
@@ -365,14 +374,20 @@ struct HttpServer::Impl {
             return false;
           };
           if (is_chat && !send(sse(chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}})))) return false;
+          size_t n_calls = 0;  // tool calls sent (harmony)
           for (;;) {
             Update u = req->take(std::chrono::milliseconds(1000));
-            if (!u.content.empty() || !u.reasoning.empty()) {
+            if (!u.content.empty() || !u.reasoning.empty() || !u.tool_calls.empty()) {
               json c;
               if (is_chat) {
                 json delta = json::object();
                 if (!u.content.empty()) delta["content"] = u.content;
                 if (!u.reasoning.empty()) delta["reasoning_content"] = u.reasoning;
+                for (const HarmonyToolCall& tc : u.tool_calls) {
+                  json call = openai_tool_call(tc, "call_" + id + "_" + std::to_string(n_calls));
+                  call["index"] = n_calls++;
+                  delta["tool_calls"].push_back(call);
+                }
                 c = chunk({{"delta", delta}});
               } else {
                 c = chunk({{"text", u.content}, {"logprobs", nullptr}});
@@ -392,7 +407,8 @@ struct HttpServer::Impl {
                                      : ApiError(503, "the server is shutting down", "server_error");
               send(sse(e.body()));
             } else {
-              json last = is_chat ? chunk({{"delta", json::object()}, {"finish_reason", u.finish_reason}})
+              const std::string reason = n_calls > 0 && u.finish_reason == "stop" ? "tool_calls" : u.finish_reason;
+              json last = is_chat ? chunk({{"delta", json::object()}, {"finish_reason", reason}})
                                   : chunk({{"text", ""}, {"logprobs", nullptr}, {"finish_reason", u.finish_reason}});
               if (include_usage) last["usage"] = nullptr;
               if (!send(sse(last))) return false;

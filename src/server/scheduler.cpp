@@ -15,23 +15,27 @@ namespace ms::server {
 
 Update Request::take(std::chrono::milliseconds timeout) {
   std::unique_lock lk(m_);
-  cv_.wait_for(lk, timeout, [&] { return finished_ || !pending_.content.empty() || !pending_.reasoning.empty(); });
+  cv_.wait_for(lk, timeout, [&] {
+    return finished_ || !pending_.content.empty() || !pending_.reasoning.empty() || !pending_.tool_calls.empty();
+  });
   Update u = std::move(pending_);
   pending_ = Update{};
   if (u.done) {  // a later take() sees the end again, with no text
     pending_ = u;
     pending_.content.clear();
     pending_.reasoning.clear();
+    pending_.tool_calls.clear();
   }
   return u;
 }
 
-void Request::post(const std::string& content, const std::string& reasoning) {
-  if (content.empty() && reasoning.empty()) return;
+void Request::post(const std::string& content, const std::string& reasoning, std::vector<HarmonyToolCall> calls) {
+  if (content.empty() && reasoning.empty() && calls.empty()) return;
   {
     std::lock_guard lk(m_);
     pending_.content += content;
     pending_.reasoning += reasoning;
+    for (HarmonyToolCall& c : calls) pending_.tool_calls.push_back(std::move(c));
   }
   cv_.notify_all();
 }
@@ -90,6 +94,7 @@ struct Scheduler::Slot {
   std::unique_ptr<StreamDecoder> dec;
   std::unique_ptr<StopMatcher> stop;
   std::unique_ptr<ThinkSplitter> think;
+  std::unique_ptr<HarmonyParser> harmony;  // harmony jobs: in place of dec and think
   size_t prefilled = 0;  // prompt tokens in kv
   int n_cached = 0;
   int n_generated = 0;
@@ -190,13 +195,19 @@ void Scheduler::admit() {
     s.dec = std::make_unique<StreamDecoder>(tok_);
     s.stop = std::make_unique<StopMatcher>(s.job.stop);
     s.think = s.job.separate_reasoning ? std::make_unique<ThinkSplitter>(s.job.starts_in_reasoning) : nullptr;
+    s.harmony.reset();
+    if (s.job.harmony)
+      if (const auto markers = harmony_markers(tok_)) s.harmony = std::make_unique<HarmonyParser>(tok_, *markers);
     ++active_;
   }
   if (metrics_) metrics_->set_queue(queue_.size(), active_);
 }
 
 void Scheduler::finish(Slot& s, const std::string& reason, const std::string& error) {
-  if (reason != "error" && reason != "cancelled") {
+  if (reason != "error" && reason != "cancelled" && s.harmony) {
+    emit_harmony(s, s.harmony->flush());
+    s.req->post(s.stop->flush(), "");
+  } else if (reason != "error" && reason != "cancelled") {
     // Text held back for a stop string that never came, and the decoder's tail.
     std::string tail = s.stop->push(s.dec->flush());
     tail += s.stop->flush();
@@ -219,6 +230,7 @@ void Scheduler::finish(Slot& s, const std::string& reason, const std::string& er
   s.dec.reset();
   s.stop.reset();
   s.think.reset();
+  s.harmony.reset();
   s.job = Job{};
   s.last_used = ++clock_;
   --active_;
@@ -259,12 +271,16 @@ bool Scheduler::step(Slot& s) {
       finish(s, "stop");
       return false;
     }
-    const std::string text = s.stop->push(s.dec->push(id));
-    if (s.think) {
-      ThinkSplitter::Out o = s.think->push(text);
-      s.req->post(o.content, o.reasoning);
+    if (s.harmony) {
+      emit_harmony(s, s.harmony->push(id));
     } else {
-      s.req->post(text, "");
+      const std::string text = s.stop->push(s.dec->push(id));
+      if (s.think) {
+        ThinkSplitter::Out o = s.think->push(text);
+        s.req->post(o.content, o.reasoning);
+      } else {
+        s.req->post(text, "");
+      }
     }
     if (s.stop->stopped() || (s.job.gen.n_predict > 0 && s.n_generated >= s.job.gen.n_predict) ||
         s.kv.n_past() + 1 > s.kv.ctx()) {
@@ -277,6 +293,14 @@ bool Scheduler::step(Slot& s) {
     fail(s, e.what());
     return false;
   }
+}
+
+// Stop strings apply to the answer only; the analysis is reasoning (sent
+// only when the job asked for it), tool calls go as they are.
+void Scheduler::emit_harmony(Slot& s, HarmonyParser::Out o) {
+  const std::string content = s.stop->push(o.content);
+  s.req->post(content, s.job.separate_reasoning && !s.stop->stopped() ? o.reasoning : "",
+              s.stop->stopped() ? std::vector<HarmonyToolCall>{} : std::move(o.tool_calls));
 }
 
 void Scheduler::fail(Slot& s, const std::string& what) {

@@ -40,6 +40,7 @@
 #include "engine/generate.h"
 #include "engine/sampler.h"
 #include "server/metrics.h"
+#include "tokenizer/harmony.h"
 
 namespace ms {
 class Tokenizer;
@@ -54,11 +55,17 @@ struct Job {
   std::vector<std::string> stop;
   bool separate_reasoning = false;  // <think> text to reasoning
   bool starts_in_reasoning = false;  // the prompt opened <think>
+  // gpt-oss's harmony format (tokenizer/harmony.h): the final channel is the
+  // content, the analysis channel reasoning (kept only with
+  // separate_reasoning), messages to a recipient tool calls. Ignored when the
+  // tokenizer has no harmony markers.
+  bool harmony = false;
 };
 
 // What a job has produced since the last take(), and how it ended.
 struct Update {
   std::string content, reasoning;
+  std::vector<HarmonyToolCall> tool_calls;  // harmony jobs: calls the model finished
   bool done = false;
   std::string finish_reason;  // "stop", "length", "cancelled", "error"
   std::string error;          // with "error"
@@ -75,7 +82,7 @@ class Request {
 
  private:
   friend class Scheduler;
-  void post(const std::string& content, const std::string& reasoning);
+  void post(const std::string& content, const std::string& reasoning, std::vector<HarmonyToolCall> calls = {});
   void finish(const std::string& reason, const std::string& error, int n_prompt, int n_cached, int n_completion);
 
   std::mutex m_;
@@ -136,6 +143,7 @@ class Scheduler {
   void decode(const std::vector<Slot*>& slots);
   void fail(Slot& s, const std::string& what);
   void finish(Slot& s, const std::string& reason, const std::string& error = "");
+  void emit_harmony(Slot& s, HarmonyParser::Out o);
 
   Backend& be_;
   const Tokenizer& tok_;

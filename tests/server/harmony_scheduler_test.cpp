@@ -1,0 +1,172 @@
+// A gpt-oss (harmony) answer through the server's scheduler, from a scripted
+// token stream: a backend whose logits pick the next token of a script, and a
+// small vocabulary with the harmony markers. Checks what a client gets:
+// the final channel as content, the analysis as reasoning only when asked,
+// tool calls in OpenAI's shape, generation ending at <|return|> / <|call|>
+// (never at the <|end|> between messages), and no markup in any text.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "../tokenizer/tiny_vocabs.h"
+#include "engine/backend.h"
+#include "server/api.h"
+#include "server/scheduler.h"
+#include "server/tool_calls.h"
+#include "tokenizer/harmony.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ms::server {
+namespace {
+
+// Logits that make greedy sampling follow `script`, one token per pass
+// (the prompt's pass gives the first); past its end it repeats the last.
+class ScriptedBackend final : public Backend {
+ public:
+  ScriptedBackend(std::vector<int32_t> script, int64_t n_vocab) : script_(std::move(script)) {
+    cfg_.n_vocab = n_vocab;
+  }
+  void forward(KvCache&, std::span<const int32_t>, std::vector<float>& logits, bool) override {
+    logits.assign(static_cast<size_t>(cfg_.n_vocab), 0.0f);
+    logits[static_cast<size_t>(script_[std::min(next_, script_.size() - 1)])] = 10.0f;
+    ++next_;
+  }
+  KvCache make_cache(int64_t ctx, KvType type = KvType::F16) const override { return KvCache(1, 1, 8, ctx, type); }
+  const ModelConfig& config() const override { return cfg_; }
+  std::string name() const override { return "scripted"; }
+  void set_route_hook(RouteHook, bool = false) override {}
+
+ private:
+  std::vector<int32_t> script_;
+  size_t next_ = 0;
+  ModelConfig cfg_;
+};
+
+Tokenizer harmony_tokenizer() {
+  return Tokenizer(test::tiny_bpe({{"a", "n"}, {" ", "w"}},
+                                  {"<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>",
+                                   "<|call|>", "<|endoftext|>"},
+                                  "gpt-4o"));
+}
+
+struct Result {
+  std::string content, reasoning;
+  std::vector<HarmonyToolCall> calls;
+  Update last;
+};
+
+// Runs `generated` (harmony markup, tokenized with the markers) as the
+// model's answer to a chat prompt.
+Result run(const std::string& generated, bool separate_reasoning, int n_predict = 200,
+           std::vector<std::string> stop = {}, bool harmony = true) {
+  const Tokenizer tok = harmony_tokenizer();
+  ScriptedBackend be(tok.encode(generated, false, true), tok.n_tokens());
+  Scheduler::Options o;
+  o.ctx = 512;
+  Scheduler sched(be, tok, o);
+  Job j;
+  j.prompt = tok.encode("<|start|>user<|message|>Hi<|end|><|start|>assistant", false, true);
+  j.sampling.temperature = 0;
+  j.gen.n_predict = n_predict;
+  j.separate_reasoning = separate_reasoning;
+  j.harmony = harmony;
+  j.stop = std::move(stop);
+  auto req = sched.submit(j);
+  Result r;
+  for (;;) {
+    Update u = req->take(std::chrono::milliseconds(100));
+    r.content += u.content;
+    r.reasoning += u.reasoning;
+    for (auto& c : u.tool_calls) r.calls.push_back(c);
+    if (u.done) {
+      r.last = u;
+      return r;
+    }
+  }
+}
+
+const std::string kAnswer =
+    "<|channel|>analysis<|message|>The user says hi. Answer warmly.<|end|>"
+    "<|start|>assistant<|channel|>final<|message|>Hello there!<|return|>"
+    "this comes after the end and must never show";
+
+TEST(HarmonyScheduler, FinalIsContentAnalysisIsReasoningAndReturnStops) {
+  const Result r = run(kAnswer, true);
+  EXPECT_EQ(r.content, "Hello there!");
+  EXPECT_EQ(r.reasoning, "The user says hi. Answer warmly.");
+  EXPECT_EQ(r.last.finish_reason, "stop");  // at <|return|>, not at <|end|>
+  EXPECT_TRUE(r.calls.empty());
+}
+
+TEST(HarmonyScheduler, WithoutSeparateReasoningTheAnalysisIsDropped) {
+  const Result r = run(kAnswer, false);
+  EXPECT_EQ(r.content, "Hello there!");
+  EXPECT_EQ(r.reasoning, "");
+}
+
+TEST(HarmonyScheduler, WithoutHarmonyParsingTheChannelNamesWouldLeak) {
+  // The control: the plain path drops the markers but keeps the header words,
+  // which is what the harmony path exists to avoid.
+  const Result r = run(kAnswer, false, 200, {}, false);
+  EXPECT_NE(r.content.find("analysis"), std::string::npos) << r.content;
+  EXPECT_NE(r.content.find("final"), std::string::npos) << r.content;
+}
+
+TEST(HarmonyScheduler, ToolCallEndsWithCall) {
+  const Result r = run(
+      "<|channel|>analysis<|message|>Need the weather.<|end|>"
+      "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+      "<|message|>{\"city\":\"Paris\"}<|call|>ignored",
+      true);
+  EXPECT_EQ(r.content, "");
+  EXPECT_EQ(r.reasoning, "Need the weather.");
+  EXPECT_EQ(r.last.finish_reason, "stop");  // the HTTP layer reports "tool_calls"
+  ASSERT_EQ(r.calls.size(), 1u);
+  const nlohmann::json j = openai_tool_call(r.calls[0], "call_1");
+  EXPECT_EQ(j["id"], "call_1");
+  EXPECT_EQ(j["type"], "function");
+  EXPECT_EQ(j["function"]["name"], "get_weather");
+  EXPECT_EQ(j["function"]["arguments"], "{\"city\":\"Paris\"}");
+  EXPECT_EQ(openai_tool_call({"browser.search", "", "{}"}, "c")["function"]["name"], "browser.search");
+}
+
+TEST(HarmonyScheduler, TokenLimitMidAnswerKeepsWhatCame) {
+  // 11 tokens: the analysis header and body are cut off; nothing leaks.
+  const Result r = run(kAnswer, true, 11);
+  EXPECT_EQ(r.last.finish_reason, "length");
+  EXPECT_EQ(r.content, "");
+  EXPECT_FALSE(r.reasoning.empty());
+  EXPECT_EQ(std::string("The user says hi. Answer warmly.").rfind(r.reasoning, 0), 0u) << r.reasoning;
+}
+
+TEST(HarmonyScheduler, StopStringsApplyToTheAnswer) {
+  // "Answer" is in the analysis only: it does not stop; "there" in the answer does.
+  const Result r = run(kAnswer, true, 200, {"Answer", "there"});
+  EXPECT_EQ(r.content, "Hello ");
+  EXPECT_EQ(r.reasoning, "The user says hi. Answer warmly.");
+  EXPECT_EQ(r.last.finish_reason, "stop");
+}
+
+TEST(HarmonyRequest, ReasoningEffortReachesTheTemplate) {
+  const CompletionRequest r =
+      parse_request(R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "high"})", true);
+  EXPECT_EQ(r.template_kwargs["reasoning_effort"], "high");
+  // chat_template_kwargs wins.
+  const CompletionRequest k = parse_request(
+      R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "high",
+          "chat_template_kwargs": {"reasoning_effort": "low"}})",
+      true);
+  EXPECT_EQ(k.template_kwargs["reasoning_effort"], "low");
+  try {
+    parse_request(R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": 3})", true);
+    FAIL() << "expected a 400";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "reasoning_effort");
+  }
+}
+
+}  // namespace
+}  // namespace ms::server
