@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <variant>
 #include <string>
 
 #include "cpu/attention.h"
@@ -50,9 +51,14 @@ void add_bias(float* y, const TensorView& b, int n, int64_t width) {
 }  // namespace
 
 CpuBackend::CpuBackend(const ModelWeights& w, ThreadPool& pool, Options opt)
-    : w_(w), pool_(pool), opt_(opt), cpu_executor_(w, pool), executor_(&cpu_executor_) {
+    : w_(w), pool_(pool), opt_(opt), cpu_executor_(w, pool), executor_(&cpu_executor_), recipe_(recipe_for(w.cfg)) {
   if (opt_.max_batch < 1) opt_.max_batch = 1;
   const ModelConfig& c = w_.cfg;
+  check_blocks(c, BlockSupport{}, "CPU backend");
+  bool output_gate = false;
+  for (const auto& layer : plan_layers(c))
+    for (const BlockCall& call : layer)
+      if (const auto* a = std::get_if<AttentionBlock>(&call)) output_gate |= a->output_gate;
   const size_t B = static_cast<size_t>(opt_.max_batch);
   const size_t D = static_cast<size_t>(c.n_embd);
   const size_t q_dim = static_cast<size_t>(c.n_head) * c.head_dim, kv_dim = static_cast<size_t>(c.n_head_kv) * c.head_dim;
@@ -64,7 +70,7 @@ CpuBackend::CpuBackend(const ModelWeights& w, ThreadPool& pool, Options opt)
   att_.resize(B * q_dim);
   tmp_.resize(B * D);
   rope_cs_.resize(B * static_cast<size_t>(c.n_rot));
-  if (c.arch->attn_output_gate) q_gate_.resize(B * 2 * q_dim);
+  if (output_gate) q_gate_.resize(B * 2 * q_dim);
   if (!c.linear_layer.empty()) {
     const auto& L = c.lin;
     lin_qkv_.resize(B * static_cast<size_t>(L.conv_dim()));
@@ -161,11 +167,10 @@ void CpuBackend::forward_spans(const std::vector<Span>& spans, const int32_t* to
       rope_table(rope_cs_.data() + static_cast<int64_t>(t) * c.n_rot, c.n_rot, sp.pos0 + (t - sp.t0), c.rope_base,
                  c.rope_scaling);
     }
-  for (int il = 0; il < c.n_layer; ++il) {
-    if (c.is_linear(il)) linear_attention_block(spans, il, n);
-    else attention_block(spans, il, n);
-    ffn_block(il, n);
-  }
+  spans_ = &spans;
+  n_ = n;
+  for (int il = 0; il < c.n_layer; ++il) recipe_.layer(*this, c, il);
+  spans_ = nullptr;
   for (const Span& sp : spans) sp.kv->advance(sp.n);
   if (!logits) return;
   // Output head over the last token, or over all of them.
@@ -176,13 +181,15 @@ void CpuBackend::forward_spans(const std::vector<Span>& spans, const int32_t* to
   project(pool_, x_.data(), m, D, {{&w_.output, logits}});
 }
 
-void CpuBackend::attention_block(const std::vector<Span>& spans, int il, int n) {
+void CpuBackend::attention(int il, const AttentionBlock& b) {
+  const std::vector<Span>& spans = *spans_;
+  const int n = n_;
   const ModelConfig& c = w_.cfg;
   const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
   const int64_t D = c.n_embd, hd = c.head_dim;
   const int64_t q_dim = c.n_head * hd, kv_dim = c.n_head_kv * hd;
   for (int t = 0; t < n; ++t) rmsnorm(h_.data() + t * D, L.attn_norm.f32(), x_.data() + t * D, D, c.rms_eps);
-  const bool gated = c.arch->attn_output_gate;
+  const bool gated = b.output_gate;
   project(pool_, x_.data(), n, D, {{&L.wq, gated ? q_gate_.data() : q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}});
   if (gated) {
     // [q | gate] per head: q to q_, the gate stays in the second half of each
@@ -192,22 +199,24 @@ void CpuBackend::attention_block(const std::vector<Span>& spans, int il, int n) 
         std::copy_n(q_gate_.data() + (static_cast<int64_t>(t) * c.n_head + h) * 2 * hd, hd,
                     q_.data() + static_cast<int64_t>(t) * q_dim + h * hd);
   }
-  add_bias(q_.data(), L.bq, n, q_dim);
-  add_bias(k_.data(), L.bk, n, kv_dim);
-  add_bias(v_.data(), L.bv, n, kv_dim);
+  if (b.qkv_bias) {
+    add_bias(q_.data(), L.bq, n, q_dim);
+    add_bias(k_.data(), L.bk, n, kv_dim);
+    add_bias(v_.data(), L.bv, n, kv_dim);
+  }
   // Per-token q/k norm and RoPE: serial for one token, over the pool for a
   // batch (a prompt's 128 tokens are ~1 ms of serial work per layer).
   auto norm_rope = [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       float* q = q_.data() + t * q_dim;
       float* k = k_.data() + t * kv_dim;
-      if (L.q_norm) {
+      if (b.qk_norm) {
         for (int h = 0; h < c.n_head; ++h) rmsnorm(q + h * hd, L.q_norm.f32(), q + h * hd, hd, c.rms_eps);
         for (int h = 0; h < c.n_head_kv; ++h) rmsnorm(k + h * hd, L.k_norm.f32(), k + h * hd, hd, c.rms_eps);
       }
       const float* cs = rope_cs_.data() + t * c.n_rot;
-      rope_apply(q, c.n_head, c.head_dim, c.n_rot, cs, c.arch->rope_mode);
-      rope_apply(k, c.n_head_kv, c.head_dim, c.n_rot, cs, c.arch->rope_mode);
+      rope_apply(q, c.n_head, c.head_dim, c.n_rot, cs, b.rope_mode);
+      rope_apply(k, c.n_head_kv, c.head_dim, c.n_rot, cs, b.rope_mode);
     }
   };
   if (n == 1) norm_rope(0, 1);
@@ -223,15 +232,15 @@ void CpuBackend::attention_block(const std::vector<Span>& spans, int il, int n) 
     switch (kv.type()) {
       case KvType::F32:
         kv_store(s, k, v, sp.n, sp.pos0, kv.k_f32(il), kv.v_f32(il));
-        attention(pool_, s, q, kv.k_f32(il), kv.v_f32(il), sp.n, sp.pos0, att);
+        ms::attention(pool_, s, q, kv.k_f32(il), kv.v_f32(il), sp.n, sp.pos0, att);
         break;
       case KvType::Q8_0:
         kv_store(s, k, v, sp.n, sp.pos0, kv.k_q8(il), kv.v_q8(il));
-        attention(pool_, s, q, kv.k_q8(il), kv.v_q8(il), sp.n, sp.pos0, att);
+        ms::attention(pool_, s, q, kv.k_q8(il), kv.v_q8(il), sp.n, sp.pos0, att);
         break;
       case KvType::F16:
         kv_store(s, k, v, sp.n, sp.pos0, kv.k_f16(il), kv.v_f16(il));
-        attention(pool_, s, q, kv.k_f16(il), kv.v_f16(il), sp.n, sp.pos0, att);
+        ms::attention(pool_, s, q, kv.k_f16(il), kv.v_f16(il), sp.n, sp.pos0, att);
         break;
     }
   }
@@ -246,7 +255,9 @@ void CpuBackend::attention_block(const std::vector<Span>& spans, int il, int n) 
   add_inplace(h_.data(), tmp_.data(), static_cast<int64_t>(n) * D);
 }
 
-void CpuBackend::linear_attention_block(const std::vector<Span>& spans, int il, int n) {
+void CpuBackend::linear_attention(int il, const LinearAttentionBlock&) {
+  const std::vector<Span>& spans = *spans_;
+  const int n = n_;
   const ModelConfig& c = w_.cfg;
   const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
   const int64_t D = c.n_embd;
@@ -301,23 +312,28 @@ void CpuBackend::shared_expert(int il, int n) {
          h_.data() + static_cast<int64_t>(t) * D, D);
 }
 
-void CpuBackend::ffn_block(int il, int n) {
+void CpuBackend::dense_ffn(int il, const DenseFfnBlock&) {
+  const int n = n_;
+  const ModelConfig& c = w_.cfg;
+  const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
+  const int64_t D = c.n_embd, F = c.n_ff;
+  for (int t = 0; t < n; ++t) rmsnorm(h_.data() + t * D, L.ffn_norm.f32(), x_.data() + t * D, D, c.rms_eps);
+  project(pool_, x_.data(), n, D, {{&L.ffn_gate, ff_gate_.data()}, {&L.ffn_up, ff_up_.data()}});
+  silu_mul(ff_gate_.data(), ff_up_.data(), ff_gate_.data(), static_cast<int64_t>(n) * F);
+  project(pool_, ff_gate_.data(), n, F, {{&L.ffn_down, tmp_.data()}});
+  add_inplace(h_.data(), tmp_.data(), static_cast<int64_t>(n) * D);
+}
+
+void CpuBackend::moe_ffn(int il, const MoeFfnBlock& b) {
+  const int n = n_;
   const ModelConfig& c = w_.cfg;
   const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
   const int64_t D = c.n_embd;
   for (int t = 0; t < n; ++t) rmsnorm(h_.data() + t * D, L.ffn_norm.f32(), x_.data() + t * D, D, c.rms_eps);
-  if (!c.is_moe()) {
-    const int64_t F = c.n_ff;
-    project(pool_, x_.data(), n, D, {{&L.ffn_gate, ff_gate_.data()}, {&L.ffn_up, ff_up_.data()}});
-    silu_mul(ff_gate_.data(), ff_up_.data(), ff_gate_.data(), static_cast<int64_t>(n) * F);
-    project(pool_, ff_gate_.data(), n, F, {{&L.ffn_down, tmp_.data()}});
-    add_inplace(h_.data(), tmp_.data(), static_cast<int64_t>(n) * D);
-    return;
-  }
   const int E = c.n_expert, k = c.n_expert_used;
   project(pool_, x_.data(), n, D, {{&L.router, router_logits_.data()}});
   for (int t = 0; t < n; ++t) {
-    router_topk_ref(router_logits_.data() + static_cast<int64_t>(t) * E, E, k, c.arch->router_mode, c.router_renorm,
+    router_topk_ref(router_logits_.data() + static_cast<int64_t>(t) * E, E, k, b.router_mode, b.renorm,
                     route_ids_.data() + t * k, route_w_.data() + t * k);
     for (int j = 0; j < k; ++j) ++expert_counts_[static_cast<size_t>(il) * E + route_ids_[t * k + j]];
   }
@@ -334,7 +350,7 @@ void CpuBackend::ffn_block(int il, int n) {
   };
   if (n == 1) combine(0, 1);
   else pool_.parallel_for(n, 4, combine);
-  if (L.shexp_gate) shared_expert(il, n);
+  if (b.shared_expert) shared_expert(il, n);
 }
 
 }  // namespace ms

@@ -1,5 +1,6 @@
-// The forward pass on the CPU: the generic layer recipe of model/arch.h over
-// weights bound from a GGUF file, for one token (decode) or a batch (prefill).
+// The forward pass on the CPU: the architecture's recipe (model/recipe.h) run
+// over this backend's blocks (model/blocks.h), with weights bound from a GGUF
+// file, for one token (decode) or a batch (prefill).
 //
 //   ThreadPool pool;                       // sized to the cores
 //   CpuBackend be(weights, pool);
@@ -26,11 +27,13 @@
 #include "engine/backend.h"
 #include "engine/expert_executor.h"
 #include "engine/kv_cache.h"
+#include "model/blocks.h"
+#include "model/recipe.h"
 #include "model/weights.h"
 
 namespace ms {
 
-class CpuBackend : public Backend {
+class CpuBackend : public Backend, private LayerBlocks {
  public:
   struct Options {
     int max_batch = 256;  // tokens per internal batch (longer inputs are split)
@@ -85,10 +88,13 @@ class CpuBackend : public Backend {
   };
   void forward_batch(KvCache& kv, const int32_t* tokens, int n, float* logits, bool all_logits);
   void forward_spans(const std::vector<Span>& spans, const int32_t* tokens, int n, float* logits, bool all_logits);
-  void attention_block(const std::vector<Span>& spans, int il, int n);
-  // A Gated DeltaNet layer (hybrids): each span against its own recurrent state.
-  void linear_attention_block(const std::vector<Span>& spans, int il, int n);
-  void ffn_block(int il, int n);
+
+  // The blocks (model/blocks.h) over the batch being run: spans_, n_ tokens.
+  void attention(int il, const AttentionBlock& b) override;
+  // Gated DeltaNet (hybrids): each span against its own recurrent state.
+  void linear_attention(int il, const LinearAttentionBlock& b) override;
+  void dense_ffn(int il, const DenseFfnBlock& b) override;
+  void moe_ffn(int il, const MoeFfnBlock& b) override;
   void shared_expert(int il, int n);
 
   const ModelWeights& w_;
@@ -96,9 +102,14 @@ class CpuBackend : public Backend {
   Options opt_;
   CpuExpertExecutor cpu_executor_;
   ExpertExecutor* executor_;
+  const Recipe& recipe_;
   std::vector<uint64_t> expert_counts_;
   RouteHook route_hook_;
   bool route_hook_hidden_ = false;
+
+  // The batch the blocks run on (set by forward_spans).
+  const std::vector<Span>* spans_ = nullptr;
+  int n_ = 0;
 
   // Scratch for one batch (sized to max_batch tokens).
   std::vector<float> h_, x_, q_, k_, v_, att_, tmp_, rope_cs_, router_logits_, route_w_, expert_y_, ff_gate_, ff_up_;
