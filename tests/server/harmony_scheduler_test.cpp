@@ -6,13 +6,18 @@
 // (never at the <|end|> between messages), and no markup in any text.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "../tokenizer/tiny_vocabs.h"
 #include "engine/backend.h"
 #include "server/api.h"
+#include "server/chat.h"
 #include "server/scheduler.h"
 #include "server/tool_calls.h"
 #include "tokenizer/harmony.h"
@@ -44,11 +49,18 @@ class ScriptedBackend final : public Backend {
   ModelConfig cfg_;
 };
 
+// A small vocabulary with the harmony markers and gpt-oss's chat template.
 Tokenizer harmony_tokenizer() {
-  return Tokenizer(test::tiny_bpe({{"a", "n"}, {" ", "w"}},
-                                  {"<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>",
-                                   "<|call|>", "<|endoftext|>"},
-                                  "gpt-4o"));
+  Vocab v = test::tiny_bpe({{"a", "n"}, {" ", "w"}},
+                           {"<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>",
+                            "<|call|>", "<|endoftext|>"},
+                           "gpt-4o");
+  std::ifstream in(std::filesystem::path(MS_SOURCE_DIR) / "tests" / "tokenizer" / "templates" /
+                   "openai-gpt-oss-120b.jinja");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  v.chat_template = ss.str();
+  return Tokenizer(v);
 }
 
 struct Result {
@@ -67,7 +79,10 @@ Result run(const std::string& generated, bool separate_reasoning, int n_predict 
   o.ctx = 512;
   Scheduler sched(be, tok, o);
   Job j;
-  j.prompt = tok.encode("<|start|>user<|message|>Hi<|end|><|start|>assistant", false, true);
+  // The prompt as the server makes it: gpt-oss's template through ChatRenderer.
+  const ChatRenderer chat(tok);
+  j.prompt = tok.encode(chat.render(nlohmann::ordered_json::array({{{"role", "user"}, {"content", "Hi"}}}), true),
+                        false, true);
   j.sampling.temperature = 0;
   j.gen.n_predict = n_predict;
   j.separate_reasoning = separate_reasoning;
@@ -147,6 +162,25 @@ TEST(HarmonyScheduler, StopStringsApplyToTheAnswer) {
   EXPECT_EQ(r.content, "Hello ");
   EXPECT_EQ(r.reasoning, "The user says hi. Answer warmly.");
   EXPECT_EQ(r.last.finish_reason, "stop");
+}
+
+TEST(HarmonyRequest, ServerRendererUsesTheTemplateWithReasoningEffort) {
+  const Tokenizer tok = harmony_tokenizer();
+  const ChatRenderer renderer(tok);
+  EXPECT_EQ(renderer.description(), "the model's Jinja template");
+  const auto messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "Hello!"}}});
+  const CompletionRequest r = parse_request(
+      R"({"messages": [{"role": "user", "content": "Hello!"}], "reasoning_effort": "low"})", true);
+  const std::string out = renderer.render(r.messages, true, r.template_kwargs);
+  EXPECT_NE(out.find("\nReasoning: low\n"), std::string::npos) << out;
+  const std::string tail = "<|end|><|start|>user<|message|>Hello!<|end|><|start|>assistant";
+  ASSERT_GT(out.size(), tail.size());
+  EXPECT_EQ(out.substr(out.size() - tail.size()), tail);
+  // The markers tokenize as single control tokens: system, user, assistant.
+  const auto ids = tok.encode(out, false, true);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), tok.find_token("<|start|>")), 3);
+  const auto last_start = std::find(ids.rbegin(), ids.rend(), tok.find_token("<|start|>")).base();
+  EXPECT_EQ(tok.decode(std::vector<int32_t>(last_start, ids.end())), "assistant");
 }
 
 TEST(HarmonyRequest, ReasoningEffortReachesTheTemplate) {

@@ -1,16 +1,17 @@
 // The Jinja renderer against Python Jinja2 (Debian's python3-jinja2, set up
 // as transformers renders chat templates: tools/chat_templates/render.py) on
 // real chat templates: llama.cpp's models/templates/*.jinja (fetched by
-// scripts/fetch_chat_templates.sh) and Mixtral 8x7B's (tests/tokenizer/templates).
+// scripts/fetch_chat_templates.sh) and Mixtral 8x7B's and gpt-oss's (tests/tokenizer/templates).
 // For each template and conversation: where Jinja2 renders, the output must be
 // byte-identical; where Jinja2 raises (raise_exception), so must we.
-// Qwen3, Qwen3.5, QwQ, Qwen2.5, Qwen3-Coder, Mistral Nemo / Small and Mixtral
-// must render every conversation exactly; for the other templates the
+// Qwen3, Qwen3.5, QwQ, Qwen2.5, Qwen3-Coder, Mistral Nemo / Small, Mixtral
+// and gpt-oss must render every conversation exactly; for the other templates the
 // differences are counted and printed (known: markupsafe's escaping of
 // "x"|safe + str, dicts with integer keys, str.format), not failed.
 // Skips when python3 with jinja2 or the fetched templates are missing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -99,7 +100,12 @@ std::vector<Tmpl> templates() {
     for (const auto& e : fs::directory_iterator(d))
       if (e.path().extension() == ".jinja") files.push_back(e.path());
     std::sort(files.begin(), files.end());
-    for (const fs::path& f : files) out.push_back({f.stem().string(), read(f)});
+    for (const fs::path& f : files) {
+      // A template kept here and also fetched (gpt-oss's) is run once.
+      const std::string name = f.stem().string();
+      if (std::none_of(out.begin(), out.end(), [&](const Tmpl& t) { return t.name == name; }))
+        out.push_back({name, read(f)});
+    }
   }
   return out;
 }
@@ -132,7 +138,8 @@ TEST(JinjaParity, RealTemplatesRenderAsJinja2Does) {
   const std::set<std::string> required = {"Qwen-Qwen3-0.6B", "Qwen3.5-4B", "Qwen-QwQ-32B",
                                           "Qwen-Qwen2.5-7B-Instruct", "Qwen3-Coder",
                                           "mistralai-Mistral-Nemo-Instruct-2407",
-                                          "Mistral-Small-3.2-24B-Instruct-2506", "Mixtral-8x7B-Instruct-v0.1"};
+                                          "Mistral-Small-3.2-24B-Instruct-2506", "Mixtral-8x7B-Instruct-v0.1",
+                                          "openai-gpt-oss-120b"};
   int same = 0, both_raise = 0, unsupported_templates = 0;
   std::vector<std::string> unsupported;
   for (size_t t = 0; t < tmpls.size(); ++t) {
