@@ -21,11 +21,15 @@ RegisterCommand reg("gen", [](CLI::App& app) {
   auto out = std::make_shared<std::string>();
   auto threads = std::make_shared<int>(0);
   auto quiet = std::make_shared<bool>(false);
-  sub->add_option("--arch", opt->arch, "qwen3moe | qwen35moe | mixtral | qwen3 | qwen2 | llama (dense)")->capture_default_str();
-  sub->add_option("--preset", opt->preset, "tiny | qwen3-30b-a3b | qwen3.6-35b-a3b | mixtral-8x7b")->capture_default_str();
-  sub->add_option("--quant", opt->quant,
-                  "llama-quantize preset, UD-style mix or single type: " + quant_scheme_names())
+  sub->add_option("--arch", opt->arch, "qwen3moe | qwen35moe | mixtral | gpt-oss | qwen3 | qwen2 | llama (dense)")
       ->capture_default_str();
+  sub->add_option("--preset", opt->preset,
+                  "tiny | qwen3-30b-a3b | qwen3.6-35b-a3b | mixtral-8x7b | gpt-oss-20b | gpt-oss-120b")
+      ->capture_default_str();
+  auto* quant = sub->add_option("--quant", opt->quant,
+                                "llama-quantize preset, UD-style mix or single type: " + quant_scheme_names() +
+                                    " (gpt-oss: default mxfp4_moe, as the published files)")
+                    ->capture_default_str();
   sub->add_flag("--pure", opt->pure, "--quant names one type for every tensor (as llama-quantize --pure)");
   sub->add_option("--router-skew", opt->router_skew,
                   "Zipf exponent S of expert popularity (0: uniform routing)")->capture_default_str();
@@ -43,6 +47,8 @@ RegisterCommand reg("gen", [](CLI::App& app) {
     if (*threads < 0 || *threads > 1024) throw Error("--threads must be in 0..1024 (0: all cores)");
     ThreadPool pool(*threads);
     GenOptions o = *opt;
+    // gpt-oss ships MXFP4 experts with Q8_0 elsewhere: that is its default mix.
+    if (quant->count() == 0 && (o.arch == "gpt-oss" || o.arch == "GPT-OSS")) o.quant = "mxfp4_moe";
     const auto t0 = std::chrono::steady_clock::now();
     double last = -1;
     if (!*quiet)

@@ -167,6 +167,13 @@ void print_text(const InspectArgs& a, const GgufFile& f, const ModelHParams& h, 
                 h.n_layer_nextn, h.n_layer_nextn > 1 ? "s" : "", mtp_layers_str(h).c_str(), h.n_layer,
                 h.n_layer_nextn > 1 ? "them" : "it");
   std::printf("  attention layers (KV cache): %s\n", attention_layers_str(h).c_str());
+  if (h.sliding_window > 0) {  // gpt-oss: which layers see only the last sliding_window tokens
+    std::string which;
+    for (size_t il = 0; il < h.layer_is_swa.size(); ++il)
+      if (h.layer_is_swa[il]) which += (which.empty() ? "" : ",") + std::to_string(il);
+    std::printf("  sliding window %" PRId64 " on layers %s (the others: full attention)\n", h.sliding_window,
+                which.empty() ? "none" : which.c_str());
+  }
   for (const std::string& p : h.problems) std::printf("  warning: %s\n", p.c_str());
 
   if (tok.model.empty()) {

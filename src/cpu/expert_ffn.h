@@ -3,8 +3,8 @@
 // or, with biases and gpt-oss's clamped SwiGLU (cpu/ops.h: swiglu_oai),
 //   y[slot] = down_e(swiglu_oai(gate_e x + bg_e, up_e x + bu_e)) + bd_e
 // for every (token, slot) pair the router sent to expert e. The engine's
-// CpuExpertExecutor (engine/expert_executor.h) and the asynchronous form for
-// the hybrid step (cpu/expert_ffn_async.h) both run this code.
+// CpuExpertExecutor (engine/expert_executor.h), which the hybrid step also
+// uses, runs this code.
 //
 // cpu/ sits below model/ in the library layering, so the weights come as
 // plain data (types, dims, one pointer per expert and matrix), not as

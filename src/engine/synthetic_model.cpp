@@ -51,6 +51,10 @@ enum Role {
   // qwen35moe: Gated DeltaNet's decay rate (ssm_a < 0), its conv taps and
   // small f32 projections (alpha, beta, the shared expert's gate vector).
   kSsmA, kConv, kSmallF32,
+  // gpt-oss: biases that write into the residual stream (attn_output.bias,
+  // ffn_down_exps.bias: element 0, the constant channel, stays zero), and the
+  // attention sinks (one logit per head, O(1)).
+  kResBias, kSinks,
 };
 
 struct Plan {
@@ -105,6 +109,7 @@ void fill_row(const Plan& p, int64_t r, uint64_t seed, const RouterBias& rb, flo
   // ssm_a = -A with A in (0.05, 4.05): decays from slow to fast per head.
   if (role == kSsmA)
     for (int64_t i = 0; i < n; ++i) out[i] = -(2.05f + out[i] / a * 2.0f);
+  if (role == kResBias) out[0] = 0.0f;
   if (role == kEmbd) out[0] = kChannel;
   if (role == kRouter) out[0] = rb.per_layer[static_cast<size_t>(p.layer)][static_cast<size_t>(row)];
   if (role == kOutput && !rb.output_col0.empty()) out[0] += rb.output_col0[static_cast<size_t>(row)];
@@ -117,13 +122,65 @@ std::string lower(std::string s) {
 
 }  // namespace
 
+namespace {
+
+// gpt-oss-20b / -120b as published (config.json of openai/gpt-oss-*), and a
+// tiny one with every part of the recipe: biases everywhere, sinks, a window
+// of 8 on the even layers (short prompts cross it), YaRN.
+GenShape gpt_oss_preset(const std::string& preset, const std::string& preset_in) {
+  GenShape s;
+  s.gguf_arch = "gpt-oss";
+  s.rms_eps = 1e-5f;
+  s.rope_base = 150000.0f;
+  s.yarn_factor = 32.0f;
+  s.yarn_orig_ctx = 4096;
+  if (preset == "tiny") {
+    s.name = "tiny-gpt-oss";
+    s.n_layer = 4;
+    s.n_embd = 128;
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.head_dim = 64;  // q_dim 256 != n_embd, as in the real ones (4096 vs 2880)
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.n_ff_exp = 128;
+    s.n_vocab = 512;
+    s.n_ctx = 2048;
+    s.sliding_window = 8;
+  } else if (preset == "gpt-oss-20b" || preset == "gpt-oss-120b") {
+    const bool big = preset == "gpt-oss-120b";
+    s.name = big ? "synthetic gpt-oss-120b" : "synthetic gpt-oss-20b";
+    s.n_layer = big ? 36 : 24;
+    s.n_embd = 2880;
+    s.n_head = 64;
+    s.n_head_kv = 8;
+    s.head_dim = 64;
+    s.n_expert = big ? 128 : 32;
+    s.n_expert_used = 4;
+    s.n_ff_exp = 2880;
+    s.n_vocab = 201088;
+    s.n_ctx = 131072;
+    s.sliding_window = 128;
+  } else {
+    throw Error("gen: gpt-oss presets are tiny, gpt-oss-20b and gpt-oss-120b (not '" + preset_in + "')");
+  }
+  s.n_ff = s.n_ff_exp;
+  return s;
+}
+
+}  // namespace
+
 GenShape gen_preset(const std::string& arch_in, const std::string& preset_in) {
   const std::string arch = lower(arch_in), preset = lower(preset_in);
-  const bool moe = arch == "qwen3moe" || arch == "mixtral" || arch == "qwen35moe";
+  const bool moe = arch == "qwen3moe" || arch == "mixtral" || arch == "qwen35moe" || arch == "gpt-oss";
   if (!moe && arch != "qwen3" && arch != "qwen2" && arch != "llama")
-    throw Error("gen: unknown --arch '" + arch_in + "' (qwen3moe, qwen35moe, mixtral, or dense qwen3, qwen2, llama)");
+    throw Error("gen: unknown --arch '" + arch_in +
+                "' (qwen3moe, qwen35moe, mixtral, gpt-oss, or dense qwen3, qwen2, llama)");
   GenShape s;
   s.gguf_arch = arch == "mixtral" ? "llama" : arch;
+  if (arch == "gpt-oss") return gpt_oss_preset(preset, preset_in);
+  if (preset == "gpt-oss-20b" || preset == "gpt-oss-120b")
+    throw Error("gen: preset " + preset + " is a gpt-oss model (use --arch gpt-oss)");
   if (arch == "qwen35moe" && preset != "tiny" && preset != "qwen3.6-35b-a3b")
     throw Error("gen: qwen35moe presets are tiny and qwen3.6-35b-a3b");
   if (arch == "qwen35moe" && preset == "tiny") {
@@ -231,7 +288,8 @@ GenShape gen_preset(const std::string& arch_in, const std::string& preset_in) {
     s.rope_base = 1e6f;
     s.rms_eps = 1e-5f;
   } else {
-    throw Error("gen: unknown --preset '" + preset_in + "' (tiny, qwen3-30b-a3b, qwen3.6-35b-a3b, mixtral-8x7b)");
+    throw Error("gen: unknown --preset '" + preset_in +
+                "' (tiny, qwen3-30b-a3b, qwen3.6-35b-a3b, mixtral-8x7b, gpt-oss-20b, gpt-oss-120b)");
   }
   return s;
 }
@@ -245,6 +303,9 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
   if (layout != "stacked" && layout != "merged" && layout != "per-expert")
     throw Error("gen: unknown --layout '" + opt.layout + "' (stacked, merged, per-expert)");
   const QuantScheme scheme = parse_quant_scheme(opt.quant, opt.pure);  // validates the name early
+  const bool gpt_oss = s.gguf_arch == "gpt-oss";
+  if (gpt_oss && layout != "stacked")
+    throw Error("gen: gpt-oss files have stacked experts (--layout stacked), not " + layout);
 
   const bool moe = s.n_expert > 0;
   const std::string A = s.gguf_arch;
@@ -275,12 +336,18 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
   auto add_experts = [&](const std::string& b, int il, float down_std) {
     const int64_t E = s.n_expert, F = s.n_ff_exp;
     add(b + "ffn_gate_inp.weight", {D, E}, kRouter, il, inv_d);
+    if (gpt_oss) add(b + "ffn_gate_inp.bias", {E}, kBias, il, 0.1f);
     if (layout == "stacked") {
       add(b + "ffn_gate_exps.weight", {D, F, E}, kGate, il, inv_d).rows_per_mat = F;
       add(b + "ffn_up_exps.weight", {D, F, E}, kUp, il, inv_d).rows_per_mat = F;
       Plan& d = add(b + "ffn_down_exps.weight", {F, D, E}, kDown, il, down_std);
       d.rows_per_mat = D;
       d.zero_row0 = true;
+      if (gpt_oss) {  // one row of biases per expert
+        add(b + "ffn_gate_exps.bias", {F, E}, kBias, il, 0.1f);
+        add(b + "ffn_up_exps.bias", {F, E}, kBias, il, 0.1f);
+        add(b + "ffn_down_exps.bias", {D, E}, kResBias, il, 0.02f);
+      }
     } else if (layout == "merged") {
       Plan& gu = add(b + "ffn_gate_up_exps.weight", {D, 2 * F, E}, kGate, il, inv_d);
       gu.rows_per_mat = 2 * F;
@@ -332,18 +399,22 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
       add(b + "attn_q.weight", {D, hybrid ? 2 * q_dim : q_dim}, kAttnQ, il, inv_d);  // hybrid: [q | gate] per head
       add(b + "attn_k.weight", {D, kv_dim}, kAttnK, il, inv_d);
       add(b + "attn_v.weight", {D, kv_dim}, kAttnV, il, inv_d);
-      if (A == "qwen2") {
+      if (A == "qwen2" || gpt_oss) {
         add(b + "attn_q.bias", {q_dim}, kBias, il, 0.02f);
         add(b + "attn_k.bias", {kv_dim}, kBias, il, 0.02f);
         add(b + "attn_v.bias", {kv_dim}, kBias, il, 0.02f);
       }
       add(b + "attn_output.weight", {q_dim, D}, kAttnO, il, res_scale / std::sqrt(static_cast<float>(q_dim))).zero_row0 = true;
+      if (gpt_oss) {
+        add(b + "attn_output.bias", {D}, kResBias, il, 0.02f);
+        add(b + "attn_sinks.weight", {int64_t{s.n_head}}, kSinks, il, 1.0f);
+      }
       if (A == "qwen3" || A == "qwen3moe" || hybrid) {
         add(b + "attn_q_norm.weight", {hd}, kQkNorm, il, 0);
         add(b + "attn_k_norm.weight", {hd}, kQkNorm, il, 0);
       }
     }
-    add(b + (hybrid ? "post_attention_norm.weight" : "ffn_norm.weight"), {D}, kNorm, il, 0);
+    add(b + (hybrid || gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {D}, kNorm, il, 0);
     const float down_std = res_scale / std::sqrt(static_cast<float>(moe ? s.n_ff_exp : s.n_ff));
     if (!moe) {
       add(b + "ffn_gate.weight", {D, s.n_ff}, kGate, il, inv_d);
@@ -427,8 +498,15 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
   if (moe) {
     w.set(A + ".expert_count", GgufValue::of_u32(static_cast<uint32_t>(s.n_expert)));
     w.set(A + ".expert_used_count", GgufValue::of_u32(static_cast<uint32_t>(s.n_expert_used)));
-    if (A == "qwen3moe" || hybrid)
+    if (A == "qwen3moe" || hybrid || gpt_oss)
       w.set(A + ".expert_feed_forward_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_ff_exp)));
+  }
+  if (s.sliding_window > 0)
+    w.set(A + ".attention.sliding_window", GgufValue::of_u32(static_cast<uint32_t>(s.sliding_window)));
+  if (s.yarn_factor > 0) {
+    w.set(A + ".rope.scaling.type", GgufValue::of_string("yarn"));
+    w.set(A + ".rope.scaling.factor", GgufValue::of_f32(s.yarn_factor));
+    w.set(A + ".rope.scaling.original_context_length", GgufValue::of_u32(static_cast<uint32_t>(s.yarn_orig_ctx)));
   }
   if (hybrid) {
     w.set(A + ".expert_shared_feed_forward_length", GgufValue::of_u32(static_cast<uint32_t>(s.n_ff_shexp)));

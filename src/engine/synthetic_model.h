@@ -1,6 +1,6 @@
 // Synthetic models (`moestream gen`): GGUF files with the real shapes and
 // quant mixes (llama-quantize's presets, engine/quant_presets.h) of
-// Qwen3-30B-A3B, Qwen3.6-35B-A3B or Mixtral 8x7B (or a tiny model for tests
+// Qwen3-30B-A3B, Qwen3.6-35B-A3B, Mixtral 8x7B or gpt-oss-20b/120b (or a tiny model for tests
 // and the embedded default), random weights, and a working tokenizer.
 //
 // Weights are random but scaled so activations stay finite through every
@@ -63,10 +63,17 @@ struct GenShape {
   int ssm_conv_kernel = 0, ssm_k_heads = 0, ssm_v_heads = 0, ssm_head_k = 0, ssm_head_v = 0;
   int64_t n_ff_shexp = 0;
   int n_mtp = 0;          // MTP blocks after the main stack (nextn_predict_layers)
+  // gpt-oss: sliding window on the even layers (attention.sliding_window),
+  // YaRN RoPE (rope.scaling.*: factor, original context; 0: none), biases on
+  // attention, router and experts, attention sinks. Experts stacked only.
+  int64_t sliding_window = 0;
+  float yarn_factor = 0.0f;
+  int64_t yarn_orig_ctx = 0;
 };
 
-// arch: qwen3moe | qwen35moe | mixtral | qwen3 | qwen2 | llama (the last three
-// dense); preset: tiny | qwen3-30b-a3b | qwen3.6-35b-a3b | mixtral-8x7b.
+// arch: qwen3moe | qwen35moe | mixtral | gpt-oss | qwen3 | qwen2 | llama (the
+// last three dense); preset: tiny | qwen3-30b-a3b | qwen3.6-35b-a3b |
+// mixtral-8x7b | gpt-oss-20b | gpt-oss-120b.
 // Throws ms::Error for an unknown name or a combination that does not exist
 // (e.g. mixtral + qwen3-30b-a3b).
 GenShape gen_preset(const std::string& arch, const std::string& preset);
