@@ -841,6 +841,7 @@ def check_model(name, spec, args, ms, res, torch, transformers):
     float_act_last = {}
     bounds, spreads = dict(LOGIT_BOUNDS), {}
     q8_model, half = None, args.backend == "cpu"
+    float_models = {}
     for typ in args.types:
         if typ != "f32":
             rmodel = rounded_reference(torch, model, typ)
@@ -896,6 +897,11 @@ def check_model(name, spec, args, ms, res, torch, transformers):
                 spread = sorted(per_seed)[len(per_seed) // 2]
                 bounds[typ] = max(LOGIT_BOUNDS[typ], Q8_SPREAD_FACTOR * spread)
                 spreads[typ] = f"{spread:.3e} (seeds: " + ", ".join(f"{v:.2e}" for v in per_seed) + ")"
+            elif typ in ("f16", "bf16"):
+                # Kept for route forcing: a long prompt at f16 rounding can
+                # flip a router's near tie, as q8_0's rounding can.
+                use_eager_experts(rmodel)
+                float_models[typ] = rmodel
             del rmodel
 
     for typ in args.types:
@@ -903,8 +909,11 @@ def check_model(name, spec, args, ms, res, torch, transformers):
         routes_ok, routes_checked = True, typ == "f32"
         # q8_0: the reference takes moestream's expert choices, and where they
         # differ from its own, by how little they lost is checked separately.
-        forced = typ == "q8_0"
-        forcer = RouteForcer(torch, q8_model, spec["top_k"]) if forced else None
+        # f16 / bf16 likewise, so that a flipped near tie (checked by the
+        # same margin) is told apart from an error in the arithmetic.
+        forced = typ == "q8_0" or typ in float_models
+        forced_model = q8_model if typ == "q8_0" else float_models.get(typ)
+        forcer = RouteForcer(torch, forced_model, spec["top_k"]) if forced else None
         bound = bounds[typ]
         for pi, ids in enumerate(prompts):
             r = ms.logits(ggufs[typ], typ, ids, f"{name}-{typ}-p{pi}", routes=routes_checked or forced)
@@ -915,8 +924,13 @@ def check_model(name, spec, args, ms, res, torch, transformers):
             if forced:
                 worst_free = max(worst_free, max_rel_err(last, hf_last))
                 forcer.force = {li: [list(e) for e in layer] for li, layer in enumerate(r["routes"])}
-                with Q8ActivationRounding(torch, q8_model, half):
-                    hf_last = hf_logits(torch, q8_model, ids)[-1].tolist()
+                if typ == "q8_0":
+                    with Q8ActivationRounding(torch, q8_model, half):
+                        hf_last = hf_logits(torch, q8_model, ids)[-1].tolist()
+                else:
+                    hf_last = hf_logits(torch, forced_model, ids)[-1].tolist()
+                print(f"    {name} {typ} prompt {pi} ({len(ids)} tokens): rel err {max_rel_err(last, ref_last[typ][pi]):.3e}"
+                      f" routing itself, {max_rel_err(last, hf_last):.3e} on moestream's routes", flush=True)
             err = max_rel_err(last, hf_last)
             worst = max(worst, err)
             worst_f32w = max(worst_f32w, max_rel_err(last, ref[pi]["last"]))
