@@ -54,11 +54,26 @@ CpuBackend::CpuBackend(const ModelWeights& w, ThreadPool& pool, Options opt)
     : w_(w), pool_(pool), opt_(opt), cpu_executor_(w, pool), executor_(&cpu_executor_), recipe_(recipe_for(w.cfg)) {
   if (opt_.max_batch < 1) opt_.max_batch = 1;
   const ModelConfig& c = w_.cfg;
-  check_blocks(c, BlockSupport{}, "CPU backend");
+  BlockSupport has;  // every optional part of model/blocks.h
+  has.attention_output_bias = has.attention_sinks = has.attention_window = true;
+  has.router_bias = has.expert_bias = has.clamped_swiglu = true;
+  check_blocks(c, has, "CPU backend");
   bool output_gate = false;
-  for (const auto& layer : plan_layers(c))
-    for (const BlockCall& call : layer)
+  const auto plan = plan_layers(c);
+  for (size_t il = 0; il < plan.size(); ++il)
+    for (const BlockCall& call : plan[il]) {
       if (const auto* a = std::get_if<AttentionBlock>(&call)) output_gate |= a->output_gate;
+      // The expert executor takes the activation and biases from the bound
+      // experts: they must be what the recipe asks for.
+      if (const auto* m = std::get_if<MoeFfnBlock>(&call)) {
+        const ExpertWeights& ex = w_.layers[il].experts;
+        if ((m->act.kind == GluActivation::Kind::ClampedSwiGLU) != ex.clamped_swiglu ||
+            m->expert_bias != ex.has_bias())
+          throw Error("CPU backend: layer " + std::to_string(il) + "'s experts are bound with" +
+                      (ex.clamped_swiglu ? "" : "out") + " the clamped SwiGLU and with" +
+                      (ex.has_bias() ? "" : "out") + " biases, which the '" + c.arch_name + "' recipe does not ask for");
+      }
+    }
   const size_t B = static_cast<size_t>(opt_.max_batch);
   const size_t D = static_cast<size_t>(c.n_embd);
   const size_t q_dim = static_cast<size_t>(c.n_head) * c.head_dim, kv_dim = static_cast<size_t>(c.n_head_kv) * c.head_dim;
@@ -225,6 +240,9 @@ void CpuBackend::attention(int il, const AttentionBlock& b) {
   for (const Span& sp : spans) {
     KvCache& kv = *sp.kv;
     const AttentionShape s{c.n_head, c.n_head_kv, c.head_dim, kv.ctx(), 1.0f / std::sqrt(static_cast<float>(hd))};
+    AttentionExtras extras;
+    extras.sinks = b.sinks ? L.attn_sinks.f32() : nullptr;
+    extras.window = b.window;
     const float* q = q_.data() + sp.t0 * q_dim;
     const float* k = k_.data() + sp.t0 * kv_dim;
     const float* v = v_.data() + sp.t0 * kv_dim;
@@ -232,15 +250,15 @@ void CpuBackend::attention(int il, const AttentionBlock& b) {
     switch (kv.type()) {
       case KvType::F32:
         kv_store(s, k, v, sp.n, sp.pos0, kv.k_f32(il), kv.v_f32(il));
-        ms::attention(pool_, s, q, kv.k_f32(il), kv.v_f32(il), sp.n, sp.pos0, att);
+        ms::attention(pool_, s, q, kv.k_f32(il), kv.v_f32(il), sp.n, sp.pos0, att, extras);
         break;
       case KvType::Q8_0:
         kv_store(s, k, v, sp.n, sp.pos0, kv.k_q8(il), kv.v_q8(il));
-        ms::attention(pool_, s, q, kv.k_q8(il), kv.v_q8(il), sp.n, sp.pos0, att);
+        ms::attention(pool_, s, q, kv.k_q8(il), kv.v_q8(il), sp.n, sp.pos0, att, extras);
         break;
       case KvType::F16:
         kv_store(s, k, v, sp.n, sp.pos0, kv.k_f16(il), kv.v_f16(il));
-        ms::attention(pool_, s, q, kv.k_f16(il), kv.v_f16(il), sp.n, sp.pos0, att);
+        ms::attention(pool_, s, q, kv.k_f16(il), kv.v_f16(il), sp.n, sp.pos0, att, extras);
         break;
     }
   }
@@ -252,6 +270,7 @@ void CpuBackend::attention(int il, const AttentionBlock& b) {
         for (int64_t i = 0; i < hd; ++i) a[i] *= 1.0f / (1.0f + std::exp(-g[i]));
       }
   project(pool_, att_.data(), n, q_dim, {{&L.wo, tmp_.data()}});
+  if (b.output_bias) add_bias(tmp_.data(), L.bo, n, D);
   add_inplace(h_.data(), tmp_.data(), static_cast<int64_t>(n) * D);
 }
 
@@ -332,6 +351,7 @@ void CpuBackend::moe_ffn(int il, const MoeFfnBlock& b) {
   for (int t = 0; t < n; ++t) rmsnorm(h_.data() + t * D, L.ffn_norm.f32(), x_.data() + t * D, D, c.rms_eps);
   const int E = c.n_expert, k = c.n_expert_used;
   project(pool_, x_.data(), n, D, {{&L.router, router_logits_.data()}});
+  if (b.router_bias) add_bias(router_logits_.data(), L.router_b, n, E);
   for (int t = 0; t < n; ++t) {
     router_topk_ref(router_logits_.data() + static_cast<int64_t>(t) * E, E, k, b.router_mode, b.renorm,
                     route_ids_.data() + t * k, route_w_.data() + t * k);

@@ -15,6 +15,7 @@ constexpr Recipe kRecipes[] = {
     {"qwen3", decoder_layer},
     {"qwen3moe", decoder_layer},
     {"qwen35moe", qwen35moe_layer},
+    {"gpt-oss", gpt_oss_layer},
 };
 
 // Records the calls instead of computing.

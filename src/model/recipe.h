@@ -34,6 +34,7 @@ const Recipe& recipe_for(const ModelConfig& c);
 // The recipes (model/recipe_*.cpp).
 void decoder_layer(LayerBlocks& b, const ModelConfig& c, int il);    // llama, qwen2, qwen3, qwen3moe
 void qwen35moe_layer(LayerBlocks& b, const ModelConfig& c, int il);  // Qwen3.5/3.6-MoE hybrids
+void gpt_oss_layer(LayerBlocks& b, const ModelConfig& c, int il);    // OpenAI gpt-oss
 
 // ---- what a recipe asks of a backend, without running it
 
