@@ -1,9 +1,10 @@
 // The architectures the engine runs, as data: one row per GGUF
-// `general.architecture` with the few switches the generic layer recipe
-// (src/engine/cpu_backend.cpp) reads. Adding a Llama-like architecture means
-// adding a row here, not a forward pass.
+// `general.architecture` with the switches the loader (model/weights.cpp)
+// and the recipes (model/recipe*.cpp, over the blocks of model/blocks.h)
+// read. A Llama-like architecture is a row here and a line in kRecipes
+// (model/recipe.cpp) naming the shared decoder recipe, not a forward pass.
 //
-// The recipe, for every layer (pre-norm decoder):
+// The decoder recipe (model/recipe_decoder.cpp), for every layer:
 //   x = rmsnorm(h, attn_norm)
 //   q, k, v = Wq x (+bq), Wk x (+bk), Wv x (+bv)         bias: qkv_bias
 //   q, k = rmsnorm per head (attn_q_norm, attn_k_norm)   qk_norm
