@@ -6,6 +6,8 @@
 #pragma once
 #include <string>
 
+#include "tokenizer/reply_decoder.h"
+
 namespace ms {
 class Tokenizer;
 }
@@ -16,5 +18,11 @@ namespace ms::cli {
 // `serve --chat-template`; "" = the file's). Throws ms::Error for an unknown
 // name or a template that refuses the message.
 std::string chat_prompt(const Tokenizer& tok, const std::string& user_text, const std::string& format = "");
+
+// Prints what a ReplyDecoder gave: the answer on stdout; a gpt-oss model's
+// reasoning (its analysis channel) on stderr unless `quiet`, so stdout holds
+// the answer alone; a tool call as a note on stderr (run offers no tools, so
+// the call goes nowhere).
+void print_reply(const HarmonyParser::Out& piece, bool quiet);
 
 }  // namespace ms::cli

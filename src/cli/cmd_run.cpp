@@ -297,7 +297,8 @@ RegisterCommand reg("run", [](CLI::App& app) {
     if (!r.quiet && !c.rope_scaling.is_identity())
       std::fprintf(stderr, "moestream: RoPE scaling %s\n", describe_rope_scaling(c.rope_scaling).c_str());
 
-    StreamDecoder dec(tok);
+    // --chat with a gpt-oss (harmony) model: answer, reasoning and tool calls apart.
+    ReplyDecoder dec(tok, r.chat);
     if (!r.quiet && r.prompt_tokens <= 0 && !r.chat) {
       std::fputs(r.prompt.c_str(), stdout);
       std::fflush(stdout);
@@ -315,11 +316,10 @@ RegisterCommand reg("run", [](CLI::App& app) {
     }
     GenerateStats st = generate(*be, kv, sampler, &tok, prompt, gp, [&](int32_t id) {
       if (gp.stop_at_eog && tok.is_eog(id)) return true;
-      std::fputs(dec.push(id).c_str(), stdout);
-      std::fflush(stdout);
+      print_reply(dec.push(id), r.quiet);
       return true;
     });
-    std::fputs(dec.flush().c_str(), stdout);
+    print_reply(dec.flush(), r.quiet);
     std::fputs("\n", stdout);
     std::fflush(stdout);
     if (!r.quiet) {

@@ -8,6 +8,7 @@
 
 #include "tiny_vocabs.h"
 #include "tokenizer/harmony.h"
+#include "tokenizer/reply_decoder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ms {
@@ -142,6 +143,32 @@ TEST(HarmonyEndOfGeneration, ReturnAndCallStopButEndDoesNot) {
   // Phi-3 style vocabularies (an <|end|> but no <|return|>/<|call|>) still stop at <|end|>.
   const Tokenizer phi(test::tiny_bpe({}, {"<|user|>", "<|assistant|>", "<|end|>"}));
   EXPECT_TRUE(phi.is_eog(phi.find_token("<|end|>")));
+}
+
+TEST(ReplyDecoder, HarmonyOnlyForChatsWithHarmonyVocabularies) {
+  const Tokenizer tok = harmony_tokenizer();
+  const std::string gen = "<|channel|>analysis<|message|>hm<|end|><|start|>assistant<|channel|>final<|message|>Hi";
+  auto run = [&](ReplyDecoder d) {
+    HarmonyParser::Out all;
+    for (int32_t id : tok.encode(gen, false, true)) {
+      HarmonyParser::Out o = d.push(id);
+      all.content += o.content, all.reasoning += o.reasoning;
+    }
+    HarmonyParser::Out o = d.flush();
+    all.content += o.content, all.reasoning += o.reasoning;
+    return all;
+  };
+  const ReplyDecoder chat(tok, true);
+  EXPECT_TRUE(chat.harmony());
+  const auto c = run(ReplyDecoder(tok, true));
+  EXPECT_EQ(c.content, "Hi");
+  EXPECT_EQ(c.reasoning, "hm");
+  // Not a chat (a raw prompt): plain decoding, control tokens print nothing.
+  EXPECT_FALSE(ReplyDecoder(tok, false).harmony());
+  EXPECT_EQ(run(ReplyDecoder(tok, false)).content, "analysishmassistantfinalHi");
+  // A chat with another vocabulary: plain decoding too.
+  const Tokenizer chatml(test::tiny_bpe({}, {"<|im_start|>", "<|im_end|>"}));
+  EXPECT_FALSE(ReplyDecoder(chatml, true).harmony());
 }
 
 }  // namespace
