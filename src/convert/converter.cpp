@@ -28,13 +28,13 @@ namespace fs = std::filesystem;
 // Staging per block of rows: the f32 copy is at most this big.
 constexpr int64_t kBlockFloats = 8 << 20;  // 32 MiB of f32
 
-// One source row (row_len elements starting at element row*row_len) as f32.
-void read_row_f32(const StTensor& t, int64_t row, int64_t row_len, float* dst) {
+// Elements [first, first + row_len) of a tensor, as f32.
+void read_span_f32(const StTensor& t, int64_t first, int64_t row_len, float* dst) {
   const int64_t size = st_dtype_size(t.dtype);
-  const uint64_t begin = static_cast<uint64_t>(row * row_len * size);
+  const uint64_t begin = static_cast<uint64_t>(first * size);
   const uint64_t len = static_cast<uint64_t>(row_len * size);
-  if (row < 0 || begin + len > t.nbytes)
-    throw Error("internal: row " + std::to_string(row) + " outside tensor '" + t.name + "'");
+  if (first < 0 || begin + len > t.nbytes)
+    throw Error("internal: elements from " + std::to_string(first) + " outside tensor '" + t.name + "'");
   const uint8_t* p = t.data + begin;
   switch (t.dtype) {
     case StDType::F32: std::memcpy(dst, p, len); return;
@@ -56,6 +56,11 @@ void read_row_f32(const StTensor& t, int64_t row, int64_t row_len, float* dst) {
     default:
       throw Error(t.file + ": tensor '" + t.name + "' has dtype " + st_dtype_name(t.dtype) + ", which cannot be converted");
   }
+}
+
+// One source row (row_len elements starting at element row*row_len) as f32.
+void read_row_f32(const StTensor& t, int64_t row, int64_t row_len, float* dst) {
+  read_span_f32(t, row * row_len, row_len, dst);
 }
 
 void encode_row(DType type, const float* src, void* dst, int64_t n) {
@@ -86,7 +91,7 @@ void release_pages(const uint8_t* p, uint64_t n) {
   madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advisory: errors are harmless
 }
 
-bool in_order(const Slab& s) { return s.permute_heads == 0 && s.row_map.empty(); }
+bool in_order(const Slab& s) { return s.permute_heads == 0 && s.row_map.empty() && !s.is_gather(); }
 
 void apply_value_op(ValueOp op, float* row, int64_t n) {
   switch (op) {
@@ -112,13 +117,23 @@ void write_tensor(GgufWriter& w, const PlannedTensor& t, ThreadPool& pool, Progr
     out.resize(static_cast<size_t>(block_rows * rb));
     const int64_t elem = st_dtype_size(s.src->dtype);
     const int64_t grain = std::max<int64_t>(1, 16384 / n);  // ~64 KiB of f32 per task
+    // A gather reads its whole span once (one expert of gpt-oss: n_embd x
+    // 2 ff values), then picks strided elements from it.
+    std::vector<float> span;
+    if (s.is_gather()) {
+      span.resize(static_cast<size_t>(s.gather_span()));
+      read_span_f32(*s.src, s.gather_base, s.gather_span(), span.data());
+    }
     for (int64_t r0 = 0; r0 < s.n_rows; r0 += block_rows) {
       const int64_t rows = std::min(block_rows, s.n_rows - r0);
       pool.parallel_for(rows, grain, [&](int64_t b, int64_t e) {
         std::vector<float> src;
         for (int64_t r = b; r < e; ++r) {
           float* row = f32.data() + r * n;
-          if (s.col_map.empty()) {
+          if (s.is_gather()) {
+            const float* base = span.data() + (r0 + r) * s.gather_row;
+            for (int64_t i = 0; i < n; ++i) row[i] = base[i * s.gather_elem];
+          } else if (s.col_map.empty()) {
             read_row_f32(*s.src, s.first_row + source_row_in_slab(s, r0 + r), n, row);
           } else {  // elements out of order within the row
             src.resize(static_cast<size_t>(n));
@@ -135,7 +150,9 @@ void write_tensor(GgufWriter& w, const PlannedTensor& t, ThreadPool& pool, Progr
         release_pages(s.src->data + (s.first_row + r0) * n * elem, static_cast<uint64_t>(rows * n * elem));
     }
     // Permuted slabs read rows out of order: release at the end.
-    if (!in_order(s))
+    if (s.is_gather())
+      release_pages(s.src->data + s.gather_base * elem, static_cast<uint64_t>(s.gather_span() * elem));
+    else if (!in_order(s))
       release_pages(s.src->data + s.first_row * n * elem, static_cast<uint64_t>(s.n_rows * n * elem));
   }
 }
@@ -226,6 +243,18 @@ void write_model_metadata(GgufWriter& w, const HfModelConfig& c, ConvertType typ
     w.set(a + "expert_used_count", u32(c.n_expert_used));
     w.set(a + "expert_feed_forward_length", u32(c.n_ff_exp));
     w.set(a + "expert_weights_norm", GgufValue::of_bool(c.norm_topk_prob));
+  }
+  if (c.arch == HfArch::GptOss) {
+    w.set(a + "attention.sliding_window", u32(c.sliding_window));
+    // llama.cpp's gpt-oss pattern is the even layers; another layer_types
+    // pattern is written per layer (the loader and llama.cpp read the array).
+    bool even = true;
+    for (size_t il = 0; il < c.swa_layers.size(); ++il) even = even && c.swa_layers[il] == (il % 2 == 0);
+    if (!even) {
+      std::vector<GgufValue> swa;
+      for (bool b : c.swa_layers) swa.push_back(GgufValue::of_bool(b));
+      w.set(a + "attention.sliding_window_pattern", GgufValue::of_array(GgufType::BOOL, std::move(swa)));
+    }
   }
   if (c.arch == HfArch::Qwen35Moe) {
     // block_count counts the MTP blocks written after the main stack.

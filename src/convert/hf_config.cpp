@@ -29,6 +29,7 @@ constexpr ArchName kArchs[] = {
     {"qwen3", "Qwen3ForCausalLM", HfArch::Qwen3, "qwen3"},
     {"qwen3_5_moe_text", "Qwen3_5MoeForCausalLM", HfArch::Qwen35Moe, "qwen35moe"},
     {"qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration", HfArch::Qwen35Moe, "qwen35moe"},
+    {"gpt_oss", "GptOssForCausalLM", HfArch::GptOss, "gpt-oss"},
 };
 
 // A field that may be absent or null.
@@ -80,6 +81,13 @@ bool get_bool_or(const json& j, const char* key, const std::string& where, bool 
 // llama3, YaRN with attention_factor / mscale / mscale_all_dim / truncate) are
 // refused rather than written as a file that silently computes something else.
 void read_rope(const json& j, const std::string& where, double def_theta, HfModelConfig& c) {
+  // gpt-oss's YaRN says "truncate": false (its ramp ends not rounded to whole
+  // pairs). The GGUF keys cannot say so and llama.cpp, whose files these
+  // must match, rounds them: gpt-oss checkpoints are converted as llama.cpp
+  // converts them, the difference is below bf16's resolution for the real
+  // model's head size (see tools/hf_parity.py's gpt-oss entry, which uses
+  // truncate: true to compare exactly).
+  const bool truncate_ok = c.arch == HfArch::GptOss;
   c.rope_theta = get_float_or(j, "rope_theta", where, def_theta);
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
     const json* rp = field(j, key);
@@ -100,7 +108,7 @@ void read_rope(const json& j, const std::string& where, double def_theta, HfMode
                   "', which moestream convert does not support (unscaled, linear or plain YaRN); use a checkpoint "
                   "without it");
     for (const char* unsupported : {"attention_factor", "attn_factor", "mscale", "mscale_all_dim", "truncate"})
-      if (field(*rp, unsupported))
+      if (field(*rp, unsupported) && !(truncate_ok && std::string(unsupported) == "truncate"))
         throw Error(in + " has \"" + unsupported + "\", a RoPE " + type +
                     " variant whose magnitude or frequencies the GGUF rope.scaling keys cannot express; use a "
                     "checkpoint without it");
@@ -182,10 +190,46 @@ void read_qwen35(const json& j, const std::string& where, HfModelConfig& c) {
   c.n_mtp = get_int_or(j, "mtp_num_hidden_layers", where, 0);
 }
 
+// gpt-oss: experts with biases and a clamped SwiGLU (its constants are the
+// engine's: alpha 1.702, limit = swiglu_limit must be 7), attention sinks,
+// sliding-window attention on the layers layer_types marks.
+void read_gpt_oss(const json& j, const std::string& where, HfModelConfig& c) {
+  c.n_expert = field(j, "num_local_experts") ? get_int(j, "num_local_experts", where) : get_int(j, "num_experts", where);
+  c.n_expert_used = field(j, "num_experts_per_tok") ? get_int(j, "num_experts_per_tok", where)
+                                                    : get_int(j, "experts_per_token", where);
+  c.n_ff_exp = get_int(j, "intermediate_size", where);
+  c.n_ff = c.n_ff_exp;
+  c.norm_topk_prob = false;  // softmax over the k chosen logits: already sums to 1
+  c.attn_bias = true;
+  c.attn_out_bias = true;
+  if (const json* q = field(j, "quantization_config"); q && q->is_object() && q->value("quant_method", "") == "mxfp4")
+    throw Error(where + ": this gpt-oss checkpoint stores its experts in MXFP4 (_blocks/_scales tensors), which "
+                "moestream convert does not read; convert a bf16 checkpoint (transformers can dequantize one: "
+                "Mxfp4Config(dequantize=True)) or use a published gpt-oss GGUF directly");
+  const double limit = get_float_or(j, "swiglu_limit", where, 7.0);
+  if (limit != 7.0)
+    throw Error(where + ": swiglu_limit " + std::to_string(limit) + " is not gpt-oss's 7, which moestream computes with");
+  c.sliding_window = get_int(j, "sliding_window", where);
+  c.swa_layers.assign(static_cast<size_t>(c.n_layer), false);
+  if (const json* lt = field(j, "layer_types")) {
+    if (!lt->is_array() || static_cast<int64_t>(lt->size()) != c.n_layer)
+      throw Error(where + ": layer_types must list one kind per layer (" + std::to_string(c.n_layer) + ")");
+    for (int64_t il = 0; il < c.n_layer; ++il) {
+      const json& k = (*lt)[static_cast<size_t>(il)];
+      if (k != "sliding_attention" && k != "full_attention")
+        throw Error(where + ": layer_types[" + std::to_string(il) + "] is " + k.dump() +
+                    "; a gpt_oss layer is \"sliding_attention\" or \"full_attention\"");
+      c.swa_layers[static_cast<size_t>(il)] = k == "sliding_attention";
+    }
+  } else {
+    for (int64_t il = 0; il < c.n_layer; il += 2) c.swa_layers[static_cast<size_t>(il)] = true;
+  }
+}
+
 }  // namespace
 
 const char* hf_supported_model_types() {
-  return "qwen3_moe, qwen3_5_moe (and qwen3_5_moe_text), mixtral, llama, mistral, qwen2, qwen3";
+  return "qwen3_moe, qwen3_5_moe (and qwen3_5_moe_text), gpt_oss, mixtral, llama, mistral, qwen2, qwen3";
 }
 
 HfModelConfig parse_hf_config(const std::string& text, const std::string& where) {
@@ -276,6 +320,9 @@ HfModelConfig parse_hf_config(const std::string& text, const std::string& where)
     case HfArch::Qwen35Moe:
       read_qwen35(j, where, c);
       break;
+    case HfArch::GptOss:
+      read_gpt_oss(j, where, c);
+      break;
     case HfArch::Mixtral:
       c.n_ff = get_int(j, "intermediate_size", where);
       c.n_expert = get_int(j, "num_local_experts", where);
@@ -291,7 +338,7 @@ HfModelConfig parse_hf_config(const std::string& text, const std::string& where)
     throw Error(where + ": num_experts_per_tok " + std::to_string(c.n_expert_used) + " exceeds the " +
                 std::to_string(c.n_expert) + " experts");
   if (const json* sw = field(j, "sliding_window");
-      sw && c.arch != HfArch::Qwen3Moe && c.arch != HfArch::Qwen3 && c.arch != HfArch::Qwen2 &&
+      sw && c.arch != HfArch::Qwen3Moe && c.arch != HfArch::Qwen3 && c.arch != HfArch::Qwen2 && c.arch != HfArch::GptOss &&
       sw->is_number_integer() && sw->get<int64_t>() < c.n_ctx)
     throw Error(where + ": sliding_window " + sw->dump() + " is smaller than the context (" +
                 std::to_string(c.n_ctx) + "); sliding-window attention is not supported");

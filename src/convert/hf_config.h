@@ -11,6 +11,8 @@
 //   qwen3_5_moe (Qwen3_5MoeForConditionalGeneration: text_config, tensors
 //   under model.language_model.; the vision tower is not converted)
 //                                    -> GGUF arch "qwen35moe"
+//   gpt_oss (GptOssForCausalLM)      -> GGUF arch "gpt-oss" (bf16/f32 experts;
+//                                       the published MXFP4 _blocks/_scales form is refused)
 // Both transformers 4.x and 5.x spellings are read (e.g. rope_theta or
 // rope_parameters.rope_theta; num_experts or num_local_experts).
 #pragma once
@@ -20,7 +22,7 @@
 
 namespace ms {
 
-enum class HfArch { Qwen3Moe, Mixtral, Llama, Qwen2, Qwen3, Qwen35Moe };
+enum class HfArch { Qwen3Moe, Mixtral, Llama, Qwen2, Qwen3, Qwen35Moe, GptOss };
 
 struct HfModelConfig {
   HfArch arch = HfArch::Llama;
@@ -82,6 +84,11 @@ struct HfModelConfig {
     return full_attn_interval > 0 && (il + 1) % full_attn_interval != 0;
   }
 
+  // gpt-oss: the sliding window and which layers use it (layer_types'
+  // "sliding_attention"; without layer_types: the even layers).
+  int64_t sliding_window = 0;
+  std::vector<bool> swa_layers;
+
   bool is_moe() const { return n_expert > 0; }
 };
 
@@ -94,6 +101,6 @@ HfModelConfig parse_hf_config(const std::string& json_text, const std::string& w
 // Reads DIR/config.json.
 HfModelConfig read_hf_config(const std::string& dir);
 
-const char* hf_supported_model_types();  // "qwen3_moe, qwen3_5_moe, mixtral, llama, mistral, qwen2, qwen3"
+const char* hf_supported_model_types();  // "qwen3_moe, qwen3_5_moe, gpt_oss, mixtral, llama, mistral, qwen2, qwen3"
 
 }  // namespace ms

@@ -339,6 +339,57 @@ void plan_qwen35_layer(Builder& b, const HfModelConfig& c, const SafetensorsMode
   b.add_slab(blk + "ffn_gate_inp_shexp.weight", TensorRole::Router, layer, {H}, std::move(sg));
 }
 
+namespace {
+
+// A strided gather over a whole source tensor (tensor_plan.h: Slab).
+Slab gather(const StTensor& src, int64_t base, int64_t n_rows, int64_t row_len, int64_t row_step, int64_t elem_step) {
+  Slab s;
+  s.src = &src;
+  s.n_rows = n_rows;
+  s.row_len = row_len;
+  s.gather_base = base;
+  s.gather_row = row_step;
+  s.gather_elem = elem_step;
+  return s;
+}
+
+// gpt-oss's MoE block: the router with its bias, and experts stored
+// transposed ([E, in, out]) with gate and up interleaved (gate = even output
+// columns of gate_up_proj, up = odd), each with a bias.
+void add_gpt_oss_moe(Builder& b, const HfModelConfig& c, int layer, const std::string& hf) {
+  const int64_t E = c.n_expert, H = c.n_embd, F = c.n_ff_exp;
+  const std::string blk = "blk." + std::to_string(layer) + ".", mlp = hf + "mlp.", ex = mlp + "experts.";
+  const std::string why = "num_local_experts=" + std::to_string(E) + ", intermediate_size=" + std::to_string(F) +
+                          ", hidden_size=" + std::to_string(H);
+  b.add_whole(blk + "ffn_gate_inp.weight", TensorRole::Router, layer, mlp + "router.weight", {E, H}, why);
+  b.add_whole(blk + "ffn_gate_inp.bias", TensorRole::Bias, layer, mlp + "router.bias", {E}, why);
+  const StTensor& gu = b.take(ex + "gate_up_proj", {E, H, 2 * F}, why);
+  const StTensor& gub = b.take(ex + "gate_up_proj_bias", {E, 2 * F}, why);
+  const StTensor& dn = b.take(ex + "down_proj", {E, F, H}, why);
+  PlannedTensor gate = b.make(blk + "ffn_gate_exps.weight", TensorRole::FfnGate, layer, {H, F, E});
+  PlannedTensor up = b.make(blk + "ffn_up_exps.weight", TensorRole::FfnUp, layer, {H, F, E});
+  PlannedTensor down = b.make(blk + "ffn_down_exps.weight", TensorRole::FfnDown, layer, {F, H, E});
+  for (int64_t e = 0; e < E; ++e) {
+    // Row f of expert e's gate: gate_up_proj[e, :, 2f] (up: 2f + 1).
+    gate.slabs.push_back(gather(gu, e * H * 2 * F, F, H, 2, 2 * F));
+    up.slabs.push_back(gather(gu, e * H * 2 * F + 1, F, H, 2, 2 * F));
+    // Row h of expert e's down: down_proj[e, :, h].
+    down.slabs.push_back(gather(dn, e * F * H, H, F, 1, H));
+  }
+  PlannedTensor gate_b = b.make(blk + "ffn_gate_exps.bias", TensorRole::Bias, layer, {F, E});
+  PlannedTensor up_b = b.make(blk + "ffn_up_exps.bias", TensorRole::Bias, layer, {F, E});
+  gate_b.slabs.push_back(gather(gub, 0, E, F, 2 * F, 2));
+  up_b.slabs.push_back(gather(gub, 1, E, F, 2 * F, 2));
+  b.out().push_back(std::move(gate));
+  b.out().push_back(std::move(up));
+  b.out().push_back(std::move(down));
+  b.out().push_back(std::move(gate_b));
+  b.out().push_back(std::move(up_b));
+  b.add_whole(blk + "ffn_down_exps.bias", TensorRole::Bias, layer, ex + "down_proj_bias", {E, H}, why);
+}
+
+}  // namespace
+
 ConversionPlan plan_conversion(const HfModelConfig& c, const SafetensorsModel& m, ConvertType target) {
   Builder b(c, m, target);
   const int64_t H = c.n_embd, V = c.n_vocab, D = c.head_dim;
@@ -407,9 +458,14 @@ ConversionPlan plan_conversion(const HfModelConfig& c, const SafetensorsModel& m
       b.add_whole(blk + "attn_q_norm.weight", TensorRole::Norm, L, at + "q_norm.weight", {D}, "head_dim");
       b.add_whole(blk + "attn_k_norm.weight", TensorRole::Norm, L, at + "k_norm.weight", {D}, "head_dim");
     }
-    b.add_whole(blk + "ffn_norm.weight", TensorRole::Norm, L, hf + "post_attention_layernorm.weight", {H}, hdims);
-
-    if (c.is_moe()) {
+    const bool gpt_oss = c.arch == HfArch::GptOss;
+    b.add_whole(blk + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), TensorRole::Norm, L,
+                hf + "post_attention_layernorm.weight", {H}, hdims);
+    if (gpt_oss) {
+      b.add_whole(blk + "attn_sinks.weight", TensorRole::Norm, L, at + "sinks", {c.n_head}, qdims);
+      add_gpt_oss_moe(b, c, L, hf);
+      layouts.insert("fused");
+    } else if (c.is_moe()) {
       // Mixtral's 4.x checkpoints call the block block_sparse_moe; 5.x and Qwen call it mlp.
       std::string moe = hf + "mlp";
       if (c.arch == HfArch::Mixtral && m.find(hf + "block_sparse_moe.gate.weight")) moe = hf + "block_sparse_moe";

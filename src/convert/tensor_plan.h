@@ -19,6 +19,13 @@
 //            experts.down_proj [E, n_embd, ff]                    (fused, 5.x)
 //              -> blk.N.ffn_{gate,up,down}_exps.weight, 3-D: GGUF shape
 //                 {n_embd, ff, E} for gate/up and {ff, n_embd, E} for down.
+// gpt-oss (GptOssForCausalLM) differs: post_attention_layernorm ->
+//   blk.N.post_attention_norm; self_attn.sinks -> blk.N.attn_sinks.weight;
+//   mlp.router.{weight,bias} -> ffn_gate_inp.{weight,bias}; experts stored
+//   [E, in, out] (transposed) with gate and up interleaved in gate_up_proj
+//   [E, n_embd, 2*ff] (gate = even columns, up = odd), gate_up_proj_bias
+//   [E, 2*ff] alike, down_proj [E, ff, n_embd], down_proj_bias [E, n_embd]
+//   -> ffn_{gate,up,down}_exps.{weight,bias} through strided gathers.
 //
 // The one transformation: for GGUF arch "llama" (Mixtral, Llama, Mistral) the
 // rows of attn_q and attn_k are permuted so that GGUF's adjacent-pair RoPE
@@ -54,6 +61,14 @@ struct Slab {
   // permute_heads is 0); element i of a row is source element col_map[i].
   std::vector<int64_t> row_map, col_map;
   ValueOp op = ValueOp::None;
+  // gather_elem > 0: a strided gather instead (gpt-oss's experts, stored
+  // [in, out] with gate and up interleaved): element i of slab row r is the
+  // source's flat element gather_base + r * gather_row + i * gather_elem
+  // (first_row, the maps and permute_heads unused).
+  int64_t gather_base = 0, gather_row = 0, gather_elem = 0;
+  bool is_gather() const { return gather_elem > 0; }
+  // Flat source elements a gather spans (from gather_base).
+  int64_t gather_span() const { return (n_rows - 1) * gather_row + (row_len - 1) * gather_elem + 1; }
 };
 
 // Slab row r (0 <= r < n_rows) reads source row first_row + source_row_in_slab(r).
