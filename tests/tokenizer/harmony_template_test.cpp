@@ -162,6 +162,27 @@ TEST(HarmonyTemplate, RefusesWhatTheFormatForbids) {
     EXPECT_THROW(render(Json{{"messages", m}, {"add_generation_prompt", true}}), jinja::TemplateRaised) << m.dump();
 }
 
+TEST(HarmonyTemplate, HostileInputsEndInALimitNotACrash) {
+  // A tool whose parameter nests arrays 200 deep: the template's type
+  // renderer recurses once per level, past Limits::max_call_depth.
+  Json type = {{"type", "object"}};
+  for (int i = 0; i < 200; ++i) type = Json{{"type", "array"}, {"items", type}};
+  Json tool = weather_tool();
+  tool["function"]["parameters"]["properties"]["deep"] = type;
+  const Json deep = {{"messages", Json::array({msg("user", "x")})},
+                     {"tools", Json::array({tool})},
+                     {"add_generation_prompt", true}};
+  EXPECT_THROW(render(deep), jinja::LimitExceeded);
+  // A huge message renders (it is only copied), a longer one than the output
+  // limit is refused.
+  const std::string big(4u << 20, 'a');
+  const std::string out = render({{"messages", Json::array({msg("user", big)})}, {"add_generation_prompt", true}});
+  EXPECT_NE(out.find(big), std::string::npos);
+  const std::string huge(jinja::Limits().max_output_bytes + 1, 'b');
+  EXPECT_THROW(render({{"messages", Json::array({msg("user", huge)})}, {"add_generation_prompt", true}}),
+               jinja::LimitExceeded);
+}
+
 // ---------------------------------------------------------------- against Python Jinja2
 
 std::string python_with_jinja2() {
