@@ -3,7 +3,7 @@
 
 Runs on the GPU machine (python3 with torch, transformers 5.x, safetensors,
 tokenizers; no network). For each architecture (Qwen3-MoE, Qwen3.5/3.6-MoE
-(qwen35moe), Mixtral) it
+(qwen35moe), Mixtral, gpt-oss) it
 
   1. builds a tiny random-initialised model from a config (a few layers,
      8-16 experts, top-2..4, hidden 128), with the vocabulary of a real
@@ -213,7 +213,43 @@ MODELS = {
         rope_theta=1000000.0,
         n_expert=8, top_k=2,
     ),
+    # gpt-oss (GptOssForCausalLM, GGUF arch gpt-oss): every part of the real
+    # recipe at test size: biases on q/k/v/o, router and experts, attention
+    # sinks, a sliding window of 8 on the even layers (the 48- and 200-token
+    # prompts cross it), the clamped SwiGLU, YaRN x32 over 4096 (the real
+    # rope_scaling, with truncate: true so transformers rounds the ramp ends
+    # as llama.cpp's GGUF keys do; the published config says false, see
+    # src/convert/hf_config.cpp). max_position_embeddings 32 x 4096 as the
+    # real config (transformers derives YaRN's factor from that ratio when
+    # original_max_position_embeddings is given). Types: f32, f16, bf16 only:
+    # its experts are stored transposed ([E, in, out]) and run through
+    # matmuls, which the q8_0 emulation (F.linear rows) does not cover.
+    "gpt-oss": dict(
+        hf_class="GptOssForCausalLM",
+        config_class="GptOssConfig",
+        tokenizer="qwen3",
+        config=dict(
+            hidden_size=64, intermediate_size=64, num_hidden_layers=4,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            num_local_experts=8, num_experts_per_tok=2, sliding_window=8,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            max_position_embeddings=131072, rms_norm_eps=1e-5, tie_word_embeddings=False,
+            hidden_act="silu", swiglu_limit=7.0, attention_bias=True,
+        ),
+        rope_theta=150000.0,
+        rope_extra=dict(rope_type="yarn", factor=32.0, original_max_position_embeddings=4096,
+                        beta_fast=32.0, beta_slow=1.0, truncate=True),
+        n_expert=8, top_k=2,
+        types=["f32", "f16", "bf16"],
+    ),
 }
+
+
+def model_args(args, spec):
+    """args with --types narrowed to the types the model's spec supports."""
+    if "types" not in spec:
+        return args
+    return argparse.Namespace(**{**vars(args), "types": [t for t in args.types if t in spec["types"]]})
 
 
 # ---------------------------------------------------------------- results table
@@ -452,6 +488,9 @@ def router_modules(model):
     out = []
     for i, layer in enumerate(model.model.layers):
         block = getattr(layer, "mlp", None)
+        if block is not None and hasattr(block, "router"):  # gpt-oss: mlp.router (weight + bias)
+            out.append((i, block.router))
+            continue
         if block is None or not hasattr(block, "gate"):
             block = getattr(layer, "block_sparse_moe")
         out.append((i, block.gate))
@@ -600,6 +639,7 @@ def is_router(param_name):
     (mlp.gate in 5.x); Qwen3.5's shared-expert gate, Gated DeltaNet's alpha/beta
     projections (in_proj_a/b) and conv taps."""
     return (param_name.endswith(".gate.weight") or param_name.endswith(".gate")
+            or param_name.endswith(".router.weight") or param_name.endswith("_bias")  # gpt-oss: router, expert biases
             or param_name.endswith("shared_expert_gate.weight")
             or any(f".linear_attn.{p}." in param_name for p in ("in_proj_a", "in_proj_b", "conv1d")))
 
@@ -1355,7 +1395,7 @@ def run_layer_diff(args, torch, transformers):
     parts, errors, self_ok = [], [], True
     for name in args.models:
         try:
-            md, ok = layer_diff(name, MODELS[name], args, ms, torch, transformers)
+            md, ok = layer_diff(name, MODELS[name], model_args(args, MODELS[name]), ms, torch, transformers)
             parts.append(md)
             self_ok = self_ok and ok
         except Exception as e:  # noqa: BLE001 -- report and go on with the next model
@@ -1462,7 +1502,7 @@ def main():
     errors = []
     for name in args.models:
         try:
-            check_model(name, MODELS[name], args, ms, res, torch, transformers)
+            check_model(name, MODELS[name], model_args(args, MODELS[name]), ms, res, torch, transformers)
         except Exception as e:  # noqa: BLE001 -- report and go on with the next model
             errors.append(f"{name}: {e}")
             res.add(name, "-", "ran to the end", "error", "-", False, str(e).splitlines()[0][:120])
