@@ -18,6 +18,8 @@ tokenizers; no network). For each architecture it
                   published Qwen3.5/3.6 checkpoints carry; transformers does
                   not make them, so they are added to the safetensors here)
        mixtral    MixtralForCausalLM
+       gpt-oss    GptOssForCausalLM (biases, sinks, sliding window 4 on
+                  the even layers, YaRN), pre-tokenizer gpt-4o
   2. converts it with llama.cpp's convert_hf_to_gguf.py to f32, f16 and q8_0
      (--outtype), qwen35moe also with --no-mtp; the converter is run as it
      is, except that the tokenizer's pre-tokenizer name is given (the hash
@@ -93,6 +95,21 @@ MODELS = {
                     num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=256,
                     rms_norm_eps=1e-5, tie_word_embeddings=False, sliding_window=None, hidden_act="silu"),
         rope_theta=1000000.0, n_expert=4),
+    # gpt-oss: biases, sinks, a window of 4 on the even layers (the 16-token
+    # sequence crosses it), YaRN as the real config (max_position_embeddings
+    # 32 x 4096; truncate: true, see hf_parity.py's entry). The experts are
+    # bf16/f32 here, which llama.cpp's converter takes ("not in MXFP4").
+    "gpt-oss": dict(
+        hf_class="GptOssForCausalLM", config_class="GptOssConfig", pre="gpt-4o",
+        config=dict(hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+                    sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+                    max_position_embeddings=131072, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                    hidden_act="silu", swiglu_limit=7.0, attention_bias=True),
+        rope_theta=150000.0,
+        rope_extra=dict(rope_type="yarn", factor=32.0, original_max_position_embeddings=4096,
+                        beta_fast=32.0, beta_slow=1.0, truncate=True),
+        n_expert=4),
 }
 
 # The converter run with the pre-tokenizer name given (see the docstring).
