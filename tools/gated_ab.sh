@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Gated decode A/B on the GPU machine: the GPU tests (ctest -L gpu), then for
 # each budget `moestream bench -p 0 -n 64` (decode) with the gated step and
-# with a round trip per tiered layer (MOESTREAM_HYBRID_GATED=0), interleaved
+# with a round trip per tiered layer (--no-gated), interleaved
 # REPS times (the machine varies ±10% run to run), plus the skew-1.0 model at
 # 8G with the adaptive policy. One line per run (tools/hybrid_bench_row.py).
 #
@@ -20,7 +20,8 @@ if [ -z "${SKIP_TESTS:-}" ]; then
 fi
 hybrid_model
 row() {  # model label budget policy gated
-  MOESTREAM_HYBRID_GATED=$5 timeout 180 $MS bench -m "$1" -p "${PP:-0}" -n 64 -r 1 --backend cuda --vram "$3" \
+  local no_gated=""; [ "$5" = 0 ] && no_gated=--no-gated
+  timeout 180 $MS bench -m "$1" -p "${PP:-0}" -n 64 -r 1 --backend cuda --vram "$3" $no_gated \
     --policy "$4" --json -o /tmp/g.json > /dev/null 2> /tmp/g.err || { echo "== $2 $3 gated=$5 failed: $(tail -1 /tmp/g.err)"; return; }
   python3 tools/hybrid_bench_row.py /tmp/g.json "== $2 $3 $4 gated=$5"
 }

@@ -3,7 +3,7 @@
 # each argument is "label|budget|bench args|env assignments[|skew]", run as
 # `env ... moestream bench -m $M -p ${P:-0} -n ${N:-64} -r 1 --backend cuda --vram budget args --json`
 # and printed as one row (tools/hybrid_bench_row.py), with the host's
-# per-layer-step profile (MOESTREAM_HYBRID_PROFILE=1) after it.
+# per-layer-step profile (--hybrid-profile) after it.
 #
 #   OUT=dir tools/hybrid_variants.sh "base|10.5G||" "noprefetch|10.5G|--prefetch off|" ...
 # (a fifth field "skew": the --router-skew 1.0 file, generated when absent).
@@ -30,8 +30,8 @@ for rep in $(seq 1 "${REPS:-1}"); do
         -o "$file" > /dev/null 2>&1 || echo "gen of the skew-1.0 model failed"
     fi
     # shellcheck disable=SC2086
-    env MOESTREAM_HYBRID_PROFILE=1 $envs timeout 240 $MS bench -m "$file" -p "${P:-0}" -n "${N:-64}" -r 1 --backend cuda \
-      --vram "$budget" $args --json -o /tmp/var.json > /dev/null 2> /tmp/var.err \
+    env $envs timeout 240 $MS bench -m "$file" -p "${P:-0}" -n "${N:-64}" -r 1 --backend cuda \
+      --vram "$budget" --hybrid-profile $args --json -o /tmp/var.json > /dev/null 2> /tmp/var.err \
       || { echo "== $label failed: $(tail -1 /tmp/var.err)"; continue; }
     python3 tools/hybrid_bench_row.py /tmp/var.json "== $label"
     grep -E "gated serve|gated staging|link timeline" /tmp/var.err | sed 's/^/   /'

@@ -70,8 +70,8 @@ if want bench || want ncu || want ncu-gemm; then
 fi
 if want bench; then
   "$MS" bench -m "$MODEL" --backend cuda -p 512 -n 128 -r 3 > "$OUT/bench.md" 2> /tmp/b.err; cat "$OUT/bench.md" >> "$S"
-  # Variants: VARIANTS="label|ENV=1 ENV2=0|bench args;..." (default below)
-  V=${VARIANTS:-"timing|MOESTREAM_CUDA_TIMING=1|-p 0 -n 128 -r 3;nopdl|MOESTREAM_CUDA_PDL=0|-p 512 -n 128 -r 3;fusemoe|MOESTREAM_CUDA_FUSE_MOE=1|-p 0 -n 128 -r 3;notiles|MOESTREAM_CUDA_EXPERT_TILES=0|-p 512 -n 0 -r 3;nofuseprefill|MOESTREAM_CUDA_NO_FUSE_PREFILL=1|-p 512 -n 0 -r 3"}
+  # Variants: VARIANTS="label|ENV=1 ENV2=0|bench args;..." (default below: tuning flags, `--help`'s "Tuning")
+  V=${VARIANTS:-"timing||--step-timing -p 0 -n 128 -r 3;nopdl||--no-pdl -p 512 -n 128 -r 3;nofuseprefill||--no-fuse-prefill -p 512 -n 0 -r 3;nofusedecode||--no-fuse-decode -p 0 -n 128 -r 3"}
   IFS=';' read -ra VS <<< "$V"
   for v in "${VS[@]}"; do
     IFS='|' read -r label envs args <<< "$v"

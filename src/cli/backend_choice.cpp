@@ -20,8 +20,6 @@
 #ifdef MOESTREAM_HAVE_CUDA
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/device.h"
-#include "cuda/expert_ffn.h"
-#include "cuda/gemm.h"
 #endif
 
 namespace ms::cli {
@@ -98,6 +96,56 @@ void add_vram_options(CLI::App& sub, VramSetup* v, bool steps) {
   sub.add_option("--cost", v->cost, "override measured cost-model figures, e.g. pcie_gbps=20,cpu_gbps=30")
       ->option_text("NAME=VALUE,...");
   if (steps) sub.add_flag("--verbose-steps", v->verbose_steps, "one line per forward pass: where experts ran, times");
+  add_tuning_options(sub, &v->tuning);
+}
+
+void add_tuning_options(CLI::App& sub, TuningSetup* t) {
+  const std::string g = tuning_group();
+  auto off = [&](const char* name, bool* field, const std::string& help) {
+    sub.add_flag_callback(name, [field] { *field = false; }, help)->group(g);
+  };
+  off("--no-graph", &t->graph, "CUDA: decode without replaying a captured CUDA graph per token");
+  off("--no-fuse-decode", &t->fuse_decode,
+      "CUDA: decode without the fused kernels (q/k norm + RoPE + KV append, one-row RMSNorm + Q8, router + top-k)");
+  off("--no-fuse-prefill", &t->fuse_prefill, "CUDA: prompt passes without the fused q/k norm + RoPE + KV append");
+  off("--no-pdl", &t->pdl, "CUDA: no programmatic dependent launch (sm_90+)");
+  sub.add_flag("--step-timing", t->step_timing,
+               "CUDA: time every decode step (GPU, the call, the caller's gap) and print the means at exit")
+      ->group(g);
+  off("--no-gated", &t->gated,
+      "tiered decode: a host round trip per tiered layer instead of one graph that checks residency on the GPU");
+  off("--no-prompt-stage", &t->prompt_stage,
+      "tiered prompts: copy a layer's cold experts when its routes are known, not ahead while earlier layers compute");
+  sub.add_flag("--prompt-cpu", t->prompt_cpu,
+               "tiered prompts: give the CPU a share of the cold experts also where the link would carry them all")
+      ->group(g);
+  off("--no-stage-gap", &t->stage_gap,
+      "tiered decode with --prefetch auto: ignore the queued copies and the GPU-only stretch when sizing staging");
+  off("--no-staged-hits", &t->staged_hits,
+      "tiered decode: a layer whose experts are all resident or staged still waits for the host");
+  off("--no-pinned-prompt", &t->pinned_prompt,
+      "tiered prompts: layers whose experts stay in VRAM go through the tiered step, not the all-resident kernels");
+  sub.add_option("--transit-slots", t->transit_slots,
+                 "tiered: slots per pool for experts streamed without being kept (0: chosen from the pass size; "
+                 "else at most " + std::to_string(kMaxTransitSlots) + ", taken as an even count of at least 2)")
+      ->check(CLI::Range(uint32_t{0}, kMaxTransitSlots))
+      ->option_text("N")
+      ->group(g);
+  sub.add_flag("--hybrid-profile", t->hybrid_profile,
+               "tiered decode: profile the host's serving of the gated step, printed at exit")
+      ->group(g);
+  sub.add_option("--link-timeline", t->link_timeline,
+                 "tiered prompts: how long the PCIe link idled, printed per pass (1) and also per planned layer (2)")
+      ->check(CLI::Range(0, 2))
+      ->option_text("0|1|2")
+      ->group(g);
+  sub.add_option("--spin-us", t->spin_us,
+                 "microseconds idle CPU worker threads spin before they sleep (default " +
+                     std::to_string(ThreadPool::kDefaultSpinUs) + "; at most " +
+                     std::to_string(ThreadPool::kMaxSpinUs) + ")")
+      ->check(CLI::Range(0, ThreadPool::kMaxSpinUs))
+      ->option_text("N")
+      ->group(g);
 }
 
 uint64_t parse_vram(const std::string& text, bool* full) {
@@ -200,22 +248,22 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
   o.kv_type = s.kv_type;
   if (s.ctx > 0) o.ctx = s.ctx;
   if (s.max_batch > 0) o.max_batch = s.max_batch;
-  // For A/B measurements: the prefill expert path, decode with or without graphs
-  // (see CudaBackend::Options).
-  if (const char* g = std::getenv("MOESTREAM_CUDA_GROUPED_EXPERTS")) o.grouped_matmul_experts = std::string(g) == "1";
-  if (const char* g = std::getenv("MOESTREAM_CUDA_NO_GRAPH")) o.use_graph = std::string(g) != "1";
-  if (const char* g = std::getenv("MOESTREAM_CUDA_NO_FUSE")) o.fused_decode = std::string(g) != "1";
-  if (const char* g = std::getenv("MOESTREAM_CUDA_FUSE_MOE")) o.fused_moe_decode = std::string(g) == "1";
-  if (const char* g = std::getenv("MOESTREAM_HYBRID_GATED")) o.gated_decode = std::string(g) != "0";
-  if (const char* g = std::getenv("MOESTREAM_HYBRID_PROMPT_STAGE")) o.prompt_stage = std::string(g) != "0";
-  if (const char* g = std::getenv("MOESTREAM_HYBRID_PROMPT_CPU")) o.prompt_cpu = std::string(g) == "1";
-  if (const char* g = std::getenv("MOESTREAM_HYBRID_STAGE_GAP")) o.stage_gap = std::string(g) != "0";
-  if (const char* g = std::getenv("MOESTREAM_HYBRID_STAGED_HITS")) o.staged_hits = std::string(g) != "0";
-  if (const char* g = std::getenv("MOESTREAM_HYBRID_PINNED_PROMPT")) o.pinned_prompt_kernels = std::string(g) != "0";
-  if (const char* g = std::getenv("MOESTREAM_CUDA_NO_FUSE_PREFILL")) o.fused_prefill = std::string(g) != "1";
-  if (const char* g = std::getenv("MOESTREAM_CUDA_EXPERT_TILES")) cuda::expert_ffn_set_balanced_tiles(std::string(g) != "0");
-  if (const char* g = std::getenv("MOESTREAM_CUDA_GEMM_BN")) cuda::matmul_set_int8_tile(std::atoi(g));
-  if (const char* g = std::getenv("MOESTREAM_HYBRID_TRANSIT")) o.transit_slots = static_cast<uint32_t>(std::max(2, std::atoi(g)));
+  // The tuning flags (TuningSetup says which option each one sets).
+  const TuningSetup& t = s.vram.tuning;
+  o.use_graph = t.graph;
+  o.fused_decode = t.fuse_decode;
+  o.fused_prefill = t.fuse_prefill;
+  o.pdl = t.pdl;
+  o.step_timing = t.step_timing;
+  o.gated_decode = t.gated;
+  o.prompt_stage = t.prompt_stage;
+  o.prompt_cpu = t.prompt_cpu;
+  o.stage_gap = t.stage_gap;
+  o.staged_hits = t.staged_hits;
+  o.pinned_prompt_kernels = t.pinned_prompt;
+  o.transit_slots = t.transit_slots;
+  o.hybrid_profile = t.hybrid_profile;
+  o.link_timeline = t.link_timeline;
   o.vram_budget = vram;
   o.vram_full = vram_full;
   o.policy = s.vram.policy;

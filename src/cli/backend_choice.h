@@ -23,7 +23,42 @@ class App;
 
 namespace ms::cli {
 
-// `--vram` and the options of tiered experts (CUDA backend).
+// The tuning flags ("Tuning" in --help): switches of measured choices, for
+// A/B runs and debugging. The defaults are the measured best
+// (bench/results/cuda_bench.md, hybrid_bench.md, cpu_bench.md); each field
+// sets the CudaBackend::Options (cuda/backend/cuda_backend.h) or ThreadPool
+// option of the same meaning.
+struct TuningSetup {
+  // CUDA backend
+  bool graph = true;           // --no-graph: decode without CUDA graph replay
+  bool fuse_decode = true;     // --no-fuse-decode
+  bool fuse_prefill = true;    // --no-fuse-prefill
+  bool pdl = true;             // --no-pdl
+  bool step_timing = false;    // --step-timing
+  // The tiered step (`--vram` below the model's size)
+  bool gated = true;           // --no-gated
+  bool prompt_stage = true;    // --no-prompt-stage
+  bool prompt_cpu = false;     // --prompt-cpu
+  bool stage_gap = true;       // --no-stage-gap
+  bool staged_hits = true;     // --no-staged-hits
+  bool pinned_prompt = true;   // --no-pinned-prompt
+  uint32_t transit_slots = 0;  // --transit-slots N (0: chosen)
+  bool hybrid_profile = false; // --hybrid-profile
+  int link_timeline = 0;       // --link-timeline N (0..2)
+  // CPU thread pool
+  int spin_us = -1;            // --spin-us N (-1: ThreadPool::kDefaultSpinUs)
+};
+
+// The heading of the tuning flags in --help.
+inline const char* tuning_group() { return "Tuning (defaults are measured best)"; }
+
+// Adds the tuning flags to a command, under tuning_group().
+void add_tuning_options(CLI::App& sub, TuningSetup* t);
+// The most transit slots --transit-slots takes (per slot pool).
+constexpr uint32_t kMaxTransitSlots = 4096;
+
+// `--vram` and the options of tiered experts (CUDA backend), and the tuning
+// flags of the commands that take --vram.
 struct VramSetup {
   std::string budget;        // "" (free memory less a margin), "full", or bytes ("8G", "8000M")
   std::string policy = "default";
@@ -32,6 +67,7 @@ struct VramSetup {
   std::string profile;       // --profile FILE: initial placement, hottest first
   std::string cost;          // --cost name=value,...: override measured figures
   bool verbose_steps = false;
+  TuningSetup tuning;
 };
 
 struct BackendSetup {
@@ -54,7 +90,7 @@ inline const char* backend_help() { return "cpu or cuda (default: cuda when buil
 void add_kv_type_option(CLI::App& sub, KvType* type);
 
 // Adds --vram, --policy, --profile, --host-pin, --cost (and --verbose-steps
-// when `steps`) to a command.
+// when `steps`) to a command, and the tuning flags (add_tuning_options).
 void add_vram_options(CLI::App& sub, VramSetup* v, bool steps);
 // "8G" / "8000M" / "full" / "" checked; throws ms::Error with the accepted forms.
 uint64_t parse_vram(const std::string& text, bool* full);

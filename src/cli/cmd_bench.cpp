@@ -43,6 +43,10 @@
 #include "engine/sampler.h"
 #include "experts/budget_sweep.h"
 #include "util/error.h"
+#include "util/process_memory.h"
+#ifdef MOESTREAM_HAVE_CUDA
+#include "cuda/device.h"
+#endif
 
 #ifdef MOESTREAM_HAVE_CUDA
 #include "cuda/backend/cuda_backend.h"
@@ -204,6 +208,13 @@ BudgetRun measure(const BenchArgs& a, const std::string& vram, bool sweep, const
   r.floor_tps = r.bw / mi.active;
   r.tel = be->expert_telemetry();
   if (r.tel.hybrid) r.tel.host_gbps = host_memory_gbps(pool);
+  r.host = host_memory();
+#ifdef MOESTREAM_HAVE_CUDA
+  if (r.backend == "cuda") {
+    const cuda::DeviceInfo d = cuda::device_info(0);  // the backend's device (bench has no --device)
+    r.vram_used = d.total_bytes - d.free_bytes;
+  }
+#endif
   r.row = budget_row(r, mi, a.bandwidth_gbs);
   return r;
 }
@@ -244,7 +255,7 @@ int run(const BenchArgs& a) {
     throw Error("--record-routes takes one --vram budget (the routes are the same at every budget)");
   auto model = LoadedModel::open(path);
   const ModelInfo mi = model_info(path, *model);
-  ThreadPool pool(a.threads);
+  ThreadPool pool(a.threads, a.vram.tuning.spin_us);
   report_thread_shortfall(pool, false);
   std::vector<BudgetRun> runs;
   for (size_t i = 0; i < budgets.size(); ++i) {

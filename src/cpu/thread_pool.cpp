@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <string>
 #include <system_error>
 #if defined(__x86_64__)
@@ -18,25 +17,7 @@ inline void cpu_relax() {
 #endif
 }
 
-// MOESTREAM_POOL_WAIT_ALL=1: parallel_for waits for every worker again, as
-// it did before late workers could skip a call (for A/B measurements).
-bool wait_for_every_worker() {
-  static const bool all = [] {
-    const char* s = std::getenv("MOESTREAM_POOL_WAIT_ALL");
-    return s && std::string(s) == "1";
-  }();
-  return all;
-}
-
 }  // namespace
-
-int ThreadPool::spin_microseconds() {
-  static const int us = [] {
-    const char* s = std::getenv("MOESTREAM_SPIN_US");
-    return s ? std::max(0, std::atoi(s)) : 2000;
-  }();
-  return us;
-}
 
 ThreadPool::ThreadPool(int n_threads, int spin_us) : ThreadPool(Options{n_threads, spin_us, 0}) {}
 
@@ -44,7 +25,7 @@ ThreadPool::ThreadPool(const Options& options) {
   int n_threads = options.n_threads;
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   requested_ = n_threads;
-  spin_us_ = options.spin_us < 0 ? spin_microseconds() : options.spin_us;
+  spin_us_ = options.spin_us < 0 ? kDefaultSpinUs : std::min(options.spin_us, kMaxSpinUs);
   // More threads than cores: a spinning worker takes the core another one
   // needs, so sleep soon.
   if (static_cast<unsigned>(n_threads) > std::thread::hardware_concurrency()) spin_us_ = std::min(spin_us_, 50);
@@ -182,7 +163,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
           done.fetch_add(1, std::memory_order_release);
         }
       },
-      wait_for_every_worker(), [&] { return done.load(std::memory_order_acquire) == n_chunks; });
+      /*wait_all=*/false, [&] { return done.load(std::memory_order_acquire) == n_chunks; });
 }
 
 }  // namespace ms

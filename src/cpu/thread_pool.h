@@ -21,14 +21,14 @@ class ThreadPool {
  public:
   struct Options {
     int n_threads = 0;  // counts the calling thread, which works too; 0 = hardware threads
-    int spin_us = -1;   // how long idle workers spin before sleeping; < 0 = spin_microseconds()
+    int spin_us = -1;   // how long idle workers spin before sleeping; < 0 = kDefaultSpinUs
     // Tests: creating the worker thread with this index (1 .. n_threads-1)
     // throws std::system_error as std::thread does when the OS refuses one
     // (EAGAIN: a process or user thread limit). 0 = never.
     int fail_thread_creation_at = 0;
   };
   // n_threads counts the calling thread, which works too; 0 = hardware threads.
-  // spin_us: how long idle workers spin before sleeping; < 0 = spin_microseconds().
+  // spin_us: how long idle workers spin before sleeping; < 0 = kDefaultSpinUs.
   explicit ThreadPool(int n_threads = 0, int spin_us = -1);
   // Where the OS refuses a worker thread, the pool runs with the threads it
   // got (size() < requested(); start_error() says why) instead of failing:
@@ -52,11 +52,14 @@ class ThreadPool {
   // Calls fn(thread_index, n_threads) once on each thread.
   void run_on_all(const std::function<void(int, int)>& fn);
 
-  // How long an idle worker spins before it sleeps (default 2000 µs, or
-  // MOESTREAM_SPIN_US). Longer keeps the pool responsive across the serial
-  // gaps between parallel loops (sampling, the last layer's head), at the
-  // cost of busy cores while idle.
-  static int spin_microseconds();
+  // How long an idle worker spins before it sleeps, by default (`-t`'s
+  // commands take --spin-us). Longer keeps the pool responsive across the
+  // serial gaps between parallel loops (sampling, the last layer's head), at
+  // the cost of busy cores while idle; measurements: bench/results/cpu_bench.md,
+  // cuda_bench.md and hybrid_bench.md.
+  static constexpr int kDefaultSpinUs = 2000;
+  // The largest spin_us accepted (longer is a typo, not a tuning).
+  static constexpr int kMaxSpinUs = 1000000;
 
  private:
   void worker(int index);

@@ -1,5 +1,6 @@
 #include "cuda/device.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -228,15 +229,20 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
   return *this;
 }
 
+namespace {
+std::atomic<bool> g_pdl_allowed{true};
+}  // namespace
+
+void set_pdl_allowed(bool on) { g_pdl_allowed.store(on, std::memory_order_relaxed); }
+
 bool pdl_enabled() {
-  static const bool on = [] {
-    if (const char* e = std::getenv("MOESTREAM_CUDA_PDL"); e && std::string(e) == "0") return false;
+  static const bool capable = [] {
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return false;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
     return major >= 9;
   }();
-  return on;
+  return capable && g_pdl_allowed.load(std::memory_order_relaxed);
 }
 
 }  // namespace ms::cuda

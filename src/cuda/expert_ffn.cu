@@ -173,10 +173,7 @@ void group_by_expert_tiled(const int32_t* ids, int n_pairs, int n_expert, int ti
   group_kernel<<<1, kGroupThreads, 0, stream>>>(ids, n_pairs, n_expert, tile, n_groups, group_expert, offsets, list);
   MS_CUDA_CHECK_LAUNCH();
 }
-std::atomic<bool> g_balanced_tiles{true};
 }  // namespace
-
-void expert_ffn_set_balanced_tiles(bool on) { g_balanced_tiles.store(on); }
 
 size_t expert_ffn_scratch_bytes(const ExpertWeights& w, int n_tokens, int k) { return layout(w, n_tokens, k).total; }
 
@@ -232,7 +229,7 @@ void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n
     int32_t* group_expert = gi + 1;
     int32_t* offsets = group_expert + pairs;
     int32_t* list = offsets + pairs + 1;
-    if ((gemm_gu || gemm_down) && g_balanced_tiles.load()) {
+    if (gemm_gu || gemm_down) {
       // One group per GEMM tile of bn vectors: every block of the launch has
       // at most one tile to do, however unevenly the tokens chose experts.
       group_by_expert_tiled(ids, pairs, w.n_expert, bn, n_groups, group_expert, offsets, list, stream);

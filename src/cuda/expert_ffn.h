@@ -41,10 +41,6 @@ size_t expert_ffn_scratch_bytes(const ExpertWeights& w, int n_tokens, int k);
 // for benchmarks and tests comparing the two paths.
 void expert_ffn_set_gemm_min_tokens(int n);
 int expert_ffn_gemm_min_tokens();
-// GEMM batches: group the (token, slot) pairs per expert into tiles of the
-// GEMM's vector tile, one block each (true, the default), or one group per
-// expert that a block walks tile by tile (false). Process-wide; for A/B runs.
-void expert_ffn_set_balanced_tiles(bool on);
 
 // x [n_tokens][d_model] f32 (the normalised FFN input); x_q8 (optional) the same
 // already quantized (e.g. by rmsnorm), used when gate/up take Q8. ids, weights:

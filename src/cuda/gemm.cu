@@ -7,7 +7,6 @@
 // group's vectors 64 at a time; results go through shared memory so edge
 // tiles and scattered output vectors (expert lists) are stored with bounds
 // checks and coalesced along rows.
-#include <atomic>
 #include <mma.h>
 
 #include <string>
@@ -126,11 +125,6 @@ bool matmul_supported(DType t) { return matvec_supported(t); }
 bool matmul_int8_supported(DType t) { return detail::gemm_q8_supported(t); }
 
 namespace {
-std::atomic<int> g_int8_tile{0};
-}  // namespace
-void matmul_set_int8_tile(int bn) { g_int8_tile.store(bn == 32 || bn == 64 ? bn : 0); }
-
-namespace {
 bool device_has_int8_mma() {
   int dev = 0, major = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return false;
@@ -169,10 +163,10 @@ void matmul_stacked(const MatrixSet& w, const MatvecInput& x, int n, int segment
   g.per_group = n;
   float* ys[1] = {y[0]};
   if (segments == 1) {
-    detail::gemm_q8_launch(&w, 1, x.q8, g, ys, w.rows, nullptr, g_int8_tile.load(), 0, stream);
+    detail::gemm_q8_launch(&w, 1, x.q8, g, ys, w.rows, nullptr, /*bn: chosen*/ 0, 0, stream);
     return;
   }
-  detail::gemm_q8_launch(&w, 1, x.q8, g, ys, w.rows, nullptr, g_int8_tile.load(), 0, stream, &seg);
+  detail::gemm_q8_launch(&w, 1, x.q8, g, ys, w.rows, nullptr, /*bn: chosen*/ 0, 0, stream, &seg);
 }
 
 void matmul(const MatrixSet& w, const MatvecInput& x, const MatvecGroups& g, float* y, int64_t y_stride,
@@ -187,7 +181,7 @@ void matmul(const MatrixSet& w, const MatvecInput& x, const MatvecGroups& g, flo
   if (x.q8.q != nullptr && int8_mma && detail::gemm_q8_supported(w.type)) {
     float* ys[1] = {y};
     const float* rs[1] = {residual};
-    detail::gemm_q8_launch(&w, 1, x.q8, g, ys, y_stride, rs, g_int8_tile.load(), g.max_groups > 1 ? 2 : 0, stream);
+    detail::gemm_q8_launch(&w, 1, x.q8, g, ys, y_stride, rs, /*bn: chosen*/ 0, g.max_groups > 1 ? 2 : 0, stream);
     return;
   }
   GemmParams gp{};

@@ -7,10 +7,9 @@
 //   weights x Q8Act activations (x.q8), mma.sync s8 x s8 -> s32 (m16n8k32;
 //   Q6_K m16n8k16), weight blocks unpacked to int8 in shared memory, the
 //   per-32 (Q6_K: per-16) weight scales and the activation scales applied to
-//   the int32 partial sums in f32. Measured (H100, kernel_bench "Prompt
-//   batch" table, bench/results/cuda_kernels.md): 97 TFLOPS-equivalent for
-//   Q4_K 4096x2048 x 512 vectors, 10x the dp4a matvec and 35x the WMMA
-//   kernel; 56-99 TFLOPS for the other formats. An f16 mma.sync variant with
+//   the int32 partial sums in f32. Many times the dp4a matvec and the WMMA
+//   kernel on prompt batches (figures: bench/results/cuda_kernels.md, the
+//   kernel_bench "Prompt batch" table). An f16 mma.sync variant with
 //   dequantized tiles was not written: int8 moves half the shared-memory
 //   bytes per product and needs no float dequantization per element, and it
 //   met the target. Use it from about 16 vectors (at 8 the matvec is faster).
@@ -38,9 +37,6 @@ bool matmul_supported(DType t);
 // Whether matmul takes the int8 tensor-core path for weight type t (given
 // x.q8 and a device of compute capability 8.0+).
 bool matmul_int8_supported(DType t);
-// Vectors per block tile of the int8 path (32 or 64; 0: chosen from the
-// batch, the default). Process-wide; for A/B measurements.
-void matmul_set_int8_tile(int bn);
 
 // y[p*y_stride + r] = sum_c W_g[r][c] * x.f32[p/x_div][c] (+ residual), for
 // every output vector p of every group (see MatvecGroups). Float weights:

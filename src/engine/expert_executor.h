@@ -3,9 +3,8 @@
 // (token, slot) pairs by expert into ExpertWork items (cpu/expert_ffn.h), and
 // asks an executor to fill y[slot] = FFN_e(x[token]) for each; it then
 // combines the slots in a fixed order (so results never depend on which
-// device computed an expert). The hybrid planner later hands some work items
-// to the GPU and the rest to the CPU, through ExpertFfnAsync
-// (cpu/expert_ffn_async.h) built on expert_ffn_layers() below.
+// device computed an expert). The tiered (hybrid) step runs its CPU share
+// through a CpuExpertExecutor (cuda/backend/hybrid_moe.h).
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -1,8 +1,7 @@
 // The dispatched row operations of quant.h: each picks, once per process, the
 // best kernel this CPU runs (AVX-512 VNNI, AVX2, or the scalar reference),
-// capped by MOESTREAM_ISA through cpu_features().
+// capped by the MOESTREAM_ISA debug switch through cpu_features().
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -13,9 +12,6 @@
 
 namespace ms {
 namespace simd {
-
-int g_prefetch_mode = 2;
-int g_prefetch_groups = 2;
 
 bool cpu_supports_avx2() {
 #if defined(__x86_64__)
@@ -134,9 +130,6 @@ struct Table {
 bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 Table build_table() {
-  if (const char* pf = std::getenv("MOESTREAM_PREFETCH")) simd::g_prefetch_mode = std::atoi(pf);
-  if (const char* pg = std::getenv("MOESTREAM_PREFETCH_GROUPS"))
-    simd::g_prefetch_groups = std::max(1, std::atoi(pg));
   Table tab;
   const CpuFeatures& f = cpu_features();
   // The AVX-512 kernels of the integer formats need VNNI; the float ones only F.

@@ -13,7 +13,7 @@
 //
 // The row kernels read 4 rows side by side, 4 short streams the hardware
 // prefetcher misses, so each step prefetches the row group
-// g_prefetch_groups groups ahead (simd_row_groups.h's prefetch_next_group,
+// kPrefetchGroups groups ahead (simd_row_groups.h's prefetch_next_group,
 // as the Q8_K kernels and gpu_q8_sub32_simd.h do). A prefetch only loads
 // cache lines, but where it sits can change which products GCC fuses into
 // FMAs (this file's float terms are plain mul/add/sub intrinsics, contracted

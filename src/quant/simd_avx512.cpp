@@ -23,8 +23,8 @@
 namespace ms::simd {
 namespace {
 
-// Helpers (hsum, load512, bcast256, idx_quad4) and the row-group driver with
-// its software prefetch (for_row_groups, prefetch_next_group): simd_avx512_rows.h.
+// Helpers (hsum, load512, bcast256, idx_quad4) and the row-group driver
+// (for_row_groups): simd_avx512_rows.h.
 
 // ---------------------------------------------------------------- Q4_K / Q5_K x Q8_K
 // 64 bytes of qs (chunks c and c+1, 128 elements) per load: their low nibbles
@@ -72,7 +72,6 @@ struct QK45 {
     __m128 accm[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), accm[r] = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
-      prefetch_next_group<R>(w, stride, i, kBlockBytes);
       const BlockQ8_K& A = a[i];
       const __m256i bs = load256(A.bsums);
       const __m128i bsum8 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
@@ -133,7 +132,6 @@ struct Q6K {
     __m512 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
-      prefetch_next_group<R>(w, stride, i, kBlockBytes);
       const BlockQ8_K& A = a[i];
       const __m256i bs = load256(A.bsums);
       for (int r = 0; r < R; ++r) {
@@ -176,7 +174,6 @@ struct Q80 {
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
-      prefetch_next_group<R>(w, stride, i, kBlockBytes);
       const __m256i av = load256(a[i].qs);
       const float da = f16(a[i].d);
       for (int r = 0; r < R; ++r) {
@@ -225,7 +222,6 @@ struct Q4Like {
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
-      prefetch_next_group<R>(w, stride, i / 2, 2 * kBlockBytes);
       const __m512i t = _mm512_inserti64x4(_mm512_castsi256_si512(load256(a[i].qs)), load256(a[i + 1].qs), 1);
       const __m512i av = _mm512_shuffle_i64x2(t, t, 0xD8);
       const __m512i neg = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, av));
@@ -302,7 +298,6 @@ struct FloatDot {
     for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
     int64_t j = 0;
     for (; j + 32 <= n; j += 32) {
-      prefetch_next_group<R>(w, stride, j / 32, 32 * sizeof(T));
       const __m512 x0 = _mm512_loadu_ps(x + j), x1 = _mm512_loadu_ps(x + j + 16);
       for (int r = 0; r < R; ++r) {
         acc0[r] = _mm512_fmadd_ps(From::load16(wr[r] + j), x0, acc0[r]);
@@ -470,7 +465,7 @@ struct QK45Multi {
           const int64_t next_r0 = r0 + 4;
           const int64_t next_rows = next_r0 < rows ? (rows - next_r0 < 4 ? rows - next_r0 : 4) : 0;
           const int64_t row_lines = (nc * static_cast<int64_t>(sizeof(Block)) + 63) / 64;
-          const int64_t pf_total = g_prefetch_mode == 0 ? 0 : next_rows * row_lines;
+          const int64_t pf_total = next_rows * row_lines;
           const int64_t pf_per_pair = (pf_total + (m + 1) / 2 - 1) / ((m + 1) / 2);
           const char* pf_base = reinterpret_cast<const char*>(w + next_r0 * stride) + c0 * sizeof(Block);
           int64_t pf = 0;

@@ -1,20 +1,13 @@
 // Row-group driver and small helpers shared by the AVX-512 kernel files
 // (simd_avx512.cpp, simd_legacy_avx512.cpp, simd_iquants_avx512.cpp): runs a
-// kernel over the rows of a vec_dot_rows call in groups of Kernel::kRows with
-// software prefetch of the next group.
+// kernel over the rows of a vec_dot_rows call in groups of Kernel::kRows.
 //
-// The prefetch: the kernels read R rows side by side, which for long rows is
-// R short streams (a few dozen lines each) that the hardware prefetcher does
-// not pick up in time. Called once per block index i (block size bb),
-// prefetch_next_group walks line by line through the R*stride bytes
-// t_prefetch_ahead groups after the current one (rows back to back, as in a
-// matrix) at the rate the group is consumed, so the next group is in cache
-// when the kernel reaches it, and the walk itself is one sequential stream
-// the hardware prefetcher follows. g_prefetch_mode: 0 off, 1 into L1, 2 into
-// L2. The walk stays inside the rows of the current call (for_row_groups sets
-// t_prefetch_ahead to fewer groups, none for the last, near the end): rows
-// past the call belong to another thread's chunk of the matrix, and fetching
-// them here cost DRAM bandwidth twice.
+// No software prefetch of the next row group here, unlike the AVX2 kernels
+// (simd_row_groups.h): the same walk was written here once, but GCC compiled
+// every call of it away (a helper it judged "pure", bench/results/
+// cpu_kernels.md), so every AVX-512 figure measured so far is without it.
+// Adding it back (always_inline, as in simd_row_groups.h, and staying inside
+// the call's rows) is a change to measure on an AVX-512 host.
 //
 // Include only from files built with the AVX-512 flags (*_avx512.cpp).
 // Internal linkage on purpose, as in simd_hsum.h: each includer is built with
@@ -62,34 +55,12 @@ inline __m512i idx_half8(int t) {
                            2 * t + 1, 2 * t + 1, 2 * t + 1, 2 * t + 1, 2 * t + 1);
 }
 
-// Whole groups of the current call that may still be prefetched (set by
-// for_row_groups; the prefetch never runs past the call's last row).
-thread_local int t_prefetch_ahead = 0;
-
-template <int R>
-inline void prefetch_next_group(const uint8_t* w, int64_t stride, int64_t i, int bb) {
-  const int mode = g_prefetch_mode;
-  const int ahead = t_prefetch_ahead;
-  if (mode == 0 || ahead <= 0) return;
-  const char* p = reinterpret_cast<const char*>(w + ahead * R * stride + i * R * bb);
-  if (mode == 1) {
-    for (int k = 0; k < R * bb; k += 64) _mm_prefetch(p + k, _MM_HINT_T0);
-  } else {
-    for (int k = 0; k < R * bb; k += 64) _mm_prefetch(p + k, _MM_HINT_T1);
-  }
-}
-
 template <class Kernel>
 void for_row_groups(int64_t n, const void* w, int64_t stride, int64_t rows, const void* a, float* out) {
   constexpr int G = Kernel::kRows;
   const uint8_t* wp = static_cast<const uint8_t*>(w);
   int64_t r = 0;
-  for (; r + G <= rows; r += G) {
-    const int64_t later = (rows - r) / G - 1;  // whole groups after this one
-    t_prefetch_ahead = static_cast<int>(later < g_prefetch_groups ? later : g_prefetch_groups);
-    Kernel::template run<G>(n, wp + r * stride, stride, a, out + r);
-  }
-  t_prefetch_ahead = 0;
+  for (; r + G <= rows; r += G) Kernel::template run<G>(n, wp + r * stride, stride, a, out + r);
   if constexpr (G > 1) {
     if (rows - r >= 2) {
       Kernel::template run<2>(n, wp + r * stride, stride, a, out + r);
@@ -115,7 +86,6 @@ struct SuperRows {
     __m512 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
-      prefetch_next_group<R>(w, stride, i, static_cast<int>(sizeof(Block)));
       const typename F::Prep prep(a[i]);
       for (int r = 0; r < R; ++r) {
         const Block& W = reinterpret_cast<const Block*>(w + r * stride)[i];

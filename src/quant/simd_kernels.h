@@ -51,16 +51,14 @@ QuantizeActFn quantize_act_kernel_avx512(DType act_type);
 bool cpu_supports_avx2();
 bool cpu_supports_avx512();  // F, BW, VL, DQ and VNNI (and BMI2, which every such CPU has)
 
-// Software prefetch of the next row group in the kernels: 0 off, 1 into L1,
-// 2 into L2 (the default: on a 16-thread Xeon host, L1 prefetches competed
-// with the demand loads and lost up to half the bandwidth). Set once from
-// MOESTREAM_PREFETCH (for measuring on a new machine) before the first
-// dispatched call.
-extern int g_prefetch_mode;
-// How many row groups ahead that prefetch runs (MOESTREAM_PREFETCH_GROUPS):
-// one group of 4 rows is ~5 KiB of Q4_K at 2048 columns, consumed in ~200 ns
-// -- barely a DRAM latency on a fast core -- so the default is 2.
-extern int g_prefetch_groups;
+// The AVX2 kernels' software prefetch of a later row group (simd_row_groups.h)
+// goes into L2 (on a 16-thread Xeon host, L1 prefetches competed with the
+// demand loads and lost up to half the bandwidth), kPrefetchGroups groups
+// ahead: one group of 4 rows is ~5 KiB of Q4_K at 2048 columns, consumed in
+// ~200 ns -- barely a DRAM latency on a fast core. L1, and 1, 3 or 4 groups,
+// measured no better (bench/results/cpu_bench.md, cpu_kernels.md), so
+// neither is a setting.
+constexpr int kPrefetchGroups = 2;
 
 // ---- AVX2 + FMA + F16C (simd_avx2.cpp)
 void vec_dot_rows_q4_K_avx2(int64_t, const void*, int64_t, int64_t, const void*, float*);

@@ -133,7 +133,6 @@ struct Pair32 {
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), accm[r] = _mm_setzero_ps();
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
-      prefetch_next_group<R>(w, stride, i / 2, 2 * kBlockBytes);
       const __m512i t = join256(a[i].qs, a[i + 1].qs);
       const __m512i av = _mm512_shuffle_i64x2(t, t, 0xD8);
       __m512i base = _mm512_setzero_si512();
@@ -204,7 +203,6 @@ struct Q2K {
     __m256 accm[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
-      prefetch_next_group<R>(w, stride, i, static_cast<int>(sizeof(BlockQ2_K)));
       const PlaneAct P(a[i]);
       for (int r = 0; r < R; ++r) {
         const BlockQ2_K& W = reinterpret_cast<const BlockQ2_K*>(w + r * stride)[i];

@@ -18,24 +18,18 @@ namespace {
 // side, which for long rows is R short streams (a few dozen lines each) that
 // the hardware prefetcher does not pick up in time. Called once per block
 // index i (block size bb), this walks line by line through the R*stride bytes
-// g_prefetch_groups groups after the current one (rows back to back, as in a
+// kPrefetchGroups groups after the current one (rows back to back, as in a
 // matrix) at the rate the group is consumed, so the next group is in cache
-// when the kernel reaches it, and the walk itself is one sequential stream
-// the hardware prefetcher follows. g_prefetch_mode: 0 off, 1 into L1, 2 into L2.
+// (L2) when the kernel reaches it, and the walk itself is one sequential
+// stream the hardware prefetcher follows.
 // always_inline: left as a call of its own, GCC 12.2 (-O1 and up) found
 // this function "pure" (it only reads globals; a prefetch counts as no
 // effect) and deleted the calls: the AVX2 kernels had no prefetch at all.
 // Inlined into a kernel, whose stores keep it, the prefetches stay.
 template <int R>
 [[gnu::always_inline]] inline void prefetch_next_group(const uint8_t* w, int64_t stride, int64_t i, int bb) {
-  const int mode = g_prefetch_mode;
-  if (mode == 0) return;
-  const char* p = reinterpret_cast<const char*>(w + g_prefetch_groups * R * stride + i * R * bb);
-  if (mode == 1) {
-    for (int k = 0; k < R * bb; k += 64) _mm_prefetch(p + k, _MM_HINT_T0);
-  } else {
-    for (int k = 0; k < R * bb; k += 64) _mm_prefetch(p + k, _MM_HINT_T1);
-  }
+  const char* p = reinterpret_cast<const char*>(w + kPrefetchGroups * R * stride + i * R * bb);
+  for (int k = 0; k < R * bb; k += 64) _mm_prefetch(p + k, _MM_HINT_T1);
 }
 
 template <class Kernel>

@@ -11,7 +11,7 @@ struct CpuFeatures {
   bool avx512_bf16 = false;
 };
 
-// Detected once; MOESTREAM_ISA=scalar|avx2|avx512 in the environment caps it
+// Detected once; the debug switch MOESTREAM_ISA=scalar|avx2 (README, "Environment") caps it
 // (for tests and benchmarks that compare paths).
 const CpuFeatures& cpu_features();
 std::string cpu_features_string();

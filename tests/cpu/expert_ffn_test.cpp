@@ -1,9 +1,7 @@
-// The CPU expert FFN (cpu/expert_ffn.h) and its asynchronous form
-// (cpu/expert_ffn_async.h), on random experts of several quant types and odd
-// sizes: the fast path against the scalar reference, and the same bits for
-// any pool size; begin/wait bit-identical to the synchronous call, writing
-// exactly the rows it was given (y poisoned with NaN first); errors coming
-// out of wait(); misuse refused; many rounds; destruction idle or busy.
+// The CPU expert FFN (cpu/expert_ffn.h), on random experts of several quant
+// types and odd sizes: the fast path against the scalar reference, the same
+// bits for any pool size, and exactly the rows it was given written (y
+// poisoned with NaN first).
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -16,7 +14,6 @@
 #include <vector>
 
 #include "cpu/expert_ffn.h"
-#include "cpu/expert_ffn_async.h"
 #include "cpu/thread_pool.h"
 #include "quant/ref_test_util.h"
 #include "util/error.h"
@@ -171,158 +168,27 @@ void expect_exactly_written(const std::vector<float>& y, const std::vector<Exper
     }
 }
 
-TEST(ExpertFfnAsync, BitIdenticalToSyncAndWritesExactlyItsRows) {
+// The CPU's share of a layer (the hybrid step hands it every other expert):
+// exactly the rows of its work items are written, for decode, a few tokens
+// and the parallel paths (>= 16 pairs).
+TEST(ExpertFfn, WritesExactlyItsRows) {
   ThreadPool pool(2);
-  ExpertFfn sync(pool);
+  ExpertFfn ffn(pool);
   std::mt19937 rng(7);
   for (const Config& c : kConfigs) {
     const int n_expert = 6;
-    RandomExperts layer0(c.gate, c.up, c.down, n_expert, c.n_embd, c.n_ff, 21);
-    RandomExperts layer1(c.gate, c.up, c.down, n_expert, c.n_embd, c.n_ff, 22);
-    ExpertFfnAsync async({layer0.w, layer1.w}, pool);
-    // 1 token (decode), a few, and enough pairs for the parallel paths (>= 16).
+    RandomExperts layer(c.gate, c.up, c.down, n_expert, c.n_embd, c.n_ff, 21);
     for (int n : {1, 3, 7, 33})
       for (int k : {1, 2, 3}) {
         const std::string what = describe(c) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
-        const int layer = (n + k) % 2;
-        const ExpertFfnWeights& w = layer ? layer1.w : layer0.w;
         const std::vector<float> x = gaussian(n * c.n_embd, static_cast<uint32_t>(n * 10 + k));
         const std::vector<int32_t> ids = random_routes(n, k, n_expert, rng);
         const std::vector<ExpertWork> work = cpu_share(ids, n, k, n_expert, n % 2);
-        std::vector<float> y_sync = poisoned_y(n, k, c.n_embd), y_async = poisoned_y(n, k, c.n_embd);
-        sync.compute(w, x.data(), n, work, y_sync.data());
-        async.begin(layer, x.data(), n, work, y_async.data());
-        EXPECT_TRUE(async.busy());
-        async.wait();
-        EXPECT_FALSE(async.busy());
-        EXPECT_TRUE(same_bits(y_async, y_sync)) << what;
-        expect_exactly_written(y_async, work, c.n_embd, what);
+        std::vector<float> y = poisoned_y(n, k, c.n_embd);
+        ffn.compute(layer.w, x.data(), n, work, y.data());
+        expect_exactly_written(y, work, c.n_embd, what);
       }
   }
-}
-
-// The caller runs its own parallel work (on another pool) between begin and
-// wait, as the GPU driver thread enqueues launches and copies.
-TEST(ExpertFfnAsync, CallerWorksBetweenBeginAndWait) {
-  ThreadPool pool(2), callers_pool(1);
-  RandomExperts ex(DType::Q4_K, DType::Q4_K, DType::Q6_K, 4, 256, 256, 31);
-  ExpertFfn sync(pool);
-  ExpertFfnAsync async({ex.w}, pool);
-  std::mt19937 rng(3);
-  const int n = 9, k = 2;
-  const std::vector<float> x = gaussian(n * 256, 4);
-  const std::vector<int32_t> ids = random_routes(n, k, 4, rng);
-  const std::vector<ExpertWork> work = group_by_expert(ids.data(), n, k, 4);
-  std::vector<float> y_sync = poisoned_y(n, k, 256), y_async = poisoned_y(n, k, 256);
-  sync.compute(ex.w, x.data(), n, work, y_sync.data());
-  async.begin(0, x.data(), n, work, y_async.data());
-  std::vector<double> other(1000);
-  callers_pool.parallel_for(1000, 10, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) other[static_cast<size_t>(i)] = std::sqrt(static_cast<double>(i));
-  });
-  async.wait();
-  EXPECT_EQ(other[999], std::sqrt(999.0));
-  EXPECT_TRUE(same_bits(y_async, y_sync));
-}
-
-TEST(ExpertFfnAsync, ErrorsComeOutOfWaitAndLeaveYAlone) {
-  ThreadPool pool(2);
-  RandomExperts ex(DType::Q8_0, DType::Q8_0, DType::Q8_0, 3, 64, 64, 41);
-  ExpertFfnAsync async({ex.w}, pool);
-  const int n = 4, k = 1;
-  const std::vector<float> x = gaussian(n * 64, 5);
-  std::vector<ExpertWork> bad_expert = {{0, {0, 1}, {0, 1}}, {3, {2}, {2}}};  // 3 experts: id 3 is out of range
-  std::vector<ExpertWork> bad_token = {{1, {0, 4}, {0, 3}}};                  // token 4 of 4
-  std::vector<ExpertWork> bad_slots = {{1, {0, 1}, {0}}};                     // tokens and slots differ
-  for (const auto& work : {bad_expert, bad_token, bad_slots}) {
-    std::vector<float> y = poisoned_y(n, k, 64);
-    async.begin(0, x.data(), n, work, y.data());
-    EXPECT_THROW(async.wait(), Error);
-    EXPECT_FALSE(async.busy());
-    for (float v : y) ASSERT_TRUE(is_poison(v));
-  }
-  // Weights the CPU cannot run (an unsupported type): also from wait().
-  ExpertFfnWeights odd = ex.w;
-  odd.down_type = DType::I16;  // a GGUF type with no CPU kernel
-  ExpertFfnAsync async_odd({odd}, pool);
-  std::vector<float> y = poisoned_y(n, k, 64);
-  async_odd.begin(0, x.data(), n, {{0, {0}, {0}}}, y.data());
-  EXPECT_THROW(async_odd.wait(), Error);
-  // The object is ready for the next job after an error.
-  const std::vector<ExpertWork> good = {{2, {1, 3}, {1, 3}}};
-  ExpertFfn sync(pool);
-  std::vector<float> y_sync = poisoned_y(n, k, 64), y_async = poisoned_y(n, k, 64);
-  sync.compute(ex.w, x.data(), n, good, y_sync.data());
-  async.begin(0, x.data(), n, good, y_async.data());
-  async.wait();
-  EXPECT_TRUE(same_bits(y_async, y_sync));
-}
-
-TEST(ExpertFfnAsync, MisuseIsRefused) {
-  ThreadPool pool(2);
-  RandomExperts ex(DType::Q8_0, DType::Q8_0, DType::Q8_0, 3, 64, 64, 51);
-  ExpertFfnAsync async({ex.w}, pool);
-  const std::vector<float> x = gaussian(2 * 64, 6);
-  const std::vector<ExpertWork> work = {{1, {0, 1}, {0, 1}}};
-  std::vector<float> y = poisoned_y(2, 1, 64), y_sync = poisoned_y(2, 1, 64);
-  EXPECT_THROW(async.wait(), Error);                                // nothing begun
-  EXPECT_THROW(async.begin(1, x.data(), 2, work, y.data()), Error);   // one layer only
-  EXPECT_THROW(async.begin(-1, x.data(), 2, work, y.data()), Error);
-  EXPECT_FALSE(async.busy());
-  async.begin(0, x.data(), 2, work, y.data());
-  EXPECT_THROW(async.begin(0, x.data(), 2, work, y.data()), Error);  // not waited for
-  async.wait();                                                      // the first one is intact
-  ExpertFfn(pool).compute(ex.w, x.data(), 2, work, y_sync.data());
-  EXPECT_TRUE(same_bits(y, y_sync));
-  EXPECT_THROW(async.wait(), Error);  // already waited for
-}
-
-// Hand-overs in both regimes: threads still spinning from the last job, and
-// threads that went to sleep (spin 0); layers alternate, some rounds have no
-// work at all.
-TEST(ExpertFfnAsync, ManyBeginWaitRounds) {
-  ThreadPool pool(2);
-  RandomExperts a(DType::Q4_0, DType::Q4_0, DType::Q8_0, 5, 64, 32, 61);
-  RandomExperts b(DType::F32, DType::F32, DType::F32, 5, 64, 32, 62);
-  ExpertFfn sync(pool);
-  for (int spin_us : {-1, 0}) {
-    ExpertFfnAsync async({a.w, b.w}, pool, spin_us);
-    std::mt19937 rng(static_cast<uint32_t>(spin_us + 2));
-    for (int round = 0; round < 300; ++round) {
-      const int n = 1 + round % 5, k = 2, layer = round % 2;
-      const std::vector<float> x = gaussian(n * 64, static_cast<uint32_t>(round));
-      const std::vector<int32_t> ids = random_routes(n, k, 5, rng);
-      const std::vector<ExpertWork> work = round % 7 == 3 ? std::vector<ExpertWork>{} : cpu_share(ids, n, k, 5, round % 2);
-      std::vector<float> y_sync = poisoned_y(n, k, 64), y_async = poisoned_y(n, k, 64);
-      sync.compute(layer ? b.w : a.w, x.data(), n, work, y_sync.data());
-      async.begin(layer, x.data(), n, work, y_async.data());
-      async.wait();
-      ASSERT_TRUE(same_bits(y_async, y_sync)) << "spin " << spin_us << " round " << round;
-    }
-  }
-}
-
-TEST(ExpertFfnAsync, DestroyIdleOrBusy) {
-  ThreadPool pool(2);
-  RandomExperts ex(DType::Q8_0, DType::Q8_0, DType::Q8_0, 3, 64, 64, 71);
-  { ExpertFfnAsync never_used({ex.w}, pool); }
-  { ExpertFfnAsync sleeping({ex.w}, pool, 0); }
-  const int n = 20, k = 2;
-  const std::vector<float> x = gaussian(n * 64, 8);
-  std::mt19937 rng(9);
-  const std::vector<int32_t> ids = random_routes(n, k, 3, rng);
-  const std::vector<ExpertWork> work = group_by_expert(ids.data(), n, k, 3);
-  std::vector<float> y = poisoned_y(n, k, 64), y_sync = poisoned_y(n, k, 64);
-  {
-    ExpertFfnAsync busy({ex.w}, pool);
-    busy.begin(0, x.data(), n, work, y.data());
-  }  // the destructor lets the computation finish before x and y can go
-  ExpertFfn(pool).compute(ex.w, x.data(), n, work, y_sync.data());
-  EXPECT_TRUE(same_bits(y, y_sync));
-  {
-    ExpertFfnAsync failed({ex.w}, pool);
-    failed.begin(0, x.data(), n, {{7, {0}, {0}}}, y.data());
-  }  // an error nobody waited for is dropped
 }
 
 }  // namespace

@@ -7,7 +7,6 @@
 // several blocks per row, outputs poisoned with NaN before each launch.
 #include <gtest/gtest.h>
 
-#include "cuda/backend/decode_moe.h"
 #include "cuda/gemm.h"
 #include "cuda/matvec.h"
 #include "cuda/ops.h"
@@ -250,67 +249,6 @@ MatrixSet experts_at(const DeviceBuffer& b, DType t, int64_t rows, int64_t cols)
   m.base = b.get();
   m.stride = row_bytes(t, cols) * rows;
   return m;
-}
-
-// The fused decode kernels (gate|up -> SwiGLU -> Q8, down + combine) read
-// the weights through the same decoders: they must agree with the separate
-// matvec launches.
-TEST_P(Sub32Format, FusedMoeDecodeMatchesSeparateOps) {
-  MS_REQUIRE_GPU();
-  const DType t = GetParam();
-  std::mt19937 rng(900 + static_cast<int>(t));
-  Stream s;
-  const int64_t d_model = widths(t)[1], d_ff = widths(t)[0] == 32 ? 96 : 256;
-  const int n_expert = 6, k = 3;
-  DeviceBuffer bg = upload(random_weights(t, d_ff * n_expert, d_model, rng));
-  DeviceBuffer bu = upload(random_weights(t, d_ff * n_expert, d_model, rng));
-  DeviceBuffer bd = upload(random_weights(t, d_model * n_expert, d_ff, rng));
-  ExpertWeights w;
-  w.n_expert = n_expert;
-  w.gate = experts_at(bg, t, d_ff, d_model);
-  w.up = experts_at(bu, t, d_ff, d_model);
-  w.down = experts_at(bd, t, d_model, d_ff);
-  ASSERT_TRUE(gate_up_q8_decode_supported(w));
-  ASSERT_TRUE(down_combine_decode_supported(w));
-  const auto x = random_floats(static_cast<size_t>(d_model), rng, -2.f, 2.f);
-  const std::vector<int32_t> ids = {4, 1, n_expert + 2};  // the last out of range: clamped
-  const auto wts = random_floats(k, rng, 0.f, 1.f);
-  const auto res = random_floats(static_cast<size_t>(d_model), rng);
-  DeviceBuffer dx = upload(x), dids = upload(ids), dwts = upload(wts), dres = upload(res);
-  DeviceBuffer xq_buf(q8act_bytes(d_model, 1)), qa_buf(q8act_bytes(d_ff, k)), qb_buf(q8act_bytes(d_ff, k));
-  const Q8Act xq = q8act_view(xq_buf.get(), d_model, 1);
-  const Q8Act qa = q8act_view(qa_buf.get(), d_ff, k), qb = q8act_view(qb_buf.get(), d_ff, k);
-  DeviceBuffer ha = poisoned(k * d_ff), hb = poisoned(k * d_ff);
-  DeviceBuffer ya = poisoned(k * d_model), oa = poisoned(d_model), ob = poisoned(d_model);
-  quantize_q8act(dx.as<float>(), d_model, 1, xq, s);
-  // Separate: matvec_glu, quantize, matvec, combine.
-  MatvecInput in;
-  in.q8 = xq;
-  MatvecGroups grp;
-  grp.max_groups = k;
-  grp.per_group = 1;
-  grp.x_div = k;
-  grp.n_expert = n_expert;
-  grp.expert = dids.as<int32_t>();
-  matvec_glu(w.gate, w.up, in, grp, ha.as<float>(), d_ff, s);
-  quantize_q8act(ha.as<float>(), d_ff, k, qa, s);
-  MatvecInput hin;
-  hin.q8 = qa;
-  MatvecGroups gd = grp;
-  gd.x_div = 1;
-  matvec(w.down, hin, gd, ya.as<float>(), d_model, nullptr, s);
-  moe_combine(ya.as<float>(), dwts.as<float>(), 1, k, d_model, dres.as<float>(), oa.as<float>(), s);
-  // Fused (down reads the separate path's Q8 hidden state, so both sides sum the same inputs).
-  gate_up_q8_decode(w, xq, dids.as<int32_t>(), k, qb, hb.as<float>(), s);
-  down_combine_decode(w, qa, dids.as<int32_t>(), dwts.as<float>(), k, dres.as<float>(), ob.as<float>(), nullptr, s);
-  s.synchronize();
-  const auto h1 = download<float>(ha.get(), k * d_ff), h2 = download<float>(hb.get(), k * d_ff);
-  for (int64_t i = 0; i < k * d_ff; ++i)
-    ASSERT_NEAR(h2[i], h1[i], 1e-5f * (1.f + std::fabs(h1[i]))) << type_name(t) << " hidden " << i;
-  const auto o1 = download<float>(oa.get(), d_model), o2 = download<float>(ob.get(), d_model);
-  double scale = 0;
-  for (float v : o1) scale = std::max(scale, static_cast<double>(std::fabs(v)));
-  for (int64_t i = 0; i < d_model; ++i) ASSERT_NEAR(o2[i], o1[i], 1e-5 * (1 + scale)) << type_name(t) << " out " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, Sub32Format, ::testing::ValuesIn(kTypes),

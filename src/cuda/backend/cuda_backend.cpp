@@ -193,7 +193,6 @@ void CudaBackend::Impl::layout_activations(cuda::Layout& L) {
   pos = L.take_n<int32_t>(b);
   step_in = L.take_n<int32_t>(4);
   router_counter = L.take_n<uint32_t>(1);
-  norm_counter = L.take_n<uint32_t>(1);
   logits = L.take_n<float>(static_cast<size_t>(kLogitRows) * c.n_vocab);
   xq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(c.n_embd, B)), c.n_embd, B);
   attq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(static_cast<int64_t>(qd), B)), static_cast<int64_t>(qd), B);
@@ -225,28 +224,15 @@ void CudaBackend::Impl::layout_activations(cuda::Layout& L) {
   }
   if (c.is_moe()) {
     const size_t E = static_cast<size_t>(c.n_expert), K = static_cast<size_t>(c.n_expert_used);
-    const size_t F = static_cast<size_t>(c.n_ff_exp), pairs = b * K;
     router_logits = L.take_n<float>(b * E);
     // Two tokens' worth at least: decode puts the next tiered layer's
     // predicted experts (prefetch) right after the routes, read back together.
     route_w = L.take_n<float>(std::max<size_t>(b, 2) * K);
     route_ids = L.take_n<int32_t>(std::max<size_t>(b, 2) * K);
-    groups = L.take_n<int32_t>(1 + 3 * pairs + 1);
-    dec_hq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(c.n_ff_exp, c.n_expert_used)), c.n_ff_exp,
-                               c.n_expert_used);
-    if (B >= opt.gemm_min_batch && opt.grouped_matmul_experts) {
-      exp_gate = L.take_n<float>(pairs * F);
-      exp_up = L.take_n<float>(pairs * F);
-      exp_y = L.take_n<float>(pairs * D);
-      expq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(c.n_ff_exp, static_cast<int64_t>(pairs))), c.n_ff_exp,
-                               static_cast<int64_t>(pairs));
-    }
-    // expert_ffn runs every batch (it groups by expert itself) unless the
-    // grouped matmul path takes the large ones. Tiered experts use the
-    // hybrid step's own buffers instead.
+    // expert_ffn runs every batch (it groups by expert itself). Tiered
+    // experts use the hybrid step's own buffers instead.
     if (!tiered) {
-      const int largest = opt.grouped_matmul_experts ? std::min(B, std::max(1, opt.gemm_min_batch - 1)) : B;
-      exp_scratch_bytes = cuda::expert_ffn_scratch_bytes(experts.weights(0), largest, c.n_expert_used);
+      exp_scratch_bytes = cuda::expert_ffn_scratch_bytes(experts.weights(0), B, c.n_expert_used);
       exp_scratch = L.take(exp_scratch_bytes);
     }
   } else {
@@ -270,7 +256,7 @@ void CudaBackend::Impl::allocate_activations() {
   host_logits = cuda::PinnedBuffer(sizeof(float) * kLogitRows * static_cast<size_t>(c.n_vocab));
   copy_done.clear();
   for (int i = 0; i < kCopyChunks; ++i) copy_done.emplace_back(false);
-  if (const char* t = std::getenv("MOESTREAM_CUDA_TIMING"); t && std::string(t) == "1") {
+  if (opt.step_timing) {
     timing.on = true;
     timing.t0 = std::make_unique<cuda::Event>(true);
     timing.t1 = std::make_unique<cuda::Event>(true);
@@ -303,6 +289,7 @@ CudaBackend::CudaBackend(const ModelWeights& w, Options opt) : impl_(std::make_u
     throw Error("CUDA backend: device " + std::to_string(opt.device) + " does not exist (" + std::to_string(n_dev) +
                 " found)");
   MS_CUDA_CHECK(cudaSetDevice(opt.device));
+  cuda::set_pdl_allowed(opt.pdl);
   m.info = cuda::device_info(opt.device);
   const ModelConfig& c = w.cfg;
   const int64_t kv_ctx = opt.ctx > 0 ? opt.ctx : std::min<int64_t>(c.n_ctx_train > 0 ? c.n_ctx_train : 4096, 4096);

@@ -59,16 +59,15 @@ class CudaBackend : public Backend {
     int gemm_min_batch = 16;     // batches of at least this many tokens use the tensor-core matmul
     bool use_graph = true;       // replay decode steps from a captured CUDA graph
     bool fused_decode = true;    // decode: q/k norm + rope + cache append in one launch (decode_fused.h)
-    // Batches: routed experts through cuda::expert_ffn (false: the default), or
-    // grouped by expert here and run as three matmul launches (true).
-    bool grouped_matmul_experts = false;
-    // Decode of MoE layers (with fused_decode): router + its RMSNorm, gate/up +
-    // Q8, down + combine + the next RMSNorm in three launches (decode_moe.h)
-    // instead of six. Same results; off by default: on the H100 it measured
-    // slower (tg128 295 vs 308 tok/s, bench/results/cuda_bench.md).
-    bool fused_moe_decode = false;
     // Batches: q/k norms, RoPE and the cache append in one launch (prefill_fused.h).
     bool fused_prefill = true;
+    // Programmatic dependent launch where the device has it (sm_90+;
+    // cuda::set_pdl_allowed: it applies to the whole process).
+    bool pdl = true;
+    // Decode: time each step (GPU, forward() call, the caller's gap between
+    // steps) and print the means to stderr when the backend goes (debugging
+    // and profiling; two events per step).
+    bool step_timing = false;
     // The device KV cache in f32 (KvType::F32): keys and values exactly as
     // computed (parity with f32 references), twice the bytes of the default
     // f16. make_cache switches it to the type asked for.
@@ -109,6 +108,8 @@ class CudaBackend : public Backend {
     bool gated_decode = true;
     std::string cost_overrides;       // CostModel figures replacing the measured ones
     bool verbose_steps = false;       // one stderr line per forward pass (hybrid)
+    bool hybrid_profile = false;      // the gated step's host-side profile, printed at exit (HybridMoeOptions)
+    int link_timeline = 0;            // prompt passes' link idle time: 0 off, 1 per pass, 2 per layer too (HybridMoeOptions)
     ThreadPool* cpu_pool = nullptr;   // CPU experts (hybrid); null: the backend makes one
   };
   // Margin left free when no budget is given.

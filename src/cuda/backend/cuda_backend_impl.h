@@ -54,15 +54,10 @@ struct CudaBackend::Impl {
   float *qkv = nullptr;  // decode: q|k|v of one token
   float *h = nullptr, *x = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *att = nullptr;
   float *router_logits = nullptr, *route_w = nullptr, *ffg = nullptr, *ffu = nullptr;
-  float *exp_gate = nullptr, *exp_up = nullptr, *exp_y = nullptr, *logits = nullptr;
+  float* logits = nullptr;
   uint32_t* router_counter = nullptr;
-  uint32_t* norm_counter = nullptr;  // down_combine_decode's next-norm tail
-  cuda::Q8Act dec_hq8;               // decode: the k experts' SwiGLU outputs, Q8
-  // Decode: the next RMSNorm (x, xq8) was already made by the previous
-  // launch (down_combine_decode's tail); the norm it stands for is skipped.
-  bool norm_ready = false;
-  int32_t *tok = nullptr, *pos = nullptr, *route_ids = nullptr, *step_in = nullptr, *groups = nullptr;
-  cuda::Q8Act xq8, attq8, ffq8, expq8;
+  int32_t *tok = nullptr, *pos = nullptr, *route_ids = nullptr, *step_in = nullptr;
+  cuda::Q8Act xq8, attq8, ffq8;
   // Gated attention (arch->attn_output_gate): Wq's [q | gate] rows (decode:
   // the stacked Wq|Wk|Wv row), and the gates split from them.
   float *q_gate = nullptr, *gate = nullptr;
@@ -97,7 +92,7 @@ struct CudaBackend::Impl {
   std::vector<int32_t> route_host;
   std::vector<float> route_w_host, hidden_host;
 
-  // MOESTREAM_CUDA_TIMING=1: where a decode step's time goes, printed at exit.
+  // Options::step_timing: where a decode step's time goes, printed at exit.
   struct StepTiming {
     bool on = false;
     int steps = 0;
@@ -140,7 +135,6 @@ struct CudaBackend::Impl {
   void small_projection(const cuda::DevMat& m, int n, float* y);
   void check_hybrid_arch() const;
   void prologue(int il, int n, float* qp, float* kp, float* vp, const int32_t* positions, bool one_qkv);
-  bool moe_decode_fusable(int il) const;
   void router_logits_rows(const cuda::DevMat& R, int n);
   // Router R on the FFN input x of n tokens: top-k ids and weights.
   void route(const cuda::DevMat& R, int n, int32_t* ids, float* weights);

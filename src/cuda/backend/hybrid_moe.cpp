@@ -150,9 +150,6 @@ void HybridMoe::Impl::make_slots() {
     if (layout.pool_of_layer[static_cast<size_t>(l)] < 0) continue;
     const cuda::ExpertWeights& ew = slots->weights(l);
     uint8_t& p = decode_path[static_cast<size_t>(l)];
-    if (cuda::gate_up_q8_decode_supported(ew) && cuda::down_combine_decode_supported(ew) &&
-        ew.gate.rows == c.n_ff_exp && ew.down.rows == c.n_embd && c.n_embd % 32 == 0)
-      p |= kDecodeMoe;
     if (cuda::expert_ffn_scratch_bytes(ew, 1, c.n_expert_used) <= decode_scratch_bytes) p |= kExpertFfn;
   }
 }
@@ -546,21 +543,15 @@ void HybridMoe::Impl::note_prediction(int il, const PredictionOutcome& o) {
 }
 
 // One token whose experts are all on the GPU, after the step's copies: the
-// kernels the all-resident decode runs, over the slot table, so the result
-// is its result bit for bit. With `next` the three-launch MoE of
-// decode_moe.h (which also does the next RMSNorm), else cuda::expert_ffn.
+// kernel the all-resident decode runs (cuda::expert_ffn), over the slot
+// table, so the result is its result bit for bit.
 void HybridMoe::Impl::decode_on_gpu(int il, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids,
-                                    const float* wts, float* h, const cuda::NextNorm* next, bool copies) {
+                                    const float* wts, float* h, bool copies) {
   const cuda::ExpertWeights& ew = slots->weights(il);
   const int K = c.n_expert_used;
   if (timed) gpu0.record(stream);
-  if (next != nullptr) {
-    cuda::gate_up_q8_decode(ew, x_q8, ids, K, h_q8, nullptr, stream);
-    cuda::down_combine_decode(ew, h_q8, ids, wts, K, h, h, next, stream);
-  } else {
-    const bool q8 = cuda::matvec_takes_q8(ew.gate.type);
-    cuda::expert_ffn(ew, x, q8 ? &x_q8 : nullptr, 1, K, ids, wts, h, h, hg, decode_scratch_bytes, stream);
-  }
+  const bool q8 = cuda::matvec_takes_q8(ew.gate.type);
+  cuda::expert_ffn(ew, x, q8 ? &x_q8 : nullptr, 1, K, ids, wts, h, h, hg, decode_scratch_bytes, stream);
   if (timed) {
     gpu1.record(stream);
     timing_pending = true;
@@ -571,8 +562,8 @@ void HybridMoe::Impl::decode_on_gpu(int il, const float* x, const cuda::Q8Act& x
   }
 }
 
-bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids,
-                          const float* wts, float* h, const cuda::NextNorm* next, const HybridPrediction* pred) {
+void HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids,
+                          const float* wts, float* h, const HybridPrediction* pred) {
   const int K = c.n_expert_used, E = c.n_expert, np = n * K;
   const int64_t D = c.n_embd, F = c.n_ff_exp;
   if (n > opt.max_tokens) throw Error("hybrid MoE: more tokens than the step's buffers hold");
@@ -668,11 +659,10 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
   }
 
   // Decode with every expert on the GPU: no row bookkeeping, the all-resident
-  // kernels (decode_moe.h) over the slot table. Every streamed expert must
+  // kernel (cuda::expert_ffn) over the slot table. Every streamed expert must
   // have its own transit slot (they are all copied before the compute).
   const uint8_t path = decode_path[static_cast<size_t>(il)];
-  if (n == 1 && cpu_work.empty() && n_transit <= res->transit_slots() &&
-      (next != nullptr ? (path & kDecodeMoe) != 0 : (path & kExpertFfn) != 0)) {
+  if (n == 1 && cpu_work.empty() && n_transit <= res->transit_slots() && (path & kExpertFfn) != 0) {
     slots->upload(il, stream);
     std::vector<size_t> all;
     bool copies = false;
@@ -685,7 +675,7 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
       if (timed) copier->record(copy0.get()), copy0_recorded = true;
       copy_wave(il, sp, all, 0);
     }
-    decode_on_gpu(il, x, x_q8, ids, wts, h, next, copies);
+    decode_on_gpu(il, x, x_q8, ids, wts, h, copies);
     mark_read(sp, all);
     if (bank >= 0) bank_free[bank].record(stream);
     if (pred) {
@@ -694,7 +684,7 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
       stage_next(*pred, ids_h + np);
     }
     tel.plan_s += seconds_since(t_plan);
-    return next != nullptr;
+    return;
   }
 
   // Rows in wave order: a wave's rows are consecutive, so its elementwise
@@ -829,7 +819,6 @@ bool HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
     gpu1.record(stream);
     timing_pending = true;
   }
-  return false;
 }
 
 HybridMoe::HybridMoe(const ModelWeights& w, const HybridMoeOptions& opt, cudaStream_t compute)
@@ -970,9 +959,9 @@ void HybridMoe::end_pass() {
                  static_cast<unsigned long long>(m.pass_counts.host), m.pass_cpu_s * 1e3);
 }
 
-bool HybridMoe::run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* weights,
-                    float* h, const cuda::NextNorm* next, const HybridPrediction* pred) {
-  return impl_->run(il, n, x, x_q8, ids, weights, h, next, pred);
+void HybridMoe::run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* weights,
+                    float* h, const HybridPrediction* pred) {
+  impl_->run(il, n, x, x_q8, ids, weights, h, pred);
 }
 
 bool HybridMoe::gated_decode() const { return impl_->gated_supported(); }

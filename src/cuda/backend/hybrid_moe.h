@@ -32,7 +32,7 @@
 #include <string>
 
 #include "cpu/thread_pool.h"
-#include "cuda/backend/decode_moe.h"
+#include "cuda/expert_ffn.h"
 #include "cuda/matvec.h"
 #include "experts/cost_model.h"
 #include "experts/profile.h"
@@ -126,14 +126,13 @@ class HybridMoe {
   // Layer il for n tokens: x [n][n_embd] the FFN input (x_q8 the same as Q8,
   // valid when the experts take Q8), ids/weights [n][k] from the router, all
   // on the device; h[t] += sum_j weights[t][j] * expert_j(x[t]).
-  // next (decode only, optional): the RMSNorm that follows; returns true when
-  // it was done here. That happens when every expert of the step is on the
-  // GPU: the all-resident decode kernels (decode_moe.h) then run over the
-  // slot table, so the result is the all-resident run's, bit for bit.
+  // Decode with every expert of the step on the GPU runs the all-resident
+  // expert kernels over the slot table, so the result is the all-resident
+  // run's, bit for bit.
   // pred (optional): the next tiered layer's prediction, staged after this
   // layer's own copies.
-  bool run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* weights, float* h,
-           const cuda::NextNorm* next = nullptr, const HybridPrediction* pred = nullptr);
+  void run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* weights, float* h,
+           const HybridPrediction* pred = nullptr);
   // Prefetch is on (the backend then computes predictions).
   bool prefetching() const;
   // Layer il's experts as the kernels address them (the slot table).

@@ -47,7 +47,7 @@ struct HybridMoe::Impl {
   std::vector<cuda::SlotGeometry> geom;  // per layer
   std::vector<int64_t> first_source;     // per layer: the copier's index of its expert 0 (-1: dense)
   // Per layer: which all-resident decode kernels take its experts.
-  static constexpr uint8_t kDecodeMoe = 1, kExpertFfn = 2;
+  static constexpr uint8_t kExpertFfn = 1;
   std::vector<uint8_t> decode_path;
   std::vector<uint8_t> pinned;      // per layer: ExpertResidency::layer_pinned after the initial placement
   uint32_t n_pinned = 0;
@@ -166,15 +166,15 @@ struct HybridMoe::Impl {
   // what is done, leaving the rest pending.
   void collect_timing(bool block = true);
 
-  bool run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* wts, float* h,
-           const cuda::NextNorm* next, const HybridPrediction* pred);
+  void run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* wts, float* h,
+           const HybridPrediction* pred);
   void stage_next(const HybridPrediction& pred, const int32_t* predicted_ids);
   void note_prediction(int il, const PredictionOutcome& o);
   void group_routes(int il, const int32_t* ids, int np);
   static void count_pairs(TierCounts& layer, TierCounts& pass, Tier t, uint64_t pairs);
   void copy_wave(int il, const StepPlan& sp, const std::vector<size_t>& wave, size_t wv);
   void decode_on_gpu(int il, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* wts, float* h,
-                     const cuda::NextNorm* next, bool copies);
+                     bool copies);
 
   // ---- transit slots: which compute last read each. Within one layer step
   // the waves reuse them in order; a prompt's stage (below) rewrites them

@@ -15,7 +15,6 @@
 #include "cuda/attention.h"
 #include "cuda/backend/cuda_backend_impl.h"
 #include "cuda/backend/decode_fused.h"
-#include "cuda/backend/decode_moe.h"
 #include "cuda/backend/prefill_fused.h"
 #include "cuda/expert_ffn.h"
 #include "cuda/gemm.h"
@@ -60,10 +59,6 @@ void CudaBackend::Impl::project(const cuda::DevMat& m, const float* xf, const cu
 
 // RMSNorm of n rows of the hidden state into x (and xq8).
 void CudaBackend::Impl::norm_rows(const float* src, const float* weight, int n) {
-  if (n == 1 && norm_ready) {  // made by the previous layer's last launch
-    norm_ready = false;
-    return;
-  }
   if (n == 1 && opt.fused_decode && cuda::rmsnorm_row_supported(c.n_embd))
     cuda::rmsnorm_row_q8(src, weight, x, c.n_embd, c.rms_eps, xq8, stream);
   else
@@ -168,19 +163,6 @@ void CudaBackend::Impl::prologue(int il, int n, float* qp, float* kp, float* vp,
 }
 
 // ---------------------------------------------------------------- FFN
-// The three-launch MoE decode (decode_moe.h) applies to this layer.
-bool CudaBackend::Impl::moe_decode_fusable(int il) const {
-  if (!c.is_moe() || !opt.fused_decode || !opt.fused_moe_decode) return false;
-  const cuda::DevLayer& L = weights.layer(il);
-  // Tiered experts: the slot table (the hybrid step falls back to its own
-  // kernels when some expert of a step runs on the CPU).
-  const cuda::ExpertWeights& ex = hybrid ? hybrid->weights(il) : experts.weights(il);
-  const int E = c.n_expert, K = c.n_expert_used;
-  return cuda::router_norm_decode_supported(L.router.type, E, c.n_embd, K) && cuda::gate_up_q8_decode_supported(ex) &&
-         cuda::down_combine_decode_supported(ex) && ex.gate.rows == c.n_ff_exp && ex.down.rows == c.n_embd &&
-         c.n_embd % 32 == 0;
-}
-
 // Router logits of n tokens (x / xq8) into router_logits. Several tokens:
 // launched as groups of 8 vectors (one block row per group), not one group
 // of n that a few blocks would walk through 8 vectors at a time.
@@ -231,7 +213,6 @@ void CudaBackend::Impl::report_routes(int il, int n) {
 // all-resident expert kernels can take n tokens in the scratch they have.
 bool CudaBackend::Impl::pinned_experts(int il, int n) const {
   if (!hybrid || !hybrid->layer_pinned(il)) return false;
-  if ((n == 1 && moe_decode_fusable(il)) || (n >= opt.gemm_min_batch && opt.grouped_matmul_experts)) return true;
   return cuda::expert_ffn_scratch_bytes(hybrid->weights(il), n, c.n_expert_used) <= exp_scratch_bytes;
 }
 
@@ -272,11 +253,9 @@ void CudaBackend::Impl::route(const cuda::DevMat& R, int n, int32_t* ids, float*
 void CudaBackend::Impl::ffn_block(int il, int n, FfnPart part) {
   cudaStream_t s = stream;
   const cuda::DevLayer& L = weights.layer(il);
-  const int64_t D = c.n_embd;
-  const bool moe_fused = n == 1 && moe_decode_fusable(il);
-  const int E = c.n_expert, K = c.n_expert_used;
+  const int K = c.n_expert_used;
   if (part == FfnPart::Experts) goto experts;  // the route half ran (captured) before
-  if (!moe_fused) norm_rows(h, L.ffn_norm, n);
+  norm_rows(h, L.ffn_norm, n);
   if (!c.is_moe()) {
     const int64_t F = c.n_ff;
     if (n >= opt.gemm_min_batch) {
@@ -295,13 +274,7 @@ void CudaBackend::Impl::ffn_block(int il, int n, FfnPart part) {
     project(L.ffn_down, ffg, &ffq8, n, h, h);
     return;
   }
-  if (moe_fused) {
-    cuda::router_norm_decode(h, L.ffn_norm, c.rms_eps, static_cast<const float*>(L.router.data), E, D, K,
-                             c.arch->router_mode, c.router_renorm, x, xq8, router_logits, route_ids, route_w,
-                             router_counter, s);
-  } else {
-    route(L.router, n, route_ids, route_w);
-  }
+  route(L.router, n, route_ids, route_w);
   if (route_hook) report_routes(il, n);
   // Prefetch: the next tiered layer's router on this input, read back with
   // the routes (the span path's Route half, or a gated step's tiered layer).
@@ -309,17 +282,10 @@ void CudaBackend::Impl::ffn_block(int il, int n, FfnPart part) {
       (part == FfnPart::Route || (gated_step && part == FfnPart::All && !pinned_experts(il, 1))))
     predict_routes(predicted_layer(il));
   // Hybrids: the shared expert adds to h first (x is ready: every router
-  // path above made it), so the routed experts stay the last launch and may
-  // fuse the next RMSNorm.
+  // path above made it).
   if (L.shexp_gate) shared_expert(il, n);
   if (part == FfnPart::Route) return;
 experts:
-  cuda::NextNorm next;
-  next.w = il + 1 < c.n_layer ? weights.layer(il + 1).attn_norm : weights.output_norm;
-  next.eps = c.rms_eps;
-  next.x_out = x;
-  next.x_q8 = xq8;
-  next.counter = norm_counter;
   if (hybrid && !pinned_experts(il, n) && gated_step) {
     const int target = predicted_layer(il);
     hybrid->enqueue_gated(il, x, xq8, route_ids, route_w, h, target >= 0 ? route_ids + K : nullptr, target);
@@ -329,56 +295,13 @@ experts:
     // The span path (Route, then Experts) predicted the next tiered layer.
     HybridPrediction pred;
     if (part == FfnPart::Experts && n == 1 && predicted_layer(il) >= 0) pred = {predicted_layer(il), route_ids + K, K};
-    norm_ready = hybrid->run(il, n, x, xq8, route_ids, route_w, h, moe_fused ? &next : nullptr,
-                             pred.layer >= 0 ? &pred : nullptr);
+    hybrid->run(il, n, x, xq8, route_ids, route_w, h, pred.layer >= 0 ? &pred : nullptr);
     return;
   }
   // All-resident experts: the resident model's, or a tiered layer whose
   // every expert stays in its slots (the slot table then never changes).
   const cuda::ExpertWeights& ex = hybrid ? hybrid->weights(il) : experts.weights(il);
-  if (moe_fused) {
-    cuda::gate_up_q8_decode(ex, xq8, route_ids, K, dec_hq8, nullptr, s);
-    cuda::down_combine_decode(ex, dec_hq8, route_ids, route_w, K, h, h, &next, s);
-    norm_ready = true;  // the next norm_rows (next layer's attention, or the head) is done
-    return;
-  }
-  if (n < opt.gemm_min_batch || !opt.grouped_matmul_experts) {
-    cuda::expert_ffn(ex, x, &xq8, n, K, route_ids, route_w, h, h, exp_scratch, exp_scratch_bytes, s);
-    return;
-  }
-  // Batch: (token, slot) pairs grouped by expert, then each expert's
-  // gate/up/down once over its tokens on tensor cores.
-  const int pairs = n * K;
-  const int64_t F = c.n_ff_exp;
-  int32_t* n_groups = groups;
-  int32_t* group_expert = groups + 1;
-  int32_t* offsets = group_expert + pairs;
-  int32_t* list = offsets + pairs + 1;
-  cuda::moe_group_by_expert(route_ids, pairs, E, n_groups, group_expert, offsets, list, s);
-  cuda::MatvecGroups g;
-  g.max_groups = std::min(pairs, E);
-  g.per_group = n;
-  g.x_div = K;
-  g.n_expert = E;
-  g.n_groups = n_groups;
-  g.expert = group_expert;
-  g.offsets = offsets;
-  g.list = list;
-  cuda::MatvecInput in;
-  in.f32 = x;
-  if (cuda::matvec_takes_q8(ex.gate.type)) in.q8 = xq8;
-  cuda::matmul(ex.gate, in, g, exp_gate, F, nullptr, s);
-  cuda::matmul(ex.up, in, g, exp_up, F, nullptr, s);
-  cuda::silu_mul(exp_gate, exp_up, exp_gate, static_cast<int64_t>(pairs) * F, s);
-  cuda::MatvecInput hin;
-  hin.f32 = exp_gate;
-  if (cuda::matvec_takes_q8(ex.down.type)) {
-    cuda::quantize_q8act(exp_gate, F, pairs, expq8, s);
-    hin.q8 = expq8;
-  }
-  g.x_div = 1;
-  cuda::matmul(ex.down, hin, g, exp_y, D, nullptr, s);
-  cuda::moe_combine(exp_y, route_w, n, K, D, h, h, s);
+  cuda::expert_ffn(ex, x, &xq8, n, K, route_ids, route_w, h, h, exp_scratch, exp_scratch_bytes, s);
 }
 
 // ---------------------------------------------------------------- head
@@ -418,7 +341,6 @@ void CudaBackend::Impl::copy_logits(float* dst, int m) {
 // One decode step, all on the device: token, position and attention length
 // come from step_in = {token, pos, kv_len}.
 void CudaBackend::Impl::enqueue_decode(int max_kv_len) {
-  norm_ready = false;
   const cuda::DevMat& embd = weights.token_embd;
   cuda::embed_rows(embd.type, embd.data, c.n_vocab, c.n_embd, step_in, 1, h, stream);
   for (int il = 0; il < c.n_layer; ++il) {
@@ -477,7 +399,7 @@ void CudaBackend::Impl::enqueue_hybrid_decode(int max_kv_len) {
 void CudaBackend::Impl::decode(int32_t token, int64_t p, float* out) {
   // Hybrid: the gated step (one graph, no round trip on a hit) when it can
   // be captured; else a graph per span and a round trip per tiered layer.
-  const bool gated = hybrid && !route_hook && !opt.fused_moe_decode && opt.use_graph && hybrid->gated_decode();
+  const bool gated = hybrid && !route_hook && opt.use_graph && hybrid->gated_decode();
   auto* in = host_in.as<int32_t>();
   in[0] = token;
   in[1] = static_cast<int32_t>(p);
@@ -506,10 +428,7 @@ void CudaBackend::Impl::decode(int32_t token, int64_t p, float* out) {
   if (use_graph && opt.use_graph) {
     graph.launch(stream);
     if (run_gated) hybrid->serve_gated();
-  } else if (hybrid && !route_hook && !opt.fused_moe_decode) {
-    // (With the three-launch MoE, whether the previous layer's last kernel
-    // did this layer's norm depends on the step: not capturable per layer.)
-    norm_ready = false;
+  } else if (hybrid && !route_hook) {
     enqueue_hybrid_decode(max_kv);
   } else {
     enqueue_decode(max_kv);
