@@ -38,7 +38,7 @@ pack() { cp "$WORK/lc_log.txt" "$OUT/" 2> /dev/null; tar czf "$OUT/lc.tgz" -C "$
 
 # A step is skipped when its table already holds rows (resumable: run it
 # again on the same warm machine and it goes on where a call's limit stopped it).
-done_md() { grep -qE "^\| .*[0-9]+\.[0-9]+ ± " "$1" 2> /dev/null; }
+done_md() { grep -qE "^\| .*[0-9]+\.[0-9]+ ± " "$1" 2> /dev/null && grep -qE "^build: |^floor tok/s" "$1"; }
 
 # Peak GPU memory in use while a command runs (MiB, whole device).
 with_peak_vram() {  # label cmd...
