@@ -496,7 +496,8 @@ void add_delta_rule(Registry& reg) {
 // ---------------------------------------------------------------- expert_ffn
 // b["gate"], b["up"] [n_expert][d_ff][d_model], b["down"] [n_expert][d_model][d_ff]
 // (types gate_type, down_type), f["x"] [n_tok][d_model], i["ids"] and
-// f["weights"] [n_tok][k]. Output out[t] = sum_j weights[t][j] * ffn_{ids[t][j]}(x[t]).
+// f["weights"] [n_tok][k], f["res"] [n_tok][d_model] (empty: none). Output
+// out[t] = res[t] + sum_j weights[t][j] * ffn_{ids[t][j]}(x[t]).
 // Q8 activations (each impl's) carry ~1e-3 of rounding: the tolerance is
 // set by that, not by float summation.
 struct FfnView {
@@ -567,9 +568,11 @@ Problem make_expert_ffn(const Case& c) {
     p.i["ids"].insert(p.i["ids"].end(), all.begin(), all.begin() + k);
   }
   p.f["weights"] = uniform(static_cast<size_t>(n_tok * k), rng, 0.05f, 1.f);
+  p.f["res"] = c.at("res") ? uniform(static_cast<size_t>(n_tok * d_model), rng, -1.f, 1.f) : std::vector<float>{};
   const FfnView v = ffn_view(c, p);
   const ActRounding r = c.at("gpu_q8") ? ActRounding::Gpu : ActRounding::Native;
   p.ref.assign(static_cast<size_t>(n_tok * d_model), 0.0);
+  if (c.at("res")) p.ref.assign(p.f["res"].begin(), p.f["res"].end());
   for (int t = 0; t < n_tok; ++t)
     for (int j = 0; j < k; ++j) {
       const std::vector<float> y = expert_rounded(v.w, p.i["ids"][t * k + j], p.f["x"].data() + t * d_model, r);
@@ -586,7 +589,8 @@ std::vector<float> run_cpu_ffn(const Case& c, const Problem& p, ActRounding roun
   std::vector<float> y = poisoned(static_cast<size_t>(n_tok * k * d_model));
   ExpertFfn ffn(pool(), rounding);
   ffn.compute(v.w, p.f.at("x").data(), n_tok, work, y.data());
-  std::vector<float> out(static_cast<size_t>(n_tok * d_model), 0.f);
+  std::vector<float> out = p.f.at("res");
+  out.resize(static_cast<size_t>(n_tok * d_model), 0.f);
   for (int t = 0; t < n_tok; ++t)
     for (int j = 0; j < k; ++j)
       for (int64_t r = 0; r < d_model; ++r) out[t * d_model + r] += p.f.at("weights")[t * k + j] * y[(t * k + j) * d_model + r];
@@ -611,7 +615,7 @@ void add_expert_ffn(Registry& reg) {
                                          std::to_string(n_tok) + " k=" + std::to_string(k),
                                      {{"gate_type", static_cast<int64_t>(gt)}, {"down_type", static_cast<int64_t>(dt)},
                                       {"d_model", 256}, {"d_ff", 256}, {"n_expert", 8}, {"n_tok", n_tok}, {"k", k},
-                                      {"gpu_q8", gpu}},
+                                      {"gpu_q8", gpu}, {"res", n_tok != 1}},
                                      seed++));
     op.make = make_expert_ffn;
     op.tol = 1e-3;

@@ -490,6 +490,29 @@ void add_combine(Registry& reg) {
   reg.add(std::move(op));
 }
 
+// add: f["a"], f["b"] [count]; out = a + b.
+void add_add(Registry& reg) {
+  Op op;
+  op.name = "add";
+  uint32_t seed = 1150;
+  for (int64_t count : {1, 33, 4096, 100003}) op.cases.push_back(make_case("count=" + std::to_string(count), {{"count", count}}, seed++));
+  op.make = [](const Case& c) {
+    std::mt19937 rng(c.seed);
+    Problem p;
+    p.f["a"] = uniform(static_cast<size_t>(c.at("count")), rng);
+    p.f["b"] = uniform(static_cast<size_t>(c.at("count")), rng);
+    for (size_t i = 0; i < p.f["a"].size(); ++i) p.ref.push_back(static_cast<double>(p.f["a"][i] + p.f["b"][i]));
+    return p;
+  };
+  op.tol = 0;
+  op.impls.push_back(gpu_impl("cuda", [](const Case& c, const Problem& p) {
+    DeviceBuffer da = upload(p.f.at("a")), db = upload(p.f.at("b")), out = poisoned_dev(p.ref.size());
+    cuda::add(da.as<float>(), db.as<float>(), out.as<float>(), c.at("count"), stream());
+    return result(out, p.ref.size());
+  }));
+  reg.add(std::move(op));
+}
+
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 // The qwen35moe attention gate ops (src/engine/cpu_backend.cpp does the same
@@ -658,7 +681,9 @@ void add_expert_ffn_impl(Registry& reg) {
     w.down.stride = d_model * row_bytes(dt, d_ff);
     const size_t sb = cuda::expert_ffn_scratch_bytes(w, n_tok, k);
     DeviceBuffer scratch(sb + 256), out = poisoned_dev(static_cast<size_t>(n_tok * d_model));
-    cuda::expert_ffn(w, dx.as<float>(), nullptr, n_tok, k, di.as<int32_t>(), dw.as<float>(), nullptr, out.as<float>(),
+    DeviceBuffer dres = upload(p.f.at("res"));
+    const float* res = p.f.at("res").empty() ? nullptr : dres.as<float>();
+    cuda::expert_ffn(w, dx.as<float>(), nullptr, n_tok, k, di.as<int32_t>(), dw.as<float>(), res, out.as<float>(),
                      scratch.get(), sb, stream());
     return result(out, static_cast<size_t>(n_tok * d_model));
   }));
@@ -675,6 +700,7 @@ void register_cuda_impls(Registry& reg) {
   add_kv_append(reg);
   add_router(reg);
   add_combine(reg);
+  add_add(reg);
   add_gated(reg);
   add_delta_impls(reg);
   add_expert_ffn_impl(reg);

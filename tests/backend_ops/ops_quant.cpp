@@ -16,6 +16,7 @@
 #include "quant/gpu_q8.h"
 #include "quant/gpu_q8_sub32.h"
 #include "quant/simd_kernels.h"
+#include "util/error.h"
 
 namespace ms::backend_ops {
 namespace {
@@ -72,9 +73,14 @@ using RowsFn = std::function<void(int64_t n, const void* w, int64_t stride, int6
 // Runs a row kernel once per activation vector.
 std::vector<float> run_rows(const Case& c, const Problem& p, const RowsFn& fn, int64_t act_bytes) {
   const int64_t n = c.at("n"), rows = c.at("rows"), nvec = c.at("nvec");
-  std::vector<float> out = poisoned(static_cast<size_t>(rows * nvec));
-  for (int64_t v = 0; v < nvec; ++v)
-    fn(n, p.b.at("w").data(), p.i.at("stride")[0], rows, p.b.at("act").data() + v * act_bytes, out.data() + v * rows);
+  std::vector<float> out;
+  for (int64_t v = 0; v < nvec; ++v) {
+    std::vector<float> part = poisoned(static_cast<size_t>(rows + 1));
+    part[rows] = 12345.f;  // a guard after the last row
+    fn(n, p.b.at("w").data(), p.i.at("stride")[0], rows, p.b.at("act").data() + v * act_bytes, part.data());
+    if (part[rows] != 12345.f) throw Error("row kernel wrote past its last row (" + c.label + ")");
+    out.insert(out.end(), part.begin(), part.end() - 1);
+  }
   return out;
 }
 
@@ -123,6 +129,7 @@ void add_vec_dot(Registry& reg, DType t) {
                         matmul(pool(), t, w.data(), rows, n, p.f.at("x").data(), nvec, out.data());
                         return out;
                       }});
+  for (Impl& i : op.impls) i.skip_case = skip_gpu_sized;
   reg.add(std::move(op));
 }
 
@@ -191,6 +198,7 @@ void add_dot_q8(Registry& reg, DType t) {
                             },
                             act_bytes(c));
                       }});
+  for (Impl& i : op.impls) i.skip_case = skip_gpu_sized;
   reg.add(std::move(op));
 }
 
@@ -212,7 +220,7 @@ void add_dequantize(Registry& reg, DType t) {
   Op op;
   op.name = std::string("dequantize_") + type_name(t);
   for (const Case& c : dot_cases(t, false))
-    if (c.at("nvec") == 1) op.cases.push_back(c);
+    if (c.at("nvec") == 1 && !c.at("gpu_only")) op.cases.push_back(c);
   op.make = make_dequantize;
   op.tol = 1e-6;
   op.impls.push_back({"dispatched", false, nullptr, [t](const Case& c, const Problem& p) {

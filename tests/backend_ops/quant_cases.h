@@ -12,6 +12,9 @@ namespace ms::backend_ops {
 
 inline DType case_type(const Case& c) { return static_cast<DType>(c.at("type")); }
 
+// The CPU implementations' skip_case: the GPU-sized cases are left to the GPU.
+inline std::string skip_gpu_sized(const Case& c) { return c.at("gpu_only") ? "a GPU-sized case" : ""; }
+
 // Every weight type the engine computes with (the ones with a CPU row-dot
 // path; Q8_0/Q8_1/Q8_K activation formats are covered by quantize_*).
 inline const std::vector<DType>& dot_types() {
@@ -34,7 +37,7 @@ inline std::vector<Case> dot_cases(DType t, bool gpu_q8) {
   const int64_t b = bs == 1 ? 32 : bs;  // float types: lengths in 32s, plus the odd ones below
   struct S {
     int64_t n, rows, nvec;
-    int extreme;
+    int extreme;  // 1: extreme values; 2: a GPU-sized case (CPU implementations skip it)
   };
   std::vector<S> shapes = {{b, 1, 1, 0}, {3 * b, 7, 3, 0}, {b * (2048 / b) + b, 33, 1, 0},
                            {b * (2048 / b) + b, 67, 20, 0}, {3 * b, 5, 2, 1}};
@@ -42,13 +45,17 @@ inline std::vector<Case> dot_cases(DType t, bool gpu_q8) {
     shapes.push_back({7, 3, 1, 0});
     shapes.push_back({2051, 9, 2, 0});
   }
+  // Past one tile of the int8 tensor-core GEMM in rows and vectors (its
+  // tiles are 64/128 rows by 32/64 vectors): run by the GPU only.
+  shapes.push_back({b * (512 / b) + (b == 32 ? b : 0), 130, 65, 2});
   std::vector<Case> v;
   uint32_t seed = 1000 + static_cast<uint32_t>(t) * 64 + (gpu_q8 ? 32 : 0);
   for (const S& s : shapes) {
     Case c;
     c.label = "n=" + std::to_string(s.n) + " rows=" + std::to_string(s.rows) + " nvec=" + std::to_string(s.nvec) +
-              (s.extreme ? " extreme" : "");
-    c.p = {{"type", static_cast<int64_t>(t)}, {"n", s.n}, {"rows", s.rows}, {"nvec", s.nvec}, {"extreme", s.extreme}};
+              (s.extreme == 1 ? " extreme" : "");
+    c.p = {{"type", static_cast<int64_t>(t)}, {"n", s.n},       {"rows", s.rows},
+           {"nvec", s.nvec},                 {"extreme", s.extreme == 1}, {"gpu_only", s.extreme == 2}};
     c.seed = seed++;
     v.push_back(c);
   }

@@ -1,7 +1,7 @@
 // GPU Q8 activations on the CPU (quant/gpu_q8.h): the quantizer against a
 // plain statement of dev::warp_q8's rule (bit for bit), each weight type's
-// dot against dequantize-then-dot, and the AVX2 kernels against the
-// reference.
+// dot against dequantize-then-dot. The AVX2 kernels and the dispatched rows
+// against the reference: tests/backend_ops (ops dot_q8_<type>).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -257,56 +257,6 @@ TEST(GpuQ8Dot, RejectsOtherTypes) {
   EXPECT_THROW(vec_dot_rows_gpu_q8(DType::Q4_K, 128, w.data(), 0, 1, act.data(), &out), Error);
   EXPECT_FALSE(gpu_q8_supported(DType::BF16));
   EXPECT_TRUE(gpu_q8_supported(DType::Q4_K));
-}
-
-// The AVX2 kernels (called directly) and the dispatched rows against the
-// reference: odd row counts (groups of 4, 2, 1), a padded row stride, outputs
-// poisoned with NaN so an unwritten one fails.
-template <class Fn>
-void check_rows(Fn fn, DType t, const char* what) {
-  for (int k = 0; k < 3; ++k)
-    for (int64_t rows : {1, 2, 3, 7, 13}) {
-      const int64_t n = test_cols(t, k), stride = row_bytes(t, n) + 6;
-      std::vector<uint8_t> w = random_weights(t, n, rows + 1, 11u + static_cast<uint32_t>(rows));
-      std::vector<uint8_t> padded(static_cast<size_t>(stride * rows));
-      for (int64_t r = 0; r < rows; ++r)
-        std::memcpy(padded.data() + r * stride, w.data() + r * row_bytes(t, n), static_cast<size_t>(row_bytes(t, n)));
-      std::vector<float> x = random_row(n, 90u + static_cast<uint32_t>(k));
-      for (int64_t i = 0; i < n; i += 97) x[static_cast<size_t>(i)] = 0.f;
-      const std::vector<uint8_t> act = quantized(x);
-      std::vector<float> out(static_cast<size_t>(rows + 1), std::numeric_limits<float>::quiet_NaN());
-      fn(n, padded.data(), stride, rows, act.data(), out.data());
-      for (int64_t r = 0; r < rows; ++r) {
-        const uint8_t* wr = padded.data() + r * stride;
-        const float want = vec_dot_gpu_q8_ref(t, n, wr, act.data());
-        double unused, mag;
-        ref_dot(t, n, wr, act, &unused, &mag);
-        ASSERT_FALSE(std::isnan(out[static_cast<size_t>(r)])) << what << " " << type_name(t) << " row " << r;
-        EXPECT_NEAR(out[static_cast<size_t>(r)], want, 1e-5 * mag)
-            << what << " " << type_name(t) << " n=" << n << " rows=" << rows << " row " << r;
-      }
-      EXPECT_TRUE(std::isnan(out[static_cast<size_t>(rows)])) << what << " wrote past the rows";
-    }
-}
-
-TEST(GpuQ8Dot, Avx2MatchesReference) {
-  if (!simd::cpu_supports_avx2()) GTEST_SKIP() << "no AVX2";
-  int covered = 0;
-  for (DType t : gpu_types())
-    if (simd::GpuQ8RowsFn fn = simd::gpu_q8_rows_kernel_avx2(t)) {
-      check_rows(fn, t, "avx2");
-      ++covered;
-    }
-  EXPECT_GE(covered, 5);  // all but Q6_K
-  EXPECT_NE(simd::gpu_q8_rows_kernel_avx2(DType::Q4_K), nullptr);
-}
-
-TEST(GpuQ8Dot, DispatchedMatchesReference) {
-  for (DType t : gpu_types()) {
-    check_rows([t](int64_t n, const void* w, int64_t s, int64_t rows, const void* a,
-                   float* out) { vec_dot_rows_gpu_q8(t, n, w, s, rows, a, out); },
-               t, gpu_q8_path(t));
-  }
 }
 
 }  // namespace

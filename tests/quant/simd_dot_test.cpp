@@ -1,7 +1,8 @@
-// The AVX2 and AVX-512 row-dot kernels against vec_dot_ref, called directly
-// (whatever MOESTREAM_ISA says), on random, all-zero and extreme blocks, odd
-// row counts, several row lengths and padded row strides; plus the dispatched
-// vec_dot / vec_dot_rows.
+// The AVX2 and AVX-512 row-dot kernels beyond their comparison with
+// vec_dot_ref on random and extreme blocks (tests/backend_ops, ops
+// vec_dot_<type>): one row at a time equals the multi-row path bit for bit,
+// and the dispatched vec_dot / vec_dot_rows (path names, the reference for
+// types without a kernel, partial blocks rejected).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,7 +24,6 @@ namespace ms {
 namespace {
 
 enum class Fill { Random, Zero, Extreme };
-const char* fill_name(Fill f) { return f == Fill::Random ? "random" : f == Fill::Zero ? "zero" : "extreme"; }
 
 void put_f16(uint8_t* p, float v) {
   const uint16_t h = f32_to_f16(v);
@@ -190,27 +190,6 @@ class SimdDot : public ::testing::TestWithParam<Param> {
     return simd::vec_dot_rows_kernel_avx512(t);
   }
 };
-
-TEST_P(SimdDot, MatchesReference) {
-  const auto& [isa, t] = GetParam();
-  const simd::VecDotRowsFn fn = kernel();
-  if (!fn) {
-    if (isa == "avx512" && simd::cpu_supports_avx512())
-      GTEST_SKIP() << "no AVX-512 kernel for " << type_name(t) << " (the AVX2 one runs there)";
-    GTEST_SKIP() << "this CPU lacks " << isa;
-  }
-  uint32_t seed = 1;
-  for (Fill fill : {Fill::Random, Fill::Zero, Fill::Extreme})
-    for (int64_t n : lengths(t))
-      for (int64_t rows : {1, 3, 7, 33}) {
-        const Problem p = make_problem(t, n, rows, fill, seed++);
-        const std::string what = isa + " " + type_name(t) + " " + fill_name(fill) + " n=" + std::to_string(n) +
-                                 " rows=" + std::to_string(rows);
-        expect_close(p, run_rows(p, fn), what);
-        if (fill == Fill::Zero)
-          for (float v : run_rows(p, fn)) EXPECT_EQ(v, 0.f) << what;
-      }
-}
 
 // One row at a time must give what the multi-row path gives for that row, to
 // the last bit (the engine mixes both).
