@@ -8,14 +8,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "../tokenizer/tiny_vocabs.h"
-#include "engine/backend.h"
+#include "harmony_test_util.h"
 #include "server/api.h"
 #include "server/chat.h"
 #include "server/scheduler.h"
@@ -26,42 +22,8 @@
 namespace ms::server {
 namespace {
 
-// Logits that make greedy sampling follow `script`, one token per pass
-// (the prompt's pass gives the first); past its end it repeats the last.
-class ScriptedBackend final : public Backend {
- public:
-  ScriptedBackend(std::vector<int32_t> script, int64_t n_vocab) : script_(std::move(script)) {
-    cfg_.n_vocab = n_vocab;
-  }
-  void forward(KvCache&, std::span<const int32_t>, std::vector<float>& logits, bool) override {
-    logits.assign(static_cast<size_t>(cfg_.n_vocab), 0.0f);
-    logits[static_cast<size_t>(script_[std::min(next_, script_.size() - 1)])] = 10.0f;
-    ++next_;
-  }
-  KvCache make_cache(int64_t ctx, KvType type = KvType::F16) const override { return KvCache(1, 1, 8, ctx, type); }
-  const ModelConfig& config() const override { return cfg_; }
-  std::string name() const override { return "scripted"; }
-  void set_route_hook(RouteHook, bool = false) override {}
-
- private:
-  std::vector<int32_t> script_;
-  size_t next_ = 0;
-  ModelConfig cfg_;
-};
-
-// A small vocabulary with the harmony markers and gpt-oss's chat template.
-Tokenizer harmony_tokenizer() {
-  Vocab v = test::tiny_bpe({{"a", "n"}, {" ", "w"}},
-                           {"<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>",
-                            "<|call|>", "<|endoftext|>"},
-                           "gpt-4o");
-  std::ifstream in(std::filesystem::path(MS_SOURCE_DIR) / "tests" / "tokenizer" / "templates" /
-                   "openai-gpt-oss-120b.jinja");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  v.chat_template = ss.str();
-  return Tokenizer(v);
-}
+using test::harmony_tokenizer;
+using test::ScriptedBackend;
 
 struct Result {
   std::string content, reasoning;
