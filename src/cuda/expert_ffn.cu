@@ -131,6 +131,45 @@ __global__ void swiglu_q8_kernel(float* __restrict__ gate, const float* __restri
   dev::warp_q8(v, q + i, ds + blk, lane);
 }
 
+// gpt-oss's experts: h = act(gate + bg[e], up + bu[e]) per pair p (expert
+// ids[p], clamped into range as the matvec does), act silu(g) * u or the
+// clamped SwiGLU; one warp per block of 32, as swiglu_q8_kernel.
+__global__ void bias_act_q8_kernel(float* __restrict__ gate, const float* __restrict__ up,
+                                   const int32_t* __restrict__ ids, int n_expert, int64_t d_ff, int64_t n_blocks,
+                                   const float* __restrict__ bg, const float* __restrict__ bu, bool clamped,
+                                   float alpha, float limit, int8_t* __restrict__ q, float2* __restrict__ ds) {
+  const int64_t blk = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (blk >= n_blocks) return;  // whole warps exit together
+  const int lane = threadIdx.x % 32;
+  const int64_t i = blk * 32 + lane;
+  const int64_t p = i / d_ff, r = i % d_ff;
+  const int64_t e = min(max(ids[p], 0), n_expert - 1);
+  float g = gate[i], u = up[i];
+  if (bg != nullptr) g += bg[e * d_ff + r];
+  if (bu != nullptr) u += bu[e * d_ff + r];
+  float v;
+  if (clamped) {
+    g = fminf(g, limit);
+    u = fminf(fmaxf(u, -limit), limit);
+    v = g / (1.f + expf(-alpha * g)) * (u + 1.f);
+  } else {
+    v = dev::silu(g) * u;
+  }
+  gate[i] = v;
+  if (q == nullptr) return;
+  dev::warp_q8(v, q + i, ds + blk, lane);
+}
+
+// y[p] += bd[ids[p]] for every pair (the down projection's bias).
+__global__ void add_expert_bias_kernel(float* __restrict__ y, const int32_t* __restrict__ ids, int n_expert,
+                                       int64_t d_model, int64_t n, const float* __restrict__ bd) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int64_t p = i / d_model;
+  const int64_t e = min(max(ids[p], 0), n_expert - 1);
+  y[i] += bd[e * d_model + i % d_model];
+}
+
 struct Layout {
   size_t x_q8 = 0, h = 0, u = 0, h_q8 = 0, y = 0, groups = 0, total = 0;
 };
@@ -144,7 +183,7 @@ Layout layout(const ExpertWeights& w, int n_tokens, int k) {
   L.h = off;    off += al(sizeof(float) * pairs * d_ff);
   // the GEMM path keeps gate and up apart until the SwiGLU kernel
   const bool gemm_possible = n_tokens > 1 && detail::gemm_q8_supported(w.gate.type);
-  L.u = off;    off += al(gemm_possible ? sizeof(float) * pairs * d_ff : 0);
+  L.u = off;    off += al(gemm_possible || w.biased_or_clamped() ? sizeof(float) * pairs * d_ff : 0);
   L.h_q8 = off; off += al(matvec_takes_q8(w.down.type) ? q8act_bytes(d_ff, pairs) : 0);
   L.y = off;    off += al(sizeof(float) * pairs * d_model);
   L.groups = off; off += al(sizeof(int32_t) * (1 + 3 * pairs + 1));
@@ -189,6 +228,10 @@ void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n
   if (w.up.rows != d_ff || w.up.cols != d_model || w.down.rows != d_model || w.down.cols != d_ff)
     throw Error("expert_ffn: gate/up must be [d_ff x d_model] and down [d_model x d_ff]");
   if (k <= 0 || k > w.n_expert) throw Error("expert_ffn: k " + std::to_string(k) + " outside 1..n_expert");
+  const bool biased = w.biased_or_clamped();
+  if (biased && d_ff % 32 != 0)
+    throw Error("expert_ffn: expert biases / clamped SwiGLU need d_ff a multiple of 32 (got " + std::to_string(d_ff) +
+                ")");
   const Layout L = layout(w, n_tokens, k);
   if (scratch_bytes < L.total)
     throw Error("expert_ffn: scratch of " + std::to_string(scratch_bytes) + " bytes, needs " +
@@ -253,14 +296,25 @@ void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n
   const bool down_q8 = matvec_takes_q8(w.down.type);
   if (down_q8) hin.q8 = q8act_view(s + L.h_q8, d_ff, pairs);
   g.x_div = k;
-  if (gemm_gu) {
+  if (gemm_gu || biased) {
+    // gate and up apart, then the activation (+ biases) and Q8 in one kernel.
     auto* u = reinterpret_cast<float*>(s + L.u);
-    const MatrixSet gu[2] = {w.gate, w.up};
-    float* ys[2] = {h, u};
-    detail::gemm_q8_launch(gu, 2, xin.q8, g, ys, d_ff, nullptr, bn, 2, stream);
+    if (gemm_gu) {
+      const MatrixSet gu[2] = {w.gate, w.up};
+      float* ys[2] = {h, u};
+      detail::gemm_q8_launch(gu, 2, xin.q8, g, ys, d_ff, nullptr, bn, 2, stream);
+    } else {
+      matvec(w.gate, xin, g, h, d_ff, nullptr, stream);
+      matvec(w.up, xin, g, u, d_ff, nullptr, stream);
+    }
     const int64_t n_blocks = static_cast<int64_t>(pairs) * d_ff / 32;
-    swiglu_q8_kernel<<<static_cast<unsigned>((n_blocks + 7) / 8), 256, 0, stream>>>(
-        h, u, n_blocks, down_q8 ? hin.q8.q : nullptr, down_q8 ? reinterpret_cast<float2*>(hin.q8.ds) : nullptr);
+    int8_t* hq = down_q8 ? hin.q8.q : nullptr;
+    float2* hds = down_q8 ? reinterpret_cast<float2*>(hin.q8.ds) : nullptr;
+    if (biased)
+      bias_act_q8_kernel<<<static_cast<unsigned>((n_blocks + 7) / 8), 256, 0, stream>>>(
+          h, u, ids, w.n_expert, d_ff, n_blocks, w.gate_bias, w.up_bias, w.clamped_swiglu, w.alpha, w.limit, hq, hds);
+    else
+      swiglu_q8_kernel<<<static_cast<unsigned>((n_blocks + 7) / 8), 256, 0, stream>>>(h, u, n_blocks, hq, hds);
     MS_CUDA_CHECK_LAUNCH();
   } else {
     matvec_glu(w.gate, w.up, xin, g, h, d_ff, stream);
@@ -275,6 +329,12 @@ void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n
     detail::gemm_q8_launch(&w.down, 1, hin.q8, g, ys, d_model, nullptr, bn, 2, stream);
   } else {
     matvec(w.down, hin, g, y, d_model, nullptr, stream);
+  }
+  if (w.down_bias != nullptr) {
+    const int64_t n = static_cast<int64_t>(pairs) * d_model;
+    add_expert_bias_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(y, ids, w.n_expert, d_model, n,
+                                                                                       w.down_bias);
+    MS_CUDA_CHECK_LAUNCH();
   }
 
   if (host != nullptr && host->gate != nullptr) gate_wait_rows(*host->gate, stream);

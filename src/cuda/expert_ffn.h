@@ -4,6 +4,7 @@
 //
 // For token t with experts e_j = ids[t][j] and weights w_j:
 //   out[t] = residual[t] + sum_j w_j * down_e( silu(gate_e x_t) * up_e x_t )
+// (gpt-oss: with the experts' biases and clamped SwiGLU, ExpertWeights)
 //
 // One token (decode): gate+up of the k experts in one launch (SwiGLU fused),
 // then down, then the weighted sum (fixed order, deterministic).
@@ -33,6 +34,19 @@ struct ExpertWeights {
   // Each addresses all n_expert experts (table of slots, or base + stride).
   MatrixSet gate, up, down;
   int n_expert = 0;
+  // gpt-oss: optional f32 biases in device memory, indexed by the same expert
+  // ids as the matrices (gate and up [n_expert][d_ff], down
+  // [n_expert][d_model]; null: none), and the clamped SwiGLU
+  //   h = min(g, limit) * sigmoid(alpha * min(g, limit)) * (clamp(u, -limit, limit) + 1)
+  // (cpu/ops.h: swiglu_oai). With either, gate and up are separate products
+  // (the fused SwiGLU matvec has neither), then one bias + activation kernel;
+  // d_ff must be a multiple of 32 there.
+  const float* gate_bias = nullptr;
+  const float* up_bias = nullptr;
+  const float* down_bias = nullptr;
+  bool clamped_swiglu = false;
+  float alpha = 1.702f, limit = 7.0f;
+  bool biased_or_clamped() const { return gate_bias || up_bias || down_bias || clamped_swiglu; }
 };
 
 size_t expert_ffn_scratch_bytes(const ExpertWeights& w, int n_tokens, int k);
