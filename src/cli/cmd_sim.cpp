@@ -2,6 +2,8 @@
 // no GPU, and compare each with Belady's MIN at the same capacity.
 //   moestream sim --trace FILE (--vram BYTES[,..] | --slots N[,..] | --slots-fraction F[,..])
 //                 [--policy P[,..]|all] [--pools global|per-layer|both] [--prefetch none|oracle|predicted]
+//                 [--prefetch-count auto|next] [--warm-start] [--prompt-cpu] [--transit-slots N]
+// The replay runs the engine's step scheduler (experts/step_scheduler.h).
 //                 [--profile FILE] [--pin-layers first,last] [--json] [--csv FILE] [--plot FILE.svg]
 #include <cmath>
 #include <cstdio>
@@ -21,9 +23,10 @@ namespace {
 
 struct SimArgs {
   std::string trace, vram, slots, fraction, dense = "0", policy = "default", pools = "global", prefetch = "none";
-  std::string prefetch_cap, profile, pin_layers, cost, cost_file, csv, plot;
+  std::string prefetch_count = "auto", profile, pin_layers, cost, cost_file, csv, plot;
   double pin_fraction = 0.5, halflife = -1, margin = -1, pcie_gbps = 0, cpu_gbps = 0;
-  bool json = false, layers = false;
+  uint32_t transit_slots = 16;
+  bool json = false, layers = false, warm_start = false, prompt_cpu = false;
 };
 
 void write_file(const std::string& path, const std::string& text) {
@@ -91,7 +94,13 @@ RegisterCommand reg("sim", [](CLI::App& app) {
       ->capture_default_str();
   sim->add_option("--prefetch", a->prefetch, "none, oracle (perfect next layer), predicted (the trace's next-layer predictions)")
       ->capture_default_str();
-  sim->add_option("--prefetch-cap", a->prefetch_cap, "Prefetch bytes per layer step (default: k experts)");
+  sim->add_option("--prefetch-count", a->prefetch_count,
+                  "Predicted experts staged per layer step: auto (the link against the CPU, as the engine) or next (every cold one)")
+      ->capture_default_str();
+  sim->add_flag("--warm-start", a->warm_start, "Fill the cache before the first step as the engine does (Belady starts empty)");
+  sim->add_flag("--prompt-cpu", a->prompt_cpu, "Staged prompt passes give the CPU a share too (the engine's --prompt-cpu)");
+  sim->add_option("--transit-slots", a->transit_slots, "Slots per pool for experts streamed without being kept")
+      ->capture_default_str();
   sim->add_option("--profile", a->profile, "Access profile (JSON, `moestream trace profile`) whose hottest experts pinned+ policies pin");
   sim->add_option("--pin-layers", a->pin_layers, "Layers whose experts pinned+ policies pin: e.g. first,last or 0,47");
   sim->add_option("--pin-fraction", a->pin_fraction, "At most this share of each pool is pinned")->capture_default_str();
@@ -139,7 +148,12 @@ RegisterCommand reg("sim", [](CLI::App& app) {
     if (a->cpu_gbps > 0) base.cost.cpu_gbps = a->cpu_gbps;
     if (!a->cost.empty()) base.cost.apply_overrides(a->cost);
     base.prefetch = parse_prefetch_mode(a->prefetch);
-    if (!a->prefetch_cap.empty()) base.prefetch_cap_bytes = parse_bytes(a->prefetch_cap);
+    if (a->prefetch_count != "auto" && a->prefetch_count != "next")
+      throw Error("--prefetch-count must be auto or next, got '" + a->prefetch_count + "'");
+    base.prefetch_count = a->prefetch_count;
+    base.warm_start = a->warm_start;
+    base.prompt_cpu = a->prompt_cpu;
+    base.transit_slots = a->transit_slots;
     if (a->halflife >= 0) base.policy_options.decay_halflife_steps = a->halflife;
     if (a->margin >= 0) base.policy_options.admit_margin = a->margin;
     base.policy_options.pin_fraction = a->pin_fraction;

@@ -111,7 +111,7 @@ bool ExpertResidency::layer_pinned(uint32_t layer) const {
   return true;
 }
 
-std::vector<std::pair<ExpertKey, SlotRef>> ExpertResidency::initial_placement() {
+std::vector<std::pair<ExpertKey, SlotRef>> ExpertResidency::initial_placement(bool fill) {
   std::vector<std::pair<ExpertKey, SlotRef>> out;
   auto place = [&](ExpertKey key) {
     const int32_t pool = layout_.pool_of_layer[key / cfg_.n_expert];
@@ -123,6 +123,7 @@ std::vector<std::pair<ExpertKey, SlotRef>> ExpertResidency::initial_placement() 
   // (an even spread when nothing is known about popularity).
   for (ExpertKey key : cache_.resident())
     if (slot_of_key_[key] < 0) place(key);
+  if (!fill) return out;
   std::vector<ExpertKey> offers;
   if (whole_layers()) {
     // Layer after layer: as many layers as fit hold every expert; spread

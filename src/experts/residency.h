@@ -139,7 +139,9 @@ class ExpertResidency {
 
   // Fills the cache slots before the first step (profile's hottest experts
   // first, then an even spread over layers) and returns what to copy where.
-  std::vector<std::pair<ExpertKey, SlotRef>> initial_placement();
+  // fill = false: only what the policy holds from the start (its pins); the
+  // rest of the cache starts empty (sim, beside Belady's MIN from empty).
+  std::vector<std::pair<ExpertKey, SlotRef>> initial_placement(bool fill = true);
 
   // Policy "layers": the initial placement fills whole layers and nothing
   // changes after; layer_pinned(l) says layer l holds every expert (a step
@@ -182,6 +184,7 @@ class ExpertResidency {
   // Replaces the cost model (e.g. with figures measured after start-up).
   void set_cost(const CostModel& cost) { planner_.set_cost(cost); }
   const CostModel& cost() const { return planner_.cost(); }
+  std::string policy_name() const { return cache_.name(); }
   // Off: plans stream every cold expert (no CPU share); see Planner.
   void set_host_tier(bool on) { planner_.set_host_tier(on); }
   uint64_t bytes_of(ExpertKey key) const { return planner_.bytes_of(key); }

@@ -3,8 +3,7 @@
 #include <algorithm>
 
 #include "experts/belady.h"
-#include "experts/planner.h"
-#include "experts/prefetch.h"
+#include "experts/step_scheduler.h"
 #include "util/error.h"
 
 namespace ms {
@@ -43,18 +42,76 @@ std::vector<uint64_t> belady_hits_per_layer(const AccessSequence& seq, const Poo
   return per_layer;
 }
 
+namespace {
+
+uint64_t stage_plan_size(const StagePlan* p) { return p ? p->copies.size() : 0; }
+
+// The scheduler the engine would run for this trace, capacity and policy.
+StepSchedulerOptions scheduler_options(const TraceHeader& h, const SimOptions& opts) {
+  StepSchedulerOptions so;
+  ResidencyConfig& rc = so.residency;
+  rc.n_layer = h.n_layer;
+  rc.n_expert = h.n_expert;
+  rc.k = h.k;
+  rc.slot_bytes = h.expert_bytes;
+  rc.slot_bytes.resize(h.n_layer, 0);
+  rc.capacity = opts.capacity;
+  rc.policy = opts.policy;
+  rc.policy_options = opts.policy_options;
+  rc.transit_slots = opts.transit_slots;
+  rc.cost = opts.cost;
+  so.prefetch = opts.prefetch == PrefetchMode::None ? "off" : opts.prefetch_count;
+  so.prompt_stage = opts.prompt_stage;
+  so.prompt_cpu = opts.prompt_cpu;
+  return so;
+}
+
+// A decode step's prediction for tiered layer `target`, most likely first:
+// the real next layer step (oracle) or the trace's predictions.
+std::vector<ExpertKey> predicted_for(const AccessSequence& seq, size_t i, uint32_t target, const SimOptions& opts) {
+  const LayerStep& s = seq.steps[i];
+  std::vector<std::pair<float, ExpertKey>> ranked;
+  if (opts.prefetch == PrefetchMode::Oracle) {
+    if (i + 1 < seq.steps.size() && seq.steps[i + 1].step == s.step && seq.steps[i + 1].layer == target) {
+      const LayerStep& n = seq.steps[i + 1];
+      const auto keys = seq.keys_of(n);
+      const auto uses = seq.uses_of(n);
+      for (size_t j = 0; j < keys.size(); ++j) ranked.push_back({float(uses[j]), keys[j]});
+    }
+  } else {
+    const auto pk = seq.predictions_of(s);
+    const auto pc = seq.confidences_of(s);
+    for (size_t j = 0; j < pk.size(); ++j)
+      if (pc[j] >= opts.prefetch_min_confidence && pk[j] / seq.n_expert == target) ranked.push_back({pc[j], pk[j]});
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<ExpertKey> out;
+  for (const auto& [conf, key] : ranked) out.push_back(key);
+  return out;
+}
+
+// Seconds the link needs for a stage's copies.
+double stage_link_s(const StagePlan* st, const ExpertResidency& res, const CostModel& cost) {
+  double s = 0;
+  if (st)
+    for (const auto& [key, where] : st->copies) s += cost.copy_s(res.bytes_of(key));
+  return s;
+}
+
+}  // namespace
+
 SimResult simulate(const Trace& trace, const AccessSequence& seq, const SimOptions& opts) {
   const TraceHeader& h = trace.header;
-  const PoolLayout layout = make_pool_layout(h, opts.capacity);
-  PolicyOptions po = opts.policy_options;
-  po.n_keys = h.n_layer * h.n_expert;
-  PooledCache cache(layout, h.n_expert, opts.policy, po);
-  Planner planner(opts.cost, h.expert_bytes, h.n_expert);
   if (opts.prefetch == PrefetchMode::Predicted && !h.has_predictions())
     throw Error("--prefetch predicted needs a trace with next-layer predictions (this one has none; try --prefetch oracle)");
+  StepScheduler sched(scheduler_options(h, opts));
+  sched.set_cost(opts.cost);
+  sched.initial_placement(opts.warm_start);
+  const ExpertResidency& res = sched.residency();
+  const PoolLayout& layout = res.layout();
 
   SimResult r;
-  r.policy = cache.name();
+  r.policy = res.policy_name();
   if (opts.prefetch != PrefetchMode::None) r.policy += std::string(" +prefetch:") + prefetch_mode_name(opts.prefetch);
   r.capacity = opts.capacity.describe();
   r.slots = layout.total_slots();
@@ -63,64 +120,57 @@ SimResult simulate(const Trace& trace, const AccessSequence& seq, const SimOptio
   std::vector<LayerSimStats> per_layer(h.n_layer);
   for (uint32_t l = 0; l < h.n_layer; ++l) per_layer[l].layer = l;
 
-  std::vector<uint8_t> prefetched_unused(size_t(h.n_layer) * h.n_expert, 0);
-  std::vector<PrefetchCandidate> candidates;
-  const auto bytes_of = [&](ExpertKey k) { return planner.bytes_of(k); };
-  uint32_t last_step = ~0u;
+  uint32_t pass = ~0u;
   for (size_t i = 0; i < seq.steps.size(); ++i) {
     const LayerStep& s = seq.steps[i];
+    const uint64_t copy_bytes_before = res.counters().copy_bytes, stage_bytes_before = res.counters().stage_bytes;
+    if (s.step != pass) {  // a forward pass starts: maybe the first tiered layer's prompt stage
+      if (pass != ~0u) sched.end_pass();
+      pass = s.step;
+      (s.phase == Phase::Prompt ? r.prompt_tokens : r.decode_tokens) += s.tokens;
+      // (Its copies overlap the layers before the first tiered one: not timed.)
+      if (sched.begin_pass(int(s.tokens), false))
+        r.prompt_staged += stage_plan_size(sched.stage_prompt(s.step, sched.first_tiered(), int(s.tokens)).plan);
+    }
     const auto keys = seq.keys_of(s);
-    const ExpertPlan plan = planner.plan(s.step, s.layer, keys, seq.uses_of(s), cache);
-    LayerSimStats& ls = per_layer[s.layer];
-    ls.accesses += keys.size();
-    ls.hits += plan.n_resident;
+    const LayerSchedule& ls = sched.plan_layer(s.step, s.layer, keys, seq.uses_of(s));
+    const StepPlan& sp = *ls.plan;
+    const ExpertPlan& plan = sp.plan;
+    LayerSimStats& st = per_layer[s.layer];
+    st.accesses += keys.size();
+    st.hits += plan.n_resident;
     r.resident += plan.n_resident;
     r.streamed += plan.n_stream;
     r.host_computed += plan.n_host;
-    r.pcie_bytes += plan.pcie_bytes;
-    for (const PlannedExpert& e : plan.experts)
-      if (prefetched_unused[e.key]) {
-        prefetched_unused[e.key] = 0;
-        if (e.tier == Tier::Resident) ++r.prefetch_used;
-      }
-    for (ExpertKey e : plan.evicted) prefetched_unused[e] = 0;
+    r.staged += plan.n_staged;
+    if (ls.bank >= 0) r.prefetch_used += sp.prediction.staged_used;
 
-    double time = plan.time_s;
-    if (opts.prefetch != PrefetchMode::None) {
-      candidates.clear();
-      if (opts.prefetch == PrefetchMode::Oracle) {
-        if (i + 1 < seq.steps.size())
-          for (ExpertKey k : seq.keys_of(seq.steps[i + 1])) candidates.push_back({k, 1.0f, 1});
-      } else {
-        const auto pk = seq.predictions_of(s);
-        const auto pc = seq.confidences_of(s);
-        for (size_t j = 0; j < pk.size(); ++j) candidates.push_back({pk[j], pc[j], 1});
-      }
-      uint64_t cap = opts.prefetch_cap_bytes;
-      if (cap == 0 && !candidates.empty()) cap = uint64_t(h.k) * bytes_of(candidates.front().key);
-      const PrefetchPlan pf = plan_prefetch(s.step, candidates, cache, keys, cap, bytes_of,
-                                            opts.prefetch_min_confidence);
-      for (ExpertKey k : pf.evicted) prefetched_unused[k] = 0;
-      for (ExpertKey k : pf.copies) prefetched_unused[k] = 1;
-      r.prefetched += pf.copies.size();
-      r.prefetch_bytes += pf.bytes;
-      r.pcie_bytes += pf.bytes;
-      // Prefetch copies queue behind this step's demand copies on the copy engine.
-      double pf_s = 0;
-      for (ExpertKey k : pf.copies) pf_s += opts.cost.copy_s(bytes_of(k));
-      time = std::max(time, plan.copy_s + pf_s);
+    // What this layer step queues on the link behind its own copies, while
+    // it computes: the next tiered layer's decode staging, or its prompt stage.
+    double stage_s = 0;
+    const int next = sched.layer_pinned(s.layer) ? -1 : sched.next_tiered(int(s.layer));
+    if (next >= 0 && s.phase == Phase::Decode && opts.prefetch != PrefetchMode::None) {
+      const DecodeStage d = sched.stage_decode(s.step, uint32_t(next), predicted_for(seq, i, uint32_t(next), opts));
+      r.prefetched += stage_plan_size(d.plan);
+      r.prefetch_bytes += res.counters().stage_bytes - stage_bytes_before;
+      stage_s = stage_link_s(d.plan, res, sched.cost());
+    } else if (next >= 0 && sched.stages_prompt(int(s.tokens))) {
+      const PromptStage& ps = sched.stage_prompt(s.step, next, int(s.tokens));
+      r.prompt_staged += stage_plan_size(ps.plan);
+      stage_s = stage_link_s(ps.plan, res, sched.cost());
     }
+    r.pcie_bytes += res.counters().copy_bytes - copy_bytes_before;
+    // The plan's time counts an estimate of the stage's link time (a staged
+    // layer's plan assumes the next stage is as large); here the real one
+    // follows this step's own demand copies.
+    double demand_s = 0;
+    for (size_t j = 0; j < plan.experts.size(); ++j)
+      if (sp.copy[j] && !sp.copy_from[j].valid()) demand_s += sched.cost().copy_s(res.bytes_of(plan.experts[j].key));
+    const double time = std::max(plan.time_s, demand_s + stage_s);
     r.time_s += time;
-    if (s.phase == Phase::Prompt) {
-      r.prompt_time_s += time;
-    } else {
-      r.decode_time_s += time;
-    }
-    if (s.step != last_step) {
-      (s.phase == Phase::Prompt ? r.prompt_tokens : r.decode_tokens) += s.tokens;
-      last_step = s.step;
-    }
+    (s.phase == Phase::Prompt ? r.prompt_time_s : r.decode_time_s) += time;
   }
+  if (pass != ~0u) sched.end_pass();
 
   for (const LayerSimStats& ls : per_layer) {
     if (!h.is_moe_layer(ls.layer)) continue;

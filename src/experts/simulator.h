@@ -1,6 +1,12 @@
-// Replays a routing trace against a cache policy and the planner with no GPU:
-// hit rates, PCIe bytes, experts computed on the CPU, the predicted expert time
-// of each step from the cost model, and Belady's MIN at the same capacity.
+// Replays a routing trace with no GPU through the engine's own step scheduler
+// (experts/step_scheduler.h: the residency, the per-layer plan, decode
+// staging of predicted experts, prompt staging, the link-vs-CPU split), so
+// every decision the CUDA mechanism takes is exercised here: hit rates, PCIe
+// bytes, experts computed on the CPU, the predicted expert time of each step
+// from the cost model, and Belady's MIN at the same capacity.
+// The time model has no stretch between layers (attention, norms): a stage's
+// copies count in full against the layer step that queues them, so staging
+// shows in where experts run and in link bytes more than in predicted time.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -23,9 +29,17 @@ struct SimOptions {
   std::string policy = "default";
   PolicyOptions policy_options;     // pinned keys etc. (n_keys is filled in)
   CostModel cost;
+  // Where a decode step's predictions of the next tiered layer come from
+  // (none: no staging); the scheduler stages them into its banks.
   PrefetchMode prefetch = PrefetchMode::None;
-  uint64_t prefetch_cap_bytes = 0;  // per layer step; 0: k experts of the target layer
+  std::string prefetch_count = "auto";  // the scheduler's count: auto (link vs CPU balance) | next (all cold)
   float prefetch_min_confidence = 0;
+  uint32_t transit_slots = 16;      // per pool (prompt stages take at most these)
+  bool prompt_stage = true;         // the scheduler's prompt staging (StepSchedulerOptions)
+  bool prompt_cpu = false;
+  // Fill the cache before the first step as the engine does; off by default
+  // so that hit rates compare with Belady's MIN, which starts empty.
+  bool warm_start = false;
   bool belady = true;               // also compute Belady's MIN (costs one more pass)
 };
 
@@ -48,7 +62,9 @@ struct SimResult {
   uint64_t pcie_bytes = 0;          // demand streams + prefetch copies
   uint64_t prefetch_bytes = 0;
   uint64_t streamed = 0, host_computed = 0, resident = 0;  // expert computations by tier
-  uint64_t prefetched = 0, prefetch_used = 0;              // copies, and those that later hit
+  uint64_t prefetched = 0, prefetch_used = 0;              // decode staging copies, and those the layer used
+  uint64_t prompt_staged = 0;       // prompt stage copies (a layer's cold experts before its routes)
+  uint64_t staged = 0;              // expert computations from a staging slot (decode or prompt): no copy in the step
   double time_s = 0, prompt_time_s = 0, decode_time_s = 0; // predicted expert time
   uint64_t prompt_tokens = 0, decode_tokens = 0;
   double decode_tokens_per_s() const { return decode_time_s > 0 ? double(decode_tokens) / decode_time_s : 0; }

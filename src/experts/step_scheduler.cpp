@@ -63,8 +63,8 @@ void StepScheduler::set_measured_cost(const CostProbe& p) {
   set_cost(m);
 }
 
-std::vector<std::pair<ExpertKey, SlotRef>> StepScheduler::initial_placement() {
-  auto out = res_.initial_placement();
+std::vector<std::pair<ExpertKey, SlotRef>> StepScheduler::initial_placement(bool fill) {
+  auto out = res_.initial_placement(fill);
   const int NL = static_cast<int>(pinned_.size());
   n_pinned_ = 0;
   for (int l = 0; l < NL; ++l) {

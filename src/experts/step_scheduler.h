@@ -136,9 +136,11 @@ class StepScheduler {
   void set_measured_cost(const CostProbe& probe);
   double prompt_cpu_gflops() const { return prompt_cpu_gflops_; }
 
-  // ---- start-up: fills the cache slots (what to copy where), then finds the
-  // layers pinned whole and the prompt staging threshold.
-  std::vector<std::pair<ExpertKey, SlotRef>> initial_placement();
+  // ---- start-up: fills the cache slots (what to copy where; fill = false:
+  // only the policy's pins, see ExpertResidency), then finds the layers
+  // pinned whole and the prompt staging threshold. Call once, before the
+  // first pass.
+  std::vector<std::pair<ExpertKey, SlotRef>> initial_placement(bool fill = true);
   bool layer_pinned(uint32_t layer) const { return layer < pinned_.size() && pinned_[layer]; }
   uint32_t pinned_layers() const { return n_pinned_; }
   // Layers planned here: MoE layers not pinned whole.
@@ -186,6 +188,8 @@ class StepScheduler {
   const PromptStage& stage_prompt(uint64_t step, int layer, int n_tokens);
   // The copy group of a staged expert of the current prompt stage (-1: not staged).
   int prompt_group(uint32_t expert) const;
+  // Copy groups of the current prompt stage (0: none).
+  size_t prompt_stage_groups() const { return prompt_.layer < 0 ? 0 : prompt_.group_end.size(); }
 
   // ---- times the mechanism reports
   // Copies of `bytes` queued on the link at `now`: when the link will be free.

@@ -105,6 +105,8 @@ nlohmann::json sim_result_json(const SimResult& r, const std::string& layout, bo
   j["prefetch_bytes"] = r.prefetch_bytes;
   j["prefetched"] = r.prefetched;
   j["prefetch_used"] = r.prefetch_used;
+  j["prompt_staged"] = r.prompt_staged;
+  j["experts_staged"] = r.staged;
   j["experts_resident"] = r.resident;
   j["experts_streamed"] = r.streamed;
   j["experts_host"] = r.host_computed;

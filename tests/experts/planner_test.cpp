@@ -139,27 +139,6 @@ TEST(Planner, PlansEveryExpertAndNeverEvictsTheWorkingSet) {
   }
 }
 
-TEST(Prefetch, DemandOrderedUnderTheCapAndProtectsTheWorkingSet) {
-  PolicyOptions o;
-  o.n_keys = 64;
-  auto cache = make_policy("lru", 4, o);
-  AccessResult r;
-  const ExpertKey ws[2] = {1, 2};
-  cache->access(0, ws, {}, r);
-  const std::vector<PrefetchCandidate> cands = {
-      {20, 0.2f, 1}, {21, 0.9f, 1}, {22, 1.0f, 2}, {1, 1.0f, 1} /* resident */, {23, 0.05f, 1}};
-  const auto bytes = [](ExpertKey) -> uint64_t { return 100; };
-  const PrefetchPlan p = plan_prefetch(1, cands, *cache, ws, 300, bytes, 0.1f);
-  // 21 (next layer, most confident), 20, then 22 (two layers ahead); 23 below min confidence.
-  EXPECT_EQ(p.copies, (std::vector<ExpertKey>{21, 20}));  // 2 free slots; 22 would evict a copy or the working set
-  EXPECT_TRUE(p.evicted.empty());
-  EXPECT_LE(p.bytes, 300u);
-  EXPECT_TRUE(cache->contains(1) && cache->contains(2));
-  // A tighter cap stops earlier.
-  auto c2 = make_policy("lru", 8, o);
-  EXPECT_EQ(plan_prefetch(0, cands, *c2, {}, 150, bytes).copies.size(), 1u);
-}
-
 // Decode staging (auto): link and CPU finish together. copy 50 us, cpu 90 us,
 // overhead 10 us, 8 cold experts: (10 + 720) / 140 = 5.2 -> 5 staged.
 TEST(Prefetch, DecodeStageCountBalancesTheLinkAgainstTheCpu) {
