@@ -2,10 +2,13 @@
 
 #include <cstdio>
 #include <string>
+#include <variant>
 
 #include "format/gguf.h"
 #include "model/hparams.h"
+#include "model/recipe.h"
 #include "model/rope_scaling.h"
+#include "model/tensor_table.h"
 #include "util/error.h"
 
 namespace ms {
@@ -304,11 +307,9 @@ ModelWeights bind_weights(const GgufFile& f, const uint8_t* data) {
   w.file = &f;
   w.cfg = read_model_config(f);
   const ModelConfig& c = w.cfg;
-  const ArchInfo& a = *c.arch;
   Binder b(f, data);
   b.set_arch(c.arch_name);
-  const int64_t D = c.n_embd, V = c.n_vocab, hd = c.head_dim;
-  const int64_t q_dim = static_cast<int64_t>(c.n_head) * hd, kv_dim = static_cast<int64_t>(c.n_head_kv) * hd;
+  const int64_t D = c.n_embd, V = c.n_vocab;
 
   w.token_embd = b.get("token_embd.weight", {D, V});
   w.output_norm = b.get_f32("output_norm.weight", {D});
@@ -318,33 +319,17 @@ ModelWeights bind_weights(const GgufFile& f, const uint8_t* data) {
     w.tied_output = true;
   }
   w.layers.resize(static_cast<size_t>(c.n_layer));
-  auto bind_attention = [&](int il, LayerWeights& l) {
-    l.wq = b.get(blk(il, "attn_q.weight"), {D, a.attn_output_gate ? 2 * q_dim : q_dim});
-    l.wk = b.get(blk(il, "attn_k.weight"), {D, kv_dim});
-    l.wv = b.get(blk(il, "attn_v.weight"), {D, kv_dim});
-    l.wo = b.get(blk(il, "attn_output.weight"), {q_dim, D});
-  };
-  auto bind_linear = [&](int il, LayerWeights& l) {
-    const auto& L = c.lin;
-    const int64_t nv = L.n_v_heads;
-    l.ssm_qkv = b.get(blk(il, "attn_qkv.weight"), {D, L.conv_dim()});
-    l.ssm_z = b.get(blk(il, "attn_gate.weight"), {D, L.value_dim()});
-    l.ssm_beta = b.get(blk(il, "ssm_beta.weight"), {D, nv});
-    l.ssm_alpha = b.get(blk(il, "ssm_alpha.weight"), {D, nv});
-    l.ssm_a = b.get_f32(blk(il, "ssm_a"), {nv});
-    l.ssm_dt = b.get_f32(blk(il, "ssm_dt.bias"), {nv});
-    l.ssm_conv = b.get_f32(blk(il, "ssm_conv1d.weight"), {L.conv_kernel, L.conv_dim()});
-    l.ssm_norm = b.get_f32(blk(il, "ssm_norm.weight"), {L.head_v});
-    l.ssm_out = b.get(blk(il, "ssm_out.weight"), {L.value_dim(), D});
-  };
-  auto bind_ffn = [&](int il, LayerWeights& l) {
-    const bool post_norm = a.linear_attention || a.post_attention_norm;
-    l.ffn_norm = b.get_f32(blk(il, post_norm ? "post_attention_norm.weight" : "ffn_norm.weight"), {D});
-    if (c.is_moe()) {
-      l.router = b.get(blk(il, "ffn_gate_inp.weight"), {D, c.n_expert});
-      if (a.router_bias) l.router_b = b.get_f32(blk(il, "ffn_gate_inp.bias"), {c.n_expert});
+  // A layer's dense tensors from its tensor table (model/tensor_table.h:
+  // what the blocks of its recipe read), then its routed experts in any of
+  // their layouts.
+  auto bind_layer = [&](int il, const std::vector<BlockCall>& blocks, LayerWeights& l) {
+    for (const LayerTensorSpec& t : layer_tensor_table(c, il, blocks))
+      l.*t.field = t.f32 ? b.get_f32(t.name, t.shape) : b.get(t.name, t.shape);
+    for (const BlockCall& call : blocks) {
+      const auto* moe = std::get_if<MoeFfnBlock>(&call);
+      if (!moe) continue;
       bind_experts(b, f, data, c, il, l.experts);
-      if (a.expert_bias) {
+      if (moe->expert_bias) {
         ExpertWeights& ex = l.experts;
         ex.gate_b_view_ = b.get_f32(blk(il, "ffn_gate_exps.bias"), {c.n_ff_exp, c.n_expert});
         ex.up_b_view_ = b.get_f32(blk(il, "ffn_up_exps.bias"), {c.n_ff_exp, c.n_expert});
@@ -353,64 +338,30 @@ ModelWeights bind_weights(const GgufFile& f, const uint8_t* data) {
         ex.up_b_ = ex.up_b_view_.f32();
         ex.down_b_ = ex.down_b_view_.f32();
       }
-    } else {
-      l.ffn_gate = b.get(blk(il, "ffn_gate.weight"), {D, c.n_ff});
-      l.ffn_up = b.get(blk(il, "ffn_up.weight"), {D, c.n_ff});
-      l.ffn_down = b.get(blk(il, "ffn_down.weight"), {c.n_ff, D});
-    }
-    if (a.shared_expert) {
-      l.shexp_router = b.get(blk(il, "ffn_gate_inp_shexp.weight"), {D});
-      l.shexp_gate = b.get(blk(il, "ffn_gate_shexp.weight"), {D, c.n_ff_shexp});
-      l.shexp_up = b.get(blk(il, "ffn_up_shexp.weight"), {D, c.n_ff_shexp});
-      l.shexp_down = b.get(blk(il, "ffn_down_shexp.weight"), {c.n_ff_shexp, D});
     }
   };
-  auto bind_qk_norm = [&](int il, LayerWeights& l) {
-    l.q_norm = b.get_f32(blk(il, "attn_q_norm.weight"), {hd});
-    l.k_norm = b.get_f32(blk(il, "attn_k_norm.weight"), {hd});
-  };
-  if (a.linear_attention) {
-    for (int il = 0; il < c.n_layer; ++il) {
-      LayerWeights& l = w.layers[static_cast<size_t>(il)];
-      l.attn_norm = b.get_f32(blk(il, "attn_norm.weight"), {D});
-      if (c.is_linear(il)) {
-        bind_linear(il, l);
-      } else {
-        bind_attention(il, l);
-        bind_qk_norm(il, l);
-      }
-      bind_ffn(il, l);
+  const std::vector<std::vector<BlockCall>> plan = plan_layers(c);
+  for (int il = 0; il < c.n_layer; ++il) bind_layer(il, plan[static_cast<size_t>(il)], w.layers[static_cast<size_t>(il)]);
+  if (c.n_layer_mtp == 0) return w;
+  // MTP blocks (hybrids): the blocks of the main stack's full-attention
+  // layers, plus the nextn tensors.
+  const std::vector<BlockCall>* attention_layer = nullptr;
+  for (const auto& calls : plan)
+    if (!calls.empty() && std::holds_alternative<AttentionBlock>(calls.front())) {
+      attention_layer = &calls;
+      break;
     }
-    // MTP blocks: full attention + MoE, plus the nextn tensors.
-    for (int j = 0; j < c.n_layer_mtp; ++j) {
-      const int il = c.n_layer + j;
-      MtpWeights& m = w.mtp.emplace_back();
-      m.layer.attn_norm = b.get_f32(blk(il, "attn_norm.weight"), {D});
-      bind_attention(il, m.layer);
-      bind_qk_norm(il, m.layer);
-      bind_ffn(il, m.layer);
-      m.eh_proj = b.get(blk(il, "nextn.eh_proj.weight"), {2 * D, D});
-      m.enorm = b.get_f32(blk(il, "nextn.enorm.weight"), {D});
-      m.hnorm = b.get_f32(blk(il, "nextn.hnorm.weight"), {D});
-      m.shared_head_norm = b.get_f32(blk(il, "nextn.shared_head_norm.weight"), {D}, false);
-      m.shared_head_head = b.get(blk(il, "nextn.shared_head_head.weight"), {D, V}, false);
-      m.embed_tokens = b.get(blk(il, "nextn.embed_tokens.weight"), {D, V}, false);
-    }
-    return w;
-  }
-  for (int il = 0; il < c.n_layer; ++il) {
-    LayerWeights& l = w.layers[static_cast<size_t>(il)];
-    l.attn_norm = b.get_f32(blk(il, "attn_norm.weight"), {D});
-    bind_attention(il, l);
-    if (a.qkv_bias) {
-      l.bq = b.get_f32(blk(il, "attn_q.bias"), {q_dim});
-      l.bk = b.get_f32(blk(il, "attn_k.bias"), {kv_dim});
-      l.bv = b.get_f32(blk(il, "attn_v.bias"), {kv_dim});
-    }
-    if (a.attn_out_bias) l.bo = b.get_f32(blk(il, "attn_output.bias"), {D});
-    if (a.attn_sinks) l.attn_sinks = b.get_f32(blk(il, "attn_sinks.weight"), {static_cast<int64_t>(c.n_head)});
-    if (a.qk_norm) bind_qk_norm(il, l);
-    bind_ffn(il, l);
+  if (!attention_layer) throw Error(f.path() + ": MTP blocks need a full-attention layer in the main stack");
+  for (int j = 0; j < c.n_layer_mtp; ++j) {
+    const int il = c.n_layer + j;
+    MtpWeights& m = w.mtp.emplace_back();
+    bind_layer(il, *attention_layer, m.layer);
+    m.eh_proj = b.get(blk(il, "nextn.eh_proj.weight"), {2 * D, D});
+    m.enorm = b.get_f32(blk(il, "nextn.enorm.weight"), {D});
+    m.hnorm = b.get_f32(blk(il, "nextn.hnorm.weight"), {D});
+    m.shared_head_norm = b.get_f32(blk(il, "nextn.shared_head_norm.weight"), {D}, false);
+    m.shared_head_head = b.get(blk(il, "nextn.shared_head_head.weight"), {D, V}, false);
+    m.embed_tokens = b.get(blk(il, "nextn.embed_tokens.weight"), {D, V}, false);
   }
   return w;
 }

@@ -4,10 +4,12 @@
 // against the reference model in forward_test / qwen35_forward_test.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <variant>
 
 #include "model/recipe.h"
+#include "model/tensor_table.h"
 #include "util/error.h"
 
 namespace ms {
@@ -134,6 +136,49 @@ TEST(Recipe, MissingPartsAreNamed) {
   // Today's architectures need no optional part.
   ModelConfig c = config("qwen3moe", 2, 4);
   EXPECT_NO_THROW(check_blocks(c, none, "test"));
+}
+
+// The names a layer's blocks read, from the tensor table.
+std::vector<std::string> names(const ModelConfig& c, int il) {
+  std::vector<std::string> out;
+  for (const LayerTensorSpec& t : layer_tensor_table(c, il, plan_layers(c)[static_cast<size_t>(il)])) out.push_back(t.name);
+  return out;
+}
+
+bool has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+TEST(TensorTable, FollowsTheBlocksOfEachLayer) {
+  ModelConfig q = config("qwen35moe", 4, 8);
+  q.linear_layer = {true, true, true, false};
+  q.n_embd = 64;
+  q.n_head = 4;
+  q.n_head_kv = 2;
+  q.head_dim = 16;
+  q.n_ff_shexp = 32;
+  const auto lin = names(q, 0), att = names(q, 3);
+  EXPECT_TRUE(has(lin, "blk.0.attn_qkv.weight") && has(lin, "blk.0.ssm_a") && !has(lin, "blk.0.attn_q.weight"));
+  EXPECT_TRUE(has(att, "blk.3.attn_q.weight") && has(att, "blk.3.attn_q_norm.weight") && !has(att, "blk.3.ssm_a"));
+  for (const auto* v : {&lin, &att}) {
+    EXPECT_TRUE(has(*v, v == &lin ? "blk.0.post_attention_norm.weight" : "blk.3.post_attention_norm.weight"));
+    EXPECT_TRUE(has(*v, v == &lin ? "blk.0.ffn_gate_shexp.weight" : "blk.3.ffn_gate_shexp.weight"));
+  }
+  for (const LayerTensorSpec& t : layer_tensor_table(q, 3, plan_layers(q)[3]))
+    if (t.name == "blk.3.attn_q.weight") EXPECT_EQ(t.shape, (std::vector<int64_t>{64, 2 * 4 * 16}));  // [q | gate]
+
+  ModelConfig g = config("gpt-oss", 2, 8);
+  g.n_swa = 8;
+  g.swa_layer = {true, false};
+  const auto go = names(g, 0);
+  for (const char* n : {"blk.0.attn_q.bias", "blk.0.attn_output.bias", "blk.0.attn_sinks.weight",
+                        "blk.0.post_attention_norm.weight", "blk.0.ffn_gate_inp.bias"})
+    EXPECT_TRUE(has(go, n)) << n;
+  EXPECT_FALSE(has(go, "blk.0.attn_q_norm.weight"));
+
+  const auto dense = names(config("qwen2", 1, 0), 0);
+  EXPECT_TRUE(has(dense, "blk.0.ffn_norm.weight") && has(dense, "blk.0.ffn_gate.weight") &&
+              has(dense, "blk.0.attn_k.bias") && !has(dense, "blk.0.ffn_gate_inp.weight"));
 }
 
 }  // namespace

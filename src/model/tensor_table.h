@@ -1,0 +1,36 @@
+// The tensor table of a layer: which dense tensors (all but the routed
+// experts) its blocks read, under which GGUF names, of which shapes. It is
+// derived from the blocks the architecture's recipe runs (model/recipe.h), so
+// the names are spelled once, here, and a new architecture made of existing
+// blocks adds no loader code; the one per-architecture naming choice (the FFN
+// norm's name) comes from its model/arch.cpp row.
+//
+//   for (const LayerTensorSpec& t : layer_tensor_table(cfg, il, plan[il]))
+//     layer.*t.field = bind(t.name, t.shape, t.f32);
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/recipe.h"
+#include "model/weights.h"
+
+namespace ms {
+
+struct LayerTensorSpec {
+  TensorView LayerWeights::*field = nullptr;  // where the loader binds it
+  std::string name;                           // "blk.3.attn_q.weight"
+  std::vector<int64_t> shape;                 // GGUF order: {cols, rows} or {n}
+  bool f32 = false;                           // norms, biases, conv taps: the engine reads them as floats
+};
+
+// The dense tensors of layer il that `blocks` (the layer's calls, from
+// plan_layers) read, in block order. Routed experts are bound separately
+// (three layouts: model/weights.h).
+std::vector<LayerTensorSpec> layer_tensor_table(const ModelConfig& c, int il, const std::vector<BlockCall>& blocks);
+
+// The GGUF name of the FFN norm (after blk.N.): "ffn_norm.weight", or
+// "post_attention_norm.weight" for the archs whose files call it that.
+const char* ffn_norm_name(const ArchInfo& a);
+
+}  // namespace ms
