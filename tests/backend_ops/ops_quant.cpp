@@ -65,6 +65,7 @@ Problem make_vec_dot(const Case& c) {
     }
   }
   p.i["stride"] = {static_cast<int32_t>(stride)};
+  add_residual_to_reference(c, p, rng);
   return p;
 }
 
@@ -129,7 +130,14 @@ void add_vec_dot(Registry& reg, DType t) {
                         matmul(pool(), t, w.data(), rows, n, p.f.at("x").data(), nvec, out.data());
                         return out;
                       }});
-  for (Impl& i : op.impls) i.skip_case = skip_gpu_sized;
+  for (Impl& i : op.impls) {
+    i.skip_case = skip_gpu_sized;
+    i.run = [run = i.run](const Case& c, const Problem& p) {
+      std::vector<float> out = run(c, p);
+      add_residual(c, p, out);
+      return out;
+    };
+  }
   reg.add(std::move(op));
 }
 
@@ -166,6 +174,7 @@ Problem make_dot_q8(const Case& c) {
     }
   }
   p.i["stride"] = {static_cast<int32_t>(stride)};
+  add_residual_to_reference(c, p, rng);
   return p;
 }
 
@@ -198,7 +207,14 @@ void add_dot_q8(Registry& reg, DType t) {
                             },
                             act_bytes(c));
                       }});
-  for (Impl& i : op.impls) i.skip_case = skip_gpu_sized;
+  for (Impl& i : op.impls) {
+    i.skip_case = skip_gpu_sized;
+    i.run = [run = i.run](const Case& c, const Problem& p) {
+      std::vector<float> out = run(c, p);
+      add_residual(c, p, out);
+      return out;
+    };
+  }
   reg.add(std::move(op));
 }
 

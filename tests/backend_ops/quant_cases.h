@@ -1,7 +1,9 @@
 // The weight types and shapes of the per-type ops (vec_dot_<T>, dot_q8_<T>,
 // dequantize_<T>), shared by the CPU and CUDA registrations.
 #pragma once
+#include <cmath>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,9 @@ inline const std::vector<DType>& dot_types() {
   return k;
 }
 
+// Output [nvec][rows] = the row dots, plus f["res"] (same shape) where the
+// case has "res" (the kernels' residual input; CPU implementations add it
+// after their dots).
 // Shapes (n = row length, rows, nvec = activation vectors) from one block to
 // a few thousand elements, row and vector counts that are not multiples of
 // any tile (7, 33, 67; 3, 20), an "extreme" case (every quant and scale at
@@ -55,7 +60,8 @@ inline std::vector<Case> dot_cases(DType t, bool gpu_q8) {
     c.label = "n=" + std::to_string(s.n) + " rows=" + std::to_string(s.rows) + " nvec=" + std::to_string(s.nvec) +
               (s.extreme == 1 ? " extreme" : "");
     c.p = {{"type", static_cast<int64_t>(t)}, {"n", s.n},       {"rows", s.rows},
-           {"nvec", s.nvec},                 {"extreme", s.extreme == 1}, {"gpu_only", s.extreme == 2}};
+           {"nvec", s.nvec},                 {"extreme", s.extreme == 1}, {"gpu_only", s.extreme == 2},
+           {"res", s.nvec == 3}};
     c.seed = seed++;
     v.push_back(c);
   }
@@ -70,6 +76,28 @@ inline std::vector<uint8_t> dense_rows(const Case& c, const Problem& p) {
   std::vector<uint8_t> w(static_cast<size_t>(rb * rows));
   for (int64_t r = 0; r < rows; ++r) std::memcpy(w.data() + r * rb, p.b.at("w").data() + r * stride, rb);
   return w;
+}
+
+// Adds the residual of a case with one (see dot_cases) to the dots of an
+// implementation that has no residual input.
+inline void add_residual(const Case& c, const Problem& p, std::vector<float>& out) {
+  if (!c.at("res")) return;
+  const std::vector<float>& r = p.f.at("res");
+  for (size_t k = 0; k < out.size() && k < r.size(); ++k) out[k] += r[k];
+}
+
+// The residual's part in a dot problem: added to the reference, and its size
+// to the error scale (the float addition rounds relative to it).
+inline void add_residual_to_reference(const Case& c, Problem& p, std::mt19937& rng) {
+  if (!c.at("res")) return;
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float>& r = p.f["res"];
+  r.resize(p.ref.size());
+  for (size_t k = 0; k < r.size(); ++k) {
+    r[k] = u(rng);
+    p.ref[k] += r[k];
+    p.scale[k] += std::fabs(r[k]);
+  }
 }
 
 }  // namespace ms::backend_ops
