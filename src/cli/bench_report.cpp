@@ -53,6 +53,11 @@ nlohmann::json run_json(const BenchArgs& a, const BudgetRun& r) {
   j["results"] = rs;
   j["experts"] = r.tel.to_json();
   if (r.tel.hybrid) j["vram_budget_bytes"] = r.tel.budget_bytes;
+  j["memory"] = {{"device_used_bytes", r.vram_used},
+                 {"host_rss_bytes", r.host.rss},
+                 {"host_rss_anon_bytes", r.host.rss_anon},
+                 {"host_rss_file_bytes", r.host.rss_file},
+                 {"host_peak_rss_bytes", r.host.peak}};
   return j;
 }
 
@@ -73,6 +78,15 @@ std::string run_text(const BudgetRun& r, const ModelInfo& mi, const std::string&
                   tel.experts_total ? 100.0 * tel.cache_slots / tel.experts_total : 0.0, 100.0 * pairs.hit_rate(),
                   pairs.total() ? 100.0 * pairs.host / pairs.total() : 0.0, tel.h2d_gbps(), tel.policy.c_str(),
                   tel.host_pin.c_str());
+    out += buf;
+  }
+  if (r.host.rss > 0 || r.vram_used > 0) {
+    // The file's pages count in RSS once read (the mapped model), and stay
+    // until the kernel needs them back: anon is what the process allocated.
+    std::snprintf(buf, sizeof buf, "memory: device in use %s; host RSS %s (anon %s, file %s), process peak %s\n\n",
+                  r.vram_used ? format_bytes(r.vram_used).c_str() : "-", format_bytes(r.host.rss).c_str(),
+                  format_bytes(r.host.rss_anon).c_str(), format_bytes(r.host.rss_file).c_str(),
+                  format_bytes(r.host.peak).c_str());
     out += buf;
   }
   out += "| model | size | backend | test | t/s | of floor |\n|---|---|---|---|---:|---:|\n";

@@ -10,6 +10,7 @@
 #include "engine/loaded_model.h"
 #include "experts/budget_sweep.h"
 #include "experts/telemetry.h"
+#include "util/process_memory.h"
 
 namespace ms::cli {
 
@@ -76,6 +77,11 @@ struct BudgetRun {
   std::vector<Stat> stats;
   ExpertTelemetry tel;
   BudgetRow row;
+  // Memory at the end of the budget's tests, its backend still loaded: the
+  // device's memory in use (the whole device, as nvidia-smi counts it; 0 on
+  // the CPU backend) and this process's host memory.
+  uint64_t vram_used = 0;
+  HostMemory host;
 };
 
 // The summary row of a run: tokens/s, where experts ran, and the decode floor
