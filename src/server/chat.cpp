@@ -1,14 +1,49 @@
 #include "server/chat.h"
 
 #include "server/api.h"
+#include "server/json_limits.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/harmony.h"
 #include "tokenizer/jinja.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
 namespace ms::server {
 
-ChatRenderer::ChatRenderer(const Tokenizer& tok, const std::string& format) : tok_(tok) {
+namespace {
+
+// gpt-oss's template reads an assistant turn's reasoning from "thinking" and
+// writes a tool call's arguments through tojson, so it wants them as JSON
+// values. OpenAI clients send back "reasoning_content" and arguments as a
+// JSON string: both are adapted (as llama.cpp does), or the prompt would
+// lose the reasoning before a tool call and quote the arguments twice.
+nlohmann::ordered_json harmony_messages(const nlohmann::ordered_json& messages) {
+  nlohmann::ordered_json out = messages;
+  for (auto& m : out) {
+    if (!m.is_object() || m.value("role", "") != "assistant") continue;
+    if (!m.contains("thinking") && m.contains("reasoning_content") && m["reasoning_content"].is_string())
+      m["thinking"] = m["reasoning_content"];
+    if (!m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
+    for (auto& call : m["tool_calls"]) {
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+      auto& fn = call["function"];
+      if (!fn.contains("arguments") || !fn["arguments"].is_string()) continue;
+      const std::string text = fn["arguments"].get<std::string>();
+      try {
+        check_json_limits(text);  // the request's own bounds: nothing deeper reaches the template
+        fn["arguments"] = nlohmann::ordered_json::parse(text);
+      } catch (const std::exception&) {
+        // Not JSON (or past the bounds): the template gets the text as sent.
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+ChatRenderer::ChatRenderer(const Tokenizer& tok, const std::string& format)
+    : tok_(tok), harmony_(harmony_markers(tok).has_value()) {
   const Vocab& v = tok.vocab();
   if (!format.empty()) {
     ChatTemplate t = ChatTemplate::for_vocab(v, format);  // throws for an unknown name
@@ -39,7 +74,7 @@ std::string ChatRenderer::render(const nlohmann::ordered_json& messages, bool ad
   if (jinja_) {
     jinja::Json ctx = jinja::Json::object();
     for (auto it = kwargs.begin(); it != kwargs.end(); ++it) ctx[it.key()] = it.value();
-    ctx["messages"] = messages;
+    ctx["messages"] = harmony_ ? harmony_messages(messages) : messages;
     ctx["add_generation_prompt"] = add_generation_prompt;
     const int32_t bos = tok_.bos_id(), eos = tok_.eos_id();
     const std::string bos_text = bos >= 0 ? tok_.token_to_piece(bos, true) : "";

@@ -44,6 +44,7 @@ class ChatRenderer {
   std::unique_ptr<jinja::Template> jinja_;
   std::string format_;  // built-in format name when not Jinja
   std::string description_;
+  bool harmony_ = false;  // gpt-oss: messages are adapted to its template (chat.cpp)
 };
 
 }  // namespace ms::server

@@ -145,6 +145,34 @@ TEST(HarmonyRequest, ServerRendererUsesTheTemplateWithReasoningEffort) {
   EXPECT_EQ(tok.decode(std::vector<int32_t>(last_start, ids.end())), "assistant");
 }
 
+TEST(HarmonyRequest, OpenAiToolCallHistoryRendersAsHarmony) {
+  // What an OpenAI client sends back after a tool call: arguments as a JSON
+  // string, the reasoning as reasoning_content.
+  const Tokenizer tok = harmony_tokenizer();
+  const ChatRenderer renderer(tok);
+  const CompletionRequest r = parse_request(R"({"messages": [
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": "", "reasoning_content": "Need weather.",
+       "tool_calls": [{"id": "call_1", "type": "function",
+                       "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "21"}]})",
+                                            true);
+  const std::string out = renderer.render(r.messages, true, r.template_kwargs);
+  EXPECT_NE(out.find("<|start|>assistant<|channel|>analysis<|message|>Need weather.<|end|>"
+                     "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>"
+                     "{\"city\": \"Paris\"}<|call|>"
+                     "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>\"21\"<|end|>"),
+            std::string::npos)
+      << out;
+  // Arguments that are not JSON reach the template as the text sent.
+  const CompletionRequest bad = parse_request(R"({"messages": [
+      {"role": "user", "content": "x"},
+      {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": "{not json"}}]},
+      {"role": "tool", "content": "1"}]})",
+                                              true);
+  EXPECT_NE(renderer.render(bad.messages, true).find("<|message|>\"{not json\"<|call|>"), std::string::npos);
+}
+
 TEST(HarmonyRequest, ReasoningEffortReachesTheTemplate) {
   const CompletionRequest r =
       parse_request(R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "high"})", true);
