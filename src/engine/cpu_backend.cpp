@@ -51,7 +51,7 @@ void add_bias(float* y, const TensorView& b, int n, int64_t width) {
 }  // namespace
 
 CpuBackend::CpuBackend(const ModelWeights& w, ThreadPool& pool, Options opt)
-    : w_(w), pool_(pool), opt_(opt), cpu_executor_(w, pool), executor_(&cpu_executor_), recipe_(recipe_for(w.cfg)) {
+    : w_(w), pool_(pool), opt_(opt), cpu_executor_(w, pool), recipe_(recipe_for(w.cfg)) {
   if (opt_.max_batch < 1) opt_.max_batch = 1;
   const ModelConfig& c = w_.cfg;
   BlockSupport has;  // every optional part of model/blocks.h
@@ -360,7 +360,7 @@ void CpuBackend::moe_ffn(int il, const MoeFfnBlock& b) {
   if (route_hook_)
     route_hook_({il, n, k, route_ids_.data(), route_w_.data(), route_hook_hidden_ ? x_.data() : nullptr});
   const std::vector<ExpertWork> work = group_by_expert(route_ids_.data(), n, k, E);
-  executor_->compute(il, x_.data(), n, work, expert_y_.data());
+  cpu_executor_.compute(il, x_.data(), n, work, expert_y_.data());
   // Combine in slot order, the same for every batch size and device (tokens
   // are independent: a batch splits them over the pool).
   auto combine = [&](int64_t t0, int64_t t1) {

@@ -65,8 +65,6 @@ class CpuBackend : public Backend, private LayerBlocks {
   std::string name() const override { return "cpu"; }
   ThreadPool& pool() { return pool_; }
 
-  // Where routed experts are computed (default: the CPU executor). Not owned.
-  void set_expert_executor(ExpertExecutor* ex) { executor_ = ex ? ex : &cpu_executor_; }
 
   // The router's choice per MoE layer and batch (Backend::set_route_hook);
   // hidden, when asked for, points at the layer's FFN input rows.
@@ -101,7 +99,6 @@ class CpuBackend : public Backend, private LayerBlocks {
   ThreadPool& pool_;
   Options opt_;
   CpuExpertExecutor cpu_executor_;
-  ExpertExecutor* executor_;
   const Recipe& recipe_;
   std::vector<uint64_t> expert_counts_;
   RouteHook route_hook_;

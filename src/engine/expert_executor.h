@@ -1,10 +1,10 @@
-// Where the routed-expert FFN of a layer is computed: the seam between the
-// forward pass and the devices. The forward pass routes a batch, groups its
-// (token, slot) pairs by expert into ExpertWork items (cpu/expert_ffn.h), and
-// asks an executor to fill y[slot] = FFN_e(x[token]) for each; it then
-// combines the slots in a fixed order (so results never depend on which
-// device computed an expert). The tiered (hybrid) step runs its CPU share
-// through a CpuExpertExecutor (cuda/backend/hybrid_moe.h).
+// The routed-expert FFN of a layer on the CPU, from a model's weights. The
+// forward pass routes a batch, groups its (token, slot) pairs by expert into
+// ExpertWork items (cpu/expert_ffn.h), and asks the executor to fill
+// y[slot] = FFN_e(x[token]) for each; it then combines the slots in a fixed
+// order (so results never depend on which device computed an expert). The
+// CPU backend and the tiered (hybrid) step's CPU share
+// (cuda/backend/hybrid_moe.h) both compute through CpuExpertExecutor.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -15,14 +15,6 @@
 
 namespace ms {
 
-class ExpertExecutor {
- public:
-  virtual ~ExpertExecutor() = default;
-  // y[slot] = down_e(silu(gate_e x[token]) * up_e x[token]) for every pair of
-  // every work item (n_embd floats per row of x and y).
-  virtual void compute(int layer, const float* x, int n_tokens, const std::vector<ExpertWork>& work, float* y) = 0;
-};
-
 // A layer's routed experts as the CPU expert FFN takes them (a view of `ex`:
 // valid while `ex` is).
 ExpertFfnWeights expert_ffn_weights(const ExpertWeights& ex);
@@ -32,11 +24,13 @@ std::vector<ExpertFfnWeights> expert_ffn_layers(const ModelWeights& w);
 // Computes experts on the CPU from the mapped weights: ExpertFfn
 // (cpu/expert_ffn.h) on the layer's weights. rounding: ActRounding::Gpu for
 // the hybrid mode's CPU experts, so they round activations as the GPU's do.
-class CpuExpertExecutor : public ExpertExecutor {
+class CpuExpertExecutor {
  public:
   CpuExpertExecutor(const ModelWeights& w, ThreadPool& pool, ActRounding rounding = ActRounding::Native)
       : layers_(expert_ffn_layers(w)), ffn_(pool, rounding) {}
-  void compute(int layer, const float* x, int n_tokens, const std::vector<ExpertWork>& work, float* y) override;
+  // y[slot] = FFN_e(x[token]) for every pair of every work item (n_embd
+  // floats per row of x and y; the FFN as cpu/expert_ffn.h defines it).
+  void compute(int layer, const float* x, int n_tokens, const std::vector<ExpertWork>& work, float* y);
 
  private:
   std::vector<ExpertFfnWeights> layers_;
