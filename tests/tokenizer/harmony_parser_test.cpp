@@ -3,6 +3,7 @@
 // vocabulary that has the harmony markers as control tokens.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "tokenizer/harmony.h"
 #include "tokenizer/reply_decoder.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace ms {
 namespace {
@@ -116,6 +118,31 @@ TEST(HarmonyParser, TextWithoutHarmonyIsNotLost) {
   std::string text;
   while (text.size() < 3 * HarmonyParser::kMaxHeaderBytes) text += "plain words and more words ";
   EXPECT_EQ(parse(tok, text).content, text);
+}
+
+TEST(HarmonyParser, RandomStreamsGiveValidTextAndNoMarkup) {
+  // Any token sequence (markers anywhere, bytes that split characters): the
+  // parser neither throws nor lets markup through, and its text is UTF-8.
+  const Tokenizer tok = harmony_tokenizer();
+  std::vector<int32_t> pool;
+  for (const std::string& m : kMarkers) pool.push_back(tok.find_token(m));
+  for (const char* t : {"a", "n", " ", "\xC3", "\xA9", "\xF0", "\x9F", "analysis", "final", "commentary", "to=x"})
+    for (int32_t id : tok.encode(t, false, false)) pool.push_back(id);
+  std::mt19937 rng(5);
+  for (int iter = 0; iter < 200; ++iter) {
+    HarmonyParser p(tok, *harmony_markers(tok));
+    std::string content, reasoning, args;
+    const int n = static_cast<int>(rng() % 3000);
+    for (int k = 0; k <= n; ++k) {
+      HarmonyParser::Out o = k < n ? p.push(pool[rng() % pool.size()]) : p.flush();
+      content += o.content, reasoning += o.reasoning;
+      for (const auto& c : o.tool_calls) args += c.arguments;
+    }
+    for (const std::string* s : {&content, &reasoning, &args}) {
+      EXPECT_EQ(s->find("<|"), std::string::npos);
+      EXPECT_EQ(utf8::valid_prefix_length(*s), s->size());
+    }
+  }
 }
 
 TEST(HarmonyMarkers, FoundOnlyInHarmonyVocabularies) {
