@@ -105,11 +105,44 @@ void apply_value_op(ValueOp op, float* row, int64_t n) {
   }
 }
 
+// One GGUF MXFP4 row from a checkpoint's MXFP4 row (tensor_plan.h: Slab):
+// the scale byte as it is; HF packs elements 2j (low) and 2j+1 (high) in byte
+// j of a block, GGUF element i (low) and i + 16 (high) in byte i.
+void repack_mxfp4_row(const uint8_t* codes, const uint8_t* scales, int64_t n_blocks, uint8_t* dst) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const uint8_t* c = codes + b * 16;
+    auto code = [&](int n) { return n % 2 == 0 ? c[n / 2] & 0x0F : c[n / 2] >> 4; };
+    uint8_t* o = dst + b * 17;
+    o[0] = scales[b];
+    for (int i = 0; i < 16; ++i) o[1 + i] = static_cast<uint8_t>(code(i) | (code(i + 16) << 4));
+  }
+}
+
+void write_mxfp4_slab(GgufWriter& w, const Slab& s, ProgressMeter& progress) {
+  const int64_t nb = s.row_len / 32;
+  std::vector<uint8_t> out(static_cast<size_t>(s.n_rows * nb * 17));
+  for (int64_t r = 0; r < s.n_rows; ++r) {
+    const int64_t src_row = s.gather_base + r * s.gather_row;
+    if ((src_row + 1) * nb * 16 > static_cast<int64_t>(s.src->nbytes) ||
+        (src_row + 1) * nb > static_cast<int64_t>(s.mxfp4_scales->nbytes))
+      throw Error("internal: MXFP4 row " + std::to_string(src_row) + " outside '" + s.src->name + "'");
+    repack_mxfp4_row(s.src->data + src_row * nb * 16, s.mxfp4_scales->data + src_row * nb, nb,
+                     out.data() + r * nb * 17);
+  }
+  w.write_tensor_data(out.data(), out.size());
+  progress.add(static_cast<uint64_t>(s.n_rows * nb * 17));
+}
+
 // Streams one planned tensor into the writer, block of rows by block.
 void write_tensor(GgufWriter& w, const PlannedTensor& t, ThreadPool& pool, ProgressMeter& progress) {
   std::vector<float> f32;
   std::vector<uint8_t> out;
   for (const Slab& s : t.slabs) {
+    if (s.is_mxfp4_repack()) {
+      if (t.type != DType::MXFP4) throw Error("internal: '" + t.name + "' repacks MXFP4 but is typed otherwise");
+      write_mxfp4_slab(w, s, progress);
+      continue;
+    }
     const int64_t n = s.row_len;
     const int64_t rb = row_bytes(t.type, n);
     const int64_t block_rows = std::max<int64_t>(1, std::min<int64_t>(s.n_rows, kBlockFloats / n));

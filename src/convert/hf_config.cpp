@@ -202,10 +202,15 @@ void read_gpt_oss(const json& j, const std::string& where, HfModelConfig& c) {
   c.norm_topk_prob = false;  // softmax over the k chosen logits: already sums to 1
   c.attn_bias = true;
   c.attn_out_bias = true;
-  if (const json* q = field(j, "quantization_config"); q && q->is_object() && q->value("quant_method", "") == "mxfp4")
-    throw Error(where + ": this gpt-oss checkpoint stores its experts in MXFP4 (_blocks/_scales tensors), which "
-                "moestream convert does not read; convert a bf16 checkpoint (transformers can dequantize one: "
-                "Mxfp4Config(dequantize=True)) or use a published gpt-oss GGUF directly");
+  // The published checkpoints store the expert matrices in MXFP4
+  // (*_blocks / *_scales): repacked into GGUF MXFP4 blocks as they are.
+  if (const json* q = field(j, "quantization_config"); q && q->is_object()) {
+    const std::string method = q->value("quant_method", "");
+    if (method != "mxfp4")
+      throw Error(where + ": quantization_config.quant_method '" + method +
+                  "' is not supported (gpt-oss: bf16/f32 experts or the published mxfp4)");
+    c.mxfp4_experts = true;
+  }
   const double limit = get_float_or(j, "swiglu_limit", where, 7.0);
   if (limit != 7.0)
     throw Error(where + ": swiglu_limit " + std::to_string(limit) + " is not gpt-oss's 7, which moestream computes with");

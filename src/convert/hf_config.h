@@ -11,8 +11,8 @@
 //   qwen3_5_moe (Qwen3_5MoeForConditionalGeneration: text_config, tensors
 //   under model.language_model.; the vision tower is not converted)
 //                                    -> GGUF arch "qwen35moe"
-//   gpt_oss (GptOssForCausalLM)      -> GGUF arch "gpt-oss" (bf16/f32 experts;
-//                                       the published MXFP4 _blocks/_scales form is refused)
+//   gpt_oss (GptOssForCausalLM)      -> GGUF arch "gpt-oss" (bf16/f32 experts, or the
+//                                       published MXFP4 _blocks/_scales, repacked as they are)
 // Both transformers 4.x and 5.x spellings are read (e.g. rope_theta or
 // rope_parameters.rope_theta; num_experts or num_local_experts).
 #pragma once
@@ -88,6 +88,9 @@ struct HfModelConfig {
   // "sliding_attention"; without layer_types: the even layers).
   int64_t sliding_window = 0;
   std::vector<bool> swa_layers;
+  // quantization_config.quant_method "mxfp4": the expert matrices are
+  // experts.{gate_up,down}_proj_{blocks,scales} (uint8), repacked to GGUF MXFP4.
+  bool mxfp4_experts = false;
 
   bool is_moe() const { return n_expert > 0; }
 };

@@ -53,6 +53,20 @@ class Builder {
 
   void mark_used(const std::string& name) { used_.insert(name); }
 
+  // A uint8 tensor of exactly `shape` (MXFP4 blocks and scales).
+  const StTensor& take_u8(const std::string& name, const std::vector<int64_t>& shape, const std::string& why) {
+    const StTensor* t = m_.find(name);
+    if (!t)
+      throw Error("the checkpoint has no tensor '" + name + "' (expected " + shape_str(shape) + " from " + why + ")");
+    if (t->dtype != StDType::U8)
+      throw Error(t->file + ": tensor '" + name + "' has dtype " + st_dtype_name(t->dtype) + ", expected U8 (MXFP4)");
+    if (t->shape != shape)
+      throw Error(t->file + ": tensor '" + name + "' has shape " + shape_str(t->shape) + " but config.json implies " +
+                  shape_str(shape) + " (" + why + ")");
+    used_.insert(name);
+    return *t;
+  }
+
   // A tensor whose GGUF rows are one whole source tensor.
   void add_whole(const std::string& gguf, TensorRole role, int layer, const std::string& hf,
                  const std::vector<int64_t>& hf_shape, const std::string& why, int64_t permute_heads = 0,
@@ -218,6 +232,8 @@ void apply_quant_mix(ConversionPlan& plan, const HfModelConfig& c, ConvertType t
   MixPlanner planner(parse_quant_scheme(convert_type_name(target)), mm, names);
   for (PlannedTensor& t : plan.tensors) {
     const MixChoice m = planner.choose(t.name, t.shape, DType::F32);
+    // A repacked MXFP4 tensor keeps its type (the planner still counts it).
+    if (!t.slabs.empty() && t.slabs[0].is_mxfp4_repack()) continue;
     t.type = m.type;
     t.type_note = m.note;
   }
@@ -247,7 +263,9 @@ int64_t PlannedTensor::n_rows() const {
 
 uint64_t PlannedTensor::source_bytes() const {
   uint64_t n = 0;
-  for (const Slab& s : slabs) n += static_cast<uint64_t>(s.n_rows * s.row_len * st_dtype_size(s.src->dtype));
+  for (const Slab& s : slabs)
+    n += s.is_mxfp4_repack() ? static_cast<uint64_t>(s.n_rows * s.row_len / 32 * 17)  // 16 code bytes + a scale
+                             : static_cast<uint64_t>(s.n_rows * s.row_len * st_dtype_size(s.src->dtype));
   return n;
 }
 
@@ -363,18 +381,47 @@ void add_gpt_oss_moe(Builder& b, const HfModelConfig& c, int layer, const std::s
                           ", hidden_size=" + std::to_string(H);
   b.add_whole(blk + "ffn_gate_inp.weight", TensorRole::Router, layer, mlp + "router.weight", {E, H}, why);
   b.add_whole(blk + "ffn_gate_inp.bias", TensorRole::Bias, layer, mlp + "router.bias", {E}, why);
-  const StTensor& gu = b.take(ex + "gate_up_proj", {E, H, 2 * F}, why);
   const StTensor& gub = b.take(ex + "gate_up_proj_bias", {E, 2 * F}, why);
-  const StTensor& dn = b.take(ex + "down_proj", {E, F, H}, why);
   PlannedTensor gate = b.make(blk + "ffn_gate_exps.weight", TensorRole::FfnGate, layer, {H, F, E});
   PlannedTensor up = b.make(blk + "ffn_up_exps.weight", TensorRole::FfnUp, layer, {H, F, E});
   PlannedTensor down = b.make(blk + "ffn_down_exps.weight", TensorRole::FfnDown, layer, {F, H, E});
-  for (int64_t e = 0; e < E; ++e) {
-    // Row f of expert e's gate: gate_up_proj[e, :, 2f] (up: 2f + 1).
-    gate.slabs.push_back(gather(gu, e * H * 2 * F, F, H, 2, 2 * F));
-    up.slabs.push_back(gather(gu, e * H * 2 * F + 1, F, H, 2, 2 * F));
-    // Row h of expert e's down: down_proj[e, :, h].
-    down.slabs.push_back(gather(dn, e * F * H, H, F, 1, H));
+  if (c.mxfp4_experts) {
+    // [E, out, in/32, 16] blocks, [E, out, in/32] scales; gate/up rows interleaved.
+    if (H % 32 != 0 || F % 32 != 0) throw Error("MXFP4 experts need hidden_size and intermediate_size multiples of 32");
+    const StTensor& gub_q = b.take_u8(ex + "gate_up_proj_blocks", {E, 2 * F, H / 32, 16}, why);
+    const StTensor& gus = b.take_u8(ex + "gate_up_proj_scales", {E, 2 * F, H / 32}, why);
+    const StTensor& dnb = b.take_u8(ex + "down_proj_blocks", {E, H, F / 32, 16}, why);
+    const StTensor& dns = b.take_u8(ex + "down_proj_scales", {E, H, F / 32}, why);
+    auto repack = [](const StTensor& blocks, const StTensor& scales, int64_t row0, int64_t n_rows, int64_t row_len,
+                     int64_t step) {
+      Slab sl;
+      sl.src = &blocks;
+      sl.mxfp4_scales = &scales;
+      sl.n_rows = n_rows;
+      sl.row_len = row_len;
+      sl.gather_base = row0;
+      sl.gather_row = step;
+      return sl;
+    };
+    for (int64_t e = 0; e < E; ++e) {
+      gate.slabs.push_back(repack(gub_q, gus, e * 2 * F, F, H, 2));
+      up.slabs.push_back(repack(gub_q, gus, e * 2 * F + 1, F, H, 2));
+      down.slabs.push_back(repack(dnb, dns, e * H, H, F, 1));
+    }
+    for (PlannedTensor* t : {&gate, &up, &down}) {
+      t->type = DType::MXFP4;
+      t->type_note = "MXFP4 in the checkpoint: repacked as it is";
+    }
+  } else {
+    const StTensor& gu = b.take(ex + "gate_up_proj", {E, H, 2 * F}, why);
+    const StTensor& dn = b.take(ex + "down_proj", {E, F, H}, why);
+    for (int64_t e = 0; e < E; ++e) {
+      // Row f of expert e's gate: gate_up_proj[e, :, 2f] (up: 2f + 1).
+      gate.slabs.push_back(gather(gu, e * H * 2 * F, F, H, 2, 2 * F));
+      up.slabs.push_back(gather(gu, e * H * 2 * F + 1, F, H, 2, 2 * F));
+      // Row h of expert e's down: down_proj[e, :, h].
+      down.slabs.push_back(gather(dn, e * F * H, H, F, 1, H));
+    }
   }
   PlannedTensor gate_b = b.make(blk + "ffn_gate_exps.bias", TensorRole::Bias, layer, {F, E});
   PlannedTensor up_b = b.make(blk + "ffn_up_exps.bias", TensorRole::Bias, layer, {F, E});

@@ -25,7 +25,9 @@
 //   [E, in, out] (transposed) with gate and up interleaved in gate_up_proj
 //   [E, n_embd, 2*ff] (gate = even columns, up = odd), gate_up_proj_bias
 //   [E, 2*ff] alike, down_proj [E, ff, n_embd], down_proj_bias [E, n_embd]
-//   -> ffn_{gate,up,down}_exps.{weight,bias} through strided gathers.
+//   -> ffn_{gate,up,down}_exps.{weight,bias} through strided gathers; the
+//   published MXFP4 form (*_blocks [E, out, in/32, 16], *_scales [E, out,
+//   in/32], gate/up rows interleaved) is repacked to MXFP4 bit for bit.
 //
 // The one transformation: for GGUF arch "llama" (Mixtral, Llama, Mistral) the
 // rows of attn_q and attn_k are permuted so that GGUF's adjacent-pair RoPE
@@ -67,7 +69,15 @@ struct Slab {
   // (first_row, the maps and permute_heads unused).
   int64_t gather_base = 0, gather_row = 0, gather_elem = 0;
   bool is_gather() const { return gather_elem > 0; }
-  // Flat source elements a gather spans (from gather_base).
+  // mxfp4_scales set: an MXFP4 repack (gpt-oss's published checkpoints). src
+  // is the *_blocks tensor viewed as rows of row_len / 32 blocks of 16 bytes
+  // (two 4-bit codes a byte, element 2j low), mxfp4_scales the *_scales one
+  // (one E8M0 byte a block); slab row r is source row gather_base + r *
+  // gather_row. Written as GGUF MXFP4 blocks (the scale byte, then element i
+  // low and i + 16 high in byte i), bit for bit: no float round trip.
+  const StTensor* mxfp4_scales = nullptr;
+  bool is_mxfp4_repack() const { return mxfp4_scales != nullptr; }
+  // Flat source elements a gather spans (from gather_base; not for a repack).
   int64_t gather_span() const { return (n_rows - 1) * gather_row + (row_len - 1) * gather_elem + 1; }
 };
 

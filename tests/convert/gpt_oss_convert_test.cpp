@@ -4,13 +4,15 @@
 // gate_up_proj and its bias, router under mlp.router, sinks under
 // self_attn.sinks), then converted: every tensor must come back as it was,
 // and the window, its layers and YaRN as metadata. Also: a q8_0 conversion
-// (mixed types: MXFP4-free, experts and attention q8_0, biases f32) loads and
-// binds, and config errors name the field.
+// (experts and attention q8_0, biases f32) loads and binds; the published
+// MXFP4 layout (*_blocks / *_scales) repacks bit for bit; config errors name
+// the field.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "convert/converter.h"
@@ -59,8 +61,12 @@ class GptOssConvertTest : public ::testing::Test {
 
   // The HF checkpoint the GGUF came from, by the inverse of each conversion
   // step (transformers' GptOss layout). `layer_types`: written when given.
-  void write_hf(const fs::path& hf, const nlohmann::json& layer_types = nullptr) {
-    const GgufFile& f = *src_;
+  void write_hf(const fs::path& hf, const nlohmann::json& layer_types = nullptr) { write_hf_from(*src_, hf, layer_types); }
+
+  // With `mxfp4` the experts go in as the published checkpoints store them:
+  // *_blocks [E, out, in/32, 16] (element 2j low, 2j+1 high in byte j) and
+  // *_scales [E, out, in/32], from the file's own MXFP4 blocks.
+  void write_hf_from(const GgufFile& f, const fs::path& hf, const nlohmann::json& layer_types, bool mxfp4 = false) {
     const std::string A = "gpt-oss.";
     const int64_t H = f.get_int(A + "embedding_length"), n_layer = f.get_int(A + "block_count");
     const int64_t E = f.get_int(A + "expert_count"), F = f.get_int(A + "expert_feed_forward_length");
@@ -90,6 +96,57 @@ class GptOssConvertTest : public ::testing::Test {
       put(at + "sinks", {nh}, get(b + "attn_sinks.weight"));
       put(hf_l + "mlp.router.weight", {E, H}, get(b + "ffn_gate_inp.weight"));
       put(hf_l + "mlp.router.bias", {E}, get(b + "ffn_gate_inp.bias"));
+      if (mxfp4) {
+        // GGUF block: scale, then byte i = element i (low) | element i + 16 (high).
+        auto codes = [](const uint8_t* blk, int n) { return n < 16 ? blk[1 + n] & 0x0F : blk[1 + n - 16] >> 4; };
+        auto hf_rows = [&](const std::string& gname, int64_t rows_per_e, int64_t in, int64_t interleave, int64_t which,
+                           std::vector<uint8_t>& blocks, std::vector<uint8_t>& scales) {
+          const GgufTensorInfo* t = f.find_tensor(gname);
+          const int64_t nb = in / 32, out_rows = rows_per_e * interleave;
+          blocks.resize(static_cast<size_t>(E * out_rows * nb * 16));
+          scales.resize(static_cast<size_t>(E * out_rows * nb));
+          for (int64_t e = 0; e < E; ++e)
+            for (int64_t r = 0; r < rows_per_e; ++r)
+              for (int64_t bi = 0; bi < nb; ++bi) {
+                const uint8_t* blk = t->data + ((e * rows_per_e + r) * nb + bi) * 17;
+                const int64_t hr = e * out_rows + r * interleave + which;
+                scales[static_cast<size_t>(hr * nb + bi)] = blk[0];
+                for (int j = 0; j < 16; ++j)
+                  blocks[static_cast<size_t>((hr * nb + bi) * 16 + j)] =
+                      static_cast<uint8_t>(codes(blk, 2 * j) | (codes(blk, 2 * j + 1) << 4));
+              }
+        };
+        // The checkpoint's meaning of its blocks (transformers' MXFP4
+        // dequantization: FP4 E2M1 code, low nibble = even element, times
+        // 2^(scale - 127)) must be the GGUF file's values: so the layout
+        // written here is the published one, not just the inverse of ours.
+        auto hf_value = [](const std::vector<uint8_t>& blocks, const std::vector<uint8_t>& scales, int64_t row,
+                           int64_t nb, int64_t n) {
+          static const float lut[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+                                        -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+          const int64_t bi = n / 32, j = n % 32;
+          const uint8_t byte = blocks[static_cast<size_t>((row * nb + bi) * 16 + j / 2)];
+          const int code = j % 2 == 0 ? byte & 0x0F : byte >> 4;
+          return std::ldexp(lut[code], static_cast<int>(scales[static_cast<size_t>(row * nb + bi)]) - 127);
+        };
+        std::vector<uint8_t> gub, gus, ub, us, db, dsc;
+        hf_rows(b + "ffn_gate_exps.weight", F, H, 2, 0, gub, gus);
+        hf_rows(b + "ffn_up_exps.weight", F, H, 2, 1, ub, us);
+        for (size_t i = 0; i < gub.size(); ++i) gub[i] |= ub[i];  // disjoint rows (zeros elsewhere)
+        for (size_t i = 0; i < gus.size(); ++i) gus[i] |= us[i];
+        hf_rows(b + "ffn_down_exps.weight", H, F, 1, 0, db, dsc);
+        {  // expert 1's first up row and its first down row, element by element
+          const auto up_vals = get(b + "ffn_up_exps.weight"), down_vals = get(b + "ffn_down_exps.weight");
+          for (int64_t n = 0; n < H; ++n)
+            EXPECT_EQ(hf_value(gub, gus, 1 * 2 * F + 1, H / 32, n), up_vals[static_cast<size_t>(1 * F * H + n)]) << n;
+          for (int64_t n = 0; n < F; ++n)
+            EXPECT_EQ(hf_value(db, dsc, 1 * H, F / 32, n), down_vals[static_cast<size_t>(1 * H * F + n)]) << n;
+        }
+        out.push_back({hf_l + "mlp.experts.gate_up_proj_blocks", "U8", {E, 2 * F, H / 32, 16}, gub});
+        out.push_back({hf_l + "mlp.experts.gate_up_proj_scales", "U8", {E, 2 * F, H / 32}, gus});
+        out.push_back({hf_l + "mlp.experts.down_proj_blocks", "U8", {E, H, F / 32, 16}, db});
+        out.push_back({hf_l + "mlp.experts.down_proj_scales", "U8", {E, H, F / 32}, dsc});
+      }
       // GGUF gate/up {H, F, E}: [e][f][h]; HF gate_up_proj [E, H, 2F]: [e][h][2f (+1 for up)].
       const auto g = get(b + "ffn_gate_exps.weight"), u = get(b + "ffn_up_exps.weight");
       const auto d = get(b + "ffn_down_exps.weight");
@@ -102,8 +159,10 @@ class GptOssConvertTest : public ::testing::Test {
             // GGUF down {F, H, E}: [e][h][f]; HF down_proj [E, F, H]: [e][f][h].
             dn[static_cast<size_t>((e * F + fi) * H + h)] = d[static_cast<size_t>((e * H + h) * F + fi)];
           }
-      put(hf_l + "mlp.experts.gate_up_proj", {E, H, 2 * F}, gu);
-      put(hf_l + "mlp.experts.down_proj", {E, F, H}, dn);
+      if (!mxfp4) {
+        put(hf_l + "mlp.experts.gate_up_proj", {E, H, 2 * F}, gu);
+        put(hf_l + "mlp.experts.down_proj", {E, F, H}, dn);
+      }
       const auto gb = get(b + "ffn_gate_exps.bias"), ub = get(b + "ffn_up_exps.bias");
       std::vector<float> gub(static_cast<size_t>(E * 2 * F));
       for (int64_t e = 0; e < E; ++e)
@@ -142,6 +201,7 @@ class GptOssConvertTest : public ::testing::Test {
         {"tie_word_embeddings", false},
     };
     if (!layer_types.is_null()) cfg["layer_types"] = layer_types;
+    if (mxfp4) cfg["quantization_config"] = {{"quant_method", "mxfp4"}};
     std::ofstream(hf / "config.json") << cfg.dump(2);
   }
 
@@ -218,6 +278,36 @@ TEST_F(GptOssConvertTest, QuantizedConversionBinds) {
   EXPECT_LT(std::sqrt(num / den), 1e-2);
 }
 
+TEST_F(GptOssConvertTest, PublishedMxfp4ExpertsRepackBitForBit) {
+  // A file with MXFP4 experts (the published mix), its experts written in the
+  // checkpoint's MXFP4 layout, converted back: the expert tensors must be the
+  // same bytes, whatever --type (here q8_0 for the rest).
+  ThreadPool pool(2);
+  GenOptions o;
+  o.arch = "gpt-oss";
+  o.quant = "mxfp4_moe";
+  o.seed = 4;
+  const std::string orig = (dir_ / "mx.gguf").string();
+  generate_model(o, orig, pool);
+  auto mx = GgufFile::open(orig);
+  write_hf_from(*mx, dir_ / "hf_mx", nullptr, true);
+  auto back = GgufFile::open(convert(dir_ / "hf_mx", ConvertType::Q8_0, "mx_back.gguf"));
+  for (const char* part : {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"})
+    for (int L = 0; L < 4; ++L) {
+      const std::string name = "blk." + std::to_string(L) + "." + part;
+      const GgufTensorInfo* a = mx->find_tensor(name);
+      const GgufTensorInfo* b = back->find_tensor(name);
+      ASSERT_NE(b, nullptr) << name;
+      ASSERT_EQ(b->type, DType::MXFP4) << name;
+      ASSERT_EQ(b->shape, a->shape) << name;
+      ASSERT_EQ(b->nbytes, a->nbytes) << name;
+      EXPECT_EQ(std::memcmp(a->data, b->data, a->nbytes), 0) << name;
+    }
+  EXPECT_EQ(back->find_tensor("blk.0.ffn_gate_exps.bias")->type, DType::F32);
+  const ModelWeights w = bind_weights(*back);  // and it loads
+  EXPECT_EQ(w.layers[0].experts.gate_type, DType::MXFP4);
+}
+
 TEST(GptOssHfConfig, FieldsAreChecked) {
   const nlohmann::json base = {{"model_type", "gpt_oss"},   {"vocab_size", 64},          {"hidden_size", 64},
                                {"num_hidden_layers", 2},    {"num_attention_heads", 4},  {"num_key_value_heads", 2},
@@ -249,8 +339,10 @@ TEST(GptOssHfConfig, FieldsAreChecked) {
   j["layer_types"] = {"sliding_attention", "linear_attention"};
   fails_naming(j, "layer_types[1]");
   j = base;
+  j["quantization_config"] = {{"quant_method", "fp8"}};
+  fails_naming(j, "quant_method");
   j["quantization_config"] = {{"quant_method", "mxfp4"}};
-  fails_naming(j, "MXFP4");
+  EXPECT_TRUE(parse_hf_config(j.dump(), "config.json").mxfp4_experts);
 }
 
 }  // namespace
