@@ -5,7 +5,10 @@
 //    tiled kernel (attention_prefill_tiled, the old one) against the
 //    tensor-core flash kernel over f16 and q8_0 caches; TFLOP/s counts the
 //    causal work, 4 * n(n+1)/2 * head_dim * n_head;
-//  - decode of one token at depth 0 (kv 1), 8k and 32k over f16 and q8_0.
+//  - decode of one token at depth 0 (kv 1), 8k and 32k over f16 and q8_0;
+//  - gpt-oss-20b's attention (64 query heads, 8 KV heads of 64): prefill and
+//    decode with the sliding window of 128 (and sinks) against full causal
+//    attention, f16 and q8_0 caches (the point of the window: O(n * 128)).
 // Prints a markdown table (stdout). Timing: graph_timer.cuh, as the other
 // kernel benches. Build as tools/gpu_check.sh builds kernel_bench (see
 // bench/cuda/attention_gpu.sh); nothing is checked here: the tests
@@ -144,6 +147,64 @@ void decode_rows(const char* model, int n_head, int n_kv, int hd, cudaStream_t s
   free_caches(c);
 }
 
+// Prefill from position 0 and decode at depth n: full causal, window 128,
+// window 128 with sinks; f16 and q8_0 caches.
+void window_rows(const char* model, int n_head, int n_kv, int hd, const std::vector<int>& lengths, cudaStream_t s,
+                 std::mt19937& rng) {
+  using namespace ms::cuda;
+  const int max_n = *std::max_element(lengths.begin(), lengths.end());
+  Caches c = make_caches(n_kv, max_n, hd, rng);
+  std::vector<float> hq(static_cast<size_t>(max_n) * n_head * hd);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (auto& x : hq) x = u(rng);
+  float* q = device_copy(hq);
+  const std::vector<float> hs(static_cast<size_t>(n_head), 0.5f);
+  float* sinks = device_copy(hs);
+  float* out = nullptr;
+  CK(cudaMalloc(&out, hq.size() * sizeof(float)));
+  AttentionExtras full, win, win_sinks;
+  win.window = win_sinks.window = 128;
+  win_sinks.sinks = sinks;
+  for (int n : lengths) {
+    const AttentionShape as{n_head, n_kv, hd, max_n, 1.f / std::sqrt(static_cast<float>(hd))};
+    const int reps = n >= 16384 ? 3 : 10;
+    for (bool q8 : {false, true}) {
+      auto run = [&](const AttentionExtras& x) {
+        return time_ms(s, reps, [&] {
+          if (q8) attention_prefill(as, q, c.k8, c.v8, n, 0, out, s, x);
+          else attention_prefill(as, q, c.k16, c.v16, n, 0, out, s, x);
+        });
+      };
+      const double tf = run(full), tw = run(win), tws = run(win_sinks);
+      std::printf("| %s %d/%d x %d | prefill %d, %s | %.3f ms | %.3f ms | %.3f ms | %.1fx |\n", model, n_head, n_kv, hd,
+                  n, q8 ? "q8_0" : "f16", tf, tw, tws, tf / tw);
+      std::fflush(stdout);
+    }
+    void* scratch = nullptr;
+    const size_t sb = attention_decode_scratch_bytes(as, n);
+    CK(cudaMalloc(&scratch, sb));
+    CK(cudaMemset(scratch, 0, sb));
+    CK(cudaDeviceSynchronize());
+    for (bool q8 : {false, true}) {
+      auto run = [&](const AttentionExtras& x) {
+        return time_ms(s, 50, [&] {
+          if (q8) attention_decode(as, q, c.k8, c.v8, n, nullptr, out, scratch, s, x);
+          else attention_decode(as, q, c.k16, c.v16, n, nullptr, out, scratch, s, x);
+        });
+      };
+      const double tf = run(full), tw = run(win), tws = run(win_sinks);
+      std::printf("| %s %d/%d x %d | decode, depth %d, %s | %.1f us | %.1f us | %.1f us | %.1fx |\n", model, n_head,
+                  n_kv, hd, n, q8 ? "q8_0" : "f16", tf * 1e3, tw * 1e3, tws * 1e3, tf / tw);
+      std::fflush(stdout);
+    }
+    CK(cudaFree(scratch));
+  }
+  CK(cudaFree(q));
+  CK(cudaFree(sinks));
+  CK(cudaFree(out));
+  free_caches(c);
+}
+
 }  // namespace
 
 int main() {
@@ -160,6 +221,9 @@ int main() {
   std::printf("\n| shape | decode | f16 cache | q8_0 cache |\n|---|---|---:|---:|\n");
   decode_rows("Qwen3-30B-A3B", 32, 4, 128, s, rng);
   decode_rows("Qwen3.6-35B-A3B", 16, 2, 256, s, rng);
+  std::printf("\n| shape | call | full causal | window 128 | window 128 + sinks | full / window |\n"
+              "|---|---|---:|---:|---:|---:|\n");
+  window_rows("gpt-oss-20b", 64, 8, 64, {8192, 32768}, s, rng);
   CK(cudaStreamDestroy(s));
   return 0;
 }

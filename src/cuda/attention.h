@@ -23,6 +23,17 @@ struct AttentionShape {
   float scale = 0.f;                       // usually 1/sqrt(head_dim)
 };
 
+// gpt-oss's variants of the softmax, as ms::AttentionExtras (src/cpu/attention.h):
+// both off by default, which leaves every kernel's results as they were.
+struct AttentionExtras {
+  // Device [n_head] f32 logits or null: exp(sinks[h] - m) joins each softmax's
+  // denominator (no value row); in the units of the scaled scores scale * q.k.
+  const float* sinks = nullptr;
+  // > 0: the query at position p sees keys p - window + 1 .. p only; key tiles
+  // wholly outside every query's window are skipped. 0: full causal.
+  int window = 0;
+};
+
 // Decode: one query token per call. q [n_head][head_dim] -> out [n_head][head_dim],
 // attending to cache positions 0..kv_len-1. Split-K: the sequence is cut into
 // chunks processed by separate blocks, then merged (log-sum-exp).
@@ -31,30 +42,36 @@ struct AttentionShape {
 // scratch: zero-filled before its first use (it starts with counters that
 // every call leaves at zero), then reused by every call as is.
 size_t attention_decode_scratch_bytes(const AttentionShape& s, int max_kv_len);
+// With a window the query is at position kv_len - 1 and sees the last
+// min(kv_len, window) positions; the splits cover those only.
 void attention_decode(const AttentionShape& s, const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
-                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream);
+                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream,
+                      const AttentionExtras& x = {});
 void attention_decode(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache,
-                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream);
+                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream,
+                      const AttentionExtras& x = {});
 void attention_decode(const AttentionShape& s, const float* q, const BlockQ8_0* k_cache, const BlockQ8_0* v_cache,
-                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream);
+                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream,
+                      const AttentionExtras& x = {});
 
 // Causal prefill: q [n_tokens][n_head][head_dim] for positions pos0 ..
 // pos0+n_tokens-1; the cache already holds positions 0 .. pos0+n_tokens-1.
-// Token i attends to positions 0 .. pos0+i. out [n_tokens][n_head][head_dim].
+// Token i attends to positions 0 .. pos0+i (or its window). out [n_tokens][n_head][head_dim].
 // f16 and q8_0 caches: flash attention on tensor cores (attention_flash.cu)
 // for head_dim a multiple of 8 up to 256 (16-byte aligned f16 caches);
 // f32 caches and other f16 shapes: the f32 tiled kernel below.
 void attention_prefill(const AttentionShape& s, const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
-                       int n_tokens, int pos0, float* out, cudaStream_t stream);
+                       int n_tokens, int pos0, float* out, cudaStream_t stream, const AttentionExtras& x = {});
 void attention_prefill(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache,
-                       int n_tokens, int pos0, float* out, cudaStream_t stream);
+                       int n_tokens, int pos0, float* out, cudaStream_t stream, const AttentionExtras& x = {});
 void attention_prefill(const AttentionShape& s, const float* q, const BlockQ8_0* k_cache, const BlockQ8_0* v_cache,
-                       int n_tokens, int pos0, float* out, cudaStream_t stream);
+                       int n_tokens, int pos0, float* out, cudaStream_t stream, const AttentionExtras& x = {});
 
 // The f32 tiled prefill kernel (no tensor cores) over an f16 cache, whatever
 // attention_prefill picks: the baseline of the attention bench.
 void attention_prefill_tiled(const AttentionShape& s, const float* q, const uint16_t* k_cache,
-                             const uint16_t* v_cache, int n_tokens, int pos0, float* out, cudaStream_t stream);
+                             const uint16_t* v_cache, int n_tokens, int pos0, float* out, cudaStream_t stream,
+                             const AttentionExtras& x = {});
 
 // Throws ms::Error naming `who` unless head_dim fits a q8_0 cache (a multiple
 // of 32, at most 256).

@@ -21,6 +21,11 @@
 // Generic path (any even head_dim, any group up to 16): fixed chunks of
 // kSplit positions, a warp per position for the scores, natural-exp domain.
 //
+// Sliding window (gpt-oss): the splits cover the window's positions
+// kv_len - window .. kv_len - 1 only (fewer splits; the start follows the
+// device kv_len). Sinks: one more logit per head in the merge's max and
+// denominator (a split's partials do not carry it).
+//
 // Every kernel is templated on the cache's element type T (__half, float or
 // Q8_0 blocks, kv_elem.cuh: rows addressed in units of T, elements read by
 // index); scores, softmax and sums are f32 either way.
@@ -44,16 +49,22 @@ constexpr int kMaxGroup = 16;
 constexpr int kMaxHeadDim = 256;
 
 __host__ __device__ inline int n_splits(int kv_len) { return (kv_len + kSplit - 1) / kSplit; }
+// The first position the query (at kv_len - 1) sees.
+__device__ __forceinline__ int window_start(int kv_len, int window) {
+  return window > 0 ? max(0, kv_len - window) : 0;
+}
+// Positions the splits have to cover, for sizing launches from max_kv_len.
+int visible_len(int max_kv_len, int window) { return window > 0 ? std::min(max_kv_len, window) : max_kv_len; }
 
 template <class T>
 __global__ void __launch_bounds__(kThreads) attn_decode_split_kernel(
     const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc, int n_kv, int group,
-    int hd, int64_t ctx, int max_kv_len, const int32_t* __restrict__ kv_len_dev, float scale, int n_split_max,
-    float* __restrict__ part_o, float2* __restrict__ part_ml) {
+    int hd, int64_t ctx, int max_kv_len, const int32_t* __restrict__ kv_len_dev, float scale, int window,
+    int n_split_max, float* __restrict__ part_o, float2* __restrict__ part_ml) {
   extern __shared__ float sh[];
   const int split = blockIdx.x, kvh = blockIdx.y;
   const int kv_len = kv_len_dev ? min(__ldg(kv_len_dev), max_kv_len) : max_kv_len;
-  const int t0 = split * kSplit;
+  const int t0 = window_start(kv_len, window) + split * kSplit;
   if (t0 >= kv_len) return;
   const int len = min(kSplit, kv_len - t0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -151,15 +162,18 @@ __global__ void __launch_bounds__(kThreads) attn_decode_split_kernel(
 
 __global__ void __launch_bounds__(kThreads) attn_decode_merge_kernel(
     const float* __restrict__ part_o, const float2* __restrict__ part_ml, int hd, int max_kv_len,
-    const int32_t* __restrict__ kv_len_dev, int n_split_max, float* __restrict__ out) {
+    const int32_t* __restrict__ kv_len_dev, const float* __restrict__ sinks, int window, int n_split_max,
+    float* __restrict__ out) {
   const int h = blockIdx.x;
   const int kv_len = kv_len_dev ? min(__ldg(kv_len_dev), max_kv_len) : max_kv_len;
-  const int ns = n_splits(kv_len);
+  const int ns = n_splits(kv_len - window_start(kv_len, window));
   const float2* mlh = part_ml + static_cast<int64_t>(h) * n_split_max;
   float M = -FLT_MAX;
   for (int s = 0; s < ns; ++s) M = fmaxf(M, mlh[s].x);
+  if (sinks) M = fmaxf(M, __ldg(sinks + h));
   float L = 0.f;
   for (int s = 0; s < ns; ++s) L += mlh[s].y * expf(mlh[s].x - M);
+  if (sinks) L += expf(__ldg(sinks + h) - M);
   const float invL = L > 0.f ? 1.f / L : 0.f;
   for (int d = threadIdx.x; d < hd; d += kThreads) {
     float acc = 0.f;
@@ -242,16 +256,18 @@ __device__ __forceinline__ float dot8(const float* k, const float* q) {
 // over all splits, the loads unrolled so that they go out together.
 template <int G, int HD>
 __device__ void merge_splits_in_block(const float* part_o, const float2* part_ml, int h0, int n_split,
-                                      float* __restrict__ out) {
+                                      const float* __restrict__ sinks, float* __restrict__ out) {
   __shared__ float w_s[G][kFuseMaxSplits];
   __shared__ float inv_l[G];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int g = warp; g < G; g += kFastWarps) {
     const float2 v = lane < n_split ? __ldcg(part_ml + static_cast<int64_t>(h0 + g) * n_split + lane)
                                     : make_float2(kNegBig, 0.f);
-    const float M = dev::warp_max(v.x);
+    const float sk = sinks ? __ldg(sinks + h0 + g) * kLog2e : kNegBig;
+    const float M = fmaxf(dev::warp_max(v.x), sk);
     const float w = lane < n_split ? exp2f(v.x - M) : 0.f;
-    const float L = dev::warp_sum(v.y * w);
+    float L = dev::warp_sum(v.y * w);
+    if (sinks) L += exp2f(sk - M);
     if (lane < kFuseMaxSplits) w_s[g][lane] = w;
     if (lane == 0) inv_l[g] = L > 0.f ? 1.f / L : 0.f;
   }
@@ -283,8 +299,9 @@ __device__ void merge_splits_in_block(const float* part_o, const float2* part_ml
 template <class T, int G, int HD, bool SPLIT>
 __global__ void __launch_bounds__(kFastWarps * 32) attn_decode_fast_kernel(
     const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc, int64_t ctx,
-    int max_kv_len, const int32_t* __restrict__ kv_len_dev, float scale_log2, int n_split,
-    float* __restrict__ part_o, float2* __restrict__ part_ml, unsigned int* counters, float* __restrict__ out) {
+    int max_kv_len, const int32_t* __restrict__ kv_len_dev, float scale_log2, const float* __restrict__ sinks,
+    int window, int n_split, float* __restrict__ part_o, float2* __restrict__ part_ml, unsigned int* counters,
+    float* __restrict__ out) {
   constexpr int WH = heads_ways(G, SPLIT), WP = pos_ways(G, SPLIT), GW = G / WH;
   constexpr int D = HD / 32;  // dims per lane in P*V
   // V rows loaded at once in P*V: 64 floats of registers per lane
@@ -301,8 +318,9 @@ __global__ void __launch_bounds__(kFastWarps * 32) attn_decode_fast_kernel(
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int hw = warp % WH, pw = warp / WH;
   const int kv_len = kv_len_dev ? max(0, min(__ldg(kv_len_dev), max_kv_len)) : max_kv_len;
-  const int chunk = ((kv_len + n_split - 1) / n_split + kTile - 1) / kTile * kTile;
-  const int t0 = split * chunk, t1 = min(kv_len, t0 + chunk);
+  const int start = window_start(kv_len, window);
+  const int chunk = ((kv_len - start + n_split - 1) / n_split + kTile - 1) / kTile * kTile;
+  const int t0 = start + split * chunk, t1 = min(kv_len, t0 + chunk);
   const int h0 = kvh * G;
 
   for (int i = threadIdx.x; i < G * HD; i += kFastWarps * 32) q_s[i] = q[static_cast<int64_t>(h0) * HD + i] * scale_log2;
@@ -406,7 +424,7 @@ __global__ void __launch_bounds__(kFastWarps * 32) attn_decode_fast_kernel(
   if (counters == nullptr) return;
   // The last of this KV head's blocks merges the splits.
   if (!dev::last_block_to_arrive(counters + kvh, gridDim.x)) return;
-  merge_splits_in_block<G, HD>(part_o, part_ml, h0, n_split, out);
+  merge_splits_in_block<G, HD>(part_o, part_ml, h0, n_split, sinks, out);
 }
 
 // Block per query head, 256 threads: 256/hd segments of threads each sum a
@@ -416,6 +434,7 @@ constexpr int kMergeThreads = 256;
 __global__ void __launch_bounds__(kMergeThreads) attn_decode_fast_merge_kernel(const float* __restrict__ part_o,
                                                                                 const float2* __restrict__ part_ml,
                                                                                 int hd, int n_split,
+                                                                                const float* __restrict__ sinks,
                                                                                 float* __restrict__ out) {
   extern __shared__ float wsh[];  // [n_split] weights, then [segments][hd] partial sums
   __shared__ float red[32];
@@ -426,7 +445,7 @@ __global__ void __launch_bounds__(kMergeThreads) attn_decode_fast_merge_kernel(c
   M = dev::warp_max(M);
   if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = M;
   __syncthreads();
-  M = kNegBig;
+  M = sinks ? __ldg(sinks + h) * kLog2e : kNegBig;
   for (int w = 0; w < kMergeThreads / 32; ++w) M = fmaxf(M, red[w]);
   float L = 0.f;
   for (int s = threadIdx.x; s < n_split; s += kMergeThreads) {
@@ -436,6 +455,7 @@ __global__ void __launch_bounds__(kMergeThreads) attn_decode_fast_merge_kernel(c
     L += ml.y * w;
   }
   L = dev::block_sum(L, red);  // syncs, so wsh is complete
+  if (sinks) L += exp2f(__ldg(sinks + h) * kLog2e - M);
   const float invL = L > 0.f ? 1.f / L : 0.f;
   const int nseg = kMergeThreads / hd;  // hd <= 256
   float* seg_sum = wsh + n_split;
@@ -463,27 +483,30 @@ struct FastOut {
 
 template <class T, int G, int HD>
 void launch_fast(const AttentionShape& s, const float* q, const T* kc, const T* vc, int max_kv_len,
-                 const int32_t* kv_len, int n_split, const FastOut& o, cudaStream_t stream) {
+                 const int32_t* kv_len, int n_split, const FastOut& o, const AttentionExtras& x, cudaStream_t stream) {
   const dim3 grid(n_split, s.n_kv);
   const float sl = s.scale * kLog2e;
   if constexpr (G * HD <= 4096) {
-    if (split_heads(G, HD, max_kv_len)) {
+    if (split_heads(G, HD, visible_len(max_kv_len, x.window))) {
       attn_decode_fast_kernel<T, G, HD, true><<<grid, kFastWarps * 32, 0, stream>>>(
-          q, kc, vc, s.ctx, max_kv_len, kv_len, sl, n_split, o.part_o, o.part_ml, o.counters, o.out);
+          q, kc, vc, s.ctx, max_kv_len, kv_len, sl, x.sinks, x.window, n_split, o.part_o, o.part_ml, o.counters,
+          o.out);
     } else if constexpr (G * HD <= 2048) {
       attn_decode_fast_kernel<T, G, HD, false><<<grid, kFastWarps * 32, 0, stream>>>(
-          q, kc, vc, s.ctx, max_kv_len, kv_len, sl, n_split, o.part_o, o.part_ml, o.counters, o.out);
+          q, kc, vc, s.ctx, max_kv_len, kv_len, sl, x.sinks, x.window, n_split, o.part_o, o.part_ml, o.counters,
+          o.out);
     }
   }
 }
 
 template <class T, int G>
 void launch_fast_g(const AttentionShape& s, const float* q, const T* kc, const T* vc, int max_kv_len,
-                   const int32_t* kv_len, int n_split, const FastOut& o, cudaStream_t stream) {
+                   const int32_t* kv_len, int n_split, const FastOut& o, const AttentionExtras& x,
+                   cudaStream_t stream) {
   switch (s.head_dim) {
-    case 64: launch_fast<T, G, 64>(s, q, kc, vc, max_kv_len, kv_len, n_split, o, stream); break;
-    case 128: launch_fast<T, G, 128>(s, q, kc, vc, max_kv_len, kv_len, n_split, o, stream); break;
-    case 256: launch_fast<T, G, 256>(s, q, kc, vc, max_kv_len, kv_len, n_split, o, stream); break;
+    case 64: launch_fast<T, G, 64>(s, q, kc, vc, max_kv_len, kv_len, n_split, o, x, stream); break;
+    case 128: launch_fast<T, G, 128>(s, q, kc, vc, max_kv_len, kv_len, n_split, o, x, stream); break;
+    case 256: launch_fast<T, G, 256>(s, q, kc, vc, max_kv_len, kv_len, n_split, o, x, stream); break;
     default: break;
   }
 }
@@ -547,59 +570,67 @@ namespace {
 
 template <class T>
 void decode_impl(const AttentionShape& s, const float* q, const T* kc, const T* vc, int max_kv_len,
-                 const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream) {
+                 const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream, const AttentionExtras& x) {
   check_shape(s);
   if (max_kv_len <= 0 || max_kv_len > s.ctx)
     throw Error("attention_decode: max_kv_len " + std::to_string(max_kv_len) + " outside 1.." + std::to_string(s.ctx));
+  if (x.window < 0) throw Error("attention_decode: sliding window " + std::to_string(x.window) + " must be >= 0");
   const int group = s.n_head / s.n_kv;
+  // With a window the splits cover at most `window` positions (within the
+  // scratch sized for max_kv_len: fewer splits of either geometry).
+  const int len = visible_len(max_kv_len, x.window);
   if (fast_ok(s) && fast_dims_ok(s.head_dim)) {
-    const int ns = fast_splits(group, s.head_dim, s.n_kv, max_kv_len, sm_count());
+    const int ns = fast_splits(group, s.head_dim, s.n_kv, len, sm_count());
     const Scratch sc = scratch_layout(s, ns, scratch);
     const bool fused = ns <= kFuseMaxSplits;
     const FastOut o{sc.part_o, sc.part_ml, fused ? sc.counters : nullptr, out};
     switch (group) {
-      case 1: launch_fast_g<T, 1>(s, q, kc, vc, max_kv_len, kv_len, ns, o, stream); break;
-      case 2: launch_fast_g<T, 2>(s, q, kc, vc, max_kv_len, kv_len, ns, o, stream); break;
-      case 4: launch_fast_g<T, 4>(s, q, kc, vc, max_kv_len, kv_len, ns, o, stream); break;
-      case 8: launch_fast_g<T, 8>(s, q, kc, vc, max_kv_len, kv_len, ns, o, stream); break;
-      case 16: launch_fast_g<T, 16>(s, q, kc, vc, max_kv_len, kv_len, ns, o, stream); break;
+      case 1: launch_fast_g<T, 1>(s, q, kc, vc, max_kv_len, kv_len, ns, o, x, stream); break;
+      case 2: launch_fast_g<T, 2>(s, q, kc, vc, max_kv_len, kv_len, ns, o, x, stream); break;
+      case 4: launch_fast_g<T, 4>(s, q, kc, vc, max_kv_len, kv_len, ns, o, x, stream); break;
+      case 8: launch_fast_g<T, 8>(s, q, kc, vc, max_kv_len, kv_len, ns, o, x, stream); break;
+      case 16: launch_fast_g<T, 16>(s, q, kc, vc, max_kv_len, kv_len, ns, o, x, stream); break;
       default: break;
     }
     MS_CUDA_CHECK_LAUNCH();
     if (fused) return;
     attn_decode_fast_merge_kernel<<<s.n_head, kMergeThreads, sizeof(float) * (ns + kMergeThreads), stream>>>(
-        sc.part_o, sc.part_ml, s.head_dim, ns, out);
+        sc.part_o, sc.part_ml, s.head_dim, ns, x.sinks, out);
     MS_CUDA_CHECK_LAUNCH();
     return;
   }
-  const int ns = n_splits(max_kv_len);
+  const int ns = n_splits(len);
   const Scratch sc = scratch_layout(s, ns, scratch);
   const size_t smem = split_smem_bytes(group, s.head_dim);
-  attn_decode_split_kernel<T><<<dim3(ns, s.n_kv), kThreads, smem, stream>>>(
-      q, kc, vc, s.n_kv, group, s.head_dim, s.ctx, max_kv_len, kv_len, s.scale, ns, sc.part_o, sc.part_ml);
+  attn_decode_split_kernel<T><<<dim3(ns, s.n_kv), kThreads, smem, stream>>>(q, kc, vc, s.n_kv, group, s.head_dim,
+                                                                           s.ctx, max_kv_len, kv_len, s.scale,
+                                                                           x.window, ns, sc.part_o, sc.part_ml);
   MS_CUDA_CHECK_LAUNCH();
   attn_decode_merge_kernel<<<s.n_head, kThreads, 0, stream>>>(sc.part_o, sc.part_ml, s.head_dim, max_kv_len, kv_len,
-                                                              ns, out);
+                                                              x.sinks, x.window, ns, out);
   MS_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 void attention_decode(const AttentionShape& s, const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
-                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream) {
+                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream,
+                      const AttentionExtras& x) {
   decode_impl(s, q, reinterpret_cast<const __half*>(k_cache), reinterpret_cast<const __half*>(v_cache), max_kv_len,
-              kv_len, out, scratch, stream);
+              kv_len, out, scratch, stream, x);
 }
 
 void attention_decode(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache,
-                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream) {
-  decode_impl(s, q, k_cache, v_cache, max_kv_len, kv_len, out, scratch, stream);
+                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream,
+                      const AttentionExtras& x) {
+  decode_impl(s, q, k_cache, v_cache, max_kv_len, kv_len, out, scratch, stream, x);
 }
 
 void attention_decode(const AttentionShape& s, const float* q, const BlockQ8_0* k_cache, const BlockQ8_0* v_cache,
-                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream) {
+                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream,
+                      const AttentionExtras& x) {
   check_q8_0_head_dim("attention_decode", s.head_dim);
-  decode_impl(s, q, k_cache, v_cache, max_kv_len, kv_len, out, scratch, stream);
+  decode_impl(s, q, k_cache, v_cache, max_kv_len, kv_len, out, scratch, stream, x);
 }
 
 }  // namespace ms::cuda

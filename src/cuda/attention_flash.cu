@@ -5,15 +5,24 @@
 // warp w owns 16 of them (the m16 of mma.sync m16n8k16: f16 inputs, f32
 // accumulators). The block walks the keys 0 .. its last token's position in
 // tiles of BK (64, or 32 for head_dim > 128, which keeps two blocks per SM in
-// shared memory), double-buffered in shared memory as f16: f16 caches are
-// copied with cp.async (the copy of tile j+1 overlaps the work on tile j),
-// q8_0 caches are dequantized on the way (d * q rounded once to f16). Per tile
-// and warp: S = Q K^T (ldmatrix fragments), the causal mask on tiles that
+// shared memory), copied with cp.async so that the copy of tile j+1 overlaps
+// the work on tile j: f16 caches into double-buffered f16 tiles; q8_0 caches
+// as their raw blocks (a tile of one KV head is one contiguous span of
+// memory) into double-buffered byte buffers, dequantized from there into one
+// f16 K and V tile (d * q rounded once to f16) at the start of the tile's
+// turn (issue #29: dequantizing from global memory on the way left the loads
+// exposed, 2.5-3.2x f16's time). Per tile and warp: S = Q K^T (ldmatrix fragments), the causal mask on tiles that
 // cross the warp's diagonal (tiles wholly past the warp's last token are
 // skipped), the online softmax in registers (exp2 domain: q is pre-scaled by
 // scale * log2 e), P rounded to f16 straight from the S accumulators into
 // the A fragments, O += P V (V fragments by ldmatrix.trans). No n^2 scratch:
 // scores live in registers only.
+//
+// Sliding window (gpt-oss): the walk starts at the tile holding the block's
+// first visible key, warps skip tiles wholly before their rows' windows and
+// mask the keys before each row's window in the tiles that cross it; so a
+// window layer costs O(n * window), not O(n^2). Sinks: one more logit per
+// head folded into the final normalisation (max and denominator rescaled).
 //
 // head_dim is padded up to HDP = 64, 128 or 256 (zeros in q, k and v, never
 // written out), so any head_dim that is a multiple of 8 runs. Q comes as f32
@@ -25,6 +34,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "cuda/attention.h"
 #include "cuda/common.cuh"
@@ -63,9 +73,19 @@ template <int HDP>
 constexpr int row_stride() {
   return HDP + 8;
 }
+// Bytes of one raw q8_0 K or V tile: BK rows of up to HDP/32 blocks, plus
+// room for the 16-byte alignment of the copy (the tile's start rounded down).
 template <int HDP>
+constexpr int raw_tile_bytes() {
+  return (key_tile<HDP>() * (HDP / QK) * static_cast<int>(sizeof(BlockQ8_0)) + 31) / 16 * 16;
+}
+// q, then f16: K and V tiles double-buffered [2][BK][S] each; q8_0: one f16 K
+// and V tile each [BK][S], then raw K and V tiles double-buffered.
+template <class T, int HDP>
 constexpr size_t smem_bytes() {
-  return sizeof(__half) * static_cast<size_t>(kBQ + 4 * key_tile<HDP>()) * row_stride<HDP>();
+  constexpr size_t f16_tiles = std::is_same_v<T, BlockQ8_0> ? 2 : 4;
+  constexpr size_t raw = std::is_same_v<T, BlockQ8_0> ? 4 * raw_tile_bytes<HDP>() : 0;
+  return sizeof(__half) * static_cast<size_t>(kBQ + f16_tiles * key_tile<HDP>()) * row_stride<HDP>() + raw;
 }
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -107,30 +127,90 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
 }
 
 // One K or V tile: rows t0 .. t0+BK-1 of a KV head (row = position) into
-// dst [BK][HDP + 8] halves. Rows past kmax and dims past hd are zeros.
+// dst [BK][HDP + 8] halves. Rows outside kmin .. kmax (the keys the block
+// sees) and dims past hd are zeros: P V multiplies every row, so a NaN in a
+// row no query sees must not get in (0 * NaN).
 template <int HDP, int BK>
-__device__ __forceinline__ void load_tile(const __half* head, int t0, int kmax, int hd, __half* dst) {
+__device__ __forceinline__ void load_tile(const __half* head, int t0, int kmin, int kmax, int hd, __half* dst) {
   constexpr int kChunks = HDP / 8;  // 16-byte pieces per row
   for (int i = threadIdx.x; i < BK * kChunks; i += kThreads) {
     const int r = i / kChunks, c = (i % kChunks) * 8;
-    const bool ok = t0 + r <= kmax && c < hd;
+    const bool ok = t0 + r >= kmin && t0 + r <= kmax && c < hd;
     const __half* src = ok ? head + static_cast<int64_t>(t0 + r) * hd + c : head;
     cp_async16(smem_addr(dst + r * row_stride<HDP>() + c), src, ok ? 16 : 0);
   }
 }
 
+// The raw q8_0 blocks of rows t0 .. min(t0+BK-1, kmax) of a KV head: one
+// contiguous span, copied in 16-byte pieces from its start rounded down to 16
+// bytes (the bytes before it belong to earlier rows of the same cache, or to
+// the 16-byte aligned allocation's first piece), the last piece cut at the
+// span's end. dequant_tile finds the tile at raw + raw_offset(...).
+__device__ __forceinline__ const unsigned char* raw_span(const BlockQ8_0* head, int t0, int units) {
+  return reinterpret_cast<const unsigned char*>(head + static_cast<int64_t>(t0) * units);
+}
+__device__ __forceinline__ int raw_offset(const BlockQ8_0* head, int t0, int units) {
+  return static_cast<int>(reinterpret_cast<uintptr_t>(raw_span(head, t0, units)) & 15);
+}
+
+template <int BK>
+__device__ __forceinline__ void copy_raw_tile(const BlockQ8_0* head, int t0, int kmax, int hd, unsigned char* raw) {
+  const int units = hd / QK;
+  const unsigned char* span = raw_span(head, t0, units);
+  const int mis = raw_offset(head, t0, units);
+  const int end = mis + min(BK, kmax - t0 + 1) * units * static_cast<int>(sizeof(BlockQ8_0));
+  const unsigned char* from = span - mis;
+  for (int i = threadIdx.x; i * 16 < end; i += kThreads)
+    cp_async16(smem_addr(raw + i * 16), from + i * 16, min(16, end - i * 16));
+}
+
+// Dequantization in half2 arithmetic (kDequantHalf2: about half the
+// instructions) or through f32; both give the same bits.
+constexpr bool kDequantHalf2 = true;
+
+// The raw tile -> dst [BK][HDP + 8] halves (d * q rounded once to f16, as the
+// CPU's and the decode kernels' d * q in f32 then rounded). Rows outside
+// kmin .. kmax and dims past hd are zeros (as load_tile's; the rows past kmax
+// were not copied).
 template <int HDP, int BK>
-__device__ __forceinline__ void load_tile(const BlockQ8_0* head, int t0, int kmax, int hd, __half* dst) {
+__device__ __forceinline__ void dequant_tile(const unsigned char* raw, int mis, int t0, int kmin, int kmax, int hd,
+                                             __half* dst) {
   constexpr int kChunks = HDP / 8;
   const int units = hd / QK;
   for (int i = threadIdx.x; i < BK * kChunks; i += kThreads) {
     const int r = i / kChunks, c = (i % kChunks) * 8;
     uint4 packed = make_uint4(0, 0, 0, 0);
-    if (t0 + r <= kmax && c < hd) {
-      float f[8];
-      dev::KvElem<BlockQ8_0>::ldg_at<8>(head + static_cast<int64_t>(t0 + r) * units, c, f);
-      packed = make_uint4(pack_half2(f[0], f[1]), pack_half2(f[2], f[3]), pack_half2(f[4], f[5]),
-                          pack_half2(f[6], f[7]));
+    if (t0 + r >= kmin && t0 + r <= kmax && c < hd) {
+      // a block is 34 bytes: 2-byte aligned (the cache is), read by halves
+      const unsigned char* blk = raw + mis + (r * units + c / QK) * static_cast<int>(sizeof(BlockQ8_0));
+      const auto* qs = reinterpret_cast<const unsigned short*>(blk + 2 + c % QK);
+      if constexpr (kDequantHalf2) {
+        // int8 -> half exactly: 0x64XX is 1024 + XX, XX = q + 128 (q ^ 0x80);
+        // then q * d in half arithmetic: the exact product rounded once, as
+        // the f32 product (exact: 11 x 8 bits) rounded to f16 below.
+        const __half d = __ushort_as_half(*reinterpret_cast<const unsigned short*>(blk));
+        const __half2 d2 = __halves2half2(d, d), bias = __float2half2_rn(1152.f);
+        const uint32_t w0 = (static_cast<uint32_t>(qs[0]) | static_cast<uint32_t>(qs[1]) << 16) ^ 0x80808080u;
+        const uint32_t w1 = (static_cast<uint32_t>(qs[2]) | static_cast<uint32_t>(qs[3]) << 16) ^ 0x80808080u;
+        uint32_t h[4] = {__byte_perm(w0, 0x64646464u, 0x4140), __byte_perm(w0, 0x64646464u, 0x4342),
+                         __byte_perm(w1, 0x64646464u, 0x4140), __byte_perm(w1, 0x64646464u, 0x4342)};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const __half2 x = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&h[k]), bias), d2);
+          h[k] = *reinterpret_cast<const uint32_t*>(&x);
+        }
+        packed = make_uint4(h[0], h[1], h[2], h[3]);
+      } else {
+        const float d = __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(blk)));
+        uint32_t h[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const unsigned short u = qs[k];
+          h[k] = pack_half2(d * static_cast<float>(static_cast<int8_t>(u & 0xff)),
+                            d * static_cast<float>(static_cast<int8_t>(u >> 8)));
+        }
+        packed = make_uint4(h[0], h[1], h[2], h[3]);
+      }
     }
     *reinterpret_cast<uint4*>(dst + r * row_stride<HDP>() + c) = packed;
   }
@@ -142,6 +222,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const float* __
                                                                   const T* __restrict__ vc, int n_tokens,
                                                                   int n_head, int group, int hd, int64_t ctx,
                                                                   int pos0, float scale_log2,
+                                                                  const float* __restrict__ sinks, int window,
                                                                   float* __restrict__ out) {
 #if MS_FLASH_TENSOR_CORES
   constexpr int BK = key_tile<HDP>(), S = row_stride<HDP>();
@@ -149,10 +230,15 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const float* __
   constexpr int NT = BK / 8;           // n-tiles of S (8 keys each)
   constexpr int DT = HDP / 8;          // n-tiles of O (8 dims each)
   constexpr bool kQInRegs = HDP <= 128;  // else re-read from shared memory (registers: O is 128 floats)
+  constexpr bool kRaw = std::is_same_v<T, BlockQ8_0>;  // raw q8_0 tiles, dequantized in shared memory
+  constexpr int kF16Bufs = kRaw ? 1 : 2;
+  constexpr int RB = kRaw ? raw_tile_bytes<HDP>() : 0;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __half* q_s = reinterpret_cast<__half*>(smem_raw);  // [kBQ][S]
-  __half* k_s = q_s + kBQ * S;                          // [2][BK][S]
-  __half* v_s = k_s + 2 * BK * S;                       // [2][BK][S]
+  __half* k_s = q_s + kBQ * S;                          // [kF16Bufs][BK][S]
+  __half* v_s = k_s + kF16Bufs * BK * S;                // [kF16Bufs][BK][S]
+  unsigned char* raw_k = reinterpret_cast<unsigned char*>(v_s + kF16Bufs * BK * S);  // q8_0: [2][RB]
+  unsigned char* raw_v = raw_k + 2 * RB;                                              // q8_0: [2][RB]
 
   const int h = blockIdx.x, kvh = h / group;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kBQ;  // the last tiles (most keys) first
@@ -163,10 +249,21 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const float* __
   const T* vh = vc + static_cast<int64_t>(kvh) * ctx * units;
   const int kmax = pos0 + min(q0 + kBQ, n_tokens) - 1;  // the last key any token of the block sees
   const int n_kt = kmax / BK + 1;
+  const int kmin = window > 0 ? max(0, pos0 + q0 - window + 1) : 0;  // the first key any token of the block sees
+  const int kt0 = kmin / BK;
 
-  load_tile<HDP, BK>(kh, 0, kmax, hd, k_s);
-  load_tile<HDP, BK>(vh, 0, kmax, hd, v_s);
-  cp_async_commit();
+  // Copies tile j into buffer slot b (f16: the f16 tiles; q8_0: the raw ones).
+  auto issue_tile = [&](int j, int b) {
+    if constexpr (kRaw) {
+      copy_raw_tile<BK>(kh, j * BK, kmax, hd, raw_k + b * RB);
+      copy_raw_tile<BK>(vh, j * BK, kmax, hd, raw_v + b * RB);
+    } else {
+      load_tile<HDP, BK>(kh, j * BK, kmin, kmax, hd, k_s + b * BK * S);
+      load_tile<HDP, BK>(vh, j * BK, kmin, kmax, hd, v_s + b * BK * S);
+    }
+    cp_async_commit();
+  };
+  issue_tile(kt0, 0);
 
   // Q: f32 -> f16, pre-scaled; rows past the prompt and dims past hd are zeros.
   for (int i = threadIdx.x; i < kBQ * (HDP / 4); i += kThreads) {
@@ -183,6 +280,12 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const float* __
   const bool warp_active = wr0 < n_tokens;
   const int warp_last = pos0 + min(wr0 + 15, n_tokens - 1);  // the last key the warp's tokens see
   const int lim0 = pos0 + wr0 + g, lim1 = lim0 + 8;           // the last keys of this thread's two rows
+  // With a window: the first key the warp's first token sees, the largest
+  // first key of its rows (tiles reaching below it need the mask), and this
+  // thread's rows' first keys. Without: 0 and no mask.
+  const int warp_first = window > 0 ? max(0, pos0 + wr0 - window + 1) : 0;
+  const int warp_first_max = window > 0 ? pos0 + wr0 + 15 - window + 1 : 0;
+  const int first0 = lim0 - window + 1, first1 = lim1 - window + 1;
   const uint32_t q_frag_addr =
       smem_addr(q_s + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * S + (lane >> 4) * 8);
   uint32_t qf[kQInRegs ? KS : 1][4];
@@ -203,19 +306,25 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const float* __
   const uint32_t k_off = ((((lane & 7) + (lane >> 4) * 8) * S) + ((lane >> 3) & 1) * 8) * 2;
   const uint32_t v_off = ((((lane & 7) + ((lane >> 3) & 1) * 8) * S) + (lane >> 4) * 8) * 2;
 
-  for (int j = 0; j < n_kt; ++j) {
-    const int buf = j & 1;
-    if (j + 1 < n_kt) {
-      load_tile<HDP, BK>(kh, (j + 1) * BK, kmax, hd, k_s + (buf ^ 1) * BK * S);
-      load_tile<HDP, BK>(vh, (j + 1) * BK, kmax, hd, v_s + (buf ^ 1) * BK * S);
-      cp_async_commit();
+  for (int j = kt0; j < n_kt; ++j) {
+    const int slot = (j - kt0) & 1;
+    const int t0 = j * BK;
+    if constexpr (kRaw) {
+      // raw tile j in; every warp done with the f16 tiles of j-1 and with raw slot^1
+      cp_async_wait<0>();
+      __syncthreads();
+      if (j + 1 < n_kt) issue_tile(j + 1, slot ^ 1);  // overlaps the dequantization and the MMAs of tile j
+      dequant_tile<HDP, BK>(raw_k + slot * RB, raw_offset(kh, t0, units), t0, kmin, kmax, hd, k_s);
+      dequant_tile<HDP, BK>(raw_v + slot * RB, raw_offset(vh, t0, units), t0, kmin, kmax, hd, v_s);
+    } else if (j + 1 < n_kt) {
+      issue_tile(j + 1, slot ^ 1);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();
-    const int t0 = j * BK;
-    if (warp_active && t0 <= warp_last) {
+    const int buf = kRaw ? 0 : slot;
+    if (warp_active && t0 <= warp_last && t0 + BK > warp_first) {
       const uint32_t kb = smem_addr(k_s + buf * BK * S) + k_off;
       const uint32_t vb = smem_addr(v_s + buf * BK * S) + v_off;
       float sc[NT][4];
@@ -247,6 +356,17 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const float* __
           if (key + 1 > lim0) sc[n][1] = -INFINITY;
           if (key > lim1) sc[n][2] = -INFINITY;
           if (key + 1 > lim1) sc[n][3] = -INFINITY;
+        }
+      }
+      // the window's lower edge, where the tile reaches below a row's first key
+      if (window > 0 && t0 < warp_first_max) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          const int key = t0 + n * 8 + 2 * t;
+          if (key < first0) sc[n][0] = -INFINITY;
+          if (key + 1 < first0) sc[n][1] = -INFINITY;
+          if (key < first1) sc[n][2] = -INFINITY;
+          if (key + 1 < first1) sc[n][3] = -INFINITY;
         }
       }
       // online softmax: rows g (c0, c1) and g + 8 (c2, c3), a row spread over the 4 lanes of a quad
@@ -292,14 +412,20 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const float* __
         }
       }
     }
-    __syncthreads();  // the buffer of tile j is refilled by the next iteration
+    if constexpr (!kRaw) __syncthreads();  // the buffer of tile j is refilled by the next iteration
   }
   if (!warp_active) return;
   l0 += __shfl_xor_sync(dev::kFullMask, l0, 1);
   l0 += __shfl_xor_sync(dev::kFullMask, l0, 2);
   l1 += __shfl_xor_sync(dev::kFullMask, l1, 1);
   l1 += __shfl_xor_sync(dev::kFullMask, l1, 2);
-  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  if (sinks) {  // denominator l 2^(m - M) + 2^(sink - M), M = max(m, sink); o carries 2^m
+    const float sk = __ldg(sinks + h) * kLog2e;
+    const float M0 = fmaxf(m0, sk), M1 = fmaxf(m1, sk), c0 = exp2f(m0 - M0), c1 = exp2f(m1 - M1);
+    inv0 = c0 / (l0 * c0 + exp2f(sk - M0));
+    inv1 = c1 / (l1 * c1 + exp2f(sk - M1));
+  }
   const int tok0 = wr0 + g, tok1 = tok0 + 8;
   float* out0 = out + (static_cast<int64_t>(tok0) * n_head + h) * hd;
   float* out1 = out + (static_cast<int64_t>(tok1) * n_head + h) * hd;
@@ -327,8 +453,8 @@ bool flash_usable() {
 
 template <class T, int HDP>
 void launch(const AttentionShape& s, const float* q, const T* kc, const T* vc, int n_tokens, int pos0, float* out,
-            cudaStream_t stream) {
-  constexpr size_t smem = smem_bytes<HDP>();
+            cudaStream_t stream, const AttentionExtras& x) {
+  constexpr size_t smem = smem_bytes<T, HDP>();
   static const bool opted_in = [] {  // beyond the default 48 KB of dynamic shared memory
     MS_CUDA_CHECK(cudaFuncSetAttribute(flash_prefill_kernel<T, HDP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
@@ -338,11 +464,13 @@ void launch(const AttentionShape& s, const float* q, const T* kc, const T* vc, i
   const int n_qt = (n_tokens + kBQ - 1) / kBQ;
   const dim3 grid(static_cast<unsigned>(s.n_head), static_cast<unsigned>(n_qt));
   flash_prefill_kernel<T, HDP><<<grid, kThreads, smem, stream>>>(q, kc, vc, n_tokens, s.n_head, s.n_head / s.n_kv,
-                                                                 s.head_dim, s.ctx, pos0, s.scale * kLog2e, out);
+                                                                 s.head_dim, s.ctx, pos0, s.scale * kLog2e, x.sinks,
+                                                                 x.window, out);
   MS_CUDA_CHECK_LAUNCH();
 }
 
-void check_prefill(const AttentionShape& s, int n_tokens, int pos0) {
+void check_prefill(const AttentionShape& s, int n_tokens, int pos0, const AttentionExtras& x) {
+  if (x.window < 0) throw Error("attention_prefill: sliding window " + std::to_string(x.window) + " must be >= 0");
   if (s.n_head <= 0 || s.n_kv <= 0 || s.n_head % s.n_kv != 0)
     throw Error("attention_prefill: n_head " + std::to_string(s.n_head) + " is not a multiple of n_kv " +
                 std::to_string(s.n_kv));
@@ -359,13 +487,13 @@ bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p
 
 template <class T>
 void flash(const AttentionShape& s, const float* q, const T* kc, const T* vc, int n_tokens, int pos0, float* out,
-           cudaStream_t stream) {
+           cudaStream_t stream, const AttentionExtras& x) {
   if (s.head_dim <= 64)
-    launch<T, 64>(s, q, kc, vc, n_tokens, pos0, out, stream);
+    launch<T, 64>(s, q, kc, vc, n_tokens, pos0, out, stream, x);
   else if (s.head_dim <= 128)
-    launch<T, 128>(s, q, kc, vc, n_tokens, pos0, out, stream);
+    launch<T, 128>(s, q, kc, vc, n_tokens, pos0, out, stream, x);
   else
-    launch<T, 256>(s, q, kc, vc, n_tokens, pos0, out, stream);
+    launch<T, 256>(s, q, kc, vc, n_tokens, pos0, out, stream, x);
 }
 
 }  // namespace
@@ -377,31 +505,31 @@ void check_q8_0_head_dim(const char* who, int head_dim) {
 }
 
 void attention_prefill(const AttentionShape& s, const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
-                       int n_tokens, int pos0, float* out, cudaStream_t stream) {
+                       int n_tokens, int pos0, float* out, cudaStream_t stream, const AttentionExtras& x) {
   if (n_tokens <= 0) return;
-  check_prefill(s, n_tokens, pos0);
+  check_prefill(s, n_tokens, pos0, x);
   // float4 loads of q, 16-byte copies of K/V rows, float2 stores of out
   const bool fits = s.head_dim % 8 == 0 && aligned(q, 16) && aligned(k_cache, 16) && aligned(v_cache, 16) &&
                     aligned(out, 8);
   if (!fits || !flash_usable()) {
-    attention_prefill_tiled(s, q, k_cache, v_cache, n_tokens, pos0, out, stream);
+    attention_prefill_tiled(s, q, k_cache, v_cache, n_tokens, pos0, out, stream, x);
     return;
   }
   flash(s, q, reinterpret_cast<const __half*>(k_cache), reinterpret_cast<const __half*>(v_cache), n_tokens, pos0,
-        out, stream);
+        out, stream, x);
 }
 
 void attention_prefill(const AttentionShape& s, const float* q, const BlockQ8_0* k_cache, const BlockQ8_0* v_cache,
-                       int n_tokens, int pos0, float* out, cudaStream_t stream) {
+                       int n_tokens, int pos0, float* out, cudaStream_t stream, const AttentionExtras& x) {
   if (n_tokens <= 0) return;
   check_q8_0_head_dim("attention_prefill", s.head_dim);
-  check_prefill(s, n_tokens, pos0);
+  check_prefill(s, n_tokens, pos0, x);
   if (!aligned(q, 16) || !aligned(out, 8) || !aligned(k_cache, 2) || !aligned(v_cache, 2))
     throw Error("attention_prefill: q must be 16-byte aligned, out 8-byte aligned (q8_0 cache)");
   if (!flash_usable())
     throw Error("attention_prefill: a q8_0 KV cache needs a GPU of compute capability 8.0 or newer (and code "
                 "built for it); use --kv-type f16");
-  flash(s, q, k_cache, v_cache, n_tokens, pos0, out, stream);
+  flash(s, q, k_cache, v_cache, n_tokens, pos0, out, stream, x);
 }
 
 }  // namespace ms::cuda

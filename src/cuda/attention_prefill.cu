@@ -8,6 +8,9 @@
 // __half or float) and shared by the 8 queries. Per tile, lane j scores key j
 // against the warp's query, then an online softmax update, then lanes
 // accumulate their head dims of P*V. All arithmetic is f32.
+// A sliding window starts the walk at the tile holding the block's first
+// visible key, and a warp skips tiles wholly before its query's window; a
+// sink joins the denominator at the end (max and sum rescaled once).
 //
 // Rows of head_dim a multiple of 8 (and 16-byte aligned caches) are copied in
 // 16-byte pieces, padded by 16 bytes (the 8 rows a quarter-warp reads at once
@@ -55,7 +58,8 @@ __device__ __forceinline__ void copy_piece(T* dst, const T* src, bool vec) {
 template <class T>
 __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(
     const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc, int n_tokens, int n_head,
-    int group, int hd, int64_t ctx, int pos0, float scale, bool vec, float* __restrict__ out) {
+    int group, int hd, int64_t ctx, int pos0, float scale, bool vec, const float* __restrict__ sinks, int window,
+    float* __restrict__ out) {
   using E = dev::KvElem<T>;
   extern __shared__ __align__(16) float sh[];
   const int h = blockIdx.y, kvh = h / group;
@@ -74,6 +78,9 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(
   const int last_tok = min(tok0 + kWarps, n_tokens) - 1;
   const int kmax = pos0 + last_tok;  // last key any query of the block sees
   const int my_last = pos0 + tok;    // last key this warp's query sees
+  // first keys of the block's first query and of this warp's (0 without a window)
+  const int kmin = window > 0 ? max(0, pos0 + tok0 - window + 1) : 0;
+  const int my_first = window > 0 ? max(0, my_last - window + 1) : 0;
 
   float m = -FLT_MAX, l = 0.f;
   float o[kMaxDimsPerLane];
@@ -84,7 +91,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(
   const T* vh = vc + static_cast<int64_t>(kvh) * ctx * hd;
   const int piece = vec ? 16 / static_cast<int>(sizeof(T)) : 2;  // elements per copy
   const int pieces = hd / piece;
-  for (int t0 = 0; t0 <= kmax; t0 += kTile) {
+  for (int t0 = kmin / kTile * kTile; t0 <= kmax; t0 += kTile) {
     __syncthreads();  // previous tile fully used (and q_s written on the first pass)
     for (int i = threadIdx.x; i < kTile * pieces; i += kWarps * 32) {
       const int r = i / pieces, c = piece * (i % pieces);
@@ -99,7 +106,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(
       }
     }
     __syncthreads();
-    if (!active || t0 > my_last) continue;
+    if (!active || t0 > my_last || t0 + kTile <= my_first) continue;
 
     // score of key t0 + lane
     float s = 0.f;
@@ -131,16 +138,17 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(
         s += qw[d] * k2[0] + qw[d + 1] * k2[1];
       }
     }
-    if (t0 + lane > my_last) s = -FLT_MAX;
+    const bool masked = t0 + lane > my_last || t0 + lane < my_first;
+    if (masked) s = -FLT_MAX;
     const float m_new = fmaxf(m, dev::warp_max(s));
     const float corr = expf(m - m_new);
-    const float p = t0 + lane > my_last ? 0.f : expf(s - m_new);
+    const float p = masked ? 0.f : expf(s - m_new);
     l = l * corr + dev::warp_sum(p);
     m = m_new;
 #pragma unroll
     for (int i = 0; i < kMaxDimsPerLane; ++i) o[i] *= corr;
     const int jmax = min(kTile, my_last - t0 + 1);
-    for (int j = 0; j < jmax; ++j) {
+    for (int j = max(0, my_first - t0); j < jmax; ++j) {
       const float pj = __shfl_sync(dev::kFullMask, p, j);
       const T* vr = v_s + j * stride;
 #pragma unroll
@@ -156,7 +164,11 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(
     }
   }
   if (!active) return;
-  const float inv = l > 0.f ? 1.f / l : 0.f;
+  float inv = l > 0.f ? 1.f / l : 0.f;
+  if (sinks) {  // denominator l e^(m - M) + e^(sink - M), M = max(m, sink); o carries e^m
+    const float sink = __ldg(sinks + h), M = fmaxf(m, sink), c = expf(m - M);
+    inv = c / (l * c + expf(sink - M));
+  }
   float* orow = out + (static_cast<int64_t>(tok) * n_head + h) * hd;
 #pragma unroll
   for (int i = 0; i < kMaxDimsPerLane / 2; ++i) {
@@ -172,7 +184,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 template <class T>
 void prefill_impl(const AttentionShape& s, const float* q, const T* kc, const T* vc, int n_tokens, int pos0,
-                  float* out, cudaStream_t stream) {
+                  float* out, cudaStream_t stream, const AttentionExtras& x) {
   if (n_tokens <= 0) return;
   if (s.n_head <= 0 || s.n_kv <= 0 || s.n_head % s.n_kv != 0)
     throw Error("attention_prefill: n_head " + std::to_string(s.n_head) + " is not a multiple of n_kv " +
@@ -182,6 +194,7 @@ void prefill_impl(const AttentionShape& s, const float* q, const T* kc, const T*
   if (pos0 < 0 || pos0 + n_tokens > s.ctx)
     throw Error("attention_prefill: positions " + std::to_string(pos0) + ".." + std::to_string(pos0 + n_tokens - 1) +
                 " do not fit the cache of " + std::to_string(s.ctx));
+  if (x.window < 0) throw Error("attention_prefill: sliding window " + std::to_string(x.window) + " must be >= 0");
   const bool vec = s.head_dim % 8 == 0 && aligned16(kc) && aligned16(vc);
   const size_t smem = smem_bytes<T>(s.head_dim, vec);
   // f32 tiles of head_dim 256 need 74 KB: opt in beyond the default 48 KB once.
@@ -193,21 +206,22 @@ void prefill_impl(const AttentionShape& s, const float* q, const T* kc, const T*
   (void)opted_in;
   const dim3 grid(static_cast<unsigned>((n_tokens + kWarps - 1) / kWarps), static_cast<unsigned>(s.n_head));
   attn_prefill_kernel<T><<<grid, kWarps * 32, smem, stream>>>(q, kc, vc, n_tokens, s.n_head, s.n_head / s.n_kv,
-                                                              s.head_dim, s.ctx, pos0, s.scale, vec, out);
+                                                              s.head_dim, s.ctx, pos0, s.scale, vec, x.sinks, x.window, out);
   MS_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 void attention_prefill_tiled(const AttentionShape& s, const float* q, const uint16_t* k_cache,
-                             const uint16_t* v_cache, int n_tokens, int pos0, float* out, cudaStream_t stream) {
+                             const uint16_t* v_cache, int n_tokens, int pos0, float* out, cudaStream_t stream,
+                             const AttentionExtras& x) {
   prefill_impl(s, q, reinterpret_cast<const __half*>(k_cache), reinterpret_cast<const __half*>(v_cache), n_tokens,
-               pos0, out, stream);
+               pos0, out, stream, x);
 }
 
 void attention_prefill(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache,
-                       int n_tokens, int pos0, float* out, cudaStream_t stream) {
-  prefill_impl(s, q, k_cache, v_cache, n_tokens, pos0, out, stream);
+                       int n_tokens, int pos0, float* out, cudaStream_t stream, const AttentionExtras& x) {
+  prefill_impl(s, q, k_cache, v_cache, n_tokens, pos0, out, stream, x);
 }
 
 }  // namespace ms::cuda

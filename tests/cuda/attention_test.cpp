@@ -69,23 +69,23 @@ Cache random_cache(int n_kv, int64_t ctx, int hd, Kv type, std::mt19937& rng) {
 }
 
 void decode(const AttentionShape& as, const float* q, const Cache& c, int max_kv_len, const int32_t* kv_len,
-            float* out, void* scratch, cudaStream_t s) {
+            float* out, void* scratch, cudaStream_t s, const AttentionExtras& x = {}) {
   if (c.type == Kv::F32)
-    attention_decode(as, q, c.dk.as<float>(), c.dv.as<float>(), max_kv_len, kv_len, out, scratch, s);
+    attention_decode(as, q, c.dk.as<float>(), c.dv.as<float>(), max_kv_len, kv_len, out, scratch, s, x);
   else if (c.type == Kv::Q8_0)
-    attention_decode(as, q, c.dk.as<BlockQ8_0>(), c.dv.as<BlockQ8_0>(), max_kv_len, kv_len, out, scratch, s);
+    attention_decode(as, q, c.dk.as<BlockQ8_0>(), c.dv.as<BlockQ8_0>(), max_kv_len, kv_len, out, scratch, s, x);
   else
-    attention_decode(as, q, c.dk.as<uint16_t>(), c.dv.as<uint16_t>(), max_kv_len, kv_len, out, scratch, s);
+    attention_decode(as, q, c.dk.as<uint16_t>(), c.dv.as<uint16_t>(), max_kv_len, kv_len, out, scratch, s, x);
 }
 
 void prefill(const AttentionShape& as, const float* q, const Cache& c, int n_tok, int pos0, float* out,
-             cudaStream_t s) {
+             cudaStream_t s, const AttentionExtras& x = {}) {
   if (c.type == Kv::F32)
-    attention_prefill(as, q, c.dk.as<float>(), c.dv.as<float>(), n_tok, pos0, out, s);
+    attention_prefill(as, q, c.dk.as<float>(), c.dv.as<float>(), n_tok, pos0, out, s, x);
   else if (c.type == Kv::Q8_0)
-    attention_prefill(as, q, c.dk.as<BlockQ8_0>(), c.dv.as<BlockQ8_0>(), n_tok, pos0, out, s);
+    attention_prefill(as, q, c.dk.as<BlockQ8_0>(), c.dv.as<BlockQ8_0>(), n_tok, pos0, out, s, x);
   else
-    attention_prefill(as, q, c.dk.as<uint16_t>(), c.dv.as<uint16_t>(), n_tok, pos0, out, s);
+    attention_prefill(as, q, c.dk.as<uint16_t>(), c.dv.as<uint16_t>(), n_tok, pos0, out, s, x);
 }
 
 // Decode scratch as attention.h asks: zero-filled once, then reused.
@@ -99,20 +99,22 @@ std::string type_tag(const Cache& c) {
   return c.type == Kv::F32 ? " (f32 cache)" : c.type == Kv::Q8_0 ? " (q8_0 cache)" : " (f16 cache)";
 }
 
-// out[h][d] for one query (head h) attending to positions 0..last.
-std::vector<double> ref_attend(const float* q, const Cache& c, int kvh, int64_t ctx, int hd, int last, float scale) {
-  std::vector<double> s(last + 1);
-  double mx = -1e300;
-  for (int t = 0; t <= last; ++t) {
+// out[h][d] for one query (head h) attending to positions first..last, with
+// a sink logit (an extra denominator term exp(sink - max)) when given.
+std::vector<double> ref_attend(const float* q, const Cache& c, int kvh, int64_t ctx, int hd, int last, float scale,
+                               int first = 0, const float* sink = nullptr) {
+  std::vector<double> s(last + 1, 0.0);
+  double mx = sink ? double(*sink) : -1e300;
+  for (int t = first; t <= last; ++t) {
     double acc = 0;
     for (int d = 0; d < hd; ++d) acc += double(q[d]) * c.k[(kvh * ctx + t) * static_cast<int64_t>(hd) + d];
     s[t] = acc * scale;
     mx = std::max(mx, s[t]);
   }
-  double l = 0;
-  for (auto& x : s) { x = std::exp(x - mx); l += x; }
+  double l = sink ? std::exp(double(*sink) - mx) : 0.0;
+  for (int t = first; t <= last; ++t) { s[t] = std::exp(s[t] - mx); l += s[t]; }
   std::vector<double> o(hd, 0.0);
-  for (int t = 0; t <= last; ++t)
+  for (int t = first; t <= last; ++t)
     for (int d = 0; d < hd; ++d) o[d] += s[t] * c.v[(kvh * ctx + t) * static_cast<int64_t>(hd) + d];
   for (auto& x : o) x /= l;
   return o;
@@ -385,6 +387,201 @@ TEST(CudaAttention, KvAppendQ8_0MatchesCpuQuantizer) {
   EXPECT_THROW(kv_append(dk.as<float>(), dv.as<float>(), 1, 1, 80, dpos.as<int32_t>(), kc.as<BlockQ8_0>(),
                          vc.as<BlockQ8_0>(), ctx, s),
                Error);
+}
+
+// ------------------------------------------------ sinks and sliding window (gpt-oss)
+
+// Per-head sink logits, host and device: around the scores' range, one far
+// above them (nearly all the mass on the sink) and one far below.
+struct Sinks {
+  std::vector<float> h;
+  DeviceBuffer d;
+};
+Sinks random_sinks(int n_head, std::mt19937& rng) {
+  Sinks r;
+  r.h = random_floats(static_cast<size_t>(n_head), rng, -3.f, 3.f);
+  r.h[0] = 30.f;
+  if (n_head > 1) r.h[1] = -30.f;
+  r.d = upload(r.h);
+  return r;
+}
+
+int first_key(int window, int p) { return window > 0 ? std::max(0, p - window + 1) : 0; }
+
+size_t row_bytes(const Cache& c, int hd) {
+  return c.type == Kv::F32 ? 4u * hd : c.type == Kv::Q8_0 ? size_t(hd / QK) * sizeof(BlockQ8_0) : 2u * hd;
+}
+
+// Sets rows 0 .. rows-1 of every KV head of the device cache to NaN bytes
+// (f16, f32 and q8_0's scale alike) and restores them when destroyed: no
+// query of the call sees them, and reading one would poison its output.
+class PoisonedRows {
+ public:
+  PoisonedRows(Cache& c, int n_kv, int64_t ctx, int hd, int rows) : c_(c), n_kv_(n_kv) {
+    head_ = static_cast<size_t>(ctx) * row_bytes(c, hd);
+    bytes_ = static_cast<size_t>(rows) * row_bytes(c, hd);
+    if (bytes_ == 0) return;
+    for (int h = 0; h < n_kv; ++h)
+      for (DeviceBuffer* b : {&c.dk, &c.dv}) {
+        saved_.push_back(download<uint8_t>(static_cast<char*>(b->get()) + h * head_, bytes_));
+        poison(static_cast<char*>(b->get()) + h * head_, bytes_);
+      }
+  }
+  ~PoisonedRows() {  // after the kernel (on a non-blocking stream) is done with them
+    size_t i = 0;
+    if (bytes_ == 0) return;
+    MS_CUDA_CHECK(cudaDeviceSynchronize());
+    for (int h = 0; h < n_kv_; ++h)
+      for (DeviceBuffer* b : {&c_.dk, &c_.dv})
+        MS_CUDA_CHECK(cudaMemcpy(static_cast<char*>(b->get()) + h * head_, saved_[i++].data(), bytes_,
+                                 cudaMemcpyHostToDevice));
+    MS_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+ private:
+  Cache& c_;
+  int n_kv_;
+  size_t head_ = 0, bytes_ = 0;
+  std::vector<std::vector<uint8_t>> saved_;
+};
+
+// One prefill with a window and/or sinks against the reference, the rows
+// before the first token's window poisoned.
+void check_prefill_extras(const Shape& sh, Cache& c, int64_t ctx, int n_tok, int pos0, int window,
+                          const Sinks* sinks, std::mt19937& rng, cudaStream_t s) {
+  const AttentionShape as{sh.n_head, sh.n_kv, sh.hd, ctx, 1.f / std::sqrt(float(sh.hd))};
+  const int group = sh.n_head / sh.n_kv;
+  const size_t row = static_cast<size_t>(sh.n_head) * sh.hd;
+  const auto q = random_floats(static_cast<size_t>(n_tok) * row, rng, -2.f, 2.f);
+  DeviceBuffer dq = upload(q), out = poisoned(q.size());
+  AttentionExtras x;
+  x.window = window;
+  x.sinks = sinks ? sinks->d.as<float>() : nullptr;
+  {
+    PoisonedRows pr(c, sh.n_kv, ctx, sh.hd, first_key(window, pos0));
+    prefill(as, dq.as<float>(), c, n_tok, pos0, out.as<float>(), s, x);
+  }
+  const std::vector<float> all = download<float>(out.get(), q.size());
+  const std::string what = "prefill heads " + std::to_string(sh.n_head) + "/" + std::to_string(sh.n_kv) + " hd " +
+                           std::to_string(sh.hd) + " tokens " + std::to_string(n_tok) + " pos0 " +
+                           std::to_string(pos0) + " window " + std::to_string(window) +
+                           (sinks ? " sinks" : "") + type_tag(c);
+  const auto unwritten = std::count_if(all.begin(), all.end(), [](float v) { return !std::isfinite(v); });
+  EXPECT_EQ(unwritten, 0) << what << ": outputs unwritten or not finite";
+  const int64_t keys = window > 0 ? std::min<int64_t>(window, pos0 + n_tok) : pos0 + n_tok;
+  std::vector<float> got;
+  std::vector<double> want;
+  for (int t : checked_tokens(n_tok, keys, sh.n_head, sh.hd, Sampling{})) {
+    got.insert(got.end(), all.begin() + static_cast<int64_t>(t * row), all.begin() + static_cast<int64_t>((t + 1) * row));
+    for (int h = 0; h < sh.n_head; ++h) {
+      const auto o = ref_attend(q.data() + t * row + static_cast<size_t>(h) * sh.hd, c, h / group, ctx, sh.hd,
+                                pos0 + t, as.scale, first_key(window, pos0 + t), sinks ? &sinks->h[h] : nullptr);
+      want.insert(want.end(), o.begin(), o.end());
+    }
+  }
+  expect_close(got, want, c, what, prefill_tol(c));
+}
+
+// Windows of one key, under and over the 32- and 64-key tiles and the 64-token
+// query tile, not multiples of them, and past the context; sinks with and
+// without a window; prompts from 1 token to several query tiles, after
+// earlier context too; GQA 1..8; head_dim 64 (gpt-oss), 128, 256, 96 (padded)
+// and 6 (f16: the tiled kernel); every cache type.
+TEST(CudaAttention, PrefillWindowAndSinksMatchReference) {
+  MS_REQUIRE_GPU();
+  std::mt19937 rng(41);
+  Stream s;
+  const std::pair<int, int> runs[] = {{1, 0}, {17, 0}, {65, 0}, {200, 0}, {130, 300}, {300, 900}};
+  for (Kv type : {Kv::F16, Kv::Q8_0, Kv::F32})
+  for (Shape sh : {Shape{8, 1, 64}, Shape{4, 2, 128}, Shape{6, 3, 256}, Shape{4, 2, 96}, Shape{2, 1, 6}}) {
+    if (!fits(type, sh.hd)) continue;
+    const int64_t ctx = 1213;
+    Cache c = random_cache(sh.n_kv, ctx, sh.hd, type, rng);
+    const Sinks sinks = random_sinks(sh.n_head, rng);
+    int i = 0;
+    for (int window : {0, 1, 7, 64, 100, 1000})
+      for (auto [n_tok, pos0] : runs) {
+        const bool with_sinks = window == 0 || ++i % 2 == 0;
+        check_prefill_extras(sh, c, ctx, n_tok, pos0, window, with_sinks ? &sinks : nullptr, rng, s);
+      }
+  }
+}
+
+// A window reaching past position 0 and no sinks is the plain kernel bit for bit.
+TEST(CudaAttention, PrefillWideWindowIsThePlainResult) {
+  MS_REQUIRE_GPU();
+  std::mt19937 rng(43);
+  Stream s;
+  for (Kv type : {Kv::F16, Kv::Q8_0, Kv::F32}) {
+    const Shape sh{8, 2, 128};
+    const int64_t ctx = 500;
+    const Cache c = random_cache(sh.n_kv, ctx, sh.hd, type, rng);
+    const AttentionShape as{sh.n_head, sh.n_kv, sh.hd, ctx, 1.f / std::sqrt(float(sh.hd))};
+    const int n_tok = 150, pos0 = 333;
+    const auto q = random_floats(static_cast<size_t>(n_tok) * sh.n_head * sh.hd, rng, -2.f, 2.f);
+    DeviceBuffer dq = upload(q), a = poisoned(q.size()), b = poisoned(q.size());
+    prefill(as, dq.as<float>(), c, n_tok, pos0, a.as<float>(), s);
+    AttentionExtras x;
+    x.window = pos0 + n_tok;
+    prefill(as, dq.as<float>(), c, n_tok, pos0, b.as<float>(), s, x);
+    EXPECT_EQ(download<float>(a.get(), q.size()), download<float>(b.get(), q.size())) << type_tag(c);
+  }
+  AttentionShape as{4, 2, 64, 100, 0.125f};
+  AttentionExtras neg;
+  neg.window = -1;
+  EXPECT_THROW(attention_prefill(as, nullptr, static_cast<const uint16_t*>(nullptr), nullptr, 1, 0, nullptr, s, neg),
+               Error);
+  EXPECT_THROW(attention_decode(as, nullptr, static_cast<const uint16_t*>(nullptr), nullptr, 1, nullptr, nullptr,
+                                nullptr, s, neg),
+               Error);
+}
+
+// Decode with a window and/or sinks: the device length in a launch sized for
+// the whole cache (the window's start follows it) and the host length with its
+// own scratch; fast paths (head_dim 64/128/256, GQA 8, 4, 16) and the generic
+// one (head_dim 80); windows of one position, under, at and over a split.
+TEST(CudaAttention, DecodeWindowAndSinksMatchReference) {
+  MS_REQUIRE_GPU();
+  std::mt19937 rng(45);
+  Stream s;
+  for (Kv type : {Kv::F16, Kv::Q8_0, Kv::F32})
+  for (Shape sh : {Shape{64, 8, 64}, Shape{32, 4, 128}, Shape{16, 1, 256}, Shape{6, 2, 80}}) {
+    if (!fits(type, sh.hd)) continue;
+    const int64_t ctx = 3000;
+    const Cache c = random_cache(sh.n_kv, ctx, sh.hd, type, rng);
+    const Sinks sinks = random_sinks(sh.n_head, rng);
+    const AttentionShape as{sh.n_head, sh.n_kv, sh.hd, ctx, 1.f / std::sqrt(float(sh.hd))};
+    const int group = sh.n_head / sh.n_kv;
+    DeviceBuffer full_scratch = decode_scratch(as, static_cast<int>(ctx));
+    int i = 0;
+    for (int window : {0, 1, 33, 128, 1024})
+      for (int kv_len : {1, 100, 129, 700, 3000}) {
+        const bool with_sinks = window == 0 || ++i % 2 == 0;
+        AttentionExtras x;
+        x.window = window;
+        x.sinks = with_sinks ? sinks.d.as<float>() : nullptr;
+        const auto q = random_floats(static_cast<size_t>(sh.n_head * sh.hd), rng);
+        std::vector<double> want;
+        for (int h = 0; h < sh.n_head; ++h) {
+          const auto o = ref_attend(q.data() + h * sh.hd, c, h / group, ctx, sh.hd, kv_len - 1, as.scale,
+                                    first_key(window, kv_len - 1), with_sinks ? &sinks.h[h] : nullptr);
+          want.insert(want.end(), o.begin(), o.end());
+        }
+        const std::string what = "decode heads " + std::to_string(sh.n_head) + "/" + std::to_string(sh.n_kv) +
+                                 " hd " + std::to_string(sh.hd) + " kv_len " + std::to_string(kv_len) + " window " +
+                                 std::to_string(window) + (with_sinks ? " sinks" : "") + type_tag(c);
+        DeviceBuffer dq = upload(q), out = poisoned(q.size());
+        const std::vector<int32_t> len = {kv_len};
+        DeviceBuffer dlen = upload(len);
+        decode(as, dq.as<float>(), c, static_cast<int>(ctx), dlen.as<int32_t>(), out.as<float>(), full_scratch.get(),
+               s, x);
+        expect_close(download<float>(out.get(), q.size()), want, c, what);
+        poison(out.get(), q.size() * 4);
+        DeviceBuffer own_scratch = decode_scratch(as, kv_len);
+        decode(as, dq.as<float>(), c, kv_len, nullptr, out.as<float>(), own_scratch.get(), s, x);
+        expect_close(download<float>(out.get(), q.size()), want, c, what + " (host length)");
+      }
+  }
 }
 
 }  // namespace
