@@ -197,7 +197,7 @@ void CudaBackend::Impl::layout_activations(cuda::Layout& L) {
   xq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(c.n_embd, B)), c.n_embd, B);
   attq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(static_cast<int64_t>(qd), B)), static_cast<int64_t>(qd), B);
   attn_scratch = L.take(cuda::attention_decode_scratch_bytes(attn_shape(), static_cast<int>(kv.ctx())));
-  if (c.arch->attn_output_gate) {
+  if (output_gate) {
     // Batches: [n][2 * q_dim]; decode: one stacked Wq|Wk|Wv row.
     q_gate = L.take_n<float>(std::max(b * 2 * qd, 2 * qd + 2 * kvd));
     gate = L.take_n<float>(b * qd);

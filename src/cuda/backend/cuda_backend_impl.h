@@ -1,8 +1,9 @@
-// CudaBackend's private state and the layer recipe's declarations, shared by
-// cuda_backend.cpp (setup, budget, the public API) and layer_recipe.cpp (the
-// forward pass: attention and FFN blocks, head, decode and prefill) and
-// qwen35_blocks.cpp (the blocks hybrids add: Gated DeltaNet, the shared
-// expert). The device storage lives in its own objects: DeviceWeights (dense
+// CudaBackend's private state and its blocks' declarations, shared by
+// cuda_backend.cpp (setup, budget, the public API), layer_recipe.cpp (the
+// blocks of model/blocks.h that the architecture's recipe runs: attention,
+// dense and MoE FFN; the head, and the decode and prefill drivers around the
+// recipe) and qwen35_blocks.cpp (the blocks hybrids add: Gated DeltaNet, the
+// shared expert). The device storage lives in its own objects: DeviceWeights (dense
 // weights), ResidentExperts (all-resident routed experts) or HybridMoe (tiered ones),
 // DeviceKvCache, DecodeGraph.
 //
@@ -23,11 +24,12 @@
 #include "cuda/device.h"
 #include "cuda/matvec.h"
 #include "experts/pass_size.h"
+#include "model/recipe.h"
 #include "model/tensor_roles.h"
 
 namespace ms {
 
-struct CudaBackend::Impl {
+struct CudaBackend::Impl final : LayerBlocks {
   // Rows of logits computed (and copied back) per pass when every position's
   // logits are asked for.
   static constexpr int kLogitRows = 16;
@@ -35,6 +37,7 @@ struct CudaBackend::Impl {
   const ModelWeights& w;
   const ModelConfig& c;
   Options opt;
+  const Recipe& recipe;  // the architecture's (model/recipe.h), run over this backend's blocks
   cuda::DeviceInfo info;
 
   cuda::DeviceWeights weights;
@@ -110,8 +113,10 @@ struct CudaBackend::Impl {
   // this layer's FFN input (route_ids + K, route_w + K).
   std::vector<int> next_tiered;
 
-  Impl(const ModelWeights& model, Options o) : w(model), c(model.cfg), opt(o) {}
-  ~Impl();
+  Impl(const ModelWeights& model, Options o) : w(model), c(model.cfg), opt(o), recipe(recipe_for(model.cfg)) {
+    bind_recipe();
+  }
+  ~Impl() override;
 
   // ---- setup (cuda_backend.cpp)
   void check_types() const;
@@ -124,25 +129,49 @@ struct CudaBackend::Impl {
   uint64_t weight_bytes() const { return weights.bytes() + experts.bytes(); }
   cuda::AttentionShape attn_shape() const;
 
-  // ---- the layer recipe (layer_recipe.cpp)
+  // ---- the blocks (model/blocks.h) the recipe runs (layer_recipe.cpp)
+  // The FFN block, or one of its two halves (hybrid decode captures the
+  // first with the attention as a graph per layer; the second talks to the host).
+  enum class FfnPart { All, Route, Experts };
+  // The pass the blocks run in, set by the drivers (decode, hybrid decode
+  // spans, prefill) before they run the recipe's layers.
+  struct BlockPass {
+    int n = 1;                           // tokens
+    const int32_t* positions = nullptr;  // device [n]
+    bool decode = false;                 // split-K decode attention (else prefill attention)
+    int max_kv_len = 0;                  // decode: the span the split-K launch covers
+    const int32_t* kv_len = nullptr;     // decode: device
+    int pos0 = 0;                        // prefill: the first position, on the host
+    FfnPart part = FfnPart::All;         // hybrid decode spans: which half of the MoE block
+  } block_pass;
+  // Per layer, the MoE block its recipe runs (the hybrid span's Experts half
+  // and the decode prefetch's router run outside the recipe's call); whether
+  // any attention block has an output gate (its buffers).
+  std::vector<MoeFfnBlock> moe_blocks;
+  bool output_gate = false;
+  void bind_recipe();  // checks the recipe's parts against this backend's, fills the two above
+  void run_layer(int il) { recipe.layer(*this, c, il); }
+  void attention(int il, const AttentionBlock& b) override;
+  void linear_attention(int il, const LinearAttentionBlock& b) override;
+  void dense_ffn(int il, const DenseFfnBlock& b) override;
+  void moe_ffn(int il, const MoeFfnBlock& b) override;
+
   void project(const cuda::DevMat& m, const float* xf, const cuda::Q8Act* xq, int n, float* y, const float* residual);
   void norm_rows(const float* src, const float* weight, int n);
-  void attention_block(int il, int n, const int32_t* positions, bool decode, int max_kv_len, const int32_t* kv_len,
-                       int pos0);
+  void attention_block(int il, const AttentionBlock& b, int n, const int32_t* positions, bool decode, int max_kv_len,
+                       const int32_t* kv_len, int pos0);
   // ---- the blocks hybrids add (qwen35_blocks.cpp)
   void linear_attention_block(int il, int n);
   void shared_expert(int il, int n);
   void small_projection(const cuda::DevMat& m, int n, float* y);
   void check_hybrid_arch() const;
-  void prologue(int il, int n, float* qp, float* kp, float* vp, const int32_t* positions, bool one_qkv);
+  void prologue(int il, int n, float* qp, float* kp, float* vp, const int32_t* positions, bool one_qkv, RopeMode rm);
   void router_logits_rows(const cuda::DevMat& R, int n);
   // Router R on the FFN input x of n tokens: top-k ids and weights.
-  void route(const cuda::DevMat& R, int n, int32_t* ids, float* weights);
+  void route(const MoeFfnBlock& b, const cuda::DevMat& R, int n, int32_t* ids, float* weights);
   void report_routes(int il, int n);
-  // The FFN block, or one of its two halves (hybrid decode captures the
-  // first with the attention as a graph per layer; the second talks to the host).
-  enum class FfnPart { All, Route, Experts };
-  void ffn_block(int il, int n, FfnPart part = FfnPart::All);
+  void dense_ffn_block(int il, int n);
+  void moe_ffn_block(int il, const MoeFfnBlock& b, int n, FfnPart part);
   bool pinned_experts(int il, int n) const;
   int predicted_layer(int il);  // next_tiered[il] when prefetch is on, else -1
   void predict_routes(int target);

@@ -1,9 +1,11 @@
-// CudaBackend's forward pass: the layer recipe of model/arch.h (the same one
-// CpuBackend runs) built from the kernels of src/cuda — attention block
-// (output-gated for hybrids), FFN block (dense, routed experts resident or
-// tiered, plus the shared expert of hybrids), output head — and the decode
-// step (graph-replayed) and prefill batches that run it. The Gated DeltaNet
-// layers of hybrids are in qwen35_blocks.cpp.
+// CudaBackend's blocks (model/blocks.h) built from the kernels of src/cuda —
+// attention (output-gated for hybrids; the fused decode and prefill
+// prologues are this backend's way of running its first half), dense FFN, MoE
+// FFN (routed experts resident or tiered, plus the shared expert of hybrids)
+// — the output head, and the drivers that run the architecture's recipe
+// (model/recipe.h, the same one CpuBackend runs) over them: the decode step
+// (graph-replayed: the recipe runs while the graph is captured) and prefill
+// batches. The Gated DeltaNet block of hybrids is in qwen35_blocks.cpp.
 // Host code only: every kernel is reached through the launchers of src/cuda.
 #include <algorithm>
 #include <chrono>
@@ -11,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <type_traits>
+#include <variant>
 
 #include "cuda/attention.h"
 #include "cuda/backend/cuda_backend_impl.h"
@@ -34,6 +37,33 @@ template <class P>
 constexpr bool fused_prologue_cache = !std::is_same_v<std::remove_cv_t<std::remove_pointer_t<P>>, BlockQ8_0>;
 
 }  // namespace
+
+// ---------------------------------------------------------------- blocks
+void CudaBackend::Impl::bind_recipe() {
+  // Parts of model/blocks.h this backend has not implemented (gpt-oss's)
+  // refuse the model here, before any device memory is taken.
+  check_blocks(c, BlockSupport{}, "CUDA backend");
+  moe_blocks.assign(static_cast<size_t>(c.n_layer), MoeFfnBlock{});
+  const auto plan = plan_layers(c);
+  for (size_t il = 0; il < plan.size(); ++il)
+    for (const BlockCall& call : plan[il]) {
+      if (const auto* m = std::get_if<MoeFfnBlock>(&call)) moe_blocks[il] = *m;
+      if (const auto* a = std::get_if<AttentionBlock>(&call)) output_gate |= a->output_gate;
+    }
+}
+
+void CudaBackend::Impl::attention(int il, const AttentionBlock& b) {
+  const BlockPass& p = block_pass;
+  attention_block(il, b, p.n, p.positions, p.decode, p.max_kv_len, p.kv_len, p.pos0);
+}
+
+void CudaBackend::Impl::linear_attention(int il, const LinearAttentionBlock&) {
+  linear_attention_block(il, block_pass.n);
+}
+
+void CudaBackend::Impl::dense_ffn(int il, const DenseFfnBlock&) { dense_ffn_block(il, block_pass.n); }
+
+void CudaBackend::Impl::moe_ffn(int il, const MoeFfnBlock& b) { moe_ffn_block(il, b, block_pass.n, block_pass.part); }
 
 // ---------------------------------------------------------------- pieces
 // y[t] = W x[t] (+ residual) for n tokens: tensor-core matmul for batches,
@@ -68,8 +98,8 @@ void CudaBackend::Impl::norm_rows(const float* src, const float* weight, int n) 
 // ---------------------------------------------------------------- attention
 // positions: device [n]; decode: kv_len device and max_kv_len for the
 // split-K launch; prefill: pos0 on the host.
-void CudaBackend::Impl::attention_block(int il, int n, const int32_t* positions, bool decode, int max_kv_len,
-                                        const int32_t* kv_len, int pos0) {
+void CudaBackend::Impl::attention_block(int il, const AttentionBlock& b, int n, const int32_t* positions,
+                                        bool decode, int max_kv_len, const int32_t* kv_len, int pos0) {
   cudaStream_t s = stream;
   const cuda::DevLayer& L = weights.layer(il);
   const int64_t hd = c.head_dim;
@@ -79,7 +109,7 @@ void CudaBackend::Impl::attention_block(int il, int n, const int32_t* positions,
   // Output-gated attention (hybrids): Wq yields [q | gate] per head, into
   // q_gate; split_q_gate then packs q where the ungated recipe has it (and,
   // for one stacked row, k and v after it) and keeps the gates aside.
-  const bool gated = c.arch->attn_output_gate;
+  const bool gated = b.output_gate;
   // One token with stacked Wq|Wk|Wv: one launch, and q, k adjacent so one
   // rope launch turns both.
   const bool one_qkv = n == 1 && L.wqkv;
@@ -109,18 +139,18 @@ void CudaBackend::Impl::attention_block(int il, int n, const int32_t* positions,
     kv.with_layer(il, [&](auto* kc, auto* vc) {
       if constexpr (fused_prologue_cache<decltype(kc)>)
         cuda::decode_qk_prologue(qkv, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps, c.n_rot,
-                                 positions, c.rope_base, c.rope_scaling, c.arch->rope_mode, kc, vc, kv_ctx, s);
+                                 positions, c.rope_base, c.rope_scaling, b.rope_mode, kc, vc, kv_ctx, s);
     });
   } else if (!one_qkv && !L.bq && opt.fused_prefill && fusable_cache &&
              (L.q_norm == nullptr) == (L.k_norm == nullptr)) {
     kv.with_layer(il, [&](auto* kc, auto* vc) {
       if constexpr (fused_prologue_cache<decltype(kc)>)
         cuda::batch_qk_prologue(qp, kp, vp, n, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps,
-                                c.n_rot, positions, c.rope_base, c.rope_scaling, c.arch->rope_mode, kc, vc, kv_ctx,
+                                c.n_rot, positions, c.rope_base, c.rope_scaling, b.rope_mode, kc, vc, kv_ctx,
                                 s);
     });
   } else {
-    prologue(il, n, qp, kp, vp, positions, one_qkv);
+    prologue(il, n, qp, kp, vp, positions, one_qkv, b.rope_mode);
   }
   const cuda::AttentionShape shape = attn_shape();
   kv.with_layer(il, [&](const auto* kc, const auto* vc) {
@@ -136,7 +166,7 @@ void CudaBackend::Impl::attention_block(int il, int n, const int32_t* positions,
 
 // Biases, q/k norms, rope and the cache append as separate launches.
 void CudaBackend::Impl::prologue(int il, int n, float* qp, float* kp, float* vp, const int32_t* positions,
-                                 bool one_qkv) {
+                                 bool one_qkv, RopeMode rm) {
   cudaStream_t s = stream;
   const cuda::DevLayer& L = weights.layer(il);
   const int64_t hd = c.head_dim;
@@ -150,7 +180,6 @@ void CudaBackend::Impl::prologue(int il, int n, float* qp, float* kp, float* vp,
     cuda::rmsnorm(qp, L.q_norm, qp, static_cast<int64_t>(n) * c.n_head, hd, c.rms_eps, s);
     cuda::rmsnorm(kp, L.k_norm, kp, static_cast<int64_t>(n) * c.n_head_kv, hd, c.rms_eps, s);
   }
-  const RopeMode rm = c.arch->rope_mode;
   if (one_qkv) {
     cuda::rope(qp, 1, c.n_head + c.n_head_kv, c.head_dim, c.n_rot, positions, c.rope_base, c.rope_scaling, rm, s);
   } else {
@@ -235,46 +264,49 @@ int CudaBackend::Impl::predicted_layer(int il) {
 // predicts most of what `target` will route.
 void CudaBackend::Impl::predict_routes(int target) {
   const int K = c.n_expert_used;
-  route(weights.layer(target).router, 1, route_ids + K, route_w + K);
+  route(moe_blocks[static_cast<size_t>(target)], weights.layer(target).router, 1, route_ids + K, route_w + K);
 }
 
-void CudaBackend::Impl::route(const cuda::DevMat& R, int n, int32_t* ids, float* wts) {
+void CudaBackend::Impl::route(const MoeFfnBlock& b, const cuda::DevMat& R, int n, int32_t* ids, float* wts) {
   const int E = c.n_expert, K = c.n_expert_used;
   const int64_t D = c.n_embd;
   if (n == 1 && opt.fused_decode && cuda::router_decode_supported(R.type, E, D, K)) {
-    cuda::router_decode_f32(static_cast<const float*>(R.data), x, E, D, K, c.arch->router_mode, c.router_renorm,
+    cuda::router_decode_f32(static_cast<const float*>(R.data), x, E, D, K, b.router_mode, b.renorm,
                             router_logits, ids, wts, router_counter, stream);
   } else {  // always the exact matvec (f32 weights, no f16 rounding), so batch and decode choose alike
     router_logits_rows(R, n);
-    cuda::router_topk(router_logits, n, E, K, c.arch->router_mode, c.router_renorm, ids, wts, stream);
+    cuda::router_topk(router_logits, n, E, K, b.router_mode, b.renorm, ids, wts, stream);
   }
 }
 
-void CudaBackend::Impl::ffn_block(int il, int n, FfnPart part) {
+void CudaBackend::Impl::dense_ffn_block(int il, int n) {
+  cudaStream_t s = stream;
+  const cuda::DevLayer& L = weights.layer(il);
+  norm_rows(h, L.ffn_norm, n);
+  const int64_t F = c.n_ff;
+  if (n >= opt.gemm_min_batch) {
+    project(L.ffn_gate, x, &xq8, n, ffg, nullptr);
+    project(L.ffn_up, x, &xq8, n, ffu, nullptr);
+    cuda::silu_mul(ffg, ffu, ffg, static_cast<int64_t>(n) * F, s);
+  } else {
+    cuda::MatvecInput in;
+    in.f32 = x;
+    if (cuda::matvec_takes_q8(L.ffn_gate.type)) in.q8 = xq8;
+    cuda::MatvecGroups g;
+    g.per_group = n;
+    cuda::matvec_glu(L.ffn_gate.set(), L.ffn_up.set(), in, g, ffg, F, s);
+  }
+  if (uses_q8(L.ffn_down)) cuda::quantize_q8act(ffg, F, n, ffq8, s);
+  project(L.ffn_down, ffg, &ffq8, n, h, h);
+}
+
+void CudaBackend::Impl::moe_ffn_block(int il, const MoeFfnBlock& b, int n, FfnPart part) {
   cudaStream_t s = stream;
   const cuda::DevLayer& L = weights.layer(il);
   const int K = c.n_expert_used;
   if (part == FfnPart::Experts) goto experts;  // the route half ran (captured) before
   norm_rows(h, L.ffn_norm, n);
-  if (!c.is_moe()) {
-    const int64_t F = c.n_ff;
-    if (n >= opt.gemm_min_batch) {
-      project(L.ffn_gate, x, &xq8, n, ffg, nullptr);
-      project(L.ffn_up, x, &xq8, n, ffu, nullptr);
-      cuda::silu_mul(ffg, ffu, ffg, static_cast<int64_t>(n) * F, s);
-    } else {
-      cuda::MatvecInput in;
-      in.f32 = x;
-      if (cuda::matvec_takes_q8(L.ffn_gate.type)) in.q8 = xq8;
-      cuda::MatvecGroups g;
-      g.per_group = n;
-      cuda::matvec_glu(L.ffn_gate.set(), L.ffn_up.set(), in, g, ffg, F, s);
-    }
-    if (uses_q8(L.ffn_down)) cuda::quantize_q8act(ffg, F, n, ffq8, s);
-    project(L.ffn_down, ffg, &ffq8, n, h, h);
-    return;
-  }
-  route(L.router, n, route_ids, route_w);
+  route(b, L.router, n, route_ids, route_w);
   if (route_hook) report_routes(il, n);
   // Prefetch: the next tiered layer's router on this input, read back with
   // the routes (the span path's Route half, or a gated step's tiered layer).
@@ -283,7 +315,7 @@ void CudaBackend::Impl::ffn_block(int il, int n, FfnPart part) {
     predict_routes(predicted_layer(il));
   // Hybrids: the shared expert adds to h first (x is ready: every router
   // path above made it).
-  if (L.shexp_gate) shared_expert(il, n);
+  if (b.shared_expert) shared_expert(il, n);
   if (part == FfnPart::Route) return;
 experts:
   if (hybrid && !pinned_experts(il, n) && gated_step) {
@@ -343,11 +375,8 @@ void CudaBackend::Impl::copy_logits(float* dst, int m) {
 void CudaBackend::Impl::enqueue_decode(int max_kv_len) {
   const cuda::DevMat& embd = weights.token_embd;
   cuda::embed_rows(embd.type, embd.data, c.n_vocab, c.n_embd, step_in, 1, h, stream);
-  for (int il = 0; il < c.n_layer; ++il) {
-    if (c.is_linear(il)) linear_attention_block(il, 1);
-    else attention_block(il, 1, step_in + 1, true, max_kv_len, step_in + 2, 0);
-    ffn_block(il, 1);
-  }
+  block_pass = {1, step_in + 1, true, max_kv_len, step_in + 2, 0, FfnPart::All};
+  for (int il = 0; il < c.n_layer; ++il) run_layer(il);
   head(0, 1);
 }
 
@@ -374,9 +403,9 @@ void CudaBackend::Impl::enqueue_hybrid_decode(int max_kv_len) {
           const cuda::DevMat& embd = weights.token_embd;
           cuda::embed_rows(embd.type, embd.data, c.n_vocab, c.n_embd, step_in, 1, h, stream);
         }
-        if (c.is_linear(il)) linear_attention_block(il, 1);
-        else attention_block(il, 1, step_in + 1, true, max_kv_len, step_in + 2, 0);
-        ffn_block(il, 1, il < last || last_whole ? FfnPart::All : FfnPart::Route);
+        block_pass = {1, step_in + 1, true, max_kv_len, step_in + 2, 0,
+                      il < last || last_whole ? FfnPart::All : FfnPart::Route};
+        run_layer(il);
       }
     };
     if (opt.use_graph && !g.ready(max_kv_len)) {
@@ -390,7 +419,7 @@ void CudaBackend::Impl::enqueue_hybrid_decode(int max_kv_len) {
     }
     if (opt.use_graph) g.launch(stream);
     else span();
-    if (!last_whole) ffn_block(last, 1, FfnPart::Experts);
+    if (!last_whole) moe_ffn_block(last, moe_blocks[static_cast<size_t>(last)], 1, FfnPart::Experts);
     first = last + 1;
   }
   head(0, 1);
@@ -464,11 +493,8 @@ void CudaBackend::Impl::prefill_batch(const int32_t* tokens, int n, int64_t pos0
   MS_CUDA_CHECK(cudaMemcpyAsync(pos, in + B, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream));
   const cuda::DevMat& embd = weights.token_embd;
   cuda::embed_rows(embd.type, embd.data, c.n_vocab, c.n_embd, tok, n, h, stream);
-  for (int il = 0; il < c.n_layer; ++il) {
-    if (c.is_linear(il)) linear_attention_block(il, n);
-    else attention_block(il, n, pos, false, 0, nullptr, static_cast<int>(pos0));
-    ffn_block(il, n);
-  }
+  block_pass = {n, pos, false, 0, nullptr, static_cast<int>(pos0), FfnPart::All};
+  for (int il = 0; il < c.n_layer; ++il) run_layer(il);
   if (!out) {
     // The inputs in pinned memory must stay put until the copies ran.
     MS_CUDA_CHECK(cudaStreamSynchronize(stream));

@@ -1,12 +1,12 @@
-// The blocks hybrids (qwen35moe: Qwen3.5/3.6-MoE) add to CudaBackend's layer
-// recipe, the same as CpuBackend's (src/engine/cpu_backend.cpp):
+// The blocks hybrids (qwen35moe: Qwen3.5/3.6-MoE, model/recipe_qwen35moe.cpp)
+// need beyond the decoder's, as CpuBackend has them (src/engine/cpu_backend.cpp):
 //  - the Gated DeltaNet layer (linear attention) in place of attention in
 //    most layers, with its state (conv window, delta-rule matrix) in the
 //    device cache (device_kv_cache.h);
 //  - the shared expert every MoE layer adds: a resident dense SwiGLU FFN
 //    scaled by sigmoid(w_s . x).
-// (The third switch, attention's output gate, is in layer_recipe.cpp's
-// attention_block.) Every launch here is asynchronous and capturable, so the
+// (The third part, attention's output gate, is in layer_recipe.cpp's
+// attention_block; the shared expert is a part of the MoE block.) Every launch here is asynchronous and capturable, so the
 // decode step of a hybrid replays from one CUDA graph like any other.
 // Host code only: every kernel is reached through the launchers of src/cuda.
 #include <string>
