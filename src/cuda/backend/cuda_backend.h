@@ -1,7 +1,7 @@
 // The whole forward pass on one GPU: every weight in device memory in its
 // file's quant format, the KV cache (f16, or f32: Options::kv_f32) on the
-// device, the layer recipe of model/arch.h (the same one CpuBackend runs)
-// built from the kernels of src/cuda.
+// device, the architecture's recipe (model/recipe.h, the same one CpuBackend
+// runs) over blocks built from the kernels of src/cuda.
 //
 //   CudaBackend be(weights, {.ctx = 4096});
 //   KvCache kv = be.make_cache(4096);     // counts positions; K/V live on the GPU
