@@ -101,6 +101,46 @@ TEST(GptOssModel, TinyFileBindsEveryPart) {
   fs::remove(p);
 }
 
+// A copy of `src` without one tensor and/or one metadata key.
+void copy_without(const GgufFile& src, const std::string& out, const std::string& tensor, const std::string& key) {
+  GgufWriter w(out);
+  for (const auto& [k, v] : src.metadata())
+    if (k != key) w.set(k, v);
+  for (const GgufTensorInfo& t : src.tensors())
+    if (t.name != tensor) w.add_tensor(t.name, t.type, t.shape);
+  w.write_header();
+  for (const GgufTensorInfo& t : src.tensors())
+    if (t.name != tensor) w.write_tensor_data(t.data, t.nbytes);
+  w.finish();
+}
+
+TEST(GptOssModel, MissingPartsAreErrorsNamingThem) {
+  ThreadPool pool(2);
+  GenOptions o;
+  o.arch = "gpt-oss";
+  const std::string p = tmp_path("gptoss_full"), q = tmp_path("gptoss_cut");
+  generate_model(o, p, pool);
+  auto f = GgufFile::open(p);
+  auto expect_error = [&](const std::string& tensor, const std::string& key, const std::string& named) {
+    copy_without(*f, q, tensor, key);
+    auto g = GgufFile::open(q);
+    try {
+      bind_weights(*g);
+      ADD_FAILURE() << "bound a file without " << tensor << key;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
+    }
+  };
+  expect_error("blk.2.attn_sinks.weight", "", "blk.2.attn_sinks.weight");
+  expect_error("blk.1.ffn_down_exps.bias", "", "blk.1.ffn_down_exps.bias");
+  expect_error("blk.3.ffn_gate_inp.bias", "", "blk.3.ffn_gate_inp.bias");
+  expect_error("blk.0.attn_output.bias", "", "blk.0.attn_output.bias");
+  expect_error("", "gpt-oss.attention.sliding_window", "gpt-oss.attention.sliding_window");
+  f.reset();
+  fs::remove(p);
+  fs::remove(q);
+}
+
 TEST(GptOssModel, OnlyStackedExperts) {
   ThreadPool pool(1);
   GenOptions o;
