@@ -1,6 +1,7 @@
 // Gated DeltaNet kernels (see delta_net.h). Small, plain kernels: the layer's
 // big products (its projections) go through the matvec/GEMM of src/cuda.
 #include <string>
+#include <utility>
 
 #include "cuda/common.cuh"
 #include "cuda/delta_net.h"
@@ -16,24 +17,72 @@ constexpr int kRowsPerBlock = 4;  // warps per block in the recurrence
 
 __device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); }
 
-// One thread per channel: the window in registers, tokens in order.
-__global__ void conv1d_silu_kernel(const float* __restrict__ x, int64_t ld_x, int n, int64_t channels,
-                                   const float* __restrict__ w, int taps, float* window, float* out) {
-  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+// Thread per (channel, run of kConvTokens tokens): a prompt's tokens are
+// independent given the inputs before them, so the threads of one channel
+// each rebuild their window from x (the first run from `window`) and the grid
+// covers channels x tokens. (One thread per channel walking all n tokens left
+// a 35B layer's 8192 channels at 64 blocks, two warps per SM, each waiting on
+// one load per token.) The sum runs in the order of the reference (the newest
+// tap first, then the window oldest first), so the results do not depend on
+// the split. The first run of a channel is the only reader of `window`, and
+// it writes the new window after its reads (kConvTokens >= taps - 1).
+constexpr int kConvTokens = 16;
+constexpr int kConvThreads = 128;
+static_assert(kConvTokens >= kMaxTaps - 1, "only a channel's first run may read the old window");
+
+template <int kTaps>
+__global__ void __launch_bounds__(kConvThreads)
+    conv1d_silu_kernel(const float* __restrict__ x, int64_t ld_x, int n, int64_t channels,
+                       const float* __restrict__ w, float* window, float* __restrict__ out) {
+  constexpr int kHist = kTaps - 1;
+  const int64_t c = blockIdx.y * static_cast<int64_t>(kConvThreads) + threadIdx.x;
   if (c >= channels) return;
-  const int hist = taps - 1;
-  float win[kMaxTaps], wc[kMaxTaps];
-  for (int j = 0; j < taps; ++j) wc[j] = w[c * taps + j];
-  for (int j = 0; j < hist; ++j) win[j] = window[j * channels + c];
-  for (int t = 0; t < n; ++t) {
-    const float in = x[t * ld_x + c];
-    float acc = wc[hist] * in;
-    for (int j = 0; j < hist; ++j) acc += wc[j] * win[j];
-    out[t * channels + c] = silu(acc);
-    for (int j = 0; j + 1 < hist; ++j) win[j] = win[j + 1];
-    if (hist > 0) win[hist - 1] = in;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kConvTokens;
+  // Input tau of this channel: x from token 0, the carried window before it.
+  auto input = [&](int64_t tau) { return tau >= 0 ? x[tau * ld_x + c] : window[(tau + kHist) * channels + c]; };
+  float wc[kTaps], win[kHist];
+#pragma unroll
+  for (int j = 0; j < kTaps; ++j) wc[j] = w[c * kTaps + j];
+#pragma unroll
+  for (int j = 0; j < kHist; ++j) win[j] = input(t0 - kHist + j);
+  const int64_t left = n - t0;
+  const int count = left < kConvTokens ? static_cast<int>(left) : kConvTokens;
+  float in[kConvTokens];
+#pragma unroll
+  for (int i = 0; i < kConvTokens; ++i) in[i] = i < count ? x[(t0 + i) * ld_x + c] : 0.f;  // loads up front
+#pragma unroll
+  for (int i = 0; i < kConvTokens; ++i) {
+    if (i < count) {
+      float acc = wc[kHist] * in[i];
+#pragma unroll
+      for (int j = 0; j < kHist; ++j) acc += wc[j] * win[j];
+      out[(t0 + i) * channels + c] = silu(acc);
+    }
+#pragma unroll
+    for (int j = 0; j + 1 < kHist; ++j) win[j] = win[j + 1];
+    win[kHist - 1] = in[i];
   }
-  for (int j = 0; j < hist; ++j) window[j * channels + c] = win[j];
+  if (blockIdx.x == 0) {  // the new window: the last kHist inputs (old window entries too when n < kHist)
+    float next[kHist];
+#pragma unroll
+    for (int j = 0; j < kHist; ++j) next[j] = input(static_cast<int64_t>(n) - kHist + j);
+#pragma unroll
+    for (int j = 0; j < kHist; ++j) window[j * channels + c] = next[j];
+  }
+}
+
+template <int kTaps>
+void launch_conv(const float* x, int64_t ld_x, int n, int64_t channels, const float* w, float* window, float* out,
+                 cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((n + kConvTokens - 1) / kConvTokens),
+                  static_cast<unsigned>((channels + kConvThreads - 1) / kConvThreads));
+  conv1d_silu_kernel<kTaps><<<grid, kConvThreads, 0, stream>>>(x, ld_x, n, channels, w, window, out);
+}
+
+template <int... kTaps>
+void launch_conv_taps(std::integer_sequence<int, kTaps...>, int taps, const float* x, int64_t ld_x, int n,
+                      int64_t channels, const float* w, float* window, float* out, cudaStream_t stream) {
+  ((taps == kTaps + 2 ? launch_conv<kTaps + 2>(x, ld_x, n, channels, w, window, out, stream) : void()), ...);
 }
 
 // Block per (token, q-or-k head): l2 norm of head_k values.
@@ -129,7 +178,11 @@ void conv1d_silu(const float* x, int64_t ld_x, int n, int64_t channels, const fl
                  float* out, cudaStream_t stream) {
   if (taps < 2 || taps > kMaxTaps) throw Error("conv1d_silu: " + std::to_string(taps) + " taps (2..16 supported)");
   if (n <= 0 || channels <= 0) return;
-  conv1d_silu_kernel<<<blocks(channels, 128), 128, 0, stream>>>(x, ld_x, n, channels, w, taps, window, out);
+  if ((channels + kConvThreads - 1) / kConvThreads > 65535)
+    throw Error("conv1d_silu: " + std::to_string(channels) + " channels (at most " +
+                std::to_string(65535 * kConvThreads) + ")");
+  launch_conv_taps(std::make_integer_sequence<int, kMaxTaps - 1>{}, taps, x, ld_x, n, channels, w, window, out,
+                   stream);
   MS_CUDA_CHECK_LAUNCH();
 }
 

@@ -153,6 +153,12 @@ void matvec_glu(const MatrixSet& gate, const MatrixSet& up, const MatvecInput& x
   run_matvec(ws, 2, x, groups, y, y_stride, nullptr, stream);
 }
 
+// Many vectors are spread over grid.y in groups of kLinearGroup (a prompt's
+// gates, alpha and beta of a Gated DeltaNet layer, 32 rows: one group of 8192
+// vectors left the whole prompt to 8 blocks). Every vector still goes through
+// the same kernel (the several-vector one whenever n_vec >= 2), so the result
+// does not depend on the split: the last group takes the remainder, keeping
+// at least kLinearGroup + 1 vectors.
 void linear(DType type, const void* w, int64_t rows, int64_t cols, const MatvecInput& x, int n_vec, float* y,
             const float* residual, cudaStream_t stream) {
   MatrixSet m;
@@ -160,10 +166,33 @@ void linear(DType type, const void* w, int64_t rows, int64_t cols, const MatvecI
   m.rows = rows;
   m.cols = cols;
   m.base = w;
+  constexpr int kLinearGroup = 8;
+  constexpr int kMaxGroups = 65535;
+  const int per_group = kLinearGroup * ((n_vec + kLinearGroup * kMaxGroups - 1) / (kLinearGroup * kMaxGroups));
+  const int full_groups = n_vec / per_group - 1;  // the last, with the remainder, is launched on its own
+  if (full_groups <= 0) {
+    MatvecGroups g;
+    g.max_groups = 1;
+    g.per_group = n_vec;
+    run_matvec(&m, 1, x, g, y, rows, residual, stream);
+    return;
+  }
   MatvecGroups g;
-  g.max_groups = 1;
-  g.per_group = n_vec;
+  g.max_groups = full_groups;
+  g.per_group = per_group;
   run_matvec(&m, 1, x, g, y, rows, residual, stream);
+  const int64_t first = static_cast<int64_t>(full_groups) * per_group;
+  MatvecInput tail = x;
+  if (tail.f32 != nullptr) tail.f32 += first * (x.f32_stride > 0 ? x.f32_stride : cols);
+  if (tail.q8.q != nullptr) {
+    tail.q8.q += first * x.q8.n;
+    tail.q8.ds += first * (x.q8.n / 32) * 2;  // a (d, sum) pair per 32
+  }
+  MatvecGroups last;
+  last.max_groups = 1;
+  last.per_group = static_cast<int>(n_vec - first);
+  run_matvec(&m, 1, tail, last, y + first * rows, rows, residual != nullptr ? residual + first * rows : nullptr,
+             stream);
 }
 
 }  // namespace ms::cuda

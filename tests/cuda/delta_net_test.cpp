@@ -36,11 +36,13 @@ TEST(CudaDeltaNet, ConvCarriesItsWindowLikeTheReference) {
   std::mt19937 rng(3);
   Stream s;
   const int64_t C = 300;
-  for (int taps : {2, 4}) {
+  for (int taps : {2, 4, 5, 16}) {
     const auto w = random_floats(static_cast<size_t>(C * taps), rng);
     auto win = random_floats(static_cast<size_t>((taps - 1) * C), rng);
     DeviceBuffer dw = upload(w), dwin = upload(win);
-    for (int n : {1, 2, 17, 1}) {  // calls in a row: the window carries over
+    // Calls in a row: the window carries over; lengths below the window,
+    // across the kernel's 16-token runs and over several of them.
+    for (int n : {1, 2, 17, 1, 15, 16, 33, 3, 300}) {
       const auto x = random_floats(static_cast<size_t>(n * C), rng, -2.f, 2.f);
       std::vector<float> want(static_cast<size_t>(n * C));
       ms::conv1d_silu_ref(x.data(), C, n, C, w.data(), taps, win.data(), want.data());
@@ -49,6 +51,43 @@ TEST(CudaDeltaNet, ConvCarriesItsWindowLikeTheReference) {
       EXPECT_LT(max_rel(download<float>(out.get(), want.size()), want), 1e-5) << taps << " " << n;
       EXPECT_LT(max_rel(download<float>(dwin.get(), win.size()), win), 1e-6) << "window " << taps << " " << n;
     }
+  }
+}
+
+// The kernel splits a prompt over threads by token runs: one call over n
+// tokens and the same tokens in several calls (the window carried between
+// them) give the same bits, outputs and window, at a wide layer's channel count.
+TEST(CudaDeltaNet, ConvDoesNotDependOnHowThePromptIsSplit) {
+  MS_REQUIRE_GPU();
+  std::mt19937 rng(5);
+  Stream s;
+  const int64_t C = 1000, ld = 1032;  // x rows wider than the channels, as the layer's qkv
+  const int n = 211;
+  for (int taps : {3, 4, 9}) {
+    const auto w = random_floats(static_cast<size_t>(C * taps), rng);
+    const auto win0 = random_floats(static_cast<size_t>((taps - 1) * C), rng);
+    const auto x = random_floats(static_cast<size_t>(n * ld), rng, -2.f, 2.f);
+    DeviceBuffer dw = upload(w), dx = upload(x);
+    DeviceBuffer win_one = upload(win0), out_one = poisoned(static_cast<size_t>(n * C));
+    conv1d_silu(dx.as<float>(), ld, n, C, dw.as<float>(), taps, win_one.as<float>(), out_one.as<float>(), s);
+    DeviceBuffer win_parts = upload(win0), out_parts = poisoned(static_cast<size_t>(n * C));
+    int t = 0;
+    for (int part : {1, 5, 16, 40, 149}) {
+      conv1d_silu(dx.as<float>() + t * ld, ld, part, C, dw.as<float>(), taps, win_parts.as<float>(),
+                  out_parts.as<float>() + t * C, s);
+      t += part;
+    }
+    ASSERT_EQ(t, n);
+    const auto a = download<float>(out_one.get(), static_cast<size_t>(n * C));
+    const auto b = download<float>(out_parts.get(), a.size());
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "taps " << taps << " element " << i;
+    EXPECT_EQ(download<float>(win_one.get(), win0.size()), download<float>(win_parts.get(), win0.size()))
+        << "window, taps " << taps;
+    // The window holds the last taps - 1 inputs.
+    const auto got_win = download<float>(win_one.get(), win0.size());
+    for (int j = 0; j < taps - 1; ++j)
+      for (int64_t c = 0; c < C; ++c)
+        ASSERT_EQ(got_win[j * C + c], x[(n - (taps - 1) + j) * ld + c]) << "taps " << taps << " slot " << j;
   }
 }
 
