@@ -1,7 +1,8 @@
 // CUDA matvec kernels against the CPU reference (dequantize_row_ref, then a
-// double dot), for every supported format, odd row counts, several widths,
-// one and many vectors, expert tables, SwiGLU pairs and residuals. Outputs are
-// poisoned with NaN before each launch.
+// double dot): expert tables, grouped lists, SwiGLU pairs and residuals, and
+// bad inputs. Dense matrices of every format (odd rows and widths, 1 to 65
+// vectors, residual) are tests/backend_ops' ops dot_q8_<type> / vec_dot_<type>
+// (implementation cuda_matvec). Outputs are poisoned with NaN before each launch.
 #include <gtest/gtest.h>
 
 #include "cuda/matvec.h"
@@ -49,44 +50,6 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " elements off";
 }
-
-class MatvecDense : public ::testing::TestWithParam<Case> {};
-
-TEST_P(MatvecDense, MatchesReferenceForOneAndManyVectors) {
-  MS_REQUIRE_GPU();
-  const Case c = GetParam();
-  std::mt19937 rng(1234 + static_cast<int>(c.rows * 7 + c.cols));
-  const auto w = random_weights(c.type, c.rows, c.cols, rng);
-  const bool q8 = matvec_takes_q8(c.type);
-  Stream s;
-  DeviceBuffer dw = upload(w);
-  for (int nvec : {1, 3, 11}) {
-    const auto x = random_floats(static_cast<size_t>(c.cols * nvec), rng);
-    DevInput in = make_input(c.type, x, c.cols, nvec, s);
-    DeviceBuffer y = poisoned(static_cast<size_t>(c.rows * nvec));
-    linear(c.type, dw.get(), c.rows, c.cols, in.in, nvec, y.as<float>(), nullptr, s);
-    const auto got = download<float>(y.get(), static_cast<size_t>(c.rows * nvec));
-    std::vector<double> want, bound;
-    for (int v = 0; v < nvec; ++v)
-      for (int64_t r = 0; r < c.rows; ++r) {
-        const RefDot d = ref_dot(dequant_row(c.type, w, r, c.cols), x.data() + v * c.cols, c.cols, q8);
-        want.push_back(d.value);
-        bound.push_back(d.bound);
-      }
-    expect_close(got, want, bound, case_name(c) + " nvec=" + std::to_string(nvec));
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Formats, MatvecDense,
-    ::testing::Values(Case{DType::Q4_K, 1, 256}, Case{DType::Q4_K, 37, 768}, Case{DType::Q4_K, 130, 2048},
-                      Case{DType::Q4_K, 9, 2304}, Case{DType::Q5_K, 33, 768}, Case{DType::Q5_K, 5, 4096},
-                      Case{DType::Q6_K, 35, 768}, Case{DType::Q6_K, 3, 2560}, Case{DType::Q8_0, 21, 32},
-                      Case{DType::Q8_0, 65, 1056}, Case{DType::Q4_0, 19, 96}, Case{DType::Q4_0, 67, 2048},
-                      Case{DType::MXFP4, 29, 64}, Case{DType::MXFP4, 31, 2880}, Case{DType::F16, 17, 8},
-                      Case{DType::F16, 45, 1000}, Case{DType::F16, 6, 13}, Case{DType::BF16, 23, 2048},
-                      Case{DType::BF16, 3, 7}, Case{DType::F32, 11, 517}, Case{DType::F32, 40, 256}),
-    [](const ::testing::TestParamInfo<Case>& i) { return case_name(i.param); });
 
 // Experts addressed through a device table of slot pointers (with an offset
 // inside each slot), ids on the device, one x shared by all selected experts,

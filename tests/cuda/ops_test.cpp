@@ -1,7 +1,8 @@
-// CUDA element-wise ops against plain double-precision loops: RMSNorm (with
-// its Q8 output), add, SwiGLU, RoPE (both pairings), router top-k (both
-// modes), expert combine, embedding rows of each format, KV cache append;
-// RoPE with YaRN scaling against the CPU reference.
+// CUDA element-wise ops beyond tests/backend_ops (which checks rms_norm,
+// add, silu_mul, rope, router_topk, moe_combine, embedding rows and KV
+// appends against the scalar references on many shapes): RMSNorm's Q8 output
+// and in-place form, row gather/scatter, KV appends skipping positions
+// outside the cache, the fused RoPE prologues with YaRN, argument checks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -76,66 +77,14 @@ TEST(CudaOps, RmsNormWithAndWithoutQ8) {
   }
 }
 
-TEST(CudaOps, QuantizeQ8MatchesDefinition) {
+// quantize_q8act's bytes against the scalar reference: tests/backend_ops
+// (op quantize_gpu_q8, implementation cuda). Here: its argument check.
+TEST(CudaOps, QuantizeQ8RejectsPartialBlocks) {
   MS_REQUIRE_GPU();
-  std::mt19937 rng(8);
   Stream s;
-  const int64_t n = 320, nvec = 3;
-  auto x = random_floats(static_cast<size_t>(n * nvec), rng, -2.f, 2.f);
-  for (int i = 64; i < 96; ++i) x[i] = 0.f;  // an all-zero block: d = 0, q = 0
-  DeviceBuffer dx = upload(x), buf(q8act_bytes(n, nvec));
-  poison(buf.get(), q8act_bytes(n, nvec));
-  Q8Act a = q8act_view(buf.get(), n, nvec);
-  quantize_q8act(dx.as<float>(), n, nvec, a, s);
-  const auto q = download<int8_t>(a.q, x.size());
-  const auto ds = download<float>(a.ds, x.size() / 32 * 2);
-  for (size_t b = 0; b < x.size() / 32; ++b) {
-    float amax = 0;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b * 32 + i]));
-    const float d = amax / 127.f;
-    ASSERT_EQ(ds[2 * b], d) << "block " << b;
-    int sum = 0;
-    for (int i = 0; i < 32; ++i) {
-      const int want = amax > 0 ? static_cast<int>(std::nearbyint(x[b * 32 + i] / d)) : 0;
-      ASSERT_EQ(q[b * 32 + i], want) << "block " << b << " element " << i;
-      sum += want;
-    }
-    EXPECT_FLOAT_EQ(ds[2 * b + 1], d * static_cast<float>(sum));
-  }
+  DeviceBuffer dx(4 * 64), buf(q8act_bytes(32, 1));
+  Q8Act a = q8act_view(buf.get(), 32, 1);
   EXPECT_THROW(quantize_q8act(dx.as<float>(), 33, 1, a, s), Error);
-}
-
-TEST(CudaOps, AddSiluMulCombine) {
-  MS_REQUIRE_GPU();
-  std::mt19937 rng(6);
-  Stream s;
-  const int64_t count = 100003;
-  const auto a = random_floats(count, rng, -4.f, 4.f), b = random_floats(count, rng, -4.f, 4.f);
-  DeviceBuffer da = upload(a), db = upload(b), out = poisoned(count);
-  add(da.as<float>(), db.as<float>(), out.as<float>(), count, s);
-  std::vector<double> want(count);
-  for (int64_t i = 0; i < count; ++i) want[i] = double(a[i]) + b[i];
-  expect_near_all(download<float>(out.get(), count), want, 1e-7, 0, "add");
-  poison(out.get(), count * 4);
-  silu_mul(da.as<float>(), db.as<float>(), out.as<float>(), count, s);
-  for (int64_t i = 0; i < count; ++i) want[i] = a[i] / (1 + std::exp(-double(a[i]))) * b[i];
-  expect_near_all(download<float>(out.get(), count), want, 1e-5, 1e-6, "silu_mul");
-
-  const int n_tok = 5, k = 3;
-  const int64_t n = 777;
-  const auto y = random_floats(static_cast<size_t>(n_tok * k * n), rng);
-  const auto wts = random_floats(static_cast<size_t>(n_tok * k), rng, 0.f, 1.f);
-  const auto res = random_floats(static_cast<size_t>(n_tok * n), rng);
-  DeviceBuffer dy = upload(y), dw = upload(wts), dres = upload(res), dout = poisoned(n_tok * n);
-  moe_combine(dy.as<float>(), dw.as<float>(), n_tok, k, n, dres.as<float>(), dout.as<float>(), s);
-  std::vector<double> wc(static_cast<size_t>(n_tok * n));
-  for (int t = 0; t < n_tok; ++t)
-    for (int64_t c = 0; c < n; ++c) {
-      double acc = res[t * n + c];
-      for (int j = 0; j < k; ++j) acc += double(wts[t * k + j]) * y[(t * k + j) * n + c];
-      wc[t * n + c] = acc;
-    }
-  expect_near_all(download<float>(dout.get(), wc.size()), wc, 1e-5, 1e-6, "moe_combine");
 }
 
 // Rows moved by index (the hybrid MoE step's gather of (token, expert) rows and
@@ -169,101 +118,39 @@ TEST(CudaOps, GatherAndScatterRows) {
   }
 }
 
-TEST(CudaOps, RopeNormalAndNeox) {
+TEST(CudaOps, RopeRejectsBadRotaryDims) {
   MS_REQUIRE_GPU();
-  std::mt19937 rng(7);
   Stream s;
-  const int n_tok = 4, n_heads = 3, hd = 128;
-  const std::vector<int32_t> pos = {0, 1, 517, 30000};
-  DeviceBuffer dpos = upload(pos);
-  for (RopeMode mode : {RopeMode::Normal, RopeMode::Neox}) {
-    for (int n_rot : {128, 64}) {
-      const auto x = random_floats(static_cast<size_t>(n_tok * n_heads * hd), rng);
-      DeviceBuffer dx = upload(x);
-      rope(dx.as<float>(), n_tok, n_heads, hd, n_rot, dpos.as<int32_t>(), 1e6f, 1.f, mode, s);
-      std::vector<double> want(x.begin(), x.end());
-      for (int t = 0; t < n_tok; ++t)
-        for (int h = 0; h < n_heads; ++h)
-          for (int i = 0; i < n_rot / 2; ++i) {
-            const double theta = pos[t] * std::exp2(-2.0 * i / n_rot * std::log2(double(1e6f)));
-            const int a = mode == RopeMode::Neox ? i : 2 * i, b = mode == RopeMode::Neox ? i + n_rot / 2 : 2 * i + 1;
-            const size_t base = (size_t(t) * n_heads + h) * hd;
-            want[base + a] = x[base + a] * std::cos(theta) - x[base + b] * std::sin(theta);
-            want[base + b] = x[base + a] * std::sin(theta) + x[base + b] * std::cos(theta);
-          }
-      // the kernel computes angles in double, so only float rounding of x remains
-      expect_near_all(download<float>(dx.get(), want.size()), want, 1e-6, 1e-6,
-                      std::string("rope ") + (mode == RopeMode::Neox ? "neox" : "normal"));
-    }
-  }
   EXPECT_THROW(rope(nullptr, 1, 1, 64, 65, nullptr, 1e4f, 1.f, RopeMode::Neox, s), Error);
 }
 
-TEST(CudaOps, RouterTopK) {
+TEST(CudaOps, RouterTopKRejectsKAboveExperts) {
   MS_REQUIRE_GPU();
-  std::mt19937 rng(9);
   Stream s;
-  for (int n_expert : {8, 60, 128, 1000}) {
-    for (int k : {1, 4, 8}) {
-      if (k > n_expert) continue;
-      const int n_tok = 9;
-      const auto logits = random_floats(static_cast<size_t>(n_tok * n_expert), rng, -5.f, 5.f);
-      DeviceBuffer dl = upload(logits);
-      DeviceBuffer ids(sizeof(int32_t) * n_tok * k), wts = poisoned(n_tok * k);
-      for (RouterMode mode : {RouterMode::SoftmaxTopK, RouterMode::TopKSoftmax}) {
-        for (bool renorm : {false, true}) {
-          poison(ids.get(), sizeof(int32_t) * n_tok * k);
-          router_topk(dl.as<float>(), n_tok, n_expert, k, mode, renorm, ids.as<int32_t>(), wts.as<float>(), s);
-          const auto gi = download<int32_t>(ids.get(), n_tok * k);
-          const auto gw = download<float>(wts.get(), n_tok * k);
-          for (int t = 0; t < n_tok; ++t) {
-            const float* l = logits.data() + t * n_expert;
-            std::vector<int> order(n_expert);
-            std::iota(order.begin(), order.end(), 0);
-            std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return l[a] > l[b]; });
-            const double mx = l[order[0]];
-            double total = 0, picked = 0;
-            for (int e = 0; e < n_expert; ++e) total += std::exp(l[e] - mx);
-            std::vector<double> w(k);
-            for (int j = 0; j < k; ++j) {
-              w[j] = mode == RouterMode::SoftmaxTopK ? std::exp(l[order[j]] - mx) / total : std::exp(l[order[j]] - mx);
-              picked += w[j];
-            }
-            for (int j = 0; j < k; ++j) {
-              if (mode == RouterMode::TopKSoftmax || renorm) w[j] /= picked;
-              ASSERT_EQ(gi[t * k + j], order[j]) << "token " << t << " slot " << j << " n_expert " << n_expert;
-              EXPECT_NEAR(gw[t * k + j], w[j], 1e-5 + 1e-4 * w[j]) << "token " << t << " slot " << j;
-            }
-          }
-        }
-      }
-    }
-  }
   EXPECT_THROW(router_topk(nullptr, 1, 8, 9, RouterMode::SoftmaxTopK, true, nullptr, nullptr, s), Error);
 }
 
-TEST(CudaOps, EmbedRowsEveryFormat) {
+// Rows of every format against dequantize_row_ref: tests/backend_ops (ops
+// dequantize_<type>, implementation cuda_embed). Here: ids outside the table
+// give zero rows, and a format without a kernel is refused.
+TEST(CudaOps, EmbedRowsOutOfRangeIdsGiveZeroRows) {
   MS_REQUIRE_GPU();
   std::mt19937 rng(10);
   Stream s;
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K,
-                  DType::Q6_K, DType::MXFP4}) {
+  for (DType t : {DType::F32, DType::Q4_K, DType::IQ2_XS}) {
     const int64_t n_vocab = 50, n = 512;
     const auto table = random_weights(t, n_vocab, n, rng);
-    const std::vector<int32_t> ids = {3, 0, 49, 3, 17, -1, 50};
+    const std::vector<int32_t> ids = {3, -1, 50, 49};
     DeviceBuffer dt = upload(table), di = upload(ids), out = poisoned(ids.size() * n);
     embed_rows(t, dt.get(), n_vocab, n, di.as<int32_t>(), static_cast<int>(ids.size()), out.as<float>(), s);
     const auto got = download<float>(out.get(), ids.size() * n);
-    std::vector<double> want;
-    for (int32_t id : ids) {
-      if (id < 0 || id >= n_vocab) {
-        want.insert(want.end(), n, 0.0);
-      } else {
-        const auto row = dequant_row(t, table, id, n);
-        want.insert(want.end(), row.begin(), row.end());
-      }
+    for (size_t k = 0; k < ids.size(); ++k) {
+      const bool valid = ids[k] >= 0 && ids[k] < n_vocab;
+      const auto want = valid ? dequant_row(t, table, ids[k], n) : std::vector<float>(n, 0.f);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_NEAR(got[k * n + i], want[i], 1e-6f * (1.f + std::fabs(want[i])))
+            << type_name(t) << " id " << ids[k] << " element " << i;
     }
-    expect_near_all(got, want, 1e-6, 1e-7, std::string("embed ") + type_name(t));
   }
   EXPECT_THROW(embed_rows(DType::Q8_K, nullptr, 1, 256, nullptr, 1, nullptr, s), Error);  // no kernel for it
 }
@@ -325,9 +212,9 @@ TEST(CudaOps, KvAppendWritesF32AtPositions) {
 }
 
 
-// RoPE with YaRN scaling (model/rope_scaling.h): the separate kernel and the
-// fused q/k prologues of decode and prompt batches against the CPU's scalar
-// rope_ref, at positions past the original context.
+// RoPE with YaRN scaling (model/rope_scaling.h): the fused q/k prologues of
+// decode and prompt batches against the CPU's scalar rope_ref, at positions
+// past the original context (the separate kernel: tests/backend_ops, op rope).
 TEST(CudaOps, RopeYarnMatchesCpu) {
   MS_REQUIRE_GPU();
   std::mt19937 rng(71);
@@ -350,11 +237,6 @@ TEST(CudaOps, RopeYarnMatchesCpu) {
           ms::rope_ref(x.data() + static_cast<size_t>(t) * heads * hd, heads, hd, n_rot, pos[t], 1e6f, sc, mode);
         return std::vector<double>(x.begin(), x.end());
       };
-      // The separate kernel.
-      const auto x = random_floats(static_cast<size_t>(n_tok * n_head * hd), rng);
-      DeviceBuffer dx = upload(x);
-      rope(dx.as<float>(), n_tok, n_head, hd, n_rot, dpos.as<int32_t>(), 1e6f, sc, mode, s);
-      expect_near_all(download<float>(dx.get(), x.size()), cpu_rope(x, n_head, n_tok), 1e-5, 1e-5, "rope yarn " + what);
       // The prompt batch's fused prologue (no norms, f32 cache).
       const auto q = random_floats(static_cast<size_t>(n_tok * n_head * hd), rng);
       const auto k = random_floats(static_cast<size_t>(n_tok * n_kv * hd), rng);

@@ -1,10 +1,12 @@
 // The formats that the CUDA kernels read through sub-block decoders
 // (cuda/quant_sub32*.cuh: Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, TQ1_0, TQ2_0 and the
 // IQ formats) against the CPU reference (dequantize_row_ref, then a double
-// dot) on random blocks: the decode matvec (dense, expert table + ids +
-// residual, gated pair), the int8 GEMM, the dequantising f32 GEMM, the
-// embedding lookup and the fused MoE decode kernels. Odd row counts, one and
-// several blocks per row, outputs poisoned with NaN before each launch.
+// dot) on random blocks: the decode matvec through expert tables (ids,
+// residual, gated pair), the int8 GEMM, the dequantising f32 GEMM and the
+// fused MoE decode kernels. Odd row counts, one and several blocks per row,
+// outputs poisoned with NaN before each launch. The dense matvec and the
+// embedding lookup of these formats are tests/backend_ops' (ops dot_q8_<type>,
+// dequantize_<type>).
 #include <gtest/gtest.h>
 
 #include "cuda/gemm.h"
@@ -65,40 +67,6 @@ TEST_P(Sub32Format, KernelsAreSupported) {
   EXPECT_TRUE(matmul_supported(t));
   EXPECT_TRUE(embed_supported(t));
   EXPECT_EQ(matmul_int8_supported(t), t != DType::Q2_K);  // Q2_K's per-16 offsets: matvec path
-}
-
-TEST_P(Sub32Format, MatvecDenseMatchesReference) {
-  MS_REQUIRE_GPU();
-  const DType t = GetParam();
-  MS_REQUIRE_CPU_REFERENCE(t);
-  std::mt19937 rng(500 + static_cast<int>(t));
-  Stream s;
-  for (int64_t cols : widths(t)) {
-    for (int64_t rows : {int64_t{1}, int64_t{37}, int64_t{130}}) {
-      const auto w = random_weights(t, rows, cols, rng);
-      DeviceBuffer dw = upload(w);
-      for (int nvec : {1, 3, 11}) {
-        const auto x = random_floats(static_cast<size_t>(cols * nvec), rng);
-        Q8In in = q8_input(x, cols, nvec, s);
-        const auto res = random_floats(static_cast<size_t>(rows * nvec), rng);
-        DeviceBuffer dres = upload(res);
-        const bool with_res = nvec == 3;
-        DeviceBuffer y = poisoned(static_cast<size_t>(rows * nvec));
-        linear(t, dw.get(), rows, cols, in.in, nvec, y.as<float>(), with_res ? dres.as<float>() : nullptr, s);
-        const auto got = download<float>(y.get(), static_cast<size_t>(rows * nvec));
-        std::vector<double> want, bound;
-        for (int v = 0; v < nvec; ++v)
-          for (int64_t r = 0; r < rows; ++r) {
-            const RefDot d = ref_dot(dequant_row(t, w, r, cols), x.data() + v * cols, cols, true);
-            want.push_back(d.value + (with_res ? res[v * rows + r] : 0.0));
-            bound.push_back(d.bound);
-          }
-        expect_close(got, want, bound,
-                     std::string(type_name(t)) + " " + std::to_string(rows) + "x" + std::to_string(cols) + " nvec " +
-                         std::to_string(nvec));
-      }
-    }
-  }
 }
 
 // Experts through a device table of slot pointers (offset inside each slot),
@@ -214,29 +182,6 @@ TEST_P(Sub32Format, MatmulInt8AndDequantisingMatchReference) {
     DeviceBuffer y = poisoned(static_cast<size_t>(c.n * c.rows));
     matmul(m, f32_only, g, y.as<float>(), c.rows, dres.as<float>(), s);
     expect_close(download<float>(y.get(), static_cast<size_t>(c.n * c.rows)), want, bound_f16, "f16 " + what);
-  }
-}
-
-TEST_P(Sub32Format, EmbeddingRowsMatchReference) {
-  MS_REQUIRE_GPU();
-  const DType t = GetParam();
-  MS_REQUIRE_CPU_REFERENCE(t);
-  std::mt19937 rng(800 + static_cast<int>(t));
-  const int64_t n_vocab = 29, n = widths(t)[1];
-  const auto table = random_weights(t, n_vocab, n, rng);
-  const std::vector<int32_t> ids = {0, 28, 7, 7, 13, -1, 29};  // the last two out of range: zero rows
-  DeviceBuffer dt = upload(table), dids = upload(ids);
-  DeviceBuffer y = poisoned(static_cast<size_t>(n * ids.size()));
-  Stream s;
-  embed_rows(t, dt.get(), n_vocab, n, dids.as<int32_t>(), static_cast<int>(ids.size()), y.as<float>(), s);
-  s.synchronize();
-  const auto got = download<float>(y.get(), static_cast<size_t>(n * ids.size()));
-  for (size_t k = 0; k < ids.size(); ++k) {
-    const bool valid = ids[k] >= 0 && ids[k] < n_vocab;
-    const auto want = valid ? dequant_row(t, table, ids[k], n) : std::vector<float>(n, 0.f);
-    for (int64_t i = 0; i < n; ++i)
-      ASSERT_NEAR(got[k * n + i], want[i], 1e-6f * (1.f + std::fabs(want[i])))
-          << type_name(t) << " token " << k << " element " << i;
   }
 }
 
