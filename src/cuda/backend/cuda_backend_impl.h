@@ -168,7 +168,9 @@ struct CudaBackend::Impl final : LayerBlocks {
   void prologue(int il, int n, float* qp, float* kp, float* vp, const int32_t* positions, bool one_qkv, RopeMode rm);
   void router_logits_rows(const cuda::DevMat& R, int n);
   // Router R on the FFN input x of n tokens: top-k ids and weights.
-  void route(const MoeFfnBlock& b, const cuda::DevMat& R, int n, int32_t* ids, float* weights);
+  // router_b: the layer's router bias (b.router_bias, gpt-oss), added to the logits before the top k.
+  void route(const MoeFfnBlock& b, const cuda::DevMat& R, int n, int32_t* ids, float* weights,
+             const float* router_b = nullptr);
   void report_routes(int il, int n);
   void dense_ffn_block(int il, int n);
   void moe_ffn_block(int il, const MoeFfnBlock& b, int n, FfnPart part);

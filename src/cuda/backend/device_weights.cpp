@@ -41,7 +41,9 @@ DeviceWeights DeviceWeights::upload(const ModelWeights& w) {
     for (const TensorView* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm,
                                 &L.ffn_norm, &L.ffn_gate, &L.ffn_up, &L.ffn_down, &L.router, &L.ssm_qkv,
                                 &L.ssm_z, &L.ssm_alpha, &L.ssm_beta, &L.ssm_out, &L.ssm_a, &L.ssm_dt, &L.ssm_conv,
-                                &L.ssm_norm, &L.shexp_gate, &L.shexp_up, &L.shexp_down, &L.shexp_router})
+                                &L.ssm_norm, &L.shexp_gate, &L.shexp_up, &L.shexp_down, &L.shexp_router, &L.bo,
+                                &L.attn_sinks, &L.router_b, &L.experts.gate_b_view_, &L.experts.up_b_view_,
+                                &L.experts.down_b_view_})
       blob_size(*t);
   }
   done.clear();
@@ -112,6 +114,12 @@ DeviceWeights DeviceWeights::upload(const ModelWeights& w) {
     D.shexp_up = mat(L.shexp_up);
     D.shexp_down = mat(L.shexp_down);
     D.shexp_router = mat(L.shexp_router);
+    D.bo = vec(L.bo);
+    D.attn_sinks = vec(L.attn_sinks);
+    D.router_b = vec(L.router_b);
+    D.exp_gate_b = vec(L.experts.gate_b_view_);
+    D.exp_up_b = vec(L.experts.up_b_view_);
+    D.exp_down_b = vec(L.experts.down_b_view_);
   }
   return dw;
 }

@@ -40,6 +40,11 @@ struct DevLayer {
   DevMat wqkv;
   const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr;
+  // gpt-oss: the output projection's bias, the per-head attention sinks, the
+  // router's bias, and the routed experts' biases ([n_expert][n_ff] gate and
+  // up, [n_expert][n_embd] down; kept with the dense weights, not the tiers).
+  const float *bo = nullptr, *attn_sinks = nullptr, *router_b = nullptr;
+  const float *exp_gate_b = nullptr, *exp_up_b = nullptr, *exp_down_b = nullptr;
 
   // Gated DeltaNet (a linear-attention layer; see model/weights.h).
   DevMat ssm_qkv, ssm_z, ssm_alpha, ssm_beta, ssm_out;

@@ -40,9 +40,13 @@ constexpr bool fused_prologue_cache = !std::is_same_v<std::remove_cv_t<std::remo
 
 // ---------------------------------------------------------------- blocks
 void CudaBackend::Impl::bind_recipe() {
-  // Parts of model/blocks.h this backend has not implemented (gpt-oss's)
-  // refuse the model here, before any device memory is taken.
-  check_blocks(c, BlockSupport{}, "CUDA backend");
+  // Every optional part of model/blocks.h (gpt-oss's: biases, sinks, the
+  // window, the clamped SwiGLU); tiered experts with biases are refused by
+  // the constructor (the hybrid step does not carry them yet).
+  BlockSupport has;
+  has.attention_output_bias = has.attention_sinks = has.attention_window = true;
+  has.router_bias = has.expert_bias = has.clamped_swiglu = true;
+  check_blocks(c, has, "CUDA backend");
   moe_blocks.assign(static_cast<size_t>(c.n_layer), MoeFfnBlock{});
   const auto plan = plan_layers(c);
   for (size_t il = 0; il < plan.size(); ++il)
@@ -153,15 +157,19 @@ void CudaBackend::Impl::attention_block(int il, const AttentionBlock& b, int n, 
     prologue(il, n, qp, kp, vp, positions, one_qkv, b.rope_mode);
   }
   const cuda::AttentionShape shape = attn_shape();
+  cuda::AttentionExtras extras;  // gpt-oss: sinks, and the window on its sliding layers
+  extras.sinks = b.sinks ? L.attn_sinks : nullptr;
+  extras.window = b.window;
   kv.with_layer(il, [&](const auto* kc, const auto* vc) {
     if (decode)
-      cuda::attention_decode(shape, qp, kc, vc, max_kv_len, kv_len, att, attn_scratch, s);
+      cuda::attention_decode(shape, qp, kc, vc, max_kv_len, kv_len, att, attn_scratch, s, extras);
     else
-      cuda::attention_prefill(shape, qp, kc, vc, n, pos0, att, s);
+      cuda::attention_prefill(shape, qp, kc, vc, n, pos0, att, s, extras);
   });
   if (gated) cuda::mul_sigmoid(att, gate, static_cast<int64_t>(n) * qd, s);
   if (uses_q8(L.wo)) cuda::quantize_q8act(att, qd, n, attq8, s);
   project(L.wo, att, &attq8, n, h, h);
+  for (int t = 0; t < n && b.output_bias; ++t) cuda::add(h + t * c.n_embd, L.bo, h + t * c.n_embd, c.n_embd, s);
 }
 
 // Biases, q/k norms, rope and the cache append as separate launches.
@@ -264,17 +272,25 @@ int CudaBackend::Impl::predicted_layer(int il) {
 // predicts most of what `target` will route.
 void CudaBackend::Impl::predict_routes(int target) {
   const int K = c.n_expert_used;
-  route(moe_blocks[static_cast<size_t>(target)], weights.layer(target).router, 1, route_ids + K, route_w + K);
+  route(moe_blocks[static_cast<size_t>(target)], weights.layer(target).router, 1, route_ids + K, route_w + K,
+        weights.layer(target).router_b);
 }
 
-void CudaBackend::Impl::route(const MoeFfnBlock& b, const cuda::DevMat& R, int n, int32_t* ids, float* wts) {
+void CudaBackend::Impl::route(const MoeFfnBlock& b, const cuda::DevMat& R, int n, int32_t* ids, float* wts,
+                              const float* router_b) {
   const int E = c.n_expert, K = c.n_expert_used;
   const int64_t D = c.n_embd;
-  if (n == 1 && opt.fused_decode && cuda::router_decode_supported(R.type, E, D, K)) {
+  if (n == 1 && opt.fused_decode && !b.router_bias && cuda::router_decode_supported(R.type, E, D, K)) {
     cuda::router_decode_f32(static_cast<const float*>(R.data), x, E, D, K, b.router_mode, b.renorm,
                             router_logits, ids, wts, router_counter, stream);
   } else {  // always the exact matvec (f32 weights, no f16 rounding), so batch and decode choose alike
     router_logits_rows(R, n);
+    if (b.router_bias) {  // gpt-oss: the bias joins the logits before the top k
+      if (router_b == nullptr) throw Error("CUDA backend: the recipe asks for a router bias the layer lacks");
+      for (int t = 0; t < n; ++t)
+        cuda::add(router_logits + static_cast<int64_t>(t) * E, router_b, router_logits + static_cast<int64_t>(t) * E, E,
+                  stream);
+    }
     cuda::router_topk(router_logits, n, E, K, b.router_mode, b.renorm, ids, wts, stream);
   }
 }
@@ -306,7 +322,7 @@ void CudaBackend::Impl::moe_ffn_block(int il, const MoeFfnBlock& b, int n, FfnPa
   const int K = c.n_expert_used;
   if (part == FfnPart::Experts) goto experts;  // the route half ran (captured) before
   norm_rows(h, L.ffn_norm, n);
-  route(b, L.router, n, route_ids, route_w);
+  route(b, L.router, n, route_ids, route_w, L.router_b);
   if (route_hook) report_routes(il, n);
   // Prefetch: the next tiered layer's router on this input, read back with
   // the routes (the span path's Route half, or a gated step's tiered layer).
@@ -332,7 +348,15 @@ experts:
   }
   // All-resident experts: the resident model's, or a tiered layer whose
   // every expert stays in its slots (the slot table then never changes).
-  const cuda::ExpertWeights& ex = hybrid ? hybrid->weights(il) : experts.weights(il);
+  cuda::ExpertWeights ex = hybrid ? hybrid->weights(il) : experts.weights(il);
+  if (b.expert_bias) {  // gpt-oss: the experts' biases live with the dense weights
+    ex.gate_bias = L.exp_gate_b;
+    ex.up_bias = L.exp_up_b;
+    ex.down_bias = L.exp_down_b;
+  }
+  ex.clamped_swiglu = b.act.kind == GluActivation::Kind::ClampedSwiGLU;
+  ex.alpha = b.act.alpha;
+  ex.limit = b.act.limit;
   cuda::expert_ffn(ex, x, &xq8, n, K, route_ids, route_w, h, h, exp_scratch, exp_scratch_bytes, s);
 }
 
