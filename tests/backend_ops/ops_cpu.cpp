@@ -605,18 +605,20 @@ void add_expert_ffn(Registry& reg) {
   uint32_t seed = 600;
   const std::pair<DType, DType> types[] = {{DType::Q4_K, DType::Q6_K}, {DType::Q8_0, DType::Q8_0},
                                            {DType::MXFP4, DType::Q5_K}, {DType::F16, DType::F16},
-                                           {DType::Q4_0, DType::IQ4_XS}};
+                                           {DType::Q4_0, DType::IQ4_XS}, {DType::Q8_0, DType::F16}};
   for (int gpu : {0, 1}) {
     Op op;
     op.name = gpu ? "expert_ffn_gpu_q8" : "expert_ffn";
     for (auto [gt, dt] : types)
-      for (auto [n_tok, k] : {std::pair<int, int>{1, 4}, {5, 2}, {20, 3}})
+      for (auto [n_tok, k] : {std::pair<int, int>{1, 4}, {5, 2}, {20, 3}, {gpu ? 100 : 0, 4}}) {
+        if (n_tok == 0 || (n_tok == 100 && gt != DType::Q4_K)) continue;  // 100: 50 pairs an expert, 64-vector tiles
         op.cases.push_back(make_case(std::string(type_name(gt)) + "/" + type_name(dt) + " tokens=" +
                                          std::to_string(n_tok) + " k=" + std::to_string(k),
                                      {{"gate_type", static_cast<int64_t>(gt)}, {"down_type", static_cast<int64_t>(dt)},
                                       {"d_model", 256}, {"d_ff", 256}, {"n_expert", 8}, {"n_tok", n_tok}, {"k", k},
                                       {"gpu_q8", gpu}, {"res", n_tok != 1}},
                                      seed++));
+      }
     op.make = make_expert_ffn;
     op.tol = 1e-3;
     const ActRounding r = gpu ? ActRounding::Gpu : ActRounding::Native;

@@ -666,29 +666,76 @@ void add_delta_impls(Registry& reg) {
 }
 
 // ---------------------------------------------------------------- expert_ffn
+// Variants: the experts addressed by a device table of pointers (as expert
+// slots are) or by base + stride; x handed over already quantized (x_q8, as
+// rmsnorm makes it) or not; the int8 GEMM path from 2 tokens instead of
+// expert_ffn_gemm_min_tokens() (restored after).
+struct FfnVariant {
+  bool table = false, x_q8 = false, gemm_from_2 = false;
+};
+
+std::vector<float> run_expert_ffn(const Case& c, const Problem& p, FfnVariant v) {
+  const int64_t d_model = c.at("d_model"), d_ff = c.at("d_ff");
+  const int n_tok = static_cast<int>(c.at("n_tok")), k = static_cast<int>(c.at("k"));
+  const int n_expert = static_cast<int>(c.at("n_expert"));
+  const DType gt = static_cast<DType>(c.at("gate_type")), dt = static_cast<DType>(c.at("down_type"));
+  DeviceBuffer dg = upload(p.b.at("gate")), du = upload(p.b.at("up")), dd = upload(p.b.at("down"));
+  DeviceBuffer dx = upload(p.f.at("x")), di = upload(p.i.at("ids")), dw = upload(p.f.at("weights"));
+  cuda::ExpertWeights w;
+  w.n_expert = n_expert;
+  w.gate = dense_matrix(gt, d_ff, d_model, dg.get());
+  w.up = dense_matrix(gt, d_ff, d_model, du.get());
+  w.down = dense_matrix(dt, d_model, d_ff, dd.get());
+  const int64_t gs = d_ff * row_bytes(gt, d_model), ds = d_model * row_bytes(dt, d_ff);
+  w.gate.stride = w.up.stride = gs;
+  w.down.stride = ds;
+  std::vector<const void*> tg, tu, td;
+  for (int e = n_expert - 1; e >= 0; --e) {  // tables in reverse: an id must go through the table
+    tg.insert(tg.begin(), dg.as<uint8_t>() + e * gs);
+    tu.insert(tu.begin(), du.as<uint8_t>() + e * gs);
+    td.insert(td.begin(), dd.as<uint8_t>() + e * ds);
+  }
+  DeviceBuffer dtg = upload(tg), dtu = upload(tu), dtd = upload(td);
+  if (v.table) {
+    for (cuda::MatrixSet* m : {&w.gate, &w.up, &w.down}) {
+      m->base = nullptr;
+      m->stride = 0;
+    }
+    w.gate.table = dtg.as<const void* const>();
+    w.up.table = dtu.as<const void* const>();
+    w.down.table = dtd.as<const void* const>();
+  }
+  DeviceBuffer q8buf;
+  cuda::Q8Act xq;
+  if (v.x_q8) {
+    q8buf = DeviceBuffer(cuda::q8act_bytes(d_model, n_tok));
+    xq = cuda::q8act_view(q8buf.get(), d_model, n_tok);
+    cuda::quantize_q8act(dx.as<float>(), d_model, n_tok, xq, stream());
+  }
+  DeviceBuffer dres = upload(p.f.at("res"));
+  const float* res = p.f.at("res").empty() ? nullptr : dres.as<float>();
+  const size_t sb = cuda::expert_ffn_scratch_bytes(w, n_tok, k);
+  DeviceBuffer scratch(sb + 256), out = poisoned_dev(static_cast<size_t>(n_tok * d_model));
+  const int saved = cuda::expert_ffn_gemm_min_tokens();
+  if (v.gemm_from_2) cuda::expert_ffn_set_gemm_min_tokens(2);
+  cuda::expert_ffn(w, dx.as<float>(), v.x_q8 ? &xq : nullptr, n_tok, k, di.as<int32_t>(), dw.as<float>(), res,
+                   out.as<float>(), scratch.get(), sb, stream());
+  std::vector<float> got = result(out, static_cast<size_t>(n_tok * d_model));
+  cuda::expert_ffn_set_gemm_min_tokens(saved);
+  return got;
+}
+
 void add_expert_ffn_impl(Registry& reg) {
   reg.add_impl("expert_ffn_gpu_q8", gpu_impl("cuda", [](const Case& c, const Problem& p) {
-    const int64_t d_model = c.at("d_model"), d_ff = c.at("d_ff");
-    const int n_tok = static_cast<int>(c.at("n_tok")), k = static_cast<int>(c.at("k"));
-    const DType gt = static_cast<DType>(c.at("gate_type")), dt = static_cast<DType>(c.at("down_type"));
-    DeviceBuffer dg = upload(p.b.at("gate")), du = upload(p.b.at("up")), dd = upload(p.b.at("down"));
-    DeviceBuffer dx = upload(p.f.at("x")), di = upload(p.i.at("ids")), dw = upload(p.f.at("weights"));
-    cuda::ExpertWeights w;
-    w.n_expert = static_cast<int>(c.at("n_expert"));
-    w.gate = dense_matrix(gt, d_ff, d_model, dg.get());
-    w.gate.stride = d_ff * row_bytes(gt, d_model);
-    w.up = dense_matrix(gt, d_ff, d_model, du.get());
-    w.up.stride = w.gate.stride;
-    w.down = dense_matrix(dt, d_model, d_ff, dd.get());
-    w.down.stride = d_model * row_bytes(dt, d_ff);
-    const size_t sb = cuda::expert_ffn_scratch_bytes(w, n_tok, k);
-    DeviceBuffer scratch(sb + 256), out = poisoned_dev(static_cast<size_t>(n_tok * d_model));
-    DeviceBuffer dres = upload(p.f.at("res"));
-    const float* res = p.f.at("res").empty() ? nullptr : dres.as<float>();
-    cuda::expert_ffn(w, dx.as<float>(), nullptr, n_tok, k, di.as<int32_t>(), dw.as<float>(), res, out.as<float>(),
-                     scratch.get(), sb, stream());
-    return result(out, static_cast<size_t>(n_tok * d_model));
+    return run_expert_ffn(c, p, {});
   }));
+  reg.add_impl("expert_ffn_gpu_q8", gpu_impl("cuda_table_x_q8", [](const Case& c, const Problem& p) {
+    return run_expert_ffn(c, p, {true, cuda::matvec_takes_q8(static_cast<DType>(c.at("gate_type"))), false});
+  }));
+  Impl g = gpu_impl("cuda_gemm_from_2", [](const Case& c, const Problem& p) {
+    return run_expert_ffn(c, p, {false, false, true});
+  }, -1, no_int8_mma);
+  reg.add_impl("expert_ffn_gpu_q8", std::move(g));
 }
 
 }  // namespace
