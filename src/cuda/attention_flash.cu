@@ -130,12 +130,12 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
 // dst [BK][HDP + 8] halves. Rows outside kmin .. kmax (the keys the block
 // sees) and dims past hd are zeros: P V multiplies every row, so a NaN in a
 // row no query sees must not get in (0 * NaN).
-template <int HDP, int BK>
+template <int HDP, int BK, bool WIN>
 __device__ __forceinline__ void load_tile(const __half* head, int t0, int kmin, int kmax, int hd, __half* dst) {
   constexpr int kChunks = HDP / 8;  // 16-byte pieces per row
   for (int i = threadIdx.x; i < BK * kChunks; i += kThreads) {
     const int r = i / kChunks, c = (i % kChunks) * 8;
-    const bool ok = t0 + r >= kmin && t0 + r <= kmax && c < hd;
+    const bool ok = (!WIN || t0 + r >= kmin) && t0 + r <= kmax && c < hd;
     const __half* src = ok ? head + static_cast<int64_t>(t0 + r) * hd + c : head;
     cp_async16(smem_addr(dst + r * row_stride<HDP>() + c), src, ok ? 16 : 0);
   }
@@ -172,7 +172,7 @@ constexpr bool kDequantHalf2 = true;
 // CPU's and the decode kernels' d * q in f32 then rounded). Rows outside
 // kmin .. kmax and dims past hd are zeros (as load_tile's; the rows past kmax
 // were not copied).
-template <int HDP, int BK>
+template <int HDP, int BK, bool WIN>
 __device__ __forceinline__ void dequant_tile(const unsigned char* raw, int mis, int t0, int kmin, int kmax, int hd,
                                              __half* dst) {
   constexpr int kChunks = HDP / 8;
@@ -180,7 +180,7 @@ __device__ __forceinline__ void dequant_tile(const unsigned char* raw, int mis, 
   for (int i = threadIdx.x; i < BK * kChunks; i += kThreads) {
     const int r = i / kChunks, c = (i % kChunks) * 8;
     uint4 packed = make_uint4(0, 0, 0, 0);
-    if (t0 + r >= kmin && t0 + r <= kmax && c < hd) {
+    if ((!WIN || t0 + r >= kmin) && t0 + r <= kmax && c < hd) {
       // a block is 34 bytes: 2-byte aligned (the cache is), read by halves
       const unsigned char* blk = raw + mis + (r * units + c / QK) * static_cast<int>(sizeof(BlockQ8_0));
       const auto* qs = reinterpret_cast<const unsigned short*>(blk + 2 + c % QK);
@@ -216,7 +216,9 @@ __device__ __forceinline__ void dequant_tile(const unsigned char* raw, int mis, 
   }
 }
 
-template <class T, int HDP>
+// WIN: a sliding window (window > 0); without it the window's code is left
+// out (it cost the f16 kernel ~5% at head_dim 128 on an H200 as a run-time test).
+template <class T, int HDP, bool WIN>
 __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const float* __restrict__ q,
                                                                   const T* __restrict__ kc,
                                                                   const T* __restrict__ vc, int n_tokens,
@@ -249,7 +251,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const float* __
   const T* vh = vc + static_cast<int64_t>(kvh) * ctx * units;
   const int kmax = pos0 + min(q0 + kBQ, n_tokens) - 1;  // the last key any token of the block sees
   const int n_kt = kmax / BK + 1;
-  const int kmin = window > 0 ? max(0, pos0 + q0 - window + 1) : 0;  // the first key any token of the block sees
+  const int kmin = WIN ? max(0, pos0 + q0 - window + 1) : 0;  // the first key any token of the block sees
   const int kt0 = kmin / BK;
 
   // Copies tile j into buffer slot b (f16: the f16 tiles; q8_0: the raw ones).
@@ -258,8 +260,8 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const float* __
       copy_raw_tile<BK>(kh, j * BK, kmax, hd, raw_k + b * RB);
       copy_raw_tile<BK>(vh, j * BK, kmax, hd, raw_v + b * RB);
     } else {
-      load_tile<HDP, BK>(kh, j * BK, kmin, kmax, hd, k_s + b * BK * S);
-      load_tile<HDP, BK>(vh, j * BK, kmin, kmax, hd, v_s + b * BK * S);
+      load_tile<HDP, BK, WIN>(kh, j * BK, kmin, kmax, hd, k_s + b * BK * S);
+      load_tile<HDP, BK, WIN>(vh, j * BK, kmin, kmax, hd, v_s + b * BK * S);
     }
     cp_async_commit();
   };
@@ -283,8 +285,8 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const float* __
   // With a window: the first key the warp's first token sees, the largest
   // first key of its rows (tiles reaching below it need the mask), and this
   // thread's rows' first keys. Without: 0 and no mask.
-  const int warp_first = window > 0 ? max(0, pos0 + wr0 - window + 1) : 0;
-  const int warp_first_max = window > 0 ? pos0 + wr0 + 15 - window + 1 : 0;
+  const int warp_first = WIN ? max(0, pos0 + wr0 - window + 1) : 0;
+  const int warp_first_max = WIN ? pos0 + wr0 + 15 - window + 1 : 0;
   const int first0 = lim0 - window + 1, first1 = lim1 - window + 1;
   const uint32_t q_frag_addr =
       smem_addr(q_s + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * S + (lane >> 4) * 8);
@@ -314,8 +316,8 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const float* __
       cp_async_wait<0>();
       __syncthreads();
       if (j + 1 < n_kt) issue_tile(j + 1, slot ^ 1);  // overlaps the dequantization and the MMAs of tile j
-      dequant_tile<HDP, BK>(raw_k + slot * RB, raw_offset(kh, t0, units), t0, kmin, kmax, hd, k_s);
-      dequant_tile<HDP, BK>(raw_v + slot * RB, raw_offset(vh, t0, units), t0, kmin, kmax, hd, v_s);
+      dequant_tile<HDP, BK, WIN>(raw_k + slot * RB, raw_offset(kh, t0, units), t0, kmin, kmax, hd, k_s);
+      dequant_tile<HDP, BK, WIN>(raw_v + slot * RB, raw_offset(vh, t0, units), t0, kmin, kmax, hd, v_s);
     } else if (j + 1 < n_kt) {
       issue_tile(j + 1, slot ^ 1);
       cp_async_wait<1>();
@@ -324,7 +326,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const float* __
     }
     __syncthreads();
     const int buf = kRaw ? 0 : slot;
-    if (warp_active && t0 <= warp_last && t0 + BK > warp_first) {
+    if (warp_active && t0 <= warp_last && (!WIN || t0 + BK > warp_first)) {
       const uint32_t kb = smem_addr(k_s + buf * BK * S) + k_off;
       const uint32_t vb = smem_addr(v_s + buf * BK * S) + v_off;
       float sc[NT][4];
@@ -359,7 +361,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const float* __
         }
       }
       // the window's lower edge, where the tile reaches below a row's first key
-      if (window > 0 && t0 < warp_first_max) {
+      if (WIN && t0 < warp_first_max) {
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
           const int key = t0 + n * 8 + 2 * t;
@@ -445,28 +447,37 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const float* __
 bool flash_usable() {
   static const bool v = [] {
     cudaFuncAttributes a{};
-    MS_CUDA_CHECK(cudaFuncGetAttributes(&a, flash_prefill_kernel<__half, 64>));
+    MS_CUDA_CHECK(cudaFuncGetAttributes(&a, flash_prefill_kernel<__half, 64, false>));
     return a.ptxVersion >= 80;
   }();
   return v;
 }
 
-template <class T, int HDP>
-void launch(const AttentionShape& s, const float* q, const T* kc, const T* vc, int n_tokens, int pos0, float* out,
-            cudaStream_t stream, const AttentionExtras& x) {
+template <class T, int HDP, bool WIN>
+void launch_kernel(const AttentionShape& s, const float* q, const T* kc, const T* vc, int n_tokens, int pos0,
+                   float* out, cudaStream_t stream, const AttentionExtras& x) {
   constexpr size_t smem = smem_bytes<T, HDP>();
   static const bool opted_in = [] {  // beyond the default 48 KB of dynamic shared memory
-    MS_CUDA_CHECK(cudaFuncSetAttribute(flash_prefill_kernel<T, HDP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
+    MS_CUDA_CHECK(cudaFuncSetAttribute(flash_prefill_kernel<T, HDP, WIN>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     return true;
   }();
   (void)opted_in;
   const int n_qt = (n_tokens + kBQ - 1) / kBQ;
   const dim3 grid(static_cast<unsigned>(s.n_head), static_cast<unsigned>(n_qt));
-  flash_prefill_kernel<T, HDP><<<grid, kThreads, smem, stream>>>(q, kc, vc, n_tokens, s.n_head, s.n_head / s.n_kv,
-                                                                 s.head_dim, s.ctx, pos0, s.scale * kLog2e, x.sinks,
-                                                                 x.window, out);
+  flash_prefill_kernel<T, HDP, WIN><<<grid, kThreads, smem, stream>>>(q, kc, vc, n_tokens, s.n_head,
+                                                                      s.n_head / s.n_kv, s.head_dim, s.ctx, pos0,
+                                                                      s.scale * kLog2e, x.sinks, x.window, out);
   MS_CUDA_CHECK_LAUNCH();
+}
+
+template <class T, int HDP>
+void launch(const AttentionShape& s, const float* q, const T* kc, const T* vc, int n_tokens, int pos0, float* out,
+            cudaStream_t stream, const AttentionExtras& x) {
+  if (x.window > 0)
+    launch_kernel<T, HDP, true>(s, q, kc, vc, n_tokens, pos0, out, stream, x);
+  else
+    launch_kernel<T, HDP, false>(s, q, kc, vc, n_tokens, pos0, out, stream, x);
 }
 
 void check_prefill(const AttentionShape& s, int n_tokens, int pos0, const AttentionExtras& x) {
