@@ -217,7 +217,8 @@ __device__ __forceinline__ void dequant_tile(const unsigned char* raw, int mis, 
 }
 
 // WIN: a sliding window (window > 0); without it the window's code is left
-// out (it cost the f16 kernel ~5% at head_dim 128 on an H200 as a run-time test).
+// out, so calls without a window run the kernel as it was (as run-time checks
+// they slowed it measurably: bench/results/long_context.md, section attn).
 template <class T, int HDP, bool WIN>
 __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const float* __restrict__ q,
                                                                   const T* __restrict__ kc,
