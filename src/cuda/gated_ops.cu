@@ -34,6 +34,12 @@ __global__ void mul_sigmoid_kernel(float* x, const float* __restrict__ gate, int
   if (i < count) x[i] *= sigmoid(gate[i]);
 }
 
+__global__ void add_row_bias_kernel(float* x, const float* __restrict__ bias, int64_t width) {
+  const int64_t t = blockIdx.y;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < width) x[t * width + i] += bias[i];
+}
+
 __global__ void scale_rows_sigmoid_kernel(float* x, const float* __restrict__ score, int64_t width) {
   const int64_t t = blockIdx.y;
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -58,6 +64,14 @@ void split_q_gate(const float* src, int n, int n_head, int head_dim, int64_t res
 void mul_sigmoid(float* x, const float* gate, int64_t count, cudaStream_t stream) {
   if (count <= 0) return;
   mul_sigmoid_kernel<<<blocks(count), kThreads, 0, stream>>>(x, gate, count);
+  MS_CUDA_CHECK_LAUNCH();
+}
+
+void add_row_bias(float* x, const float* bias, int n, int64_t width, cudaStream_t stream) {
+  if (n <= 0 || width <= 0) return;
+  if (n > 65535) throw Error("add_row_bias: " + std::to_string(n) + " rows (at most 65535 per launch)");
+  const dim3 grid(blocks(width), static_cast<unsigned>(n));
+  add_row_bias_kernel<<<grid, kThreads, 0, stream>>>(x, bias, width);
   MS_CUDA_CHECK_LAUNCH();
 }
 

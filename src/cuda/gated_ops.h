@@ -1,4 +1,4 @@
-// Small element-wise ops of the gated parts of hybrids (qwen35moe): the
+// Small element-wise ops of the gated parts of hybrids (qwen35moe) and gpt-oss's row biases: the
 // attention output gate (Wq yields per head [q | gate]) and the shared
 // expert's sigmoid scale. The CPU recipe they mirror is
 // src/engine/cpu_backend.cpp (attention_block's gate, shared_expert).
@@ -24,6 +24,10 @@ void split_q_gate(const float* src, int n, int n_head, int head_dim, int64_t res
 
 // x[i] *= sigmoid(gate[i]) for count elements (the attention output gate).
 void mul_sigmoid(float* x, const float* gate, int64_t count, cudaStream_t stream);
+
+// x[t][c] += bias[c] for n rows of `width` (gpt-oss: the attention output's
+// and the router's biases, one launch for a batch).
+void add_row_bias(float* x, const float* bias, int n, int64_t width, cudaStream_t stream);
 
 // x[t][c] *= sigmoid(score[t]) for n rows of `width` (the shared expert's
 // gate, applied to its SwiGLU activations before the down projection: the

@@ -3,7 +3,8 @@
 // expert_ffn_ref, the scalar definition) combined with the router weights,
 // for one token (decode) and batches below and above the GEMM threshold,
 // float and quantized (MXFP4 as gpt-oss ships, Q8_0) experts; outputs
-// poisoned first. Skips without a device.
+// poisoned first. Also the row-bias op (cuda/gated_ops.h: add_row_bias).
+// Skips without a device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 
 #include "cpu/expert_ffn.h"
 #include "cuda/expert_ffn.h"
+#include "cuda/gated_ops.h"
 #include "cuda_test_util.h"
 
 namespace ms::cuda::test {
@@ -113,6 +115,24 @@ TEST(ExpertFfnBias, ClampedSwigluWithBiasesMatchesCpuReference) {
   MS_REQUIRE_GPU();
   for (DType t : {DType::F32, DType::Q8_0, DType::MXFP4})
     for (int n : {1, 5, 40}) run_case(t, n);
+}
+
+TEST(AddRowBias, EveryRowGetsTheBiasExactly) {
+  MS_REQUIRE_GPU();
+  std::mt19937 rng(5);
+  for (int64_t width : {1, 37, 300}) {
+    const int n = 19;
+    const auto x = random_floats(static_cast<size_t>(n * width), rng), b = random_floats(static_cast<size_t>(width), rng);
+    DeviceBuffer dx = upload(x), db = upload(b);
+    Stream s;
+    add_row_bias(dx.as<float>(), db.as<float>(), n, width, s);
+    MS_CUDA_CHECK(cudaStreamSynchronize(s));
+    const auto got = download<float>(dx.get(), x.size());
+    for (int t = 0; t < n; ++t)
+      for (int64_t c = 0; c < width; ++c)
+        ASSERT_EQ(got[static_cast<size_t>(t * width + c)], x[static_cast<size_t>(t * width + c)] + b[static_cast<size_t>(c)])
+            << "row " << t << " col " << c << " width " << width;
+  }
 }
 
 }  // namespace

@@ -169,7 +169,7 @@ void CudaBackend::Impl::attention_block(int il, const AttentionBlock& b, int n, 
   if (gated) cuda::mul_sigmoid(att, gate, static_cast<int64_t>(n) * qd, s);
   if (uses_q8(L.wo)) cuda::quantize_q8act(att, qd, n, attq8, s);
   project(L.wo, att, &attq8, n, h, h);
-  for (int t = 0; t < n && b.output_bias; ++t) cuda::add(h + t * c.n_embd, L.bo, h + t * c.n_embd, c.n_embd, s);
+  if (b.output_bias) cuda::add_row_bias(h, L.bo, n, c.n_embd, s);
 }
 
 // Biases, q/k norms, rope and the cache append as separate launches.
@@ -287,9 +287,7 @@ void CudaBackend::Impl::route(const MoeFfnBlock& b, const cuda::DevMat& R, int n
     router_logits_rows(R, n);
     if (b.router_bias) {  // gpt-oss: the bias joins the logits before the top k
       if (router_b == nullptr) throw Error("CUDA backend: the recipe asks for a router bias the layer lacks");
-      for (int t = 0; t < n; ++t)
-        cuda::add(router_logits + static_cast<int64_t>(t) * E, router_b, router_logits + static_cast<int64_t>(t) * E, E,
-                  stream);
+      cuda::add_row_bias(router_logits, router_b, n, E, stream);
     }
     cuda::router_topk(router_logits, n, E, K, b.router_mode, b.renorm, ids, wts, stream);
   }
