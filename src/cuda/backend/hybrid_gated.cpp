@@ -53,9 +53,6 @@ void HybridMoe::Impl::make_gates() {
   const size_t D = static_cast<size_t>(c.n_embd);
   gated.assign(NL, 0);
   gated_pred.assign(NL, -1);
-  staged_at.assign(NL, Clock::time_point{});
-  staged_seq.assign(NL, 0);
-  route_gap_s.assign(NL, 0.0);
   box_bytes = cuda::GateMailbox::bytes(c.n_embd, c.n_expert_used);
   mailbox = cuda::PinnedBuffer(box_bytes * NL + kAlign, true);
   std::memset(mailbox.get(), 0, mailbox.size());
@@ -94,7 +91,6 @@ void HybridMoe::Impl::begin_gated() {
   gate_src.as<uint32_t>()[0] = gate_src.as<uint32_t>()[1] = seq;
   MS_CUDA_CHECK(cudaMemcpyAsync(seq_dev, gate_src.get(), sizeof(uint32_t), cudaMemcpyHostToDevice, stream));
   if (resident_dirty) upload_resident(stream);  // prompts admit and evict too
-  gated_pass = true;
 }
 
 // Captured into the decode graph, once per tiered layer.
@@ -156,7 +152,7 @@ void HybridMoe::Impl::release_gates() {
   cudaStreamSynchronize(copier->stream());
   cudaStreamSynchronize(stream);
   cudaGetLastError();
-  gated_pass = false;
+  sched->end_pass();
 }
 
 void HybridMoe::Impl::serve_gated() {
@@ -192,12 +188,7 @@ void HybridMoe::Impl::serve_layer(int il) {
   const int K = c.n_expert_used, E = c.n_expert;
   const cuda::GateMailbox& b = await_box(il);
   const auto t_plan = Clock::now();
-  if (staged_seq[static_cast<size_t>(il)] == seq) {
-    // A moving average: the stretch moves little from token to token.
-    const double gap = std::chrono::duration<double>(t_plan - staged_at[static_cast<size_t>(il)]).count();
-    double& g = route_gap_s[static_cast<size_t>(il)];
-    g = g > 0 ? 0.8 * g + 0.2 * gap : gap;
-  }
+  sched->note_routes(static_cast<uint32_t>(il), seq, t_plan);  // the stretch since this step staged it
   // Earlier samples, only if done: never wait here, where the GPU may be
   // stopped at this layer's gate while the copy stream still prefetches.
   collect_timing(false);
@@ -214,8 +205,7 @@ void HybridMoe::Impl::serve_layer(int il) {
   // be in use by the layers after, so this plan must not change any.
   const bool staged_hit = b.hit == 2;
   group_routes(il, ids, K);
-  const StepPlan& sp = res->plan(step, static_cast<uint32_t>(il), keys, tokens,
-                                 opt.stage_gap ? link_backlog_s() : -1.0, !staged_hit);
+  const StepPlan& sp = *sched->plan_layer(step, static_cast<uint32_t>(il), keys, tokens, true, !staged_hit).plan;
   const auto t_enqueue = Clock::now();
   prof.policy_s += std::chrono::duration<double>(t_enqueue - t_policy).count();
   note_residency(sp.plan);
@@ -279,8 +269,7 @@ void HybridMoe::Impl::serve_layer(int il) {
   const auto t_cpu = Clock::now();
   prof.enqueue_s += std::chrono::duration<double>(t_cpu - t_enqueue).count();
   if (!cpu_work.empty()) {
-    const double overhead = std::chrono::duration<double>(t_cpu - t_plan).count();
-    min_overhead_s = min_overhead_s > 0 ? std::min(min_overhead_s, overhead) : overhead;
+    sched->note_host_overhead(std::chrono::duration<double>(t_cpu - t_plan).count());
     cuda::GateMailbox* bx = box(il);
     cpu->compute(il, cuda::GateMailbox::x_of(bx), 1, cpu_work, cuda::GateMailbox::y_of(bx, c.n_embd));
     cuda::open_host_rows(bx, mask, seq);
@@ -296,8 +285,7 @@ void HybridMoe::Impl::serve_layer(int il) {
   const int target = gated_pred[static_cast<size_t>(il)];
   const auto t_stage = Clock::now();
   if (target >= 0) {
-    staged_at[static_cast<size_t>(target)] = t_stage;
-    staged_seq[static_cast<size_t>(target)] = seq;
+    sched->note_staged(static_cast<uint32_t>(target), seq, t_stage);
     stage_next(HybridPrediction{target, nullptr, K}, pred);
   }
   const auto t_settle = Clock::now();

@@ -7,11 +7,9 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "cuda/backend/hybrid_moe_impl.h"
-#include "experts/prefetch.h"
 #include "cuda/gemm.h"
 #include "cuda/ops.h"
 #include "util/error.h"
@@ -20,15 +18,6 @@ namespace ms {
 using namespace hybrid_detail;
 
 namespace {
-
-// Route read-back brings the FFN input along when a pass has at most this
-// many tokens (decode: 8 KB more in the same copy); larger passes fetch it
-// only when some expert runs on the CPU.
-constexpr int kEagerInputTokens = 64;
-
-// A CPU rate that no plan gives work to (a staged prompt pass without the
-// CPU's share, HybridMoeOptions::prompt_cpu).
-constexpr double kNoCpuGflops = 1e-9;
 
 // The step's expert scratch (hg) doubles as cuda::expert_ffn's scratch on
 // all-GPU decode steps (and, for up to 16 tokens, pinned layers even when
@@ -76,9 +65,7 @@ uint64_t HybridMoe::slot_bytes(const ExpertWeights& e) {
 }
 
 uint32_t HybridMoe::stage_bank(const ModelConfig& c, const std::string& prefetch) {
-  if (prefetch == "off") return 0;
-  if (prefetch == "next" || prefetch == "auto") return static_cast<uint32_t>(c.n_expert_used);
-  throw Error("--prefetch " + prefetch + ": use off, next or auto");
+  return StepScheduler::stage_bank(static_cast<uint32_t>(c.n_expert_used), prefetch);
 }
 
 uint64_t HybridMoe::buffer_bytes(const ModelConfig& c, int max_tokens, uint32_t transit_slots, uint64_t largest_slot,
@@ -115,24 +102,32 @@ void HybridMoe::Impl::allocate_buffers() {
 }
 
 void HybridMoe::Impl::make_slots() {
-  ResidencyConfig rc;
+  StepSchedulerOptions so;
+  ResidencyConfig& rc = so.residency;
   rc.n_layer = static_cast<uint32_t>(c.n_layer);
   rc.n_expert = static_cast<uint32_t>(c.n_expert);
   rc.k = static_cast<uint32_t>(c.n_expert_used);
   rc.pool_bytes = opt.pool_bytes;
-  rc.transit_slots = std::max<uint32_t>(2, opt.transit_slots & ~1u);  // even: waves take half each
-  rc.stage_bank = bank_size = HybridMoe::stage_bank(c, opt.prefetch);
-  prefetch_auto = opt.prefetch == "auto";
+  rc.transit_slots = opt.transit_slots;
   rc.policy = opt.policy;
-  rc.cost = cost;
   rc.profile = opt.profile;
+  so.prefetch = opt.prefetch;
+  so.prompt_stage = opt.prompt_stage;
+  so.prompt_cpu = opt.prompt_cpu;
+  so.stage_gap = opt.stage_gap;
+  so.staged_hits = opt.staged_hits;
+  so.cost_overrides = opt.cost_overrides;
   geom.resize(static_cast<size_t>(c.n_layer));
   for (int l = 0; l < c.n_layer; ++l) {
     const ExpertWeights& e = w.layers[static_cast<size_t>(l)].experts;
     geom[static_cast<size_t>(l)] = cuda::SlotGeometry::of(e.gate_bytes(), e.up_bytes(), e.down_bytes());
     rc.slot_bytes.push_back(geom[static_cast<size_t>(l)].slot_bytes);
+    so.expert_bytes.push_back(geom[static_cast<size_t>(l)].gate_bytes + geom[static_cast<size_t>(l)].up_bytes +
+                              geom[static_cast<size_t>(l)].down_bytes);
   }
-  res = std::make_unique<ExpertResidency>(rc);
+  sched = std::make_unique<StepScheduler>(so);
+  res = &sched->residency();
+  bank_size = res->stage_bank();
   const PoolLayout& layout = res->layout();
   std::vector<cuda::DeviceExpertSlots::PoolSpec> pools;
   for (const Pool& p : layout.pools)
@@ -191,7 +186,7 @@ void HybridMoe::Impl::make_copier() {
 }
 
 void HybridMoe::Impl::measure_cost() {
-  cost = CostModel();
+  CostProbe probe;
   const int l = first_moe_layer();
   const int32_t pool = res->pool_of_layer(static_cast<uint32_t>(l));
   const uint32_t cache = static_cast<uint32_t>(res->layout().pools[static_cast<size_t>(pool)].slots);
@@ -205,8 +200,8 @@ void HybridMoe::Impl::measure_cost() {
     copier->record(copy1.get());
     copy1.synchronize();
   }
-  const double copy_s = copy1.ms_since(copy0) * 1e-3;
-  if (copy_s > 0) cost.pcie_gbps = double(bytes) * n_copy / copy_s / 1e9;
+  probe.link_bytes = double(bytes) * n_copy;
+  probe.link_s = copy1.ms_since(copy0) * 1e-3;
   // CPU: one token through 32 distinct experts (a repeated one would come
   // from the CPU's cache, not DRAM), spread over the MoE layers; the median
   // of 5 tries after a warm-up (single short tries varied 4.8-76 GB/s).
@@ -229,12 +224,10 @@ void HybridMoe::Impl::measure_cost() {
     probe_bytes = work.size() * bytes;
   }
   std::sort(tries.begin(), tries.end());
-  const double best = tries.empty() ? 0 : tries[tries.size() / 2];
-  if (best > 0) cost.cpu_gbps = double(probe_bytes) / best / 1e9;
-  // CPU arithmetic on a batch, for prompt passes (begin_pass; decode keeps
-  // the default figure its split was tuned with): 32 tokens through 4
-  // distinct experts, the median of 3 tries after a warm-up, in the cost
-  // model's flops (its flops_per_byte cancels out in cpu_s).
+  probe.cpu_bytes = double(probe_bytes);
+  probe.cpu_s = tries.empty() ? 0 : tries[tries.size() / 2];
+  // CPU arithmetic on a batch, for prompt passes: 32 tokens through 4
+  // distinct experts, the median of 3 tries after a warm-up.
   constexpr int kBatch = 32, kBatchExperts = 4;
   std::vector<float> xb(static_cast<size_t>(kBatch) * c.n_embd, 0.01f);
   std::vector<float> yb(static_cast<size_t>(kBatch) * kBatchExperts * c.n_embd);
@@ -251,9 +244,8 @@ void HybridMoe::Impl::measure_cost() {
     if (rep > 0) tries.push_back(seconds_since(t));
   }
   std::sort(tries.begin(), tries.end());
-  const double batch_s = tries[tries.size() / 2];
-  if (batch_s > 0)
-    prompt_cpu_gflops = double(bytes) * std::min(kBatchExperts, c.n_expert) * kBatch * cost.flops_per_byte / batch_s / 1e9;
+  probe.batch_weight_bytes = double(bytes) * std::min(kBatchExperts, c.n_expert) * kBatch;
+  probe.batch_s = tries[tries.size() / 2];
   // GPU: device-to-device copies (read + write) between the two halves of
   // the transit slots, scratch until the first step. Not the step buffers:
   // their size follows the batch (8 rows at -b 1), and copies that small
@@ -268,18 +260,16 @@ void HybridMoe::Impl::measure_cost() {
   for (int i = 0; i < 5; ++i) MS_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream));
   gpu1.record(stream);
   gpu1.synchronize();
-  const double gpu_s = gpu1.ms_since(gpu0) * 1e-3;
-  if (gpu_s > 0) cost.gpu_hbm_gbps = 2.0 * 5 * double(n) / gpu_s / 1e9;
-  if (!opt.cost_overrides.empty()) cost.apply_overrides(opt.cost_overrides);
-  if (opt.cost_overrides.find("cpu_gflops") != std::string::npos) prompt_cpu_gflops = 0;  // the user's figure
-  cost.validate();
+  probe.hbm_bytes = 2.0 * 5 * double(n);
+  probe.hbm_s = gpu1.ms_since(gpu0) * 1e-3;
+  sched->set_measured_cost(probe);  // the split uses this machine's figures from here on
 }
 
 void HybridMoe::Impl::place_initial() {
   mask_words = static_cast<uint32_t>((c.n_expert + 31) / 32);
   resident_host = cuda::PinnedBuffer(sizeof(uint32_t) * mask_words * static_cast<size_t>(c.n_layer));
   std::memset(resident_host.get(), 0, resident_host.size());
-  for (const auto& [key, slot] : res->initial_placement()) {
+  for (const auto& [key, slot] : sched->initial_placement()) {
     set_resident(key, true);
     const int l = static_cast<int>(key / c.n_expert), e = static_cast<int>(key % c.n_expert);
     copy_expert(l, e, slots->slot_address(slot.pool, slot.slot));
@@ -288,11 +278,6 @@ void HybridMoe::Impl::place_initial() {
   for (int l = 0; l < c.n_layer; ++l) slots->upload(l, stream);
   MS_CUDA_CHECK(cudaStreamSynchronize(copier->stream()));
   MS_CUDA_CHECK(cudaStreamSynchronize(stream));
-  pinned.assign(static_cast<size_t>(c.n_layer), 0);
-  for (int l = 0; l < c.n_layer; ++l) {
-    pinned[static_cast<size_t>(l)] = res->layer_pinned(static_cast<uint32_t>(l));
-    n_pinned += pinned[static_cast<size_t>(l)];
-  }
 }
 
 void HybridMoe::Impl::collect_timing(bool block) {
@@ -335,62 +320,32 @@ void HybridMoe::Impl::mark_read(const StepPlan& sp, const std::vector<size_t>& w
   }
 }
 
-// Prompt staging pays when a pass routes nearly every expert: from the
-// token count at which an expert is routed with probability 0.95 (uniform
-// routing: 1 - (1 - k/E)^n), and with room for two copy groups in the
-// transit slots. Layers planned here: MoE layers not pinned whole.
 void HybridMoe::Impl::init_prompt_stage() {
   transit_reader.assign(res->layout().pools.size(), std::vector<uint64_t>(res->transit_slots(), 0));
-  next_tiered.assign(static_cast<size_t>(c.n_layer), -1);
-  int next = -1;
-  for (int l = c.n_layer - 1; l >= 0; --l) {
-    next_tiered[static_cast<size_t>(l)] = next;
-    if (res->pool_of_layer(static_cast<uint32_t>(l)) >= 0 && !pinned[static_cast<size_t>(l)]) next = l;
-  }
-  first_tiered = next;
-  prompt_stage_min = 0;
-  const double share = double(c.n_expert_used) / double(c.n_expert);
-  if (!opt.prompt_stage || first_tiered < 0 || share >= 1.0 || res->transit_slots() < 2 * wave_experts()) return;
-  prompt_stage_min = std::max(2, static_cast<int>(std::ceil(std::log(0.05) / std::log(1.0 - share))));
 }
 
-// Layer `layer`'s cold experts (ascending: at these pass sizes all are
-// routed) into the next transit slots, in copy groups; see the header. Not
-// where the cost model would compute a cold expert on the CPU rather than
-// copy it (a slow link), for the pass's tokens per expert.
-bool HybridMoe::Impl::prompt_copies_win(int layer, int n) const {
-  if (layer < 0) return false;
-  const uint64_t bytes = geom[static_cast<size_t>(layer)].gate_bytes + geom[static_cast<size_t>(layer)].up_bytes +
-                         geom[static_cast<size_t>(layer)].down_bytes;
-  const auto per_expert = static_cast<uint32_t>(std::max(1, n * c.n_expert_used / c.n_expert));
-  return cost.copy_s(bytes) < cost.cpu_s(bytes, per_expert);
-}
-
+// Layer `layer`'s cold experts into the next transit slots, in the
+// scheduler's copy groups (none where it computes them on the CPU rather
+// than copy them); see ExpertResidency::stage_transit.
 void HybridMoe::Impl::stage_prompt(int layer, int n) {
-  ring_layer = -1;
-  if (!prompt_copies_win(layer, n)) return;
+  const PromptStage& ps = sched->stage_prompt(step, layer, n);
+  if (ps.layer < 0) return;
+  const StagePlan& st = *ps.plan;
   const int E = c.n_expert;
-  std::vector<ExpertKey> wanted(static_cast<size_t>(E));
-  for (int e = 0; e < E; ++e) wanted[static_cast<size_t>(e)] = static_cast<ExpertKey>(layer) * E + e;
-  const StagePlan& st = res->stage_transit(step, static_cast<uint32_t>(layer), wanted, res->transit_slots());
-  if (st.copies.empty()) return;
-  ring_layer = layer;
-  ring_group.assign(static_cast<size_t>(E), -1);
-  const uint32_t g = wave_experts();
-  ring_groups = static_cast<int>((st.copies.size() + g - 1) / g);
   if (timed && !copy0_recorded) {
     copier->record(copy0.get());
     copy0_recorded = true;
   }
+  size_t group = 0, in_group = 0;
   for (size_t j = 0; j < st.copies.size(); ++j) {
     const auto& [key, where] = st.copies[j];
-    const int e = static_cast<int>(key % static_cast<uint32_t>(E));
-    ring_group[static_cast<size_t>(e)] = static_cast<int16_t>(j / g);
     wait_slot_free(where);
-    copy_expert(layer, e, slots->slot_address(where.pool, where.slot));
-    if ((j + 1) % g == 0 || j + 1 == st.copies.size()) {
-      copier->record(event(ring_copied, j / g).get());
-      timeline.mark(copier->stream(), (j % g + 1) * geom[static_cast<size_t>(layer)].slot_bytes, layer, false);
+    copy_expert(layer, static_cast<int>(key % static_cast<uint32_t>(E)), slots->slot_address(where.pool, where.slot));
+    ++in_group;
+    if (j + 1 == ps.group_end[group]) {
+      copier->record(event(ring_copied, group).get());
+      timeline.mark(copier->stream(), in_group * geom[static_cast<size_t>(layer)].slot_bytes, layer, false);
+      ++group, in_group = 0;
     }
   }
   if (timed) {
@@ -417,18 +372,10 @@ void HybridMoe::Impl::copy_wave(int il, const StepPlan& sp, const std::vector<si
 }
 
 // Prefetch: the predicted experts of the next tiered layer (read back with
-// this layer's routes) into the next staging bank, on the copy stream behind
-// this layer's own copies. The bank's previous contents were read by the
-// layer that used them: the copies wait for that layer's compute.
-//
-// How many (auto): staged copies run in the background, but the link has
-// only its bandwidth; the experts not staged run on the CPU, after the
-// layer's fixed host cost W (routes, plan). Of c predicted cold experts,
-// staging s balances the two (decode_stage_count). In the gated step the
-// link starts on them behind its backlog, and the layer's routes come a
-// measured stretch later (the GPU computing the layers in between): the
-// link may carry that much more. `next` stages all c (the link then carries
-// everything).
+// this layer's routes) into the next staging bank, as many as the scheduler
+// says (StepScheduler::stage_decode), on the copy stream behind this layer's
+// own copies. The bank's previous contents were read by the layer that used
+// them: the copies wait for that layer's compute.
 void HybridMoe::Impl::stage_next(const HybridPrediction& pred, const int32_t* p) {
   const int E = c.n_expert;
   if (pred.layer >= c.n_layer || res->pool_of_layer(static_cast<uint32_t>(pred.layer)) < 0) return;
@@ -437,19 +384,10 @@ void HybridMoe::Impl::stage_next(const HybridPrediction& pred, const int32_t* p)
     if (p[j] < 0 || p[j] >= E) throw Error("router (prediction) chose expert " + std::to_string(p[j]) + " of " + std::to_string(E));
     predicted.push_back(static_cast<ExpertKey>(pred.layer) * E + p[j]);
   }
-  uint32_t cap = bank_size;
-  uint32_t cold = 0;  // predicted and not resident
-  for (ExpertKey k : predicted) cold += !res->resident(k);
-  if (prefetch_auto) {
-    const uint64_t bytes = geom[static_cast<size_t>(pred.layer)].slot_bytes;
-    const bool gap_known = gated_pass && opt.stage_gap;
-    const double gap = gap_known ? route_gap_s[static_cast<size_t>(pred.layer)] : 0.0;
-    const double backlog = gap_known ? link_backlog_s() : 0.0;
-    cap = decode_stage_count(cold, gap, backlog, min_overhead_s, cost.copy_s(bytes), cost.cpu_s(bytes, 1));
-    if (gated_pass) gap_sum_s += gap, staged_sum += cap, ++stagings;
-  }
-  const StagePlan& st = res->stage(step, static_cast<uint32_t>(pred.layer), predicted, cap);
-  if (st.copies.empty()) return;
+  const DecodeStage ds = sched->stage_decode(step, static_cast<uint32_t>(pred.layer), predicted);
+  if (ds.plan == nullptr || ds.plan->copies.empty()) return;
+  const StagePlan& st = *ds.plan;
+  const bool gated_pass = sched->gated_pass();
   // (A gated step needs no wait: the host serves layers in order, so the
   // bank's reader finished before this layer posted its routes.)
   if (!gated_pass) copier->wait(bank_free[st.bank].get());
@@ -459,12 +397,12 @@ void HybridMoe::Impl::stage_next(const HybridPrediction& pred, const int32_t* p)
   }
   for (const auto& [key, where] : st.copies)
     copy_expert(pred.layer, static_cast<int>(key % static_cast<uint32_t>(E)), slots->slot_address(where.pool, where.slot));
-  // Gated: when every predicted cold expert is staged, the layer's check may
-  // find its routes all resident or staged and go on without the host. The
-  // slot table points at the staging slots and the stamps say "this step",
-  // both behind the copies on the copy stream (the check sees a stamp only
-  // once the copy and the table are in).
-  if (gated_pass && opt.staged_hits && st.copies.size() == size_t{cold}) {
+  // Gated, published (every predicted cold expert staged): the layer's check
+  // may find its routes all resident or staged and go on without the host.
+  // The slot table points at the staging slots and the stamps say "this
+  // step", both behind the copies on the copy stream (the check sees a
+  // stamp only once the copy and the table are in).
+  if (ds.publish) {
     const size_t base = static_cast<size_t>(pred.layer) * static_cast<size_t>(E);
     uint32_t* stamp = staged_host.as<uint32_t>() + base;
     for (const auto& [key, where] : st.copies) {
@@ -578,7 +516,7 @@ void HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
                                 cudaMemcpyDeviceToHost, stream));
   if (pred && !pred_follows)
     MS_CUDA_CHECK(cudaMemcpyAsync(ids_h + np, pred->ids, sizeof(int32_t) * pred->n, cudaMemcpyDeviceToHost, stream));
-  const bool x_early = n <= kEagerInputTokens;
+  const bool x_early = StepScheduler::input_with_routes(n);
   if (x_early) MS_CUDA_CHECK(cudaMemcpyAsync(x_host.get(), x, sizeof(float) * n * D, cudaMemcpyDeviceToHost, stream));
   routes_ready.record(stream);
   timeline.mark_compute(stream, il, 0);
@@ -588,7 +526,7 @@ void HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
   tel.route_wait_s += seconds_since(t0);
   // A prompt's stage keeps the copy stream busy past this point: waiting
   // for its timing would hold back this layer's own copies.
-  collect_timing(!stages_prompt(n));
+  collect_timing(!sched->stages_prompt(n));
   timed = layer_steps++ % kTimingEvery == 0;
   const auto t_plan = Clock::now();
 
@@ -599,26 +537,23 @@ void HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
     std::vector<int32_t> cur(start.begin(), start.end() - 1);
     for (int p = 0; p < np; ++p) by_expert[static_cast<size_t>(cur[static_cast<size_t>(ids_h[p])]++)] = p;
   }
-  const StepPlan& sp = res->plan(step, static_cast<uint32_t>(il), keys, tokens);
+  const LayerSchedule& ls = sched->plan_layer(step, static_cast<uint32_t>(il), keys, tokens);
+  const StepPlan& sp = *ls.plan;
   note_residency(sp.plan);
-  // A prompt's stage (prompt_stage) is in its copy groups' waves; a decode
-  // prediction's bank was copied during an earlier layer.
-  const bool from_ring = sp.staged_bank == StagePlan::kTransitBank;
-  const int32_t bank = from_ring ? -1 : sp.staged_bank;
+  // A prompt's stage is in its copy groups' waves; a decode prediction's
+  // bank was copied during an earlier layer.
+  const bool from_ring = ls.from_prompt_stage;
+  const int32_t bank = ls.bank;
   if (sp.prediction.predicted && !from_ring) note_prediction(il, sp.prediction);
-  if (from_ring && ring_layer != il) throw std::logic_error("hybrid MoE: a prompt stage of another layer");
   if (bank >= 0) MS_CUDA_CHECK(cudaStreamWaitEvent(stream, stage_ready[bank].get(), 0));
 
-  // ---- waves: resident and admitted experts in wave 0; staged experts of a
-  // prompt in the wave of their copy group (0, 1, ...: each computes once
-  // its group is copied); then transit experts, copied in waves of up to
-  // kWaveExperts, so a wave's copies overlap the previous wave's compute.
-  // A copy into a transit slot waits for the compute that last read it
-  // (wait_slot_free), whichever layer that was.
-  const uint32_t half = wave_experts();
-  const size_t first_transit_wave = from_ring ? static_cast<size_t>(std::max(1, ring_groups)) : 0;
-  std::vector<std::vector<size_t>> waves(first_transit_wave + 1);
-  uint32_t n_transit = 0;
+  // ---- the scheduler's waves (LayerSchedule::waves): a prompt stage's copy
+  // group g computes in wave g once the group is copied; a wave's transit
+  // copies overlap the previous wave's compute. A copy into a transit slot
+  // waits for the compute that last read it (wait_slot_free), whichever
+  // layer that was.
+  const std::vector<std::vector<size_t>>& waves = ls.waves;
+  const size_t first_transit_wave = from_ring ? std::max<size_t>(1, sched->prompt_stage_groups()) : 0;
   cpu_work.clear();
   int n_cpu_rows = 0;
   auto* idx_h = idx_host.as<int32_t>();
@@ -626,7 +561,7 @@ void HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
   // A pinned layer comes here only when the backend's kernels could not take
   // the pass (scratch): end_pass counts its pairs, so they are not counted here.
   TierCounts uncounted_layer, uncounted_pass;
-  const bool counted = !pinned[static_cast<size_t>(il)];
+  const bool counted = !sched->layer_pinned(static_cast<uint32_t>(il));
   TierCounts& lc = counted ? tel.layers[static_cast<size_t>(il)] : uncounted_layer;
   TierCounts& pc = counted ? pass_counts : uncounted_pass;
   for (size_t i = 0; i < sp.plan.experts.size(); ++i) {
@@ -646,23 +581,13 @@ void HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
       continue;
     }
     slots->point(il, e, sp.where[i].pool, sp.where[i].slot);
-    size_t wv = 0;
-    if (pe.staged && from_ring) {
-      const int g = ring_group[static_cast<size_t>(e)];
-      if (g < 0) throw std::logic_error("hybrid MoE: a staged expert of no copy group");
-      wv = static_cast<size_t>(g);
-    } else if (sp.transit[i] && sp.copy[i]) {
-      wv = first_transit_wave + n_transit++ / half;
-    }  // resident, admitted and a decode bank's staged ones: wave 0
-    if (waves.size() <= wv) waves.resize(wv + 1);
-    waves[wv].push_back(i);
   }
 
   // Decode with every expert on the GPU: no row bookkeeping, the all-resident
   // kernel (cuda::expert_ffn) over the slot table. Every streamed expert must
   // have its own transit slot (they are all copied before the compute).
   const uint8_t path = decode_path[static_cast<size_t>(il)];
-  if (n == 1 && cpu_work.empty() && n_transit <= res->transit_slots() && (path & kExpertFfn) != 0) {
+  if (sched->decode_all_on_gpu(n, ls, (path & kExpertFfn) != 0)) {
     slots->upload(il, stream);
     std::vector<size_t> all;
     bool copies = false;
@@ -679,8 +604,7 @@ void HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
     mark_read(sp, all);
     if (bank >= 0) bank_free[bank].record(stream);
     if (pred) {
-      const double overhead = seconds_since(t0);
-      min_overhead_s = min_overhead_s > 0 ? std::min(min_overhead_s, overhead) : overhead;
+      sched->note_host_overhead(seconds_since(t0));
       stage_next(*pred, ids_h + np);
     }
     tel.plan_s += seconds_since(t_plan);
@@ -783,19 +707,17 @@ void HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
   // The next layer's predicted experts: behind this layer's copies, while its
   // waves and CPU experts run.
   if (pred) {
-    const double overhead = seconds_since(t0);
-    min_overhead_s = min_overhead_s > 0 ? std::min(min_overhead_s, overhead) : overhead;
+    sched->note_host_overhead(seconds_since(t0));
     stage_next(*pred, ids_h + np);
   }
   // A prompt: the next tiered layer's cold experts, behind this layer's
   // copies, while this layer, the CPU's share and the layers between compute.
   // (A pinned layer that came here for scratch staged nothing.)
-  if (stages_prompt(n) && !pinned[static_cast<size_t>(il)]) {
-    stage_prompt(next_tiered[static_cast<size_t>(il)], n);
-    // The CPU's share of a prompt's layer starts only now: the planner
-    // counts this delay against it from the next pass on (begin_pass).
-    const double delay = seconds_since(t_plan);
-    prompt_cpu_start_s = prompt_cpu_start_s > 0 ? 0.7 * prompt_cpu_start_s + 0.3 * delay : delay;
+  if (sched->stages_prompt(n) && !sched->layer_pinned(static_cast<uint32_t>(il))) {
+    stage_prompt(sched->next_tiered(il), n);
+    // The CPU's share of a prompt's layer starts only now: the scheduler
+    // counts this delay against it from the next pass on.
+    sched->note_prompt_cpu_delay(seconds_since(t_plan));
   }
   tel.plan_s += seconds_since(t_plan);
 
@@ -837,7 +759,7 @@ HybridMoe::HybridMoe(const ModelWeights& w, const HybridMoeOptions& opt, cudaStr
   }
   auto t = Clock::now();
   auto stage = [&](const char* what) {
-    if (opt.verbose_steps || std::getenv("MOESTREAM_HYBRID_TRACE"))
+    if (opt.verbose_steps)
       std::fprintf(stderr, "moestream: hybrid start-up: %s (%.2f s)\n", what, seconds_since(t));
     t = Clock::now();
   };
@@ -852,7 +774,6 @@ HybridMoe::HybridMoe(const ModelWeights& w, const HybridMoeOptions& opt, cudaStr
   stage(m.copier->mode_name());
   m.measure_cost();
   stage("cost model measured");
-  m.res->set_cost(m.cost);  // the split uses this machine's figures from here on
   m.place_initial();
   stage("initial placement copied");
   m.make_gates();
@@ -866,9 +787,9 @@ HybridMoe::HybridMoe(const ModelWeights& w, const HybridMoeOptions& opt, cudaStr
   tl.transit_slots = static_cast<uint64_t>(m.res->transit_slots()) * m.res->layout().pools.size();
   tl.experts_total = static_cast<uint64_t>(c.n_expert) * static_cast<uint64_t>(m.res->layout().pool_of_layer.size() -
                      std::count(m.res->layout().pool_of_layer.begin(), m.res->layout().pool_of_layer.end(), -1));
-  tl.pcie_gbps = m.cost.pcie_gbps;
-  tl.cpu_gbps = m.cost.cpu_gbps;
-  tl.gpu_gbps = m.cost.gpu_hbm_gbps;
+  tl.pcie_gbps = m.sched->cost().pcie_gbps;
+  tl.cpu_gbps = m.sched->cost().cpu_gbps;
+  tl.gpu_gbps = m.sched->cost().gpu_hbm_gbps;
   tl.layers.resize(static_cast<size_t>(c.n_layer));
   tl.prefetch_mode = opt.prefetch;
   tl.prefetch_layers.resize(static_cast<size_t>(c.n_layer));
@@ -877,17 +798,17 @@ HybridMoe::HybridMoe(const ModelWeights& w, const HybridMoeOptions& opt, cudaStr
 HybridMoe::~HybridMoe() = default;
 
 HybridMoe::Impl::~Impl() {
-  const char* p = std::getenv("MOESTREAM_HYBRID_PROFILE");
   const uint64_t n = prof.hits + prof.misses;
-  if (!p || std::string(p) != "1" || n == 0) return;
+  if (!opt.serve_profile || n == 0) return;
   std::fprintf(stderr,
                "moestream: gated serve, us per layer step (%llu hits, %llu misses): timing %.1f, policy %.1f, "
                "enqueue %.1f, staging %.1f, deferred policy %.1f\n",
                (unsigned long long)prof.hits, (unsigned long long)prof.misses, 1e6 * prof.timing_s / n,
                1e6 * prof.policy_s / n, 1e6 * prof.enqueue_s / n, 1e6 * prof.stage_s / n, 1e6 * prof.settle_s / n);
-  if (stagings > 0)
+  const StepScheduler::StagingStats& st = sched->staging_stats();
+  if (st.stagings > 0)
     std::fprintf(stderr, "moestream: gated staging (auto): %.2f experts per staging, %.1f us from staging to routes\n",
-                 staged_sum / double(stagings), 1e6 * gap_sum_s / double(stagings));
+                 st.staged_sum / double(st.stagings), 1e6 * st.gap_sum_s / double(st.stagings));
 }
 
 void HybridMoe::begin_pass(int n_tokens, bool gated) {
@@ -901,16 +822,9 @@ void HybridMoe::begin_pass(int n_tokens, bool gated) {
   m.read_done = m.read_seq;  // end_pass synchronised: every read has run
   if (n_tokens > 1 && m.timeline.on()) m.timeline.begin(m.copier->stream());
   m.copy0_recorded = false;
-  if (m.stages_prompt(n_tokens)) {
-    CostModel prompt_cost = m.cost;
-    prompt_cost.cpu_start_us = m.prompt_cpu_start_s * 1e6;
-    if (m.prompt_cpu_gflops > 0) prompt_cost.cpu_gflops = m.prompt_cpu_gflops;
-    // Where the link wins, it carries every cold expert (see prompt_cpu).
-    if (!m.opt.prompt_cpu && m.prompt_copies_win(m.first_tiered, n_tokens)) prompt_cost.cpu_gflops = kNoCpuGflops;
-    m.res->set_cost(prompt_cost);
-    m.prompt_cost_set = true;
-    m.stage_prompt(m.first_tiered, n_tokens);
-  }
+  // A long pass: the scheduler plans it with the prompt's cost, and the
+  // first tiered layer's stage starts now.
+  if (m.sched->begin_pass(n_tokens, gated)) m.stage_prompt(m.sched->first_tiered(), n_tokens);
   m.pass_counts = TierCounts{};
   m.pass_cpu_s = 0;
 }
@@ -918,31 +832,27 @@ void HybridMoe::begin_pass(int n_tokens, bool gated) {
 void HybridMoe::end_pass() {
   Impl& m = *impl_;
   MS_CUDA_CHECK(cudaStreamSynchronize(m.stream));
-  m.gated_pass = false;
+  m.sched->end_pass();
   if (*m.timed_out_host != 0) {
     *m.timed_out_host = 0;
     throw Error("hybrid decode: a layer's experts waited over 20 s for the host; this step's output is wrong");
   }
   m.collect_timing();
-  if (m.prompt_cost_set) {
-    m.res->set_cost(m.cost);
-    m.prompt_cost_set = false;
-  }
   ExpertTelemetry& t = m.tel;
   const double s = seconds_since(m.pass_start);
   if (m.timeline.on()) {
     MS_CUDA_CHECK(cudaStreamSynchronize(m.copier->stream()));
-    m.timeline.report(m.pass_tokens, s, m.cost.pcie_gbps);
+    m.timeline.report(m.pass_tokens, s, m.sched->cost().pcie_gbps);
   }
   t.total_s += s;
   ++t.passes;
   t.tokens += static_cast<uint64_t>(m.pass_tokens);
   // Pinned layers ran on the backend's all-resident kernels: every pair resident.
-  if (m.n_pinned > 0) {
+  if (m.sched->pinned_layers() > 0) {
     const uint64_t pairs = static_cast<uint64_t>(m.pass_tokens) * static_cast<uint64_t>(m.c.n_expert_used);
-    for (size_t l = 0; l < m.pinned.size(); ++l)
-      if (m.pinned[l]) t.layers[l].resident += pairs;
-    m.pass_counts.resident += pairs * m.n_pinned;
+    for (int l = 0; l < m.c.n_layer; ++l)
+      if (m.sched->layer_pinned(static_cast<uint32_t>(l))) t.layers[static_cast<size_t>(l)].resident += pairs;
+    m.pass_counts.resident += pairs * m.sched->pinned_layers();
   }
   if (m.pass_tokens == 1) {
     ++t.decode_tokens;
@@ -977,7 +887,9 @@ bool HybridMoe::prefetching() const { return impl_->bank_size > 0; }
 
 const cuda::ExpertWeights& HybridMoe::weights(int il) const { return impl_->slots->weights(il); }
 
-bool HybridMoe::layer_pinned(int il) const { return impl_->pinned.at(static_cast<size_t>(il)) != 0; }
+bool HybridMoe::layer_pinned(int il) const {
+  return il >= 0 && impl_->sched->layer_pinned(static_cast<uint32_t>(il));
+}
 
 // Every buffer from xg to the index arrays (allocated in that order, one
 // arena) is idle while a pinned layer computes, as all their uses are on the

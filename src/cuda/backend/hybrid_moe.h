@@ -5,8 +5,12 @@
 // One layer, as data flows:
 //   route    the router's ids (and, for CPU experts, the FFN input rows) come
 //            back to the host: the one round trip of the layer
-//   plan     experts/residency.h: resident / stream (into a cache slot or a
-//            transit slot) / host, by the cache policy and the cost model
+//   plan     experts/step_scheduler.h: resident / stream (into a cache slot
+//            or a transit slot) / host, by the cache policy and the cost
+//            model; waves, staging and prefetch choices too. Every decision
+//            is the scheduler's (plain C++, tested without a GPU, replayed
+//            by `moestream sim`); this mechanism does what it says and
+//            reports measured times to it.
 //   experts  copy stream: the streamed experts' bytes into their slots, in
 //            waves over the transit slots; compute stream: per wave, waits for
 //            its copies, then gate/up -> SwiGLU -> down over the wave's
@@ -55,34 +59,23 @@ struct HybridMoeOptions {
   uint32_t transit_slots = 16;    // per slot pool, for experts streamed without being kept
   std::string policy = "default";
   std::string host_pin = "auto";  // cuda::HostPin
-  // Decode: the experts predicted for the next tiered layer (its router on
-  // this layer's FFN input, computed by the backend) are copied into staging
-  // slots while this layer computes. off | next (every predicted cold expert)
-  // | auto (as many as the link carries in the time between two layers).
-  std::string prefetch = "auto";
-  bool gated = true;               // decode may take the gated step (gated_decode())
-  // Passes that route nearly every expert copy each tiered layer's cold
-  // experts before its routes are known (while earlier layers compute).
-  bool prompt_stage = true;
-  // Staged prompt passes also give the CPU a share of the cold experts. Off
-  // by default: on the H100 machine it cost pp512 20% (the CPU's host-memory
-  // reads slow the copies, and the host thread computing them enqueues
-  // nothing meanwhile; bench/results/hybrid_bench.md run 15).
-  bool prompt_cpu = false;
-  // Gated decode with prefetch auto: the staging count and the split count
-  // the link's queued copies and the GPU-only stretch before the staged
-  // layer's routes (prefetch.h, decode_stage_count); false: as if both were
-  // 0, the link's staging guessed busy instead (A/B runs).
-  bool stage_gap = true;
-  // Gated decode: a layer whose routed experts are all resident or staged
-  // this step goes on without the host (the staging stamps); false: such a
-  // layer waits for the host as a miss (A/B runs).
-  bool staged_hits = true;
+  // The scheduler's choices (StepSchedulerOptions says what each does):
+  std::string prefetch = "auto";  // off | next | auto: decode staging of the next tiered layer's prediction
+  bool gated = true;              // decode may take the gated step (gated_decode())
+  bool prompt_stage = true;       // long passes copy each tiered layer's cold experts ahead
+  bool prompt_cpu = false;        // staged prompt passes give the CPU a share too (measured slower)
+  bool stage_gap = true;          // gated staging counts the link's backlog and the stretch before the routes
+  bool staged_hits = true;        // gated layers with every expert resident or staged skip the host
   const ExpertProfile* profile = nullptr;
   int max_tokens = 512;           // tokens per forward chunk
   int gemm_min_batch = 16;        // tensor-core matmul from this many tokens
   std::string cost_overrides;     // "pcie_gbps=20,..." after measuring (tests, what-if runs)
-  bool verbose_steps = false;     // one stderr line per forward pass
+  bool verbose_steps = false;     // one stderr line per forward pass, and the start-up's stages
+  // Diagnostics (stderr): the gated serve's host time per part, at exit;
+  // the link timeline of prompt passes (0 off, 1 a line per pass, 2 also a
+  // line per planned layer).
+  bool serve_profile = false;
+  int link_timeline = 0;
   ThreadPool* pool = nullptr;     // CPU experts (null: one of hardware threads)
 };
 
@@ -95,7 +88,7 @@ class HybridMoe {
   // Slot bytes of one expert of layer L (gate|up|down, aligned).
   static uint64_t slot_bytes(const ExpertWeights& e);
   // Staging slots per bank (two banks per slot pool) for a prefetch mode;
-  // throws ms::Error for an unknown mode.
+  // throws ms::Error for an unknown mode (StepScheduler::stage_bank).
   static uint32_t stage_bank(const ModelConfig& c, const std::string& prefetch);
 
   HybridMoe(const ModelWeights& w, const HybridMoeOptions& opt, cudaStream_t compute);

@@ -4,7 +4,6 @@
 #pragma once
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <string>
 #include <memory>
 #include <vector>
@@ -17,6 +16,7 @@
 #include "cuda/expert_slots.h"
 #include "engine/expert_executor.h"
 #include "experts/residency.h"
+#include "experts/step_scheduler.h"
 
 namespace ms {
 namespace hybrid_detail {
@@ -41,7 +41,11 @@ struct HybridMoe::Impl {
   ThreadPool* pool = nullptr;
   ModelWeights host_w;  // w with the experts where the CPU reads them (the pinned copy, if any)
   std::unique_ptr<CpuExpertExecutor> cpu;
-  std::unique_ptr<ExpertResidency> res;
+  // Every decision of the step (plans, waves, staging, the cost model and
+  // the moving averages of measured times) is the scheduler's; this
+  // mechanism carries out what it says and reports times to it.
+  std::unique_ptr<StepScheduler> sched;
+  ExpertResidency* res = nullptr;  // sched's residency (slots, layout)
   std::unique_ptr<cuda::DeviceExpertSlots> slots;
   std::unique_ptr<cuda::ExpertCopier> copier;
   std::vector<cuda::SlotGeometry> geom;  // per layer
@@ -49,10 +53,7 @@ struct HybridMoe::Impl {
   // Per layer: which all-resident decode kernels take its experts.
   static constexpr uint8_t kExpertFfn = 1;
   std::vector<uint8_t> decode_path;
-  std::vector<uint8_t> pinned;      // per layer: ExpertResidency::layer_pinned after the initial placement
-  uint32_t n_pinned = 0;
   size_t decode_scratch_bytes = 0;  // hg's bytes, lent to cuda::expert_ffn at decode
-  CostModel cost;
 
   cuda::DeviceArena arena;
   float *xg = nullptr, *hg = nullptr, *hu = nullptr, *yc = nullptr, *exp_y = nullptr;
@@ -64,11 +65,6 @@ struct HybridMoe::Impl {
   cuda::Event stage_ready[2] = {cuda::Event(false), cuda::Event(false)};
   cuda::Event bank_free[2] = {cuda::Event(false), cuda::Event(false)};
   uint32_t bank_size = 0;                // staging slots per bank (0: prefetch off)
-  bool prefetch_auto = false;
-  // Decode: the least time a layer step spent on the host before its CPU
-  // experts could start (waiting for its routes, planning, enqueueing):
-  // the CPU tier's fixed cost per layer, for the auto prefetch split.
-  double min_overhead_s = 0;
   bool copy0_recorded = false;           // this run() opened the copy timing window
   std::vector<std::unique_ptr<cuda::Event>> copied;
   cuda::Event gpu0{true}, gpu1{true}, copy0{true}, copy1{true};
@@ -118,10 +114,11 @@ struct HybridMoe::Impl {
 
   void make_copier();
 
-  // Expert e of layer l into `dst` (a slot), on the copy stream.
+  // Expert e of layer l into `dst` (a slot), on the copy stream; the
+  // scheduler keeps the link's queue as the host sees it.
   void copy_expert(int l, int e, void* dst) {
     copier->copy_expert(source_index(l, e), dst);
-    note_link(geom[static_cast<size_t>(l)].slot_bytes);
+    sched->note_link(geom[static_cast<size_t>(l)].slot_bytes);
   }
 
   // Plan entry i (expert e of layer l) into its slot, on the copy stream:
@@ -135,26 +132,14 @@ struct HybridMoe::Impl {
                                   cudaMemcpyDeviceToDevice, copier->stream()));
   }
 
-  // ---- the copy stream's queue as the host sees it: when the copies
-  // enqueued so far will have run, at the cost model's link rate. The gated
-  // decode step plans with this backlog, and sizes its staging by it.
-  hybrid_detail::Clock::time_point link_free_at{};
-  void note_link(uint64_t bytes) {
-    const auto now = hybrid_detail::Clock::now();
-    link_free_at = std::max(link_free_at, now) + std::chrono::duration_cast<hybrid_detail::Clock::duration>(
-                                                      std::chrono::duration<double>(cost.copy_s(bytes)));
-  }
-  double link_backlog_s() const {
-    return std::max(0.0, std::chrono::duration<double>(link_free_at - hybrid_detail::Clock::now()).count());
-  }
-
   int first_moe_layer() const {
     for (int l = 0; l < c.n_layer; ++l)
       if (res->pool_of_layer(static_cast<uint32_t>(l)) >= 0) return l;
     return 0;
   }
 
-  // PCIe, CPU expert and GPU bandwidths of this machine, for the split.
+  // PCIe, CPU expert and GPU bandwidths of this machine, for the split
+  // (the scheduler turns the probe into its cost model).
   void measure_cost();
   void place_initial();
 
@@ -187,34 +172,17 @@ struct HybridMoe::Impl {
   uint64_t read_done = 0;    // every read up to this one has run (a synchronisation passed it)
   uint64_t copy_waited = 0;  // the copy stream already waits for every read up to this one
   std::vector<std::unique_ptr<cuda::Event>> read_events;
-  // Experts per wave of transit copies (and per copy group of a prompt's stage).
-  uint32_t wave_experts() const { return std::max<uint32_t>(1, std::min<uint32_t>(8, res->transit_slots() / 2)); }
   // The copy stream waits until the compute that last read `where` has run
   // (transit slots; others need no wait in the planned step).
   void wait_slot_free(SlotRef where);
   // After a wave's compute: its transit slots are read by read_seq + 1.
   void mark_read(const StepPlan& sp, const std::vector<size_t>& wave);
 
-  // ---- prompt staging: in a pass of at least prompt_stage_min tokens (every
-  // expert routed, nearly), each tiered layer's cold experts are copied into
-  // transit slots before its routes are known: the first tiered layer's at
-  // begin_pass, the next one's after each tiered layer's waves. ring_layer's
-  // experts were copied in groups of wave_experts(); ring_group[e] is expert
-  // e's group (-1: not staged), ring_copied[g] recorded after group g.
-  int prompt_stage_min = 0;  // 0: never
-  std::vector<int> next_tiered;  // per layer: the next layer that is planned here (-1: none)
-  int first_tiered = -1;
-  int ring_layer = -1, ring_groups = 0;
-  std::vector<int16_t> ring_group;
+  // ---- prompt staging (StepScheduler::stage_prompt): a tiered layer's cold
+  // experts go into transit slots before its routes are known, the first
+  // tiered layer's at begin_pass, the next one's after each tiered layer's
+  // waves; ring_copied[g] is recorded after the stage's copy group g.
   std::vector<std::unique_ptr<cuda::Event>> ring_copied;
-  double prompt_cpu_start_s = 0;  // host time before a prompt layer's CPU share starts (moving average)
-  double prompt_cpu_gflops = 0;   // the CPU's arithmetic rate on a 32-token batch (measure_cost)
-  bool prompt_cost_set = false;   // res plans with cpu_start_us for this pass
-  bool stages_prompt(int n) const { return prompt_stage_min > 0 && n >= prompt_stage_min && !gated_pass; }
-  // Layer `layer`'s cold experts are copied faster than the CPU computes
-  // them at a prompt pass's tokens per expert (n tokens): staging pays, and
-  // the CPU takes no share (unless opt.prompt_cpu).
-  bool prompt_copies_win(int layer, int n) const;
   void init_prompt_stage();
   void stage_prompt(int layer, int n);
 
@@ -252,26 +220,13 @@ struct HybridMoe::Impl {
   // graph) and the tiered layer its prediction is for (-1: none).
   std::vector<uint8_t> gated;
   std::vector<int> gated_pred;
-  bool gated_pass = false;  // this pass's decode runs gated: serve_gated() follows the launch
-  // Per tiered layer: when this step's host staged its prediction (staged_seq:
-  // the step it was), and a moving average of the time from then until the
-  // layer's routes reached the host. That stretch (the GPU computing the
-  // layers in between) is link time the staging can fill for free.
-  std::vector<hybrid_detail::Clock::time_point> staged_at;
-  std::vector<uint32_t> staged_seq;
-  std::vector<double> route_gap_s;
-  double gap_sum_s = 0, staged_sum = 0;  // for the profile: per staging
-  uint64_t stagings = 0;
-  // Host seconds of serve_layer by part (MOESTREAM_HYBRID_PROFILE=1 prints them at exit).
+  // Host seconds of serve_layer by part (HybridMoeOptions::serve_profile prints them at exit).
   struct ServeProfile {
     double timing_s = 0, policy_s = 0, enqueue_s = 0, stage_s = 0, settle_s = 0;
     uint64_t hits = 0, misses = 0;
   } prof;
-  // MOESTREAM_HYBRID_TIMELINE=1: the copy stream's idle time per prompt pass.
-  LinkTimeline timeline{[] {
-    const char* t = std::getenv("MOESTREAM_HYBRID_TIMELINE");
-    return t != nullptr && std::string(t) == "1";
-  }()};
+  // The copy stream's idle time per prompt pass (HybridMoeOptions::link_timeline).
+  LinkTimeline timeline{opt.link_timeline};
   ~Impl();
 
   static uint64_t gate_bytes(const ModelConfig& c);  // gate_arena's size

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <map>
 #include <cstdio>
 #include <string>
@@ -10,7 +9,7 @@
 namespace ms {
 
 void LinkTimeline::begin(cudaStream_t copy) {
-  if (!on_) return;
+  if (level_ <= 0) return;
   marks_.clear();
   compute_marks_.clear();
   start_.record(copy);
@@ -61,8 +60,7 @@ void LinkTimeline::report(int n_tokens, double pass_s, double link_gbps) {
                "moestream: link timeline, pass of %d tokens: %.1f ms; copies end at %.1f ms, busy %.1f ms at %.1f GB/s; "
                "idle %.1f ms before layers' demand copies (largest, layer:ms: %s), %.1f ms elsewhere\n",
                n_tokens, pass_s * 1e3, end, busy, link_gbps, idle_routes, worst.c_str(), idle_other);
-  const char* layers = std::getenv("MOESTREAM_HYBRID_TIMELINE_LAYERS");
-  if (!layers || std::string(layers) != "1") return;
+  if (level_ < 2) return;
   // Per layer: when the GPU had its routes, its waves, its combine; when the
   // link started and ended its stage and its demand copies (ms from the start).
   std::map<int, std::array<double, 7>> rows;

@@ -1,4 +1,4 @@
-// Diagnostics for tiered experts (MOESTREAM_HYBRID_TIMELINE=1): when the
+// Diagnostics for tiered experts (HybridMoeOptions::link_timeline): when the
 // copy stream carried what during a prompt pass. An event follows each group
 // of copies; after the pass, each group's bytes at the measured link rate
 // give the link's busy time, and the rest of the time between two groups is
@@ -18,8 +18,9 @@ namespace ms {
 
 class LinkTimeline {
  public:
-  explicit LinkTimeline(bool on) : on_(on) {}
-  bool on() const { return on_; }
+  // level 0: off; 1: one line per pass; 2: also one line per planned layer.
+  explicit LinkTimeline(int level) : level_(level) {}
+  bool on() const { return level_ > 0; }
   // Start of a pass (an event on the copy stream).
   void begin(cudaStream_t copy);
   // After a group of copies of `bytes` for `layer`: demand copies (after its
@@ -29,7 +30,7 @@ class LinkTimeline {
   // ready (what 0), its waves are done (1), its combine is done (2).
   void mark_compute(cudaStream_t compute, int layer, int what);
   // After the pass has synchronised (the copy stream included): the line,
-  // then with MOESTREAM_HYBRID_TIMELINE_LAYERS=1 one line per planned layer.
+  // then at level 2 one line per planned layer.
   void report(int n_tokens, double pass_s, double link_gbps);
 
  private:
@@ -38,7 +39,7 @@ class LinkTimeline {
     int layer = -1;
     bool demand = false;
   };
-  bool on_ = false;
+  int level_ = 0;
   bool active_ = false;
   cuda::Event start_{true};
   std::vector<std::unique_ptr<cuda::Event>> events_;
