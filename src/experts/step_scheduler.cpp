@@ -27,6 +27,14 @@ uint32_t StepScheduler::stage_bank(uint32_t k, const std::string& prefetch) {
 
 uint32_t StepScheduler::transit_slots(uint32_t asked) { return std::max<uint32_t>(2, asked & ~1u); }
 
+uint32_t StepScheduler::choose_transit_slots(uint32_t asked, int max_tokens, const std::function<bool(uint32_t)>& fits) {
+  if (asked > 0) return asked;
+  if (max_tokens >= kPromptTransitFrom)
+    for (uint32_t t = kPromptTransit; t > kDecodeTransit; t -= kDecodeTransit)
+      if (fits(t)) return t;
+  return kDecodeTransit;
+}
+
 StepScheduler::StepScheduler(const StepSchedulerOptions& opt)
     : opt_(opt), res_(rounded(opt)), cost_(opt.residency.cost) {
   const size_t NL = opt.residency.n_layer;

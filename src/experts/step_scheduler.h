@@ -24,6 +24,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -119,6 +120,15 @@ class StepScheduler {
   static uint32_t stage_bank(uint32_t k, const std::string& prefetch);
   // Transit slots per pool for the count asked: even (waves take half each), at least 2.
   static uint32_t transit_slots(uint32_t asked);
+  // Transit slots per pool when none is asked (asked 0): passes of fewer than
+  // kPromptTransitFrom tokens take kDecodeTransit; larger ones the largest of
+  // kPromptTransit, kPromptTransit - kDecodeTransit, ... for which fits(t)
+  // says the budget still has room (the ring keeps the link busy across a
+  // prompt's layers; its bytes come out of the cache slots), else
+  // kDecodeTransit. A count asked is taken as it is.
+  static constexpr uint32_t kDecodeTransit = 16, kPromptTransit = 48;
+  static constexpr int kPromptTransitFrom = 64;
+  static uint32_t choose_transit_slots(uint32_t asked, int max_tokens, const std::function<bool(uint32_t)>& fits);
 
   // Throws ms::Error for a bad policy name, prefetch mode or empty model.
   explicit StepScheduler(const StepSchedulerOptions& opt);

@@ -59,6 +59,21 @@ TEST(StepScheduler, TransitSlotsAreEvenAndAtLeastTwo) {
   EXPECT_EQ(s.residency().transit_slots(), 6u);
 }
 
+TEST(StepScheduler, TransitRingIsLargerForPromptsWhereTheBudgetHasRoom) {
+  const auto all = [](uint32_t) { return true; };
+  const auto none = [](uint32_t) { return false; };
+  EXPECT_EQ(StepScheduler::choose_transit_slots(6, 512, none), 6u);  // asked: as it is
+  EXPECT_EQ(StepScheduler::choose_transit_slots(0, 1, all), StepScheduler::kDecodeTransit);
+  EXPECT_EQ(StepScheduler::choose_transit_slots(0, StepScheduler::kPromptTransitFrom - 1, all),
+            StepScheduler::kDecodeTransit);
+  EXPECT_EQ(StepScheduler::choose_transit_slots(0, StepScheduler::kPromptTransitFrom, all),
+            StepScheduler::kPromptTransit);
+  EXPECT_EQ(StepScheduler::choose_transit_slots(0, 512, none), StepScheduler::kDecodeTransit);
+  // The largest that fits, in steps of kDecodeTransit.
+  const auto upto32 = [](uint32_t t) { return t <= 32; };
+  EXPECT_EQ(StepScheduler::choose_transit_slots(0, 512, upto32), 32u);
+}
+
 TEST(StepScheduler, StageBankFollowsThePrefetchMode) {
   EXPECT_EQ(StepScheduler::stage_bank(8, "off"), 0u);
   EXPECT_EQ(StepScheduler::stage_bank(8, "next"), 8u);

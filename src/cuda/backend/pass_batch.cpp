@@ -19,6 +19,7 @@
 #include "cuda/device.h"
 #include "experts/cost_model.h"
 #include "experts/pass_size.h"
+#include "experts/step_scheduler.h"
 #include "util/error.h"
 
 namespace ms {
@@ -79,7 +80,7 @@ int CudaBackend::Impl::choose_batch(const VramPlan& plan, int64_t kv_ctx) {
       sizes[b] = 1;
     }
   // The bytes that grow with the pass, at two sizes (layouts are linear in it).
-  const uint32_t transit = opt.transit_slots > 0 ? opt.transit_slots : kPromptTransit;
+  const uint32_t transit = opt.transit_slots > 0 ? opt.transit_slots : StepScheduler::kPromptTransit;
   const uint32_t extra = transit + 2 * HybridMoe::stage_bank(c, opt.prefetch);
   auto pass_bytes = [&](int b) {
     const int keep = B;
