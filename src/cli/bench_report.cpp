@@ -83,7 +83,7 @@ std::string run_text(const BudgetRun& r, const ModelInfo& mi, const std::string&
   if (r.host.rss > 0 || r.vram_used > 0) {
     // The file's pages count in RSS once read (the mapped model), and stay
     // until the kernel needs them back: anon is what the process allocated.
-    std::snprintf(buf, sizeof buf, "memory: device in use %s; host RSS %s (anon %s, file %s), process peak %s\n\n",
+    std::snprintf(buf, sizeof buf, "memory: device in use %s; host RSS %s (anon %s, file %s), peak %s\n\n",
                   r.vram_used ? format_bytes(r.vram_used).c_str() : "-", format_bytes(r.host.rss).c_str(),
                   format_bytes(r.host.rss_anon).c_str(), format_bytes(r.host.rss_file).c_str(),
                   format_bytes(r.host.peak).c_str());

@@ -79,7 +79,8 @@ struct BudgetRun {
   BudgetRow row;
   // Memory at the end of the budget's tests, its backend still loaded: the
   // device's memory in use (the whole device, as nvidia-smi counts it; 0 on
-  // the CPU backend) and this process's host memory.
+  // the CPU backend) and this process's host memory, its peak since the
+  // budget's backend was being built.
   uint64_t vram_used = 0;
   HostMemory host;
 };

@@ -126,6 +126,7 @@ BudgetRun measure(const BenchArgs& a, const std::string& vram, bool sweep, const
   bs.kv_type = a.kv_type;
   bs.vram = a.vram;
   bs.vram.budget = vram;
+  reset_peak_rss();  // the budget's own peak, not an earlier budget's or probe's
   std::unique_ptr<Backend> be = make_backend(bs, w, pool);
   if (sweep && be->name() != "cuda")  // make_backend said why on stderr
     throw Error("--vram " + a.vram.budget + ": a list of budgets needs the CUDA backend, which cannot run here");
@@ -203,18 +204,18 @@ BudgetRun measure(const BenchArgs& a, const std::string& vram, bool sweep, const
     }
     rec.finish(be.get());
   }
-  r.bw = a.bandwidth_gbs > 0 ? a.bandwidth_gbs * 1e9 : floor_bandwidth(*be, pool, &r.bw_how);
-  if (a.bandwidth_gbs > 0) r.bw_how = "given with --bandwidth";
-  r.floor_tps = r.bw / mi.active;
-  r.tel = be->expert_telemetry();
-  if (r.tel.hybrid) r.tel.host_gbps = host_memory_gbps(pool);
-  r.host = host_memory();
+  r.host = host_memory();  // before the bandwidth probe's buffers
 #ifdef MOESTREAM_HAVE_CUDA
   if (r.backend == "cuda") {
     const cuda::DeviceInfo d = cuda::device_info(0);  // the backend's device (bench has no --device)
     r.vram_used = d.total_bytes - d.free_bytes;
   }
 #endif
+  r.bw = a.bandwidth_gbs > 0 ? a.bandwidth_gbs * 1e9 : floor_bandwidth(*be, pool, &r.bw_how);
+  if (a.bandwidth_gbs > 0) r.bw_how = "given with --bandwidth";
+  r.floor_tps = r.bw / mi.active;
+  r.tel = be->expert_telemetry();
+  if (r.tel.hybrid) r.tel.host_gbps = host_memory_gbps(pool);
   r.row = budget_row(r, mi, a.bandwidth_gbs);
   return r;
 }

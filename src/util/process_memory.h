@@ -15,4 +15,9 @@ struct HostMemory {
 
 HostMemory host_memory();
 
+// Starts a new peak (VmHWM) from the current resident set (Linux: "5" to
+// /proc/self/clear_refs), so that `peak` covers what happened since; false
+// where the kernel does not allow it (the peak then is the process's).
+bool reset_peak_rss();
+
 }  // namespace ms
