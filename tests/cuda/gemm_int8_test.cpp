@@ -1,9 +1,11 @@
 // Int8 tensor-core GEMM (matmul with Q8 activations) against the
-// double-precision reference over the CPU dequantizer: every int8 format, odd
-// row / vector counts, K not a multiple of 256 (32-element formats), residual,
-// expert groups from a slot table and from base + stride with x_div > 1, and
-// poisoned outputs. The kernel's integer products are exact, so the bound is
-// the activation quantization error (ref_dot) plus float rounding.
+// double-precision reference over the CPU dequantizer: expert groups from a
+// slot table and from base + stride with x_div > 1, poisoned outputs, bad
+// input. Dense matrices of every int8 format (odd row / vector counts past one
+// tile, K not a multiple of 256, residual) are tests/backend_ops' (ops
+// dot_q8_<type>, implementation cuda_matmul_int8). The kernel's integer
+// products are exact, so the bound is the activation quantization error
+// (ref_dot) plus float rounding.
 #include <gtest/gtest.h>
 
 #include "cuda/gemm.h"
@@ -41,43 +43,6 @@ void check(const std::vector<float>& got, const std::vector<uint8_t>& w, DType t
                         << d.bound;
     }
   EXPECT_EQ(bad, 0) << what;
-}
-
-TEST(CudaMatmulInt8, DenseEveryFormatOddSizes) {
-  MS_REQUIRE_INT8_MMA();
-  std::mt19937 rng(61);
-  Stream s;
-  struct C { DType t; int64_t rows, cols; int n; };
-  for (C c : {C{DType::Q4_K, 70, 512, 37}, C{DType::Q4_K, 130, 2048, 65}, C{DType::Q4_K, 1, 256, 1},
-              C{DType::Q5_K, 129, 768, 17}, C{DType::Q6_K, 100, 768, 3}, C{DType::Q6_K, 256, 512, 64},
-              C{DType::Q8_0, 33, 96, 65}, C{DType::Q8_0, 200, 544, 130}, C{DType::Q4_0, 64, 160, 1},
-              C{DType::Q4_0, 131, 1024, 33}, C{DType::MXFP4, 80, 64, 20}, C{DType::MXFP4, 128, 320, 64}}) {
-    ASSERT_TRUE(matmul_int8_supported(c.t));
-    const auto w = random_weights(c.t, c.rows, c.cols, rng);
-    const auto x = random_floats(static_cast<size_t>(c.n * c.cols), rng);
-    const auto res = random_floats(static_cast<size_t>(c.n * c.rows), rng);
-    DeviceBuffer dw = upload(w), dx = upload(x), dres = upload(res), y = poisoned(c.n * c.rows);
-    DeviceBuffer q8b(q8act_bytes(c.cols, c.n));
-    MatvecInput in;
-    in.q8 = q8act_view(q8b.get(), c.cols, c.n);
-    quantize_q8act(dx.as<float>(), c.cols, c.n, in.q8, s);
-    MatrixSet m;
-    m.type = c.t;
-    m.rows = c.rows;
-    m.cols = c.cols;
-    m.base = dw.get();
-    MatvecGroups g;
-    g.per_group = c.n;
-    const std::string what = std::string("int8 matmul ") + type_name(c.t) + " " + std::to_string(c.rows) + "x" +
-                             std::to_string(c.cols) + " n " + std::to_string(c.n);
-    matmul(m, in, g, y.as<float>(), c.rows, dres.as<float>(), s);
-    check(download<float>(y.get(), c.n * c.rows), w, c.t, c.rows, c.cols, x, 1, std::vector<int>(c.n, 0), &res,
-          what + " +residual");
-    poison(y.get(), sizeof(float) * c.n * c.rows);
-    matmul(m, in, g, y.as<float>(), c.rows, nullptr, s);
-    check(download<float>(y.get(), c.n * c.rows), w, c.t, c.rows, c.cols, x, 1, std::vector<int>(c.n, 0), nullptr,
-          what);
-  }
 }
 
 // Groups of 70 / 1 / 19 / 0 vectors (scattered by a list) for experts 3, 1,
