@@ -145,6 +145,8 @@ void CudaBackend::Impl::make_hybrid(const VramPlan& plan) {
   ho.gemm_min_batch = opt.gemm_min_batch;
   ho.cost_overrides = opt.cost_overrides;
   ho.verbose_steps = opt.verbose_steps;
+  ho.serve_profile = opt.hybrid_profile;
+  ho.link_timeline = opt.link_timeline;
   ho.pool = opt.cpu_pool;
   hybrid = std::make_unique<HybridMoe>(w, ho, stream);
   // Pinned layers run the all-resident expert kernels, in the step's scratch.
