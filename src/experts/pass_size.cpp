@@ -54,10 +54,24 @@ PassSize choose_pass_size(const PassSizeInputs& in) {
   const int upper = static_cast<int>(upper64);
   const bool ctx_bounds = in.ctx > 0 && in.ctx < in.max_tokens;
   if (!in.tiered) {
-    r.tokens = std::min(in.floor_tokens, upper);
-    r.bound = r.tokens < in.floor_tokens ? PassSize::Bound::Context : PassSize::Bound::Resident;
+    // Without a per-token size the memory bound is unknown: the floor, as
+    // the budget's reserve has always held it.
+    int want = in.floor_tokens;
+    bool by_memory = false;
+    if (in.bytes_per_token > 0 && in.resident_tokens > in.floor_tokens) {
+      const double fit = double(in.room_bytes) / in.bytes_per_token;
+      const int fit64 = static_cast<int>(std::min<double>(in.resident_tokens, fit) / 64) * 64;
+      want = std::max(in.floor_tokens, fit64);
+      by_memory = fit64 < in.resident_tokens;
+    }
+    r.tokens = std::min(want, upper);
+    r.bound = r.tokens < want ? PassSize::Bound::Context
+              : by_memory     ? PassSize::Bound::Memory
+                              : PassSize::Bound::Resident;
     r.why = "prompt passes of " + std::to_string(r.tokens) + " tokens: every routed expert is resident, nothing streams" +
-            (r.bound == PassSize::Bound::Context ? " (bounded by the context)" : "");
+            (r.bound == PassSize::Bound::Context  ? " (bounded by the context)"
+             : r.bound == PassSize::Bound::Memory ? " (bounded by the VRAM left for the pass's buffers)"
+                                                  : "");
     return r;
   }
   const double R = in.link_gbps * 1e9, t = in.compute_s_per_token, m = in.bytes_per_token;

@@ -15,7 +15,11 @@
 // of least share), bounded by the memory the budget leaves for the buffers
 // (all of it up to the floor; beyond, a share of it, so a tight budget keeps
 // small passes and decode keeps most of its cache), by the context and by
-// the largest batch. Every expert resident: nothing streams, the floor.
+// the largest batch. Every expert resident: nothing streams; the pass is
+// resident_tokens where the memory left for the buffers holds it (a model
+// of many small experts needs long passes to give each expert's GEMM enough
+// rows: 256 experts top-8 get 16 tokens each from a 512-token pass), never
+// less than the floor.
 //
 // Pure arithmetic: the CUDA backend measures or estimates the inputs and
 // applies the result; unit tests on CI (tests/experts/pass_size_test.cpp).
@@ -44,6 +48,9 @@ struct PassSizeInputs {
   double stream_share = 0.10;     // target: the link's time per pass over its compute
   double memory_share = 1.0 / 3;  // the per-token buffers take at most this share of room_bytes
   int floor_tokens = 512;         // the GPU's prompt rate is reached from about here
+  // Every expert resident: the pass wanted when room_bytes / bytes_per_token
+  // holds it (bytes_per_token 0: no memory bound given, the floor).
+  int resident_tokens = 2048;
   int min_tokens = 16;            // the least a pass may be (memory permitting or not)
   int max_tokens = 16384;         // the largest batch the CLI accepts
 };

@@ -49,6 +49,32 @@ TEST(PassSize, EveryExpertResidentTakesTheFloorOrTheContext) {
   EXPECT_EQ(p.bound, PassSize::Bound::Context);
 }
 
+TEST(PassSize, EveryExpertResidentTakesLongPassesWhereMemoryHoldsThem) {
+  PassSizeInputs in;
+  in.tiered = false;
+  in.bytes_per_token = 400.0 * 1024;  // the Qwen3.6-35B-A3B shape's buffers
+  in.room_bytes = 8ull << 30;         // plenty: the resident pass
+  PassSize p = choose_pass_size(in);
+  EXPECT_EQ(p.tokens, in.resident_tokens) << p.why;
+  EXPECT_EQ(p.bound, PassSize::Bound::Resident);
+  // Room for 1000 tokens: the largest multiple of 64 that fits.
+  in.room_bytes = static_cast<uint64_t>(1000 * in.bytes_per_token);
+  p = choose_pass_size(in);
+  EXPECT_EQ(p.tokens, 960) << p.why;
+  EXPECT_EQ(p.bound, PassSize::Bound::Memory);
+  EXPECT_NE(p.why.find("VRAM"), std::string::npos) << p.why;
+  // Less room than the floor needs: the floor, as before (the reserve holds it).
+  in.room_bytes = 1u << 20;
+  p = choose_pass_size(in);
+  EXPECT_EQ(p.tokens, in.floor_tokens) << p.why;
+  // The context still bounds it.
+  in.room_bytes = 8ull << 30;
+  in.ctx = 1500;
+  p = choose_pass_size(in);
+  EXPECT_EQ(p.tokens, 1500) << p.why;
+  EXPECT_EQ(p.bound, PassSize::Bound::Context);
+}
+
 TEST(PassSize, TheIssuesCaseStreamsOncePerLongPassWithinTheShare) {
   const PassSizeInputs in = qwen30b_10g();
   const PassSize p = choose_pass_size(in);

@@ -67,6 +67,27 @@ int CudaBackend::Impl::choose_batch(const VramPlan& plan, int64_t kv_ctx) {
   in.tiered = tiered;
   in.ctx = kv_ctx;
   if (!tiered) {
+    // Every expert resident: the pass's buffers may take what the device has
+    // free after the weights and K/V (less the automatic budget's margin) and,
+    // under a --vram budget, the budget's slack beyond the whole model plus
+    // half its reserve (the tiered case's share of it).
+    auto act_bytes = [&](int b) {
+      const int keep = B;
+      B = b;
+      cuda::Layout measure;
+      layout_activations(measure);
+      B = keep;
+      return double(measure.used);
+    };
+    constexpr int kLo = 64, kHi = 64 + 1024;
+    const double lo = act_bytes(kLo), hi = act_bytes(kHi);
+    in.bytes_per_token = std::max(0.0, (hi - lo) / (kHi - kLo));
+    const double at_zero = lo - kLo * in.bytes_per_token;
+    double avail = double(cuda::free_device_bytes()) - double(CudaBackend::kAutoMargin);
+    if (plan.budget > 0)
+      avail = std::min(avail, double(plan.budget) - double(plan.everything_bytes) + double(plan.reserve_bytes) / 2);
+    avail -= at_zero;
+    in.room_bytes = avail > 0 ? static_cast<uint64_t>(avail) : 0;
     pass = choose_pass_size(in);
     return pass.tokens;
   }
