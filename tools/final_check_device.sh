@@ -78,8 +78,10 @@ if want parity && [ -f "$WORK/build.done" ] && [ "$(left)" -gt 120 ]; then
   for be in cuda cpu; do
     [ -f "$WORK/parity_$be.md" ] && continue
     [ "$(left)" -gt 90 ] || break
+    models=()  # PARITY_CPU_MODELS: the CPU backend's run only for these (comma list)
+    [ $be = cpu ] && [ -n "${PARITY_CPU_MODELS:-}" ] && models=(--models "$PARITY_CPU_MODELS")
     timeout "$(($(left) - 10))" python3 "$WORK/src-new/tools/hf_parity.py" --moestream "$NEW/moestream" \
-      --out "$WORK/hf_$be" --backend "$be" > "$WORK/parity_$be.stdout" 2>&1
+      --out "$WORK/hf_$be" --backend "$be" "${models[@]}" > "$WORK/parity_$be.stdout" 2>&1
     cp "$WORK/hf_$be/parity.md" "$WORK/parity_$be.md" 2> /dev/null
     say "parity $be: $(tail -1 "$WORK/parity_$be.stdout")"
   done
@@ -95,7 +97,8 @@ bench_pair() {  # tag model budgets
       [ $which = new ] && bin=$NEW/moestream
       grep -q "^| .*± " "$md" 2> /dev/null && continue
       [ "$(left)" -gt 45 ] || return 1
-      timeout "$(($(left) - 5))" "$bin" bench -m "$model" -p 512 -n 128 -r 3 -t 16 --backend cuda --vram "$b" \
+      local pp=512; [ "$b" = full ] && pp=512,8192  # (8192: the resident pass size)
+      timeout "$(($(left) - 5))" "$bin" bench -m "$model" -p "$pp" -n 128 -r 3 -t 16 --backend cuda --vram "$b" \
         -o "$md" > /dev/null 2> "$WORK/speed_${tag}_${b}_$which.err" || say "bench $tag $b $which failed: $(tail -1 "$WORK/speed_${tag}_${b}_$which.err")"
     done
   done
