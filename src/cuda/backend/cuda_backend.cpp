@@ -234,7 +234,11 @@ void CudaBackend::Impl::layout_activations(cuda::Layout& L) {
     // expert_ffn runs every batch (it groups by expert itself). Tiered
     // experts use the hybrid step's own buffers instead.
     if (!tiered) {
-      exp_scratch_bytes = cuda::expert_ffn_scratch_bytes(experts.weights(0), B, c.n_expert_used);
+      // Sized as the recipe runs the experts: gpt-oss's biases / clamped
+      // SwiGLU are set per call (layer_recipe.cpp) and keep gate and up apart.
+      cuda::ExpertWeights sized = experts.weights(0);
+      if (c.arch->expert_bias || c.arch->clamped_swiglu) sized.clamped_swiglu = true;
+      exp_scratch_bytes = cuda::expert_ffn_scratch_bytes(sized, B, c.n_expert_used);
       exp_scratch = L.take(exp_scratch_bytes);
     }
   } else {
