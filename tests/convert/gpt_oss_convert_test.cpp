@@ -23,6 +23,7 @@
 #include "model/hparams.h"
 #include "model/weights.h"
 #include "quant/quant.h"
+#include "generated_model_test.h"
 #include "tiny_checkpoint.h"
 #include "util/error.h"
 
@@ -32,32 +33,11 @@ namespace {
 namespace fs = std::filesystem;
 using test::StEntry;
 
-std::vector<float> values(const GgufTensorInfo& t) {
-  int64_t n = 1;
-  for (int64_t d : t.shape) n *= d;
-  std::vector<float> v(static_cast<size_t>(n));
-  dequantize_row_ref(t.type, t.data, v.data(), n);
-  return v;
-}
+using test::tensor_values;
 
-class GptOssConvertTest : public ::testing::Test {
+class GptOssConvertTest : public test::GeneratedModelTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("moestream_gptoss_conv_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-    ThreadPool pool(2);
-    GenOptions o;
-    o.arch = "gpt-oss";
-    o.quant = "f32";
-    o.seed = 9;
-    gguf_ = (dir_ / "orig.gguf").string();
-    generate_model(o, gguf_, pool);
-    src_ = GgufFile::open(gguf_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
+  void SetUp() override { generate("gpt-oss", 9, "gptoss_conv"); }
 
   // The HF checkpoint the GGUF came from, by the inverse of each conversion
   // step (transformers' GptOss layout). `layer_types`: written when given.
@@ -76,7 +56,7 @@ class GptOssConvertTest : public ::testing::Test {
     auto put = [&](const std::string& name, std::vector<int64_t> shape, const std::vector<float>& v) {
       out.push_back({name, "F32", std::move(shape), test::encode("F32", v)});
     };
-    auto get = [&](const std::string& name) { return values(*f.find_tensor(name)); };
+    auto get = [&](const std::string& name) { return tensor_values(*f.find_tensor(name)); };
     put("model.embed_tokens.weight", {V, H}, get("token_embd.weight"));
     put("model.norm.weight", {H}, get("output_norm.weight"));
     put("lm_head.weight", {V, H}, get("output.weight"));
@@ -216,10 +196,6 @@ class GptOssConvertTest : public ::testing::Test {
     convert_hf_to_gguf(o);
     return o.output_path;
   }
-
-  fs::path dir_;
-  std::string gguf_;
-  std::unique_ptr<GgufFile> src_;
 };
 
 TEST_F(GptOssConvertTest, CheckpointRoundTrips) {
@@ -238,7 +214,7 @@ TEST_F(GptOssConvertTest, CheckpointRoundTrips) {
     const GgufTensorInfo* b = back->find_tensor(t.name);
     ASSERT_NE(b, nullptr) << t.name;
     ASSERT_EQ(b->shape, t.shape) << t.name;
-    const auto want = values(t), got = values(*b);
+    const auto want = tensor_values(t), got = tensor_values(*b);
     for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << t.name << " [" << i << "]";
     ++n;
   }
@@ -268,8 +244,8 @@ TEST_F(GptOssConvertTest, QuantizedConversionBinds) {
   const ModelWeights w = bind_weights(*back);
   EXPECT_TRUE(w.layers[1].experts.has_bias());
   // q8_0 of the interleaved gate rows is the q8_0 of the original's rows.
-  const auto want = values(*src_->find_tensor("blk.1.ffn_gate_exps.weight"));
-  const auto got = values(*back->find_tensor("blk.1.ffn_gate_exps.weight"));
+  const auto want = tensor_values(*src_->find_tensor("blk.1.ffn_gate_exps.weight"));
+  const auto got = tensor_values(*back->find_tensor("blk.1.ffn_gate_exps.weight"));
   double num = 0, den = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     num += (got[i] - want[i]) * (got[i] - want[i]);

@@ -23,6 +23,7 @@
 #include "model/hparams.h"
 #include "model/weights.h"
 #include "quant/quant.h"
+#include "generated_model_test.h"
 #include "tiny_checkpoint.h"
 #include "util/error.h"
 
@@ -32,32 +33,11 @@ namespace {
 namespace fs = std::filesystem;
 using test::StEntry;
 
-std::vector<float> values(const GgufTensorInfo& t) {
-  int64_t n = 1;
-  for (int64_t d : t.shape) n *= d;
-  std::vector<float> v(static_cast<size_t>(n));
-  dequantize_row_ref(t.type, t.data, v.data(), n);
-  return v;
-}
+using test::tensor_values;
 
-class Qwen35ConvertTest : public ::testing::Test {
+class Qwen35ConvertTest : public test::GeneratedModelTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("moestream_q35conv_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-    ThreadPool pool(2);
-    GenOptions o;
-    o.arch = "qwen35moe";
-    o.quant = "f32";
-    o.seed = 5;
-    gguf_ = (dir_ / "orig.gguf").string();
-    generate_model(o, gguf_, pool);
-    src_ = GgufFile::open(gguf_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
+  void SetUp() override { generate("qwen35moe", 5, "q35conv"); }
 
   // The HF checkpoint the GGUF came from, by the inverse of every conversion
   // step. With `order`, HF layer L holds the GGUF's layer order[L] and
@@ -77,7 +57,7 @@ class Qwen35ConvertTest : public ::testing::Test {
     auto put = [&](const std::string& name, std::vector<int64_t> shape, const std::vector<float>& v) {
       out.push_back({name, "F32", std::move(shape), test::encode("F32", v)});
     };
-    auto get = [&](const std::string& name) { return values(*f.find_tensor(name)); };
+    auto get = [&](const std::string& name) { return tensor_values(*f.find_tensor(name)); };
     auto minus1 = [&](std::vector<float> v) {
       for (float& x : v) x -= 1.0f;
       return v;
@@ -126,17 +106,17 @@ class Qwen35ConvertTest : public ::testing::Test {
         const std::string at = hf_l + "self_attn.";
         for (const char* w : {"q", "k", "v"}) {
           const GgufTensorInfo& t = *f.find_tensor(b + "attn_" + w + ".weight");
-          put(at + w + "_proj.weight", {t.shape[1], t.shape[0]}, values(t));
+          put(at + w + "_proj.weight", {t.shape[1], t.shape[0]}, tensor_values(t));
         }
         const GgufTensorInfo& o = *f.find_tensor(b + "attn_output.weight");
-        put(at + "o_proj.weight", {o.shape[1], o.shape[0]}, values(o));
+        put(at + "o_proj.weight", {o.shape[1], o.shape[0]}, tensor_values(o));
         put(at + "q_norm.weight", {o.shape[0] / f.get_int(A + "attention.head_count")}, minus1(get(b + "attn_q_norm.weight")));
         put(at + "k_norm.weight", {o.shape[0] / f.get_int(A + "attention.head_count")}, minus1(get(b + "attn_k_norm.weight")));
       }
       put(hf_l + "mlp.gate.weight", {E, H}, get(b + "ffn_gate_inp.weight"));
       const GgufTensorInfo& g = *f.find_tensor(b + "ffn_gate_exps.weight");
       const int64_t F = g.shape[1];
-      const auto ge = values(g), ue = get(b + "ffn_up_exps.weight"), de = get(b + "ffn_down_exps.weight");
+      const auto ge = tensor_values(g), ue = get(b + "ffn_up_exps.weight"), de = get(b + "ffn_down_exps.weight");
       for (int64_t e = 0; e < E; ++e) {
         const std::string ex = hf_l + "mlp.experts." + std::to_string(e) + ".";
         put(ex + "gate_proj.weight", {F, H}, std::vector<float>(ge.begin() + e * F * H, ge.begin() + (e + 1) * F * H));
@@ -226,17 +206,13 @@ class Qwen35ConvertTest : public ::testing::Test {
       const GgufTensorInfo* b = back->find_tensor(name);
       ASSERT_NE(b, nullptr) << name << " (from " << t.name << ")";
       ASSERT_EQ(b->shape, t.shape) << name;
-      const auto want = values(t), got = values(*b);
+      const auto want = tensor_values(t), got = tensor_values(*b);
       for (size_t i = 0; i < want.size(); ++i)
         ASSERT_NEAR(got[i], want[i], 1e-6f * (1 + std::fabs(want[i]))) << name << " [" << i << "]";
       ++n;
     }
     EXPECT_EQ(n, back->tensors().size()) << "nothing extra";
   }
-
-  fs::path dir_;
-  std::string gguf_;
-  std::unique_ptr<GgufFile> src_;
 };
 
 TEST_F(Qwen35ConvertTest, CausalLmCheckpointRoundTrips) { round_trip(false); }

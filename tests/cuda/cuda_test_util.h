@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cuda/device.h"
+#include "cuda/matvec.h"
 #include "quant/blocks.h"
 #include "quant/half.h"
 #include "quant/quant.h"
@@ -133,6 +134,24 @@ inline RefDot ref_dot(const std::vector<float>& wrow, const float* x, int64_t n,
   }
   r.bound = quant_err * 1.001 + (q8_activations ? 3e-4 : 2e-6) * abs_sum + 1e-6;
   return r;
+}
+
+// Activations on the device in the form a weight type's kernel takes: f32,
+// plus their Q8 blocks where the type's kernel reads those.
+struct DevInput {
+  DeviceBuffer f32, q8buf;
+  MatvecInput in;
+};
+inline DevInput make_matvec_input(DType t, const std::vector<float>& x, int64_t cols, int64_t nvec, cudaStream_t s) {
+  DevInput d;
+  d.f32 = upload(x);
+  d.in.f32 = d.f32.as<float>();
+  if (matvec_takes_q8(t)) {
+    d.q8buf = DeviceBuffer(q8act_bytes(cols, nvec));
+    d.in.q8 = q8act_view(d.q8buf.get(), cols, nvec);
+    quantize_q8act(d.f32.as<float>(), cols, nvec, d.in.q8, s);
+  }
+  return d;
 }
 
 }  // namespace ms::cuda::test

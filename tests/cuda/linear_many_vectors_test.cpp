@@ -12,21 +12,6 @@
 namespace ms::cuda::test {
 namespace {
 
-struct Input {
-  DeviceBuffer f32, q8buf;
-  MatvecInput in;
-};
-Input make_input(DType t, const std::vector<float>& x, int64_t cols, int64_t nvec, cudaStream_t s) {
-  Input d;
-  d.f32 = upload(x);
-  d.in.f32 = d.f32.as<float>();
-  if (matvec_takes_q8(t)) {
-    d.q8buf = DeviceBuffer(q8act_bytes(cols, nvec));
-    d.in.q8 = q8act_view(d.q8buf.get(), cols, nvec);
-    quantize_q8act(d.f32.as<float>(), cols, nvec, d.in.q8, s);
-  }
-  return d;
-}
 
 // Vectors [first, first + count) of `in` as an input of their own.
 MatvecInput slice(const MatvecInput& in, int64_t cols, int64_t first) {
@@ -55,7 +40,7 @@ TEST(CudaLinear, ManyVectorsEqualFewVectorsBitForBit) {
     for (int n : {15, 16, 17, 23, 24, 1001}) {
       const auto x = random_floats(static_cast<size_t>(c.cols * n), rng);
       const auto res = random_floats(static_cast<size_t>(c.rows * n), rng);
-      Input in = make_input(c.type, x, c.cols, n, s);
+      DevInput in = make_matvec_input(c.type, x, c.cols, n, s);
       const std::string what = std::string(type_name(c.type)) + " " + std::to_string(c.rows) + "x" +
                                std::to_string(c.cols) + " n=" + std::to_string(n);
       // All n at once, with and without a residual.

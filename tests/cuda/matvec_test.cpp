@@ -20,22 +20,6 @@ std::string case_name(const Case& c) {
   return std::string(type_name(c.type)) + "_" + std::to_string(c.rows) + "x" + std::to_string(c.cols);
 }
 
-// Activations on the device in the form the type's kernel takes.
-struct DevInput {
-  DeviceBuffer f32, q8buf;
-  MatvecInput in;
-};
-DevInput make_input(DType t, const std::vector<float>& x, int64_t cols, int64_t nvec, cudaStream_t s) {
-  DevInput d;
-  d.f32 = upload(x);
-  d.in.f32 = d.f32.as<float>();
-  if (matvec_takes_q8(t)) {
-    d.q8buf = DeviceBuffer(q8act_bytes(cols, nvec));
-    d.in.q8 = q8act_view(d.q8buf.get(), cols, nvec);
-    quantize_q8act(d.f32.as<float>(), cols, nvec, d.in.q8, s);
-  }
-  return d;
-}
 
 void expect_close(const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& bound,
                   const std::string& what) {
@@ -75,7 +59,7 @@ TEST(MatvecExperts, TableOfSlotsWithIdsAndResidual) {
     DeviceBuffer dids = upload(ids);
     Stream s;
     const auto x = random_floats(cols, rng);
-    DevInput in = make_input(t, x, cols, 1, s);
+    DevInput in = make_matvec_input(t, x, cols, 1, s);
     const auto res = random_floats(static_cast<size_t>(rows * k), rng);
     DeviceBuffer dres = upload(res);
 
@@ -121,7 +105,7 @@ TEST(MatvecExperts, GroupedListsAndGatedPair) {
     const int n_vec = 7;
     const auto x = random_floats(static_cast<size_t>(cols * n_vec), rng);
     Stream s;
-    DevInput in = make_input(t, x, cols, n_vec, s);
+    DevInput in = make_matvec_input(t, x, cols, n_vec, s);
     // groups: expert 2 -> {5, 0, 3}, expert 0 -> {6}, expert 1 -> {1, 2, 4}; launch 5 groups, 3 real
     const std::vector<int32_t> n_groups = {3}, expert = {2, 0, 1, 0, 0}, offsets = {0, 3, 4, 7, 7, 7},
                                list = {5, 0, 3, 6, 1, 2, 4};
