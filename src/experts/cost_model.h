@@ -10,7 +10,7 @@
 namespace ms {
 
 struct CostModel {
-  double pcie_gbps = 25;        // pinned host->device copies (PCIe 4 x16 desktop; the H100 host measured ~55)
+  double pcie_gbps = 25;        // pinned host->device copies (PCIe 4 x16 desktop; the GPU machine's: bench/results/hybrid_bench.md, "Run 5", H2D column)
   double cpu_gbps = 40;         // host DRAM read by the CPU expert FFN, all threads
   double gpu_hbm_gbps = 900;    // VRAM read by the GPU expert kernels
   double cpu_gflops = 400;      // CPU arithmetic on batched tokens (weights reused from cache)

@@ -12,17 +12,18 @@
 //
 // The fourth term: every cold expert is read from host memory once per
 // token, by the copy engine's DMA or by the CPU, and the two share that
-// memory's bandwidth. On the GPU machine pinned H2D copies alone ran at 46
-// GB/s and 16 threads' reads alone at 87, but together at 39 + 51 = 90
-// (bench/cuda/host_contention_bench.cu, bench/results/hybrid_bench.md run
-// 13), so the PCIe and CPU terms cannot both be met at once. host_gbps 0
-// (not measured) leaves the term out.
+// memory's bandwidth. On the GPU machine pinned H2D copies and the CPU's
+// reads together reached well below the sum of their rates alone
+// (bench/cuda/host_contention_bench.cu; bench/results/hybrid_bench.md, "Run
+// 13", "Host memory is one limit for the copy engine and the CPU"), so the
+// PCIe and CPU terms cannot both be met at once. host_gbps 0 (not measured)
+// leaves the term out.
 //
 // GPU bytes are the dense active bytes (attention, norms, router, shared
 // experts, output head) plus the resident experts a token routes to; streamed
 // and CPU bytes are the experts it routes to in those tiers. The HBM read of
-// a streamed expert after its copy is left out: it overlaps the copy and runs
-// ~50x faster than PCIe, so it never decides the max.
+// a streamed expert after its copy is left out: it overlaps the copy and HBM
+// is over an order of magnitude faster than PCIe, so it never decides the max.
 #pragma once
 #include <optional>
 #include <string>

@@ -94,11 +94,11 @@ std::unique_ptr<CachePolicy> make_policy(const std::string& name, size_t capacit
 std::vector<std::string> policy_names();        // every name make_policy accepts (without "default")
 const char* default_policy_name();
 // The engine's policy for "default" (tiered experts on a GPU), chosen by
-// measured tokens/s (bench/results/hybrid_bench.md), not hit rate: "layers"
-// without a profile (whole layers in VRAM run with no host round trip:
-// 108 vs 81 tok/s at 10.5G on a uniform router), "adaptive" with one (the
-// profile says which experts are hot: a skewed router's hot experts in VRAM,
-// wherever their layer; 153 vs 91 tok/s at 8G, skew 1.0).
+// measured tokens/s, not hit rate: "layers" without a profile (whole layers
+// in VRAM run with no host round trip: faster on a uniform router), "adaptive"
+// with one (the profile says which experts are hot: a skewed router's hot
+// experts in VRAM, wherever their layer: faster at skew 1.0). Figures:
+// bench/results/hybrid_bench.md, "Run 5" and "Figures moved from code comments".
 const char* engine_default_policy(bool have_profile);
 
 }  // namespace ms
