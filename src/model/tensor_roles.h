@@ -92,8 +92,9 @@ WeightSplit split_weights(const GgufFile& file);
 //   KV cache = n_ctx * sum over attention layers of n_head_kv * (key_length + value_length) * 2 B   (F16 K and V;
 //              kv_bytes_per_32 / 32 B an element for other cache types: ModelHParams::kv_cache_bytes)
 //              + the recurrent state of linear-attention layers (hybrids; ModelHParams::recurrent_state_bytes)
-// CUDA context, activations, workspaces (measured on the H100: activations
-// and the hybrid step's buffers for 512-token batches take ~250 MiB).
+// CUDA context, activations, workspaces (activations and the hybrid step's
+// buffers for 512-token batches, with room to spare: the measured figure is in
+// bench/results/hybrid_bench.md, "Figures moved from code comments").
 constexpr uint64_t kVramFixedReserve = 384ull << 20;
 constexpr int64_t kVramLogitRows = 64;                // logits of up to 64 tokens (speculative verify batches)
 
