@@ -220,7 +220,8 @@ void CpuBackend::attention(int il, const AttentionBlock& b) {
     add_bias(v_.data(), L.bv, n, kv_dim);
   }
   // Per-token q/k norm and RoPE: serial for one token, over the pool for a
-  // batch (a prompt's 128 tokens are ~1 ms of serial work per layer).
+  // batch (serially, a prompt's tokens add up to a visible share of the layer:
+  // bench/results/cpu_bench.md, "Figures moved from code comments").
   auto norm_rope = [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       float* q = q_.data() + t * q_dim;

@@ -34,7 +34,9 @@ std::unique_ptr<LoadedModel> LoadedModel::open(const std::string& path, bool to_
     m->ram_ = p;
     m->ram_bytes_ = n;
     const uint8_t* src = m->file->base() + m->file->data_offset();
-    ThreadPool pool;  // copying in parallel: one thread copies ~10 GB/s at best
+    // Copying in parallel: one thread's copy runs far below the memory's
+    // bandwidth (bench/results/cpu_kernels.md, "What the numbers say").
+    ThreadPool pool;
     const int64_t chunk = int64_t{64} << 20;
     pool.parallel_for((static_cast<int64_t>(n) + chunk - 1) / chunk, 1, [&](int64_t b, int64_t e) {
       for (int64_t c = b; c < e; ++c) {

@@ -42,8 +42,9 @@ void SamplerParams::validate() const {
 
 // Two passes: the largest value (NaNs never win), then its first index. The
 // obvious one-pass loop compares against x[best], a load whose address
-// depends on the previous comparison: ~5-8 cycles per element, 0.3-0.8 ms
-// per 152k-entry vocabulary, which a greedy decode step on the GPU waits for.
+// depends on the previous comparison: one dependent load per element over a
+// 152k-entry vocabulary, which a greedy decode step on the GPU waits for
+// (figures: bench/results/cuda_bench.md, "The tg regression").
 // Here the max runs over 16 independent lanes (SSE where there is SSE).
 int32_t argmax(const float* x, int32_t n) {
   if (n <= 1 || std::isnan(x[0])) return 0;  // as the one-pass loop: a NaN first value is never beaten
