@@ -213,9 +213,9 @@ constexpr float kNegBig = -1e30f;  // "no score yet": finite, so 2^(kNegBig - m)
 __host__ __device__ constexpr int heads_ways(int g, bool split) { return !split ? 1 : g >= kFastWarps ? kFastWarps : g; }
 __host__ __device__ constexpr int pos_ways(int g, bool split) { return kFastWarps / heads_ways(g, split); }
 
-// Up to this many positions the split-heads geometry runs (measured on the
-// H100, 32/4 heads of 128: 9.8 against 11.5 us at kv 512, but 16.7 against
-// 12.6 us at kv 4096 and 84 against 58 us at kv 32768).
+// Up to this many positions the split-heads geometry runs: it won at short
+// contexts and lost at long ones (32/4 heads of 128; figures in
+// bench/results/cuda_kernels.md, "What changed against the previous table").
 constexpr int kSplitHeadsMaxLen = 1024;
 // Whole-G-per-warp keeps G*HD/32 output floats per lane in registers.
 bool split_heads(int group, int hd, int max_kv_len) { return max_kv_len <= kSplitHeadsMaxLen || group * hd > 2048; }
@@ -232,9 +232,10 @@ int fast_splits(int group, int hd, int n_kv, int max_kv_len, int n_sm) {
 }
 
 // Up to this many splits, the last block of each KV head merges them in the
-// same launch (saving the merge kernel's launch: 8.8 against 9.6 us at kv
-// 128); beyond it, the merge kernel below spreads the work over one block per
-// query head (fusing 16-32 splits measured slower: 14.4 us at kv 512).
+// same launch (saving the merge kernel's launch); beyond it, the merge kernel
+// below spreads the work over one block per query head (fusing 16-32 splits
+// measured slower). Figures: bench/results/cuda_kernels.md, "Figures moved
+// from code comments".
 constexpr int kFuseMaxSplits = 8;
 
 bool fast_ok(const AttentionShape& s) {

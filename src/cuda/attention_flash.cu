@@ -11,7 +11,8 @@
 // memory) into double-buffered byte buffers, dequantized from there into one
 // f16 K and V tile (d * q rounded once to f16) at the start of the tile's
 // turn (issue #29: dequantizing from global memory on the way left the loads
-// exposed, 2.5-3.2x f16's time). Per tile and warp: S = Q K^T (ldmatrix fragments), the causal mask on tiles that
+// exposed, several times f16's time: bench/results/long_context.md, "Attention
+// kernels: flash prefill on tensor cores, q8_0 K/V (fattn)"). Per tile and warp: S = Q K^T (ldmatrix fragments), the causal mask on tiles that
 // cross the warp's diagonal (tiles wholly past the warp's last token are
 // skipped), the online softmax in registers (exp2 domain: q is pre-scaled by
 // scale * log2 e), P rounded to f16 straight from the S accumulators into

@@ -42,7 +42,8 @@ uint64_t available_ram() {
 void ExpertCopier::make_copy(uint64_t host_bytes) {
   copy_ = PinnedBuffer(host_bytes);
   // Slot images (padding zeroed), filled in parallel over the pool: one
-  // thread reads ~8 GB/s from the page cache.
+  // thread's reads from the page cache are far slower than the link
+  // (bench/results/hybrid_bench.md, "Figures moved from code comments").
   auto* dst = static_cast<char*>(copy_.get());
   auto fill = [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
@@ -79,8 +80,9 @@ ExpertCopier::ExpertCopier(std::vector<ExpertSource> experts, HostPin pin, Threa
   const uintptr_t b = lo & ~(page - 1);
   const uintptr_t e = (lo + host_bytes + page - 1) & ~(page - 1);
   // Auto stages: registering a large file mapping page-locks every page first
-  // (measured on the H100 host: over 150 s for 16 GiB), far longer than a run
-  // may wait at start-up. Registration stays available on request.
+  // (minutes for a 16 GiB mapping: bench/results/hybrid_bench.md, "What
+  // this says (and what is not done)"), far longer than a run may wait at
+  // start-up. Registration stays available on request.
   const bool want_copy = pin == HostPin::Copy || (pin == HostPin::Auto && copy_bytes <= available_ram() / 2);
   if (want_copy && copy_bytes > 0) {
     try {

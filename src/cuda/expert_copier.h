@@ -1,5 +1,6 @@
 // Host -> device copies of expert bytes on a dedicated copy stream, never
-// from pageable memory on the hot path (pageable copies run ~5x slower):
+// from pageable memory on the hot path (pageable copies run several times
+// slower: bench/results/hybrid_bench.md, "Figures moved from code comments"):
 //
 //   Copy:       the experts are copied once, at start-up, into page-locked
 //               host memory laid out as the VRAM slots are (gate, up, down
@@ -49,11 +50,12 @@ class ExpertCopier {
  public:
   // experts: every expert the copier may be asked for, by index. Auto copies
   // when they take at most half the available RAM, else stages (registering
-  // a 16 GiB mapping took minutes on the H100 host); Copy and Register throw
-  // if the driver refuses.
+  // a large mapping takes minutes: bench/results/hybrid_bench.md, "What this
+  // says (and what is not done)"); Copy and Register throw if the driver
+  // refuses.
   // pool (optional): the start-up copy and staging copies into the ring are
-  // split over its threads (one thread copies ~8 GB/s from the page cache;
-  // the link takes ~55).
+  // split over its threads (one thread's copy from the page cache is far
+  // slower than the link: hybrid_bench.md, "Figures moved from code comments").
   ExpertCopier(std::vector<ExpertSource> experts, HostPin pin, ThreadPool* pool = nullptr,
                size_t staging_chunk = 8u << 20, int staging_buffers = 4);
   ~ExpertCopier();

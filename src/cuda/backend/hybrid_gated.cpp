@@ -280,8 +280,9 @@ void HybridMoe::Impl::serve_layer(int il) {
   // The next tiered layer's predicted experts, on the copy stream behind
   // this layer's copies. After the CPU's experts, not before: the link's
   // DMA reads host memory as the CPU does, and running both at once slowed
-  // the CPU's experts (on the critical path) by a quarter on the GPU
-  // machine (bench/results/hybrid_bench.md, run 13).
+  // the CPU's experts (on the critical path) on the GPU machine
+  // (bench/results/hybrid_bench.md, "Run 13", "Host memory is one limit for
+  // the copy engine and the CPU").
   const int target = gated_pred[static_cast<size_t>(il)];
   const auto t_stage = Clock::now();
   if (target >= 0) {

@@ -204,7 +204,9 @@ void HybridMoe::Impl::measure_cost() {
   probe.link_s = copy1.ms_since(copy0) * 1e-3;
   // CPU: one token through 32 distinct experts (a repeated one would come
   // from the CPU's cache, not DRAM), spread over the MoE layers; the median
-  // of 5 tries after a warm-up (single short tries varied 4.8-76 GB/s).
+  // of 5 tries after a warm-up (single short tries varied by an order of
+  // magnitude: bench/results/hybrid_bench.md, "What this says (and what is
+  // not done)").
   std::vector<float> x(static_cast<size_t>(c.n_embd), 0.01f);
   constexpr int kProbeExperts = 32, kTries = 6;
   std::vector<float> y(static_cast<size_t>(kProbeExperts) * c.n_embd);
