@@ -53,8 +53,9 @@ bool cpu_supports_avx512();  // F, BW, VL, DQ and VNNI (and BMI2, which every su
 
 // The AVX2 kernels' software prefetch of a later row group (simd_row_groups.h)
 // goes into L2 (on a 16-thread Xeon host, L1 prefetches competed with the
-// demand loads and lost up to half the bandwidth), kPrefetchGroups groups
-// ahead: one group of 4 rows is ~5 KiB of Q4_K at 2048 columns, consumed in
+// demand loads and lost bandwidth: bench/results/cpu_kernels.md, "What the
+// numbers say", prefetch mode), kPrefetchGroups groups ahead: one group of
+// 4 rows is ~5 KiB of Q4_K at 2048 columns, consumed in
 // ~200 ns -- barely a DRAM latency on a fast core. L1, and 1, 3 or 4 groups,
 // measured no better (bench/results/cpu_bench.md, cpu_kernels.md), so
 // neither is a setting.
