@@ -49,7 +49,7 @@ struct StepSchedulerOptions {
   // experts before its routes are known (while earlier layers compute).
   bool prompt_stage = true;
   // Staged prompt passes also give the CPU a share of the cold experts.
-  // Off by default: measured slower (bench/results/hybrid_bench.md, run 15:
+  // Off by default: measured slower (bench/results/hybrid_bench.md, "Run 15":
   // the CPU's host-memory reads slow the copies, and the host thread
   // computing them enqueues nothing meanwhile).
   bool prompt_cpu = false;
