@@ -8,11 +8,14 @@
 #include <numeric>
 #include <tuple>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "engine/quant_presets.h"
 #include "engine/synthetic_vocab.h"
 #include "format/gguf.h"
+#include "model/recipe.h"
+#include "model/tensor_table.h"
 #include "quant/quant.h"
 #include "tokenizer/vocab.h"
 #include "util/error.h"
@@ -113,6 +116,42 @@ void fill_row(const Plan& p, int64_t r, uint64_t seed, const RouterBias& rb, flo
   if (role == kEmbd) out[0] = kChannel;
   if (role == kRouter) out[0] = rb.per_layer[static_cast<size_t>(p.layer)][static_cast<size_t>(row)];
   if (role == kOutput && !rb.output_col0.empty()) out[0] += rb.output_col0[static_cast<size_t>(row)];
+}
+
+// How gen draws a dense tensor of the table, by the field it binds to:
+// norms are ones, projections uniform with the standard deviation that keeps
+// activations O(1), and the rows that write the residual's constant channel
+// (row 0 of every output projection) zero.
+struct Draw {
+  Role role = kNorm;
+  float stddev = 0;
+  bool zero_row0 = false;
+};
+
+Draw draw_of(TensorView LayerWeights::*f, const GenShape& s, float res_scale, float inv_d, float down_std) {
+  using W = LayerWeights;
+  const int64_t q_dim = s.n_head * int64_t{s.head_dim};
+  const int64_t value_dim = int64_t{s.ssm_v_heads} * s.ssm_head_v;
+  if (f == &W::attn_norm || f == &W::ffn_norm || f == &W::ssm_dt) return {kNorm, 0};  // ssm_dt: ones, as the reference initialises dt_bias
+  if (f == &W::q_norm || f == &W::k_norm || f == &W::ssm_norm) return {kQkNorm, 0};
+  if (f == &W::wq || f == &W::ssm_qkv) return {kAttnQ, inv_d};
+  if (f == &W::wk) return {kAttnK, inv_d};
+  if (f == &W::wv || f == &W::ssm_z) return {kAttnV, inv_d};
+  if (f == &W::wo) return {kAttnO, res_scale / std::sqrt(static_cast<float>(q_dim)), true};
+  if (f == &W::ssm_out) return {kAttnO, res_scale / std::sqrt(static_cast<float>(value_dim)), true};
+  if (f == &W::bq || f == &W::bk || f == &W::bv) return {kBias, 0.02f};
+  if (f == &W::bo) return {kResBias, 0.02f};
+  if (f == &W::attn_sinks) return {kSinks, 1.0f};
+  if (f == &W::ssm_beta || f == &W::ssm_alpha || f == &W::shexp_router) return {kSmallF32, inv_d};
+  if (f == &W::ssm_a) return {kSsmA, 1.0f};
+  if (f == &W::ssm_conv) return {kConv, 1.0f / std::sqrt(static_cast<float>(s.ssm_conv_kernel))};
+  if (f == &W::ffn_gate || f == &W::shexp_gate) return {kGate, inv_d};
+  if (f == &W::ffn_up || f == &W::shexp_up) return {kUp, inv_d};
+  if (f == &W::ffn_down) return {kDown, down_std, true};
+  if (f == &W::shexp_down) return {kDown, res_scale / std::sqrt(static_cast<float>(s.n_ff_shexp)), true};
+  if (f == &W::router) return {kRouter, inv_d};
+  if (f == &W::router_b) return {kBias, 0.1f};
+  throw Error("gen: no way to draw a tensor the tensor table lists (a new field in model/tensor_table.cpp?)");
 }
 
 std::string lower(std::string s) {
@@ -294,6 +333,41 @@ GenShape gen_preset(const std::string& arch_in, const std::string& preset_in) {
   return s;
 }
 
+ModelConfig gen_model_config(const GenShape& s) {
+  ModelConfig c;
+  c.arch_name = s.gguf_arch;
+  c.arch = &arch_info(s.gguf_arch);
+  c.n_layer = s.n_layer;
+  c.n_layer_mtp = s.n_mtp;
+  c.n_embd = s.n_embd;
+  c.n_head = s.n_head;
+  c.n_head_kv = s.n_head_kv;
+  c.head_dim = s.head_dim;
+  c.n_rot = s.n_rot > 0 ? s.n_rot : s.head_dim;
+  c.n_vocab = s.n_vocab;
+  c.n_ctx_train = s.n_ctx;
+  c.n_ff = s.n_ff;
+  c.n_expert = s.n_expert;
+  c.n_expert_used = s.n_expert_used;
+  c.n_ff_exp = s.n_ff_exp;
+  c.n_ff_shexp = s.n_ff_shexp;
+  c.rms_eps = s.rms_eps;
+  c.rope_base = s.rope_base;
+  if (c.arch->linear_attention) {
+    for (int il = 0; il < s.n_layer; ++il) c.linear_layer.push_back((il + 1) % s.full_attn_interval != 0);
+    c.lin.conv_kernel = s.ssm_conv_kernel;
+    c.lin.n_k_heads = s.ssm_k_heads;
+    c.lin.n_v_heads = s.ssm_v_heads;
+    c.lin.head_k = s.ssm_head_k;
+    c.lin.head_v = s.ssm_head_v;
+  }
+  if (c.arch->swa_pattern > 0 && s.sliding_window > 0) {
+    c.n_swa = s.sliding_window;
+    for (int il = 0; il < s.n_layer; ++il) c.swa_layer.push_back(il % c.arch->swa_pattern < c.arch->swa_pattern - 1);
+  }
+  return c;
+}
+
 GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadPool& pool) {
   GenShape s = gen_preset(opt.arch, opt.preset);
   if (opt.n_layer > 0) s.n_layer = opt.n_layer;
@@ -311,7 +385,6 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
   const std::string A = s.gguf_arch;
   const int L = s.n_layer;
   const int64_t D = s.n_embd, V = s.n_vocab, hd = s.head_dim;
-  const int64_t q_dim = s.n_head * hd, kv_dim = s.n_head_kv * hd;
   const float res_scale = 1.0f / std::sqrt(2.0f * static_cast<float>(L));
   const float inv_d = 1.0f / std::sqrt(static_cast<float>(D));
 
@@ -332,11 +405,10 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
   add("output_norm.weight", {D}, kNorm, -1, 0);
   if (!s.tied_output) add("output.weight", {D, V}, kOutput, -1, inv_d);
   const bool hybrid = A == "qwen35moe";
-  // Routed experts of layer il in the chosen layout.
+  // Routed experts of layer il in the chosen layout (the tensor table leaves
+  // them out: three layouts, gpt-oss's per-expert biases).
   auto add_experts = [&](const std::string& b, int il, float down_std) {
     const int64_t E = s.n_expert, F = s.n_ff_exp;
-    add(b + "ffn_gate_inp.weight", {D, E}, kRouter, il, inv_d);
-    if (gpt_oss) add(b + "ffn_gate_inp.bias", {E}, kBias, il, 0.1f);
     if (layout == "stacked") {
       add(b + "ffn_gate_exps.weight", {D, F, E}, kGate, il, inv_d).rows_per_mat = F;
       add(b + "ffn_up_exps.weight", {D, F, E}, kUp, il, inv_d).rows_per_mat = F;
@@ -365,65 +437,35 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
       }
     }
   };
-  // qwen35moe: a Gated DeltaNet block (the layers that are not every
-  // full_attn_interval-th), and the shared expert every layer has.
-  const int64_t key_dim = int64_t{s.ssm_k_heads} * s.ssm_head_k, value_dim = int64_t{s.ssm_v_heads} * s.ssm_head_v;
-  auto add_delta_net = [&](const std::string& b, int il) {
-    const int64_t conv_dim = 2 * key_dim + value_dim, nv = s.ssm_v_heads;
-    add(b + "attn_qkv.weight", {D, conv_dim}, kAttnQ, il, inv_d);
-    add(b + "attn_gate.weight", {D, value_dim}, kAttnV, il, inv_d);
-    add(b + "ssm_beta.weight", {D, nv}, kSmallF32, il, inv_d);
-    add(b + "ssm_alpha.weight", {D, nv}, kSmallF32, il, inv_d);
-    add(b + "ssm_a", {nv}, kSsmA, il, 1.0f);
-    add(b + "ssm_dt.bias", {nv}, kNorm, il, 0);  // ones, as the reference initialises dt_bias
-    add(b + "ssm_conv1d.weight", {s.ssm_conv_kernel, conv_dim}, kConv, il,
-        1.0f / std::sqrt(static_cast<float>(s.ssm_conv_kernel)));
-    add(b + "ssm_norm.weight", {s.ssm_head_v}, kQkNorm, il, 0);
-    add(b + "ssm_out.weight", {value_dim, D}, kAttnO, il, res_scale / std::sqrt(static_cast<float>(value_dim)))
-        .zero_row0 = true;
-  };
-  auto add_shared_expert = [&](const std::string& b, int il) {
-    add(b + "ffn_gate_inp_shexp.weight", {D}, kSmallF32, il, inv_d);
-    add(b + "ffn_gate_shexp.weight", {D, s.n_ff_shexp}, kGate, il, inv_d);
-    add(b + "ffn_up_shexp.weight", {D, s.n_ff_shexp}, kUp, il, inv_d);
-    add(b + "ffn_down_shexp.weight", {s.n_ff_shexp, D}, kDown, il,
-        res_scale / std::sqrt(static_cast<float>(s.n_ff_shexp))).zero_row0 = true;
-  };
+  // The dense tensors of each layer, names and shapes from the tensor table
+  // (model/tensor_table.h: the blocks the recipe runs); gen chooses only how
+  // each is drawn. MTP blocks (qwen35moe) are bound as the main stack's
+  // attention layers, plus their nextn tensors (not in the table).
+  const ModelConfig cfg = gen_model_config(s);
+  const std::vector<std::vector<BlockCall>> blocks = plan_layers(cfg);
+  const std::vector<BlockCall>* attention_layer = nullptr;
+  for (const auto& calls : blocks)
+    if (!calls.empty() && std::holds_alternative<AttentionBlock>(calls.front())) {
+      attention_layer = &calls;
+      break;
+    }
   for (int il = 0; il < L + s.n_mtp; ++il) {
     const std::string b = "blk." + std::to_string(il) + ".";
-    add(b + "attn_norm.weight", {D}, kNorm, il, 0);
     const bool mtp = il >= L;
-    if (hybrid && !mtp && (il + 1) % s.full_attn_interval != 0) {
-      add_delta_net(b, il);
-    } else {
-      add(b + "attn_q.weight", {D, hybrid ? 2 * q_dim : q_dim}, kAttnQ, il, inv_d);  // hybrid: [q | gate] per head
-      add(b + "attn_k.weight", {D, kv_dim}, kAttnK, il, inv_d);
-      add(b + "attn_v.weight", {D, kv_dim}, kAttnV, il, inv_d);
-      if (A == "qwen2" || gpt_oss) {
-        add(b + "attn_q.bias", {q_dim}, kBias, il, 0.02f);
-        add(b + "attn_k.bias", {kv_dim}, kBias, il, 0.02f);
-        add(b + "attn_v.bias", {kv_dim}, kBias, il, 0.02f);
-      }
-      add(b + "attn_output.weight", {q_dim, D}, kAttnO, il, res_scale / std::sqrt(static_cast<float>(q_dim))).zero_row0 = true;
-      if (gpt_oss) {
-        add(b + "attn_output.bias", {D}, kResBias, il, 0.02f);
-        add(b + "attn_sinks.weight", {int64_t{s.n_head}}, kSinks, il, 1.0f);
-      }
-      if (A == "qwen3" || A == "qwen3moe" || hybrid) {
-        add(b + "attn_q_norm.weight", {hd}, kQkNorm, il, 0);
-        add(b + "attn_k_norm.weight", {hd}, kQkNorm, il, 0);
-      }
-    }
-    add(b + (hybrid || gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {D}, kNorm, il, 0);
+    if (mtp && !attention_layer) throw Error("gen: MTP blocks need a full-attention layer in the main stack");
     const float down_std = res_scale / std::sqrt(static_cast<float>(moe ? s.n_ff_exp : s.n_ff));
-    if (!moe) {
-      add(b + "ffn_gate.weight", {D, s.n_ff}, kGate, il, inv_d);
-      add(b + "ffn_up.weight", {D, s.n_ff}, kUp, il, inv_d);
-      add(b + "ffn_down.weight", {s.n_ff, D}, kDown, il, down_std).zero_row0 = true;
-      continue;
+    const std::vector<LayerTensorSpec> table =
+        layer_tensor_table(cfg, il, mtp ? *attention_layer : blocks[static_cast<size_t>(il)]);
+    for (size_t i = 0; i < table.size(); ++i) {
+      const LayerTensorSpec& t = table[i];
+      const Draw d = draw_of(t.field, s, res_scale, inv_d, down_std);
+      add(t.name, t.shape, d.role, il, d.stddev).zero_row0 = d.zero_row0;
+      // The routed experts follow the router (and its bias), as in the published files.
+      const bool router_done = t.field == &LayerWeights::router_b ||
+                               (t.field == &LayerWeights::router &&
+                                (i + 1 == table.size() || table[i + 1].field != &LayerWeights::router_b));
+      if (router_done) add_experts(b, il, down_std);
     }
-    add_experts(b, il, down_std);
-    if (hybrid) add_shared_expert(b, il);
     if (mtp) {  // the MTP block's own tensors (concatenated [enorm(embedding) | hnorm(hidden)] -> n_embd)
       add(b + "nextn.eh_proj.weight", {2 * D, D}, kAttnO, il, 1.0f / std::sqrt(2.0f * static_cast<float>(D)));
       add(b + "nextn.enorm.weight", {D}, kNorm, il, 0);

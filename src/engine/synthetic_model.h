@@ -39,6 +39,7 @@
 #include <string>
 
 #include "cpu/thread_pool.h"
+#include "model/weights.h"
 #include "quant/types.h"
 
 namespace ms {
@@ -77,6 +78,11 @@ struct GenShape {
 // Throws ms::Error for an unknown name or a combination that does not exist
 // (e.g. mixtral + qwen3-30b-a3b).
 GenShape gen_preset(const std::string& arch, const std::string& preset);
+
+// The hyper-parameters a file of shape s reads back as (what the recipe and
+// the tensor table need: widths, heads, experts, linear and window layers), so
+// gen lists each layer's dense tensors from the tensor table.
+ModelConfig gen_model_config(const GenShape& s);
 
 struct GenOptions {
   std::string arch = "qwen3moe";

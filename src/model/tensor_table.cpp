@@ -22,12 +22,12 @@ std::vector<LayerTensorSpec> layer_tensor_table(const ModelConfig& c, int il, co
       add(&LayerWeights::wq, "attn_q.weight", {D, a->output_gate ? 2 * q_dim : q_dim});  // gate: [q | gate] per head
       add(&LayerWeights::wk, "attn_k.weight", {D, kv_dim});
       add(&LayerWeights::wv, "attn_v.weight", {D, kv_dim});
-      add(&LayerWeights::wo, "attn_output.weight", {q_dim, D});
       if (a->qkv_bias) {
         add(&LayerWeights::bq, "attn_q.bias", {q_dim}, true);
         add(&LayerWeights::bk, "attn_k.bias", {kv_dim}, true);
         add(&LayerWeights::bv, "attn_v.bias", {kv_dim}, true);
       }
+      add(&LayerWeights::wo, "attn_output.weight", {q_dim, D});
       if (a->output_bias) add(&LayerWeights::bo, "attn_output.bias", {D}, true);
       if (a->sinks) add(&LayerWeights::attn_sinks, "attn_sinks.weight", {static_cast<int64_t>(c.n_head)}, true);
       if (a->qk_norm) {

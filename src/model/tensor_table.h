@@ -25,8 +25,11 @@ struct LayerTensorSpec {
 };
 
 // The dense tensors of layer il that `blocks` (the layer's calls, from
-// plan_layers) read, in block order. Routed experts are bound separately
-// (three layouts: model/weights.h).
+// plan_layers) read, in block order and, within a block, in the order the
+// generated and converted files store them (gen writes its files in this
+// order). Routed experts are bound separately (three layouts: model/weights.h);
+// the generator and the converter place them right after the router (and its
+// bias).
 std::vector<LayerTensorSpec> layer_tensor_table(const ModelConfig& c, int il, const std::vector<BlockCall>& blocks);
 
 // The GGUF name of the FFN norm (after blk.N.): "ffn_norm.weight", or

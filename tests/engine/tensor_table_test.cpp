@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 #include <unistd.h>
+#include <vector>
 #include <variant>
 
 #include "cpu/thread_pool.h"
@@ -55,6 +56,31 @@ TEST(TensorTable, CoversEveryDenseLayerTensorOfGeneratedFiles) {
       ++checked;
     }
     EXPECT_EQ(checked, static_cast<int>(table.size())) << arch;
+
+    // gen lists the dense tensors from the table over the config it means to
+    // write (gen_model_config): that config must give the same table as the
+    // one the file reads back as, layer by layer, names, shapes and order.
+    const ModelConfig g = gen_model_config(gen_preset(arch, "tiny"));
+    ASSERT_EQ(g.n_layer, c.n_layer) << arch;
+    const auto gplan = plan_layers(g);
+    for (int il = 0; il < c.n_layer; ++il) {
+      const auto from_file = layer_tensor_table(c, il, plan[static_cast<size_t>(il)]);
+      const auto from_gen = layer_tensor_table(g, il, gplan[static_cast<size_t>(il)]);
+      ASSERT_EQ(from_gen.size(), from_file.size()) << arch << " layer " << il;
+      for (size_t i = 0; i < from_file.size(); ++i) {
+        EXPECT_EQ(from_gen[i].name, from_file[i].name) << arch;
+        EXPECT_EQ(from_gen[i].shape, from_file[i].shape) << arch << " " << from_file[i].name;
+      }
+      // ... and the file stores them in table order (gen writes what it lists).
+      std::vector<std::string> in_file;
+      for (const GgufTensorInfo& t : m->file->tensors())
+        if (classify_tensor(t.name).layer == il && !classify_tensor(t.name).is_routed_expert() &&
+            t.name.find(".nextn.") == std::string::npos)
+          in_file.push_back(t.name);
+      std::vector<std::string> listed;
+      for (const LayerTensorSpec& t : from_file) listed.push_back(t.name);
+      EXPECT_EQ(in_file, listed) << arch << " layer " << il;
+    }
   }
   std::error_code ec;
   fs::remove_all(dir, ec);
