@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "engine/quant_presets.h"
+#include "model/tensor_table.h"
 #include "util/error.h"
 
 namespace ms {
@@ -20,6 +21,14 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 bool is_float_dtype(StDType t) {
   return t == StDType::F32 || t == StDType::F16 || t == StDType::BF16 || t == StDType::F64;
+}
+
+// A dense layer tensor's GGUF name, from the tensor table (model/tensor_table.h):
+// only the HF side of the mapping is spelled in this file (the routed experts'
+// names are the loader's, model/weights.h, and the MTP blocks' nextn tensors
+// are qwen35moe's alone).
+std::string gguf_name(const HfModelConfig& c, int64_t layer, TensorView LayerWeights::*field) {
+  return layer_tensor_name(static_cast<int>(layer), field, arch_info(c.gguf_arch));
 }
 
 // Looks tensors up, checks them, and remembers which ones were used.
@@ -289,10 +298,9 @@ uint64_t PlannedTensor::output_bytes() const {
 void plan_qwen35_layer(Builder& b, const HfModelConfig& c, const SafetensorsModel& m, int64_t L, const std::string& hf,
                        bool mtp, std::set<std::string>& layouts) {
   const int64_t H = c.n_embd, D = c.head_dim, QH = c.n_head * D, KH = c.n_head_kv * D;
-  const std::string blk = "blk." + std::to_string(L) + ".";
   const std::string hdims = "hidden_size=" + std::to_string(H);
   const int layer = static_cast<int>(L);
-  b.add_whole(blk + "attn_norm.weight", TensorRole::Norm, layer, hf + "input_layernorm.weight", {H}, hdims, 0,
+  b.add_whole(gguf_name(c, layer, &LayerWeights::attn_norm), TensorRole::Norm, layer, hf + "input_layernorm.weight", {H}, hdims, 0,
               ValueOp::AddOne);
   if (!mtp && c.is_linear_layer(L)) {
     const std::string la = hf + "linear_attn.";
@@ -306,55 +314,56 @@ void plan_qwen35_layer(Builder& b, const HfModelConfig& c, const SafetensorsMode
     for (int64_t r : tiled_head_map(nk, nv, dv)) qkv_rows.push_back(2 * KD + r);
     Slab qkv = b.whole_slab(la + "in_proj_qkv.weight", {CD, H}, ldims + ", " + hdims);
     qkv.row_map = qkv_rows;
-    b.add_slab(blk + "attn_qkv.weight", TensorRole::AttnQ, layer, {H, CD}, std::move(qkv));
+    b.add_slab(gguf_name(c, layer, &LayerWeights::ssm_qkv), TensorRole::AttnQ, layer, {H, CD}, std::move(qkv));
     Slab z = b.whole_slab(la + "in_proj_z.weight", {VD, H}, ldims + ", " + hdims);
     z.row_map = tiled_head_map(nk, nv, dv);
-    b.add_slab(blk + "attn_gate.weight", TensorRole::AttnV, layer, {H, VD}, std::move(z));
-    for (const auto& [hf_name, gguf] : {std::pair{"in_proj_b", "ssm_beta"}, std::pair{"in_proj_a", "ssm_alpha"}}) {
+    b.add_slab(gguf_name(c, layer, &LayerWeights::ssm_z), TensorRole::AttnV, layer, {H, VD}, std::move(z));
+    for (const auto& [hf_name, field] :
+         {std::pair{"in_proj_b", &LayerWeights::ssm_beta}, std::pair{"in_proj_a", &LayerWeights::ssm_alpha}}) {
       Slab ba = b.whole_slab(la + hf_name + ".weight", {nv, H}, ldims + ", " + hdims);
       ba.row_map = tiled_head_map(nk, nv, 1);
-      b.add_slab(blk + gguf + ".weight", TensorRole::Router, layer, {H, nv}, std::move(ba));
+      b.add_slab(gguf_name(c, layer, field), TensorRole::Router, layer, {H, nv}, std::move(ba));
     }
     Slab a = b.whole_slab(la + "A_log", {nv}, ldims);
     a.col_map = tiled_head_map(nk, nv, 1);
     a.op = ValueOp::NegExp;
-    b.add_slab(blk + "ssm_a", TensorRole::Norm, layer, {nv}, std::move(a));
+    b.add_slab(gguf_name(c, layer, &LayerWeights::ssm_a), TensorRole::Norm, layer, {nv}, std::move(a));
     Slab dt = b.whole_slab(la + "dt_bias", {nv}, ldims);
     dt.col_map = tiled_head_map(nk, nv, 1);
-    b.add_slab(blk + "ssm_dt.bias", TensorRole::Norm, layer, {nv}, std::move(dt));
+    b.add_slab(gguf_name(c, layer, &LayerWeights::ssm_dt), TensorRole::Norm, layer, {nv}, std::move(dt));
     Slab conv = b.whole_slab(la + "conv1d.weight", {CD, 1, c.lin_conv_kernel}, ldims + ", linear_conv_kernel_dim");
     conv.row_map = qkv_rows;
-    b.add_slab(blk + "ssm_conv1d.weight", TensorRole::Norm, layer, {c.lin_conv_kernel, CD}, std::move(conv));
-    b.add_whole(blk + "ssm_norm.weight", TensorRole::Norm, layer, la + "norm.weight", {dv}, ldims);
+    b.add_slab(gguf_name(c, layer, &LayerWeights::ssm_conv), TensorRole::Norm, layer, {c.lin_conv_kernel, CD}, std::move(conv));
+    b.add_whole(gguf_name(c, layer, &LayerWeights::ssm_norm), TensorRole::Norm, layer, la + "norm.weight", {dv}, ldims);
     Slab out = b.whole_slab(la + "out_proj.weight", {H, VD}, ldims + ", " + hdims);
     out.col_map = tiled_head_map(nk, nv, dv);
-    b.add_slab(blk + "ssm_out.weight", TensorRole::AttnOutput, layer, {VD, H}, std::move(out));
+    b.add_slab(gguf_name(c, layer, &LayerWeights::ssm_out), TensorRole::AttnOutput, layer, {VD, H}, std::move(out));
   } else {
     const std::string at = hf + "self_attn.";
     const std::string qdims = "num_attention_heads=" + std::to_string(c.n_head) + ", head_dim=" + std::to_string(D);
-    b.add_whole(blk + "attn_q.weight", TensorRole::AttnQ, layer, at + "q_proj.weight", {2 * QH, H},
+    b.add_whole(gguf_name(c, layer, &LayerWeights::wq), TensorRole::AttnQ, layer, at + "q_proj.weight", {2 * QH, H},
                 qdims + " (query and output gate), " + hdims);
-    b.add_whole(blk + "attn_k.weight", TensorRole::AttnK, layer, at + "k_proj.weight", {KH, H}, hdims);
-    b.add_whole(blk + "attn_v.weight", TensorRole::AttnV, layer, at + "v_proj.weight", {KH, H}, hdims);
-    b.add_whole(blk + "attn_output.weight", TensorRole::AttnOutput, layer, at + "o_proj.weight", {H, QH}, qdims);
-    b.add_whole(blk + "attn_q_norm.weight", TensorRole::Norm, layer, at + "q_norm.weight", {D}, "head_dim", 0,
+    b.add_whole(gguf_name(c, layer, &LayerWeights::wk), TensorRole::AttnK, layer, at + "k_proj.weight", {KH, H}, hdims);
+    b.add_whole(gguf_name(c, layer, &LayerWeights::wv), TensorRole::AttnV, layer, at + "v_proj.weight", {KH, H}, hdims);
+    b.add_whole(gguf_name(c, layer, &LayerWeights::wo), TensorRole::AttnOutput, layer, at + "o_proj.weight", {H, QH}, qdims);
+    b.add_whole(gguf_name(c, layer, &LayerWeights::q_norm), TensorRole::Norm, layer, at + "q_norm.weight", {D}, "head_dim", 0,
                 ValueOp::AddOne);
-    b.add_whole(blk + "attn_k_norm.weight", TensorRole::Norm, layer, at + "k_norm.weight", {D}, "head_dim", 0,
+    b.add_whole(gguf_name(c, layer, &LayerWeights::k_norm), TensorRole::Norm, layer, at + "k_norm.weight", {D}, "head_dim", 0,
                 ValueOp::AddOne);
   }
-  b.add_whole(blk + "post_attention_norm.weight", TensorRole::Norm, layer, hf + "post_attention_layernorm.weight", {H},
+  b.add_whole(gguf_name(c, layer, &LayerWeights::ffn_norm), TensorRole::Norm, layer, hf + "post_attention_layernorm.weight", {H},
               hdims, 0, ValueOp::AddOne);
   const std::string moe = hf + "mlp";
-  b.add_whole(blk + "ffn_gate_inp.weight", TensorRole::Router, layer, moe + ".gate.weight", {c.n_expert, H},
+  b.add_whole(gguf_name(c, layer, &LayerWeights::router), TensorRole::Router, layer, moe + ".gate.weight", {c.n_expert, H},
               "n_expert=" + std::to_string(c.n_expert) + ", " + hdims);
   layouts.insert(add_experts(b, c, m, layer, moe));
   const std::string sh = moe + ".shared_expert.";
   const std::string sdims = "shared_expert_intermediate_size=" + std::to_string(c.n_ff_shexp) + ", " + hdims;
-  b.add_whole(blk + "ffn_gate_shexp.weight", TensorRole::FfnGate, layer, sh + "gate_proj.weight", {c.n_ff_shexp, H}, sdims);
-  b.add_whole(blk + "ffn_up_shexp.weight", TensorRole::FfnUp, layer, sh + "up_proj.weight", {c.n_ff_shexp, H}, sdims);
-  b.add_whole(blk + "ffn_down_shexp.weight", TensorRole::FfnDown, layer, sh + "down_proj.weight", {H, c.n_ff_shexp}, sdims);
+  b.add_whole(gguf_name(c, layer, &LayerWeights::shexp_gate), TensorRole::FfnGate, layer, sh + "gate_proj.weight", {c.n_ff_shexp, H}, sdims);
+  b.add_whole(gguf_name(c, layer, &LayerWeights::shexp_up), TensorRole::FfnUp, layer, sh + "up_proj.weight", {c.n_ff_shexp, H}, sdims);
+  b.add_whole(gguf_name(c, layer, &LayerWeights::shexp_down), TensorRole::FfnDown, layer, sh + "down_proj.weight", {H, c.n_ff_shexp}, sdims);
   Slab sg = b.whole_slab(moe + ".shared_expert_gate.weight", {1, H}, "one gate row, " + hdims);
-  b.add_slab(blk + "ffn_gate_inp_shexp.weight", TensorRole::Router, layer, {H}, std::move(sg));
+  b.add_slab(gguf_name(c, layer, &LayerWeights::shexp_router), TensorRole::Router, layer, {H}, std::move(sg));
 }
 
 namespace {
@@ -379,8 +388,8 @@ void add_gpt_oss_moe(Builder& b, const HfModelConfig& c, int layer, const std::s
   const std::string blk = "blk." + std::to_string(layer) + ".", mlp = hf + "mlp.", ex = mlp + "experts.";
   const std::string why = "num_local_experts=" + std::to_string(E) + ", intermediate_size=" + std::to_string(F) +
                           ", hidden_size=" + std::to_string(H);
-  b.add_whole(blk + "ffn_gate_inp.weight", TensorRole::Router, layer, mlp + "router.weight", {E, H}, why);
-  b.add_whole(blk + "ffn_gate_inp.bias", TensorRole::Bias, layer, mlp + "router.bias", {E}, why);
+  b.add_whole(gguf_name(c, layer, &LayerWeights::router), TensorRole::Router, layer, mlp + "router.weight", {E, H}, why);
+  b.add_whole(gguf_name(c, layer, &LayerWeights::router_b), TensorRole::Bias, layer, mlp + "router.bias", {E}, why);
   const StTensor& gub = b.take(ex + "gate_up_proj_bias", {E, 2 * F}, why);
   PlannedTensor gate = b.make(blk + "ffn_gate_exps.weight", TensorRole::FfnGate, layer, {H, F, E});
   PlannedTensor up = b.make(blk + "ffn_up_exps.weight", TensorRole::FfnUp, layer, {H, F, E});
@@ -484,47 +493,46 @@ ConversionPlan plan_conversion(const HfModelConfig& c, const SafetensorsModel& m
   }
   for (int L = 0; L < (q35 ? 0 : c.n_layer); ++L) {
     const std::string hf = "model.layers." + std::to_string(L) + ".";
-    const std::string blk = "blk." + std::to_string(L) + ".";
     const std::string at = hf + "self_attn.";
     const int64_t qperm = c.permute_qk ? c.n_head : 0;
     const int64_t kperm = c.permute_qk ? c.n_head_kv : 0;
 
-    b.add_whole(blk + "attn_norm.weight", TensorRole::Norm, L, hf + "input_layernorm.weight", {H}, hdims);
-    b.add_whole(blk + "attn_q.weight", TensorRole::AttnQ, L, at + "q_proj.weight", {QH, H}, qdims + ", " + hdims, qperm);
-    b.add_whole(blk + "attn_k.weight", TensorRole::AttnK, L, at + "k_proj.weight", {KH, H}, kdims + ", " + hdims, kperm);
-    b.add_whole(blk + "attn_v.weight", TensorRole::AttnV, L, at + "v_proj.weight", {KH, H}, kdims + ", " + hdims);
-    b.add_whole(blk + "attn_output.weight", TensorRole::AttnOutput, L, at + "o_proj.weight", {H, QH},
+    b.add_whole(gguf_name(c, L, &LayerWeights::attn_norm), TensorRole::Norm, L, hf + "input_layernorm.weight", {H}, hdims);
+    b.add_whole(gguf_name(c, L, &LayerWeights::wq), TensorRole::AttnQ, L, at + "q_proj.weight", {QH, H}, qdims + ", " + hdims, qperm);
+    b.add_whole(gguf_name(c, L, &LayerWeights::wk), TensorRole::AttnK, L, at + "k_proj.weight", {KH, H}, kdims + ", " + hdims, kperm);
+    b.add_whole(gguf_name(c, L, &LayerWeights::wv), TensorRole::AttnV, L, at + "v_proj.weight", {KH, H}, kdims + ", " + hdims);
+    b.add_whole(gguf_name(c, L, &LayerWeights::wo), TensorRole::AttnOutput, L, at + "o_proj.weight", {H, QH},
                 qdims + ", " + hdims);
     if (c.attn_bias) {
-      b.add_whole(blk + "attn_q.bias", TensorRole::Bias, L, at + "q_proj.bias", {QH}, qdims, qperm);
-      b.add_whole(blk + "attn_k.bias", TensorRole::Bias, L, at + "k_proj.bias", {KH}, kdims, kperm);
-      b.add_whole(blk + "attn_v.bias", TensorRole::Bias, L, at + "v_proj.bias", {KH}, kdims);
+      b.add_whole(gguf_name(c, L, &LayerWeights::bq), TensorRole::Bias, L, at + "q_proj.bias", {QH}, qdims, qperm);
+      b.add_whole(gguf_name(c, L, &LayerWeights::bk), TensorRole::Bias, L, at + "k_proj.bias", {KH}, kdims, kperm);
+      b.add_whole(gguf_name(c, L, &LayerWeights::bv), TensorRole::Bias, L, at + "v_proj.bias", {KH}, kdims);
     }
-    if (c.attn_out_bias) b.add_whole(blk + "attn_output.bias", TensorRole::Bias, L, at + "o_proj.bias", {H}, hdims);
+    if (c.attn_out_bias) b.add_whole(gguf_name(c, L, &LayerWeights::bo), TensorRole::Bias, L, at + "o_proj.bias", {H}, hdims);
     if (c.qk_norm) {
-      b.add_whole(blk + "attn_q_norm.weight", TensorRole::Norm, L, at + "q_norm.weight", {D}, "head_dim");
-      b.add_whole(blk + "attn_k_norm.weight", TensorRole::Norm, L, at + "k_norm.weight", {D}, "head_dim");
+      b.add_whole(gguf_name(c, L, &LayerWeights::q_norm), TensorRole::Norm, L, at + "q_norm.weight", {D}, "head_dim");
+      b.add_whole(gguf_name(c, L, &LayerWeights::k_norm), TensorRole::Norm, L, at + "k_norm.weight", {D}, "head_dim");
     }
     const bool gpt_oss = c.arch == HfArch::GptOss;
-    b.add_whole(blk + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), TensorRole::Norm, L,
+    b.add_whole(gguf_name(c, L, &LayerWeights::ffn_norm), TensorRole::Norm, L,
                 hf + "post_attention_layernorm.weight", {H}, hdims);
     if (gpt_oss) {
-      b.add_whole(blk + "attn_sinks.weight", TensorRole::Norm, L, at + "sinks", {c.n_head}, qdims);
+      b.add_whole(gguf_name(c, L, &LayerWeights::attn_sinks), TensorRole::Norm, L, at + "sinks", {c.n_head}, qdims);
       add_gpt_oss_moe(b, c, L, hf);
       layouts.insert("fused");
     } else if (c.is_moe()) {
       // Mixtral's 4.x checkpoints call the block block_sparse_moe; 5.x and Qwen call it mlp.
       std::string moe = hf + "mlp";
       if (c.arch == HfArch::Mixtral && m.find(hf + "block_sparse_moe.gate.weight")) moe = hf + "block_sparse_moe";
-      b.add_whole(blk + "ffn_gate_inp.weight", TensorRole::Router, L, moe + ".gate.weight", {c.n_expert, H},
+      b.add_whole(gguf_name(c, L, &LayerWeights::router), TensorRole::Router, L, moe + ".gate.weight", {c.n_expert, H},
                   "n_expert=" + std::to_string(c.n_expert) + ", " + hdims);
       layouts.insert(add_experts(b, c, m, L, moe));
     } else {
       const std::string mlp = hf + "mlp.";
       const std::string fdims = "intermediate_size=" + std::to_string(c.n_ff) + ", " + hdims;
-      b.add_whole(blk + "ffn_gate.weight", TensorRole::FfnGate, L, mlp + "gate_proj.weight", {c.n_ff, H}, fdims);
-      b.add_whole(blk + "ffn_up.weight", TensorRole::FfnUp, L, mlp + "up_proj.weight", {c.n_ff, H}, fdims);
-      b.add_whole(blk + "ffn_down.weight", TensorRole::FfnDown, L, mlp + "down_proj.weight", {H, c.n_ff}, fdims);
+      b.add_whole(gguf_name(c, L, &LayerWeights::ffn_gate), TensorRole::FfnGate, L, mlp + "gate_proj.weight", {c.n_ff, H}, fdims);
+      b.add_whole(gguf_name(c, L, &LayerWeights::ffn_up), TensorRole::FfnUp, L, mlp + "up_proj.weight", {c.n_ff, H}, fdims);
+      b.add_whole(gguf_name(c, L, &LayerWeights::ffn_down), TensorRole::FfnDown, L, mlp + "down_proj.weight", {H, c.n_ff}, fdims);
     }
   }
 

@@ -32,6 +32,15 @@ struct LayerTensorSpec {
 // bias).
 std::vector<LayerTensorSpec> layer_tensor_table(const ModelConfig& c, int il, const std::vector<BlockCall>& blocks);
 
+// The GGUF name of a dense layer tensor after "blk.N.", by the LayerWeights
+// field it binds to ("attn_q.weight"; the FFN norm's per-arch name from `a`):
+// the one spelling that the table, the generator (engine/synthetic_model.cpp)
+// and the converter (convert/tensor_plan.cpp) share. Throws ms::Error for a
+// field without one.
+const char* layer_tensor_suffix(TensorView LayerWeights::*field, const ArchInfo& a);
+// "blk.<il>." + layer_tensor_suffix(field, a).
+std::string layer_tensor_name(int il, TensorView LayerWeights::*field, const ArchInfo& a);
+
 // The GGUF name of the FFN norm (after blk.N.): "ffn_norm.weight", or
 // "post_attention_norm.weight" for the archs whose files call it that.
 const char* ffn_norm_name(const ArchInfo& a);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "format/gguf.h"
+#include "model/tensor_table.h"
 #include "quant/quant.h"
 
 namespace ms::testref {
@@ -106,34 +107,36 @@ struct RefModel {
     out = f.find_tensor("output.weight") ? load(f, "output.weight") : embd;
     for (int il = 0; il < n_layer; ++il) {
       const std::string b = "blk." + std::to_string(il) + ".";
+      // Dense tensors by the tensor table's spelling (model/tensor_table.h);
+      // absent ones load empty. Routed experts by their layouts' names.
+      auto name = [&](TensorView LayerWeights::*field) { return layer_tensor_name(il, field, arch_info(arch)); };
       Layer L;
-      L.attn_norm = load(f, b + "attn_norm.weight");
-      L.wq = load(f, b + "attn_q.weight");
-      L.wk = load(f, b + "attn_k.weight");
-      L.wv = load(f, b + "attn_v.weight");
-      L.wo = load(f, b + "attn_output.weight");
-      L.bq = load(f, b + "attn_q.bias");
-      L.bk = load(f, b + "attn_k.bias");
-      L.bv = load(f, b + "attn_v.bias");
-      L.qn = load(f, b + "attn_q_norm.weight");
-      L.kn = load(f, b + "attn_k_norm.weight");
-      L.ffn_norm = f.find_tensor(b + "ffn_norm.weight") ? load(f, b + "ffn_norm.weight")
-                                                         : load(f, b + "post_attention_norm.weight");
-      L.qkv = load(f, b + "attn_qkv.weight");
-      L.z = load(f, b + "attn_gate.weight");
-      L.beta = load(f, b + "ssm_beta.weight");
-      L.alpha = load(f, b + "ssm_alpha.weight");
-      L.a = load(f, b + "ssm_a");
-      L.dt = load(f, b + "ssm_dt.bias");
-      L.conv = load(f, b + "ssm_conv1d.weight");
-      L.snorm = load(f, b + "ssm_norm.weight");
-      L.sout = load(f, b + "ssm_out.weight");
-      L.sh_gate = load(f, b + "ffn_gate_shexp.weight");
-      L.sh_up = load(f, b + "ffn_up_shexp.weight");
-      L.sh_down = load(f, b + "ffn_down_shexp.weight");
-      L.sh_router = load(f, b + "ffn_gate_inp_shexp.weight");
+      L.attn_norm = load(f, name(&LayerWeights::attn_norm));
+      L.wq = load(f, name(&LayerWeights::wq));
+      L.wk = load(f, name(&LayerWeights::wk));
+      L.wv = load(f, name(&LayerWeights::wv));
+      L.wo = load(f, name(&LayerWeights::wo));
+      L.bq = load(f, name(&LayerWeights::bq));
+      L.bk = load(f, name(&LayerWeights::bk));
+      L.bv = load(f, name(&LayerWeights::bv));
+      L.qn = load(f, name(&LayerWeights::q_norm));
+      L.kn = load(f, name(&LayerWeights::k_norm));
+      L.ffn_norm = load(f, name(&LayerWeights::ffn_norm));
+      L.qkv = load(f, name(&LayerWeights::ssm_qkv));
+      L.z = load(f, name(&LayerWeights::ssm_z));
+      L.beta = load(f, name(&LayerWeights::ssm_beta));
+      L.alpha = load(f, name(&LayerWeights::ssm_alpha));
+      L.a = load(f, name(&LayerWeights::ssm_a));
+      L.dt = load(f, name(&LayerWeights::ssm_dt));
+      L.conv = load(f, name(&LayerWeights::ssm_conv));
+      L.snorm = load(f, name(&LayerWeights::ssm_norm));
+      L.sout = load(f, name(&LayerWeights::ssm_out));
+      L.sh_gate = load(f, name(&LayerWeights::shexp_gate));
+      L.sh_up = load(f, name(&LayerWeights::shexp_up));
+      L.sh_down = load(f, name(&LayerWeights::shexp_down));
+      L.sh_router = load(f, name(&LayerWeights::shexp_router));
       if (n_expert) {
-        L.router = load(f, b + "ffn_gate_inp.weight");
+        L.router = load(f, name(&LayerWeights::router));
         for (int e = 0; e < n_expert; ++e) {
           if (f.find_tensor(b + "ffn_gate_exps.weight")) {
             L.eg.push_back(load(f, b + "ffn_gate_exps.weight", e));
@@ -155,9 +158,9 @@ struct RefModel {
                                                                    : load(f, b + "ffn_down." + std::to_string(e) + ".weight"));
         }
       } else {
-        L.gate = load(f, b + "ffn_gate.weight");
-        L.up = load(f, b + "ffn_up.weight");
-        L.down = load(f, b + "ffn_down.weight");
+        L.gate = load(f, name(&LayerWeights::ffn_gate));
+        L.up = load(f, name(&LayerWeights::ffn_up));
+        L.down = load(f, name(&LayerWeights::ffn_down));
       }
       layers.push_back(std::move(L));
     }

@@ -86,5 +86,24 @@ TEST(TensorTable, CoversEveryDenseLayerTensorOfGeneratedFiles) {
   fs::remove_all(dir, ec);
 }
 
+// The one spelling: every entry of every arch's table is named by
+// layer_tensor_name (what the generator, the converter and the test
+// reference call), and within a layer no two fields share a name.
+TEST(TensorTable, NamesComeFromOneSpellingPerField) {
+  for (const char* arch : {"qwen3moe", "qwen35moe", "mixtral", "gpt-oss", "qwen3", "qwen2", "llama"}) {
+    const ModelConfig c = gen_model_config(gen_preset(arch, "tiny"));
+    const auto plan = plan_layers(c);
+    for (int il = 0; il < c.n_layer; ++il) {
+      std::set<std::string> names;
+      for (const LayerTensorSpec& t : layer_tensor_table(c, il, plan[static_cast<size_t>(il)])) {
+        EXPECT_EQ(t.name, layer_tensor_name(il, t.field, *c.arch)) << arch;
+        EXPECT_TRUE(names.insert(t.name).second) << arch << ": two fields named " << t.name;
+      }
+    }
+  }
+  EXPECT_STREQ(layer_tensor_suffix(&LayerWeights::ffn_norm, arch_info("qwen3moe")), "ffn_norm.weight");
+  EXPECT_STREQ(layer_tensor_suffix(&LayerWeights::ffn_norm, arch_info("gpt-oss")), "post_attention_norm.weight");
+}
+
 }  // namespace
 }  // namespace ms
