@@ -23,6 +23,7 @@
 #include "engine/synthetic_model.h"
 #include "format/gguf.h"
 #include "model/rope_router.h"
+#include "model/tensor_table.h"
 #include "model/weights.h"
 #include "ref_model.h"  // testref::Mat, load, mul, norm
 
@@ -77,20 +78,22 @@ struct GptOssRef {
     out = load(f, "output.weight");
     for (int il = 0; il < c.n_layer; ++il) {
       const std::string b = "blk." + std::to_string(il) + ".";
+      // Dense tensors by the tensor table's spelling; experts by theirs.
+      auto name = [&](TensorView LayerWeights::*field) { return layer_tensor_name(il, field, *c.arch); };
       Layer L;
-      L.attn_norm = load(f, b + "attn_norm.weight");
-      L.wq = load(f, b + "attn_q.weight");
-      L.wk = load(f, b + "attn_k.weight");
-      L.wv = load(f, b + "attn_v.weight");
-      L.wo = load(f, b + "attn_output.weight");
-      L.bq = load(f, b + "attn_q.bias");
-      L.bk = load(f, b + "attn_k.bias");
-      L.bv = load(f, b + "attn_v.bias");
-      L.bo = load(f, b + "attn_output.bias");
-      L.sinks = load(f, b + "attn_sinks.weight");
-      L.post_norm = load(f, b + "post_attention_norm.weight");
-      L.router = load(f, b + "ffn_gate_inp.weight");
-      L.router_b = load(f, b + "ffn_gate_inp.bias");
+      L.attn_norm = load(f, name(&LayerWeights::attn_norm));
+      L.wq = load(f, name(&LayerWeights::wq));
+      L.wk = load(f, name(&LayerWeights::wk));
+      L.wv = load(f, name(&LayerWeights::wv));
+      L.wo = load(f, name(&LayerWeights::wo));
+      L.bq = load(f, name(&LayerWeights::bq));
+      L.bk = load(f, name(&LayerWeights::bk));
+      L.bv = load(f, name(&LayerWeights::bv));
+      L.bo = load(f, name(&LayerWeights::bo));
+      L.sinks = load(f, name(&LayerWeights::attn_sinks));
+      L.post_norm = load(f, name(&LayerWeights::ffn_norm));
+      L.router = load(f, name(&LayerWeights::router));
+      L.router_b = load(f, name(&LayerWeights::router_b));
       for (int e = 0; e < c.n_expert; ++e) {
         L.eg.push_back(load(f, b + "ffn_gate_exps.weight", e));
         L.eu.push_back(load(f, b + "ffn_up_exps.weight", e));
