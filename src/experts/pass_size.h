@@ -68,7 +68,7 @@ struct PassSize {
 
 // Estimated GPU prompt compute per token: 2 flops per active weight (dense
 // weights plus n_expert_used experts) at an effective rate. The default rate
-// is what moestream's prompt path reaches on H100/H200 for the Qwen3-30B-A3B
+// is what moestream's prompt path reaches on the GPU machine for the Qwen3-30B-A3B
 // shape (bench/results/long_context.md, hybrid_bench.md); attention's growth
 // with depth is left out (it only makes compute larger and the link's share
 // smaller).
