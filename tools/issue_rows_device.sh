@@ -17,13 +17,17 @@
 #           longer than an attention tile)
 #   files   tools/llamacpp_files.sh run with QUANT=1: llama.cpp-converted tiny
 #           checkpoints requantized by llama-quantize to every type (carry .llamaconv)
+#   oss     gen gpt-oss-20b (mxfp4 experts); moestream bench (pp512, tg128) at
+#           full and at budgets holding ~60% and ~30% of the experts, beside
+#           llama-bench -ngl 99 -fa 1 --n-cpu-moe N (tools/long_context_device.sh,
+#           N from the same budgets); rows in oss_rows.md (for bench/results/gpt_oss.md)
 # STEPS=... picks a subset (comma list).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/gpu_out}
 WORK=${WORK:-/tmp/rows}
-STEPS=${STEPS:-build,parity,q30,q36,qt,files}
+STEPS=${STEPS:-build,parity,q30,q36,qt,files,oss}
 DEADLINE=${DEADLINE:-560}
 mkdir -p "$OUT" "$WORK"
 START=$(date +%s)
@@ -113,5 +117,45 @@ if want files && [ "$(left)" -gt 150 ] && wait_llama; then
     PY_TIMEOUT=$(($(left) - 20)) timeout "$(left)" bash tools/llamacpp_files.sh run > "$WORK/files.stdout" 2>&1 &&
     touch "$WORK/files.done"
   say "files: $(tail -2 "$WORK/files/steps.txt" 2> /dev/null | tr '\n' ' ')"
+fi
+# gpt-oss-20b under --vram: the budgets hold OSS_FRACTIONS of the routed
+# experts past the minimum (dense + KV + reserve at the bench's context, from
+# moestream inspect); llama.cpp's N from the same budgets (OVERHEAD_GIB: its
+# KV and compute buffers, the 201k-vocab logits of a 512-token batch ~0.4 GiB).
+oss_budgets() {  # INSPECT.json FRACTIONS -> "12.3G,9.8G"
+  python3 - "$1" "$2" << 'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+minimum, experts = j["vram"]["minimum_bytes"], j["split"]["expert_bytes"]
+print(",".join(f"{(minimum + float(f) * experts) / (1 << 30):.2f}G" for f in sys.argv[2].split(",")))
+PY
+}
+if want oss && [ "$(left)" -gt 150 ]; then
+  [ -f "$WORK/oss.gguf" ] || { timeout 400 "$MS" gen --arch gpt-oss --preset gpt-oss-20b --quant mxfp4_moe -t "$NCPU" -q \
+    -o "$WORK/oss.gguf.part" > "$WORK/gen_oss.log" 2>&1 && mv "$WORK/oss.gguf.part" "$WORK/oss.gguf"; }
+  say "gen oss: $(du -h "$WORK/oss.gguf" 2> /dev/null | cut -f1) $(tail -1 "$WORK/gen_oss.log" 2> /dev/null)"
+  "$MS" inspect --json --ctx 1024 "$WORK/oss.gguf" > "$WORK/oss_inspect.json" 2> "$WORK/oss_inspect.err"
+  OSS_BUDGETS=$(oss_budgets "$WORK/oss_inspect.json" "${OSS_FRACTIONS:-0.6,0.3}") || OSS_BUDGETS=
+  say "oss budgets (${OSS_FRACTIONS:-0.6,0.3} of the experts): $OSS_BUDGETS"
+  if [ -n "$OSS_BUDGETS" ] && [ -f "$WORK/oss.gguf" ] && wait_llama; then
+    OUT=$WORK/lc_oss WORK=$WORK/lc_oss MS=$MS BUDGETS=$OSS_BUDGETS PP=512 DEPTH=0 REPS=${REPS:-2} OVERHEAD_GIB=1.0 \
+      timeout "$(left)" bash tools/long_context_device.sh "$WORK/oss.gguf" > "$WORK/lc_oss.stdout" 2>&1
+    {
+      echo "## gpt-oss-20b (moestream gen --preset gpt-oss-20b --quant mxfp4_moe), $(date -u +%F)"
+      echo "machine: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1), $NCPU cores"
+      echo "budgets: $OSS_BUDGETS (${OSS_FRACTIONS:-0.6,0.3} of the routed experts past the minimum at ctx 1024);" \
+        "llama.cpp --n-cpu-moe $(cat "$WORK/lc_oss/lc_ncmoe.txt" 2> /dev/null)"
+      echo "commands: tools/issue_rows_device.sh step oss -> tools/long_context_device.sh (PP=512 DEPTH=0 REPS=${REPS:-2}" \
+        "BUDGETS=$OSS_BUDGETS OVERHEAD_GIB=1.0): moestream bench --backend cuda --vram full,BUDGETS;" \
+        "llama-bench -ngl 99 -fa 1 -ncmoe 0|N"
+      grep -h "moestream: " "$WORK"/lc_oss/lc_ms_*.err 2> /dev/null | sort -u | head -8 | sed 's/^/    /'
+      grep -h "peak VRAM" "$WORK/lc_oss/lc_log.txt" 2> /dev/null | sed 's/^/    /'
+      for f in "$WORK"/lc_oss/lc_ms_pp.md "$WORK"/lc_oss/lc_ms_tg.md "$WORK"/lc_oss/lc_llama_*.md; do
+        [ -f "$f" ] && { echo; echo "$(basename "$f"):"; grep -E "^\|" "$f"; }
+      done
+    } > "$WORK/oss_rows.md"
+    grep -q "^\[lc .*\] done" "$WORK/lc_oss/lc_log.txt" 2> /dev/null && { touch "$WORK/oss.done"; rm -f "$WORK/oss.gguf"; }
+  fi
+  say "oss rows: $(tail -1 "$WORK/lc_oss/lc_log.txt" 2> /dev/null)"
 fi
 say "call ends; done: $(cd "$WORK" && ls *.done 2> /dev/null | tr '\n' ' ')"

@@ -105,7 +105,7 @@ PY
 fi
 
 [ "$cmd" = run ] || { echo "usage: tools/llamacpp_files.sh pack LLAMA_DIR | run [models] | check MOESTREAM [backends]"; exit 2; }
-MODELS=${2:-qwen3moe,qwen35moe,mixtral}
+MODELS=${2:-qwen3moe,qwen35moe,mixtral,gpt-oss}  # every entry of llamacpp_files.py's MODELS
 OUT=${OUT:-$ROOT/llamacpp_out}
 WORK=${WORK:-/tmp/llamacpp_files}
 mkdir -p "$OUT" "$WORK"
