@@ -156,7 +156,10 @@ WeightSplit split_weights(const GgufFile& f) {
     max_layer = std::max(max_layer, c.layer);
     if (static_cast<int>(s.layers.size()) <= c.layer) s.layers.resize(static_cast<size_t>(c.layer) + 1);
     LayerSplit& l = s.layers[static_cast<size_t>(c.layer)];
-    if (!c.is_routed_expert()) {
+    // Routed experts' biases (gpt-oss: one f32 row per expert) are dense
+    // bytes: every backend keeps them resident, indexed by expert id, and the
+    // tiers move only the matrices (cuda/expert_slots.h).
+    if (!c.is_routed_expert() || c.suffix == "bias") {
       l.dense_bytes += t.nbytes;
       ++l.n_dense_tensors;
       continue;

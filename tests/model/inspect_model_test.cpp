@@ -408,6 +408,35 @@ TEST_F(InspectModelTest, SplitsDenseAndExpertBytes) {
   EXPECT_EQ(s.total_bytes(), file_sum) << "every tensor is counted once";
 }
 
+// gpt-oss's expert biases (ffn_*_exps.bias, [rows][n_expert] f32) stay
+// resident on every backend: dense bytes, neither in the expert bytes the
+// tiers move nor in one expert's slot.
+TEST_F(InspectModelTest, ExpertBiasesCountAsDenseBytes) {
+  std::vector<T> tensors = qwen3moe_tensors();
+  for (int il = 0; il < 2; ++il) {
+    const std::string b = "blk." + std::to_string(il) + ".";
+    tensors.push_back({b + "ffn_gate_exps.bias", DType::F32, {32, 4}});  // 512
+    tensors.push_back({b + "ffn_up_exps.bias", DType::F32, {32, 4}});    // 512
+    tensors.push_back({b + "ffn_down_exps.bias", DType::F32, {64, 4}});  // 1024
+  }
+  constexpr uint64_t kLayerBiases = 512 + 512 + 1024;
+  auto f = make(qwen3moe_kv(), tensors);
+  const WeightSplit s = split_weights(*f);
+  ASSERT_EQ(s.layers.size(), 2u);
+  for (const LayerSplit& l : s.layers) {
+    EXPECT_EQ(l.dense_bytes, kLayerDense + kLayerBiases);
+    EXPECT_EQ(l.expert_bytes, kLayerExperts);
+    EXPECT_EQ(l.n_dense_tensors, 12);
+    EXPECT_EQ(l.n_expert, 4);
+    EXPECT_EQ(l.one_expert_bytes, kOneExpert);
+  }
+  EXPECT_EQ(s.dense_bytes, kGlobal + 2 * (kLayerDense + kLayerBiases));
+  EXPECT_EQ(s.expert_bytes, 2 * kLayerExperts);
+  uint64_t file_sum = 0;
+  for (const auto& t : f->tensors()) file_sum += t.nbytes;
+  EXPECT_EQ(s.total_bytes(), file_sum) << "every tensor is counted once";
+}
+
 TEST_F(InspectModelTest, SplitsPerExpertAndMergedLayouts) {
   // Layer 0: per-expert 2-D tensors, expert 1 larger (q8_0 vs f16 down) than expert 0.
   // Layer 1: merged gate_up. Layer 2: dense FFN with a shared expert only.
