@@ -1,0 +1,80 @@
+#include "grammar/token_mask.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "util/error.h"
+
+namespace ms::grammar {
+
+// The trie is built breadth-first from the pieces sorted by bytes, so each
+// node's children are contiguous and in byte order.
+TokenMask::TokenMask(const std::vector<std::string>& pieces, const std::vector<bool>& eog)
+    : n_vocab_(static_cast<int32_t>(pieces.size())) {
+  if (eog.size() != pieces.size()) throw Error("token mask: " + std::to_string(eog.size()) + " end-of-generation flags for " + std::to_string(pieces.size()) + " tokens");
+  std::vector<int32_t> order;
+  for (int32_t id = 0; id < n_vocab_; ++id) {
+    if (eog[static_cast<size_t>(id)]) eog_ids_.push_back(id);
+    else if (!pieces[static_cast<size_t>(id)].empty()) order.push_back(id);
+  }
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return pieces[static_cast<size_t>(a)] < pieces[static_cast<size_t>(b)] || (pieces[static_cast<size_t>(a)] == pieces[static_cast<size_t>(b)] && a < b);
+  });
+  // Each node covers a run [lo, hi) of `order` sharing its prefix of length depth.
+  struct Span { uint32_t node; size_t lo, hi, depth; };
+  nodes_.push_back(Node{});
+  std::vector<Span> level{{0, 0, order.size(), 0}};
+  while (!level.empty()) {
+    std::vector<Span> next;
+    for (const Span& sp : level) {
+      size_t i = sp.lo;
+      // Tokens whose piece ends exactly at this depth end at this node.
+      nodes_[sp.node].first_token = static_cast<uint32_t>(token_ids_.size());
+      while (i < sp.hi && pieces[static_cast<size_t>(order[i])].size() == sp.depth) token_ids_.push_back(order[i++]);
+      nodes_[sp.node].n_tokens = static_cast<uint32_t>(token_ids_.size()) - nodes_[sp.node].first_token;
+      nodes_[sp.node].first_child = static_cast<uint32_t>(nodes_.size());
+      while (i < sp.hi) {
+        const uint8_t b = static_cast<uint8_t>(pieces[static_cast<size_t>(order[i])][sp.depth]);
+        size_t j = i;
+        while (j < sp.hi && static_cast<uint8_t>(pieces[static_cast<size_t>(order[j])][sp.depth]) == b) ++j;
+        Node child;
+        child.byte = b;
+        next.push_back({static_cast<uint32_t>(nodes_.size()), i, j, sp.depth + 1});
+        nodes_.push_back(child);
+        ++nodes_[sp.node].n_children;
+        i = j;
+      }
+    }
+    level = std::move(next);
+  }
+}
+
+size_t TokenMask::fill(const Matcher& m, std::vector<uint8_t>& allowed) const {
+  allowed.assign(static_cast<size_t>(n_vocab_), 0);
+  size_t n = 0;
+  if (Matcher::can_end(m.state()))
+    for (int32_t id : eog_ids_) allowed[static_cast<size_t>(id)] = 1, ++n;
+  // Depth-first over the trie; each frame holds the state after its prefix.
+  struct Frame { uint32_t node; Matcher::State state; };
+  std::vector<Frame> todo;
+  todo.push_back({0, m.state()});
+  Matcher::State next;
+  while (!todo.empty()) {
+    Frame f = std::move(todo.back());
+    todo.pop_back();
+    const Node& node = nodes_[f.node];
+    if (f.node != 0)
+      for (uint32_t k = 0; k < node.n_tokens; ++k) allowed[static_cast<size_t>(token_ids_[node.first_token + k])] = 1, ++n;
+    if (node.n_children == 0) continue;
+    const ByteSet ok = m.next_bytes(f.state);
+    for (uint32_t c = node.first_child; c < node.first_child + node.n_children; ++c) {
+      if (!ok[nodes_[c].byte]) continue;
+      m.step(f.state, nodes_[c].byte, next);
+      if (!next.empty()) todo.push_back({c, std::move(next)});
+      next = Matcher::State{};
+    }
+  }
+  return n;
+}
+
+}  // namespace ms::grammar

@@ -1,0 +1,48 @@
+// Which tokens of a vocabulary may come next under a grammar: the mask
+// constrained sampling applies before it samples (engine/sampler.h).
+//
+// A token is allowed when the matcher accepts all of its bytes from the
+// current state. The vocabulary's byte strings are kept in a trie, so the
+// walk follows each shared prefix once and stops at the first byte the
+// grammar refuses: a step costs the trie nodes reachable under the grammar,
+// far less than one full walk per token when most are refused, and at
+// worst the trie's size (bounded work per step). End-of-generation tokens
+// are allowed exactly where the matcher can end; tokens with no bytes
+// (control tokens) never are.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "grammar/matcher.h"
+
+namespace ms::grammar {
+
+class TokenMask {
+ public:
+  // `pieces[id]`: the bytes token `id` produces (empty for control tokens);
+  // `eog[id]`: whether it ends generation.
+  TokenMask(const std::vector<std::string>& pieces, const std::vector<bool>& eog);
+
+  int32_t n_vocab() const { return n_vocab_; }
+  size_t trie_nodes() const { return nodes_.size(); }
+
+  // allowed[id] = 1 where token id may follow the matcher's input, else 0
+  // (resized to n_vocab). Returns how many are allowed.
+  size_t fill(const Matcher& m, std::vector<uint8_t>& allowed) const;
+
+ private:
+  struct Node {
+    uint32_t first_child = 0;  // children are nodes_[first_child .. first_child + n_children)
+    uint32_t n_children = 0;
+    uint8_t byte = 0;          // the byte leading here from the parent
+    uint32_t first_token = 0;  // tokens ending here: token_ids_[first_token .. + n_tokens)
+    uint32_t n_tokens = 0;
+  };
+  int32_t n_vocab_ = 0;
+  std::vector<Node> nodes_;  // nodes_[0]: the root (the empty prefix)
+  std::vector<int32_t> token_ids_;
+  std::vector<int32_t> eog_ids_;
+};
+
+}  // namespace ms::grammar

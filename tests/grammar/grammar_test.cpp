@@ -1,0 +1,129 @@
+// The grammar builder and the byte matcher on hand-written grammars:
+// repetition bounds, alternatives, recursion, and what finish() refuses.
+#include <gtest/gtest.h>
+
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+
+namespace ms::grammar {
+namespace {
+
+bool accepts(const Grammar& g, const std::string& s) {
+  Matcher m(g);
+  return m.advance(s) && m.can_end();
+}
+bool prefix(const Grammar& g, const std::string& s) {
+  Matcher m(g);
+  return m.advance(s);
+}
+
+TEST(Grammar, RepeatHonoursItsBounds) {
+  Builder b;
+  const uint32_t r = b.repeat("a", literal("ab"), 2, 4);
+  const Grammar g = b.finish(r);
+  EXPECT_FALSE(accepts(g, "ab"));
+  EXPECT_TRUE(accepts(g, "abab"));
+  EXPECT_TRUE(accepts(g, "ababab"));
+  EXPECT_TRUE(accepts(g, "abababab"));
+  EXPECT_FALSE(accepts(g, "ababababab"));
+  EXPECT_FALSE(prefix(g, "ababababa"));
+  EXPECT_TRUE(prefix(g, "aba"));
+  EXPECT_FALSE(accepts(g, "aba"));
+  EXPECT_FALSE(prefix(g, "b"));
+}
+
+TEST(Grammar, UnboundedRepeatKeepsTheStackFlat) {
+  Builder b;
+  const uint32_t r = b.repeat("x", {byte_sym('x')}, 1, -1);
+  const Grammar g = b.finish(r);
+  Matcher m(g);
+  EXPECT_FALSE(m.can_end());
+  for (int i = 0; i < 5000; ++i) ASSERT_TRUE(m.advance('x')) << i;
+  EXPECT_TRUE(m.can_end());
+  size_t deepest = 0;
+  for (const auto& s : m.state()) deepest = std::max(deepest, s.size());
+  EXPECT_LE(deepest, 4u);
+}
+
+TEST(Grammar, RecursionThroughBytesNests) {
+  // p ::= "(" p ")" | ""
+  Builder b;
+  const uint32_t p = b.declare("p");
+  b.add_alt(p, literal("(") + rule_sym(p) + byte_sym(')'));
+  b.add_alt(p, {});
+  const Grammar g = b.finish(p);
+  EXPECT_TRUE(accepts(g, ""));
+  EXPECT_TRUE(accepts(g, "((()))"));
+  EXPECT_FALSE(accepts(g, "(()"));
+  EXPECT_TRUE(prefix(g, "(()"));
+  EXPECT_FALSE(prefix(g, "())"));
+}
+
+TEST(Grammar, NestingPastTheMatcherDepthIsRefusedNotCrashed) {
+  Builder b;
+  const uint32_t p = b.declare("p");
+  b.add_alt(p, literal("(") + rule_sym(p) + byte_sym(')'));
+  b.add_alt(p, {});
+  const Grammar g = b.finish(p);
+  MatcherLimits lim;
+  lim.max_depth = 16;
+  Matcher m(g, lim);
+  int opened = 0;
+  while (opened < 100 && m.advance('(')) ++opened;
+  EXPECT_LT(opened, 20);
+  EXPECT_GT(opened, 3);
+  for (int i = 0; i < opened; ++i) ASSERT_TRUE(m.advance(')'));
+  EXPECT_TRUE(m.can_end());
+}
+
+TEST(Grammar, LeftRecursionIsRefused) {
+  Builder b;
+  const uint32_t a = b.declare("a");
+  const uint32_t c = b.declare("c");
+  b.add_alt(a, {rule_sym(c)});
+  b.add_alt(c, Seq{rule_sym(a), byte_sym('x')});
+  b.add_alt(c, literal("y"));
+  EXPECT_THROW(b.finish(a), GrammarError);
+}
+
+TEST(Grammar, LeftRecursionBehindANullableRuleIsRefused) {
+  Builder b;
+  const uint32_t e = b.rule("e", {Seq{}, literal("z")});
+  const uint32_t a = b.declare("a");
+  b.add_alt(a, Seq{rule_sym(e), rule_sym(a), byte_sym('x')});
+  b.add_alt(a, literal("y"));
+  EXPECT_THROW(b.finish(a), GrammarError);
+}
+
+TEST(Grammar, UnproductiveRootIsRefusedAndUnproductiveAlternativesDropped) {
+  Builder b;
+  const uint32_t loop = b.declare("loop");
+  b.add_alt(loop, literal("a") + rule_sym(loop));
+  EXPECT_THROW(b.finish(loop), GrammarError);
+
+  Builder b2;
+  const uint32_t loop2 = b2.declare("loop");
+  b2.add_alt(loop2, literal("a") + rule_sym(loop2));
+  const uint32_t top = b2.rule("top", {Seq{rule_sym(loop2)}, literal("b")});
+  const Grammar g = b2.finish(top);
+  EXPECT_TRUE(accepts(g, "b"));
+  EXPECT_FALSE(prefix(g, "a"));  // a path that could never end is not offered
+}
+
+TEST(Grammar, SizeLimitIsEnforcedBeforeMemoryGrows) {
+  GrammarLimits lim;
+  lim.max_elements = 1000;
+  Builder b(lim);
+  EXPECT_THROW(b.repeat("x", literal("abc"), 0, 1000000000), GrammarError);
+}
+
+TEST(Grammar, DumpNamesRules) {
+  Builder b;
+  const uint32_t r = b.rule("greeting", {literal("hi"), literal("yo")});
+  const std::string d = b.finish(r).dump();
+  EXPECT_NE(d.find("greeting ::="), std::string::npos);
+  EXPECT_NE(d.find("\"h\" \"i\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ms::grammar
