@@ -1,0 +1,218 @@
+#include "engine/moe_step.h"
+
+#include <algorithm>
+#include <string>
+
+#include "util/error.h"
+
+namespace ms {
+
+namespace {
+double seconds_since(MoeStep::Clock::time_point t) {
+  return std::chrono::duration<double>(MoeStep::Clock::now() - t).count();
+}
+}  // namespace
+
+MoeStep::MoeStep(int n_expert, int k, StepScheduler* sched) : n_expert_(n_expert), k_(k), sched_(sched) {
+  if (n_expert < 1 || k < 1 || k > n_expert)
+    throw Error("MoE step: " + std::to_string(k) + " experts used of " + std::to_string(n_expert));
+}
+
+// The n k routed ids, checked, grouped by expert (pair order within each)
+// and as the scheduler's keys and token counts.
+void MoeStep::group(int layer, const int32_t* ids, int n) {
+  const int E = n_expert_, np = n * k_;
+  t_.n_tokens = n;
+  t_.start.assign(static_cast<size_t>(E) + 1, 0);
+  for (int p = 0; p < np; ++p) {
+    if (ids[p] < 0 || ids[p] >= E) throw Error("router chose expert " + std::to_string(ids[p]) + " of " + std::to_string(E));
+    ++t_.start[static_cast<size_t>(ids[p]) + 1];
+  }
+  t_.keys.clear();
+  t_.tokens.clear();
+  for (int e = 0; e < E; ++e) {
+    const int32_t c = t_.start[static_cast<size_t>(e) + 1];
+    if (c) {
+      t_.keys.push_back(static_cast<ExpertKey>(layer) * static_cast<ExpertKey>(E) + static_cast<ExpertKey>(e));
+      t_.tokens.push_back(static_cast<uint32_t>(c));
+    }
+    t_.start[static_cast<size_t>(e) + 1] += t_.start[static_cast<size_t>(e)];
+  }
+  t_.by_expert.resize(static_cast<size_t>(np));
+  cursor_.assign(t_.start.begin(), t_.start.end() - 1);
+  for (int p = 0; p < np; ++p) t_.by_expert[static_cast<size_t>(cursor_[static_cast<size_t>(ids[p])]++)] = p;
+}
+
+void MoeStep::split(int layer, const LayerSchedule* ls, bool rows_at_pair, MoeTiers* tiers) {
+  t_.host_work.clear();
+  t_.host_pair.clear();
+  t_.host_rows = 0;
+  t_.host_rows_at_pair = rows_at_pair;
+  auto add_host = [&](int e) {
+    ExpertWork wk{e, {}, {}};
+    const int32_t q0 = t_.start[static_cast<size_t>(e)], q1 = t_.start[static_cast<size_t>(e) + 1];
+    wk.tokens.reserve(static_cast<size_t>(q1 - q0));
+    wk.slots.reserve(static_cast<size_t>(q1 - q0));
+    for (int32_t q = q0; q < q1; ++q) {
+      const int32_t p = t_.by_expert[static_cast<size_t>(q)];
+      wk.tokens.push_back(p / k_);
+      wk.slots.push_back(rows_at_pair ? p : t_.host_rows);
+      t_.host_pair.push_back(p);
+      ++t_.host_rows;
+    }
+    t_.host_work.push_back(std::move(wk));
+  };
+  if (!ls) {
+    for (ExpertKey key : t_.keys) add_host(static_cast<int>(key % static_cast<ExpertKey>(n_expert_)));
+    return;
+  }
+  const StepPlan& sp = *ls->plan;
+  for (size_t i = 0; i < sp.plan.experts.size(); ++i) {
+    const PlannedExpert& pe = sp.plan.experts[i];
+    const int e = static_cast<int>(pe.key % static_cast<ExpertKey>(n_expert_));
+    if (pe.tier == Tier::Host) add_host(e);
+    else if (tiers) tiers->point(layer, e, sp.where[i]);
+  }
+}
+
+void MoeStep::build_rows(const LayerSchedule& ls) {
+  const StepPlan& sp = *ls.plan;
+  const std::vector<std::vector<size_t>>& waves = ls.waves;
+  const bool from_stage = ls.from_prompt_stage;
+  // Waves before this one are the prompt stage's copy groups.
+  const size_t first_transit_wave = from_stage ? std::max<size_t>(1, sched_->prompt_stage_groups()) : 0;
+  const size_t np = t_.by_expert.size();
+  t_.token_of_row.resize(np);
+  t_.pair_of_row.resize(np);
+  t_.group_offset.resize(sp.plan.experts.size() + 1);
+  t_.group_expert.resize(sp.plan.experts.size());
+  t_.waves.clear();
+  int rows = 0, groups = 0;
+  for (size_t wv = 0; wv < waves.size(); ++wv) {
+    MoeWave w;
+    w.index = wv;
+    w.row_begin = rows;
+    w.group_begin = groups;
+    w.prompt_group = from_stage && wv < first_transit_wave ? static_cast<int>(wv) : -1;
+    for (size_t i : waves[wv]) {
+      const int e = static_cast<int>(sp.plan.experts[i].key % static_cast<ExpertKey>(n_expert_));
+      t_.group_offset[static_cast<size_t>(groups)] = rows;
+      t_.group_expert[static_cast<size_t>(groups)] = e;
+      ++groups;
+      for (int32_t q = t_.start[static_cast<size_t>(e)]; q < t_.start[static_cast<size_t>(e) + 1]; ++q) {
+        const int32_t p = t_.by_expert[static_cast<size_t>(q)];
+        t_.token_of_row[static_cast<size_t>(rows)] = p / k_;
+        t_.pair_of_row[static_cast<size_t>(rows)] = p;
+        ++rows;
+      }
+      w.max_rows = std::max(w.max_rows, t_.pairs_of(e));
+      w.copies = w.copies || sp.copy[i];
+    }
+    w.row_end = rows;
+    w.group_end = groups;
+    t_.waves.push_back(w);
+  }
+  t_.group_offset[static_cast<size_t>(groups)] = rows;
+  t_.rows = rows;
+  t_.groups = groups;
+}
+
+const LayerSchedule& MoeStep::plan(uint64_t step, int layer, const int32_t* ids, int n, bool gated_layer,
+                                   bool may_admit) {
+  if (!sched_) throw Error("MoE step: planning needs a scheduler");
+  group(layer, ids, n);
+  const LayerSchedule& ls =
+      sched_->plan_layer(step, static_cast<uint32_t>(layer), t_.keys, t_.tokens, gated_layer, may_admit);
+  split(layer, &ls, true, nullptr);
+  return ls;
+}
+
+DecodeStage MoeStep::stage_decode(uint64_t step, int layer, const int32_t* ids, int n) {
+  if (!sched_) return {};
+  const ExpertResidency& res = sched_->residency();
+  if (layer < 0 || layer >= static_cast<int>(sched_->options().residency.n_layer) ||
+      res.pool_of_layer(static_cast<uint32_t>(layer)) < 0)
+    return {};
+  std::vector<ExpertKey> predicted;
+  predicted.reserve(static_cast<size_t>(n));
+  for (int j = 0; j < n; ++j) {
+    if (ids[j] < 0 || ids[j] >= n_expert_)
+      throw Error("router (prediction) chose expert " + std::to_string(ids[j]) + " of " + std::to_string(n_expert_));
+    predicted.push_back(static_cast<ExpertKey>(layer) * static_cast<ExpertKey>(n_expert_) + static_cast<ExpertKey>(ids[j]));
+  }
+  return sched_->stage_decode(step, static_cast<uint32_t>(layer), predicted);
+}
+
+void MoeStep::run(uint64_t step, int layer, int n, MoeTiers& tiers) {
+  const auto t0 = Clock::now();
+  // ---- route
+  const bool with_input = !sched_ || StepScheduler::input_with_routes(n);
+  const MoeRoutes r = tiers.fetch_routes(layer, n, with_input);
+  const auto t_plan = Clock::now();
+  group(layer, r.ids, n);
+  if (!sched_) {
+    split(layer, nullptr, true, nullptr);
+    tiers.compute_host(layer, n, t_);
+    tiers.combine(layer, n);
+    return;
+  }
+
+  // ---- plan
+  const LayerSchedule& ls = sched_->plan_layer(step, static_cast<uint32_t>(layer), t_.keys, t_.tokens);
+  const StepPlan& sp = *ls.plan;
+  split(layer, &ls, false, &tiers);
+  tiers.planned(layer, ls, t_);
+  auto stage_prediction = [&] {
+    if (!r.pred_ids) return;
+    sched_->note_host_overhead(seconds_since(t0));
+    tiers.stage_decode(r.pred_layer, stage_decode(step, r.pred_layer, r.pred_ids, r.pred_n));
+  };
+
+  // ---- one decode token with every expert on the device: the backend's
+  // all-resident kernel, no rows (every streamed expert has its own slot:
+  // all are copied before the compute).
+  if (sched_->decode_all_on_gpu(n, ls, tiers.decode_kernels_take(layer))) {
+    std::vector<size_t> all;
+    bool copies = false;
+    for (const auto& wave : ls.waves)
+      for (size_t i : wave) {
+        all.push_back(i);
+        copies = copies || sp.copy[i];
+      }
+    tiers.decode_on_device(layer, sp, all, copies);
+    stage_prediction();
+    tiers.enqueued(layer);
+    return;
+  }
+
+  // ---- execute: the waves (copies overlap the previous wave's compute),
+  // then the staging behind them, then the host's rows meanwhile
+  build_rows(ls);
+  if (!t_.host_work.empty() && !with_input) tiers.fetch_input(layer, n);
+  tiers.upload_tables(layer, t_);
+  const bool any_copy = std::any_of(t_.waves.begin(), t_.waves.end(), [](const MoeWave& w) { return w.copies; });
+  tiers.begin_waves(layer, any_copy);
+  for (const MoeWave& w : t_.waves) {
+    if (w.row_end == w.row_begin) continue;
+    if (w.copies) tiers.copy_wave(layer, sp, ls.waves[w.index], w.index);
+    tiers.compute_wave(layer, n, sp, ls.waves[w.index], w);
+  }
+  tiers.end_waves(layer, any_copy);
+  stage_prediction();
+  // A prompt: the next tiered layer's cold experts, behind this layer's
+  // copies, while this layer, the host's share and the layers between
+  // compute. (A pinned layer that came here for scratch stages nothing.)
+  if (sched_->stages_prompt(n) && !sched_->layer_pinned(static_cast<uint32_t>(layer))) {
+    tiers.stage_prompt(sched_->stage_prompt(step, sched_->next_tiered(layer), n));
+    // The host's share of a prompt's layer starts only now: the scheduler
+    // counts this delay against it from the next pass on.
+    sched_->note_prompt_cpu_delay(seconds_since(t_plan));
+  }
+  tiers.enqueued(layer);
+
+  // ---- host tier, then combine
+  if (!t_.host_work.empty()) tiers.compute_host(layer, n, t_);
+  tiers.combine(layer, n);
+}
+
+}  // namespace ms

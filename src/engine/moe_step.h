@@ -1,0 +1,94 @@
+// One MoE layer's step, owned here (issue #30): route -> plan -> execute per
+// tier -> combine. Plain C++: the decisions are the StepScheduler's
+// (experts/step_scheduler.h), the mechanism a backend's MoeTiers
+// (engine/moe_tiers.h); this keeps the order between them and the host
+// tables the tiers read:
+//   - the routes grouped by expert (each expert's pairs in pair order), as
+//     the scheduler's keys and token counts;
+//   - the device rows in wave order (a wave's rows consecutive, so its
+//     elementwise steps touch only its own rows): token_of_row, pair_of_row,
+//     and per group (one expert of a wave) its first row and its expert;
+//   - the host tier's work list (cpu/expert_ffn.h's ExpertWork) and the pair
+//     of each of its rows.
+// Without a scheduler every expert is the host's (the CPU backend): the work
+// list is group_by_expert's, its rows the pair indices.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "cpu/expert_ffn.h"
+#include "engine/moe_tiers.h"
+#include "experts/step_scheduler.h"
+
+namespace ms {
+
+// One wave's part of the device rows.
+struct MoeWave {
+  size_t index = 0;                    // into LayerSchedule::waves
+  int row_begin = 0, row_end = 0;      // device rows [row_begin, row_end)
+  int group_begin = 0, group_end = 0;  // groups (one expert each) [group_begin, group_end)
+  int max_rows = 1;                    // rows of the wave's largest group
+  bool copies = false;                 // some expert of the wave is copied in this step
+  int prompt_group = -1;               // the prompt stage's copy group it waits for (-1: none)
+};
+
+struct MoeStepTables {
+  int n_tokens = 0;
+  // Per expert: its pairs are by_expert[start[e] .. start[e + 1]).
+  std::vector<int32_t> start;
+  std::vector<int32_t> by_expert;  // pair indices grouped by expert, in pair order
+  std::vector<ExpertKey> keys;     // routed experts, ascending (the scheduler's input)
+  std::vector<uint32_t> tokens;    // pairs per key
+  // Device rows in wave order.
+  int rows = 0, groups = 0;
+  std::vector<int32_t> token_of_row, pair_of_row;  // [rows]
+  std::vector<int32_t> group_offset;               // [groups + 1]: first row of each group, then rows
+  std::vector<int32_t> group_expert;               // [groups]
+  std::vector<MoeWave> waves;
+  // Host tier.
+  std::vector<ExpertWork> host_work;
+  std::vector<int32_t> host_pair;  // [host_rows]: the pair of host row r
+  int host_rows = 0;
+  bool host_rows_at_pair = false;  // host_work's slots are pair indices (no host_pair step)
+
+  int pairs_of(int e) const { return start[static_cast<size_t>(e) + 1] - start[static_cast<size_t>(e)]; }
+};
+
+class MoeStep {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // sched null: a host-only step (every expert on the host tier).
+  MoeStep(int n_expert, int k, StepScheduler* sched);
+
+  // Layer `layer`'s step of n tokens through the tiers, in MoeTiers' order.
+  // step: the forward pass's ordinal (the policies' clock).
+  void run(uint64_t step, int layer, int n, MoeTiers& tiers);
+
+  // The planning half alone (the gated decode, which runs its own device
+  // step): groups ids [n][k], plans the layer and builds the host work with
+  // its rows at the pair indices. Throws ms::Error for an id out of range.
+  const LayerSchedule& plan(uint64_t step, int layer, const int32_t* ids, int n, bool gated_layer, bool may_admit);
+
+  // A decode prediction of `layer` (ids [n], most likely first) into the
+  // scheduler's staging: nothing (plan null) for a layer it does not tier.
+  // Throws ms::Error for an id out of range.
+  DecodeStage stage_decode(uint64_t step, int layer, const int32_t* ids, int n);
+
+  const MoeStepTables& tables() const { return t_; }
+
+ private:
+  void group(int layer, const int32_t* ids, int n);
+  // Host work of the schedule's host-tier experts (all of them without a
+  // schedule); device-tier experts pointed at their slots.
+  void split(int layer, const LayerSchedule* ls, bool rows_at_pair, MoeTiers* tiers);
+  void build_rows(const LayerSchedule& ls);
+
+  int n_expert_, k_;
+  StepScheduler* sched_;
+  MoeStepTables t_;
+  std::vector<int32_t> cursor_;
+};
+
+}  // namespace ms
