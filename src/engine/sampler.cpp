@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -86,7 +87,9 @@ void Sampler::accept(int32_t token) {
 
 double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0); }
 
-int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
+int32_t Sampler::sample(const float* logits, int32_t n_vocab) { return sample(logits, n_vocab, SampleOptions{}); }
+
+int32_t Sampler::sample(const float* logits, int32_t n_vocab, const SampleOptions& opt) {
   if (n_vocab <= 0) throw Error("sampling: empty logits");
   work_.assign(logits, logits + n_vocab);
   // Repetition penalty (each distinct recent token once): positive logits are
@@ -113,6 +116,49 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
       i = j;
     }
   }
+  // The grammar's mask, after the penalties (which must not lift a masked
+  // token back): a masked token has no probability at all.
+  if (opt.allowed) {
+    bool any = false;
+    for (int32_t i = 0; i < n_vocab; ++i) {
+      if (!opt.allowed[i]) work_[static_cast<size_t>(i)] = -std::numeric_limits<float>::infinity();
+      else any = true;
+    }
+    if (!any) throw Error("sampling: the constraint allows no token here");
+  }
+  const int32_t id = pick();
+  if (opt.logprobs) fill_logprobs(id, opt);
+  return id;
+}
+
+void Sampler::fill_logprobs(int32_t id, const SampleOptions& opt) {
+  const int32_t n = static_cast<int32_t>(work_.size());
+  double mx = -std::numeric_limits<double>::infinity();
+  for (float v : work_)
+    if (v > mx) mx = v;
+  double sum = 0;
+  for (float v : work_)
+    if (v > -std::numeric_limits<float>::infinity()) sum += std::exp(static_cast<double>(v) - mx);
+  const double lse = mx + std::log(sum);
+  StepLogprobs& out = *opt.logprobs;
+  out.sampled = {id, static_cast<float>(work_[static_cast<size_t>(id)] - lse)};
+  out.top.clear();
+  const int32_t k = std::min<int32_t>(std::max(opt.top_logprobs, 0), n);
+  if (k == 0) return;
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  std::iota(ids.begin(), ids.end(), 0);
+  auto better = [&](int32_t a, int32_t b) { return work_[a] > work_[b] || (work_[a] == work_[b] && a < b); };
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), better);
+  for (int32_t i = 0; i < k; ++i) {
+    const float v = work_[static_cast<size_t>(ids[static_cast<size_t>(i)])];
+    if (!(v > -std::numeric_limits<float>::infinity())) break;  // masked tokens are not alternatives
+    out.top.push_back({ids[static_cast<size_t>(i)], static_cast<float>(v - lse)});
+  }
+}
+
+// The token from work_ (penalties and mask applied).
+int32_t Sampler::pick() {
+  const int32_t n_vocab = static_cast<int32_t>(work_.size());
   if (params_.temperature <= 0) return argmax(work_.data(), n_vocab);
 
   // Candidates sorted by logit (descending, lower id first on ties), cut to top-k.
@@ -130,11 +176,13 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
   for (size_t i = 0; i < ids_.size(); ++i) sum += (p[i] = std::exp((work_[ids_[i]] - mx) / params_.temperature));
   for (double& v : p) v /= sum;
 
-  // Top-p: the smallest prefix whose mass reaches top_p (at least one token).
+  // Masked tokens (probability 0) are never candidates.
   size_t keep = p.size();
+  while (keep > 1 && p[keep - 1] <= 0.0) --keep;
+  // Top-p: the smallest prefix whose mass reaches top_p (at least one token).
   if (params_.top_p < 1.0f) {
     double cum = 0;
-    for (size_t i = 0; i < p.size(); ++i) {
+    for (size_t i = 0; i < keep; ++i) {
       cum += p[i];
       if (cum >= params_.top_p) {
         keep = i + 1;

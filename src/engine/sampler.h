@@ -36,6 +36,29 @@ struct SamplerParams {
   void validate() const;
 };
 
+// Log-probabilities of one step, as OpenAI's `logprobs` reports them: the
+// log-softmax of the logits after the penalties and the grammar mask, before
+// temperature, top-k, top-p and min-p (the model's distribution over the
+// tokens the request allows, independent of how it is then sampled).
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+};
+struct StepLogprobs {
+  TokenLogprob sampled;
+  std::vector<TokenLogprob> top;  // the most likely tokens, best first (ties: lower id first)
+};
+
+struct SampleOptions {
+  // n_vocab flags, 0 = this token may not come next (constrained sampling:
+  // its logit becomes -inf before anything else); nullptr = all allowed.
+  // At least one token must be allowed.
+  const uint8_t* allowed = nullptr;
+  // Filled when non-null, with `top_logprobs` alternatives (0..20).
+  StepLogprobs* logprobs = nullptr;
+  int top_logprobs = 0;
+};
+
 class Sampler {
  public:
   explicit Sampler(const SamplerParams& params);
@@ -43,6 +66,7 @@ class Sampler {
   // Chooses a token from logits[0..n_vocab). Does not record it: call accept()
   // with the token actually used (prompt tokens too, for the penalty window).
   int32_t sample(const float* logits, int32_t n_vocab);
+  int32_t sample(const float* logits, int32_t n_vocab, const SampleOptions& opt);
   void accept(int32_t token);
   void reset();  // forgets history and restarts the generator from the seed
 
@@ -52,6 +76,8 @@ class Sampler {
   double uniform();
 
  private:
+  int32_t pick();
+  void fill_logprobs(int32_t id, const SampleOptions& opt);
   SamplerParams params_;
   std::mt19937_64 rng_;
   std::deque<int32_t> recent_;
