@@ -54,6 +54,7 @@ DeviceExpertSlots::DeviceExpertSlots(const std::vector<PoolSpec>& pools, const s
     w.gate = {L.gate_type, L.n_ff, L.n_embd, table_dev_[l], 0, nullptr, 0};
     w.up = {L.up_type, L.n_ff, L.n_embd, table_dev_[l], static_cast<int64_t>(L.geometry.up_offset), nullptr, 0};
     w.down = {L.down_type, L.n_embd, L.n_ff, table_dev_[l], static_cast<int64_t>(L.geometry.down_offset), nullptr, 0};
+    L.bias.apply_to(w);
   }
   MS_CUDA_CHECK(cudaMemcpy(dev, table_host_.get(), entries * sizeof(void*), cudaMemcpyHostToDevice));
   dirty_.assign(layers.size(), 0);  // the device tables equal the mirror

@@ -3,7 +3,10 @@
 // up and down matrices back to back), and per layer a device table of expert
 // -> slot address that the expert kernels read through (MatrixSet::table), so
 // the same kernels serve resident and streamed experts. Decides nothing: the
-// slot numbers come from experts/residency.h.
+// slot numbers come from experts/residency.h. A layer's expert biases
+// (gpt-oss) are not in the slots: small f32 arrays indexed by expert id, kept
+// resident with the dense weights for every expert (cuda/backend/
+// device_weights.h), which the table's ExpertWeights point at.
 //
 // CUDA-only header.
 #pragma once
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "cuda/device.h"
+#include "cuda/expert_bias.h"
 #include "cuda/expert_ffn.h"
 
 namespace ms::cuda {
@@ -35,6 +39,7 @@ class DeviceExpertSlots {
     DType gate_type = DType::F32, up_type = DType::F32, down_type = DType::F32;
     int64_t n_embd = 0, n_ff = 0;
     SlotGeometry geometry;
+    ExpertBias bias;  // device biases (resident, by expert id) and the activation
   };
 
   DeviceExpertSlots() = default;

@@ -148,6 +148,10 @@ void CudaBackend::Impl::make_hybrid(const VramPlan& plan) {
   ho.serve_profile = opt.hybrid_profile;
   ho.link_timeline = opt.link_timeline;
   ho.pool = opt.cpu_pool;
+  // gpt-oss: the slot tables point at the experts' biases, resident with the
+  // dense weights (in weight_bytes() above; the plan counts them as dense).
+  for (int il = 0; il < c.n_layer; ++il)
+    ho.expert_bias.push_back(cuda::expert_bias(weights.layer(il), moe_blocks[static_cast<size_t>(il)]));
   hybrid = std::make_unique<HybridMoe>(w, ho, stream);
   // Pinned layers run the all-resident expert kernels, in the step's scratch.
   exp_scratch = hybrid->scratch(exp_scratch_bytes, opt.pinned_prompt_kernels);
@@ -308,11 +312,6 @@ CudaBackend::CudaBackend(const ModelWeights& w, Options opt) : impl_(std::make_u
   m.stream_owner = std::make_unique<cuda::Stream>();
   m.stream = m.stream_owner->get();
   const VramPlan plan = m.plan_budget(kv_ctx);
-  // gpt-oss's expert biases and clamped SwiGLU run in cuda::expert_ffn for
-  // resident experts; the hybrid (tiered) step does not carry them yet.
-  if (m.tiered && (c.arch->expert_bias || c.arch->clamped_swiglu))
-    throw Error("CUDA backend: '" + c.arch_name + "' with tiered experts (a --vram budget below the whole model) is "
-                "not implemented yet; give a budget that holds every expert, or use --backend cpu");
   try {
     m.weights = cuda::DeviceWeights::upload(w);
     if (c.is_moe() && !m.tiered) m.experts = cuda::ResidentExperts(w);

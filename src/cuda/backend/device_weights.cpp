@@ -19,6 +19,19 @@ bool fusable_qkv(const LayerWeights& L) {
 
 }  // namespace
 
+ExpertBias expert_bias(const DevLayer& L, const MoeFfnBlock& b) {
+  ExpertBias x;
+  if (b.expert_bias) {
+    x.gate = L.exp_gate_b;
+    x.up = L.exp_up_b;
+    x.down = L.exp_down_b;
+  }
+  x.clamped_swiglu = b.act.kind == GluActivation::Kind::ClampedSwiGLU;
+  x.alpha = b.act.alpha;
+  x.limit = b.act.limit;
+  return x;
+}
+
 DeviceWeights DeviceWeights::upload(const ModelWeights& w) {
   DeviceWeights dw;
   std::map<const void*, void*> done;

@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "cuda/device.h"
+#include "cuda/expert_bias.h"
 #include "cuda/matvec.h"
+#include "model/blocks.h"
 #include "model/weights.h"
 
 namespace ms::cuda {
@@ -52,6 +54,11 @@ struct DevLayer {
   // Shared expert: SwiGLU FFN scaled by sigmoid(shexp_router . x).
   DevMat shexp_gate, shexp_up, shexp_down, shexp_router;
 };
+
+// Layer L's routed-expert biases (resident here for every expert, indexed by
+// expert id) and the activation its MoE block runs, as the tiered step's slot
+// tables carry them (expert_slots.h); none for a block without expert biases.
+ExpertBias expert_bias(const DevLayer& L, const MoeFfnBlock& b);
 
 struct DeviceWeights {
   DeviceArena arena;

@@ -137,6 +137,7 @@ void HybridMoe::Impl::make_slots() {
     const ExpertWeights& e = w.layers[static_cast<size_t>(l)].experts;
     layers.push_back({layout.pool_of_layer[static_cast<size_t>(l)], e.gate_type, e.up_type, e.down_type, e.n_embd,
                       e.n_ff, geom[static_cast<size_t>(l)]});
+    if (static_cast<size_t>(l) < opt.expert_bias.size()) layers.back().bias = opt.expert_bias[static_cast<size_t>(l)];
   }
   slots = std::make_unique<cuda::DeviceExpertSlots>(pools, layers, c.n_expert);
   decode_path.assign(static_cast<size_t>(c.n_layer), 0);
@@ -666,6 +667,7 @@ void HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
   if (timed) gpu0.record(stream);
   const cuda::ExpertWeights& ew = slots->weights(il);
   const bool batch = n >= opt.gemm_min_batch;
+  const bool biased = ew.biased_or_clamped();
   for (size_t wv = 0; wv < wr.size(); ++wv) {
     const WaveRange& r = wr[wv];
     if (r.r1 == r.r0) continue;
@@ -685,10 +687,18 @@ void HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
       cuda::quantize_q8act(xg + r.r0 * D, D, nr, q8_rows(xg_q8, r.r0), stream);
       in.q8 = xg_q8;
     }
+    // gpt-oss: each row's expert biases and the clamped SwiGLU after gate
+    // and up apart (the fused SwiGLU matvec has neither).
+    const cuda::ExpertRows rows{ids, pair_of_row() + r.r0, nr};
     if (batch) {
       cuda::matmul(ew.gate, in, g, hg, F, nullptr, stream);
       cuda::matmul(ew.up, in, g, hu, F, nullptr, stream);
-      cuda::silu_mul(hg + r.r0 * F, hu + r.r0 * F, hg + r.r0 * F, static_cast<int64_t>(nr) * F, stream);
+      if (biased) cuda::expert_rows_act(ew, hg + r.r0 * F, hu + r.r0 * F, rows, stream);
+      else cuda::silu_mul(hg + r.r0 * F, hu + r.r0 * F, hg + r.r0 * F, static_cast<int64_t>(nr) * F, stream);
+    } else if (biased) {
+      cuda::matvec(ew.gate, in, g, hg, F, nullptr, stream);
+      cuda::matvec(ew.up, in, g, hu, F, nullptr, stream);
+      cuda::expert_rows_act(ew, hg + r.r0 * F, hu + r.r0 * F, rows, stream);
     } else {
       cuda::matvec_glu(ew.gate, ew.up, in, g, hg, F, stream);
     }
@@ -700,6 +710,7 @@ void HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
     }
     if (batch) cuda::matmul(ew.down, hin, g, yc, D, nullptr, stream);
     else cuda::matvec(ew.down, hin, g, yc, D, nullptr, stream);
+    if (biased) cuda::expert_rows_down_bias(ew, yc + r.r0 * D, rows, stream);
     scatter_rows_any(yc + r.r0 * D, pair_of_row() + r.r0, nr, D, exp_y, stream);
     mark_read(sp, waves[wv]);
   }

@@ -34,8 +34,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cpu/thread_pool.h"
+#include "cuda/expert_bias.h"
 #include "cuda/expert_ffn.h"
 #include "cuda/matvec.h"
 #include "experts/cost_model.h"
@@ -77,6 +79,9 @@ struct HybridMoeOptions {
   bool serve_profile = false;
   int link_timeline = 0;
   ThreadPool* pool = nullptr;     // CPU experts (null: one of hardware threads)
+  // Per layer (gpt-oss): the experts' biases in device memory (resident, by
+  // expert id) and their activation, carried by the slot tables; empty: none.
+  std::vector<cuda::ExpertBias> expert_bias;
 };
 
 class HybridMoe {
