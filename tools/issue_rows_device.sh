@@ -33,7 +33,7 @@ mkdir -p "$OUT" "$WORK"
 START=$(date +%s)
 NCPU=$(nproc)
 HALF=$((NCPU / 2))
-MS=$ROOT/build-rows/moestream
+MS=${MS:-$ROOT/build-rows/moestream}  # MS=path: a moestream built already (skips the build)
 export LLAMA_BUILD=${LLAMA_BUILD:-/tmp/llama-build}
 [ -f tools/device_env.sh ] && source tools/device_env.sh
 pack() { cp "$WORK/log.txt" "$OUT/" 2> /dev/null; tar czf "$OUT/rows.tgz" -C "$WORK" --exclude='*.gguf' --exclude='*.part' \
