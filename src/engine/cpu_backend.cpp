@@ -344,6 +344,30 @@ void CpuBackend::dense_ffn(int il, const DenseFfnBlock&) {
   add_inplace(h_.data(), tmp_.data(), static_cast<int64_t>(n) * D);
 }
 
+// The CPU backend's one tier of the MoE step (engine/moe_tiers.h): routes
+// already on the host, experts by CpuExpertExecutor into the pairs' rows.
+struct CpuBackend::HostTier final : MoeTiers {
+  CpuBackend& b;
+  HostTier(CpuBackend& backend, int) : b(backend) {}
+  MoeRoutes fetch_routes(int, int, bool) override { return {b.route_ids_.data(), nullptr, -1, 0}; }
+  void compute_host(int layer, int n, const MoeStepTables& t) override {
+    b.cpu_executor_.compute(layer, b.x_.data(), n, t.host_work, b.expert_y_.data());
+  }
+  // In pair order, the same for every batch size and device (tokens are
+  // independent: a batch splits them over the pool).
+  void combine(int, int n) override {
+    const int k = b.w_.cfg.n_expert_used;
+    const int64_t D = b.w_.cfg.n_embd;
+    auto rows = [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        for (int j = 0; j < k; ++j)
+          axpy(b.route_w_[t * k + j], b.expert_y_.data() + (t * k + j) * D, b.h_.data() + t * D, D);
+    };
+    if (n == 1) rows(0, 1);
+    else b.pool_.parallel_for(n, 4, rows);
+  }
+};
+
 void CpuBackend::moe_ffn(int il, const MoeFfnBlock& b) {
   const int n = n_;
   const ModelConfig& c = w_.cfg;
@@ -360,17 +384,11 @@ void CpuBackend::moe_ffn(int il, const MoeFfnBlock& b) {
   }
   if (route_hook_)
     route_hook_({il, n, k, route_ids_.data(), route_w_.data(), route_hook_hidden_ ? x_.data() : nullptr});
-  const std::vector<ExpertWork> work = group_by_expert(route_ids_.data(), n, k, E);
-  cpu_executor_.compute(il, x_.data(), n, work, expert_y_.data());
-  // Combine in slot order, the same for every batch size and device (tokens
-  // are independent: a batch splits them over the pool).
-  auto combine = [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t)
-      for (int j = 0; j < k; ++j)
-        axpy(route_w_[t * k + j], expert_y_.data() + (t * k + j) * D, h_.data() + t * D, D);
-  };
-  if (n == 1) combine(0, 1);
-  else pool_.parallel_for(n, 4, combine);
+  // The engine's MoE step with every expert on the host tier: grouped by
+  // expert, computed into each pair's row, combined.
+  if (!moe_step_) moe_step_ = std::make_unique<MoeStep>(E, k, nullptr);
+  HostTier tier(*this, il);
+  moe_step_->run(0, il, n, tier);
   if (b.shared_expert) shared_expert(il, n);
 }
 

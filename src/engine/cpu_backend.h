@@ -20,6 +20,7 @@
 // KvCache; prompts go through it in chunks, decode one recurrence step.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "engine/backend.h"
 #include "engine/expert_executor.h"
 #include "engine/kv_cache.h"
+#include "engine/moe_step.h"
 #include "model/blocks.h"
 #include "model/recipe.h"
 #include "model/weights.h"
@@ -94,11 +96,15 @@ class CpuBackend : public Backend, private LayerBlocks {
   void dense_ffn(int il, const DenseFfnBlock& b) override;
   void moe_ffn(int il, const MoeFfnBlock& b) override;
   void shared_expert(int il, int n);
+  struct HostTier;
 
   const ModelWeights& w_;
   ThreadPool& pool_;
   Options opt_;
   CpuExpertExecutor cpu_executor_;
+  // The MoE step with a host tier only (the sequence the CUDA backend's tiered
+  // step shares); made by the first MoE layer.
+  std::unique_ptr<MoeStep> moe_step_;
   const Recipe& recipe_;
   std::vector<uint64_t> expert_counts_;
   RouteHook route_hook_;
