@@ -204,15 +204,17 @@ void HybridMoe::Impl::serve_layer(int il) {
   // The GPU went on with some experts in staging slots: its cache slots may
   // be in use by the layers after, so this plan must not change any.
   const bool staged_hit = b.hit == 2;
-  group_routes(il, ids, K);
-  const StepPlan& sp = *sched->plan_layer(step, static_cast<uint32_t>(il), keys, tokens, true, !staged_hit).plan;
+  // The plan through the engine's step (its host work has the CPU's row j at
+  // pair j): the same grouping and scheduler call as the planned step.
+  const StepPlan& sp = *moe_step->plan(step, il, ids, 1, true, !staged_hit).plan;
+  const MoeStepTables& tables = moe_step->tables();
+  const std::vector<ExpertWork>& cpu_work = tables.host_work;
   const auto t_enqueue = Clock::now();
   prof.policy_s += std::chrono::duration<double>(t_enqueue - t_policy).count();
   note_residency(sp.plan);
   if (sp.prediction.predicted) note_prediction(il, sp.prediction);
   TierCounts& lc = tel.layers[static_cast<size_t>(il)];
   uint32_t mask = 0;
-  cpu_work.clear();
 
   if (hit) {
     // The device found every expert resident (or, on a staged hit, in this
@@ -224,7 +226,7 @@ void HybridMoe::Impl::serve_layer(int il) {
       if (!present || sp.copy[i])
         throw Error("hybrid decode: layer " + std::to_string(il) +
                     " was present on the device but not in the residency policy (a bug)");
-      count_pairs(lc, pass_counts, pe.tier, static_cast<uint64_t>(count[static_cast<size_t>(pe.key % E)]));
+      count_pairs(lc, pass_counts, pe.tier, static_cast<uint64_t>(tables.pairs_of(static_cast<int>(pe.key % E))));
     }
     ++tel.gated_hits;
     tel.gated_staged_hits += staged_hit;
@@ -234,19 +236,8 @@ void HybridMoe::Impl::serve_layer(int il) {
     for (size_t i = 0; i < sp.plan.experts.size(); ++i) {
       const PlannedExpert& pe = sp.plan.experts[i];
       const int e = static_cast<int>(pe.key % static_cast<uint32_t>(E));
-      const uint64_t pairs = static_cast<uint64_t>(count[static_cast<size_t>(e)]);
-      count_pairs(lc, pass_counts, pe.tier, pairs);
-      if (pe.tier == Tier::Host) {
-        ExpertWork wk{e, {}, {}};
-        for (int j = 0; j < K; ++j)
-          if (ids[j] == e) {
-            wk.tokens.push_back(0);
-            wk.slots.push_back(j);  // the CPU's row j is pair j
-            mask |= 1u << j;
-          }
-        cpu_work.push_back(std::move(wk));
-        continue;
-      }
+      count_pairs(lc, pass_counts, pe.tier, static_cast<uint64_t>(tables.pairs_of(e)));
+      if (pe.tier == Tier::Host) continue;  // in cpu_work
       slots->point(il, e, sp.where[i].pool, sp.where[i].slot);
       if (sp.copy[i]) {
         if (!copies && timed) copier->record(copy0.get()), copy0_recorded = true;
@@ -254,6 +245,8 @@ void HybridMoe::Impl::serve_layer(int il) {
         copy_planned(il, e, sp, i);
       }
     }
+    for (const ExpertWork& wk : cpu_work)
+      for (int32_t j : wk.slots) mask |= 1u << j;  // the CPU's row j is pair j
     if (copies && timed) {
       copier->record(copy1.get());
       copy_timing_pending = true;
@@ -287,7 +280,7 @@ void HybridMoe::Impl::serve_layer(int il) {
   const auto t_stage = Clock::now();
   if (target >= 0) {
     sched->note_staged(static_cast<uint32_t>(target), seq, t_stage);
-    stage_next(HybridPrediction{target, nullptr, K}, pred);
+    stage_decode(target, moe_step->stage_decode(step, target, pred, K));
   }
   const auto t_settle = Clock::now();
   prof.stage_s += std::chrono::duration<double>(t_settle - t_stage).count();

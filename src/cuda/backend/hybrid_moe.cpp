@@ -1,5 +1,7 @@
-// HybridMoe: route read-back -> plan -> copies + GPU waves + CPU experts -> combine.
-// Host code only: kernels through the launchers of src/cuda. The gated decode
+// HybridMoe: set-up (buffers, slots, copier, cost probe, initial placement),
+// passes, and the mechanism the planned and gated steps share (copies,
+// staging, transit-slot reuse, residency bitmap). The planned step itself is
+// engine/moe_step.h's, over the tiers of hybrid_tiers.cpp; the gated decode
 // step (no round trip on a hit) is in hybrid_gated.cpp.
 #include "cuda/backend/hybrid_moe.h"
 
@@ -10,6 +12,7 @@
 #include <cstring>
 
 #include "cuda/backend/hybrid_moe_impl.h"
+#include "cuda/backend/hybrid_tiers.h"
 #include "cuda/gemm.h"
 #include "cuda/ops.h"
 #include "util/error.h"
@@ -31,26 +34,6 @@ size_t expert_ffn_bound(const ModelConfig& c, int max_tokens) {
   return align_up(cuda::q8act_bytes(static_cast<int64_t>(D), static_cast<int64_t>(t))) + 2 * align_up(pairs * F * 4) +
          align_up(cuda::q8act_bytes(static_cast<int64_t>(F), static_cast<int64_t>(pairs))) + align_up(pairs * D * 4) +
          align_up(4 * (3 * pairs + 2));
-}
-
-// Row copies of any count: the kernels take at most 65535 rows a launch (the
-// grid's y dimension), and a long prompt's wave has up to n_tokens x k.
-constexpr int kRowsPerLaunch = 65535;
-
-void gather_rows_any(const float* src, const int32_t* rows, int n_rows, int64_t n, float* dst, cudaStream_t s) {
-  for (int r = 0; r < n_rows; r += kRowsPerLaunch)
-    cuda::gather_rows(src, rows + r, std::min(kRowsPerLaunch, n_rows - r), n, dst + static_cast<int64_t>(r) * n, s);
-}
-
-void scatter_rows_any(const float* src, const int32_t* rows, int n_rows, int64_t n, float* dst, cudaStream_t s) {
-  for (int r = 0; r < n_rows; r += kRowsPerLaunch)
-    cuda::scatter_rows(src + static_cast<int64_t>(r) * n, rows + r, std::min(kRowsPerLaunch, n_rows - r), n, dst, s);
-}
-
-cuda::Q8Act q8_rows(cuda::Q8Act a, int64_t first) {
-  a.q += first * a.n;
-  a.ds += first * (a.n / 32) * 2;
-  return a;
 }
 
 }  // namespace
@@ -127,6 +110,7 @@ void HybridMoe::Impl::make_slots() {
   }
   sched = std::make_unique<StepScheduler>(so);
   res = &sched->residency();
+  moe_step = std::make_unique<MoeStep>(c.n_expert, c.n_expert_used, sched.get());
   bank_size = res->stage_bank();
   const PoolLayout& layout = res->layout();
   std::vector<cuda::DeviceExpertSlots::PoolSpec> pools;
@@ -330,9 +314,9 @@ void HybridMoe::Impl::init_prompt_stage() {
 // Layer `layer`'s cold experts into the next transit slots, in the
 // scheduler's copy groups (none where it computes them on the CPU rather
 // than copy them); see ExpertResidency::stage_transit.
-void HybridMoe::Impl::stage_prompt(int layer, int n) {
-  const PromptStage& ps = sched->stage_prompt(step, layer, n);
+void HybridMoe::Impl::stage_prompt(const PromptStage& ps) {
   if (ps.layer < 0) return;
+  const int layer = ps.layer;
   const StagePlan& st = *ps.plan;
   const int E = c.n_expert;
   if (timed && !copy0_recorded) {
@@ -376,18 +360,11 @@ void HybridMoe::Impl::copy_wave(int il, const StepPlan& sp, const std::vector<si
 
 // Prefetch: the predicted experts of the next tiered layer (read back with
 // this layer's routes) into the next staging bank, as many as the scheduler
-// says (StepScheduler::stage_decode), on the copy stream behind this layer's
-// own copies. The bank's previous contents were read by the layer that used
-// them: the copies wait for that layer's compute.
-void HybridMoe::Impl::stage_next(const HybridPrediction& pred, const int32_t* p) {
+// says (MoeStep::stage_decode, StepScheduler::stage_decode), on the copy
+// stream behind this layer's own copies. The bank's previous contents were
+// read by the layer that used them: the copies wait for that layer's compute.
+void HybridMoe::Impl::stage_decode(int pred_layer, const DecodeStage& ds) {
   const int E = c.n_expert;
-  if (pred.layer >= c.n_layer || res->pool_of_layer(static_cast<uint32_t>(pred.layer)) < 0) return;
-  std::vector<ExpertKey> predicted;
-  for (int j = 0; j < pred.n; ++j) {
-    if (p[j] < 0 || p[j] >= E) throw Error("router (prediction) chose expert " + std::to_string(p[j]) + " of " + std::to_string(E));
-    predicted.push_back(static_cast<ExpertKey>(pred.layer) * E + p[j]);
-  }
-  const DecodeStage ds = sched->stage_decode(step, static_cast<uint32_t>(pred.layer), predicted);
   if (ds.plan == nullptr || ds.plan->copies.empty()) return;
   const StagePlan& st = *ds.plan;
   const bool gated_pass = sched->gated_pass();
@@ -399,21 +376,21 @@ void HybridMoe::Impl::stage_next(const HybridPrediction& pred, const int32_t* p)
     copy0_recorded = true;
   }
   for (const auto& [key, where] : st.copies)
-    copy_expert(pred.layer, static_cast<int>(key % static_cast<uint32_t>(E)), slots->slot_address(where.pool, where.slot));
+    copy_expert(pred_layer, static_cast<int>(key % static_cast<uint32_t>(E)), slots->slot_address(where.pool, where.slot));
   // Gated, published (every predicted cold expert staged): the layer's check
   // may find its routes all resident or staged and go on without the host.
   // The slot table points at the staging slots and the stamps say "this
   // step", both behind the copies on the copy stream (the check sees a
   // stamp only once the copy and the table are in).
   if (ds.publish) {
-    const size_t base = static_cast<size_t>(pred.layer) * static_cast<size_t>(E);
+    const size_t base = static_cast<size_t>(pred_layer) * static_cast<size_t>(E);
     uint32_t* stamp = staged_host.as<uint32_t>() + base;
     for (const auto& [key, where] : st.copies) {
       const int e = static_cast<int>(key % static_cast<uint32_t>(E));
-      slots->point(pred.layer, e, where.pool, where.slot);
+      slots->point(pred_layer, e, where.pool, where.slot);
       stamp[e] = seq;
     }
-    slots->upload(pred.layer, copier->stream());
+    slots->upload(pred_layer, copier->stream());
     MS_CUDA_CHECK(cudaMemcpyAsync(staged_dev + base, stamp, sizeof(uint32_t) * static_cast<size_t>(E),
                                   cudaMemcpyHostToDevice, copier->stream()));
   }
@@ -421,29 +398,6 @@ void HybridMoe::Impl::stage_next(const HybridPrediction& pred, const int32_t* p)
   if (timed) {
     copier->record(copy1.get());
     copy_timing_pending = true;
-  }
-}
-
-// The np routed ids of layer il, checked, counted per expert (count,
-// start: each expert's first pair in expert order) and as the plan's keys
-// and token counts.
-void HybridMoe::Impl::group_routes(int il, const int32_t* ids, int np) {
-  const int E = c.n_expert;
-  count.assign(static_cast<size_t>(E), 0);
-  for (int p = 0; p < np; ++p) {
-    if (ids[p] < 0 || ids[p] >= E)
-      throw Error("router chose expert " + std::to_string(ids[p]) + " of " + std::to_string(E));
-    ++count[static_cast<size_t>(ids[p])];
-  }
-  keys.clear();
-  tokens.clear();
-  start.assign(static_cast<size_t>(E) + 1, 0);
-  for (int e = 0; e < E; ++e) {
-    start[static_cast<size_t>(e) + 1] = start[static_cast<size_t>(e)] + count[static_cast<size_t>(e)];
-    if (count[static_cast<size_t>(e)]) {
-      keys.push_back(static_cast<ExpertKey>(il) * E + e);
-      tokens.push_back(static_cast<uint32_t>(count[static_cast<size_t>(e)]));
-    }
   }
 }
 
@@ -503,257 +457,16 @@ void HybridMoe::Impl::decode_on_gpu(int il, const float* x, const cuda::Q8Act& x
   }
 }
 
+// One layer step: engine/moe_step.h's sequence over this backend's tiers
+// (hybrid_tiers.cpp).
 void HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids,
                           const float* wts, float* h, const HybridPrediction* pred) {
-  const int K = c.n_expert_used, E = c.n_expert, np = n * K;
-  const int64_t D = c.n_embd, F = c.n_ff_exp;
+  const int K = c.n_expert_used;
   if (n > opt.max_tokens) throw Error("hybrid MoE: more tokens than the step's buffers hold");
   if (pred && (bank_size == 0 || pred->layer < 0 || pred->n <= 0 || pred->n > K)) pred = nullptr;
   copy0_recorded = false;
-
-  // ---- route: ids (and the input for small passes; the prediction) to the host
-  auto t0 = Clock::now();
-  auto* ids_h = ids_host.as<int32_t>();
-  const bool pred_follows = pred && pred->ids == ids + np;
-  MS_CUDA_CHECK(cudaMemcpyAsync(ids_h, ids, sizeof(int32_t) * (np + (pred_follows ? pred->n : 0)),
-                                cudaMemcpyDeviceToHost, stream));
-  if (pred && !pred_follows)
-    MS_CUDA_CHECK(cudaMemcpyAsync(ids_h + np, pred->ids, sizeof(int32_t) * pred->n, cudaMemcpyDeviceToHost, stream));
-  const bool x_early = StepScheduler::input_with_routes(n);
-  if (x_early) MS_CUDA_CHECK(cudaMemcpyAsync(x_host.get(), x, sizeof(float) * n * D, cudaMemcpyDeviceToHost, stream));
-  routes_ready.record(stream);
-  timeline.mark_compute(stream, il, 0);
-  const uint64_t reads_before = read_seq;
-  routes_ready.synchronize();
-  read_done = reads_before;  // every compute queued before the routes has run
-  tel.route_wait_s += seconds_since(t0);
-  // A prompt's stage keeps the copy stream busy past this point: waiting
-  // for its timing would hold back this layer's own copies.
-  collect_timing(!sched->stages_prompt(n));
-  timed = layer_steps++ % kTimingEvery == 0;
-  const auto t_plan = Clock::now();
-
-  // ---- plan
-  group_routes(il, ids_h, np);
-  by_expert.resize(static_cast<size_t>(np));  // pairs grouped by expert, in pair order
-  {
-    std::vector<int32_t> cur(start.begin(), start.end() - 1);
-    for (int p = 0; p < np; ++p) by_expert[static_cast<size_t>(cur[static_cast<size_t>(ids_h[p])]++)] = p;
-  }
-  const LayerSchedule& ls = sched->plan_layer(step, static_cast<uint32_t>(il), keys, tokens);
-  const StepPlan& sp = *ls.plan;
-  note_residency(sp.plan);
-  // A prompt's stage is in its copy groups' waves; a decode prediction's
-  // bank was copied during an earlier layer.
-  const bool from_ring = ls.from_prompt_stage;
-  const int32_t bank = ls.bank;
-  if (sp.prediction.predicted && !from_ring) note_prediction(il, sp.prediction);
-  if (bank >= 0) MS_CUDA_CHECK(cudaStreamWaitEvent(stream, stage_ready[bank].get(), 0));
-
-  // ---- the scheduler's waves (LayerSchedule::waves): a prompt stage's copy
-  // group g computes in wave g once the group is copied; a wave's transit
-  // copies overlap the previous wave's compute. A copy into a transit slot
-  // waits for the compute that last read it (wait_slot_free), whichever
-  // layer that was.
-  const std::vector<std::vector<size_t>>& waves = ls.waves;
-  const size_t first_transit_wave = from_ring ? std::max<size_t>(1, sched->prompt_stage_groups()) : 0;
-  cpu_work.clear();
-  int n_cpu_rows = 0;
-  auto* idx_h = idx_host.as<int32_t>();
-  int32_t* cpu_pair_h = idx_h + 4 * P() + 1;
-  // A pinned layer comes here only when the backend's kernels could not take
-  // the pass (scratch): end_pass counts its pairs, so they are not counted here.
-  TierCounts uncounted_layer, uncounted_pass;
-  const bool counted = !sched->layer_pinned(static_cast<uint32_t>(il));
-  TierCounts& lc = counted ? tel.layers[static_cast<size_t>(il)] : uncounted_layer;
-  TierCounts& pc = counted ? pass_counts : uncounted_pass;
-  for (size_t i = 0; i < sp.plan.experts.size(); ++i) {
-    const PlannedExpert& pe = sp.plan.experts[i];
-    const int e = static_cast<int>(pe.key % static_cast<uint32_t>(E));
-    const uint64_t pairs = static_cast<uint64_t>(count[static_cast<size_t>(e)]);
-    count_pairs(lc, pc, pe.tier, pairs);
-    if (pe.tier == Tier::Host) {
-      ExpertWork wk{e, {}, {}};
-      for (int q = start[static_cast<size_t>(e)]; q < start[static_cast<size_t>(e) + 1]; ++q) {
-        const int p = by_expert[static_cast<size_t>(q)];
-        wk.tokens.push_back(p / K);
-        wk.slots.push_back(n_cpu_rows);
-        cpu_pair_h[n_cpu_rows++] = p;
-      }
-      cpu_work.push_back(std::move(wk));
-      continue;
-    }
-    slots->point(il, e, sp.where[i].pool, sp.where[i].slot);
-  }
-
-  // Decode with every expert on the GPU: no row bookkeeping, the all-resident
-  // kernel (cuda::expert_ffn) over the slot table. Every streamed expert must
-  // have its own transit slot (they are all copied before the compute).
-  const uint8_t path = decode_path[static_cast<size_t>(il)];
-  if (sched->decode_all_on_gpu(n, ls, (path & kExpertFfn) != 0)) {
-    slots->upload(il, stream);
-    std::vector<size_t> all;
-    bool copies = false;
-    for (const auto& wave : waves)
-      for (size_t i : wave) {
-        all.push_back(i);
-        copies = copies || sp.copy[i];
-      }
-    if (copies) {
-      if (timed) copier->record(copy0.get()), copy0_recorded = true;
-      copy_wave(il, sp, all, 0);
-    }
-    decode_on_gpu(il, x, x_q8, ids, wts, h, copies);
-    mark_read(sp, all);
-    if (bank >= 0) bank_free[bank].record(stream);
-    if (pred) {
-      sched->note_host_overhead(seconds_since(t0));
-      stage_next(*pred, ids_h + np);
-    }
-    tel.plan_s += seconds_since(t_plan);
-    return;
-  }
-
-  // Rows in wave order: a wave's rows are consecutive, so its elementwise
-  // steps (quantize, SwiGLU) touch only its own rows.
-  int32_t* token_h = idx_h;
-  int32_t* pair_h = idx_h + P();
-  int32_t* offs_h = idx_h + 2 * P();
-  int32_t* gexp_h = idx_h + 3 * P() + 1;
-  struct WaveRange { int r0, r1, g0, g1, max_rows; bool copies; int ring; };
-  std::vector<WaveRange> wr;
-  int rows = 0, groups = 0;
-  for (size_t wv = 0; wv < waves.size(); ++wv) {
-    const auto& wave = waves[wv];
-    WaveRange r{rows, rows, groups, groups, 1, false, from_ring && wv < first_transit_wave ? static_cast<int>(wv) : -1};
-    for (size_t i : wave) {
-      const int e = static_cast<int>(sp.plan.experts[i].key % static_cast<uint32_t>(E));
-      offs_h[groups] = rows;
-      gexp_h[groups] = e;
-      ++groups;
-      for (int q = start[static_cast<size_t>(e)]; q < start[static_cast<size_t>(e) + 1]; ++q) {
-        const int p = by_expert[static_cast<size_t>(q)];
-        token_h[rows] = p / K;
-        pair_h[rows] = p;
-        ++rows;
-      }
-      r.max_rows = std::max(r.max_rows, count[static_cast<size_t>(e)]);
-      r.copies = r.copies || sp.copy[i];
-    }
-    r.r1 = rows;
-    r.g1 = groups;
-    wr.push_back(r);
-  }
-  offs_h[groups] = rows;
-
-  // The CPU's input, if it was not fetched with the routes: ahead of the waves
-  // so that waiting for it does not wait for them.
-  if (!cpu_work.empty() && !x_early) {
-    MS_CUDA_CHECK(cudaMemcpyAsync(x_host.get(), x, sizeof(float) * n * D, cudaMemcpyDeviceToHost, stream));
-    x_ready.record(stream);
-  }
-
-  // ---- copies (copy stream) and GPU waves (compute stream), interleaved so
-  // every event is recorded before anything waits on it.
-  slots->upload(il, stream);
-  MS_CUDA_CHECK(cudaMemcpyAsync(idx, idx_h, sizeof(int32_t) * (4 * static_cast<size_t>(P()) + 1 + n_cpu_rows),
-                                cudaMemcpyHostToDevice, stream));
-  const bool any_copy = std::any_of(wr.begin(), wr.end(), [](const WaveRange& r) { return r.copies; });
-  if (any_copy && timed) {
-    copier->record(copy0.get());
-    copy0_recorded = true;
-    copy_timing_pending = true;
-  }
-  if (timed) gpu0.record(stream);
-  const cuda::ExpertWeights& ew = slots->weights(il);
-  const bool batch = n >= opt.gemm_min_batch;
-  const bool biased = ew.biased_or_clamped();
-  for (size_t wv = 0; wv < wr.size(); ++wv) {
-    const WaveRange& r = wr[wv];
-    if (r.r1 == r.r0) continue;
-    if (r.copies) copy_wave(il, sp, waves[wv], wv);
-    if (r.ring >= 0) MS_CUDA_CHECK(cudaStreamWaitEvent(stream, event(ring_copied, static_cast<size_t>(r.ring)).get(), 0));
-    const int nr = r.r1 - r.r0;
-    gather_rows_any(x, token_of_row() + r.r0, nr, D, xg + r.r0 * D, stream);
-    cuda::MatvecGroups g;
-    g.max_groups = r.g1 - r.g0;
-    g.per_group = r.max_rows;
-    g.n_expert = E;
-    g.expert = group_expert() + r.g0;
-    g.offsets = offsets() + r.g0;
-    cuda::MatvecInput in;
-    in.f32 = xg;
-    if (cuda::matvec_takes_q8(ew.gate.type)) {
-      cuda::quantize_q8act(xg + r.r0 * D, D, nr, q8_rows(xg_q8, r.r0), stream);
-      in.q8 = xg_q8;
-    }
-    // gpt-oss: each row's expert biases and the clamped SwiGLU after gate
-    // and up apart (the fused SwiGLU matvec has neither).
-    const cuda::ExpertRows rows{ids, pair_of_row() + r.r0, nr};
-    if (batch) {
-      cuda::matmul(ew.gate, in, g, hg, F, nullptr, stream);
-      cuda::matmul(ew.up, in, g, hu, F, nullptr, stream);
-      if (biased) cuda::expert_rows_act(ew, hg + r.r0 * F, hu + r.r0 * F, rows, stream);
-      else cuda::silu_mul(hg + r.r0 * F, hu + r.r0 * F, hg + r.r0 * F, static_cast<int64_t>(nr) * F, stream);
-    } else if (biased) {
-      cuda::matvec(ew.gate, in, g, hg, F, nullptr, stream);
-      cuda::matvec(ew.up, in, g, hu, F, nullptr, stream);
-      cuda::expert_rows_act(ew, hg + r.r0 * F, hu + r.r0 * F, rows, stream);
-    } else {
-      cuda::matvec_glu(ew.gate, ew.up, in, g, hg, F, stream);
-    }
-    cuda::MatvecInput hin;
-    hin.f32 = hg;
-    if (cuda::matvec_takes_q8(ew.down.type)) {
-      cuda::quantize_q8act(hg + r.r0 * F, F, nr, q8_rows(h_q8, r.r0), stream);
-      hin.q8 = h_q8;
-    }
-    if (batch) cuda::matmul(ew.down, hin, g, yc, D, nullptr, stream);
-    else cuda::matvec(ew.down, hin, g, yc, D, nullptr, stream);
-    if (biased) cuda::expert_rows_down_bias(ew, yc + r.r0 * D, rows, stream);
-    scatter_rows_any(yc + r.r0 * D, pair_of_row() + r.r0, nr, D, exp_y, stream);
-    mark_read(sp, waves[wv]);
-  }
-  if (any_copy && timed) copier->record(copy1.get());
-  timeline.mark_compute(stream, il, 1);
-  if (bank >= 0) bank_free[bank].record(stream);
-  // The next layer's predicted experts: behind this layer's copies, while its
-  // waves and CPU experts run.
-  if (pred) {
-    sched->note_host_overhead(seconds_since(t0));
-    stage_next(*pred, ids_h + np);
-  }
-  // A prompt: the next tiered layer's cold experts, behind this layer's
-  // copies, while this layer, the CPU's share and the layers between compute.
-  // (A pinned layer that came here for scratch staged nothing.)
-  if (sched->stages_prompt(n) && !sched->layer_pinned(static_cast<uint32_t>(il))) {
-    stage_prompt(sched->next_tiered(il), n);
-    // The CPU's share of a prompt's layer starts only now: the scheduler
-    // counts this delay against it from the next pass on.
-    sched->note_prompt_cpu_delay(seconds_since(t_plan));
-  }
-  tel.plan_s += seconds_since(t_plan);
-
-  // ---- CPU experts, while the GPU runs the waves
-  if (!cpu_work.empty()) {
-    if (!x_early) x_ready.synchronize();
-    const auto t = Clock::now();
-    cpu->compute(il, x_host.as<float>(), n, cpu_work, cpu_y_host.as<float>());
-    const double s = seconds_since(t);
-    tel.cpu_experts_s += s;
-    pass_cpu_s += s;
-    // The gathered-input buffer is free once the waves ran (same stream).
-    MS_CUDA_CHECK(cudaMemcpyAsync(xg, cpu_y_host.get(), sizeof(float) * n_cpu_rows * D, cudaMemcpyHostToDevice, stream));
-    scatter_rows_any(xg, cpu_pair(), n_cpu_rows, D, exp_y, stream);
-  }
-
-  // ---- combine: every pair at its index, summed in fixed order
-  cuda::moe_combine(exp_y, wts, n, K, D, h, h, stream);
-  timeline.mark_compute(stream, il, 2);
-  if (timed) {
-    gpu1.record(stream);
-    timing_pending = true;
-  }
+  HybridTiers tiers(*this, {x, &x_q8, ids, wts, h, pred});
+  moe_step->run(step, il, n, tiers);
 }
 
 HybridMoe::HybridMoe(const ModelWeights& w, const HybridMoeOptions& opt, cudaStream_t compute)
@@ -837,7 +550,7 @@ void HybridMoe::begin_pass(int n_tokens, bool gated) {
   m.copy0_recorded = false;
   // A long pass: the scheduler plans it with the prompt's cost, and the
   // first tiered layer's stage starts now.
-  if (m.sched->begin_pass(n_tokens, gated)) m.stage_prompt(m.sched->first_tiered(), n_tokens);
+  if (m.sched->begin_pass(n_tokens, gated)) m.stage_prompt(m.sched->stage_prompt(m.step, m.sched->first_tiered(), n_tokens));
   m.pass_counts = TierCounts{};
   m.pass_cpu_s = 0;
 }

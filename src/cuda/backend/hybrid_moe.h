@@ -1,6 +1,9 @@
 // The hybrid MoE step: the one place that knows a layer's routed experts run
 // split between VRAM slots, PCIe streaming and the CPU. Used by CudaBackend
-// when the VRAM budget does not hold every expert.
+// when the VRAM budget does not hold every expert. The step's sequence and
+// host tables are src/engine's (engine/moe_step.h), its decisions
+// src/experts' (StepScheduler); this is the CUDA mechanism under them (the
+// tiers, hybrid_tiers.h) and its set-up.
 //
 // One layer, as data flows:
 //   route    the router's ids (and, for CPU experts, the FFN input rows) come
@@ -84,6 +87,8 @@ struct HybridMoeOptions {
   std::vector<cuda::ExpertBias> expert_bias;
 };
 
+class HybridTiers;
+
 class HybridMoe {
  public:
   // Device bytes the step's own buffers take for these sizes (the budget
@@ -151,6 +156,7 @@ class HybridMoe {
 
  private:
   struct Impl;
+  friend class HybridTiers;  // the tiers of the engine's step (hybrid_tiers.h)
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,6 +1,8 @@
-// HybridMoe's private state, shared by hybrid_moe.cpp (set-up, the planned
-// step of prompts and of decode without the gate) and hybrid_gated.cpp (the
-// gated decode step). CUDA-only; include it only from those two.
+// HybridMoe's private state, shared by hybrid_moe.cpp (set-up, passes, the
+// mechanism both steps share), hybrid_tiers.cpp (the tiers engine/moe_step.h
+// drives: the planned step of prompts and of decode without the gate) and
+// hybrid_gated.cpp (the gated decode step). CUDA-only; include it only from
+// those.
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -15,6 +17,7 @@
 #include "cuda/expert_gate.h"
 #include "cuda/expert_slots.h"
 #include "engine/expert_executor.h"
+#include "engine/moe_step.h"
 #include "experts/residency.h"
 #include "experts/step_scheduler.h"
 
@@ -45,6 +48,9 @@ struct HybridMoe::Impl {
   // the moving averages of measured times) is the scheduler's; this
   // mechanism carries out what it says and reports times to it.
   std::unique_ptr<StepScheduler> sched;
+  // The step's sequence and host tables (src/engine owns them): run() and the
+  // gated serve plan through it.
+  std::unique_ptr<MoeStep> moe_step;
   ExpertResidency* res = nullptr;  // sched's residency (slots, layout)
   std::unique_ptr<cuda::DeviceExpertSlots> slots;
   std::unique_ptr<cuda::ExpertCopier> copier;
@@ -83,12 +89,6 @@ struct HybridMoe::Impl {
   ExpertTelemetry tel;
   TierCounts pass_counts;
   double pass_cpu_s = 0;
-
-  // Per-layer scratch on the host.
-  std::vector<int32_t> count, start, by_expert, tier_index;
-  std::vector<ExpertKey> keys;
-  std::vector<uint32_t> tokens;
-  std::vector<ExpertWork> cpu_work;
 
   Impl(const ModelWeights& weights, const HybridMoeOptions& o, cudaStream_t s) : w(weights), c(weights.cfg), opt(o), stream(s) {}
 
@@ -153,9 +153,10 @@ struct HybridMoe::Impl {
 
   void run(int il, int n, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* wts, float* h,
            const HybridPrediction* pred);
-  void stage_next(const HybridPrediction& pred, const int32_t* predicted_ids);
+  // A decode prediction's staging (MoeStep::stage_decode's choice) into its
+  // bank, on the copy stream behind this layer's copies.
+  void stage_decode(int layer, const DecodeStage& ds);
   void note_prediction(int il, const PredictionOutcome& o);
-  void group_routes(int il, const int32_t* ids, int np);
   static void count_pairs(TierCounts& layer, TierCounts& pass, Tier t, uint64_t pairs);
   void copy_wave(int il, const StepPlan& sp, const std::vector<size_t>& wave, size_t wv);
   void decode_on_gpu(int il, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* wts, float* h,
@@ -184,7 +185,7 @@ struct HybridMoe::Impl {
   // waves; ring_copied[g] is recorded after the stage's copy group g.
   std::vector<std::unique_ptr<cuda::Event>> ring_copied;
   void init_prompt_stage();
-  void stage_prompt(int layer, int n);
+  void stage_prompt(const PromptStage& ps);
 
   // ---- the resident bitmap: which experts sit in cache slots, as the
   // device's residency check sees it (word e / 32 of layer l, bit e % 32)
