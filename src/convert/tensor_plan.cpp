@@ -1,6 +1,7 @@
 #include "convert/tensor_plan.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -23,10 +24,10 @@ bool is_float_dtype(StDType t) {
   return t == StDType::F32 || t == StDType::F16 || t == StDType::BF16 || t == StDType::F64;
 }
 
-// A dense layer tensor's GGUF name, from the tensor table (model/tensor_table.h):
-// only the HF side of the mapping is spelled in this file (the routed experts'
-// names are the loader's, model/weights.h, and the MTP blocks' nextn tensors
-// are qwen35moe's alone).
+// A dense layer tensor's GGUF name, from the tensor table (model/tensor_table.h;
+// expert_tensor_name and mtp_tensor_name name the routed experts and the nextn
+// tensors): only the HF side of the mapping is spelled in this file, and the
+// plan is put in the table's order at the end (in_table_order).
 std::string gguf_name(const HfModelConfig& c, int64_t layer, TensorView LayerWeights::*field) {
   return layer_tensor_name(static_cast<int>(layer), field, arch_info(c.gguf_arch));
 }
@@ -163,14 +164,13 @@ const StTensor* find_fused(const SafetensorsModel& m, const std::string& base) {
 std::string add_experts(Builder& b, const HfModelConfig& c, const SafetensorsModel& m, int layer,
                         const std::string& moe) {
   const int64_t E = c.n_expert, H = c.n_embd, F = c.n_ff_exp;
-  const std::string blk = "blk." + std::to_string(layer) + ".";
   const std::string ex = moe + ".experts.";
   const std::string why_gu = "n_expert=" + std::to_string(E) + ", expert ff=" + std::to_string(F) +
                              ", hidden_size=" + std::to_string(H);
 
-  PlannedTensor gate = b.make(blk + "ffn_gate_exps.weight", TensorRole::FfnGate, layer, {H, F, E});
-  PlannedTensor up = b.make(blk + "ffn_up_exps.weight", TensorRole::FfnUp, layer, {H, F, E});
-  PlannedTensor down = b.make(blk + "ffn_down_exps.weight", TensorRole::FfnDown, layer, {F, H, E});
+  PlannedTensor gate = b.make(expert_tensor_name(layer, ExpertPart::Gate), TensorRole::FfnGate, layer, {H, F, E});
+  PlannedTensor up = b.make(expert_tensor_name(layer, ExpertPart::Up), TensorRole::FfnUp, layer, {H, F, E});
+  PlannedTensor down = b.make(expert_tensor_name(layer, ExpertPart::Down), TensorRole::FfnDown, layer, {F, H, E});
   std::string layout;
 
   const StTensor* gate_up = find_fused(m, ex + "gate_up_proj");
@@ -385,15 +385,15 @@ Slab gather(const StTensor& src, int64_t base, int64_t n_rows, int64_t row_len, 
 // columns of gate_up_proj, up = odd), each with a bias.
 void add_gpt_oss_moe(Builder& b, const HfModelConfig& c, int layer, const std::string& hf) {
   const int64_t E = c.n_expert, H = c.n_embd, F = c.n_ff_exp;
-  const std::string blk = "blk." + std::to_string(layer) + ".", mlp = hf + "mlp.", ex = mlp + "experts.";
+  const std::string mlp = hf + "mlp.", ex = mlp + "experts.";
   const std::string why = "num_local_experts=" + std::to_string(E) + ", intermediate_size=" + std::to_string(F) +
                           ", hidden_size=" + std::to_string(H);
   b.add_whole(gguf_name(c, layer, &LayerWeights::router), TensorRole::Router, layer, mlp + "router.weight", {E, H}, why);
   b.add_whole(gguf_name(c, layer, &LayerWeights::router_b), TensorRole::Bias, layer, mlp + "router.bias", {E}, why);
   const StTensor& gub = b.take(ex + "gate_up_proj_bias", {E, 2 * F}, why);
-  PlannedTensor gate = b.make(blk + "ffn_gate_exps.weight", TensorRole::FfnGate, layer, {H, F, E});
-  PlannedTensor up = b.make(blk + "ffn_up_exps.weight", TensorRole::FfnUp, layer, {H, F, E});
-  PlannedTensor down = b.make(blk + "ffn_down_exps.weight", TensorRole::FfnDown, layer, {F, H, E});
+  PlannedTensor gate = b.make(expert_tensor_name(layer, ExpertPart::Gate), TensorRole::FfnGate, layer, {H, F, E});
+  PlannedTensor up = b.make(expert_tensor_name(layer, ExpertPart::Up), TensorRole::FfnUp, layer, {H, F, E});
+  PlannedTensor down = b.make(expert_tensor_name(layer, ExpertPart::Down), TensorRole::FfnDown, layer, {F, H, E});
   if (c.mxfp4_experts) {
     // [E, out, in/32, 16] blocks, [E, out, in/32] scales; gate/up rows interleaved.
     if (H % 32 != 0 || F % 32 != 0) throw Error("MXFP4 experts need hidden_size and intermediate_size multiples of 32");
@@ -432,8 +432,8 @@ void add_gpt_oss_moe(Builder& b, const HfModelConfig& c, int layer, const std::s
       down.slabs.push_back(gather(dn, e * F * H, H, F, 1, H));
     }
   }
-  PlannedTensor gate_b = b.make(blk + "ffn_gate_exps.bias", TensorRole::Bias, layer, {F, E});
-  PlannedTensor up_b = b.make(blk + "ffn_up_exps.bias", TensorRole::Bias, layer, {F, E});
+  PlannedTensor gate_b = b.make(expert_tensor_name(layer, ExpertPart::GateBias), TensorRole::Bias, layer, {F, E});
+  PlannedTensor up_b = b.make(expert_tensor_name(layer, ExpertPart::UpBias), TensorRole::Bias, layer, {F, E});
   gate_b.slabs.push_back(gather(gub, 0, E, F, 2 * F, 2));
   up_b.slabs.push_back(gather(gub, 1, E, F, 2 * F, 2));
   b.out().push_back(std::move(gate));
@@ -441,7 +441,66 @@ void add_gpt_oss_moe(Builder& b, const HfModelConfig& c, int layer, const std::s
   b.out().push_back(std::move(down));
   b.out().push_back(std::move(gate_b));
   b.out().push_back(std::move(up_b));
-  b.add_whole(blk + "ffn_down_exps.bias", TensorRole::Bias, layer, ex + "down_proj_bias", {E, H}, why);
+  b.add_whole(expert_tensor_name(layer, ExpertPart::DownBias), TensorRole::Bias, layer, ex + "down_proj_bias", {E, H}, why);
+}
+
+// The GGUF model the plan writes, as the loader will read it back: what the
+// tensor table (model/tensor_table.h) is derived from.
+ModelConfig gguf_model_config(const HfModelConfig& c, int64_t n_mtp) {
+  ModelConfig g;
+  g.arch_name = c.gguf_arch;
+  g.arch = &arch_info(c.gguf_arch);
+  g.n_layer = static_cast<int>(c.n_layer);
+  g.n_layer_mtp = static_cast<int>(n_mtp);
+  g.n_embd = c.n_embd;
+  g.n_head = static_cast<int>(c.n_head);
+  g.n_head_kv = static_cast<int>(c.n_head_kv);
+  g.head_dim = static_cast<int>(c.head_dim);
+  g.n_vocab = c.n_vocab;
+  g.n_ff = c.n_ff;
+  g.n_expert = static_cast<int>(c.n_expert);
+  g.n_ff_exp = c.n_ff_exp;
+  g.n_ff_shexp = c.n_ff_shexp;
+  if (g.arch->linear_attention) {
+    for (int64_t il = 0; il < c.n_layer; ++il) g.linear_layer.push_back(c.is_linear_layer(il));
+    g.lin.conv_kernel = static_cast<int>(c.lin_conv_kernel);
+    g.lin.n_k_heads = static_cast<int>(c.lin_k_heads);
+    g.lin.n_v_heads = static_cast<int>(c.lin_v_heads);
+    g.lin.head_k = static_cast<int>(c.lin_head_k);
+    g.lin.head_v = static_cast<int>(c.lin_head_v);
+  }
+  return g;
+}
+
+// The planned tensors in the tensor table's order (the order gen writes), each
+// with the table's shape: the table is walked and each entry takes the tensor
+// planned under its name. A table entry nothing planned, or a planned tensor
+// the table does not list (a checkpoint part moestream's recipe for the
+// architecture would not read), is an error naming it.
+std::vector<PlannedTensor> in_table_order(const HfModelConfig& c, int64_t n_mtp, std::vector<PlannedTensor> planned) {
+  std::map<std::string, PlannedTensor> by_name;
+  for (PlannedTensor& t : planned) {
+    const std::string name = t.name;
+    if (!by_name.emplace(name, std::move(t)).second) throw Error("conversion plan: tensor '" + name + "' planned twice");
+  }
+  std::vector<PlannedTensor> out;
+  for (const LayerTensorSpec& spec :
+       model_tensor_table(gguf_model_config(c, n_mtp), ExpertLayout::Stacked, c.tie_embeddings)) {
+    auto it = by_name.find(spec.name);
+    if (it == by_name.end())
+      throw Error("conversion plan: the tensor table of '" + c.gguf_arch + "' lists '" + spec.name +
+                  "', which nothing in the checkpoint maps to");
+    if (it->second.shape != spec.shape)
+      throw Error("conversion plan: '" + spec.name + "' is planned as " + shape_str(it->second.shape) +
+                  " but the tensor table of '" + c.gguf_arch + "' expects " + shape_str(spec.shape));
+    out.push_back(std::move(it->second));
+    by_name.erase(it);
+  }
+  if (!by_name.empty())
+    throw Error("the checkpoint has '" + by_name.begin()->first + "' (GGUF name), which moestream's '" + c.gguf_arch +
+                "' model does not read (e.g. attention_bias on an architecture without attention biases); it cannot "
+                "be converted");
+  return out;
 }
 
 }  // namespace
@@ -477,16 +536,16 @@ ConversionPlan plan_conversion(const HfModelConfig& c, const SafetensorsModel& m
     const int64_t n_mtp = m.find("mtp.fc.weight") ? c.n_mtp : 0;
     for (int64_t i = 0; i < n_mtp; ++i) {
       const int64_t L = c.n_layer + i;
-      const std::string blk = "blk." + std::to_string(L) + ".";
+      const int l = static_cast<int>(L);
       plan_qwen35_layer(b, c, m, L, "mtp.layers." + std::to_string(i) + ".", true, layouts);
-      b.add_whole(blk + "nextn.eh_proj.weight", TensorRole::AttnOutput, static_cast<int>(L), "mtp.fc.weight",
-                  {H, 2 * H}, "[embedding | hidden] -> " + hdims);
-      b.add_whole(blk + "nextn.enorm.weight", TensorRole::Norm, static_cast<int>(L), "mtp.pre_fc_norm_embedding.weight",
-                  {H}, hdims, 0, ValueOp::AddOne);
-      b.add_whole(blk + "nextn.hnorm.weight", TensorRole::Norm, static_cast<int>(L), "mtp.pre_fc_norm_hidden.weight",
-                  {H}, hdims, 0, ValueOp::AddOne);
-      b.add_whole(blk + "nextn.shared_head_norm.weight", TensorRole::Norm, static_cast<int>(L), "mtp.norm.weight", {H},
+      b.add_whole(mtp_tensor_name(l, &MtpWeights::eh_proj), TensorRole::AttnOutput, l, "mtp.fc.weight", {H, 2 * H},
+                  "[embedding | hidden] -> " + hdims);
+      b.add_whole(mtp_tensor_name(l, &MtpWeights::enorm), TensorRole::Norm, l, "mtp.pre_fc_norm_embedding.weight", {H},
                   hdims, 0, ValueOp::AddOne);
+      b.add_whole(mtp_tensor_name(l, &MtpWeights::hnorm), TensorRole::Norm, l, "mtp.pre_fc_norm_hidden.weight", {H},
+                  hdims, 0, ValueOp::AddOne);
+      b.add_whole(mtp_tensor_name(l, &MtpWeights::shared_head_norm), TensorRole::Norm, l, "mtp.norm.weight", {H}, hdims,
+                  0, ValueOp::AddOne);
     }
     plan.n_mtp = n_mtp;
     if (n_mtp == 0 && c.n_mtp > 0) plan.ignored.push_back("MTP blocks (config has mtp_num_hidden_layers, no mtp.* tensors)");
@@ -536,7 +595,7 @@ ConversionPlan plan_conversion(const HfModelConfig& c, const SafetensorsModel& m
     }
   }
 
-  plan.tensors = std::move(b.out());
+  plan.tensors = in_table_order(c, plan.n_mtp, std::move(b.out()));
   if (convert_type_is_mix(target)) apply_quant_mix(plan, c, target);
   if (layouts.size() == 1) plan.expert_layout = *layouts.begin();
   else if (layouts.size() > 1) plan.expert_layout = "mixed";

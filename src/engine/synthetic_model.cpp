@@ -128,7 +128,7 @@ struct Draw {
   bool zero_row0 = false;
 };
 
-Draw draw_of(TensorView LayerWeights::*f, const GenShape& s, float res_scale, float inv_d, float down_std) {
+Draw draw_of_field(TensorView LayerWeights::*f, const GenShape& s, float res_scale, float inv_d, float down_std) {
   using W = LayerWeights;
   const int64_t q_dim = s.n_head * int64_t{s.head_dim};
   const int64_t value_dim = int64_t{s.ssm_v_heads} * s.ssm_head_v;
@@ -152,6 +152,38 @@ Draw draw_of(TensorView LayerWeights::*f, const GenShape& s, float res_scale, fl
   if (f == &W::router) return {kRouter, inv_d};
   if (f == &W::router_b) return {kBias, 0.1f};
   throw Error("gen: no way to draw a tensor the tensor table lists (a new field in model/tensor_table.cpp?)");
+}
+
+// How gen draws any tensor of the table: globals, routed experts (as the
+// dense FFN's gate, up and down; gpt-oss's biases one row per expert) and an
+// MTP block's nextn tensors (eh_proj maps 2 * n_embd inputs to the residual).
+Draw draw_of(const LayerTensorSpec& t, const GenShape& s, float res_scale, float inv_d, float down_std) {
+  using K = LayerTensorSpec::Kind;
+  switch (t.kind) {
+    case K::Dense:
+      return draw_of_field(t.field, s, res_scale, inv_d, down_std);
+    case K::Global:
+      if (t.global == &ModelWeights::token_embd) return {kEmbd, 1.0f};
+      if (t.global == &ModelWeights::output) return {kOutput, inv_d};
+      return {kNorm, 0};
+    case K::Expert:
+      switch (t.part) {
+        case ExpertPart::Gate:
+        case ExpertPart::GateUp: return {kGate, inv_d};
+        case ExpertPart::Up: return {kUp, inv_d};
+        case ExpertPart::Down: return {kDown, down_std, true};
+        case ExpertPart::GateBias:
+        case ExpertPart::UpBias: return {kBias, 0.1f};
+        case ExpertPart::DownBias: return {kResBias, 0.02f};
+      }
+      break;
+    case K::Mtp:
+      if (t.mtp == &MtpWeights::eh_proj) return {kAttnO, 1.0f / std::sqrt(2.0f * static_cast<float>(s.n_embd))};
+      if (t.mtp == &MtpWeights::enorm || t.mtp == &MtpWeights::hnorm || t.mtp == &MtpWeights::shared_head_norm)
+        return {kNorm, 0};
+      break;
+  }
+  throw Error("gen: no way to draw '" + t.name + "', a tensor the tensor table lists (model/tensor_table.cpp)");
 }
 
 std::string lower(std::string s) {
@@ -385,6 +417,7 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
   const std::string A = s.gguf_arch;
   const int L = s.n_layer;
   const int64_t D = s.n_embd, V = s.n_vocab, hd = s.head_dim;
+  const bool hybrid = A == "qwen35moe";
   const float res_scale = 1.0f / std::sqrt(2.0f * static_cast<float>(L));
   const float inv_d = 1.0f / std::sqrt(static_cast<float>(D));
 
@@ -397,81 +430,31 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
     p.role = role;
     p.layer = layer;
     p.stddev = stddev;
-    p.rows_per_mat = p.shape.size() > 1 ? p.shape[1] : 1;
+    p.rows_per_mat = p.shape.size() > 1 ? p.shape[1] : 1;  // 3-D: n_expert matrices of shape[1] rows
     plans.push_back(p);
     return plans.back();
   };
-  add("token_embd.weight", {D, V}, kEmbd, -1, 1.0f);
-  add("output_norm.weight", {D}, kNorm, -1, 0);
-  if (!s.tied_output) add("output.weight", {D, V}, kOutput, -1, inv_d);
-  const bool hybrid = A == "qwen35moe";
-  // Routed experts of layer il in the chosen layout (the tensor table leaves
-  // them out: three layouts, gpt-oss's per-expert biases).
-  auto add_experts = [&](const std::string& b, int il, float down_std) {
-    const int64_t E = s.n_expert, F = s.n_ff_exp;
-    if (layout == "stacked") {
-      add(b + "ffn_gate_exps.weight", {D, F, E}, kGate, il, inv_d).rows_per_mat = F;
-      add(b + "ffn_up_exps.weight", {D, F, E}, kUp, il, inv_d).rows_per_mat = F;
-      Plan& d = add(b + "ffn_down_exps.weight", {F, D, E}, kDown, il, down_std);
-      d.rows_per_mat = D;
-      d.zero_row0 = true;
-      if (gpt_oss) {  // one row of biases per expert
-        add(b + "ffn_gate_exps.bias", {F, E}, kBias, il, 0.1f);
-        add(b + "ffn_up_exps.bias", {F, E}, kBias, il, 0.1f);
-        add(b + "ffn_down_exps.bias", {D, E}, kResBias, il, 0.02f);
-      }
-    } else if (layout == "merged") {
-      Plan& gu = add(b + "ffn_gate_up_exps.weight", {D, 2 * F, E}, kGate, il, inv_d);
-      gu.rows_per_mat = 2 * F;
-      gu.merged_ff = F;
-      Plan& d = add(b + "ffn_down_exps.weight", {F, D, E}, kDown, il, down_std);
-      d.rows_per_mat = D;
-      d.zero_row0 = true;
-    } else {
-      for (int64_t e = 0; e < E; ++e) add(b + "ffn_gate." + std::to_string(e) + ".weight", {D, F}, kGate, il, inv_d).expert0 = e;
-      for (int64_t e = 0; e < E; ++e) add(b + "ffn_up." + std::to_string(e) + ".weight", {D, F}, kUp, il, inv_d).expert0 = e;
-      for (int64_t e = 0; e < E; ++e) {
-        Plan& d = add(b + "ffn_down." + std::to_string(e) + ".weight", {F, D}, kDown, il, down_std);
-        d.expert0 = e;
-        d.zero_row0 = true;
-      }
-    }
-  };
-  // The dense tensors of each layer, names and shapes from the tensor table
-  // (model/tensor_table.h: the blocks the recipe runs); gen chooses only how
-  // each is drawn. MTP blocks (qwen35moe) are bound as the main stack's
-  // attention layers, plus their nextn tensors (not in the table).
+  // Every tensor, its name, shape and place in the file from the tensor table
+  // (model/tensor_table.h: the blocks the recipe runs, the experts in the
+  // chosen layout, the MTP blocks' nextn tensors); gen chooses only how each
+  // is drawn.
   const ModelConfig cfg = gen_model_config(s);
-  const std::vector<std::vector<BlockCall>> blocks = plan_layers(cfg);
-  const std::vector<BlockCall>* attention_layer = nullptr;
-  for (const auto& calls : blocks)
-    if (!calls.empty() && std::holds_alternative<AttentionBlock>(calls.front())) {
-      attention_layer = &calls;
-      break;
-    }
-  for (int il = 0; il < L + s.n_mtp; ++il) {
-    const std::string b = "blk." + std::to_string(il) + ".";
-    const bool mtp = il >= L;
-    if (mtp && !attention_layer) throw Error("gen: MTP blocks need a full-attention layer in the main stack");
-    const float down_std = res_scale / std::sqrt(static_cast<float>(moe ? s.n_ff_exp : s.n_ff));
-    const std::vector<LayerTensorSpec> table =
-        layer_tensor_table(cfg, il, mtp ? *attention_layer : blocks[static_cast<size_t>(il)]);
-    for (size_t i = 0; i < table.size(); ++i) {
-      const LayerTensorSpec& t = table[i];
-      const Draw d = draw_of(t.field, s, res_scale, inv_d, down_std);
-      add(t.name, t.shape, d.role, il, d.stddev).zero_row0 = d.zero_row0;
-      // The routed experts follow the router (and its bias), as in the published files.
-      const bool router_done = t.field == &LayerWeights::router_b ||
-                               (t.field == &LayerWeights::router &&
-                                (i + 1 == table.size() || table[i + 1].field != &LayerWeights::router_b));
-      if (router_done) add_experts(b, il, down_std);
-    }
-    if (mtp) {  // the MTP block's own tensors (concatenated [enorm(embedding) | hnorm(hidden)] -> n_embd)
-      add(b + "nextn.eh_proj.weight", {2 * D, D}, kAttnO, il, 1.0f / std::sqrt(2.0f * static_cast<float>(D)));
-      add(b + "nextn.enorm.weight", {D}, kNorm, il, 0);
-      add(b + "nextn.hnorm.weight", {D}, kNorm, il, 0);
-      add(b + "nextn.shared_head_norm.weight", {D}, kNorm, il, 0);
-    }
+  const ExpertLayout expert_layout = layout == "merged"       ? ExpertLayout::Merged
+                                     : layout == "per-expert" ? ExpertLayout::PerExpert
+                                                              : ExpertLayout::Stacked;
+  const float down_std = res_scale / std::sqrt(static_cast<float>(moe ? s.n_ff_exp : s.n_ff));
+  std::vector<LayerTensorSpec> table;
+  try {
+    table = model_tensor_table(cfg, expert_layout, s.tied_output);
+  } catch (const Error& e) {
+    throw Error(std::string("gen: ") + e.what());
+  }
+  for (const LayerTensorSpec& t : table) {
+    const Draw d = draw_of(t, s, res_scale, inv_d, down_std);
+    Plan& p = add(t.name, t.shape, d.role, t.layer, d.stddev);
+    p.zero_row0 = d.zero_row0;
+    p.expert0 = std::max(t.expert, 0);  // a per-expert matrix draws as its expert
+    if (t.kind == LayerTensorSpec::Kind::Expert && t.part == ExpertPart::GateUp) p.merged_ff = s.n_ff_exp;
   }
 
   // ---- types: the scheme's choice per tensor, in file order (some rules count tensors)

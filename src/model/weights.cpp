@@ -20,8 +20,6 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return r + "}";
 }
 
-std::string blk(int layer, const std::string& what) { return "blk." + std::to_string(layer) + "." + what; }
-
 class Binder {
  public:
   Binder(const GgufFile& f, const uint8_t* data) : f_(f), data_(data) {}
@@ -77,62 +75,97 @@ class Binder {
   std::string arch_;
 };
 
-void bind_experts(const Binder& b, const GgufFile& f, const uint8_t* data, const ModelConfig& c, int il,
-                  ExpertWeights& ex) {
+// A layer's routed-expert tensors as the table names them, bound.
+struct ExpertViews {
+  TensorView gate, up, down, gate_up;           // stacked / merged
+  std::vector<TensorView> gate_e, up_e, down_e; // per-expert
+  TensorView gate_b, up_b, down_b;              // biases (arch->expert_bias)
+
+  void set(const LayerTensorSpec& t, TensorView v) {
+    const bool one = t.expert >= 0;
+    auto put = [&](TensorView& all, std::vector<TensorView>& each) {
+      if (!one) {
+        all = std::move(v);
+        return;
+      }
+      if (each.size() <= static_cast<size_t>(t.expert)) each.resize(static_cast<size_t>(t.expert) + 1);
+      each[static_cast<size_t>(t.expert)] = std::move(v);
+    };
+    switch (t.part) {
+      case ExpertPart::Gate: put(gate, gate_e); break;
+      case ExpertPart::Up: put(up, up_e); break;
+      case ExpertPart::Down: put(down, down_e); break;
+      case ExpertPart::GateUp: gate_up = std::move(v); break;
+      case ExpertPart::GateBias: gate_b = std::move(v); break;
+      case ExpertPart::UpBias: up_b = std::move(v); break;
+      case ExpertPart::DownBias: down_b = std::move(v); break;
+    }
+  }
+};
+
+// The layout a layer's experts are stored in, from which names the file has.
+ExpertLayout detect_layout(const Binder& b, int il) {
+  if (b.has(expert_tensor_name(il, ExpertPart::GateUp))) return ExpertLayout::Merged;
+  if (b.has(expert_tensor_name(il, ExpertPart::Gate)) || !b.has(expert_tensor_name(il, ExpertPart::Gate, 0)))
+    return ExpertLayout::Stacked;  // (a file with neither is reported missing the stacked names)
+  return ExpertLayout::PerExpert;
+}
+
+// Expert e's matrices as pointers into the bound tensors.
+void assemble_experts(const GgufFile& f, const uint8_t* data, const ModelConfig& c, int il, ExpertLayout layout,
+                      ExpertViews& v, ExpertWeights& ex) {
   ex.n_expert = c.n_expert;
   ex.n_embd = c.n_embd;
   ex.n_ff = c.n_ff_exp;
   ex.data_base_ = data ? data : f.base() + f.data_offset();
   ex.data_offset_ = f.data_offset();
   ex.clamped_swiglu = c.arch->clamped_swiglu;
+  ex.layout = expert_layout_name(layout);
   const int64_t E = c.n_expert, D = c.n_embd, F = c.n_ff_exp;
   ex.gate_.resize(E);
   ex.up_.resize(E);
   ex.down_.resize(E);
-  if (b.has(blk(il, "ffn_gate_up_exps.weight"))) {
-    TensorView gu = b.get(blk(il, "ffn_gate_up_exps.weight"), {D, 2 * F, E});
-    TensorView dn = b.get(blk(il, "ffn_down_exps.weight"), {F, D, E});
-    ex.layout = "merged";
-    ex.gate_type = ex.up_type = gu.type;
-    ex.down_type = dn.type;
-    const uint64_t rb = row_bytes(gu.type, D);
+  if (layout == ExpertLayout::Merged) {
+    ex.gate_type = ex.up_type = v.gate_up.type;
+    ex.down_type = v.down.type;
+    const uint64_t rb = row_bytes(v.gate_up.type, D);
     for (int64_t e = 0; e < E; ++e) {
-      ex.gate_[e] = gu.data + e * 2 * F * rb;
+      ex.gate_[e] = v.gate_up.data + e * 2 * F * rb;
       ex.up_[e] = ex.gate_[e] + F * rb;
-      ex.down_[e] = dn.data + e * D * row_bytes(dn.type, F);
+      ex.down_[e] = v.down.data + e * D * row_bytes(v.down.type, F);
     }
-  } else if (b.has(blk(il, "ffn_gate_exps.weight")) || !b.has(blk(il, "ffn_gate.0.weight"))) {
-    TensorView g = b.get(blk(il, "ffn_gate_exps.weight"), {D, F, E});
-    TensorView u = b.get(blk(il, "ffn_up_exps.weight"), {D, F, E});
-    TensorView dn = b.get(blk(il, "ffn_down_exps.weight"), {F, D, E});
-    ex.layout = "stacked";
-    ex.gate_type = g.type;
-    ex.up_type = u.type;
-    ex.down_type = dn.type;
+  } else if (layout == ExpertLayout::Stacked) {
+    ex.gate_type = v.gate.type;
+    ex.up_type = v.up.type;
+    ex.down_type = v.down.type;
     for (int64_t e = 0; e < E; ++e) {
-      ex.gate_[e] = g.data + e * F * row_bytes(g.type, D);
-      ex.up_[e] = u.data + e * F * row_bytes(u.type, D);
-      ex.down_[e] = dn.data + e * D * row_bytes(dn.type, F);
+      ex.gate_[e] = v.gate.data + e * F * row_bytes(v.gate.type, D);
+      ex.up_[e] = v.up.data + e * F * row_bytes(v.up.type, D);
+      ex.down_[e] = v.down.data + e * D * row_bytes(v.down.type, F);
     }
   } else {
-    ex.layout = "per-expert";
     for (int64_t e = 0; e < E; ++e) {
-      const std::string s = std::to_string(e);
-      TensorView g = b.get(blk(il, "ffn_gate." + s + ".weight"), {D, F});
-      TensorView u = b.get(blk(il, "ffn_up." + s + ".weight"), {D, F});
-      TensorView dn = b.get(blk(il, "ffn_down." + s + ".weight"), {F, D});
+      const TensorView &g = v.gate_e[e], &u = v.up_e[e], &dn = v.down_e[e];
       if (e == 0) {
         ex.gate_type = g.type;
         ex.up_type = u.type;
         ex.down_type = dn.type;
       } else if (g.type != ex.gate_type || u.type != ex.up_type || dn.type != ex.down_type) {
-        throw Error(f.path() + ": layer " + std::to_string(il) + " expert " + s +
+        throw Error(f.path() + ": layer " + std::to_string(il) + " expert " + std::to_string(e) +
                     " has a different quant type from expert 0; all experts of a layer must share types");
       }
       ex.gate_[e] = g.data;
       ex.up_[e] = u.data;
       ex.down_[e] = dn.data;
     }
+  }
+  if (v.gate_b) {  // the table lists the three biases together
+    ex.gate_b_view_ = v.gate_b;
+    ex.up_b_view_ = v.up_b;
+    ex.down_b_view_ = v.down_b;
+    ex.gate_b_ = ex.gate_b_view_.f32();
+    ex.up_b_ = ex.up_b_view_.f32();
+    ex.down_b_ = ex.down_b_view_.f32();
   }
 }
 
@@ -309,59 +342,50 @@ ModelWeights bind_weights(const GgufFile& f, const uint8_t* data) {
   const ModelConfig& c = w.cfg;
   Binder b(f, data);
   b.set_arch(c.arch_name);
-  const int64_t D = c.n_embd, V = c.n_vocab;
 
-  w.token_embd = b.get("token_embd.weight", {D, V});
-  w.output_norm = b.get_f32("output_norm.weight", {D});
-  w.output = b.get("output.weight", {D, V}, false);
+  // Every tensor from the tensor table (model/tensor_table.h): the globals,
+  // then each layer's (what the blocks of its recipe read, its routed experts
+  // in the layout the file stores them in, and an MTP block's nextn tensors).
+  auto bind = [&](const LayerTensorSpec& t) {
+    return t.f32 ? b.get_f32(t.name, t.shape, t.required) : b.get(t.name, t.shape, t.required);
+  };
+  for (const LayerTensorSpec& t : global_tensor_table(c, false)) w.*t.global = bind(t);
   if (!w.output) {
     w.output = w.token_embd;
     w.tied_output = true;
   }
   w.layers.resize(static_cast<size_t>(c.n_layer));
-  // A layer's dense tensors from its tensor table (model/tensor_table.h:
-  // what the blocks of its recipe read), then its routed experts in any of
-  // their layouts.
-  auto bind_layer = [&](int il, const std::vector<BlockCall>& blocks, LayerWeights& l) {
-    for (const LayerTensorSpec& t : layer_tensor_table(c, il, blocks))
-      l.*t.field = t.f32 ? b.get_f32(t.name, t.shape) : b.get(t.name, t.shape);
-    for (const BlockCall& call : blocks) {
-      const auto* moe = std::get_if<MoeFfnBlock>(&call);
-      if (!moe) continue;
-      bind_experts(b, f, data, c, il, l.experts);
-      if (moe->expert_bias) {
-        ExpertWeights& ex = l.experts;
-        ex.gate_b_view_ = b.get_f32(blk(il, "ffn_gate_exps.bias"), {c.n_ff_exp, c.n_expert});
-        ex.up_b_view_ = b.get_f32(blk(il, "ffn_up_exps.bias"), {c.n_ff_exp, c.n_expert});
-        ex.down_b_view_ = b.get_f32(blk(il, "ffn_down_exps.bias"), {D, c.n_expert});
-        ex.gate_b_ = ex.gate_b_view_.f32();
-        ex.up_b_ = ex.up_b_view_.f32();
-        ex.down_b_ = ex.down_b_view_.f32();
+  auto bind_layer = [&](int il, const std::vector<BlockCall>& blocks, LayerWeights& l, MtpWeights* m) {
+    const ExpertLayout layout = detect_layout(b, il);
+    ExpertViews experts;
+    bool moe = false;
+    for (const LayerTensorSpec& t : layer_file_tensors(c, il, blocks, layout)) {
+      switch (t.kind) {
+        case LayerTensorSpec::Kind::Dense: l.*t.field = bind(t); break;
+        case LayerTensorSpec::Kind::Expert: experts.set(t, bind(t)); moe = true; break;
+        case LayerTensorSpec::Kind::Mtp:
+          if (m) m->*t.mtp = bind(t);
+          break;
+        case LayerTensorSpec::Kind::Global: break;
       }
     }
+    if (moe) assemble_experts(f, data, c, il, layout, experts, l.experts);
   };
   const std::vector<std::vector<BlockCall>> plan = plan_layers(c);
-  for (int il = 0; il < c.n_layer; ++il) bind_layer(il, plan[static_cast<size_t>(il)], w.layers[static_cast<size_t>(il)]);
+  for (int il = 0; il < c.n_layer; ++il)
+    bind_layer(il, plan[static_cast<size_t>(il)], w.layers[static_cast<size_t>(il)], nullptr);
   if (c.n_layer_mtp == 0) return w;
   // MTP blocks (hybrids): the blocks of the main stack's full-attention
   // layers, plus the nextn tensors.
   const std::vector<BlockCall>* attention_layer = nullptr;
-  for (const auto& calls : plan)
-    if (!calls.empty() && std::holds_alternative<AttentionBlock>(calls.front())) {
-      attention_layer = &calls;
-      break;
-    }
-  if (!attention_layer) throw Error(f.path() + ": MTP blocks need a full-attention layer in the main stack");
+  try {
+    attention_layer = &mtp_blocks(plan);
+  } catch (const Error& e) {
+    throw Error(f.path() + ": " + e.what());
+  }
   for (int j = 0; j < c.n_layer_mtp; ++j) {
-    const int il = c.n_layer + j;
     MtpWeights& m = w.mtp.emplace_back();
-    bind_layer(il, *attention_layer, m.layer);
-    m.eh_proj = b.get(blk(il, "nextn.eh_proj.weight"), {2 * D, D});
-    m.enorm = b.get_f32(blk(il, "nextn.enorm.weight"), {D});
-    m.hnorm = b.get_f32(blk(il, "nextn.hnorm.weight"), {D});
-    m.shared_head_norm = b.get_f32(blk(il, "nextn.shared_head_norm.weight"), {D}, false);
-    m.shared_head_head = b.get(blk(il, "nextn.shared_head_head.weight"), {D, V}, false);
-    m.embed_tokens = b.get(blk(il, "nextn.embed_tokens.weight"), {D, V}, false);
+    bind_layer(c.n_layer + j, *attention_layer, m.layer, &m);
   }
   return w;
 }

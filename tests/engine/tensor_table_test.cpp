@@ -105,5 +105,29 @@ TEST(TensorTable, NamesComeFromOneSpellingPerField) {
   EXPECT_STREQ(layer_tensor_suffix(&LayerWeights::ffn_norm, arch_info("gpt-oss")), "post_attention_norm.weight");
 }
 
+// classify_tensor (model/tensor_roles.h: the byte split between dense weights
+// and the tiered routed experts, read from names alone) agrees with the
+// table on what is a routed expert, in every layout, MTP blocks included.
+TEST(TensorTableRoles, RoutedExpertsAreExactlyTheTablesExpertEntries) {
+  for (const char* arch : {"qwen3moe", "qwen35moe", "mixtral", "gpt-oss", "qwen3", "qwen2", "llama"}) {
+    const GenShape s = gen_preset(arch, "tiny");
+    for (ExpertLayout layout : {ExpertLayout::Stacked, ExpertLayout::Merged, ExpertLayout::PerExpert}) {
+      const ModelConfig c = gen_model_config(s);
+      int n_expert_tensors = 0;
+      for (const LayerTensorSpec& t : model_tensor_table(c, layout, s.tied_output)) {
+        const TensorClass k = classify_tensor(t.name);
+        const bool expert = t.kind == LayerTensorSpec::Kind::Expert;
+        n_expert_tensors += expert ? 1 : 0;
+        EXPECT_EQ(k.is_routed_expert(), expert) << arch << " " << t.name;
+        EXPECT_EQ(k.layer, t.layer) << t.name;
+        if (expert) EXPECT_EQ(k.expert, t.expert) << t.name;
+        if (t.kind == LayerTensorSpec::Kind::Dense && t.field == &LayerWeights::router)
+          EXPECT_EQ(k.role, TensorRole::Router) << t.name;
+      }
+      EXPECT_EQ(n_expert_tensors > 0, s.n_expert > 0) << arch;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ms
