@@ -25,6 +25,7 @@
 #include "model/rope_router.h"
 #include "model/tensor_table.h"
 #include "model/weights.h"
+#include "forward_ref_util.h"  // rel_rms
 #include "ref_model.h"  // testref::Mat, load, mul, norm
 
 namespace ms {
@@ -32,6 +33,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testref::Mat;
+using test::rel_rms;
 
 const std::string& model_path(const std::string& quant) {
   static std::map<std::string, std::string> paths;
@@ -194,20 +196,6 @@ struct GptOssRef {
     return testref::mul(out, testref::norm(h, out_norm, c.rms_eps));
   }
 };
-
-double rel_rms(const float* a, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num += (a[i] - ref[i]) * (a[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return std::sqrt(num / den);
-}
-
-double rel_rms(const std::vector<double>& a, const std::vector<double>& ref) {
-  std::vector<float> f(a.begin(), a.end());
-  return rel_rms(f.data(), ref);
-}
 
 std::vector<int32_t> prompt(int n, int64_t n_vocab) {
   std::vector<int32_t> t;

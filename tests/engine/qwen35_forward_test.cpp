@@ -22,6 +22,7 @@
 #include "format/gguf.h"
 #include "model/hparams.h"
 #include "model/tensor_roles.h"
+#include "forward_ref_util.h"
 #include "ref_model.h"
 #include "util/error.h"
 
@@ -29,6 +30,7 @@ namespace ms {
 namespace {
 
 namespace fs = std::filesystem;
+using test::rel_rms;
 
 // Tiny qwen35moe models, generated once per run.
 const std::string& model_path(const std::string& quant, const std::string& layout = "stacked") {
@@ -53,15 +55,6 @@ const std::string& model_path(const std::string& quant, const std::string& layou
   const std::string p = (dir / (key + ".gguf")).string();
   generate_model(o, p, pool);
   return paths[key] = p;
-}
-
-double rel_rms(const float* a, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num += (a[i] - ref[i]) * (a[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return std::sqrt(num / den);
 }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "template_test_util.h"
 #include "tokenizer/jinja.h"
 
 namespace ms {
@@ -24,12 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using Json = jinja::Json;
 
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using test::read_file;
 
 const fs::path kTemplate = fs::path(MS_SOURCE_DIR) / "tests" / "tokenizer" / "templates" / "openai-gpt-oss-120b.jinja";
 
@@ -40,7 +36,7 @@ std::time_t fixed_now() {
   return std::mktime(&day);
 }
 
-std::string render(const Json& ctx) { return jinja::Template(read(kTemplate)).render(ctx, fixed_now()); }
+std::string render(const Json& ctx) { return jinja::Template(read_file(kTemplate)).render(ctx, fixed_now()); }
 
 Json msg(const char* role, const std::string& content) { return Json{{"role", role}, {"content", content}}; }
 
@@ -233,18 +229,18 @@ TEST(HarmonyTemplate, RendersAsJinja2DoesOnHarmonyConversations) {
   add(Json::array({msg("user", "x"), msg("tool", "42")}));  // refused
   add(Json::array({msg("user", "unicode: h\u00e9llo \u4f60\u597d \U0001F600 \"quotes\" \\ back\nslash")}));
 
-  const Json req = {{"templates", Json::array({read(kTemplate)})}, {"contexts", ctxs}};
+  const Json req = {{"templates", Json::array({read_file(kTemplate)})}, {"contexts", ctxs}};
   const fs::path in = fs::temp_directory_path() / ("ms_harmony_req_" + std::to_string(::getpid()) + ".json");
   const fs::path outp = fs::temp_directory_path() / ("ms_harmony_out_" + std::to_string(::getpid()) + ".json");
   std::ofstream(in) << req.dump();
   const std::string cmd = py + " " + (fs::path(MS_SOURCE_DIR) / "tools" / "chat_templates" / "render.py").string() +
                           " < " + in.string() + " > " + outp.string();
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  const Json ref = Json::parse(read(outp))[0];
+  const Json ref = Json::parse(read_file(outp))[0];
   fs::remove(in);
   fs::remove(outp);
   ASSERT_EQ(ref.size(), ctxs.size());
-  const jinja::Template t(read(kTemplate));
+  const jinja::Template t(read_file(kTemplate));
   int raised = 0;
   for (size_t i = 0; i < ctxs.size(); ++i) {
     if (ref[i].contains("error")) {

@@ -18,6 +18,7 @@
 #include <set>
 #include <sstream>
 
+#include "template_test_util.h"
 #include "tokenizer/jinja.h"
 
 namespace ms {
@@ -26,12 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using Json = jinja::Json;
 
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using test::read_file;
 
 // A python3 that can import jinja2 (Debian's /usr/bin/python3 first: a
 // python3 earlier on PATH may not see Debian's packages).
@@ -104,7 +100,7 @@ std::vector<Tmpl> templates() {
       // A template kept here and also fetched (gpt-oss's) is run once.
       const std::string name = f.stem().string();
       if (std::none_of(out.begin(), out.end(), [&](const Tmpl& t) { return t.name == name; }))
-        out.push_back({name, read(f)});
+        out.push_back({name, read_file(f)});
     }
   }
   return out;
@@ -130,7 +126,7 @@ TEST(JinjaParity, RealTemplatesRenderAsJinja2Does) {
   const std::string cmd = py + " " + (fs::path(MS_SOURCE_DIR) / "tools" / "chat_templates" / "render.py").string() +
                           " < " + in.string() + " > " + outp.string();
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  const Json ref = Json::parse(read(outp));
+  const Json ref = Json::parse(read_file(outp));
   fs::remove(in);
   fs::remove(outp);
   ASSERT_EQ(ref.size(), tmpls.size());
