@@ -18,6 +18,12 @@
 // by the last block of each KV head to finish (up to 8 splits: one launch)
 // or by a second kernel (block per query head).
 //
+// Long contexts over f16 and q8_0 caches (more than decode_long::kMinLen
+// visible positions, shapes decode_long::usable takes): the tensor-core
+// flash-decoding kernel of attention_decode_long.cu writes the partials and
+// the merge kernel below combines them; the fast path's long geometry then
+// serves f32 caches and the shapes it does not take.
+//
 // Generic path (any even head_dim, any group up to 16): fixed chunks of
 // kSplit positions, a warp per position for the scores, natural-exp domain.
 //
@@ -32,8 +38,10 @@
 #include <algorithm>
 #include <cfloat>
 #include <string>
+#include <type_traits>
 
 #include "cuda/attention.h"
+#include "cuda/attention_decode_long.h"
 #include "cuda/common.cuh"
 #include "cuda/last_block.cuh"
 #include "cuda/device.h"
@@ -563,8 +571,9 @@ size_t attention_decode_scratch_bytes(const AttentionShape& s, int max_kv_len) {
   // Each geometry's split count grows with the length; a shorter call may take the other geometry.
   const int generic = n_splits(len), fast_long = fast_splits(group, s.head_dim, n_kv, len, sm_count()),
             fast_short = fast_splits(group, s.head_dim, n_kv, std::min(len, kSplitHeadsMaxLen), sm_count());
+  const int long_ctx = decode_long::max_splits(s, len);
   return counters_bytes(s) + std::max({partials_bytes(s, generic), partials_bytes(s, fast_long),
-                                       partials_bytes(s, fast_short)});
+                                       partials_bytes(s, fast_short), partials_bytes(s, long_ctx)});
 }
 
 namespace {
@@ -580,6 +589,22 @@ void decode_impl(const AttentionShape& s, const float* q, const T* kc, const T* 
   // With a window the splits cover at most `window` positions (within the
   // scratch sized for max_kv_len: fewer splits of either geometry).
   const int len = visible_len(max_kv_len, x.window);
+  if constexpr (!std::is_same_v<T, float>) {
+    // Long contexts over f16 and q8_0 caches: the tensor-core kernel
+    // (attention_decode_long.cu), then the merge kernel over its splits.
+    using Ext = std::conditional_t<std::is_same_v<T, __half>, uint16_t, T>;  // its launcher's element type
+    const auto* ke = reinterpret_cast<const Ext*>(kc);
+    const auto* ve = reinterpret_cast<const Ext*>(vc);
+    if (len > decode_long::kMinLen && decode_long::usable(s, ke, ve)) {
+      const int ns = decode_long::splits(s, len, std::is_same_v<T, BlockQ8_0>);
+      const Scratch sc = scratch_layout(s, ns, scratch);
+      decode_long::launch(s, q, ke, ve, max_kv_len, kv_len, x.window, ns, sc.part_o, sc.part_ml, stream);
+      attn_decode_fast_merge_kernel<<<s.n_head, kMergeThreads, sizeof(float) * (ns + kMergeThreads), stream>>>(
+          sc.part_o, sc.part_ml, s.head_dim, ns, x.sinks, out);
+      MS_CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
   if (fast_ok(s) && fast_dims_ok(s.head_dim)) {
     const int ns = fast_splits(group, s.head_dim, s.n_kv, len, sm_count());
     const Scratch sc = scratch_layout(s, ns, scratch);

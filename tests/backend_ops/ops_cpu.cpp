@@ -241,7 +241,13 @@ void add_attention(Registry& reg) {
   struct S {
     int n_head, n_kv, head_dim, n_tok, pos0;
   };
-  const S decode[] = {{4, 4, 64, 1, 0}, {8, 2, 128, 1, 300}, {4, 1, 256, 1, 77}, {6, 2, 96, 1, 1030}};
+  // Decode: the split-K kernels' shapes, then (pos0 + 1 > 1024) the CUDA
+  // long-context kernel's: GQA 8/4/16/8/1, head_dim 128/256/64, lengths just
+  // past its switch, on and off its 64-position block step, and at depth.
+  const S decode[] = {{4, 4, 64, 1, 0},       {8, 2, 128, 1, 300},   {4, 1, 256, 1, 77},
+                      {6, 2, 96, 1, 1030},    {32, 4, 128, 1, 1024}, {16, 4, 128, 1, 2111},
+                      {32, 2, 128, 1, 1087},  {16, 2, 256, 1, 4100}, {8, 8, 64, 1, 1500},
+                      {32, 4, 128, 1, 8190}};
   const S prefill[] = {{6, 2, 128, 37, 0}, {4, 1, 64, 70, 50}, {4, 2, 256, 5, 20}, {16, 2, 128, 130, 0},
                        {2, 2, 96, 9, 3}};
   uint32_t seed = 300;
