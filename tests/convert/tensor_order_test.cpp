@@ -29,6 +29,7 @@
 #include "model/tensor_table.h"
 #include "model/weights.h"
 #include "tiny_checkpoint.h"
+#include "util/error.h"
 
 namespace ms {
 namespace {
@@ -75,8 +76,10 @@ std::ostream& operator<<(std::ostream& o, const NameShape& t) {
 
 // A Hugging Face checkpoint of gen shape `s` (the model's `arch`), zeros in
 // BF16, under the names transformers' modeling code gives its parameters.
-// With `mtp`, qwen35moe's MTP block (mtp.*) too.
-void write_hf_checkpoint(const fs::path& dir, const std::string& arch, const GenShape& s, bool mtp) {
+// With `mtp`, qwen35moe's MTP block (mtp.*) too; with `attention_bias`,
+// biases on every attention projection (config attention_bias: true).
+void write_hf_checkpoint(const fs::path& dir, const std::string& arch, const GenShape& s, bool mtp,
+                         bool attention_bias = false) {
   std::vector<test::StEntry> out;
   auto put = [&](const std::string& name, std::vector<int64_t> shape) {
     int64_t n = 1;
@@ -94,15 +97,13 @@ void write_hf_checkpoint(const fs::path& dir, const std::string& arch, const Gen
     put(at + "k_proj.weight", {KH, H});
     put(at + "v_proj.weight", {KH, H});
     put(at + "o_proj.weight", {H, QH});
-    if (arch == "qwen2" || gpt_oss) {
+    if (arch == "qwen2" || gpt_oss || attention_bias) {
       put(at + "q_proj.bias", {QH});
       put(at + "k_proj.bias", {KH});
       put(at + "v_proj.bias", {KH});
     }
-    if (gpt_oss) {
-      put(at + "o_proj.bias", {H});
-      put(at + "sinks", {s.n_head});
-    }
+    if (gpt_oss || attention_bias) put(at + "o_proj.bias", {H});
+    if (gpt_oss) put(at + "sinks", {s.n_head});
     if (arch == "qwen3" || arch == "qwen3moe" || q35) {
       put(at + "q_norm.weight", {D});
       put(at + "k_norm.weight", {D});
@@ -190,6 +191,7 @@ void write_hf_checkpoint(const fs::path& dir, const std::string& arch, const Gen
       {"tie_word_embeddings", false},
       {"intermediate_size", E > 0 && (mixtral || gpt_oss) ? Fe : F},
   };
+  if (attention_bias) c["attention_bias"] = true;
   if (E > 0) {
     c["num_experts_per_tok"] = s.n_expert_used;
     c[mixtral || gpt_oss ? "num_local_experts" : "num_experts"] = E;
@@ -258,6 +260,24 @@ TEST_F(TensorOrderTest, GenAndConverterListTheSameTensorsInTheSameOrder) {
     for (const PlannedTensor& t : plan.tensors) got.push_back({t.name, t.shape});
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "tensor " << i;
+  }
+}
+
+// A checkpoint part the architecture's recipe would not read (attention
+// biases on llama: the loader binds only what the table lists) is refused,
+// naming the tensor, instead of written and silently ignored.
+TEST_F(TensorOrderTest, ConverterRefusesTensorsTheTableDoesNotList) {
+  const fs::path hf = dir_ / "hf_llama_bias";
+  write_hf_checkpoint(hf, "llama", gen_preset("llama", "tiny"), false, true);
+  const HfModelConfig cfg = read_hf_config(hf.string());
+  const SafetensorsModel model(hf.string());
+  try {
+    plan_conversion(cfg, model, ConvertType::F32);
+    FAIL() << "converted a llama checkpoint with attention biases";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("attn_"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(".bias"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'llama'"), std::string::npos) << e.what();
   }
 }
 
