@@ -64,30 +64,30 @@ uint32_t gguf_file_type(ConvertType t) {
   }
 }
 
-const char* tensor_role_name(TensorRole r) {
+const char* tensor_role_name(ConvertRole r) {
   switch (r) {
-    case TensorRole::TokenEmbd: return "token_embd";
-    case TensorRole::Output: return "output";
-    case TensorRole::Norm: return "norm";
-    case TensorRole::Bias: return "bias";
-    case TensorRole::Router: return "router";
-    case TensorRole::AttnQ: return "attn_q";
-    case TensorRole::AttnK: return "attn_k";
-    case TensorRole::AttnV: return "attn_v";
-    case TensorRole::AttnOutput: return "attn_output";
-    case TensorRole::FfnGate: return "ffn_gate";
-    case TensorRole::FfnUp: return "ffn_up";
-    case TensorRole::FfnDown: return "ffn_down";
+    case ConvertRole::TokenEmbd: return "token_embd";
+    case ConvertRole::Output: return "output";
+    case ConvertRole::Norm: return "norm";
+    case ConvertRole::Bias: return "bias";
+    case ConvertRole::Router: return "router";
+    case ConvertRole::AttnQ: return "attn_q";
+    case ConvertRole::AttnK: return "attn_k";
+    case ConvertRole::AttnV: return "attn_v";
+    case ConvertRole::AttnOutput: return "attn_output";
+    case ConvertRole::FfnGate: return "ffn_gate";
+    case ConvertRole::FfnUp: return "ffn_up";
+    case ConvertRole::FfnDown: return "ffn_down";
   }
   return "?";
 }
 
-TypeChoice choose_tensor_type(ConvertType target, TensorRole role, int /*layer*/, int /*n_layer*/, int64_t row_len,
+TypeChoice choose_tensor_type(ConvertType target, ConvertRole role, int /*layer*/, int /*n_layer*/, int64_t row_len,
                               int n_dims, bool /*tied_output*/) {
   TypeChoice c;
   // Vectors and the router stay exact: they are tiny, and the router's
   // choices are what expert-routing parity is measured on.
-  if (n_dims < 2 || role == TensorRole::Norm || role == TensorRole::Bias || role == TensorRole::Router) {
+  if (n_dims < 2 || role == ConvertRole::Norm || role == ConvertRole::Bias || role == ConvertRole::Router) {
     c.type = DType::F32;
     return c;
   }

@@ -32,13 +32,14 @@ uint32_t gguf_file_type(ConvertType t);
 // Whether the target is a llama-quantize mix (types from engine/quant_presets.h).
 bool convert_type_is_mix(ConvertType t);
 
-// What a tensor is, for the mix table.
-enum class TensorRole {
+// What a tensor is, for the type choice (ConvertRole, not model/tensor_roles.h's
+// TensorRole: two enums of one name in namespace ms broke the one-definition rule).
+enum class ConvertRole {
   TokenEmbd, Output, Norm, Bias, Router,
   AttnQ, AttnK, AttnV, AttnOutput,
   FfnGate, FfnUp, FfnDown,  // dense FFN and merged experts alike
 };
-const char* tensor_role_name(TensorRole r);
+const char* tensor_role_name(ConvertRole r);
 
 struct TypeChoice {
   DType type = DType::F32;
@@ -49,7 +50,7 @@ struct TypeChoice {
 // for a mix). `layer` is -1 for tensors outside the blocks; `row_len` is the
 // tensor's innermost dimension (ne[0]); `n_dims` its rank. If q8_0's block
 // does not divide row_len, falls back to f16 and says so in `note`.
-TypeChoice choose_tensor_type(ConvertType target, TensorRole role, int layer, int n_layer, int64_t row_len,
+TypeChoice choose_tensor_type(ConvertType target, ConvertRole role, int layer, int n_layer, int64_t row_len,
                               int n_dims, bool tied_output);
 
 }  // namespace ms

@@ -78,7 +78,7 @@ class Builder {
   }
 
   // A tensor whose GGUF rows are one whole source tensor.
-  void add_whole(const std::string& gguf, TensorRole role, int layer, const std::string& hf,
+  void add_whole(const std::string& gguf, ConvertRole role, int layer, const std::string& hf,
                  const std::vector<int64_t>& hf_shape, const std::string& why, int64_t permute_heads = 0,
                  ValueOp op = ValueOp::None) {
     Slab s = whole_slab(hf, hf_shape, why);
@@ -99,13 +99,13 @@ class Builder {
     s.n_rows = t.n_elements() / s.row_len;
     return s;
   }
-  void add_slab(const std::string& gguf, TensorRole role, int layer, std::vector<int64_t> gguf_shape, Slab s) {
+  void add_slab(const std::string& gguf, ConvertRole role, int layer, std::vector<int64_t> gguf_shape, Slab s) {
     PlannedTensor p = make(gguf, role, layer, std::move(gguf_shape));
     p.slabs.push_back(std::move(s));
     out_.push_back(std::move(p));
   }
 
-  PlannedTensor make(const std::string& gguf, TensorRole role, int layer, std::vector<int64_t> shape) const {
+  PlannedTensor make(const std::string& gguf, ConvertRole role, int layer, std::vector<int64_t> shape) const {
     PlannedTensor p;
     p.name = gguf;
     p.role = role;
@@ -168,9 +168,9 @@ std::string add_experts(Builder& b, const HfModelConfig& c, const SafetensorsMod
   const std::string why_gu = "n_expert=" + std::to_string(E) + ", expert ff=" + std::to_string(F) +
                              ", hidden_size=" + std::to_string(H);
 
-  PlannedTensor gate = b.make(expert_tensor_name(layer, ExpertPart::Gate), TensorRole::FfnGate, layer, {H, F, E});
-  PlannedTensor up = b.make(expert_tensor_name(layer, ExpertPart::Up), TensorRole::FfnUp, layer, {H, F, E});
-  PlannedTensor down = b.make(expert_tensor_name(layer, ExpertPart::Down), TensorRole::FfnDown, layer, {F, H, E});
+  PlannedTensor gate = b.make(expert_tensor_name(layer, ExpertPart::Gate), ConvertRole::FfnGate, layer, {H, F, E});
+  PlannedTensor up = b.make(expert_tensor_name(layer, ExpertPart::Up), ConvertRole::FfnUp, layer, {H, F, E});
+  PlannedTensor down = b.make(expert_tensor_name(layer, ExpertPart::Down), ConvertRole::FfnDown, layer, {F, H, E});
   std::string layout;
 
   const StTensor* gate_up = find_fused(m, ex + "gate_up_proj");
@@ -300,7 +300,7 @@ void plan_qwen35_layer(Builder& b, const HfModelConfig& c, const SafetensorsMode
   const int64_t H = c.n_embd, D = c.head_dim, QH = c.n_head * D, KH = c.n_head_kv * D;
   const std::string hdims = "hidden_size=" + std::to_string(H);
   const int layer = static_cast<int>(L);
-  b.add_whole(gguf_name(c, layer, &LayerWeights::attn_norm), TensorRole::Norm, layer, hf + "input_layernorm.weight", {H}, hdims, 0,
+  b.add_whole(gguf_name(c, layer, &LayerWeights::attn_norm), ConvertRole::Norm, layer, hf + "input_layernorm.weight", {H}, hdims, 0,
               ValueOp::AddOne);
   if (!mtp && c.is_linear_layer(L)) {
     const std::string la = hf + "linear_attn.";
@@ -314,56 +314,56 @@ void plan_qwen35_layer(Builder& b, const HfModelConfig& c, const SafetensorsMode
     for (int64_t r : tiled_head_map(nk, nv, dv)) qkv_rows.push_back(2 * KD + r);
     Slab qkv = b.whole_slab(la + "in_proj_qkv.weight", {CD, H}, ldims + ", " + hdims);
     qkv.row_map = qkv_rows;
-    b.add_slab(gguf_name(c, layer, &LayerWeights::ssm_qkv), TensorRole::AttnQ, layer, {H, CD}, std::move(qkv));
+    b.add_slab(gguf_name(c, layer, &LayerWeights::ssm_qkv), ConvertRole::AttnQ, layer, {H, CD}, std::move(qkv));
     Slab z = b.whole_slab(la + "in_proj_z.weight", {VD, H}, ldims + ", " + hdims);
     z.row_map = tiled_head_map(nk, nv, dv);
-    b.add_slab(gguf_name(c, layer, &LayerWeights::ssm_z), TensorRole::AttnV, layer, {H, VD}, std::move(z));
+    b.add_slab(gguf_name(c, layer, &LayerWeights::ssm_z), ConvertRole::AttnV, layer, {H, VD}, std::move(z));
     for (const auto& [hf_name, field] :
          {std::pair{"in_proj_b", &LayerWeights::ssm_beta}, std::pair{"in_proj_a", &LayerWeights::ssm_alpha}}) {
       Slab ba = b.whole_slab(la + hf_name + ".weight", {nv, H}, ldims + ", " + hdims);
       ba.row_map = tiled_head_map(nk, nv, 1);
-      b.add_slab(gguf_name(c, layer, field), TensorRole::Router, layer, {H, nv}, std::move(ba));
+      b.add_slab(gguf_name(c, layer, field), ConvertRole::Router, layer, {H, nv}, std::move(ba));
     }
     Slab a = b.whole_slab(la + "A_log", {nv}, ldims);
     a.col_map = tiled_head_map(nk, nv, 1);
     a.op = ValueOp::NegExp;
-    b.add_slab(gguf_name(c, layer, &LayerWeights::ssm_a), TensorRole::Norm, layer, {nv}, std::move(a));
+    b.add_slab(gguf_name(c, layer, &LayerWeights::ssm_a), ConvertRole::Norm, layer, {nv}, std::move(a));
     Slab dt = b.whole_slab(la + "dt_bias", {nv}, ldims);
     dt.col_map = tiled_head_map(nk, nv, 1);
-    b.add_slab(gguf_name(c, layer, &LayerWeights::ssm_dt), TensorRole::Norm, layer, {nv}, std::move(dt));
+    b.add_slab(gguf_name(c, layer, &LayerWeights::ssm_dt), ConvertRole::Norm, layer, {nv}, std::move(dt));
     Slab conv = b.whole_slab(la + "conv1d.weight", {CD, 1, c.lin_conv_kernel}, ldims + ", linear_conv_kernel_dim");
     conv.row_map = qkv_rows;
-    b.add_slab(gguf_name(c, layer, &LayerWeights::ssm_conv), TensorRole::Norm, layer, {c.lin_conv_kernel, CD}, std::move(conv));
-    b.add_whole(gguf_name(c, layer, &LayerWeights::ssm_norm), TensorRole::Norm, layer, la + "norm.weight", {dv}, ldims);
+    b.add_slab(gguf_name(c, layer, &LayerWeights::ssm_conv), ConvertRole::Norm, layer, {c.lin_conv_kernel, CD}, std::move(conv));
+    b.add_whole(gguf_name(c, layer, &LayerWeights::ssm_norm), ConvertRole::Norm, layer, la + "norm.weight", {dv}, ldims);
     Slab out = b.whole_slab(la + "out_proj.weight", {H, VD}, ldims + ", " + hdims);
     out.col_map = tiled_head_map(nk, nv, dv);
-    b.add_slab(gguf_name(c, layer, &LayerWeights::ssm_out), TensorRole::AttnOutput, layer, {VD, H}, std::move(out));
+    b.add_slab(gguf_name(c, layer, &LayerWeights::ssm_out), ConvertRole::AttnOutput, layer, {VD, H}, std::move(out));
   } else {
     const std::string at = hf + "self_attn.";
     const std::string qdims = "num_attention_heads=" + std::to_string(c.n_head) + ", head_dim=" + std::to_string(D);
-    b.add_whole(gguf_name(c, layer, &LayerWeights::wq), TensorRole::AttnQ, layer, at + "q_proj.weight", {2 * QH, H},
+    b.add_whole(gguf_name(c, layer, &LayerWeights::wq), ConvertRole::AttnQ, layer, at + "q_proj.weight", {2 * QH, H},
                 qdims + " (query and output gate), " + hdims);
-    b.add_whole(gguf_name(c, layer, &LayerWeights::wk), TensorRole::AttnK, layer, at + "k_proj.weight", {KH, H}, hdims);
-    b.add_whole(gguf_name(c, layer, &LayerWeights::wv), TensorRole::AttnV, layer, at + "v_proj.weight", {KH, H}, hdims);
-    b.add_whole(gguf_name(c, layer, &LayerWeights::wo), TensorRole::AttnOutput, layer, at + "o_proj.weight", {H, QH}, qdims);
-    b.add_whole(gguf_name(c, layer, &LayerWeights::q_norm), TensorRole::Norm, layer, at + "q_norm.weight", {D}, "head_dim", 0,
+    b.add_whole(gguf_name(c, layer, &LayerWeights::wk), ConvertRole::AttnK, layer, at + "k_proj.weight", {KH, H}, hdims);
+    b.add_whole(gguf_name(c, layer, &LayerWeights::wv), ConvertRole::AttnV, layer, at + "v_proj.weight", {KH, H}, hdims);
+    b.add_whole(gguf_name(c, layer, &LayerWeights::wo), ConvertRole::AttnOutput, layer, at + "o_proj.weight", {H, QH}, qdims);
+    b.add_whole(gguf_name(c, layer, &LayerWeights::q_norm), ConvertRole::Norm, layer, at + "q_norm.weight", {D}, "head_dim", 0,
                 ValueOp::AddOne);
-    b.add_whole(gguf_name(c, layer, &LayerWeights::k_norm), TensorRole::Norm, layer, at + "k_norm.weight", {D}, "head_dim", 0,
+    b.add_whole(gguf_name(c, layer, &LayerWeights::k_norm), ConvertRole::Norm, layer, at + "k_norm.weight", {D}, "head_dim", 0,
                 ValueOp::AddOne);
   }
-  b.add_whole(gguf_name(c, layer, &LayerWeights::ffn_norm), TensorRole::Norm, layer, hf + "post_attention_layernorm.weight", {H},
+  b.add_whole(gguf_name(c, layer, &LayerWeights::ffn_norm), ConvertRole::Norm, layer, hf + "post_attention_layernorm.weight", {H},
               hdims, 0, ValueOp::AddOne);
   const std::string moe = hf + "mlp";
-  b.add_whole(gguf_name(c, layer, &LayerWeights::router), TensorRole::Router, layer, moe + ".gate.weight", {c.n_expert, H},
+  b.add_whole(gguf_name(c, layer, &LayerWeights::router), ConvertRole::Router, layer, moe + ".gate.weight", {c.n_expert, H},
               "n_expert=" + std::to_string(c.n_expert) + ", " + hdims);
   layouts.insert(add_experts(b, c, m, layer, moe));
   const std::string sh = moe + ".shared_expert.";
   const std::string sdims = "shared_expert_intermediate_size=" + std::to_string(c.n_ff_shexp) + ", " + hdims;
-  b.add_whole(gguf_name(c, layer, &LayerWeights::shexp_gate), TensorRole::FfnGate, layer, sh + "gate_proj.weight", {c.n_ff_shexp, H}, sdims);
-  b.add_whole(gguf_name(c, layer, &LayerWeights::shexp_up), TensorRole::FfnUp, layer, sh + "up_proj.weight", {c.n_ff_shexp, H}, sdims);
-  b.add_whole(gguf_name(c, layer, &LayerWeights::shexp_down), TensorRole::FfnDown, layer, sh + "down_proj.weight", {H, c.n_ff_shexp}, sdims);
+  b.add_whole(gguf_name(c, layer, &LayerWeights::shexp_gate), ConvertRole::FfnGate, layer, sh + "gate_proj.weight", {c.n_ff_shexp, H}, sdims);
+  b.add_whole(gguf_name(c, layer, &LayerWeights::shexp_up), ConvertRole::FfnUp, layer, sh + "up_proj.weight", {c.n_ff_shexp, H}, sdims);
+  b.add_whole(gguf_name(c, layer, &LayerWeights::shexp_down), ConvertRole::FfnDown, layer, sh + "down_proj.weight", {H, c.n_ff_shexp}, sdims);
   Slab sg = b.whole_slab(moe + ".shared_expert_gate.weight", {1, H}, "one gate row, " + hdims);
-  b.add_slab(gguf_name(c, layer, &LayerWeights::shexp_router), TensorRole::Router, layer, {H}, std::move(sg));
+  b.add_slab(gguf_name(c, layer, &LayerWeights::shexp_router), ConvertRole::Router, layer, {H}, std::move(sg));
 }
 
 namespace {
@@ -388,12 +388,12 @@ void add_gpt_oss_moe(Builder& b, const HfModelConfig& c, int layer, const std::s
   const std::string mlp = hf + "mlp.", ex = mlp + "experts.";
   const std::string why = "num_local_experts=" + std::to_string(E) + ", intermediate_size=" + std::to_string(F) +
                           ", hidden_size=" + std::to_string(H);
-  b.add_whole(gguf_name(c, layer, &LayerWeights::router), TensorRole::Router, layer, mlp + "router.weight", {E, H}, why);
-  b.add_whole(gguf_name(c, layer, &LayerWeights::router_b), TensorRole::Bias, layer, mlp + "router.bias", {E}, why);
+  b.add_whole(gguf_name(c, layer, &LayerWeights::router), ConvertRole::Router, layer, mlp + "router.weight", {E, H}, why);
+  b.add_whole(gguf_name(c, layer, &LayerWeights::router_b), ConvertRole::Bias, layer, mlp + "router.bias", {E}, why);
   const StTensor& gub = b.take(ex + "gate_up_proj_bias", {E, 2 * F}, why);
-  PlannedTensor gate = b.make(expert_tensor_name(layer, ExpertPart::Gate), TensorRole::FfnGate, layer, {H, F, E});
-  PlannedTensor up = b.make(expert_tensor_name(layer, ExpertPart::Up), TensorRole::FfnUp, layer, {H, F, E});
-  PlannedTensor down = b.make(expert_tensor_name(layer, ExpertPart::Down), TensorRole::FfnDown, layer, {F, H, E});
+  PlannedTensor gate = b.make(expert_tensor_name(layer, ExpertPart::Gate), ConvertRole::FfnGate, layer, {H, F, E});
+  PlannedTensor up = b.make(expert_tensor_name(layer, ExpertPart::Up), ConvertRole::FfnUp, layer, {H, F, E});
+  PlannedTensor down = b.make(expert_tensor_name(layer, ExpertPart::Down), ConvertRole::FfnDown, layer, {F, H, E});
   if (c.mxfp4_experts) {
     // [E, out, in/32, 16] blocks, [E, out, in/32] scales; gate/up rows interleaved.
     if (H % 32 != 0 || F % 32 != 0) throw Error("MXFP4 experts need hidden_size and intermediate_size multiples of 32");
@@ -432,8 +432,8 @@ void add_gpt_oss_moe(Builder& b, const HfModelConfig& c, int layer, const std::s
       down.slabs.push_back(gather(dn, e * F * H, H, F, 1, H));
     }
   }
-  PlannedTensor gate_b = b.make(expert_tensor_name(layer, ExpertPart::GateBias), TensorRole::Bias, layer, {F, E});
-  PlannedTensor up_b = b.make(expert_tensor_name(layer, ExpertPart::UpBias), TensorRole::Bias, layer, {F, E});
+  PlannedTensor gate_b = b.make(expert_tensor_name(layer, ExpertPart::GateBias), ConvertRole::Bias, layer, {F, E});
+  PlannedTensor up_b = b.make(expert_tensor_name(layer, ExpertPart::UpBias), ConvertRole::Bias, layer, {F, E});
   gate_b.slabs.push_back(gather(gub, 0, E, F, 2 * F, 2));
   up_b.slabs.push_back(gather(gub, 1, E, F, 2 * F, 2));
   b.out().push_back(std::move(gate));
@@ -441,7 +441,7 @@ void add_gpt_oss_moe(Builder& b, const HfModelConfig& c, int layer, const std::s
   b.out().push_back(std::move(down));
   b.out().push_back(std::move(gate_b));
   b.out().push_back(std::move(up_b));
-  b.add_whole(expert_tensor_name(layer, ExpertPart::DownBias), TensorRole::Bias, layer, ex + "down_proj_bias", {E, H}, why);
+  b.add_whole(expert_tensor_name(layer, ExpertPart::DownBias), ConvertRole::Bias, layer, ex + "down_proj_bias", {E, H}, why);
 }
 
 // The GGUF model the plan writes, as the loader will read it back: what the
@@ -514,13 +514,13 @@ ConversionPlan plan_conversion(const HfModelConfig& c, const SafetensorsModel& m
   const std::string kdims = "num_key_value_heads=" + std::to_string(c.n_head_kv) + ", head_dim=" + std::to_string(D);
 
   const bool q35 = c.arch == HfArch::Qwen35Moe;
-  b.add_whole("token_embd.weight", TensorRole::TokenEmbd, -1, c.prefix + "embed_tokens.weight", {V, H},
+  b.add_whole("token_embd.weight", ConvertRole::TokenEmbd, -1, c.prefix + "embed_tokens.weight", {V, H},
               "vocab_size=" + std::to_string(V) + ", " + hdims);
-  b.add_whole("output_norm.weight", TensorRole::Norm, -1, c.prefix + "norm.weight", {H}, hdims, 0,
+  b.add_whole("output_norm.weight", ConvertRole::Norm, -1, c.prefix + "norm.weight", {H}, hdims, 0,
               q35 ? ValueOp::AddOne : ValueOp::None);
   ConversionPlan plan;
   if (!c.tie_embeddings) {
-    b.add_whole("output.weight", TensorRole::Output, -1, "lm_head.weight", {V, H},
+    b.add_whole("output.weight", ConvertRole::Output, -1, "lm_head.weight", {V, H},
                 "vocab_size=" + std::to_string(V) + ", " + hdims + ", tie_word_embeddings=false");
   } else if (m.find("lm_head.weight")) {
     // Tied: the head is the embedding; a stored copy is redundant.
@@ -538,13 +538,13 @@ ConversionPlan plan_conversion(const HfModelConfig& c, const SafetensorsModel& m
       const int64_t L = c.n_layer + i;
       const int l = static_cast<int>(L);
       plan_qwen35_layer(b, c, m, L, "mtp.layers." + std::to_string(i) + ".", true, layouts);
-      b.add_whole(mtp_tensor_name(l, &MtpWeights::eh_proj), TensorRole::AttnOutput, l, "mtp.fc.weight", {H, 2 * H},
+      b.add_whole(mtp_tensor_name(l, &MtpWeights::eh_proj), ConvertRole::AttnOutput, l, "mtp.fc.weight", {H, 2 * H},
                   "[embedding | hidden] -> " + hdims);
-      b.add_whole(mtp_tensor_name(l, &MtpWeights::enorm), TensorRole::Norm, l, "mtp.pre_fc_norm_embedding.weight", {H},
+      b.add_whole(mtp_tensor_name(l, &MtpWeights::enorm), ConvertRole::Norm, l, "mtp.pre_fc_norm_embedding.weight", {H},
                   hdims, 0, ValueOp::AddOne);
-      b.add_whole(mtp_tensor_name(l, &MtpWeights::hnorm), TensorRole::Norm, l, "mtp.pre_fc_norm_hidden.weight", {H},
+      b.add_whole(mtp_tensor_name(l, &MtpWeights::hnorm), ConvertRole::Norm, l, "mtp.pre_fc_norm_hidden.weight", {H},
                   hdims, 0, ValueOp::AddOne);
-      b.add_whole(mtp_tensor_name(l, &MtpWeights::shared_head_norm), TensorRole::Norm, l, "mtp.norm.weight", {H}, hdims,
+      b.add_whole(mtp_tensor_name(l, &MtpWeights::shared_head_norm), ConvertRole::Norm, l, "mtp.norm.weight", {H}, hdims,
                   0, ValueOp::AddOne);
     }
     plan.n_mtp = n_mtp;
@@ -556,42 +556,42 @@ ConversionPlan plan_conversion(const HfModelConfig& c, const SafetensorsModel& m
     const int64_t qperm = c.permute_qk ? c.n_head : 0;
     const int64_t kperm = c.permute_qk ? c.n_head_kv : 0;
 
-    b.add_whole(gguf_name(c, L, &LayerWeights::attn_norm), TensorRole::Norm, L, hf + "input_layernorm.weight", {H}, hdims);
-    b.add_whole(gguf_name(c, L, &LayerWeights::wq), TensorRole::AttnQ, L, at + "q_proj.weight", {QH, H}, qdims + ", " + hdims, qperm);
-    b.add_whole(gguf_name(c, L, &LayerWeights::wk), TensorRole::AttnK, L, at + "k_proj.weight", {KH, H}, kdims + ", " + hdims, kperm);
-    b.add_whole(gguf_name(c, L, &LayerWeights::wv), TensorRole::AttnV, L, at + "v_proj.weight", {KH, H}, kdims + ", " + hdims);
-    b.add_whole(gguf_name(c, L, &LayerWeights::wo), TensorRole::AttnOutput, L, at + "o_proj.weight", {H, QH},
+    b.add_whole(gguf_name(c, L, &LayerWeights::attn_norm), ConvertRole::Norm, L, hf + "input_layernorm.weight", {H}, hdims);
+    b.add_whole(gguf_name(c, L, &LayerWeights::wq), ConvertRole::AttnQ, L, at + "q_proj.weight", {QH, H}, qdims + ", " + hdims, qperm);
+    b.add_whole(gguf_name(c, L, &LayerWeights::wk), ConvertRole::AttnK, L, at + "k_proj.weight", {KH, H}, kdims + ", " + hdims, kperm);
+    b.add_whole(gguf_name(c, L, &LayerWeights::wv), ConvertRole::AttnV, L, at + "v_proj.weight", {KH, H}, kdims + ", " + hdims);
+    b.add_whole(gguf_name(c, L, &LayerWeights::wo), ConvertRole::AttnOutput, L, at + "o_proj.weight", {H, QH},
                 qdims + ", " + hdims);
     if (c.attn_bias) {
-      b.add_whole(gguf_name(c, L, &LayerWeights::bq), TensorRole::Bias, L, at + "q_proj.bias", {QH}, qdims, qperm);
-      b.add_whole(gguf_name(c, L, &LayerWeights::bk), TensorRole::Bias, L, at + "k_proj.bias", {KH}, kdims, kperm);
-      b.add_whole(gguf_name(c, L, &LayerWeights::bv), TensorRole::Bias, L, at + "v_proj.bias", {KH}, kdims);
+      b.add_whole(gguf_name(c, L, &LayerWeights::bq), ConvertRole::Bias, L, at + "q_proj.bias", {QH}, qdims, qperm);
+      b.add_whole(gguf_name(c, L, &LayerWeights::bk), ConvertRole::Bias, L, at + "k_proj.bias", {KH}, kdims, kperm);
+      b.add_whole(gguf_name(c, L, &LayerWeights::bv), ConvertRole::Bias, L, at + "v_proj.bias", {KH}, kdims);
     }
-    if (c.attn_out_bias) b.add_whole(gguf_name(c, L, &LayerWeights::bo), TensorRole::Bias, L, at + "o_proj.bias", {H}, hdims);
+    if (c.attn_out_bias) b.add_whole(gguf_name(c, L, &LayerWeights::bo), ConvertRole::Bias, L, at + "o_proj.bias", {H}, hdims);
     if (c.qk_norm) {
-      b.add_whole(gguf_name(c, L, &LayerWeights::q_norm), TensorRole::Norm, L, at + "q_norm.weight", {D}, "head_dim");
-      b.add_whole(gguf_name(c, L, &LayerWeights::k_norm), TensorRole::Norm, L, at + "k_norm.weight", {D}, "head_dim");
+      b.add_whole(gguf_name(c, L, &LayerWeights::q_norm), ConvertRole::Norm, L, at + "q_norm.weight", {D}, "head_dim");
+      b.add_whole(gguf_name(c, L, &LayerWeights::k_norm), ConvertRole::Norm, L, at + "k_norm.weight", {D}, "head_dim");
     }
     const bool gpt_oss = c.arch == HfArch::GptOss;
-    b.add_whole(gguf_name(c, L, &LayerWeights::ffn_norm), TensorRole::Norm, L,
+    b.add_whole(gguf_name(c, L, &LayerWeights::ffn_norm), ConvertRole::Norm, L,
                 hf + "post_attention_layernorm.weight", {H}, hdims);
     if (gpt_oss) {
-      b.add_whole(gguf_name(c, L, &LayerWeights::attn_sinks), TensorRole::Norm, L, at + "sinks", {c.n_head}, qdims);
+      b.add_whole(gguf_name(c, L, &LayerWeights::attn_sinks), ConvertRole::Norm, L, at + "sinks", {c.n_head}, qdims);
       add_gpt_oss_moe(b, c, L, hf);
       layouts.insert("fused");
     } else if (c.is_moe()) {
       // Mixtral's 4.x checkpoints call the block block_sparse_moe; 5.x and Qwen call it mlp.
       std::string moe = hf + "mlp";
       if (c.arch == HfArch::Mixtral && m.find(hf + "block_sparse_moe.gate.weight")) moe = hf + "block_sparse_moe";
-      b.add_whole(gguf_name(c, L, &LayerWeights::router), TensorRole::Router, L, moe + ".gate.weight", {c.n_expert, H},
+      b.add_whole(gguf_name(c, L, &LayerWeights::router), ConvertRole::Router, L, moe + ".gate.weight", {c.n_expert, H},
                   "n_expert=" + std::to_string(c.n_expert) + ", " + hdims);
       layouts.insert(add_experts(b, c, m, L, moe));
     } else {
       const std::string mlp = hf + "mlp.";
       const std::string fdims = "intermediate_size=" + std::to_string(c.n_ff) + ", " + hdims;
-      b.add_whole(gguf_name(c, L, &LayerWeights::ffn_gate), TensorRole::FfnGate, L, mlp + "gate_proj.weight", {c.n_ff, H}, fdims);
-      b.add_whole(gguf_name(c, L, &LayerWeights::ffn_up), TensorRole::FfnUp, L, mlp + "up_proj.weight", {c.n_ff, H}, fdims);
-      b.add_whole(gguf_name(c, L, &LayerWeights::ffn_down), TensorRole::FfnDown, L, mlp + "down_proj.weight", {H, c.n_ff}, fdims);
+      b.add_whole(gguf_name(c, L, &LayerWeights::ffn_gate), ConvertRole::FfnGate, L, mlp + "gate_proj.weight", {c.n_ff, H}, fdims);
+      b.add_whole(gguf_name(c, L, &LayerWeights::ffn_up), ConvertRole::FfnUp, L, mlp + "up_proj.weight", {c.n_ff, H}, fdims);
+      b.add_whole(gguf_name(c, L, &LayerWeights::ffn_down), ConvertRole::FfnDown, L, mlp + "down_proj.weight", {H, c.n_ff}, fdims);
     }
   }
 

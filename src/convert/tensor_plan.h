@@ -100,7 +100,7 @@ inline int64_t permuted_head_row(int64_t r, int64_t head_dim) {
 
 struct PlannedTensor {
   std::string name;  // GGUF name
-  TensorRole role = TensorRole::Norm;
+  ConvertRole role = ConvertRole::Norm;
   int layer = -1;
   std::vector<int64_t> shape;  // GGUF order: ne[0] (innermost) first
   DType type = DType::F32;

@@ -604,13 +604,13 @@ TEST(HfConfigTest, Qwen3MoeWithDenseLayersIsRefused) {
 // ---------------------------------------------------------------- mix table, permutation
 
 TEST(QuantMixTest, PlainTargetsAndNames) {
-  EXPECT_EQ(choose_tensor_type(ConvertType::Q8_0, TensorRole::FfnGate, 3, 48, 4096, 3, false).type, DType::Q8_0);
-  EXPECT_EQ(choose_tensor_type(ConvertType::BF16, TensorRole::Router, 0, 48, 4096, 2, false).type, DType::F32);
-  EXPECT_EQ(choose_tensor_type(ConvertType::F16, TensorRole::Norm, 0, 48, 4096, 1, false).type, DType::F32);
-  const TypeChoice fb = choose_tensor_type(ConvertType::Q8_0, TensorRole::AttnQ, 0, 48, 40, 2, false);
+  EXPECT_EQ(choose_tensor_type(ConvertType::Q8_0, ConvertRole::FfnGate, 3, 48, 4096, 3, false).type, DType::Q8_0);
+  EXPECT_EQ(choose_tensor_type(ConvertType::BF16, ConvertRole::Router, 0, 48, 4096, 2, false).type, DType::F32);
+  EXPECT_EQ(choose_tensor_type(ConvertType::F16, ConvertRole::Norm, 0, 48, 4096, 1, false).type, DType::F32);
+  const TypeChoice fb = choose_tensor_type(ConvertType::Q8_0, ConvertRole::AttnQ, 0, 48, 40, 2, false);
   EXPECT_EQ(fb.type, DType::F16);
   EXPECT_FALSE(fb.note.empty());
-  EXPECT_THROW(choose_tensor_type(ConvertType::Q4_K_M, TensorRole::AttnQ, 0, 48, 4096, 2, false), Error);
+  EXPECT_THROW(choose_tensor_type(ConvertType::Q4_K_M, ConvertRole::AttnQ, 0, 48, 4096, 2, false), Error);
   EXPECT_EQ(parse_convert_type("Q4_K_M"), ConvertType::Q4_K_M);
   EXPECT_EQ(parse_convert_type("q3_k"), ConvertType::Q3_K);
   EXPECT_EQ(gguf_file_type(ConvertType::Q3_K_S), 11u);
