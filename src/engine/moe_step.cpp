@@ -76,6 +76,7 @@ void MoeStep::split(int layer, const LayerSchedule* ls, bool rows_at_pair, MoeTi
 }
 
 void MoeStep::build_rows(const LayerSchedule& ls) {
+  if (chunk_rows_ > 0) return build_chunked_rows(ls);
   const StepPlan& sp = *ls.plan;
   const std::vector<std::vector<size_t>>& waves = ls.waves;
   const bool from_stage = ls.from_prompt_stage;
@@ -115,6 +116,66 @@ void MoeStep::build_rows(const LayerSchedule& ls) {
   t_.group_offset[static_cast<size_t>(groups)] = rows;
   t_.rows = rows;
   t_.groups = groups;
+}
+
+void MoeStep::build_chunked_rows(const LayerSchedule& ls) {
+  const StepPlan& sp = *ls.plan;
+  const bool from_stage = ls.from_prompt_stage;
+  const size_t first_transit_wave = from_stage ? std::max<size_t>(1, sched_->prompt_stage_groups()) : 0;
+  const size_t np = t_.by_expert.size();
+  t_.token_of_row.resize(np);
+  t_.pair_of_row.resize(np);
+  t_.group_offset.clear();
+  t_.group_expert.clear();
+  t_.waves.clear();
+  int rows = 0;
+  MoeWave w;
+  int open_expert = -1, open_rows = 0;  // the chunk's last group
+  auto start_chunk = [&](size_t wv, bool copies) {
+    w = MoeWave{};
+    w.index = wv;
+    w.row_begin = rows;
+    w.group_begin = static_cast<int>(t_.group_offset.size());
+    w.copies = copies;
+    w.prompt_group = from_stage && wv < first_transit_wave ? static_cast<int>(wv) : -1;
+    open_expert = -1;
+  };
+  auto end_chunk = [&] {
+    w.row_end = rows;
+    w.group_end = static_cast<int>(t_.group_offset.size());
+    t_.group_offset.push_back(rows - w.row_begin);  // the chunk's end entry
+    t_.group_expert.push_back(-1);
+    t_.waves.push_back(w);
+  };
+  for (size_t wv = 0; wv < ls.waves.size(); ++wv) {
+    bool copies = false;
+    for (size_t i : ls.waves[wv]) copies = copies || sp.copy[i];
+    start_chunk(wv, copies);
+    for (size_t i : ls.waves[wv]) {
+      const int e = static_cast<int>(sp.plan.experts[i].key % static_cast<ExpertKey>(n_expert_));
+      for (int32_t q = t_.start[static_cast<size_t>(e)]; q < t_.start[static_cast<size_t>(e) + 1]; ++q) {
+        if (rows - w.row_begin == chunk_rows_) {
+          end_chunk();
+          start_chunk(wv, false);
+        }
+        if (open_expert != e) {  // a group opens: a new expert, or the chunk's first rows of a cut one
+          t_.group_offset.push_back(rows - w.row_begin);
+          t_.group_expert.push_back(e);
+          open_expert = e;
+          open_rows = 0;
+        }
+        const int32_t p = t_.by_expert[static_cast<size_t>(q)];
+        t_.token_of_row[static_cast<size_t>(rows)] = p / k_;
+        t_.pair_of_row[static_cast<size_t>(rows)] = p;
+        ++rows;
+        w.max_rows = std::max(w.max_rows, ++open_rows);
+      }
+      open_expert = -1;  // the next expert opens its own group
+    }
+    end_chunk();
+  }
+  t_.rows = rows;
+  t_.groups = static_cast<int>(t_.group_offset.size());
 }
 
 const LayerSchedule& MoeStep::plan(uint64_t step, int layer, const int32_t* ids, int n, bool gated_layer,

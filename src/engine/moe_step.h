@@ -25,11 +25,11 @@ namespace ms {
 
 // One wave's part of the device rows.
 struct MoeWave {
-  size_t index = 0;                    // into LayerSchedule::waves
+  size_t index = 0;                    // into LayerSchedule::waves (row chunks of one wave share it)
   int row_begin = 0, row_end = 0;      // device rows [row_begin, row_end)
   int group_begin = 0, group_end = 0;  // groups (one expert each) [group_begin, group_end)
   int max_rows = 1;                    // rows of the wave's largest group
-  bool copies = false;                 // some expert of the wave is copied in this step
+  bool copies = false;                 // some expert of the wave is copied in this step (its first chunk)
   int prompt_group = -1;               // the prompt stage's copy group it waits for (-1: none)
 };
 
@@ -43,8 +43,12 @@ struct MoeStepTables {
   // Device rows in wave order.
   int rows = 0, groups = 0;
   std::vector<int32_t> token_of_row, pair_of_row;  // [rows]
-  std::vector<int32_t> group_offset;               // [groups + 1]: first row of each group, then rows
-  std::vector<int32_t> group_expert;               // [groups]
+  // Unchunked: [groups + 1], the first row of each group, then rows.
+  // Chunked (MoeStep::set_chunk_rows): each chunk's groups are followed by
+  // one end entry (its row count; group_expert -1 there), and offsets count
+  // from the chunk's first row, so a chunk-sized buffer takes its rows at 0.
+  std::vector<int32_t> group_offset;
+  std::vector<int32_t> group_expert;  // [groups] (chunked: with the end entries)
   std::vector<MoeWave> waves;
   // Host tier.
   std::vector<ExpertWork> host_work;
@@ -78,17 +82,28 @@ class MoeStep {
 
   const MoeStepTables& tables() const { return t_; }
 
+  // Row chunks (issue #29): a wave of more than `rows` device rows becomes
+  // several MoeWave of at most `rows` each (an expert's rows may be cut
+  // between two), so the device tier's per-row buffers (gathered input,
+  // gate/up, compact output) need `rows` rows instead of a whole pass's
+  // pairs. The wave's copies come with its first chunk. 0 (the default):
+  // one MoeWave per wave, offsets from the pass's first row.
+  void set_chunk_rows(int rows) { chunk_rows_ = rows < 0 ? 0 : rows; }
+  int chunk_rows() const { return chunk_rows_; }
+
  private:
   void group(int layer, const int32_t* ids, int n);
   // Host work of the schedule's host-tier experts (all of them without a
   // schedule); device-tier experts pointed at their slots.
   void split(int layer, const LayerSchedule* ls, bool rows_at_pair, MoeTiers* tiers);
   void build_rows(const LayerSchedule& ls);
+  void build_chunked_rows(const LayerSchedule& ls);
 
   int n_expert_, k_;
   StepScheduler* sched_;
   MoeStepTables t_;
   std::vector<int32_t> cursor_;
+  int chunk_rows_ = 0;
 };
 
 }  // namespace ms

@@ -122,12 +122,27 @@ class FakeTiers : public MoeTiers {
       if (sp.copy[i]) EXPECT_TRUE(copied_.count(i)) << "expert " << i << " computed before its copy";
     if (w.copies) EXPECT_TRUE(copied_waves_.count(w.index));
     const MoeStepTables& t = *tables_;
-    EXPECT_EQ(w.group_end - w.group_begin, static_cast<int>(wave.size()));
+    // Chunked: offsets count from the chunk's first row, and an end entry
+    // follows the chunk's groups.
+    const int base = chunk_rows_ > 0 ? w.row_begin : 0;
+    if (chunk_rows_ > 0) {
+      EXPECT_LE(w.row_end - w.row_begin, chunk_rows_);
+      EXPECT_EQ(t.group_offset[static_cast<size_t>(w.group_end)], w.row_end - w.row_begin);
+      EXPECT_EQ(t.group_expert[static_cast<size_t>(w.group_end)], -1);
+    } else {
+      EXPECT_EQ(w.group_end - w.group_begin, static_cast<int>(wave.size()));
+    }
+    std::set<int> of_wave;
+    for (size_t i : wave) of_wave.insert(static_cast<int>(sp.plan.experts[i].key % kExperts));
     for (int g = w.group_begin; g < w.group_end; ++g) {
       const int e = t.group_expert[static_cast<size_t>(g)];
-      EXPECT_EQ(e, static_cast<int>(sp.plan.experts[wave[static_cast<size_t>(g - w.group_begin)]].key % kExperts));
+      if (chunk_rows_ == 0)
+        EXPECT_EQ(e, static_cast<int>(sp.plan.experts[wave[static_cast<size_t>(g - w.group_begin)]].key % kExperts));
+      EXPECT_TRUE(of_wave.count(e)) << "expert " << e << " is not in the wave";
       EXPECT_LE(t.group_offset[static_cast<size_t>(g) + 1] - t.group_offset[static_cast<size_t>(g)], w.max_rows);
-      for (int row = t.group_offset[static_cast<size_t>(g)]; row < t.group_offset[static_cast<size_t>(g) + 1]; ++row) {
+      EXPECT_LT(t.group_offset[static_cast<size_t>(g)], t.group_offset[static_cast<size_t>(g) + 1]);
+      for (int row = base + t.group_offset[static_cast<size_t>(g)]; row < base + t.group_offset[static_cast<size_t>(g) + 1];
+           ++row) {
         EXPECT_GE(row, w.row_begin);
         EXPECT_LT(row, w.row_end);
         const int p = t.pair_of_row[static_cast<size_t>(row)];
@@ -183,6 +198,7 @@ class FakeTiers : public MoeTiers {
   int n_;
   bool kernels_take_;
   const MoeStepTables* tables_ = nullptr;
+  int chunk_rows_ = 0;
   const StepPlan* sp_ = nullptr;
   std::vector<float> y_, host_y_, h_;
   std::vector<int> computed_, tier_of_pair_;
@@ -210,7 +226,7 @@ struct Case {
 uint64_t all_host_pairs = 0, all_device_pairs = 0;
 
 // Runs `steps` passes of n tokens over every layer, checking each layer step.
-void check_steps(const Case& cs, int n, int steps, bool kernels_take, uint32_t seed) {
+void check_steps(const Case& cs, int n, int steps, bool kernels_take, uint32_t seed, int chunk_rows = 0) {
   SCOPED_TRACE("policy " + cs.policy + ", " + std::to_string(cs.cache_slots) + " slots, n " + std::to_string(n) +
                ", cpu " + std::to_string(cs.cpu_gbps) + (kernels_take ? ", decode kernels" : ""));
   StepScheduler sched(options(cs.cache_slots, cs.transit, cs.policy));
@@ -220,6 +236,7 @@ void check_steps(const Case& cs, int n, int steps, bool kernels_take, uint32_t s
   sched.set_cost(cost);
   sched.initial_placement();
   MoeStep step(kExperts, kTopK, &sched);
+  step.set_chunk_rows(chunk_rows);
   std::mt19937 rng(seed);
   uint64_t host_pairs = 0, device_pairs = 0;
   for (int s = 0; s < steps; ++s) {
@@ -229,7 +246,11 @@ void check_steps(const Case& cs, int n, int steps, bool kernels_take, uint32_t s
       const Routes r = random_routes(rng, n);
       FakeTiers tiers(r, n, kernels_take);
       tiers.tables_ = &step.tables();
+      tiers.chunk_rows_ = chunk_rows;
       step.run(static_cast<uint64_t>(s), layer, n, tiers);
+      // Chunked: every chunk within the bound, and a wave longer than it cut.
+      if (chunk_rows > 0)
+        for (const MoeWave& w : step.tables().waves) EXPECT_LE(w.row_end - w.row_begin, chunk_rows);
       // Every pair once, by the tier the plan chose.
       ASSERT_NE(tiers.sp_, nullptr);
       std::map<int, Tier> tier_of_expert;
@@ -292,6 +313,46 @@ TEST(MoeStep, PromptSizesEveryPairOnceInItsTier) {
     for (int n : {2, 7, 33, 130}) check_steps(cs, n, 2, false, seed++);
   EXPECT_GT(all_host_pairs, 0u);
   EXPECT_GT(all_device_pairs, 0u);
+}
+
+// Row chunks (#29): every pair once in its tier, chunks within the bound,
+// offsets from each chunk's first row, the wave's copies before its first
+// chunk, the result bit for bit.
+TEST(MoeStep, RowChunksKeepEveryPairOnce) {
+  uint32_t seed = 300;
+  for (const Case& cs : kCases)
+    for (int chunk : {1, 3, 8, 50})
+      for (int n : {1, 7, 33, 130}) check_steps(cs, n, 2, false, seed++, chunk);
+}
+
+// A wave longer than the chunk is cut: more MoeWave than the schedule's waves.
+TEST(MoeStep, LongWavesAreCutIntoChunks) {
+  StepScheduler sched(options(32, 4, "lru"));
+  CostModel cost;
+  cost.cpu_gbps = 0.001;
+  cost.cpu_gflops = 0.001;
+  sched.set_cost(cost);
+  sched.initial_placement();
+  MoeStep step(kExperts, kTopK, &sched);
+  step.set_chunk_rows(16);
+  std::mt19937 rng(11);
+  const int n = 64;
+  const Routes r = random_routes(rng, n);
+  FakeTiers tiers(r, n, false);
+  tiers.tables_ = &step.tables();
+  tiers.chunk_rows_ = 16;
+  sched.begin_pass(n, false);
+  step.run(0, 1, n, tiers);
+  sched.end_pass();
+  const MoeStepTables& t = step.tables();
+  EXPECT_EQ(t.rows, n * kTopK);  // every pair on the device
+  EXPECT_GE(t.waves.size(), static_cast<size_t>(n * kTopK / 16));
+  int copying = 0;
+  for (const MoeWave& w : t.waves) copying += w.copies;
+  std::set<size_t> waves;
+  for (const MoeWave& w : t.waves) waves.insert(w.index);
+  EXPECT_LE(copying, static_cast<int>(waves.size()));  // a wave's copies once, with its first chunk
+  EXPECT_EQ(tiers.h_, reference(r, n));
 }
 
 // The CPU has host work in some case: the split is not vacuous.
