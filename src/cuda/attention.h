@@ -39,6 +39,10 @@ struct AttentionExtras {
 // chunks processed by separate blocks, then merged (log-sum-exp).
 // kv_len (device, optional) overrides max_kv_len at run time, so one captured
 // graph serves every step; max_kv_len (host) sizes the launch and the scratch.
+// The kernels are programmatic dependent launches (cuda/pdl.cuh) that read
+// kv_len, and past 1024 positions the cache rows before kv_len - 1, before
+// they wait for the kernel ahead of them: that kernel may write q and the
+// step's own row (kv_len - 1) only.
 // scratch: zero-filled before its first use (it starts with counters that
 // every call leaves at zero), then reused by every call as is.
 size_t attention_decode_scratch_bytes(const AttentionShape& s, int max_kv_len);

@@ -21,7 +21,7 @@
 // Long contexts over f16 and q8_0 caches (more than decode_long::kMinLen
 // visible positions, shapes decode_long::usable takes): the tensor-core
 // flash-decoding kernel of attention_decode_long.cu writes the partials and
-// the merge kernel below combines them; the fast path's long geometry then
+// its merge kernel combines them; the fast path's long geometry then
 // serves f32 caches and the shapes it does not take.
 //
 // Generic path (any even head_dim, any group up to 16): fixed chunks of
@@ -31,6 +31,10 @@
 // kv_len - window .. kv_len - 1 only (fewer splits; the start follows the
 // device kv_len). Sinks: one more logit per head in the merge's max and
 // denominator (a split's partials do not carry it).
+//
+// The fast path's kernels and the long kernel's are programmatic dependent
+// launches (pdl.cuh): they wait for the kernel before them (q, this step's K
+// and V row) and let the one after them launch early.
 //
 // Every kernel is templated on the cache's element type T (__half, float or
 // Q8_0 blocks, kv_elem.cuh: rows addressed in units of T, elements read by
@@ -44,6 +48,7 @@
 #include "cuda/attention_decode_long.h"
 #include "cuda/common.cuh"
 #include "cuda/last_block.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/device.h"
 #include "cuda/kv_elem.cuh"
 #include "util/error.h"
@@ -332,6 +337,9 @@ __global__ void __launch_bounds__(kFastWarps * 32) attn_decode_fast_kernel(
   const int t0 = start + split * chunk, t1 = min(kv_len, t0 + chunk);
   const int h0 = kvh * G;
 
+  // programmatic dependent launch: q (and this step's K, V row) come from the kernel before
+  dev::pdl_wait();
+  dev::pdl_trigger();
   for (int i = threadIdx.x; i < G * HD; i += kFastWarps * 32) q_s[i] = q[static_cast<int64_t>(h0) * HD + i] * scale_log2;
   __syncthreads();
   const float* qw = q_s + hw * GW * HD;
@@ -448,6 +456,8 @@ __global__ void __launch_bounds__(kMergeThreads) attn_decode_fast_merge_kernel(c
   extern __shared__ float wsh[];  // [n_split] weights, then [segments][hd] partial sums
   __shared__ float red[32];
   const int h = blockIdx.x;
+  dev::pdl_wait();  // the partials come from the kernel before
+  dev::pdl_trigger();
   const float2* mlh = part_ml + static_cast<int64_t>(h) * n_split;
   float M = kNegBig;
   for (int s = threadIdx.x; s < n_split; s += kMergeThreads) M = fmaxf(M, mlh[s].x);
@@ -497,13 +507,13 @@ void launch_fast(const AttentionShape& s, const float* q, const T* kc, const T* 
   const float sl = s.scale * kLog2e;
   if constexpr (G * HD <= 4096) {
     if (split_heads(G, HD, visible_len(max_kv_len, x.window))) {
-      attn_decode_fast_kernel<T, G, HD, true><<<grid, kFastWarps * 32, 0, stream>>>(
-          q, kc, vc, s.ctx, max_kv_len, kv_len, sl, x.sinks, x.window, n_split, o.part_o, o.part_ml, o.counters,
-          o.out);
+      MS_CUDA_CHECK(launch_pdl(attn_decode_fast_kernel<T, G, HD, true>, grid, dim3(kFastWarps * 32), 0, stream, q, kc,
+                               vc, s.ctx, max_kv_len, kv_len, sl, x.sinks, x.window, n_split, o.part_o, o.part_ml,
+                               o.counters, o.out));
     } else if constexpr (G * HD <= 2048) {
-      attn_decode_fast_kernel<T, G, HD, false><<<grid, kFastWarps * 32, 0, stream>>>(
-          q, kc, vc, s.ctx, max_kv_len, kv_len, sl, x.sinks, x.window, n_split, o.part_o, o.part_ml, o.counters,
-          o.out);
+      MS_CUDA_CHECK(launch_pdl(attn_decode_fast_kernel<T, G, HD, false>, grid, dim3(kFastWarps * 32), 0, stream, q,
+                               kc, vc, s.ctx, max_kv_len, kv_len, sl, x.sinks, x.window, n_split, o.part_o,
+                               o.part_ml, o.counters, o.out));
     }
   }
 }
@@ -599,9 +609,7 @@ void decode_impl(const AttentionShape& s, const float* q, const T* kc, const T* 
       const int ns = decode_long::splits(s, len, std::is_same_v<T, BlockQ8_0>);
       const Scratch sc = scratch_layout(s, ns, scratch);
       decode_long::launch(s, q, ke, ve, max_kv_len, kv_len, x.window, ns, sc.part_o, sc.part_ml, stream);
-      attn_decode_fast_merge_kernel<<<s.n_head, kMergeThreads, sizeof(float) * (ns + kMergeThreads), stream>>>(
-          sc.part_o, sc.part_ml, s.head_dim, ns, x.sinks, out);
-      MS_CUDA_CHECK_LAUNCH();
+      decode_long::merge(s, sc.part_o, sc.part_ml, ns, x.sinks, out, stream);
       return;
     }
   }
@@ -620,9 +628,9 @@ void decode_impl(const AttentionShape& s, const float* q, const T* kc, const T* 
     }
     MS_CUDA_CHECK_LAUNCH();
     if (fused) return;
-    attn_decode_fast_merge_kernel<<<s.n_head, kMergeThreads, sizeof(float) * (ns + kMergeThreads), stream>>>(
-        sc.part_o, sc.part_ml, s.head_dim, ns, x.sinks, out);
-    MS_CUDA_CHECK_LAUNCH();
+    MS_CUDA_CHECK(launch_pdl(attn_decode_fast_merge_kernel, dim3(s.n_head), dim3(kMergeThreads),
+                             sizeof(float) * (ns + kMergeThreads), stream, sc.part_o, sc.part_ml, s.head_dim, ns,
+                             x.sinks, out));
     return;
   }
   const int ns = n_splits(len);

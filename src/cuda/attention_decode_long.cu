@@ -38,6 +38,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/device.h"
+#include "cuda/pdl.cuh"
 
 namespace ms::cuda::decode_long {
 namespace {
@@ -170,9 +171,10 @@ __device__ __forceinline__ void dequant_tile(const BlockQ8_0* head, int p0, int 
 #pragma unroll
   for (int k = 0; k < kTile * kChunks / 32; ++k) {
     const int i = lane + 32 * k, r = i / kChunks, c = i % kChunks;
-    uint4 packed = make_uint4(0, 0, 0, 0);
-    if (r < rows) {
-      // 34-byte blocks: 2-byte aligned, read by halves
+    {
+      // 34-byte blocks: 2-byte aligned, read by halves. Rows past the copy
+      // hold stale bytes: computed anyway (no branch, so that the loads of
+      // every item can go out together), then replaced by zeros.
       const unsigned char* blk = base + r * kRow + (c / 4) * static_cast<int>(sizeof(BlockQ8_0));
       const auto* qs = reinterpret_cast<const unsigned short*>(blk + 2 + (c % 4) * 8);
       const __half d = __ushort_as_half(*reinterpret_cast<const unsigned short*>(blk));
@@ -184,9 +186,9 @@ __device__ __forceinline__ void dequant_tile(const BlockQ8_0* head, int p0, int 
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         h[e] = half2_bits(__hmul2(__hsub2(*reinterpret_cast<const __half2*>(&h[e]), bias), d2));
-      packed = make_uint4(h[0], h[1], h[2], h[3]);
+      const uint4 packed = r < rows ? make_uint4(h[0], h[1], h[2], h[3]) : make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(dst + swz<HD>(r, c)) = packed;
     }
-    *reinterpret_cast<uint4*>(dst + swz<HD>(r, c)) = packed;
   }
 }
 
@@ -219,6 +221,38 @@ __global__ void __launch_bounds__(kThreads) decode_long_kernel(
   const int t0 = start + split * chunk, t1 = min(kv_len, t0 + chunk);
   const int h0 = kvh * group;
 
+  // This warp's tiles: j-th at t0 + (warp + 4 j) * 16.
+  unsigned char* wbuf = warps_area + warp * Lay::kWarpBytes;
+  const int n_tiles = t1 > t0 ? (t1 - t0 + kTile - 1) / kTile : 0;
+  const int my_tiles = n_tiles > warp ? (n_tiles - warp + kWarps - 1) / kWarps : 0;
+  const T* khead = kc + static_cast<int64_t>(kvh) * ctx * U;
+  const T* vhead = vc + static_cast<int64_t>(kvh) * ctx * U;
+  auto tile_pos = [&](int j) { return t0 + (warp + j * kWarps) * kTile; };
+  auto issue = [&](int j) {  // one commit group per call, empty past the last tile
+    if (j < my_tiles) {
+      const int p0 = tile_pos(j);
+      unsigned char* st = wbuf + (j % S) * Lay::kStage;
+      if constexpr (Lay::kQ8) {
+        copy_raw_tile<HD>(khead, p0, t1, st, lane);
+        copy_raw_tile<HD>(vhead, p0, t1, st + Lay::kRawTile, lane);
+      } else {
+        copy_f16_tile<HD>(khead, p0, t1, st, lane);
+        copy_f16_tile<HD>(vhead, p0, t1, st + Lay::kF16Tile, lane);
+      }
+    }
+    cp_async_commit();
+  };
+  // The first tiles go out before q is read and before the wait for the
+  // kernel before (programmatic dependent launch: it may still be running).
+  // That kernel may write q and this step's own K and V row (kv_len - 1),
+  // nothing else this kernel reads: a tile holding that row waits (it is the
+  // last of its split, so the ones after it are empty). kv_len itself was
+  // written before the step's kernels began.
+  int pre = 0;
+  while (pre < S - 1 && (pre >= my_tiles || tile_pos(pre) + kTile <= kv_len - 1)) issue(pre++);
+  dev::pdl_wait();
+  dev::pdl_trigger();
+
   // q as A fragments (hi rows, lo rows), pre-scaled into the exp2 domain
   for (int i = threadIdx.x; i < MT * KC * 32; i += kThreads) {
     const int l = i % 32, c = (i / 32) % KC, mt = i / (32 * KC);
@@ -231,30 +265,8 @@ __global__ void __launch_bounds__(kThreads) decode_long_kernel(
     }
     q_frag[i] = f;
   }
+  for (int j = pre; j < S - 1; ++j) issue(j);
   __syncthreads();
-
-  // This warp's tiles: j-th at t0 + (warp + 4 j) * 16.
-  unsigned char* wbuf = warps_area + warp * Lay::kWarpBytes;
-  const int n_tiles = t1 > t0 ? (t1 - t0 + kTile - 1) / kTile : 0;
-  const int my_tiles = n_tiles > warp ? (n_tiles - warp + kWarps - 1) / kWarps : 0;
-  const T* khead = kc + static_cast<int64_t>(kvh) * ctx * U;
-  const T* vhead = vc + static_cast<int64_t>(kvh) * ctx * U;
-  auto issue = [&](int j) {  // one commit group per call, empty past the last tile
-    if (j < my_tiles) {
-      const int p0 = t0 + (warp + j * kWarps) * kTile;
-      unsigned char* st = wbuf + (j % S) * Lay::kStage;
-      if constexpr (Lay::kQ8) {
-        copy_raw_tile<HD>(khead, p0, t1, st, lane);
-        copy_raw_tile<HD>(vhead, p0, t1, st + Lay::kRawTile, lane);
-      } else {
-        copy_f16_tile<HD>(khead, p0, t1, st, lane);
-        copy_f16_tile<HD>(vhead, p0, t1, st + Lay::kF16Tile, lane);
-      }
-    }
-    cp_async_commit();
-  };
-#pragma unroll
-  for (int j = 0; j < S - 1; ++j) issue(j);
 
   float o[MT][DT][4], m[MT], l[MT];
 #pragma unroll
@@ -273,7 +285,7 @@ __global__ void __launch_bounds__(kThreads) decode_long_kernel(
     issue(j + S - 1);
     cp_async_wait<S - 1>();  // tile j's group is complete (for this lane's copies)
     __syncwarp();            // ... and every lane's
-    const int p0 = t0 + (warp + j * kWarps) * kTile;
+    const int p0 = tile_pos(j);
     const unsigned char* st = wbuf + (j % S) * Lay::kStage;
     const unsigned char* kt = st;
     const unsigned char* vt = st + Lay::kF16Tile;
@@ -400,6 +412,49 @@ __global__ void __launch_bounds__(kThreads) decode_long_kernel(
 #endif
 }
 
+// The splits' partials -> out: block (query head, 32 dims), 8 warps each
+// summing a strided share of the splits for its lane's dim (weights
+// 2^(m_s - M), M over every split and the sink), then the warps' sums.
+// Launched as a dependent of the split kernel: waits for it, then lets the
+// kernel after it launch.
+constexpr int kMergeWarps = 8;
+__global__ void __launch_bounds__(kMergeWarps * 32) merge_kernel(const float* __restrict__ part_o,
+                                                                 const float2* __restrict__ part_ml, int hd,
+                                                                 int n_split, const float* __restrict__ sinks,
+                                                                 float* __restrict__ out) {
+  __shared__ float acc_s[kMergeWarps][32], l_s[kMergeWarps];
+  dev::pdl_wait();
+  dev::pdl_trigger();
+  const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int d = blockIdx.y * 32 + lane;
+  const float2* ml = part_ml + static_cast<int64_t>(h) * n_split;
+  const float sink = sinks ? __ldg(sinks + h) * kLog2e : kNegBig;
+  float M = sink;
+  for (int s = lane; s < n_split; s += 32) M = fmaxf(M, ml[s].x);
+  M = dev::warp_max(M);
+  const float* po = part_o + static_cast<int64_t>(h) * n_split * hd + d;
+  float acc = 0.f, L = 0.f;
+#pragma unroll 4
+  for (int s = warp; s < n_split; s += kMergeWarps) {
+    const float2 v = ml[s];
+    const float w = exp2f(v.x - M);
+    L += v.y * w;
+    acc += po[static_cast<int64_t>(s) * hd] * w;
+  }
+  acc_s[warp][lane] = acc;
+  if (lane == 0) l_s[warp] = L;
+  __syncthreads();
+  if (warp == 0) {
+    float a = 0.f, l = sinks ? exp2f(sink - M) : 0.f;
+#pragma unroll
+    for (int w = 0; w < kMergeWarps; ++w) {
+      a += acc_s[w][lane];
+      l += l_s[w];
+    }
+    out[static_cast<int64_t>(h) * hd + d] = l > 0.f ? a / l : 0.f;
+  }
+}
+
 // ------------------------------------------------------------------ host side
 template <int V>
 using Int = std::integral_constant<int, V>;
@@ -487,11 +542,10 @@ void launch_impl(const AttentionShape& s, const float* q, const T* kc, const T* 
     constexpr int MT = decltype(mt)::value, HD = decltype(hd)::value;
     blocks_per_sm<T, MT, HD>();  // the shared-memory opt-in
     constexpr int smem = Layout<T, HD>::template smem<MT>();
-    decode_long_kernel<T, MT, HD><<<dim3(n_split, s.n_kv), kThreads, smem, stream>>>(
-        q, kc, vc, s.n_head / s.n_kv, s.ctx, max_kv_len, kv_len, s.scale * kLog2e, window, n_split, part_o,
-        part_ml);
+    MS_CUDA_CHECK(launch_pdl(decode_long_kernel<T, MT, HD>, dim3(n_split, s.n_kv), dim3(kThreads), smem, stream, q,
+                             kc, vc, s.n_head / s.n_kv, s.ctx, max_kv_len, kv_len, s.scale * kLog2e, window,
+                             n_split, part_o, part_ml));
   });
-  MS_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -527,6 +581,12 @@ void launch(const AttentionShape& s, const float* q, const BlockQ8_0* k_cache, c
             int max_kv_len, const int32_t* kv_len, int window, int n_split, float* part_o, float2* part_ml,
             cudaStream_t stream) {
   launch_impl(s, q, k_cache, v_cache, max_kv_len, kv_len, window, n_split, part_o, part_ml, stream);
+}
+
+void merge(const AttentionShape& s, const float* part_o, const float2* part_ml, int n_split, const float* sinks,
+           float* out, cudaStream_t stream) {
+  MS_CUDA_CHECK(launch_pdl(merge_kernel, dim3(s.n_head, s.head_dim / 32), dim3(kMergeWarps * 32), 0, stream, part_o,
+                           part_ml, s.head_dim, n_split, sinks, out));
 }
 
 }  // namespace ms::cuda::decode_long

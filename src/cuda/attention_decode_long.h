@@ -2,10 +2,11 @@
 // used by attention_decode (attention_decode.cu) for f16 and q8_0 caches when
 // the visible length passes kMinLen. Internal to the CUDA kernels.
 //
-// It writes the same partials as the split-K fast path: per query head h and
-// split s, an unnormalised output part_o[h][s][head_dim] with its {max (log2
-// units), sum} in part_ml[h][s]; attention_decode's merge kernel turns them
-// into the output (and adds the sinks).
+// launch() writes partials: per query head h and split s, an unnormalised
+// output part_o[h][s][head_dim] with its {max (log2 units), sum} in
+// part_ml[h][s]; merge() turns them into the output (and adds the sinks).
+// Both are programmatic dependent launches (pdl.cuh): each waits for the
+// kernel before it and lets the one after it launch early.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -42,5 +43,10 @@ void launch(const AttentionShape& s, const float* q, const uint16_t* k_cache, co
 void launch(const AttentionShape& s, const float* q, const BlockQ8_0* k_cache, const BlockQ8_0* v_cache,
             int max_kv_len, const int32_t* kv_len, int window, int n_split, float* part_o, float2* part_ml,
             cudaStream_t stream);
+
+// out [n_head][head_dim] from launch()'s n_split partials, with the sinks
+// (device [n_head] or null, as AttentionExtras::sinks).
+void merge(const AttentionShape& s, const float* part_o, const float2* part_ml, int n_split, const float* sinks,
+           float* out, cudaStream_t stream);
 
 }  // namespace ms::cuda::decode_long
