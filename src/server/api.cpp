@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "server/json_limits.h"
+#include "server/structured_output.h"
 #include "util/error.h"
 
 namespace ms::server {
@@ -274,6 +275,8 @@ CompletionRequest parse_request(const std::string& text, bool chat, const JsonLi
     if (!tools->is_array()) bad("tools", "must be an array");
     if (!tools->empty()) r.template_kwargs["tools"] = *tools;
   }
+  r.grammar = parse_response_format(body);
+  r.top_logprobs = parse_logprobs(body, chat);
   return r;
 }
 

@@ -6,6 +6,7 @@
 // checks `moestream run` applies to its flags.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 
 #include "engine/generate.h"
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "server/json_limits.h"
 
 namespace ms::server {
@@ -50,6 +52,10 @@ struct CompletionRequest {
   // chat_template_kwargs (e.g. enable_thinking), plus `tools` when the request
   // offers some: what the chat template sees besides messages.
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
+  // response_format: the grammar the answer is sampled under (null: free
+  // text) and logprobs: -1 off, else top_logprobs (0..20). server/structured_output.h
+  std::shared_ptr<const grammar::Grammar> grammar;
+  int top_logprobs = -1;
 };
 
 // Parses and checks a request body. `chat` selects which endpoint's fields

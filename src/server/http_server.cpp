@@ -72,6 +72,7 @@ thread_local AccessInfo t_access;
 const char* allowed_methods(const std::string& path) {
   if (path == "/v1/chat/completions" || path == "/v1/completions") return "POST";
   if (path == "/v1/models" || path == "/health" || path == "/metrics") return "GET, HEAD";
+  if (path.rfind("/v1/models/", 0) == 0 && path.size() > 11) return "GET, HEAD";
   return "";
 }
 
@@ -205,6 +206,7 @@ struct HttpServer::Impl {
       const char* endpoint = "other";
       for (const char* k : known)
         if (req.path == k) endpoint = k;
+      if (req.path.rfind("/v1/models/", 0) == 0) endpoint = "/v1/models/{id}";
       metrics.request(endpoint, res.status);
       if (opt.access_log) log_access(req, res);
       t_access = AccessInfo{};
@@ -226,9 +228,19 @@ struct HttpServer::Impl {
     svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       ConnectionPool::request_read();
       if (!authorized(req, res)) return;
-      json m = {{"id", opt.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "moestream"},
-                {"meta", {{"n_ctx", sched.ctx()}, {"n_vocab", tok.n_tokens()}}}};
-      res.set_content(text(json{{"object", "list"}, {"data", json::array({m})}}), "application/json");
+      res.set_content(text(json{{"object", "list"}, {"data", json::array({model_json()})}}), "application/json");
+    });
+    // One model by id (OpenAI's retrieve): the served model, or 404.
+    svr.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+      ConnectionPool::request_read();
+      if (!authorized(req, res)) return;
+      const std::string want = req.matches[1];
+      if (want != opt.model_name) {
+        send_error(res, ApiError(404, "the model '" + want + "' does not exist (this server serves '" + opt.model_name + "')",
+                                 "invalid_request_error", "model", "model_not_found"));
+        return;
+      }
+      res.set_content(text(model_json()), "application/json");
     });
     svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
       completion(req, res, true);
@@ -236,6 +248,11 @@ struct HttpServer::Impl {
     svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       completion(req, res, false);
     });
+  }
+
+  json model_json() const {
+    return {{"id", opt.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "moestream"},
+            {"meta", {{"n_ctx", sched.ctx()}, {"n_vocab", tok.n_tokens()}}}};
   }
 
   // CORS: the Access-Control-Allow-Origin a response to `req` carries ("":
@@ -300,6 +317,13 @@ struct HttpServer::Impl {
       job.sampling = r.sampling;
       job.gen = r.gen;
       job.stop = r.stop;
+      job.grammar = r.grammar;
+      job.top_logprobs = r.top_logprobs;
+      if (r.grammar && is_chat && harmony)
+        throw ApiError(400,
+                       "'response_format' is not supported for this model: its answers come in harmony channels "
+                       "(gpt-oss)",
+                       "invalid_request_error", "response_format");
       job.separate_reasoning = is_chat && r.separate_reasoning;
       job.starts_in_reasoning = job.separate_reasoning && prompt_opens_think(text);
       job.harmony = is_chat && harmony;
@@ -319,11 +343,13 @@ struct HttpServer::Impl {
              const std::string& id, int64_t created, const std::string& model) {
     std::string content, reasoning;
     json tool_calls = json::array();
+    std::vector<LogprobEntry> logprobs;
     Update u;
     do {
       // A client that hung up no longer wants the answer: free its slot.
       if (ConnectionPool::client_gone()) req->cancel();
       u = req->take(std::chrono::milliseconds(250));
+      for (LogprobEntry& e : u.logprobs) logprobs.push_back(std::move(e));
       content += u.content;
       reasoning += u.reasoning;
       for (const HarmonyToolCall& c : u.tool_calls)
@@ -343,6 +369,7 @@ struct HttpServer::Impl {
     } else {
       choice["text"] = content;
     }
+    if (r.top_logprobs >= 0) choice["logprobs"] = logprobs_json(logprobs);
     json out = {{"id", id},
                 {"object", r.chat ? "chat.completion" : "text_completion"},
                 {"created", created},
@@ -374,9 +401,11 @@ struct HttpServer::Impl {
             return false;
           };
           if (is_chat && !send(sse(chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}})))) return false;
+          std::vector<LogprobEntry> logprobs;  // not yet sent: they go with the next chunk
           size_t n_calls = 0;  // tool calls sent (harmony)
           for (;;) {
             Update u = req->take(std::chrono::milliseconds(1000));
+            for (LogprobEntry& e : u.logprobs) logprobs.push_back(std::move(e));
             if (!u.content.empty() || !u.reasoning.empty() || !u.tool_calls.empty()) {
               json c;
               if (is_chat) {
@@ -392,6 +421,7 @@ struct HttpServer::Impl {
               } else {
                 c = chunk({{"text", u.content}, {"logprobs", nullptr}});
               }
+              if (is_chat && !logprobs.empty()) c["choices"][0]["logprobs"] = logprobs_json(logprobs), logprobs.clear();
               if (!send(sse(c))) return false;
             } else if (!u.done) {
               // Nothing yet (queued, or a long prefill): an SSE comment, which
@@ -410,6 +440,7 @@ struct HttpServer::Impl {
               const std::string reason = n_calls > 0 && u.finish_reason == "stop" ? "tool_calls" : u.finish_reason;
               json last = is_chat ? chunk({{"delta", json::object()}, {"finish_reason", reason}})
                                   : chunk({{"text", ""}, {"logprobs", nullptr}, {"finish_reason", u.finish_reason}});
+              if (is_chat && !logprobs.empty()) last["choices"][0]["logprobs"] = logprobs_json(logprobs);
               if (include_usage) last["usage"] = nullptr;
               if (!send(sse(last))) return false;
               if (include_usage) {

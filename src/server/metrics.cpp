@@ -57,6 +57,29 @@ void Metrics::set_experts(const ExpertMetrics& e) {
   experts_ = e;
 }
 
+void Metrics::Histogram::add(double v) {
+  size_t i = 0;
+  while (i < bounds.size() && v > bounds[i]) ++i;
+  ++counts[i];
+  sum += v;
+  ++n;
+}
+
+void Metrics::decode_step(size_t batch) {
+  std::lock_guard lk(m_);
+  batch_.add(static_cast<double>(batch));
+}
+
+void Metrics::time_to_first_token(double seconds) {
+  std::lock_guard lk(m_);
+  ttft_.add(seconds);
+}
+
+void Metrics::slot_tokens_per_second(int slot, double rate) {
+  std::lock_guard lk(m_);
+  slot_rate_[slot] = rate;
+}
+
 double Metrics::tokens_per_second(double window) const {
   std::lock_guard lk(m_);
   const auto now = Clock::now();
@@ -101,6 +124,28 @@ std::string Metrics::render() const {
   value("moestream_requests_cancelled_total", static_cast<double>(cancelled_));
   metric("moestream_tokens_per_second", "gauge", "generated tokens per second over the last 10 s, all slots");
   value("moestream_tokens_per_second", tps);
+  auto histogram = [&](const char* name, const Histogram& h) {
+    uint64_t cum = 0;
+    for (size_t i = 0; i <= h.bounds.size(); ++i) {
+      cum += h.counts[i];
+      if (i < h.bounds.size()) std::snprintf(line, sizeof line, "%s_bucket{le=\"%g\"} %llu\n", name, h.bounds[i], static_cast<unsigned long long>(cum));
+      else std::snprintf(line, sizeof line, "%s_bucket{le=\"+Inf\"} %llu\n", name, static_cast<unsigned long long>(cum));
+      out += line;
+    }
+    std::snprintf(line, sizeof line, "%s_sum %.17g\n%s_count %llu\n", name, h.sum, name, static_cast<unsigned long long>(h.n));
+    out += line;
+  };
+  metric("moestream_decode_batch_size", "histogram", "sequences decoded together per scheduler step");
+  histogram("moestream_decode_batch_size", batch_);
+  metric("moestream_time_to_first_token_seconds", "histogram",
+         "from a request's arrival to its first sampled token (queue wait and prefill included)");
+  histogram("moestream_time_to_first_token_seconds", ttft_);
+  metric("moestream_slot_tokens_per_second", "gauge",
+         "each slot's decode rate over its running or last request (tokens after the first / time since it)");
+  for (const auto& [slot, rate] : slot_rate_) {
+    std::snprintf(line, sizeof line, "moestream_slot_tokens_per_second{slot=\"%d\"} %.17g\n", slot, rate);
+    out += line;
+  }
   metric("moestream_queue_depth", "gauge", "requests waiting for a slot");
   value("moestream_queue_depth", static_cast<double>(queued_));
   metric("moestream_active_slots", "gauge", "slots generating now");

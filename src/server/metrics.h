@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "experts/telemetry.h"
 
@@ -46,6 +47,14 @@ class Metrics {
   // worker sets this after its passes and a scrape reads the copy.
   void set_experts(const ExpertMetrics& e);
 
+  // One decode step of the scheduler over `batch` sequences (the batch size histogram).
+  void decode_step(size_t batch);
+  // Seconds from a request's arrival to its first sampled token (queue and prefill included).
+  void time_to_first_token(double seconds);
+  // A slot's decode rate: tokens after the first / seconds since the first,
+  // of its running or last request.
+  void slot_tokens_per_second(int slot, double rate);
+
   // Generated tokens per second over the last `window` seconds (all slots).
   double tokens_per_second(double window = 10.0) const;
   // The Prometheus exposition text.
@@ -62,6 +71,18 @@ class Metrics {
   mutable std::deque<Clock::time_point> recent_;
   Clock::time_point start_ = Clock::now();
   ExpertMetrics experts_;
+  // Prometheus histograms: cumulative counts per upper bound (+Inf last), sum, count.
+  struct Histogram {
+    std::vector<double> bounds;
+    std::vector<uint64_t> counts;  // per bound, not cumulative; one more for +Inf
+    double sum = 0;
+    uint64_t n = 0;
+    explicit Histogram(std::vector<double> b) : bounds(std::move(b)), counts(bounds.size() + 1, 0) {}
+    void add(double v);
+  };
+  Histogram batch_{{1, 2, 4, 8, 16, 32, 64, 128}};
+  Histogram ttft_{{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
+  std::map<int, double> slot_rate_;
 };
 
 }  // namespace ms::server

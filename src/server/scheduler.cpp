@@ -16,7 +16,8 @@ namespace ms::server {
 Update Request::take(std::chrono::milliseconds timeout) {
   std::unique_lock lk(m_);
   cv_.wait_for(lk, timeout, [&] {
-    return finished_ || !pending_.content.empty() || !pending_.reasoning.empty() || !pending_.tool_calls.empty();
+    return finished_ || !pending_.content.empty() || !pending_.reasoning.empty() || !pending_.tool_calls.empty() ||
+           !pending_.logprobs.empty();
   });
   Update u = std::move(pending_);
   pending_ = Update{};
@@ -25,6 +26,7 @@ Update Request::take(std::chrono::milliseconds timeout) {
     pending_.content.clear();
     pending_.reasoning.clear();
     pending_.tool_calls.clear();
+    pending_.logprobs.clear();
   }
   return u;
 }
@@ -36,6 +38,14 @@ void Request::post(const std::string& content, const std::string& reasoning, std
     pending_.content += content;
     pending_.reasoning += reasoning;
     for (HarmonyToolCall& c : calls) pending_.tool_calls.push_back(std::move(c));
+  }
+  cv_.notify_all();
+}
+
+void Request::post_logprob(LogprobEntry e) {
+  {
+    std::lock_guard lk(m_);
+    pending_.logprobs.push_back(std::move(e));
   }
   cv_.notify_all();
 }
@@ -100,6 +110,12 @@ struct Scheduler::Slot {
   int n_generated = 0;
   std::vector<float> logits;
   int32_t next = 0;  // the sampled token the turn's forward pass feeds
+  // response_format jobs: where the answer is in the grammar, and the mask
+  // of the tokens that may come next.
+  std::unique_ptr<grammar::Matcher> matcher;
+  std::vector<uint8_t> allowed;
+  std::chrono::steady_clock::time_point first_token{};  // when the job's first token was sampled
+  int index = 0;  // in slots_, for per-slot metrics
 };
 
 Scheduler::Scheduler(Backend& backend, const Tokenizer& tok, Options opt, Metrics* metrics)
@@ -108,6 +124,7 @@ Scheduler::Scheduler(Backend& backend, const Tokenizer& tok, Options opt, Metric
   if (opt_.ctx < 2) throw Error("--ctx must be at least 2 tokens");
   for (int i = 0; i < opt_.parallel; ++i) {
     slots_.push_back(std::make_unique<Slot>(be_.make_cache(opt_.ctx, opt_.kv_type)));
+    slots_.back()->index = i;
     const uint64_t per_slot = std::max<uint64_t>(1, slots_[0]->kv.bytes());
     if (i == 0 && opt_.max_kv_bytes > 0 && per_slot * static_cast<uint64_t>(opt_.parallel) > opt_.max_kv_bytes) {
       auto mib = [](uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; };
@@ -129,6 +146,9 @@ Scheduler::~Scheduler() { stop(); }
 
 std::shared_ptr<Request> Scheduler::submit(Job job) {
   auto req = std::make_shared<Request>();
+  job.submitted = std::chrono::steady_clock::now();
+  // A JSON answer is content from its first byte: no <think> section to split off.
+  if (job.grammar) job.separate_reasoning = job.starts_in_reasoning = false;
   if (job.prompt.empty()) {
     req->finish("error", "the prompt has no tokens", 0, 0, 0);
     return req;
@@ -196,6 +216,20 @@ void Scheduler::admit() {
     s.stop = std::make_unique<StopMatcher>(s.job.stop);
     s.think = s.job.separate_reasoning ? std::make_unique<ThinkSplitter>(s.job.starts_in_reasoning) : nullptr;
     s.harmony.reset();
+    s.matcher.reset();
+    if (s.job.grammar) {
+      if (!token_mask_) {  // once per server: the vocabulary's bytes in a trie
+        const int32_t n = tok_.n_tokens();
+        std::vector<std::string> pieces(static_cast<size_t>(n));
+        std::vector<bool> eog(static_cast<size_t>(n));
+        for (int32_t id = 0; id < n; ++id) {
+          eog[static_cast<size_t>(id)] = tok_.is_eog(id);
+          pieces[static_cast<size_t>(id)] = tok_.token_to_piece(id, false);
+        }
+        token_mask_ = std::make_unique<grammar::TokenMask>(pieces, eog);
+      }
+      s.matcher = std::make_unique<grammar::Matcher>(*s.job.grammar);
+    }
     if (s.job.harmony)
       if (const auto markers = harmony_markers(tok_)) s.harmony = std::make_unique<HarmonyParser>(tok_, *markers);
     ++active_;
@@ -231,6 +265,11 @@ void Scheduler::finish(Slot& s, const std::string& reason, const std::string& er
   s.stop.reset();
   s.think.reset();
   s.harmony.reset();
+  s.matcher.reset();
+  if (metrics_ && n_generated > 1) {
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.first_token).count();
+    if (secs > 0) metrics_->slot_tokens_per_second(s.index, (n_generated - 1) / secs);
+  }
   s.job = Job{};
   s.last_used = ++clock_;
   --active_;
@@ -263,14 +302,45 @@ bool Scheduler::step(Slot& s) {
     }
     // Corrupt weights (NaN/Inf) end the request with the reason, not with garbage text.
     check_finite_logits(s.logits, "decode step", s.n_generated);
-    const int32_t id = s.sampler->sample(s.logits.data(), n_vocab);
+    SampleOptions opt;
+    StepLogprobs lp;
+    if (s.matcher) {
+      if (token_mask_->fill(*s.matcher, s.allowed) == 0)
+        throw Error("the vocabulary has no token that continues the JSON answer here");
+      opt.allowed = s.allowed.data();
+    }
+    if (s.job.top_logprobs >= 0) {
+      opt.logprobs = &lp;
+      opt.top_logprobs = s.job.top_logprobs;
+    }
+    const int32_t id = s.sampler->sample(s.logits.data(), n_vocab, opt);
     s.sampler->accept(id);
     ++s.n_generated;
-    if (metrics_) metrics_->generated_token();
-    if (s.job.gen.stop_at_eog && tok_.is_eog(id)) {
+    if (metrics_) {
+      metrics_->generated_token();
+      if (s.n_generated == 1) {
+        s.first_token = std::chrono::steady_clock::now();
+        metrics_->time_to_first_token(std::chrono::duration<double>(s.first_token - s.job.submitted).count());
+      } else if (s.n_generated % 16 == 0) {  // the running request's rate, refreshed as it goes
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.first_token).count();
+        if (secs > 0) metrics_->slot_tokens_per_second(s.index, (s.n_generated - 1) / secs);
+      }
+    }
+    // Under a grammar an end-of-turn token is only allowed once the value is
+    // complete, and it always ends the answer.
+    if ((s.job.gen.stop_at_eog || s.matcher) && tok_.is_eog(id)) {
       finish(s, "stop");
       return false;
     }
+    if (opt.logprobs) {
+      LogprobEntry e;
+      e.token = tok_.token_to_piece(id, true);
+      e.logprob = lp.sampled.logprob;
+      for (const TokenLogprob& t : lp.top) e.top.emplace_back(tok_.token_to_piece(t.token, true), t.logprob);
+      s.req->post_logprob(std::move(e));
+    }
+    if (s.matcher && !s.matcher->advance(tok_.token_to_piece(id, false)))
+      throw Error("internal: the sampled token does not continue the JSON answer");
     if (s.harmony) {
       emit_harmony(s, s.harmony->push(id));
     } else {
@@ -282,9 +352,11 @@ bool Scheduler::step(Slot& s) {
         s.req->post(text, "");
       }
     }
-    if (s.stop->stopped() || (s.job.gen.n_predict > 0 && s.n_generated >= s.job.gen.n_predict) ||
+    // The JSON value closed and nothing may follow it: the answer is whole.
+    const bool closed = s.matcher && s.matcher->can_end() && !s.matcher->can_continue();
+    if (closed || s.stop->stopped() || (s.job.gen.n_predict > 0 && s.n_generated >= s.job.gen.n_predict) ||
         s.kv.n_past() + 1 > s.kv.ctx()) {
-      finish(s, s.stop->stopped() ? "stop" : "length");
+      finish(s, closed || s.stop->stopped() ? "stop" : "length");
       return false;
     }
     s.next = id;
@@ -357,7 +429,10 @@ void Scheduler::run() {
     std::vector<Slot*> decoding;
     for (auto& s : slots_)
       if (s->req && step(*s)) decoding.push_back(s.get());
-    if (!decoding.empty()) decode(decoding);
+    if (!decoding.empty()) {
+      if (metrics_) metrics_->decode_step(decoding.size());
+      decode(decoding);
+    }
     publish_experts();
   }
   // Shutting down: everything still open ends as cancelled.

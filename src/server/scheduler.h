@@ -39,7 +39,9 @@
 #include "engine/backend.h"
 #include "engine/generate.h"
 #include "engine/sampler.h"
+#include "grammar/token_mask.h"
 #include "server/metrics.h"
+#include "server/structured_output.h"
 #include "tokenizer/harmony.h"
 
 namespace ms {
@@ -60,12 +62,18 @@ struct Job {
   // separate_reasoning), messages to a recipient tool calls. Ignored when the
   // tokenizer has no harmony markers.
   bool harmony = false;
+  // response_format: the answer is sampled under this grammar (the token
+  // mask, grammar/token_mask.h) and ends when its value is complete.
+  std::shared_ptr<const grammar::Grammar> grammar;
+  int top_logprobs = -1;  // -1: no logprobs; else alternatives per token (0..20)
+  std::chrono::steady_clock::time_point submitted{};  // set by submit(): time to first token
 };
 
 // What a job has produced since the last take(), and how it ended.
 struct Update {
   std::string content, reasoning;
   std::vector<HarmonyToolCall> tool_calls;  // harmony jobs: calls the model finished
+  std::vector<LogprobEntry> logprobs;        // jobs with top_logprobs >= 0: one per token sampled
   bool done = false;
   std::string finish_reason;  // "stop", "length", "cancelled", "error"
   std::string error;          // with "error"
@@ -84,6 +92,7 @@ class Request {
   friend class Scheduler;
   void post(const std::string& content, const std::string& reasoning, std::vector<HarmonyToolCall> calls = {});
   void finish(const std::string& reason, const std::string& error, int n_prompt, int n_cached, int n_completion);
+  void post_logprob(LogprobEntry e);
 
   std::mutex m_;
   std::condition_variable cv_;
@@ -157,6 +166,7 @@ class Scheduler {
   uint64_t clock_ = 0;
   std::atomic<int> active_{0};
   std::vector<float> batch_logits_;
+  std::unique_ptr<grammar::TokenMask> token_mask_;  // the vocabulary's trie, made for the first grammar job
   std::thread worker_;
 };
 
