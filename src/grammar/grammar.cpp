@@ -1,8 +1,8 @@
 #include "grammar/grammar.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
-#include <functional>
 #include <unordered_map>
 
 namespace ms::grammar {
@@ -117,6 +117,40 @@ Grammar Builder::finish(uint32_t root) {
       }
     }
   }
+  // Left recursion: r reaches r through symbols that may read nothing. A
+  // depth-first search with its own stack (a chain of 50k optional
+  // properties must not take the thread's stack).
+  std::vector<std::vector<uint32_t>> left(n);  // rules each rule may start with
+  for (size_t r = 0; r < n; ++r)
+    for (const Seq& a : alts_[r])
+      for (const Sym& s : a) {
+        if (!s.is_rule) break;
+        left[r].push_back(s.rule);
+        if (!nullable[s.rule]) break;
+      }
+  std::vector<char> colour(n, 0);  // 0 new, 1 on the path, 2 done
+  std::vector<std::pair<uint32_t, size_t>> path;  // rule, next edge to follow
+  for (size_t start = 0; start < n; ++start) {
+    if (colour[start]) continue;
+    path.push_back({static_cast<uint32_t>(start), 0});
+    colour[start] = 1;
+    while (!path.empty()) {
+      auto& [r, next] = path.back();
+      if (next == left[r].size()) {
+        colour[r] = 2;
+        path.pop_back();
+        continue;
+      }
+      const uint32_t t = left[r][next++];
+      if (colour[t] == 1)
+        throw GrammarError("'" + names_[t] + "' refers to itself without reading any input (a $ref loop?)");
+      if (colour[t] == 0) {
+        colour[t] = 1;
+        path.push_back({t, 0});
+      }
+    }
+  }
+
   if (!productive[root])
     throw GrammarError("no finite value satisfies it (every way through it recurses forever or needs the impossible)");
   // Alternatives that can never finish are dropped: the matcher must never
@@ -130,26 +164,10 @@ Grammar Builder::finish(uint32_t root) {
     }
     alts_[r] = std::move(kept);
   }
-  // Left recursion: r reaches r through symbols that may read nothing.
-  std::vector<char> colour(n, 0);  // 0 new, 1 on the path, 2 done
-  std::function<void(size_t)> visit = [&](size_t r) {
-    colour[r] = 1;
-    for (const Seq& a : alts_[r]) {
-      for (const Sym& s : a) {
-        if (!s.is_rule) break;
-        if (colour[s.rule] == 1)
-          throw GrammarError("'" + names_[s.rule] + "' refers to itself without reading any input (a $ref loop?)");
-        if (colour[s.rule] == 0) visit(s.rule);
-        if (!nullable[s.rule]) break;
-      }
-    }
-    colour[r] = 2;
-  };
-  for (size_t r = 0; r < n; ++r)
-    if (colour[r] == 0) visit(r);
-
+  static std::atomic<uint64_t> next_serial{1};
   Grammar g;
   g.root = root;
+  g.serial = next_serial.fetch_add(1);
   g.rule_names = names_;
   g.rule_alts.resize(n);
   std::unordered_map<ByteSet, uint32_t> set_ids;

@@ -7,10 +7,10 @@
 // elements in `elems` closed by an End element, and a rule lists where its
 // alternatives start. A parse position is an index into `elems`.
 //
-// Builder::finish() checks what the matcher relies on: every rule derives
-// some finite string (alternatives that cannot are dropped; a root that
-// cannot is an error) and no rule reaches itself without reading a byte
-// (left recursion, e.g. a $ref loop), which would make expansion endless.
+// Builder::finish() checks what the matcher relies on: no rule reaches
+// itself without reading a byte (left recursion, e.g. a $ref loop), which
+// would make expansion endless, and every rule derives some finite string
+// (alternatives that cannot are dropped; a root that cannot is an error).
 #pragma once
 #include <bitset>
 #include <stdexcept>
@@ -35,6 +35,9 @@ struct Grammar {
   std::vector<std::string> rule_names;           // for messages and dumps
   std::vector<ByteSet> sets;
   uint32_t root = 0;
+  // Unique per finished grammar in this process: caches keyed by parse
+  // positions (TokenMask's) tell grammars apart by it, never by address.
+  uint64_t serial = 0;
 
   size_t size() const { return elems.size(); }
   // Text form (GBNF-like), for tests and debugging.

@@ -1,6 +1,8 @@
 #include "grammar/token_mask.h"
 
 #include <algorithm>
+#include <map>
+#include <unordered_map>
 #include <numeric>
 
 #include "util/error.h"
@@ -50,28 +52,77 @@ TokenMask::TokenMask(const std::vector<std::string>& pieces, const std::vector<b
 }
 
 size_t TokenMask::fill(const Matcher& m, std::vector<uint8_t>& allowed) const {
+  const uint64_t g = m.grammar().serial;
+  for (Cached& c : cache_) {
+    if (c.grammar == g && c.state == m.state()) {
+      c.used = ++clock_;
+      allowed = c.allowed;
+      return c.count;
+    }
+  }
+  const size_t n = walk(m, allowed);
+  Cached* slot = nullptr;
+  if (cache_.size() < kCacheEntries) {
+    slot = &cache_.emplace_back();
+  } else {
+    slot = &cache_[0];
+    for (Cached& c : cache_)
+      if (c.used < slot->used) slot = &c;
+  }
+  slot->grammar = g;
+  slot->state = m.state();
+  slot->allowed = allowed;
+  slot->count = n;
+  slot->used = ++clock_;
+  return n;
+}
+
+// The walk interns the states it meets and remembers each (state, byte)
+// step: inside a string most bytes lead back to the same state, so a step
+// over the 300k-node trie of a 150k vocabulary is mostly table look-ups,
+// not matcher steps.
+size_t TokenMask::walk(const Matcher& m, std::vector<uint8_t>& allowed) const {
   allowed.assign(static_cast<size_t>(n_vocab_), 0);
   size_t n = 0;
   if (Matcher::can_end(m.state()))
     for (int32_t id : eog_ids_) allowed[static_cast<size_t>(id)] = 1, ++n;
-  // Depth-first over the trie; each frame holds the state after its prefix.
-  struct Frame { uint32_t node; Matcher::State state; };
-  std::vector<Frame> todo;
-  todo.push_back({0, m.state()});
+  std::vector<Matcher::State> states;
+  std::vector<ByteSet> next_bytes;
+  std::map<Matcher::State, int32_t> ids;
+  std::unordered_map<uint64_t, int32_t> steps;  // state * 256 + byte -> state, or -1: refused
+  auto intern = [&](Matcher::State&& st) {
+    auto [it, fresh] = ids.emplace(std::move(st), static_cast<int32_t>(states.size()));
+    if (fresh) {
+      states.push_back(it->first);
+      next_bytes.push_back(m.next_bytes(it->first));
+    }
+    return it->second;
+  };
+  intern(Matcher::State(m.state()));
+  // Depth-first over the trie; each frame: a node and the state after its prefix.
+  std::vector<std::pair<uint32_t, int32_t>> todo{{0, 0}};
   Matcher::State next;
   while (!todo.empty()) {
-    Frame f = std::move(todo.back());
+    const auto [node_id, sid] = todo.back();
     todo.pop_back();
-    const Node& node = nodes_[f.node];
-    if (f.node != 0)
+    const Node& node = nodes_[node_id];
+    if (node_id != 0)
       for (uint32_t k = 0; k < node.n_tokens; ++k) allowed[static_cast<size_t>(token_ids_[node.first_token + k])] = 1, ++n;
-    if (node.n_children == 0) continue;
-    const ByteSet ok = m.next_bytes(f.state);
     for (uint32_t c = node.first_child; c < node.first_child + node.n_children; ++c) {
-      if (!ok[nodes_[c].byte]) continue;
-      m.step(f.state, nodes_[c].byte, next);
-      if (!next.empty()) todo.push_back({c, std::move(next)});
-      next = Matcher::State{};
+      const uint8_t b = nodes_[c].byte;
+      if (!next_bytes[static_cast<size_t>(sid)][b]) continue;
+      const uint64_t key = static_cast<uint64_t>(sid) * 256 + b;
+      auto it = steps.find(key);
+      int32_t to;
+      if (it != steps.end()) {
+        to = it->second;
+      } else {
+        m.step(states[static_cast<size_t>(sid)], b, next);
+        to = next.empty() ? -1 : intern(std::move(next));
+        next = Matcher::State{};
+        steps.emplace(key, to);
+      }
+      if (to >= 0) todo.push_back({c, to});
     }
   }
   return n;

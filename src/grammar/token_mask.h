@@ -29,6 +29,11 @@ class TokenMask {
 
   // allowed[id] = 1 where token id may follow the matcher's input, else 0
   // (resized to n_vocab). Returns how many are allowed.
+  //
+  // The last few masks are kept, keyed by the grammar and the matcher's
+  // exact state: inside a string or a run of digits the state after each
+  // token is often the same, and its mask is then a copy. Not thread-safe
+  // (the scheduler's worker is its one user).
   size_t fill(const Matcher& m, std::vector<uint8_t>& allowed) const;
 
  private:
@@ -43,6 +48,17 @@ class TokenMask {
   std::vector<Node> nodes_;  // nodes_[0]: the root (the empty prefix)
   std::vector<int32_t> token_ids_;
   std::vector<int32_t> eog_ids_;
+  size_t walk(const Matcher& m, std::vector<uint8_t>& allowed) const;
+  struct Cached {
+    uint64_t grammar = 0;
+    Matcher::State state;
+    std::vector<uint8_t> allowed;
+    size_t count = 0;
+    uint64_t used = 0;
+  };
+  static constexpr size_t kCacheEntries = 16;
+  mutable std::vector<Cached> cache_;
+  mutable uint64_t clock_ = 0;
 };
 
 }  // namespace ms::grammar

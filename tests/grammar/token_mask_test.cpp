@@ -100,6 +100,23 @@ TEST(TokenMask, EndOfTurnOnlyWhereTheValueIsComplete) {
   EXPECT_FALSE(m.can_continue());
 }
 
+TEST(TokenMask, CachedMasksAreKeptApartByGrammar) {
+  // Same shape, so the same parse positions: only the grammar tells them apart.
+  const Grammar a = compile_json_schema(ojson::parse(R"({"const":"a"})"));
+  const Grammar b = compile_json_schema(ojson::parse(R"({"const":"b"})"));
+  const std::vector<std::string> pieces = {"\"a\"", "\"b\"", ""};
+  const TokenMask mask(pieces, {false, false, true});
+  Matcher ma(a), mb(b);
+  ASSERT_EQ(ma.state(), mb.state());
+  std::vector<uint8_t> got;
+  for (int round = 0; round < 3; ++round) {  // the second and third are cache hits
+    mask.fill(ma, got);
+    EXPECT_EQ(got, (std::vector<uint8_t>{1, 0, 0}));
+    mask.fill(mb, got);
+    EXPECT_EQ(got, (std::vector<uint8_t>{0, 1, 0}));
+  }
+}
+
 TEST(TokenMask, RejectsMismatchedFlags) {
   EXPECT_THROW(TokenMask({"a", "b"}, {false}), std::exception);
 }
