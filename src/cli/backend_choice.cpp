@@ -106,7 +106,8 @@ void add_tuning_options(CLI::App& sub, TuningSetup* t) {
   };
   off("--no-graph", &t->graph, "CUDA: decode without replaying a captured CUDA graph per token");
   off("--no-fuse-decode", &t->fuse_decode,
-      "CUDA: decode without the fused kernels (q/k norm + RoPE + KV append, one-row RMSNorm + Q8, router + top-k)");
+      "CUDA: decode without the fused kernels (q/k norm + RoPE + KV append, one-row RMSNorm + Q8, router + top-k, "
+      "expert down + weighted sum)");
   off("--no-fuse-prefill", &t->fuse_prefill, "CUDA: prompt passes without the fused q/k norm + RoPE + KV append");
   off("--no-pdl", &t->pdl, "CUDA: no programmatic dependent launch (sm_90+)");
   sub.add_flag("--step-timing", t->step_timing,

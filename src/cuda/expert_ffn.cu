@@ -321,6 +321,13 @@ void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n
     if (down_q8) quantize_q8act(h, d_ff, pairs, hin.q8, stream);
   }
 
+  // One token, nothing from the host, no down bias: down and the weighted
+  // sum in one launch (the same sums in the same order as below).
+  if (n_tokens == 1 && w.fused_decode && host == nullptr && w.down_bias == nullptr && matvec_combine_supported(k)) {
+    matvec_combine(w.down, hin, k, ids, w.n_expert, weights, residual, out, stream);
+    return;
+  }
+
   // down -> y [pairs][d_model]
   auto* y = reinterpret_cast<float*>(s + L.y);
   g.x_div = 1;

@@ -7,7 +7,8 @@
 // (gpt-oss: with the experts' biases and clamped SwiGLU, ExpertWeights)
 //
 // One token (decode): gate+up of the k experts in one launch (SwiGLU fused),
-// then down, then the weighted sum (fixed order, deterministic).
+// the Q8 of h, then down with the weighted sum (fixed order, deterministic)
+// in one launch (matvec_combine; k <= 8 and no host rows, else down, then the sum).
 // Several tokens: the (token, slot) pairs are grouped by expert on the device
 // first. Batches of at least expert_ffn_gemm_min_tokens() tokens (default 16)
 // with int8-GEMM weight types (gemm.h) on sm_80+ run each expert's tokens
@@ -46,6 +47,9 @@ struct ExpertWeights {
   const float* down_bias = nullptr;
   bool clamped_swiglu = false;
   float alpha = 1.702f, limit = 7.0f;
+  // One token: the weighted sum in the down launch (matvec_combine); false:
+  // down, then moe_combine (same bits; the backend's --no-fuse-decode).
+  bool fused_decode = true;
   bool biased_or_clamped() const { return gate_bias || up_bias || down_bias || clamped_swiglu; }
 };
 

@@ -38,8 +38,13 @@ int item_elems(DType t) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+// The decode fusion of matvec_kernel.cuh (null: a plain launch).
+struct Fused {
+  const float* combine_w = nullptr;  // kCombine: one token's slot weights
+};
+
 void run_matvec(const MatrixSet* ws, int parts, const MatvecInput& x, const MatvecGroups& g, float* y,
-                int64_t y_stride, const float* residual, cudaStream_t stream) {
+                int64_t y_stride, const float* residual, cudaStream_t stream, const Fused& fused = {}) {
   const MatrixSet& w = ws[0];
   if (!matvec_supported(w.type))
     throw Error(std::string("CUDA matvec: weight type ") + type_name(w.type) + " is not supported");
@@ -61,6 +66,7 @@ void run_matvec(const MatrixSet* ws, int parts, const MatvecInput& x, const Matv
   p.y = y;
   p.y_stride = y_stride > 0 ? y_stride : w.rows;
   p.residual = residual;
+  p.combine_w = fused.combine_w;
 
   const int max_per_group = g.per_group;
   if (matvec_takes_q8(w.type)) {
@@ -151,6 +157,24 @@ void matvec_glu(const MatrixSet& gate, const MatrixSet& up, const MatvecInput& x
                 float* y, int64_t y_stride, cudaStream_t stream) {
   const MatrixSet ws[2] = {gate, up};
   run_matvec(ws, 2, x, groups, y, y_stride, nullptr, stream);
+}
+
+bool matvec_combine_supported(int k) { return k >= 1 && k <= dev::kCombineMaxSlots; }
+
+void matvec_combine(const MatrixSet& w, const MatvecInput& x, int k, const int32_t* ids, int n_expert,
+                    const float* weights, const float* residual, float* out, cudaStream_t stream) {
+  if (!matvec_combine_supported(k))
+    throw Error("CUDA matvec_combine: k = " + std::to_string(k) + " slots, at most " +
+                std::to_string(dev::kCombineMaxSlots));
+  if (weights == nullptr) throw Error("CUDA matvec_combine: no slot weights given");
+  MatvecGroups g;
+  g.max_groups = k;
+  g.per_group = 1;
+  g.n_expert = n_expert;
+  g.expert = ids;
+  Fused f;
+  f.combine_w = weights;
+  run_matvec(&w, 1, x, g, out, w.rows, residual, stream, f);
 }
 
 // Many vectors are spread over grid.y in groups of kLinearGroup (a prompt's

@@ -94,6 +94,15 @@ void matvec(const MatrixSet& w, const MatvecInput& x, const MatvecGroups& groups
 void matvec_glu(const MatrixSet& gate, const MatrixSet& up, const MatvecInput& x,
                 const MatvecGroups& groups, float* y, int64_t y_stride, cudaStream_t stream);
 
+// One token's k expert slots through one matrix each, weighted and summed in
+// one launch: out[r] = sum_j weights[j] * (W_{ids[j]} x_j)[r] (+ residual[r]),
+// j = 0..k-1 in order, x_j = vector j of x; ids clamped into [0, n_expert).
+// Equal bit for bit to matvec over k groups then moe_combine (ops.h). k at
+// most 8 (matvec_combine_supported); residual may alias out.
+bool matvec_combine_supported(int k);
+void matvec_combine(const MatrixSet& w, const MatvecInput& x, int k, const int32_t* ids, int n_expert,
+                    const float* weights, const float* residual, float* out, cudaStream_t stream);
+
 // Convenience: y[t] = W x[t] for n_vec vectors of one dense matrix
 // (x.q8 / x.f32 with n_vec vectors).
 void linear(DType type, const void* w, int64_t rows, int64_t cols, const MatvecInput& x, int n_vec,

@@ -6,6 +6,14 @@
 // output vectors are processed NV at a time, so each weight item is decoded
 // once per NV vectors. PARTS = 2 reads two matrices (gate, up) for the same
 // row and writes silu(gate) * up.
+//
+// One decode fusion reuses the same per-row work in a wider block (MODE
+// kCombine): slice j of the block (k slices of 128 threads) is group j (one
+// token's expert slot j, one vector each); the block then writes
+// out[r] = sum_j w[j] * y_j[r] (+ residual[r]) in j order, as moe_combine
+// does, so the k expert rows never go through memory: one launch fewer. (The
+// same for SwiGLU + the Q8 of its output, 32 rows a block, was measured
+// slower than the two launches: bench/results/cuda_bench.md, "Decode step".)
 #pragma once
 #include <string>
 
@@ -43,9 +51,15 @@ struct MatvecParams {
   float* y;
   int64_t y_stride;
   const float* residual;
+  // kCombine: the k slot weights of the token
+  const float* combine_w;
 };
 
 constexpr int kMatvecThreads = 128;
+enum MatvecMode { kPlain = 0, kCombine = 1 };
+// Most slots of a kCombine block (its k slices of kMatvecThreads fill at
+// most 1024 threads).
+constexpr int kCombineMaxSlots = 8;
 
 // The parameters of one matrix (no gate|up pair) times f32 activations, as
 // both matmul launchers (gemm.cu's dequantising one, gemm_float.cu) fill
@@ -71,25 +85,32 @@ inline MatvecParams one_matrix_f32_params(const MatrixSet& w, const MatvecInput&
   return p;
 }
 
-template <class Op, int TPR, int NV, int PARTS>
-__global__ void __launch_bounds__(kMatvecThreads, NV == 1 ? 8 : 2) matvec_kernel(const MatvecParams p) {
-  constexpr int kRowsPerBlock = kMatvecThreads / TPR;
-  const int g = blockIdx.y;
+template <class Op, int TPR, int NV, int PARTS, int MODE = kPlain>
+__global__ void __launch_bounds__(MODE == kPlain ? kMatvecThreads : 1024, MODE == kPlain ? (NV == 1 ? 8 : 2) : 1)
+    matvec_kernel(const MatvecParams p) {
+  constexpr int kRowsPerBlock = kMatvecThreads / TPR;  // rows of one slice
+  static_assert(MODE == kPlain || (NV == 1 && PARTS == 1), "the combine takes one matrix, one vector a slot");
+  // A slice is kMatvecThreads threads doing the work of one plain block.
+  const int slice = threadIdx.x / kMatvecThreads, tid = threadIdx.x % kMatvecThreads;
+  const int slices = blockDim.x / kMatvecThreads;
+  const int g = MODE == kCombine ? slice : blockIdx.y;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
   // Launched with programmatic dependent launch (pdl.cuh): a dense matrix's
   // rows of this block are no kernel's output, so they start their way into
   // L2 before the wait for the previous kernel (whose output x is).
   if (p.expert == nullptr && p.table[0] == nullptr) {
-    const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
     const int64_t nr = min(static_cast<int64_t>(kRowsPerBlock), p.rows - r0);
 #pragma unroll
     for (int z = 0; z < PARTS; ++z)
-      dev::prefetch_l2(p.base[z] + r0 * p.row_bytes, nr * p.row_bytes, threadIdx.x, kMatvecThreads);
+      dev::prefetch_l2(p.base[z] + r0 * p.row_bytes, nr * p.row_bytes, tid, kMatvecThreads);
   }
   dev::pdl_wait();
   dev::pdl_trigger();
-  if (p.n_groups != nullptr && g >= __ldg(p.n_groups)) return;
-  const int lane = threadIdx.x % TPR;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / TPR;
+  // (a kCombine block holds several groups: it is launched without a device
+  // group count, since a slice that returned would leave the others waiting)
+  if (MODE != kCombine && p.n_groups != nullptr && g >= __ldg(p.n_groups)) return;
+  const int lane = tid % TPR;
+  const int64_t r = r0 + tid / TPR;
   // Rows past the end still run (clamped) so every lane of a warp takes part
   // in the shuffles; they do not store.
   const int64_t rr = r < p.rows ? r : p.rows - 1;
@@ -143,16 +164,30 @@ __global__ void __launch_bounds__(kMatvecThreads, NV == 1 ? 8 : 2) matvec_kernel
 #pragma unroll
         for (int o = TPR / 2; o > 0; o >>= 1) acc[z][v] += __shfl_xor_sync(kFullMask, acc[z][v], o);
 
-    if (r < p.rows) {
-      // lane v stores vector v
+    if constexpr (MODE == kPlain) {
+      if (r < p.rows) {
+        // lane v stores vector v
 #pragma unroll
-      for (int v = 0; v < NV; ++v) {
-        if (v == lane && v < nv) {
-          float out = PARTS == 2 ? silu(acc[0][v]) * acc[PARTS - 1][v] : acc[0][v];
-          const int64_t idx = static_cast<int64_t>(outv[v]) * p.y_stride + r;
-          if (p.residual != nullptr) out += p.residual[idx];
-          p.y[idx] = out;
+        for (int v = 0; v < NV; ++v) {
+          if (v == lane && v < nv) {
+            float out = PARTS == 2 ? silu(acc[0][v]) * acc[PARTS - 1][v] : acc[0][v];
+            const int64_t idx = static_cast<int64_t>(outv[v]) * p.y_stride + r;
+            if (p.residual != nullptr) out += p.residual[idx];
+            p.y[idx] = out;
+          }
         }
+      }
+    } else {
+      __shared__ float slot_out[kCombineMaxSlots][kRowsPerBlock];
+      if (lane == 0) slot_out[slice][tid / TPR] = acc[0][0];
+      __syncthreads();
+      // the same arithmetic as moe_combine_kernel (ops_elementwise.cu)
+      if (threadIdx.x < kRowsPerBlock && r0 + threadIdx.x < p.rows) {
+        float s = 0.f;
+        for (int j = 0; j < slices; ++j) s += __ldg(p.combine_w + j) * slot_out[j][threadIdx.x];
+        const int64_t idx = r0 + threadIdx.x;
+        if (p.residual != nullptr) s += p.residual[idx];
+        p.y[idx] = s;
       }
     }
   }
@@ -163,6 +198,14 @@ __global__ void __launch_bounds__(kMatvecThreads, NV == 1 ? 8 : 2) matvec_kernel
 template <class Op>
 void launch_matvec(const MatvecParams& p, int max_groups, int max_per_group, int parts, cudaStream_t stream) {
   const bool wide = p.n_items > 16;  // TPR 32 when a row has more than 16 items
+  if (p.combine_w != nullptr) {  // kCombine: one token, max_groups slots of one vector each
+    const int rpb = kMatvecThreads / (wide ? 32 : 16);
+    const dim3 grid(static_cast<unsigned>((p.rows + rpb - 1) / rpb));
+    const dim3 block(static_cast<unsigned>(kMatvecThreads * max_groups));
+    if (wide) MS_CUDA_CHECK(launch_pdl(matvec_kernel<Op, 32, 1, 1, kCombine>, grid, block, 0, stream, p));
+    else      MS_CUDA_CHECK(launch_pdl(matvec_kernel<Op, 16, 1, 1, kCombine>, grid, block, 0, stream, p));
+    return;
+  }
   const bool multi = max_per_group > 1;
   const int rpb = kMatvecThreads / (wide ? 32 : 16);
   const dim3 grid(static_cast<unsigned>((p.rows + rpb - 1) / rpb), static_cast<unsigned>(max_groups));

@@ -140,13 +140,26 @@ struct DecIQ4_NL {
 
 // {d, scales_h, scales_l[4], qs[128]}: 6-bit scale of sub-block j = nibble
 // (j % 2) of scales_l[j / 2] | ((scales_h >> 2j) & 3) << 4; x = d * (scale - 32) * level.
+// Blocks of 136 bytes in rows of whole blocks from a 16-byte aligned matrix:
+// every block, and so its 8-byte header and each sub-block's 16 bytes of
+// nibbles (at 8 + 16j), is 8-byte aligned, so three 8-byte loads fetch an
+// item (the 2-byte-aligned reads of the other formats took twelve).
 struct DecIQ4_XS {
   static constexpr int kBlockElems = 256, kBlockBytes = 136, kMin = 0;
   static constexpr bool kTwoScales = false;
   static __device__ __forceinline__ void decode(const uint8_t* blk, int j, Sub32& u) {
-    iq4_nibbles(blk + 8 + 16 * j, u);
-    const uint32_t ls = ((u8at(blk + 4 + j / 2) >> (4 * (j % 2))) & 15u) | (((ld2(blk + 2) >> (2 * j)) & 3u) << 4);
-    u.s[0] = u.s[1] = f16_bits_to_f32(ld2(blk)) * static_cast<float>(static_cast<int>(ls) - 32);
+    const uint2 hdr = __ldg(reinterpret_cast<const uint2*>(blk));  // d, scales_h, scales_l[4]
+    const uint2 lo = __ldg(reinterpret_cast<const uint2*>(blk + 8 + 16 * j));
+    const uint2 hi = __ldg(reinterpret_cast<const uint2*>(blk + 16 + 16 * j));
+    const uint32_t w[4] = {lo.x, lo.y, hi.x, hi.y};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      u.q[i] = iq4_levels(w[i] & 0x0f0f0f0fu);
+      u.q[4 + i] = iq4_levels((w[i] >> 4) & 0x0f0f0f0fu);
+    }
+    const uint32_t sl = (hdr.y >> (8 * (j / 2))) & 0xffu, sh = hdr.x >> 16;
+    const uint32_t ls = ((sl >> (4 * (j % 2))) & 15u) | (((sh >> (2 * j)) & 3u) << 4);
+    u.s[0] = u.s[1] = f16_bits_to_f32(hdr.x & 0xffffu) * static_cast<float>(static_cast<int>(ls) - 32);
     u.m[0] = u.m[1] = 0.f;
   }
 };

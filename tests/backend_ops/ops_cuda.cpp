@@ -669,9 +669,10 @@ void add_delta_impls(Registry& reg) {
 // Variants: the experts addressed by a device table of pointers (as expert
 // slots are) or by base + stride; x handed over already quantized (x_q8, as
 // rmsnorm makes it) or not; the int8 GEMM path from 2 tokens instead of
-// expert_ffn_gemm_min_tokens() (restored after).
+// expert_ffn_gemm_min_tokens() (restored after); one token's separate
+// launches instead of the fused decode ones (ExpertWeights::fused_decode).
 struct FfnVariant {
-  bool table = false, x_q8 = false, gemm_from_2 = false;
+  bool table = false, x_q8 = false, gemm_from_2 = false, unfused = false;
 };
 
 std::vector<float> run_expert_ffn(const Case& c, const Problem& p, FfnVariant v) {
@@ -683,6 +684,7 @@ std::vector<float> run_expert_ffn(const Case& c, const Problem& p, FfnVariant v)
   DeviceBuffer dx = upload(p.f.at("x")), di = upload(p.i.at("ids")), dw = upload(p.f.at("weights"));
   cuda::ExpertWeights w;
   w.n_expert = n_expert;
+  w.fused_decode = !v.unfused;
   w.gate = dense_matrix(gt, d_ff, d_model, dg.get());
   w.up = dense_matrix(gt, d_ff, d_model, du.get());
   w.down = dense_matrix(dt, d_model, d_ff, dd.get());
@@ -731,6 +733,9 @@ void add_expert_ffn_impl(Registry& reg) {
   }));
   reg.add_impl("expert_ffn_gpu_q8", gpu_impl("cuda_table_x_q8", [](const Case& c, const Problem& p) {
     return run_expert_ffn(c, p, {true, cuda::matvec_takes_q8(static_cast<DType>(c.at("gate_type"))), false});
+  }));
+  reg.add_impl("expert_ffn_gpu_q8", gpu_impl("cuda_unfused", [](const Case& c, const Problem& p) {
+    return run_expert_ffn(c, p, {false, false, false, true});
   }));
   Impl g = gpu_impl("cuda_gemm_from_2", [](const Case& c, const Problem& p) {
     return run_expert_ffn(c, p, {false, false, true});

@@ -58,7 +58,9 @@ class CudaBackend : public Backend {
     int max_batch = 0;
     int gemm_min_batch = 16;     // batches of at least this many tokens use the tensor-core matmul
     bool use_graph = true;       // replay decode steps from a captured CUDA graph
-    bool fused_decode = true;    // decode: q/k norm + rope + cache append in one launch (decode_fused.h)
+    // decode: q/k norm + rope + cache append in one launch (decode_fused.h);
+    // the experts' down projection + weighted sum in one (matvec.h)
+    bool fused_decode = true;
     // Batches: q/k norms, RoPE and the cache append in one launch (prefill_fused.h).
     bool fused_prefill = true;
     // Programmatic dependent launch where the device has it (sm_90+;

@@ -11,6 +11,7 @@
 #include "cuda/backend/head_prologue.cuh"
 #include "cuda/common.cuh"
 #include "cuda/last_block.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/warp_q8.cuh"
 #include "cuda/device.h"
 #include "cuda/router_topk.cuh"
@@ -27,6 +28,10 @@ __global__ void __launch_bounds__(kHeadPrologueThreads)
     qk_prologue_kernel(float* qkv, int n_head, int n_kv, int hd, const float* __restrict__ q_norm,
                        const float* __restrict__ k_norm, float eps, int n_rot, const int32_t* __restrict__ position,
                        double log2_base, RopeScaling scaling, bool neox, T* k_cache, T* v_cache, int64_t ctx) {
+  // Launched with programmatic dependent launch (pdl.cuh), as the matvecs
+  // around it: qkv is the previous kernel's output.
+  dev::pdl_wait();
+  dev::pdl_trigger();
   const int b = blockIdx.x;
   const int pos = __ldg(position);
   const bool pos_ok = pos >= 0 && pos < ctx;
@@ -49,6 +54,8 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_row_q8_kernel(const float
                                                                      float* out, int n, float eps, int8_t* q,
                                                                      float2* ds) {
   __shared__ float scratch[32];
+  dev::pdl_wait();  // x is the previous kernel's output (pdl.cuh)
+  dev::pdl_trigger();
   float v[PER];
   float ss = 0.f;
 #pragma unroll
@@ -82,6 +89,11 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(
   __shared__ float v[kMaxExperts];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = blockIdx.x * kRouterWarps + warp;
+  // Launched with programmatic dependent launch (pdl.cuh): the weight row is
+  // no kernel's output, so it heads for L2 while the norm before still runs.
+  if (r < n_expert) dev::prefetch_l2(W + static_cast<int64_t>(r) * n, static_cast<long long>(n) * 4, lane, 32);
+  dev::pdl_wait();
+  dev::pdl_trigger();
   if (r < n_expert) {
     const float4* wr = reinterpret_cast<const float4*>(W + static_cast<int64_t>(r) * n);
     const float4* xv = reinterpret_cast<const float4*>(x);
@@ -113,10 +125,9 @@ void router_decode_f32(const float* w, const float* x, int n_expert, int64_t n, 
   if (!router_decode_supported(DType::F32, n_expert, n, k))
     throw Error("router_decode_f32: need 0 < k <= 32, k <= n_expert <= 1024 and n a multiple of 4");
   const unsigned grid = static_cast<unsigned>((n_expert + kRouterWarps - 1) / kRouterWarps);
-  router_decode_kernel<<<grid, kRouterWarps * 32, 0, stream>>>(w, x, n_expert, static_cast<int>(n), k,
-                                                               mode == RouterMode::SoftmaxTopK, renorm, logits, ids,
-                                                               weights, counter);
-  MS_CUDA_CHECK_LAUNCH();
+  MS_CUDA_CHECK(launch_pdl(router_decode_kernel, dim3(grid), dim3(kRouterWarps * 32), 0, stream, w, x, n_expert,
+                           static_cast<int>(n), k, mode == RouterMode::SoftmaxTopK, renorm, logits, ids, weights,
+                           counter));
 }
 
 bool rmsnorm_row_supported(int64_t n) { return n > 0 && n % 32 == 0 && n <= 8 * kRowThreads; }
@@ -129,15 +140,11 @@ void rmsnorm_row_q8(const float* x, const float* w, float* out, int64_t n, float
   auto* ds = reinterpret_cast<float2*>(q8.ds);
   const int nn = static_cast<int>(n);
   const int per = (nn + kRowThreads - 1) / kRowThreads;
-  if (per <= 1)
-    rmsnorm_row_q8_kernel<1><<<1, kRowThreads, 0, stream>>>(x, w, out, nn, eps, q8.q, ds);
-  else if (per <= 2)
-    rmsnorm_row_q8_kernel<2><<<1, kRowThreads, 0, stream>>>(x, w, out, nn, eps, q8.q, ds);
-  else if (per <= 4)
-    rmsnorm_row_q8_kernel<4><<<1, kRowThreads, 0, stream>>>(x, w, out, nn, eps, q8.q, ds);
-  else
-    rmsnorm_row_q8_kernel<8><<<1, kRowThreads, 0, stream>>>(x, w, out, nn, eps, q8.q, ds);
-  MS_CUDA_CHECK_LAUNCH();
+  auto* kernel = per <= 1 ? rmsnorm_row_q8_kernel<1>
+                 : per <= 2 ? rmsnorm_row_q8_kernel<2>
+                 : per <= 4 ? rmsnorm_row_q8_kernel<4>
+                            : rmsnorm_row_q8_kernel<8>;
+  MS_CUDA_CHECK(launch_pdl(kernel, dim3(1), dim3(kRowThreads), 0, stream, x, w, out, nn, eps, q8.q, ds));
 }
 
 namespace {
@@ -148,10 +155,10 @@ void qk_prologue_impl(float* qkv, int n_head, int n_kv, int head_dim, const floa
                       T* k_cache, T* v_cache, int64_t ctx, cudaStream_t stream) {
   if (n_head <= 0 || n_kv <= 0) return;
   check_head_prologue_args("decode_qk_prologue", head_dim, n_rot);
-  qk_prologue_kernel<T><<<n_head + 2 * n_kv, kHeadPrologueThreads, 0, stream>>>(
-      qkv, n_head, n_kv, head_dim, q_norm, k_norm, eps, n_rot, position, std::log2(static_cast<double>(theta_base)),
-      scaling, mode == RopeMode::Neox, k_cache, v_cache, ctx);
-  MS_CUDA_CHECK_LAUNCH();
+  MS_CUDA_CHECK(launch_pdl(qk_prologue_kernel<T>, dim3(n_head + 2 * n_kv), dim3(kHeadPrologueThreads), 0, stream, qkv,
+                           n_head, n_kv, head_dim, q_norm, k_norm, eps, n_rot, position,
+                           std::log2(static_cast<double>(theta_base)), scaling, mode == RopeMode::Neox, k_cache,
+                           v_cache, ctx));
 }
 
 }  // namespace

@@ -11,10 +11,14 @@ namespace {
 
 // Whether Wq, Wk, Wv can be one matrix of stacked rows: same type and width,
 // and each part a multiple of 16 bytes (the matvec's alignment).
+// Wq, Wk and Wv go back to back when Wq and Wk share a type (Wv may have
+// another: the quantizer's mixes give attn_v more bits), so decode computes
+// q|k in one launch and v straight after it (or q|k|v in one when all three
+// share the type).
 bool fusable_qkv(const LayerWeights& L) {
-  return L.wq && L.wk && L.wv && L.wq.type == L.wk.type && L.wq.type == L.wv.type && L.wq.cols == L.wk.cols &&
-         L.wq.cols == L.wv.cols && L.wq.nbytes % 16 == 0 && L.wk.nbytes % 16 == 0 && L.wq.data != L.wk.data &&
-         L.wk.data != L.wv.data;
+  return L.wq && L.wk && L.wv && L.wq.type == L.wk.type && L.wq.cols == L.wk.cols && L.wq.cols == L.wv.cols &&
+         L.wq.nbytes % 16 == 0 && L.wk.nbytes % 16 == 0 && L.wq.data != L.wk.data && L.wk.data != L.wv.data &&
+         L.wq.data != L.wv.data;
 }
 
 }  // namespace
@@ -97,7 +101,8 @@ DeviceWeights DeviceWeights::upload(const ModelWeights& w) {
       done[L.wq.data] = d;
       done[L.wk.data] = d + L.wq.nbytes;
       done[L.wv.data] = d + L.wq.nbytes + L.wk.nbytes;
-      D.wqkv = DevMat{L.wq.type, d, L.wq.rows + L.wk.rows + L.wv.rows, L.wq.cols};
+      if (L.wv.type == L.wq.type) D.wqkv = DevMat{L.wq.type, d, L.wq.rows + L.wk.rows + L.wv.rows, L.wq.cols};
+      else D.wqk = DevMat{L.wq.type, d, L.wq.rows + L.wk.rows, L.wq.cols};
     }
     D.attn_norm = vec(L.attn_norm);
     D.wq = mat(L.wq);

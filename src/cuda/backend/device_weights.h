@@ -40,6 +40,9 @@ struct DevLayer {
   // Wq, Wk, Wv stored back to back when they share a type: decode computes
   // q|k|v in one launch (wq/wk/wv then point into it, for batches).
   DevMat wqkv;
+  // Wq|Wk stored so, with Wv (of another type) right after them, when the
+  // three do not share a type: decode's q|k in one launch, v in a second.
+  DevMat wqk;
   const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr;
   // gpt-oss: the output projection's bias, the per-head attention sinks, the

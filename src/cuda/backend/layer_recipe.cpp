@@ -114,14 +114,20 @@ void CudaBackend::Impl::attention_block(int il, const AttentionBlock& b, int n, 
   // q_gate; split_q_gate then packs q where the ungated recipe has it (and,
   // for one stacked row, k and v after it) and keeps the gates aside.
   const bool gated = b.output_gate;
-  // One token with stacked Wq|Wk|Wv: one launch, and q, k adjacent so one
-  // rope launch turns both.
-  const bool one_qkv = n == 1 && L.wqkv;
+  // One token with stacked Wq|Wk|Wv: one launch (two when Wv has another
+  // type than Wq|Wk), and q, k, v adjacent so one rope launch turns q and k.
+  const bool one_qkv = n == 1 && (L.wqkv || L.wqk);
   float* qp = one_qkv ? qkv : q;
   float* kp = one_qkv ? qkv + qd : k;
   float* vp = one_qkv ? qkv + qd + kvd : v;
   if (one_qkv) {
-    project(L.wqkv, x, &xq8, 1, gated ? q_gate : qkv, nullptr);
+    float* dst = gated ? q_gate : qkv;
+    if (L.wqkv) {
+      project(L.wqkv, x, &xq8, 1, dst, nullptr);
+    } else {
+      project(L.wqk, x, &xq8, 1, dst, nullptr);
+      project(L.wv, x, &xq8, 1, dst + L.wqk.rows, nullptr);
+    }
     if (gated) cuda::split_q_gate(q_gate, 1, c.n_head, c.head_dim, 2 * kvd, qkv, gate, s);
   } else if (L.wqkv && n >= opt.gemm_min_batch && cuda::matmul_int8_supported(L.wqkv.type)) {
     // Batches: Wq|Wk|Wv as one int8 GEMM launch writing q, k and v.
@@ -352,6 +358,7 @@ experts:
     ex.up_bias = L.exp_up_b;
     ex.down_bias = L.exp_down_b;
   }
+  ex.fused_decode = opt.fused_decode;
   ex.clamped_swiglu = b.act.kind == GluActivation::Kind::ClampedSwiGLU;
   ex.alpha = b.act.alpha;
   ex.limit = b.act.limit;
