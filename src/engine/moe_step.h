@@ -91,6 +91,17 @@ class MoeStep {
   void set_chunk_rows(int rows) { chunk_rows_ = rows < 0 ? 0 : rows; }
   int chunk_rows() const { return chunk_rows_; }
 
+  // The most group_offset entries a step of up to `pairs` pairs makes with
+  // set_chunk_rows(chunk_rows) (a device tier sizes its tables by it):
+  // groups + 1 unchunked; chunked, each chunk's groups and end entry: a
+  // group has a row or more, and a wave (an expert or more, but some waves
+  // may be empty: twice the experts, with room) gives one chunk plus one per
+  // chunk_rows of its rows.
+  static size_t group_entries_bound(int64_t pairs, int n_expert, int chunk_rows) {
+    if (chunk_rows <= 0) return static_cast<size_t>(pairs) + 1;
+    return static_cast<size_t>(pairs + 2 * int64_t{n_expert} + pairs / chunk_rows + 2);
+  }
+
  private:
   void group(int layer, const int32_t* ids, int n);
   // Host work of the schedule's host-tier experts (all of them without a

@@ -47,6 +47,14 @@ double estimate_prompt_s_per_token(double active_weights, double tflops) {
   return 2.0 * active_weights / (tflops * 1e12);
 }
 
+int linear_buffers_from(int chunk_rows, int k) {
+  if (k < 1 || chunk_rows < 0)
+    throw Error("pass size: " + std::to_string(k) + " experts a token and chunks of " + std::to_string(chunk_rows) +
+                " rows make no buffer layout");
+  const int64_t tokens = (int64_t{chunk_rows} + k - 1) / k;  // a pass of this many fills a chunk
+  return static_cast<int>(std::max<int64_t>(kRound, (tokens + kRound - 1) / kRound * kRound));
+}
+
 PassSize choose_pass_size(const PassSizeInputs& in) {
   validate(in);
   PassSize r;
@@ -143,6 +151,23 @@ PassSize choose_pass_size(const PassSizeInputs& in) {
     case PassSize::Bound::Resident: break;
   }
   return r;
+}
+
+PassSize choose_chunked_pass_size(const PassSizeInputs& in, const BufferLine& whole, const BufferLine& chunked) {
+  auto under = [&](const BufferLine& line) {
+    if (!(line.fixed_bytes >= 0) || !(line.bytes_per_token >= 0) || !std::isfinite(line.fixed_bytes) ||
+        !std::isfinite(line.bytes_per_token))
+      throw Error("pass size: a buffer line's bytes must be finite and >= 0");
+    PassSizeInputs x = in;
+    x.bytes_per_token += line.bytes_per_token;
+    x.room_bytes = double(in.room_bytes) > line.fixed_bytes ? in.room_bytes - static_cast<uint64_t>(line.fixed_bytes) : 0;
+    return choose_pass_size(x);
+  };
+  const PassSize a = under(whole), b = under(chunked);
+  if (!in.tiered) return a.tokens >= b.tokens ? a : b;
+  auto reached = [&](const PassSize& p) { return p.compute_s > 0 && p.link_s <= in.stream_share * p.compute_s; };
+  if (reached(a) && reached(b)) return a.tokens <= b.tokens ? a : b;
+  return a.tokens >= b.tokens ? a : b;
 }
 
 }  // namespace ms

@@ -75,6 +75,31 @@ struct PassSize {
 constexpr double kPromptTflopsEstimate = 50;
 double estimate_prompt_s_per_token(double active_weights, double tflops = kPromptTflopsEstimate);
 
+// The hybrid step's buffers are per (token, expert) row of one chunk of at
+// most chunk_rows rows (a fixed cost once a pass fills a chunk) and per pair
+// of the pass: linear in the pass's tokens only from the pass that fills a
+// chunk. This is the least pass, a multiple of 64 (at least 64), from which
+// two measurements give the per-token bytes and, extrapolated to 0 tokens,
+// the fixed ones (an overestimate for shorter passes, never an under-).
+// chunk_rows 0: no chunks, linear from the start (64). Throws ms::Error for
+// k < 1 or chunk_rows < 0.
+int linear_buffers_from(int chunk_rows, int k);
+
+// The hybrid step's buffers as two lines, each an upper bound of the true
+// bytes at every pass: `whole`, every row with its own buffer rows (exact up
+// to the pass that fills a chunk), and `chunked`, the rows' buffers a fixed
+// chunk (exact from that pass on). in.room_bytes and in.bytes_per_token are
+// the room before the lines' fixed bytes and the other per-token bytes
+// (activations), to which each line adds its own.
+struct BufferLine {
+  double fixed_bytes = 0;
+  double bytes_per_token = 0;
+};
+// choose_pass_size under either line (both are safe): where both reach the
+// target share, the shorter pass (the nearer to the smallest that truly
+// does); otherwise the longer (more tokens per cold expert streamed).
+PassSize choose_chunked_pass_size(const PassSizeInputs& in, const BufferLine& whole, const BufferLine& chunked);
+
 // Throws ms::Error on inputs that make no sense (negative or zero rates for a
 // tiered model, floor above max, ...).
 PassSize choose_pass_size(const PassSizeInputs& in);

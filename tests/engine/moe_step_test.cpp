@@ -251,6 +251,9 @@ void check_steps(const Case& cs, int n, int steps, bool kernels_take, uint32_t s
       // Chunked: every chunk within the bound, and a wave longer than it cut.
       if (chunk_rows > 0)
         for (const MoeWave& w : step.tables().waves) EXPECT_LE(w.row_end - w.row_begin, chunk_rows);
+      // The group tables within the bound a device tier sizes its index buffer by.
+      EXPECT_LE(step.tables().group_offset.size(), MoeStep::group_entries_bound(int64_t{n} * kTopK, kExperts, chunk_rows));
+      EXPECT_LE(step.tables().group_expert.size(), MoeStep::group_entries_bound(int64_t{n} * kTopK, kExperts, chunk_rows));
       // Every pair once, by the tier the plan chose.
       ASSERT_NE(tiers.sp_, nullptr);
       std::map<int, Tier> tier_of_expert;

@@ -3,6 +3,7 @@
 // memory its buffers may take, the context and the largest batch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 
@@ -101,6 +102,108 @@ TEST(PassSize, AnEightThousandTokenPromptAtTheIssuesBudgetIsOnePass) {
   EXPECT_EQ(p.bound, PassSize::Bound::Context);
   EXPECT_NE(p.why.find("context"), std::string::npos) << p.why;
   EXPECT_LT(p.link_s / p.compute_s, 0.20) << p.why;
+}
+
+// Issue #29 at --vram 8G (the Qwen3-30B-A3B shape): with every buffer per
+// token (~327 KiB, ~268 of them the hybrid step's) a third of the room held
+// 3936 tokens, so an 8192-token prompt took three passes and streamed the
+// cold experts each time. The step's per-row buffers (gathered input,
+// gate/up, their Q8 rows, compact output: ~25 KiB a (token, expert) row, 8
+// rows a token) sized by a chunk of 4096 rows instead are a fixed ~100 MiB:
+// the prompt is one pass.
+constexpr double kD = 2048, kF = 768;
+constexpr int kK = 8, kChunk = 4096;
+constexpr double kRowBytes = 4 * kD * 2 + 4 * kF * 2 + (kD + kD / 32 * 8) + (kF + kF / 32 * 8);  // xg, yc, hg, hu, Q8
+constexpr double kStepPerToken = 268.0 * 1024, kActPerToken = 59.0 * 1024;
+
+BufferLine whole_line() { return {0, kStepPerToken}; }
+BufferLine chunked_line() { return {kRowBytes * kChunk, kStepPerToken - kRowBytes * kK}; }
+
+PassSizeInputs qwen30b_8g() {
+  PassSizeInputs in = qwen30b_10g();
+  in.ctx = 8193;  // bench -p 8192 -n 0
+  in.bytes_per_token = kActPerToken;
+  in.room_bytes = static_cast<uint64_t>(3 * 3940 * (kActPerToken + kStepPerToken));  // a third: 3936 tokens and a few
+  in.slot_cap_bytes = static_cast<int64_t>(in.room_bytes);
+  return in;
+}
+
+TEST(PassSize, RowChunksMakeAnEightThousandTokenPromptOnePassAt8G) {
+  const PassSizeInputs in = qwen30b_8g();
+  PassSizeInputs before_in = in;
+  before_in.bytes_per_token += kStepPerToken;
+  const PassSize before = choose_pass_size(before_in);
+  std::printf("[ 8G, unchunked ] %s\n", before.why.c_str());
+  EXPECT_EQ(before.bound, PassSize::Bound::Memory) << before.why;
+  EXPECT_LT(2 * before.tokens, 8192) << before.why;
+  EXPECT_NEAR(chunked_line().bytes_per_token / 1024, 64.5, 1.0);  // the rows' ~204 KiB a token left the count
+  const PassSize after = choose_chunked_pass_size(in, whole_line(), chunked_line());
+  std::printf("[ 8G, chunks of %d rows ] %s\n", kChunk, after.why.c_str());
+  EXPECT_EQ(after.tokens, 8193) << after.why;
+  EXPECT_EQ(after.bound, PassSize::Bound::Context) << after.why;
+  // Its buffers within the memory share of what the chunk leaves.
+  EXPECT_LE(after.tokens * (in.bytes_per_token + chunked_line().bytes_per_token),
+            in.memory_share * (double(in.room_bytes) - chunked_line().fixed_bytes));
+  // One pass streams the cold experts once: less link time than the passes before.
+  const int passes_before = (8192 + before.tokens - 1) / before.tokens;
+  EXPECT_LT(after.link_s, passes_before * before.link_s);
+  // The whole line alone is today's choice.
+  EXPECT_EQ(choose_chunked_pass_size(in, whole_line(), whole_line()).tokens, before.tokens);
+}
+
+// A budget too tight for a pass to fill a chunk keeps the whole line's pass
+// (the chunk's fixed bytes would only take room from it).
+TEST(PassSize, ATightBudgetKeepsTheUnchunkedPass) {
+  PassSizeInputs in = qwen30b_8g();
+  in.room_bytes = 150'000'000;
+  in.slot_cap_bytes = -1;
+  PassSizeInputs whole_in = in;
+  whole_in.bytes_per_token += kStepPerToken;
+  const PassSize whole = choose_pass_size(whole_in);
+  const PassSize p = choose_chunked_pass_size(in, whole_line(), chunked_line());
+  EXPECT_EQ(p.tokens, whole.tokens) << p.why;
+  EXPECT_LT(int64_t{p.tokens} * kK, kChunk) << p.why;
+}
+
+// Either line is safe: the choice is one of theirs; where both reach the
+// share the shorter, otherwise the longer.
+TEST(PassSize, TheChunkedChoiceIsOneOfTheLines) {
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int i = 0; i < 300; ++i) {
+    PassSizeInputs in = qwen30b_8g();
+    in.room_bytes = static_cast<uint64_t>(u(rng) * 8e9);
+    in.slot_cap_bytes = u(rng) < 0.5 ? -1 : static_cast<int64_t>(in.room_bytes);
+    in.link_gbps = 5 + u(rng) * 100;
+    in.ctx = u(rng) < 0.3 ? 0 : 256 + static_cast<int64_t>(u(rng) * 30000);
+    const BufferLine w{u(rng) * 1e8, u(rng) * 4e5}, c{u(rng) * 3e8, u(rng) * 2e5};
+    PassSizeInputs wi = in, ci = in;
+    wi.bytes_per_token += w.bytes_per_token;
+    wi.room_bytes = double(in.room_bytes) > w.fixed_bytes ? in.room_bytes - static_cast<uint64_t>(w.fixed_bytes) : 0;
+    ci.bytes_per_token += c.bytes_per_token;
+    ci.room_bytes = double(in.room_bytes) > c.fixed_bytes ? in.room_bytes - static_cast<uint64_t>(c.fixed_bytes) : 0;
+    const PassSize a = choose_pass_size(wi), b = choose_pass_size(ci), p = choose_chunked_pass_size(in, w, c);
+    auto reached = [&](const PassSize& x) { return x.link_s <= in.stream_share * x.compute_s; };
+    const int want = reached(a) && reached(b) ? std::min(a.tokens, b.tokens) : std::max(a.tokens, b.tokens);
+    EXPECT_EQ(p.tokens, want) << i;
+  }
+  EXPECT_THROW(choose_chunked_pass_size(qwen30b_8g(), {-1, 0}, chunked_line()), Error);
+}
+
+// The buffers are linear in the pass from the pass that fills a chunk.
+TEST(PassSize, BuffersAreLinearFromTheChunksFill) {
+  EXPECT_EQ(linear_buffers_from(0, 8), 64);     // no chunks: linear from the start
+  EXPECT_EQ(linear_buffers_from(4096, 8), 512);
+  EXPECT_EQ(linear_buffers_from(100, 8), 64);   // a chunk filled below the least size
+  for (int chunk : {1, 63, 64, 65, 1000, 4096, 65536})
+    for (int k : {1, 2, 3, 8, 10}) {
+      const int b = linear_buffers_from(chunk, k);
+      EXPECT_EQ(b % 64, 0);
+      EXPECT_GE(int64_t{b} * k, chunk) << chunk << " " << k;
+      EXPECT_LT(int64_t{b - 64} * k, std::max(chunk, 1)) << chunk << " " << k;  // the least such
+    }
+  EXPECT_THROW(linear_buffers_from(4096, 0), Error);
+  EXPECT_THROW(linear_buffers_from(-1, 8), Error);
 }
 
 TEST(PassSize, ATightBudgetKeepsPassesSmall) {

@@ -38,9 +38,13 @@ size_t expert_ffn_bound(const ModelConfig& c, int max_tokens) {
 
 }  // namespace
 
-size_t hybrid_detail::step_scratch_bytes(const ModelConfig& c, int max_tokens) {
-  const size_t P = static_cast<size_t>(max_tokens) * c.n_expert_used;
-  return std::max(align_up(P * c.n_ff_exp * 4), expert_ffn_bound(c, max_tokens));
+size_t hybrid_detail::step_scratch_bytes(const ModelConfig& c, int max_tokens, int rows) {
+  return std::max(align_up(static_cast<size_t>(rows) * c.n_ff_exp * 4), expert_ffn_bound(c, max_tokens));
+}
+
+int HybridMoe::buffer_rows(const ModelConfig& c, int max_tokens, int chunk_rows) {
+  const int64_t P = int64_t{max_tokens} * c.n_expert_used;
+  return static_cast<int>(chunk_rows > 0 ? std::min<int64_t>(P, chunk_rows) : P);
 }
 
 uint64_t HybridMoe::slot_bytes(const ExpertWeights& e) {
@@ -52,13 +56,19 @@ uint32_t HybridMoe::stage_bank(const ModelConfig& c, const std::string& prefetch
 }
 
 uint64_t HybridMoe::buffer_bytes(const ModelConfig& c, int max_tokens, uint32_t transit_slots, uint64_t largest_slot,
-                                 size_t n_pools) {
+                                 size_t n_pools, int chunk_rows) {
   const size_t P = static_cast<size_t>(max_tokens) * c.n_expert_used, D = c.n_embd, F = c.n_ff_exp;
+  // Per-row buffers hold one chunk of rows; the pair outputs and the index
+  // arrays every pair of the pass.
+  const int rows = buffer_rows(c, max_tokens, chunk_rows);
+  const size_t R = static_cast<size_t>(rows);
+  const size_t G = group_entries(c, max_tokens, chunk_rows);
   size_t b = 0;
-  b += align_up(P * D * 4) * 3;  // gathered inputs (reused for the CPU rows), compact outputs, pair outputs
-  b += step_scratch_bytes(c, max_tokens) + align_up(P * F * 4);  // gate (then SwiGLU; expert_ffn's scratch), up
-  b += cuda::q8act_bytes(D, P) + cuda::q8act_bytes(F, P);
-  b += align_up(P * 4 * 5 + 4);  // row/pair/offset/expert/cpu index arrays
+  b += align_up(R * D * 4) * 2;  // gathered inputs (reused for the CPU rows), compact outputs
+  b += align_up(P * D * 4);      // pair outputs
+  b += step_scratch_bytes(c, max_tokens, rows) + align_up(R * F * 4);  // gate (then SwiGLU; expert_ffn's scratch), up
+  b += cuda::q8act_bytes(D, R) + cuda::q8act_bytes(F, R);
+  b += align_up((3 * P + 2 * G - 1) * 4);  // row/pair/offset/expert/cpu index arrays
   b += static_cast<size_t>(largest_slot) * transit_slots * n_pools;
   b += align_up(static_cast<size_t>(c.n_layer) * c.n_expert * sizeof(void*));
   b += Impl::gate_bytes(c);
@@ -67,19 +77,19 @@ uint64_t HybridMoe::buffer_bytes(const ModelConfig& c, int max_tokens, uint32_t 
 
 
 void HybridMoe::Impl::allocate_buffers() {
-  const size_t Pn = static_cast<size_t>(P()), D = c.n_embd, F = c.n_ff_exp;
-  arena = cuda::DeviceArena("hybrid expert buffers", buffer_bytes(c, opt.max_tokens, 0, 0, 0));
-  xg = arena.alloc_n<float>(Pn * D);
-  yc = arena.alloc_n<float>(Pn * D);
+  const size_t Pn = static_cast<size_t>(P()), Rn = static_cast<size_t>(R()), D = c.n_embd, F = c.n_ff_exp;
+  arena = cuda::DeviceArena("hybrid expert buffers", buffer_bytes(c, opt.max_tokens, 0, 0, 0, opt.chunk_rows));
+  xg = arena.alloc_n<float>(Rn * D);
+  yc = arena.alloc_n<float>(Rn * D);
   exp_y = arena.alloc_n<float>(Pn * D);
-  hg = static_cast<float*>(arena.alloc(step_scratch_bytes(c, opt.max_tokens)));
-  hu = arena.alloc_n<float>(Pn * F);
-  xg_q8 = cuda::q8act_view(arena.alloc(cuda::q8act_bytes(D, Pn)), D, Pn);
-  h_q8 = cuda::q8act_view(arena.alloc(cuda::q8act_bytes(F, Pn)), F, Pn);
-  idx = arena.alloc_n<int32_t>(Pn * 5 + 1);
+  hg = static_cast<float*>(arena.alloc(step_scratch_bytes(c, opt.max_tokens, R())));
+  hu = arena.alloc_n<float>(Rn * F);
+  xg_q8 = cuda::q8act_view(arena.alloc(cuda::q8act_bytes(D, Rn)), D, Rn);
+  h_q8 = cuda::q8act_view(arena.alloc(cuda::q8act_bytes(F, Rn)), F, Rn);
+  idx = arena.alloc_n<int32_t>(idx_entries());
   ids_host = cuda::PinnedBuffer((Pn + static_cast<size_t>(c.n_expert_used)) * sizeof(int32_t));  // + a prediction
   x_host = cuda::PinnedBuffer(static_cast<size_t>(opt.max_tokens) * D * sizeof(float));
-  idx_host = cuda::PinnedBuffer((Pn * 5 + 1) * sizeof(int32_t));
+  idx_host = cuda::PinnedBuffer(idx_entries() * sizeof(int32_t));
   cpu_y_host = cuda::PinnedBuffer(Pn * D * sizeof(float));
   MS_CUDA_CHECK(cudaMemset(arena.base(), 0, arena.capacity()));
 }
@@ -125,7 +135,7 @@ void HybridMoe::Impl::make_slots() {
   }
   slots = std::make_unique<cuda::DeviceExpertSlots>(pools, layers, c.n_expert);
   decode_path.assign(static_cast<size_t>(c.n_layer), 0);
-  decode_scratch_bytes = step_scratch_bytes(c, opt.max_tokens);
+  decode_scratch_bytes = step_scratch_bytes(c, opt.max_tokens, R());
   for (int l = 0; l < c.n_layer; ++l) {
     if (layout.pool_of_layer[static_cast<size_t>(l)] < 0) continue;
     const cuda::ExpertWeights& ew = slots->weights(l);
@@ -466,6 +476,7 @@ void HybridMoe::Impl::run(int il, int n, const float* x, const cuda::Q8Act& x_q8
   if (pred && (bank_size == 0 || pred->layer < 0 || pred->n <= 0 || pred->n > K)) pred = nullptr;
   copy0_recorded = false;
   HybridTiers tiers(*this, {x, &x_q8, ids, wts, h, pred});
+  moe_step->set_chunk_rows(chunk_rows_for(n));
   moe_step->run(step, il, n, tiers);
 }
 
@@ -476,7 +487,7 @@ HybridMoe::HybridMoe(const ModelWeights& w, const HybridMoeOptions& opt, cudaStr
   if (!c.is_moe()) throw Error("hybrid MoE: the model has no routed experts");
   // Pair indices are int32 (and row copies go in launches of 65535 rows):
   // the bound is the index width, far past any batch the CLI accepts.
-  if (opt.max_tokens < 1 || int64_t{opt.max_tokens} * c.n_expert_used * 5 + 1 > INT32_MAX)
+  if (opt.max_tokens < 1 || int64_t{opt.max_tokens} * c.n_expert_used * 5 + 2 * int64_t{c.n_expert} + 8 > INT32_MAX)
     throw Error("hybrid MoE: " + std::to_string(opt.max_tokens) + " tokens per pass is out of range");
   m.pool = opt.pool;
   if (!m.pool) {

@@ -59,6 +59,12 @@ struct HybridPrediction {
   int n = 0;
 };
 
+// Rows per chunk of the device step by default (HybridMoeOptions::chunk_rows;
+// 0: no chunks, the per-row buffers hold a whole pass). 4096 rows: at the
+// Qwen3-30B-A3B shape ~25 KiB of buffers a row, ~100 MiB a chunk, and enough
+// rows a launch for the grouped GEMMs to fill the device.
+inline constexpr int kHybridChunkRows = 0;
+
 struct HybridMoeOptions {
   uint64_t pool_bytes = 0;        // VRAM for cache slots (0: every cold expert streams or runs on the CPU)
   uint32_t transit_slots = 16;    // per slot pool, for experts streamed without being kept
@@ -73,6 +79,12 @@ struct HybridMoeOptions {
   bool staged_hits = true;        // gated layers with every expert resident or staged skip the host
   const ExpertProfile* profile = nullptr;
   int max_tokens = 512;           // tokens per forward chunk
+  // Rows per chunk of the device step (HybridMoe::kChunkRows; 0: none): a
+  // pass of more (token, expert) rows runs its waves in chunks of at most
+  // this many, so the per-row buffers (gathered input, gate/up, their Q8
+  // rows, compact output) hold one chunk, not the pass. The same kernels on
+  // fewer rows a launch; each pair's output still lands at its pair index.
+  int chunk_rows = kHybridChunkRows;
   int gemm_min_batch = 16;        // tensor-core matmul from this many tokens
   std::string cost_overrides;     // "pcie_gbps=20,..." after measuring (tests, what-if runs)
   bool verbose_steps = false;     // one stderr line per forward pass, and the start-up's stages
@@ -91,10 +103,13 @@ class HybridTiers;
 
 class HybridMoe {
  public:
+  // Rows of the step's per-row buffers for passes of max_tokens with chunks
+  // of chunk_rows (0: none): every pair, or one chunk where that is fewer.
+  static int buffer_rows(const ModelConfig& c, int max_tokens, int chunk_rows);
   // Device bytes the step's own buffers take for these sizes (the budget
   // counts them before the slot pool).
   static uint64_t buffer_bytes(const ModelConfig& c, int max_tokens, uint32_t transit_slots,
-                               uint64_t largest_slot, size_t n_pools);
+                               uint64_t largest_slot, size_t n_pools, int chunk_rows = kHybridChunkRows);
   // Slot bytes of one expert of layer L (gate|up|down, aligned).
   static uint64_t slot_bytes(const ExpertWeights& e);
   // Staging slots per bank (two banks per slot pool) for a prefetch mode;

@@ -30,8 +30,17 @@ inline double seconds_since(Clock::time_point t) { return std::chrono::duration<
 constexpr size_t kAlign = 256;
 inline size_t align_up(size_t v) { return (v + kAlign - 1) & ~(kAlign - 1); }
 
-// Bytes of the step's expert scratch (hg) for passes of up to max_tokens.
-size_t step_scratch_bytes(const ModelConfig& c, int max_tokens);
+// Bytes of the step's expert scratch (hg) for passes of up to max_tokens,
+// with per-row buffers of `rows` rows (HybridMoe::buffer_rows).
+size_t step_scratch_bytes(const ModelConfig& c, int max_tokens, int rows);
+
+// Entries of the index buffer's group tables (offsets; experts one fewer)
+// for passes of up to max_tokens (MoeStep::group_entries_bound; passes of no
+// more pairs than a chunk are never chunked: HybridMoe::Impl::chunk_rows_for).
+inline size_t group_entries(const ModelConfig& c, int max_tokens, int chunk_rows) {
+  const int64_t P = int64_t{max_tokens} * c.n_expert_used;
+  return MoeStep::group_entries_bound(P, c.n_expert, P > chunk_rows ? chunk_rows : 0);
+}
 
 }  // namespace hybrid_detail
 
@@ -64,7 +73,9 @@ struct HybridMoe::Impl {
   cuda::DeviceArena arena;
   float *xg = nullptr, *hg = nullptr, *hu = nullptr, *yc = nullptr, *exp_y = nullptr;
   cuda::Q8Act xg_q8, h_q8;
-  int32_t* idx = nullptr;  // [token_of_row | pair_of_row | offsets | group_expert | cpu_pair], P each (+1)
+  // [token_of_row | pair_of_row | offsets | group_expert | cpu_pair]: P, P,
+  // G, G - 1, P entries (G: group_entries).
+  int32_t* idx = nullptr;
   cuda::PinnedBuffer ids_host, x_host, idx_host, cpu_y_host;
   cuda::Event routes_ready{false}, x_ready{false};
   // Staging banks (prefetch): copied (copy stream) / read by the layer that used them (compute stream).
@@ -98,11 +109,23 @@ struct HybridMoe::Impl {
   }
 
   int P() const { return opt.max_tokens * c.n_expert_used; }
+  // Rows of the per-row buffers (xg, hg, hu, yc, their Q8 rows): P, or one
+  // chunk of rows where passes are cut into chunks (HybridMoe::buffer_rows).
+  int R() const { return HybridMoe::buffer_rows(c, opt.max_tokens, opt.chunk_rows); }
+  int G() const { return static_cast<int>(hybrid_detail::group_entries(c, opt.max_tokens, opt.chunk_rows)); }
+  // Index buffer entries: the layout above.
+  size_t idx_entries() const { return 3 * static_cast<size_t>(P()) + 2 * static_cast<size_t>(G()) - 1; }
   int32_t* token_of_row() const { return idx; }
   int32_t* pair_of_row() const { return idx + P(); }
   int32_t* offsets() const { return idx + 2 * P(); }
-  int32_t* group_expert() const { return idx + 3 * P() + 1; }
-  int32_t* cpu_pair() const { return idx + 4 * P() + 1; }
+  int32_t* group_expert() const { return idx + 2 * P() + G(); }
+  int32_t* cpu_pair() const { return idx + 2 * P() + 2 * G() - 1; }
+  // The MoeStep chunk bound for a pass of n tokens: chunks only where the
+  // pass has more rows than the buffers (so shorter passes keep the
+  // unchunked tables, offsets from the pass's first row).
+  int chunk_rows_for(int n) const {
+    return opt.chunk_rows > 0 && int64_t{n} * c.n_expert_used > opt.chunk_rows ? opt.chunk_rows : 0;
+  }
 
   void allocate_buffers();
   void make_slots();

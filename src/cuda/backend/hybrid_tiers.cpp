@@ -5,6 +5,7 @@
 #include "cuda/backend/hybrid_tiers.h"
 
 #include <algorithm>
+#include <string>
 
 #include "cuda/expert_bias.h"
 #include "cuda/gemm.h"
@@ -123,20 +124,27 @@ void HybridTiers::fetch_input(int, int n) {
 
 // The slot table and the row tables, in the device index buffer's layout
 // [token_of_row | pair_of_row | offsets | group_expert | cpu_pair].
+// Unchunked tables have groups + 1 offsets; chunked ones (MoeStep row
+// chunks) an end entry per chunk among their `groups` entries.
 void HybridTiers::upload_tables(int il, const MoeStepTables& t) {
   HybridMoe::Impl& m = m_;
-  const size_t P = static_cast<size_t>(m.P());
+  const size_t P = static_cast<size_t>(m.P()), G = static_cast<size_t>(m.G());
+  const size_t n_offsets = std::min(t.group_offset.size(), static_cast<size_t>(t.groups) + 1);
+  if (static_cast<size_t>(t.rows) > P || n_offsets > G || static_cast<size_t>(t.groups) > G - 1 ||
+      static_cast<size_t>(t.host_rows) > P)
+    throw Error("hybrid MoE: the step's tables (" + std::to_string(t.rows) + " rows, " + std::to_string(t.groups) +
+                " groups) do not fit its index buffer");
   int32_t* idx_h = m.idx_host.as<int32_t>();
   auto put = [](int32_t* dst, const std::vector<int32_t>& v, size_t count) {
     std::copy(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(count), dst);
   };
   put(idx_h, t.token_of_row, static_cast<size_t>(t.rows));
   put(idx_h + P, t.pair_of_row, static_cast<size_t>(t.rows));
-  put(idx_h + 2 * P, t.group_offset, static_cast<size_t>(t.groups) + 1);
-  put(idx_h + 3 * P + 1, t.group_expert, static_cast<size_t>(t.groups));
-  put(idx_h + 4 * P + 1, t.host_pair, static_cast<size_t>(t.host_rows));
+  put(idx_h + 2 * P, t.group_offset, n_offsets);
+  put(idx_h + 2 * P + G, t.group_expert, static_cast<size_t>(t.groups));
+  put(idx_h + 2 * P + 2 * G - 1, t.host_pair, static_cast<size_t>(t.host_rows));
   m.slots->upload(il, m.stream);
-  MS_CUDA_CHECK(cudaMemcpyAsync(m.idx, idx_h, sizeof(int32_t) * (4 * P + 1 + static_cast<size_t>(t.host_rows)),
+  MS_CUDA_CHECK(cudaMemcpyAsync(m.idx, idx_h, sizeof(int32_t) * (2 * P + 2 * G - 1 + static_cast<size_t>(t.host_rows)),
                                 cudaMemcpyHostToDevice, m.stream));
 }
 
@@ -166,7 +174,13 @@ void HybridTiers::compute_wave(int il, int n, const StepPlan& sp, const std::vec
   const bool batch = n >= m.opt.gemm_min_batch;
   const bool biased = ew.biased_or_clamped();
   const int r0 = w.row_begin, nr = w.row_end - w.row_begin;
-  gather_rows_any(in_.x, m.token_of_row() + r0, nr, D, m.xg + r0 * D, stream);
+  // The first buffer row of the wave: its pass row, or 0 for a row chunk
+  // (MoeStep row chunks: offsets count from the chunk's first row, and the
+  // per-row buffers hold one chunk). Every step below is per row or per
+  // group at the offsets, so a row's result does not depend on the chunk.
+  const int64_t b0 = m.moe_step->chunk_rows() > 0 ? 0 : r0;
+  if (b0 + nr > m.R()) throw Error("hybrid MoE: a wave of " + std::to_string(nr) + " rows overruns the step's buffers");
+  gather_rows_any(in_.x, m.token_of_row() + r0, nr, D, m.xg + b0 * D, stream);
   cuda::MatvecGroups g;
   g.max_groups = w.group_end - w.group_begin;
   g.per_group = w.max_rows;
@@ -176,7 +190,7 @@ void HybridTiers::compute_wave(int il, int n, const StepPlan& sp, const std::vec
   cuda::MatvecInput in;
   in.f32 = m.xg;
   if (cuda::matvec_takes_q8(ew.gate.type)) {
-    cuda::quantize_q8act(m.xg + r0 * D, D, nr, q8_rows(m.xg_q8, r0), stream);
+    cuda::quantize_q8act(m.xg + b0 * D, D, nr, q8_rows(m.xg_q8, b0), stream);
     in.q8 = m.xg_q8;
   }
   // gpt-oss: each row's expert biases and the clamped SwiGLU after gate
@@ -186,25 +200,25 @@ void HybridTiers::compute_wave(int il, int n, const StepPlan& sp, const std::vec
   if (batch) {
     cuda::matmul(ew.gate, in, g, m.hg, F, nullptr, stream);
     cuda::matmul(ew.up, in, g, m.hu, F, nullptr, stream);
-    if (biased) cuda::expert_rows_act(ew, m.hg + r0 * F, m.hu + r0 * F, rows, stream);
-    else cuda::silu_mul(m.hg + r0 * F, m.hu + r0 * F, m.hg + r0 * F, static_cast<int64_t>(nr) * F, stream);
+    if (biased) cuda::expert_rows_act(ew, m.hg + b0 * F, m.hu + b0 * F, rows, stream);
+    else cuda::silu_mul(m.hg + b0 * F, m.hu + b0 * F, m.hg + b0 * F, static_cast<int64_t>(nr) * F, stream);
   } else if (biased) {
     cuda::matvec(ew.gate, in, g, m.hg, F, nullptr, stream);
     cuda::matvec(ew.up, in, g, m.hu, F, nullptr, stream);
-    cuda::expert_rows_act(ew, m.hg + r0 * F, m.hu + r0 * F, rows, stream);
+    cuda::expert_rows_act(ew, m.hg + b0 * F, m.hu + b0 * F, rows, stream);
   } else {
     cuda::matvec_glu(ew.gate, ew.up, in, g, m.hg, F, stream);
   }
   cuda::MatvecInput hin;
   hin.f32 = m.hg;
   if (cuda::matvec_takes_q8(ew.down.type)) {
-    cuda::quantize_q8act(m.hg + r0 * F, F, nr, q8_rows(m.h_q8, r0), stream);
+    cuda::quantize_q8act(m.hg + b0 * F, F, nr, q8_rows(m.h_q8, b0), stream);
     hin.q8 = m.h_q8;
   }
   if (batch) cuda::matmul(ew.down, hin, g, m.yc, D, nullptr, stream);
   else cuda::matvec(ew.down, hin, g, m.yc, D, nullptr, stream);
-  if (biased) cuda::expert_rows_down_bias(ew, m.yc + r0 * D, rows, stream);
-  scatter_rows_any(m.yc + r0 * D, m.pair_of_row() + r0, nr, D, m.exp_y, stream);
+  if (biased) cuda::expert_rows_down_bias(ew, m.yc + b0 * D, rows, stream);
+  scatter_rows_any(m.yc + b0 * D, m.pair_of_row() + r0, nr, D, m.exp_y, stream);
   m.mark_read(sp, wave);
 }
 
@@ -232,10 +246,16 @@ void HybridTiers::compute_host(int il, int n, const MoeStepTables& t) {
   const double s = seconds_since(t0);
   m.tel.cpu_experts_s += s;
   m.pass_cpu_s += s;
-  // The gathered-input buffer is free once the waves ran (same stream).
-  MS_CUDA_CHECK(cudaMemcpyAsync(m.xg, m.cpu_y_host.get(), sizeof(float) * t.host_rows * D, cudaMemcpyHostToDevice,
-                                m.stream));
-  scatter_rows_any(m.xg, m.cpu_pair(), t.host_rows, D, m.exp_y, m.stream);
+  // The gathered-input buffer is free once the waves ran (same stream); it
+  // holds R() rows (one chunk where passes are chunked), so the rows go up
+  // R() at a time, each to its pair index as before.
+  const int piece = m.R();
+  for (int r = 0; r < t.host_rows; r += piece) {
+    const int nr = std::min(piece, t.host_rows - r);
+    MS_CUDA_CHECK(cudaMemcpyAsync(m.xg, m.cpu_y_host.as<float>() + static_cast<int64_t>(r) * D,
+                                  sizeof(float) * static_cast<size_t>(nr) * D, cudaMemcpyHostToDevice, m.stream));
+    scatter_rows_any(m.xg, m.cpu_pair() + r, nr, D, m.exp_y, m.stream);
+  }
 }
 
 // ---- combine: every pair at its index, summed in fixed order

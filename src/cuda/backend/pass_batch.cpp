@@ -100,24 +100,32 @@ int CudaBackend::Impl::choose_batch(const VramPlan& plan, int64_t kv_ctx) {
       largest = std::max(largest, b);
       sizes[b] = 1;
     }
-  // The bytes that grow with the pass, at two sizes (layouts are linear in it).
+  // The bytes that grow with the pass, at two sizes (the layouts are linear
+  // in it), as two lines (experts/pass_size.h, BufferLine): every row with
+  // its own buffer rows (exact while a pass fills no chunk), and from the
+  // pass that fills the step's row chunk on, the chunk's rows a fixed cost.
   const uint32_t transit = opt.transit_slots > 0 ? opt.transit_slots : StepScheduler::kPromptTransit;
   const uint32_t extra = transit + 2 * HybridMoe::stage_bank(c, opt.prefetch);
-  auto pass_bytes = [&](int b) {
+  auto pass_bytes = [&](int b, int chunk_rows) {
     const int keep = B;
     B = b;
     cuda::Layout measure;
     layout_activations(measure);
     B = keep;
-    return double(measure.used) + double(HybridMoe::buffer_bytes(c, b, extra, largest, sizes.size()));
+    return double(measure.used) + double(HybridMoe::buffer_bytes(c, b, extra, largest, sizes.size(), chunk_rows));
   };
-  constexpr int kLo = 64, kHi = 64 + 1024;
-  const double lo = pass_bytes(kLo), hi = pass_bytes(kHi);
-  in.bytes_per_token = std::max(0.0, (hi - lo) / (kHi - kLo));
-  const double at_zero = lo - kLo * in.bytes_per_token;
-  // What make_hybrid's pool gets at a pass of 0 tokens (see over_with there).
+  auto line = [&](int chunk_rows) {
+    const int lo_tokens = linear_buffers_from(chunk_rows, c.n_expert_used), hi_tokens = lo_tokens + 1024;
+    const double lo = pass_bytes(lo_tokens, chunk_rows), hi = pass_bytes(hi_tokens, chunk_rows);
+    BufferLine l;
+    l.bytes_per_token = std::max(0.0, (hi - lo) / (hi_tokens - lo_tokens));
+    l.fixed_bytes = std::max(0.0, lo - lo_tokens * l.bytes_per_token);
+    return l;
+  };
+  const BufferLine whole = line(0), chunked = line(kHybridChunkRows);
+  // What make_hybrid's pool gets before the buffers (see over_with there).
   const double avail = double(plan.room) + double(plan.dense_bytes + plan.kv_bytes + plan.reserve_bytes / 2) -
-                       double(weight_bytes() + kv.bytes()) - at_zero;
+                       double(weight_bytes() + kv.bytes());
   in.room_bytes = avail > 0 ? static_cast<uint64_t>(avail) : 0;
   in.slot_cap_bytes = static_cast<int64_t>(plan.room);  // the reserve's half takes buffers, never slots
   in.expert_bytes = expert_bytes;
@@ -129,7 +137,7 @@ int CudaBackend::Impl::choose_batch(const VramPlan& plan, int64_t kv_ctx) {
     in.link_gbps = measure_link_gbps(stream);
   }
   in.compute_s_per_token = estimate_prompt_s_per_token(active_weights(w));
-  pass = choose_pass_size(in);
+  pass = choose_chunked_pass_size(in, whole, chunked);
   return pass.tokens;
 }
 
