@@ -109,10 +109,10 @@ TEST(PassSize, AnEightThousandTokenPromptAtTheIssuesBudgetIsOnePass) {
 // 3936 tokens, so an 8192-token prompt took three passes and streamed the
 // cold experts each time. The step's per-row buffers (gathered input,
 // gate/up, their Q8 rows, compact output: ~25 KiB a (token, expert) row, 8
-// rows a token) sized by a chunk of 4096 rows instead are a fixed ~100 MiB:
-// the prompt is one pass.
+// rows a token) sized by a chunk of 16384 rows (the CUDA default,
+// kHybridChunkRows) instead are a fixed ~400 MiB: the prompt is one pass.
 constexpr double kD = 2048, kF = 768;
-constexpr int kK = 8, kChunk = 4096;
+constexpr int kK = 8, kChunk = 16384;
 constexpr double kRowBytes = 4 * kD * 2 + 4 * kF * 2 + (kD + kD / 32 * 8) + (kF + kF / 32 * 8);  // xg, yc, hg, hu, Q8
 constexpr double kStepPerToken = 268.0 * 1024, kActPerToken = 59.0 * 1024;
 

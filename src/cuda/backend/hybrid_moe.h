@@ -60,10 +60,14 @@ struct HybridPrediction {
 };
 
 // Rows per chunk of the device step by default (HybridMoeOptions::chunk_rows;
-// 0: no chunks, the per-row buffers hold a whole pass). 4096 rows: at the
-// Qwen3-30B-A3B shape ~25 KiB of buffers a row, ~100 MiB a chunk, and enough
-// rows a launch for the grouped GEMMs to fill the device.
-inline constexpr int kHybridChunkRows = 0;
+// 0: no chunks, the per-row buffers hold a whole pass). At the Qwen3-30B-A3B
+// shape ~25 KiB of buffers a row: 16384 rows are ~400 MiB, against ~1.6 GiB
+// for the rows of an 8192-token pass. Not fewer rows: a grouped GEMM launch
+// spreads over (experts of the chunk) x (weight rows / 128) x 2 blocks, and
+// an 8192-token prompt gives an expert ~512 rows, so a chunk of 4096 rows
+// (8 experts) would leave most of an H100/H200 idle in the gate/up GEMMs;
+// 16384 rows give ~32 experts a launch, as many blocks as the device holds.
+inline constexpr int kHybridChunkRows = 16384;
 
 struct HybridMoeOptions {
   uint64_t pool_bytes = 0;        // VRAM for cache slots (0: every cold expert streams or runs on the CPU)
