@@ -1,5 +1,6 @@
 #include "server/api.h"
 
+#include <cctype>
 #include <cmath>
 #include <limits>
 
@@ -160,6 +161,51 @@ bool valid_utf8(const std::string& s) {
   return true;
 }
 
+// tools: [{"type": "function", "function": {"name", "description"?,
+// "parameters"?: {...}}}, ...]; tool_choice: "none" | "auto" | "required" |
+// {"type": "function", "function": {"name": N}} with N one of the tools.
+void check_tools(const json& body, CompletionRequest& r) {
+  if (const json* tools = field(body, "tools")) {
+    if (!tools->is_array()) bad("tools", std::string("must be an array, not ") + type_name(*tools));
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const json& t = (*tools)[i];
+      const std::string where = "tools[" + std::to_string(i) + "]";
+      if (!t.is_object()) bad(where, std::string("must be an object, not ") + type_name(t));
+      if (t.contains("type") && t["type"] != "function")
+        bad(where + ".type", "must be \"function\" (got " + t["type"].dump() + ")");
+      if (!t.contains("function") || !t["function"].is_object()) bad(where + ".function", "is required and must be an object");
+      const json& fn = t["function"];
+      if (!fn.contains("name") || !fn["name"].is_string() || fn["name"].get<std::string>().empty())
+        bad(where + ".function.name", "is required and must be a non-empty string");
+      for (char c : fn["name"].get<std::string>())
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.' && c != ':')
+          bad(where + ".function.name", "may hold only letters, digits, '_', '-', '.' and ':' (got " + fn["name"].dump() + ")");
+      if (fn.contains("parameters") && !fn["parameters"].is_null() && !fn["parameters"].is_object())
+        bad(where + ".function.parameters", "must be a JSON schema object");
+    }
+    r.tools = *tools;
+  }
+  r.parallel_tool_calls = boolean(body, "parallel_tool_calls", true);
+  const json* tc = field(body, "tool_choice");
+  if (!tc) return;
+  if (tc->is_string()) {
+    r.tool_choice = tc->get<std::string>();
+    if (r.tool_choice != "none" && r.tool_choice != "auto" && r.tool_choice != "required")
+      bad("tool_choice", "must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}} (got '" +
+                             r.tool_choice + "')");
+  } else if (tc->is_object() && tc->contains("function") && (*tc)["function"].is_object() &&
+             (*tc)["function"].contains("name") && (*tc)["function"]["name"].is_string()) {
+    r.tool_choice = "function";
+    r.tool_choice_name = (*tc)["function"]["name"].get<std::string>();
+    bool offered = false;
+    for (const json& t : r.tools) offered = offered || t["function"]["name"] == r.tool_choice_name;
+    if (!offered) bad("tool_choice", "names the function '" + r.tool_choice_name + "', which is not in 'tools'");
+  } else {
+    bad("tool_choice", "must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+  }
+  if (r.tool_choice == "required" && r.tools.empty()) bad("tool_choice", "is 'required' but no 'tools' are given");
+}
+
 }  // namespace
 
 CompletionRequest parse_request(const std::string& text, bool chat, const JsonLimits& limits) {
@@ -269,12 +315,10 @@ CompletionRequest parse_request(const std::string& text, bool chat, const JsonLi
     if (!re->is_string()) bad("reasoning_effort", std::string("must be a string such as \"low\", \"medium\" or \"high\", not ") + type_name(*re));
     if (!r.template_kwargs.contains("reasoning_effort")) r.template_kwargs["reasoning_effort"] = *re;
   }
-  // Tool definitions go to the template (tool calls come back as the model's
-  // text, except a gpt-oss (harmony) model's: tool_calls, server/tool_calls.h).
-  if (const json* tools = field(body, "tools")) {
-    if (!tools->is_array()) bad("tools", "must be an array");
-    if (!tools->empty()) r.template_kwargs["tools"] = *tools;
-  }
+  // Tool definitions go to the template; the model's calls come back as
+  // tool_calls (server/tool_call_parser.h, tool_calls.h).
+  check_tools(body, r);
+  if (!r.tools.empty() && r.tool_choice != "none") r.template_kwargs["tools"] = r.tools;
   r.grammar = parse_response_format(body);
   r.top_logprobs = parse_logprobs(body, chat);
   return r;

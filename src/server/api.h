@@ -56,6 +56,14 @@ struct CompletionRequest {
   // text) and logprobs: -1 off, else top_logprobs (0..20). server/structured_output.h
   std::shared_ptr<const grammar::Grammar> grammar;
   int top_logprobs = -1;
+  // Tool calling: the tools offered (checked: each a function with a name),
+  // tool_choice ("auto", "none", "required", or "function" with
+  // tool_choice_name) and parallel_tool_calls. With "none" the tools do not
+  // reach the template and the answer is not parsed for calls.
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();
+  std::string tool_choice = "auto";
+  std::string tool_choice_name;
+  bool parallel_tool_calls = true;
 };
 
 // Parses and checks a request body. `chat` selects which endpoint's fields

@@ -12,16 +12,18 @@ namespace ms::server {
 
 namespace {
 
-// gpt-oss's template reads an assistant turn's reasoning from "thinking" and
-// writes a tool call's arguments through tojson, so it wants them as JSON
-// values. OpenAI clients send back "reasoning_content" and arguments as a
-// JSON string: both are adapted (as llama.cpp does), or the prompt would
-// lose the reasoning before a tool call and quote the arguments twice.
-nlohmann::ordered_json harmony_messages(const nlohmann::ordered_json& messages) {
+// Templates write a tool call's arguments through tojson (gpt-oss, Qwen3,
+// Mistral) or walk them as a mapping (Qwen3-Coder, Qwen3.5: one
+// <parameter=...> per key), so they want them as JSON values; OpenAI clients
+// send them back as a JSON string, which is parsed here (as llama.cpp does),
+// or the prompt would quote the arguments twice or lose them. gpt-oss's
+// template also reads an assistant turn's reasoning from "thinking", where
+// clients send back "reasoning_content".
+nlohmann::ordered_json adapted_messages(const nlohmann::ordered_json& messages, bool harmony) {
   nlohmann::ordered_json out = messages;
   for (auto& m : out) {
     if (!m.is_object() || m.value("role", "") != "assistant") continue;
-    if (!m.contains("thinking") && m.contains("reasoning_content") && m["reasoning_content"].is_string())
+    if (harmony && !m.contains("thinking") && m.contains("reasoning_content") && m["reasoning_content"].is_string())
       m["thinking"] = m["reasoning_content"];
     if (!m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
     for (auto& call : m["tool_calls"]) {
@@ -74,7 +76,7 @@ std::string ChatRenderer::render(const nlohmann::ordered_json& messages, bool ad
   if (jinja_) {
     jinja::Json ctx = jinja::Json::object();
     for (auto it = kwargs.begin(); it != kwargs.end(); ++it) ctx[it.key()] = it.value();
-    ctx["messages"] = harmony_ ? harmony_messages(messages) : messages;
+    ctx["messages"] = adapted_messages(messages, harmony_);
     ctx["add_generation_prompt"] = add_generation_prompt;
     const int32_t bos = tok_.bos_id(), eos = tok_.eos_id();
     const std::string bos_text = bos >= 0 ? tok_.token_to_piece(bos, true) : "";

@@ -102,9 +102,11 @@ struct HttpServer::Impl {
   std::string id_prefix;
   std::atomic<bool> stopped{false};
   const bool harmony;  // gpt-oss: chat answers are parsed by channel (tokenizer/harmony.h)
+  const ModelToolCalls tool_model;  // how the model writes tool calls (server/tool_calls.h)
 
   Impl(Scheduler& s, const Tokenizer& t, const ChatRenderer& c, Metrics& m, HttpOptions o)
-      : sched(s), tok(t), chat(c), metrics(m), opt(std::move(o)), harmony(harmony_markers(t).has_value()) {
+      : sched(s), tok(t), chat(c), metrics(m), opt(std::move(o)), harmony(harmony_markers(t).has_value()),
+        tool_model(tool_calls_of(t)) {
     std::random_device rd;
     char buf[17];
     std::snprintf(buf, sizeof buf, "%08x%08x", rd(), rd());
@@ -304,6 +306,8 @@ struct HttpServer::Impl {
     try {
       CompletionRequest r = parse_request(hreq.body, is_chat, opt.json_limits);
       std::string text = is_chat ? chat.render(r.messages, true, r.template_kwargs, &stopped) : r.prompt;
+      const ToolCallPlan calls = plan_tool_calls(tool_model, r, text);
+      text += calls.prompt_suffix;  // tool_choice required / named: the call is begun for the model
       std::vector<int32_t> ids = tok.encode(text, true, true);
       if (ids.empty()) throw ApiError(400, "the prompt is empty after tokenization");
       if (static_cast<int64_t>(ids.size()) >= sched.ctx())
@@ -327,20 +331,21 @@ struct HttpServer::Impl {
       job.separate_reasoning = is_chat && r.separate_reasoning;
       job.starts_in_reasoning = job.separate_reasoning && prompt_opens_think(text);
       job.harmony = is_chat && harmony;
+      job.render_special = calls.render_special;
       std::shared_ptr<Request> req = sched.submit(std::move(job));
       const std::string id =
           std::string(is_chat ? "chatcmpl-" : "cmpl-") + id_prefix + std::to_string(next_id.fetch_add(1));
       const int64_t created = static_cast<int64_t>(std::time(nullptr));
       const std::string model = r.model.empty() ? opt.model_name : r.model;
-      if (r.stream) stream(res, req, r, id, created, model);
-      else whole(res, req, r, id, created, model);
+      if (r.stream) stream(res, req, r, calls, id, created, model);
+      else whole(res, req, r, calls, id, created, model);
     } catch (const ApiError& e) {
       send_error(res, e);
     }
   }
 
   void whole(httplib::Response& res, const std::shared_ptr<Request>& req, const CompletionRequest& r,
-             const std::string& id, int64_t created, const std::string& model) {
+             const ToolCallPlan& plan, const std::string& id, int64_t created, const std::string& model) {
     std::string content, reasoning;
     json tool_calls = json::array();
     std::vector<LogprobEntry> logprobs;
@@ -353,8 +358,18 @@ struct HttpServer::Impl {
       content += u.content;
       reasoning += u.reasoning;
       for (const HarmonyToolCall& c : u.tool_calls)
-        tool_calls.push_back(openai_tool_call(c, "call_" + id + "_" + std::to_string(tool_calls.size())));
+        if (!plan.first_only || tool_calls.empty())
+          tool_calls.push_back(openai_tool_call(c, "call_" + id + "_" + std::to_string(tool_calls.size())));
     } while (!u.done);
+    if (plan.format != ToolCallFormat::None) {
+      // The calls in the answer (after the prefilled opening, if any); a
+      // malformed one, or a forced call the model did not complete, is text.
+      ToolCallText t = parse_tool_calls(plan.format, plan.tools, plan.prefill + content);
+      content = std::move(t.content);
+      for (const ParsedToolCall& c : t.calls)
+        if (!plan.first_only || tool_calls.empty())
+          tool_calls.push_back(openai_parsed_tool_call(c, tool_call_id(plan.format, id, tool_calls.size(), c.id)));
+    }
     t_access.prompt_tokens = u.n_prompt;
     t_access.completion_tokens = u.n_completion;
     if (u.finish_reason == "error") throw ApiError(500, "generation failed: " + u.error, "server_error");
@@ -362,7 +377,8 @@ struct HttpServer::Impl {
     const bool called = !tool_calls.empty() && u.finish_reason == "stop";
     json choice = {{"index", 0}, {"finish_reason", called ? "tool_calls" : u.finish_reason}, {"logprobs", nullptr}};
     if (r.chat) {
-      json msg = {{"role", "assistant"}, {"content", content}};
+      // OpenAI's shape: no text besides the calls is a null content.
+      json msg = {{"role", "assistant"}, {"content", content.empty() && !tool_calls.empty() ? json() : json(content)}};
       if (r.separate_reasoning) msg["reasoning_content"] = reasoning;
       if (!tool_calls.empty()) msg["tool_calls"] = tool_calls;
       choice["message"] = msg;
@@ -380,7 +396,7 @@ struct HttpServer::Impl {
   }
 
   void stream(httplib::Response& res, const std::shared_ptr<Request>& req, const CompletionRequest& r,
-              const std::string& id, int64_t created, const std::string& model) {
+              const ToolCallPlan& plan, const std::string& id, int64_t created, const std::string& model) {
     res.set_header("Cache-Control", "no-cache");
     const bool is_chat = r.chat, include_usage = r.include_usage;
     auto chunk = [=](json choice) {
@@ -392,6 +408,14 @@ struct HttpServer::Impl {
                   {"model", model},
                   {"choices", json::array({choice})}};
     };
+    // Content passes through the parser, which holds back what may begin a
+    // call; a call goes out when it is complete (and valid): its id and name
+    // in one chunk, its arguments in the next.
+    std::shared_ptr<ToolCallParser> parser;
+    if (plan.format != ToolCallFormat::None) {
+      parser = std::make_shared<ToolCallParser>(plan.format, plan.tools);
+      parser->push(plan.prefill);  // a call's opening: held, nothing comes out
+    }
     res.set_chunked_content_provider(
         "text/event-stream",
         [=](size_t, httplib::DataSink& sink) {
@@ -402,10 +426,23 @@ struct HttpServer::Impl {
           };
           if (is_chat && !send(sse(chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}})))) return false;
           std::vector<LogprobEntry> logprobs;  // not yet sent: they go with the next chunk
-          size_t n_calls = 0;  // tool calls sent (harmony)
+          size_t n_calls = 0;  // tool calls sent
           for (;;) {
             Update u = req->take(std::chrono::milliseconds(1000));
             for (LogprobEntry& e : u.logprobs) logprobs.push_back(std::move(e));
+            std::vector<ParsedToolCall> parsed;
+            if (parser) {
+              ToolCallText t = parser->push(u.content);
+              if (u.done && u.finish_reason != "error" && u.finish_reason != "cancelled") {
+                ToolCallText tail = parser->flush();
+                t.content += tail.content;
+                for (ParsedToolCall& c : tail.calls) t.calls.push_back(std::move(c));
+              }
+              u.content = std::move(t.content);
+              parsed = std::move(t.calls);
+            }
+            if (plan.first_only && n_calls > 0) u.tool_calls.clear();
+            if (plan.first_only && u.tool_calls.size() > 1) u.tool_calls.resize(1);
             if (!u.content.empty() || !u.reasoning.empty() || !u.tool_calls.empty()) {
               json c;
               if (is_chat) {
@@ -423,10 +460,20 @@ struct HttpServer::Impl {
               }
               if (is_chat && !logprobs.empty()) c["choices"][0]["logprobs"] = logprobs_json(logprobs), logprobs.clear();
               if (!send(sse(c))) return false;
-            } else if (!u.done) {
+            } else if (!u.done && parsed.empty()) {
               // Nothing yet (queued, or a long prefill): an SSE comment, which
               // also tells us whether the client is still there.
               if (!send(": waiting\n\n")) return false;
+            }
+            for (const ParsedToolCall& pc : parsed) {
+              if (plan.first_only && n_calls > 0) break;
+              json call = openai_parsed_tool_call(pc, tool_call_id(plan.format, id, n_calls, pc.id));
+              call["index"] = n_calls++;
+              json args = {{"index", call["index"]}, {"function", {{"arguments", call["function"]["arguments"]}}}};
+              call["function"]["arguments"] = "";
+              if (!send(sse(chunk({{"delta", {{"tool_calls", json::array({call})}}}}))) ||
+                  !send(sse(chunk({{"delta", {{"tool_calls", json::array({args})}}}}))))
+                return false;
             }
             if (!u.done) continue;
             t_access.prompt_tokens = u.n_prompt;  // the provider runs on the connection's thread

@@ -212,7 +212,9 @@ void Scheduler::admit() {
     s.last_used = ++clock_;
     s.sampler = std::make_unique<Sampler>(s.job.sampling);
     for (int32_t id : s.job.prompt) s.sampler->accept(id);
-    s.dec = std::make_unique<StreamDecoder>(tok_);
+    StreamDecoder::Options dec_opt;
+    dec_opt.render_special = s.job.render_special;
+    s.dec = std::make_unique<StreamDecoder>(tok_, dec_opt);
     s.stop = std::make_unique<StopMatcher>(s.job.stop);
     s.think = s.job.separate_reasoning ? std::make_unique<ThinkSplitter>(s.job.starts_in_reasoning) : nullptr;
     s.harmony.reset();

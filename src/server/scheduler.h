@@ -67,6 +67,9 @@ struct Job {
   std::shared_ptr<const grammar::Grammar> grammar;
   int top_logprobs = -1;  // -1: no logprobs; else alternatives per token (0..20)
   std::chrono::steady_clock::time_point submitted{};  // set by submit(): time to first token
+  // Control tokens' text goes out with the rest: a Mistral model's
+  // [TOOL_CALLS] marker is one, and the tool-call parser reads it.
+  bool render_special = false;
 };
 
 // What a job has produced since the last take(), and how it ended.

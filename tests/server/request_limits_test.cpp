@@ -60,9 +60,10 @@ TEST(RequestLimits, DeepNestingIsA400OnBothEndpointsWhereverItIs) {
 
 TEST(RequestLimits, DepthAtTheLimitIsAcceptedOneMoreIsNot) {
   const JsonLimits lim;
-  // The body object is level 1, "tools" adds the rest.
-  const std::string at = R"({"messages": [)" + kUser + R"(], "tools": )" + nested(lim.max_depth - 1) + "}";
-  const std::string over = R"({"messages": [)" + kUser + R"(], "tools": )" + nested(lim.max_depth) + "}";
+  // The body object is level 1, a field the server ignores ("metadata") adds
+  // the rest ("tools" is checked as a list of functions now).
+  const std::string at = R"({"messages": [)" + kUser + R"(], "metadata": )" + nested(lim.max_depth - 1) + "}";
+  const std::string over = R"({"messages": [)" + kUser + R"(], "metadata": )" + nested(lim.max_depth) + "}";
   EXPECT_EQ(error_of(at, true).status, 200) << error_of(at, true).what();
   EXPECT_EQ(error_of(over, true).status, 400);
   EXPECT_NO_THROW(check_json_limits(nested(5), JsonLimits{5, 100}));
