@@ -288,7 +288,7 @@ def convert(args, name, spec, work, outtype, extra=()):
     cmd = [sys.executable, str(wrapper), str(Path(args.llama).resolve()), spec["pre"], str(work / "hf"),
            "--outtype", outtype, "--outfile", str(out), *extra]
     t0 = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=300)
     (work / f"convert{suffix}-{outtype}.log").write_text(r.stdout + r.stderr)
     if r.returncode != 0:
         log(f"  FAIL convert {out.name}: rc {r.returncode}\n" + "\n".join((r.stdout + r.stderr).splitlines()[-15:]))
@@ -340,7 +340,7 @@ def imatrix_for(args, name, work, f32_file):
     text.write_text("\n".join(TRAIN_TEXTS * 40) + "\n")
     dst = work / f"{name}-imatrix.gguf"
     r = subprocess.run([args.imatrix, "-m", str(f32_file), "-f", str(text), "-o", str(dst), "-c", "32", "-b", "32",
-                        "-ngl", "0", "--no-ppl"], capture_output=True, text=True, timeout=300)
+                        "-ngl", "0", "--no-ppl"], capture_output=True, text=True, errors="replace", timeout=300)
     (work / "imatrix.log").write_text(r.stdout + r.stderr)
     if r.returncode != 0 or not dst.exists():
         log(f"  FAIL llama-imatrix (rc {r.returncode}): " + " ".join((r.stdout + r.stderr).splitlines()[-3:]))
@@ -376,7 +376,7 @@ def compare_moestream(args, gguf, ids, ref_last, typ, own_f16=None):
                "--backend", be]
         if typ == "f32":
             cmd += ["--kv-type", "f32"]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=300)
         if r.returncode != 0:
             rows.append((gguf.name, be, "FAIL", (r.stderr.strip().splitlines() or ["?"])[-1]))
             continue
