@@ -17,6 +17,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
+#include "served_test_util.h"
 
 namespace ms::server {
 namespace {
@@ -39,19 +40,7 @@ std::string ask(const std::string& generated, const json& request) {
   Scheduler::Options so;
   so.ctx = 1024;
   Scheduler sched(be, tok, so);
-  const ChatRenderer chat(tok);
-  Metrics metrics;
-  HttpOptions ho;
-  ho.port = 0;
-  ho.access_log = false;
-  HttpServer server(sched, tok, chat, metrics, ho);
-  const int port = server.bind();
-  std::thread serving([&] { server.listen(); });
-  httplib::Client cli("127.0.0.1", port);
-  cli.set_read_timeout(30, 0);
-  const auto res = cli.Post("/v1/chat/completions", request.dump(), "application/json");
-  server.stop();
-  serving.join();
+  const auto res = test::ServedScheduler(sched, tok).post("/v1/chat/completions", request);
   if (!res) return "no response";
   EXPECT_EQ(res->status, 200) << res->body;
   return res->body;

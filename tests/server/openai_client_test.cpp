@@ -21,6 +21,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
+#include "served_test_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ms::server {
@@ -84,14 +85,8 @@ TEST(OpenAiClient, ChatStreamAndTools) {
   so.ctx = 8192;
   so.prefill_chunk = 8192;  // one pass per prompt: the backend sees it whole
   Scheduler sched(be, tok, so);
-  const ChatRenderer chat(tok);
-  Metrics metrics;
-  HttpOptions ho;
-  ho.port = 0;
-  ho.access_log = false;
-  HttpServer server(sched, tok, chat, metrics, ho);
-  const int port = server.bind();
-  std::thread serving([&] { server.listen(); });
+  const test::ServedScheduler served(sched, tok);
+  const int port = served.port();
 
   const std::string cmd = "node " + (fs::path(MS_SOURCE_DIR) / "tools" / "openai_client_test" / "client_test.mjs").string() +
                           " http://127.0.0.1:" + std::to_string(port) + "/v1 " + modules.string() + " 2>&1";
@@ -103,8 +98,6 @@ TEST(OpenAiClient, ChatStreamAndTools) {
     while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
     status = pclose(p);
   }
-  server.stop();
-  serving.join();
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("all ok"), std::string::npos) << out;
   std::printf("%s", out.c_str());

@@ -27,6 +27,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
+#include "served_test_util.h"
 #include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
@@ -110,19 +111,7 @@ Answer ask(const std::string& tmpl_name, const std::string& generated, const jso
   so.ctx = 8192;
   so.prefill_chunk = 8192;  // one pass for the prompt: the script starts with the first answer token
   Scheduler sched(be, tok, so);
-  const ChatRenderer chat(tok);
-  Metrics metrics;
-  HttpOptions ho;
-  ho.port = 0;
-  ho.access_log = false;
-  HttpServer server(sched, tok, chat, metrics, ho);
-  const int port = server.bind();
-  std::thread serving([&] { server.listen(); });
-  httplib::Client cli("127.0.0.1", port);
-  cli.set_read_timeout(30, 0);
-  const auto res = cli.Post("/v1/chat/completions", request.dump(), "application/json");
-  server.stop();
-  serving.join();
+  const auto res = test::ServedScheduler(sched, tok).post("/v1/chat/completions", request);
   Answer a;
   if (!res) return a;
   a.status = res->status;
