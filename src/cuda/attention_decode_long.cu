@@ -4,7 +4,7 @@
 // of f16 per layer), so the kernel's job is to keep HBM busy. The CUDA-core
 // split-K kernel (attention_decode.cu) spends 2 FMA per element and query
 // head in f32 (G = 8 heads share a KV head) and keeps too few bytes in flight
-// (~1.2 TB/s on an H200). Here:
+// (its bandwidth: bench/results/long_context.md, decode attention). Here:
 //  - grid (split, KV head), 4 warps a block; each warp streams its own
 //    16-position tiles of K and V into shared memory with cp.async, kStages
 //    deep, so that several tiles per warp are on their way while it computes

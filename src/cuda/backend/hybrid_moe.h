@@ -65,7 +65,7 @@ struct HybridPrediction {
 // for the rows of an 8192-token pass. Not fewer rows: a grouped GEMM launch
 // spreads over (experts of the chunk) x (weight rows / 128) x 2 blocks, and
 // an 8192-token prompt gives an expert ~512 rows, so a chunk of 4096 rows
-// (8 experts) would leave most of an H100/H200 idle in the gate/up GEMMs;
+// (8 experts) would leave most of a large GPU idle in the gate/up GEMMs;
 // 16384 rows give ~32 experts a launch, as many blocks as the device holds.
 inline constexpr int kHybridChunkRows = 16384;
 
