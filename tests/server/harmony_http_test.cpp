@@ -84,15 +84,7 @@ struct Streamed {
 
 Streamed read_stream(const std::string& body) {
   Streamed s;
-  size_t at = 0;
-  while ((at = body.find("data: ", at)) != std::string::npos) {
-    const size_t end = body.find("\n\n", at);
-    const std::string data = body.substr(at + 6, end - at - 6);
-    at = end;
-    if (data == "[DONE]") break;
-    const json chunk = json::parse(data);
-    if (chunk["choices"].empty()) continue;
-    const json& c = chunk["choices"][0];
+  for (const json& c : test::streamed_choices(body)) {
     const json& d = c["delta"];
     if (d.contains("content")) s.content += d["content"].get<std::string>();
     if (d.contains("reasoning_content")) s.reasoning += d["reasoning_content"].get<std::string>();

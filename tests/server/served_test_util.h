@@ -6,6 +6,7 @@
 
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -50,5 +51,21 @@ class ServedScheduler {
   int port_;
   std::thread serving_;
 };
+
+// The first choice of each chunk of a streamed (server-sent events) answer,
+// in order, up to "[DONE]"; chunks without choices are skipped.
+inline std::vector<nlohmann::json> streamed_choices(const std::string& body) {
+  std::vector<nlohmann::json> out;
+  size_t at = 0;
+  while ((at = body.find("data: ", at)) != std::string::npos) {
+    const size_t end = body.find("\n\n", at);
+    const std::string data = body.substr(at + 6, end - at - 6);
+    at = end;
+    if (data == "[DONE]") break;
+    const nlohmann::json chunk = nlohmann::json::parse(data);
+    if (!chunk["choices"].empty()) out.push_back(chunk["choices"][0]);
+  }
+  return out;
+}
 
 }  // namespace ms::server::test
