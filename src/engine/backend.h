@@ -7,6 +7,11 @@
 // all_logits. It throws ms::Error "context full (N tokens)" before computing
 // anything if they do not fit, and for a token id outside the vocabulary.
 //
+// Several sequences share one step through forward_seqs (the server's
+// continuous batching: decode steps of one token and prompt chunks mixed):
+// each entry is computed as forward() would compute it alone, while the
+// projections and the experts run once over all of the step's tokens.
+//
 // Every backend also reports the router's choices through one route hook
 // (set_route_hook): routing traces (`--record-routes`, RouteRecorder),
 // `logits --routes` and routing statistics hang on it, whatever the device.
@@ -38,6 +43,17 @@ struct RouteEvent {
 };
 using RouteHook = std::function<void(const RouteEvent&)>;
 
+// One sequence's share of a multi-sequence step (Backend::forward_seqs).
+struct SeqTokens {
+  KvCache* kv = nullptr;            // its cache; each entry of a step has its own
+  std::span<const int32_t> tokens;  // appended at kv->n_past() ..; at least one
+  bool want_logits = true;          // the logits of its last token are wanted
+};
+
+// forward_seqs' checks, for backends that override it (throws ms::Error as
+// forward_seqs documents).
+void check_seq_tokens(std::span<const SeqTokens> seqs, int64_t n_vocab);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -50,6 +66,19 @@ class Backend {
   // Overrides repeat the default (defaults bind to the static type).
   virtual KvCache make_cache(int64_t ctx, KvType type = KvType::F16) const = 0;
   virtual const ModelConfig& config() const = 0;
+  // Several sequences in one step: each entry's tokens are appended to its
+  // own cache at its own positions. logits receives n_vocab floats for each
+  // entry with want_logits, in entry order. Every entry gets (within the
+  // backend's batching bounds) what forward() gives it alone. Throws ms::Error
+  // before computing anything when an entry does not fit its cache, holds a
+  // token outside the vocabulary, has no tokens or shares a cache with
+  // another. This default runs the entries one after another through
+  // forward(); backends that batch them override it.
+  virtual void forward_seqs(std::span<const SeqTokens> seqs, std::vector<float>& logits);
+  // How many caches from make_cache may be live at once, each with its own
+  // state, so that forward_seqs can mix them (what `--parallel N` may ask
+  // for). 0: no limit but memory. Overrides repeat the default.
+  virtual int max_sequences() const { return 0; }
   // "cpu", "cuda"
   virtual std::string name() const = 0;
   // Where routed experts were computed so far (hybrid false: all in one place).
