@@ -131,49 +131,74 @@ void CpuBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vect
                   " tokens)");
   const int64_t V = w_.cfg.n_vocab;
   logits.resize(static_cast<size_t>((all_logits ? n : 1) * V));
+  std::vector<int> rows;
   for (int64_t done = 0; done < n;) {
     const int nb = static_cast<int>(std::min<int64_t>(opt_.max_batch, n - done));
     const bool last = done + nb == n;
+    rows.clear();
+    if (all_logits)
+      for (int t = 0; t < nb; ++t) rows.push_back(t);
+    else if (last)
+      rows.push_back(nb - 1);
     float* out = all_logits ? logits.data() + done * V : (last ? logits.data() : nullptr);
-    forward_batch(kv, tokens.data() + done, nb, out, all_logits);
+    forward_spans({{&kv, kv.n_past(), 0, nb}}, tokens.data() + done, nb, rows, out);
     done += nb;
   }
+}
+
+void CpuBackend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<float>& logits) {
+  const int64_t V = w_.cfg.n_vocab;
+  check_seq_tokens(seqs, V);
+  size_t n_out = 0;
+  for (const SeqTokens& s : seqs) n_out += s.want_logits ? 1 : 0;
+  logits.resize(n_out * static_cast<size_t>(V));
+  // The entries packed in order into batches of at most max_batch tokens. An
+  // entry longer than the room left is split: its rest opens the next batch,
+  // at the position its cache has reached once this batch has run (which is
+  // why a span's pos0 is read only after the batches before it ran).
+  const int B = opt_.max_batch;
+  std::vector<Span> spans;
+  std::vector<int32_t> batch;
+  std::vector<int> rows;  // the batch rows whose logits are wanted (each an entry's last token)
+  size_t out_first = 0, out_next = 0;  // the batch's first logits row, and the next one to hand out
+  auto run_batch = [&] {
+    if (batch.empty()) return;
+    forward_spans(spans, batch.data(), static_cast<int>(batch.size()), rows,
+                  rows.empty() ? nullptr : logits.data() + out_first * static_cast<size_t>(V));
+    out_first = out_next;
+    spans.clear();
+    batch.clear();
+    rows.clear();
+  };
+  for (const SeqTokens& s : seqs) {
+    const size_t total = s.tokens.size();
+    for (size_t done = 0; done < total;) {
+      if (static_cast<int>(batch.size()) == B) run_batch();
+      const int t0 = static_cast<int>(batch.size());
+      const int take = static_cast<int>(std::min<size_t>(static_cast<size_t>(B - t0), total - done));
+      spans.push_back({s.kv, s.kv->n_past(), t0, take});
+      batch.insert(batch.end(), s.tokens.begin() + static_cast<std::ptrdiff_t>(done),
+                   s.tokens.begin() + static_cast<std::ptrdiff_t>(done + static_cast<size_t>(take)));
+      done += static_cast<size_t>(take);
+      if (done == total && s.want_logits) {
+        rows.push_back(t0 + take - 1);
+        ++out_next;
+      }
+    }
+  }
+  run_batch();
 }
 
 void CpuBackend::forward_multi(std::span<KvCache* const> kvs, std::span<const int32_t> tokens,
                                std::vector<float>& logits) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  if (n == 0) throw Error("forward: no tokens");
-  if (static_cast<int64_t>(kvs.size()) != n) throw Error("forward_multi: one cache per token");
-  for (int64_t i = 0; i < n; ++i) {
-    kvs[static_cast<size_t>(i)]->check_room(1);
-    for (int64_t j = 0; j < i; ++j)
-      if (kvs[static_cast<size_t>(i)] == kvs[static_cast<size_t>(j)]) throw Error("forward_multi: a cache twice");
-  }
-  for (int32_t id : tokens)
-    if (id < 0 || id >= w_.cfg.n_vocab)
-      throw Error("token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(w_.cfg.n_vocab) +
-                  " tokens)");
-  const int64_t V = w_.cfg.n_vocab;
-  logits.resize(static_cast<size_t>(n * V));
-  for (int64_t done = 0; done < n;) {
-    const int nb = static_cast<int>(std::min<int64_t>(opt_.max_batch, n - done));
-    std::vector<Span> spans;
-    for (int t = 0; t < nb; ++t) {
-      KvCache* kv = kvs[static_cast<size_t>(done + t)];
-      spans.push_back({kv, kv->n_past(), t, 1});
-    }
-    forward_spans(spans, tokens.data() + done, nb, logits.data() + done * V, true);
-    done += nb;
-  }
+  if (kvs.size() != tokens.size()) throw Error("forward_multi: one cache per token");
+  std::vector<SeqTokens> seqs;
+  for (size_t i = 0; i < kvs.size(); ++i) seqs.push_back({kvs[i], tokens.subspan(i, 1), true});
+  forward_seqs(seqs, logits);
 }
 
-void CpuBackend::forward_batch(KvCache& kv, const int32_t* tokens, int n, float* logits, bool all_logits) {
-  forward_spans({{&kv, kv.n_past(), 0, n}}, tokens, n, logits, all_logits);
-}
-
-void CpuBackend::forward_spans(const std::vector<Span>& spans, const int32_t* tokens, int n, float* logits,
-                               bool all_logits) {
+void CpuBackend::forward_spans(const std::vector<Span>& spans, const int32_t* tokens, int n,
+                               std::span<const int> out_rows, float* logits) {
   const ModelConfig& c = w_.cfg;
   const int64_t D = c.n_embd;
   for (const Span& sp : spans)
@@ -187,12 +212,12 @@ void CpuBackend::forward_spans(const std::vector<Span>& spans, const int32_t* to
   for (int il = 0; il < c.n_layer; ++il) recipe_.layer(*this, c, il);
   spans_ = nullptr;
   for (const Span& sp : spans) sp.kv->advance(sp.n);
-  if (!logits) return;
-  // Output head over the last token, or over all of them.
-  const int first = all_logits ? 0 : n - 1;
-  const int m = n - first;
+  if (!logits || out_rows.empty()) return;
+  // The output head over the rows asked for only.
+  const int m = static_cast<int>(out_rows.size());
   for (int t = 0; t < m; ++t)
-    rmsnorm(h_.data() + (first + t) * D, w_.output_norm.f32(), x_.data() + t * D, D, c.rms_eps);
+    rmsnorm(h_.data() + static_cast<int64_t>(out_rows[static_cast<size_t>(t)]) * D, w_.output_norm.f32(),
+            x_.data() + t * D, D, c.rms_eps);
   project(pool_, x_.data(), m, D, {{&w_.output, logits}});
 }
 

@@ -51,13 +51,17 @@ class CpuBackend : public Backend, private LayerBlocks {
   void forward(KvCache& kv, std::span<const int32_t> tokens, std::vector<float>& logits,
                bool all_logits = false) override;
 
-  // One decode step for several sequences at once: tokens[i] is appended to
-  // *kvs[i] (distinct caches) at its own position. Projections, the router
-  // and the experts run once over the whole batch (each expert's weights are
-  // read once for every sequence routed to it); attention runs per sequence
-  // against its own cache. logits receives [n][n_vocab]. Each sequence gets
-  // what forward() would give it alone (tokens are independent in a batch).
-  // Throws like forward(), before computing anything.
+  // Several sequences in one step (Backend::forward_seqs): the entries'
+  // tokens (decode tokens and prompt chunks alike) are packed into batches of
+  // at most max_batch tokens, an entry split across batches when it does not
+  // fit, so projections, the router and the experts run once per batch over
+  // every sequence in it (each expert's weights read once for all the tokens
+  // routed to it); attention runs per entry against its own cache. The output
+  // head runs only for the entries with want_logits. Throws like forward(),
+  // before computing anything.
+  void forward_seqs(std::span<const SeqTokens> seqs, std::vector<float>& logits) override;
+  // One token per cache (tokens[i] to *kvs[i]): forward_seqs with one-token
+  // entries, every one with logits ([n][n_vocab]). For the engine tests.
   void forward_multi(std::span<KvCache* const> kvs, std::span<const int32_t> tokens, std::vector<float>& logits);
 
   // F16 or F32 keys/values (attention runs over either).
@@ -86,8 +90,11 @@ class CpuBackend : public Backend, private LayerBlocks {
     int64_t pos0;  // the position of its first token
     int t0, n;     // its tokens in the batch
   };
-  void forward_batch(KvCache& kv, const int32_t* tokens, int n, float* logits, bool all_logits);
-  void forward_spans(const std::vector<Span>& spans, const int32_t* tokens, int n, float* logits, bool all_logits);
+  // One batch of at most max_batch tokens over `spans`; logits receives the
+  // output head's [out_rows.size()][n_vocab] for the batch rows out_rows
+  // (ascending; none: logits may be null).
+  void forward_spans(const std::vector<Span>& spans, const int32_t* tokens, int n, std::span<const int> out_rows,
+                     float* logits);
 
   // The blocks (model/blocks.h) over the batch being run: spans_, n_ tokens.
   void attention(int il, const AttentionBlock& b) override;

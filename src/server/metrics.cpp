@@ -70,6 +70,13 @@ void Metrics::decode_step(size_t batch) {
   batch_.add(static_cast<double>(batch));
 }
 
+void Metrics::step_prompt_tokens(size_t n) {
+  std::lock_guard lk(m_);
+  ++steps_;
+  if (n > 0) ++steps_with_prompt_;
+  step_prompt_tokens_ += n;
+}
+
 void Metrics::time_to_first_token(double seconds) {
   std::lock_guard lk(m_);
   ttft_.add(seconds);
@@ -137,6 +144,12 @@ std::string Metrics::render() const {
   };
   metric("moestream_decode_batch_size", "histogram", "sequences decoded together per scheduler step");
   histogram("moestream_decode_batch_size", batch_);
+  metric("moestream_steps_total", "counter", "scheduler steps (one backend forward_seqs call each)");
+  value("moestream_steps_total", static_cast<double>(steps_));
+  metric("moestream_steps_with_prompt_total", "counter", "scheduler steps that carried prompt chunks");
+  value("moestream_steps_with_prompt_total", static_cast<double>(steps_with_prompt_));
+  metric("moestream_step_prompt_tokens_total", "counter", "prompt tokens read in scheduler steps (chunked prefill)");
+  value("moestream_step_prompt_tokens_total", static_cast<double>(step_prompt_tokens_));
   metric("moestream_time_to_first_token_seconds", "histogram",
          "from a request's arrival to its first sampled token (queue wait and prefill included)");
   histogram("moestream_time_to_first_token_seconds", ttft_);

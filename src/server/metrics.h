@@ -49,6 +49,9 @@ class Metrics {
 
   // One decode step of the scheduler over `batch` sequences (the batch size histogram).
   void decode_step(size_t batch);
+  // The prompt tokens one scheduler step carried (its prompt chunks; 0 for a
+  // step of decodes only): the steps counter and the prompt tokens counter.
+  void step_prompt_tokens(size_t n);
   // Seconds from a request's arrival to its first sampled token (queue and prefill included).
   void time_to_first_token(double seconds);
   // A slot's decode rate: tokens after the first / seconds since the first,
@@ -83,6 +86,7 @@ class Metrics {
   Histogram batch_{{1, 2, 4, 8, 16, 32, 64, 128}};
   Histogram ttft_{{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
   std::map<int, double> slot_rate_;
+  uint64_t steps_ = 0, steps_with_prompt_ = 0, step_prompt_tokens_ = 0;
 };
 
 }  // namespace ms::server

@@ -1,9 +1,9 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <span>
 #include <system_error>
 
-#include "engine/cpu_backend.h"
 #include "server/text_stream.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -116,12 +116,19 @@ struct Scheduler::Slot {
   std::vector<uint8_t> allowed;
   std::chrono::steady_clock::time_point first_token{};  // when the job's first token was sampled
   int index = 0;  // in slots_, for per-slot metrics
+  uint64_t admitted = 0;  // admission order: prompt chunks go to the earliest admitted first
 };
 
 Scheduler::Scheduler(Backend& backend, const Tokenizer& tok, Options opt, Metrics* metrics)
     : be_(backend), tok_(tok), opt_(opt), metrics_(metrics) {
   if (opt_.parallel < 1) throw Error("--parallel must be >= 1");
   if (opt_.ctx < 2) throw Error("--ctx must be at least 2 tokens");
+  // A backend that holds a fixed number of sequences: no more slots than that.
+  const int max_seq = be_.max_sequences();
+  if (max_seq > 0 && opt_.parallel > max_seq) {
+    requested_parallel_ = opt_.parallel;
+    opt_.parallel = max_seq;
+  }
   for (int i = 0; i < opt_.parallel; ++i) {
     slots_.push_back(std::make_unique<Slot>(be_.make_cache(opt_.ctx, opt_.kv_type)));
     slots_.back()->index = i;
@@ -210,6 +217,7 @@ void Scheduler::admit() {
     s.n_cached = static_cast<int>(keep);
     s.n_generated = 0;
     s.last_used = ++clock_;
+    s.admitted = clock_;
     s.sampler = std::make_unique<Sampler>(s.job.sampling);
     for (int32_t id : s.job.prompt) s.sampler->accept(id);
     StreamDecoder::Options dec_opt;
@@ -279,25 +287,12 @@ void Scheduler::finish(Slot& s, const std::string& reason, const std::string& er
   req->finish(reason, error, n_prompt, n_cached, n_generated);
 }
 
-// A prefill chunk, or the next token: sampled, emitted, and (when the job
-// goes on) left in s.next for the turn's forward pass. Returns whether the
-// slot needs that forward.
-bool Scheduler::step(Slot& s) {
-  if (s.req->cancelled()) {
-    finish(s, "cancelled");
-    return false;
-  }
-  const std::vector<int32_t>& prompt = s.job.prompt;
+// A slot whose prompt is in its cache: the next token sampled from its
+// logits, emitted, and (when the job goes on) left in s.next for the step's
+// forward pass. Returns whether the slot decodes in this step.
+bool Scheduler::sample_next(Slot& s) {
   const int32_t n_vocab = static_cast<int32_t>(be_.config().n_vocab);
   try {
-    if (s.prefilled < prompt.size()) {
-      const size_t n = std::min(prompt.size() - s.prefilled, static_cast<size_t>(std::max(1, opt_.prefill_chunk)));
-      be_.forward(s.kv, std::span<const int32_t>(prompt.data() + s.prefilled, n), s.logits);
-      s.tokens.insert(s.tokens.end(), prompt.begin() + static_cast<std::ptrdiff_t>(s.prefilled),
-                      prompt.begin() + static_cast<std::ptrdiff_t>(s.prefilled + n));
-      s.prefilled += n;
-      return false;
-    }
     if (s.job.gen.n_predict == 0) {
       finish(s, "length");
       return false;
@@ -384,33 +379,92 @@ void Scheduler::fail(Slot& s, const std::string& what) {
   finish(s, "error", what);
 }
 
-void Scheduler::decode(const std::vector<Slot*>& slots) {
-  auto* cpu = dynamic_cast<CpuBackend*>(&be_);
-  if (slots.size() > 1 && cpu && opt_.batch_decode) {
-    std::vector<KvCache*> kvs;
-    std::vector<int32_t> ids;
-    for (Slot* s : slots) kvs.push_back(&s->kv), ids.push_back(s->next);
+// The prompt tokens a step may carry: the step holds at most prefill_chunk
+// tokens (one backend pass when -b is the backend's batch), its decode
+// tokens first; what is left goes to prompts, but never less than a quarter
+// of prefill_chunk, so prompts make progress however many slots decode.
+size_t step_prompt_budget(int prefill_chunk, size_t n_decode) {
+  const size_t chunk = static_cast<size_t>(std::max(1, prefill_chunk));
+  const size_t floor = std::max<size_t>(1, chunk / 4);
+  return std::max(floor, chunk > n_decode ? chunk - n_decode : 0);
+}
+
+void Scheduler::step() {
+  struct Entry {
+    Slot* slot;
+    std::span<const int32_t> tokens;
+    bool prompt;       // a prompt chunk (else one decode token)
+    bool want_logits;  // a decode token, or the chunk that ends the prompt
+  };
+  std::vector<Entry> entries;
+  std::vector<Slot*> prefilling;
+  // Decoding slots sample their next token (cancelled jobs end here).
+  for (auto& sp : slots_) {
+    Slot& s = *sp;
+    if (!s.req) continue;
+    if (s.req->cancelled()) {
+      finish(s, "cancelled");
+      continue;
+    }
+    if (s.prefilled < s.job.prompt.size()) {
+      prefilling.push_back(&s);
+      continue;
+    }
+    if (sample_next(s)) entries.push_back({&s, std::span<const int32_t>(&s.next, 1), false, true});
+  }
+  const size_t n_decode = entries.size();
+  // Prompt chunks, earliest admitted first, within the step's prompt budget.
+  std::sort(prefilling.begin(), prefilling.end(), [](const Slot* a, const Slot* b) { return a->admitted < b->admitted; });
+  size_t budget = step_prompt_budget(opt_.prefill_chunk, n_decode);
+  for (Slot* s : prefilling) {
+    if (budget == 0) break;
+    const std::vector<int32_t>& prompt = s->job.prompt;
+    const size_t n = std::min(prompt.size() - s->prefilled, budget);
+    budget -= n;
+    entries.push_back({s, std::span<const int32_t>(prompt.data() + s->prefilled, n), true,
+                       s->prefilled + n == prompt.size()});
+  }
+  // Each entry checked on its own first: one that cannot run (a prompt past
+  // its context, a token outside the vocabulary) fails its request only.
+  const int64_t V = be_.config().n_vocab;
+  std::vector<Entry> ok;
+  std::vector<SeqTokens> seqs;
+  for (const Entry& e : entries) {
+    const SeqTokens st{&e.slot->kv, e.tokens, e.want_logits};
     try {
-      cpu->forward_multi(kvs, ids, batch_logits_);
-    } catch (const std::exception& e) {
-      for (Slot* s : slots) fail(*s, e.what());
-      return;
+      check_seq_tokens(std::span<const SeqTokens>(&st, 1), V);
+    } catch (const std::exception& ex) {
+      fail(*e.slot, ex.what());
+      continue;
     }
-    const size_t V = static_cast<size_t>(be_.config().n_vocab);
-    for (size_t i = 0; i < slots.size(); ++i) {
-      slots[i]->logits.assign(batch_logits_.begin() + static_cast<std::ptrdiff_t>(i * V),
-                              batch_logits_.begin() + static_cast<std::ptrdiff_t>((i + 1) * V));
-      slots[i]->tokens.push_back(slots[i]->next);
-    }
+    ok.push_back(e);
+    seqs.push_back(st);
+  }
+  if (ok.empty()) return;
+  if (metrics_) {
+    size_t decodes = 0, prompt_tokens = 0;
+    for (const Entry& e : ok) (e.prompt ? prompt_tokens : decodes) += e.prompt ? e.tokens.size() : 1;
+    if (decodes > 0) metrics_->decode_step(decodes);
+    metrics_->step_prompt_tokens(prompt_tokens);
+  }
+  try {
+    be_.forward_seqs(seqs, step_logits_);
+  } catch (const std::exception& ex) {
+    // The step as a whole failed (the backend, not one entry's input): every
+    // request in it ends with the reason.
+    for (const Entry& e : ok) fail(*e.slot, ex.what());
     return;
   }
-  for (Slot* s : slots) {
-    try {
-      const int32_t next[1] = {s->next};
-      be_.forward(s->kv, next, s->logits);
-      s->tokens.push_back(s->next);
-    } catch (const std::exception& e) {
-      fail(*s, e.what());
+  const size_t Vs = static_cast<size_t>(V);
+  size_t row = 0;
+  for (const Entry& e : ok) {
+    Slot& s = *e.slot;
+    s.tokens.insert(s.tokens.end(), e.tokens.begin(), e.tokens.end());
+    if (e.prompt) s.prefilled += e.tokens.size();
+    if (e.want_logits) {
+      s.logits.assign(step_logits_.begin() + static_cast<std::ptrdiff_t>(row * Vs),
+                      step_logits_.begin() + static_cast<std::ptrdiff_t>((row + 1) * Vs));
+      ++row;
     }
   }
 }
@@ -428,13 +482,7 @@ void Scheduler::run() {
       if (stopping_) break;
     }
     admit();
-    std::vector<Slot*> decoding;
-    for (auto& s : slots_)
-      if (s->req && step(*s)) decoding.push_back(s.get());
-    if (!decoding.empty()) {
-      if (metrics_) metrics_->decode_step(decoding.size());
-      decode(decoding);
-    }
+    step();
     publish_experts();
   }
   // Shutting down: everything still open ends as cancelled.

@@ -2,14 +2,27 @@
 // (each a sequence with its own KV cache), and one worker thread that owns
 // the backend.
 //
-// Each turn of the worker: every slot still reading its prompt runs one
-// chunk of it (at most prefill_chunk tokens, so a long prompt does not stall
-// the others' streams), every decoding slot samples its next token, and those
-// tokens go through the model together in one forward pass (continuous
-// batching: CpuBackend::forward_multi runs projections and experts once over
-// the batch, grouping the sequences' tokens by expert, and attention per
-// sequence). Jobs join and leave the batch from one step to the next. Other
-// backends (the CUDA backend holds one sequence) run one pass per slot.
+// Each turn of the worker is one step: every decoding slot samples its next
+// token, and those tokens go through the backend in ONE forward_seqs call
+// together with the next chunk of the prompts being read (continuous batching
+// with chunked prefill: projections, router and experts run once over the
+// step's tokens, attention per sequence). Jobs join and leave between steps.
+//
+// Chunk policy (step_prompt_budget): a step carries at most prefill_chunk
+// tokens, the decode tokens first; the rest of that budget -- never less than
+// a quarter of prefill_chunk -- goes to prompts, the earliest admitted job
+// first, each taking min(what is left of its prompt, what is left of the
+// budget). So a long prompt takes a chunk per step while every decoding slot
+// still gets its token in that same step (a prompt stalls the others for at
+// most one chunk's time per step), and several short prompts arriving
+// together are read in one step.
+//
+// Each entry is checked on its own before the step (its cache's room, its
+// token ids): one that fails ends its request only. A step that fails in the
+// backend ends the requests in it.
+//
+// Slots: --parallel, capped by the backend's max_sequences() when it has one
+// (parallel() says what was kept, requested_parallel() what was asked).
 //
 // Prompt cache: a slot keeps the tokens its KV cache holds after a request.
 // A new job takes the free slot whose tokens share the longest prefix with
@@ -116,16 +129,18 @@ struct SlotView {
 };
 std::pair<int, size_t> choose_slot(const std::vector<SlotView>& slots, const std::vector<int32_t>& prompt);
 
+// How many prompt tokens a step with n_decode decode tokens may carry (the
+// chunk policy above): prefill_chunk - n_decode, at least prefill_chunk / 4
+// (and at least 1).
+size_t step_prompt_budget(int prefill_chunk, size_t n_decode);
+
 class Scheduler {
  public:
   struct Options {
     int parallel = 1;         // slots (sequences decoded in turn)
     int64_t ctx = 4096;       // tokens per slot
     KvType kv_type = KvType::F16;  // each slot's cache: f16, f32 or q8_0 (max_kv_bytes counts its real bytes)
-    int prefill_chunk = 512;  // prompt tokens per turn of the worker
-    // Decode the active slots' next tokens in one forward pass (the CPU
-    // backend's forward_multi); false: one pass per slot.
-    bool batch_decode = true;
+    int prefill_chunk = 512;  // tokens per step (decodes first, then prompt chunks: step_prompt_budget)
     // The slots' KV caches together may take at most this many bytes (0: no
     // limit): --parallel is refused, naming how many slots fit, before the
     // caches are allocated past it.
@@ -143,6 +158,8 @@ class Scheduler {
 
   int64_t ctx() const { return opt_.ctx; }
   int parallel() const { return opt_.parallel; }
+  // The --parallel asked for, when the backend's max_sequences() capped it (else parallel()).
+  int requested_parallel() const { return requested_parallel_ > 0 ? requested_parallel_ : opt_.parallel; }
   size_t queue_depth() const;
   int active_slots() const;
 
@@ -151,8 +168,8 @@ class Scheduler {
   void run();
   void admit();
   void publish_experts();
-  bool step(Slot& s);
-  void decode(const std::vector<Slot*>& slots);
+  void step();
+  bool sample_next(Slot& s);
   void fail(Slot& s, const std::string& what);
   void finish(Slot& s, const std::string& reason, const std::string& error = "");
   void emit_harmony(Slot& s, HarmonyParser::Out o);
@@ -168,7 +185,8 @@ class Scheduler {
   bool stopping_ = false;
   uint64_t clock_ = 0;
   std::atomic<int> active_{0};
-  std::vector<float> batch_logits_;
+  int requested_parallel_ = 0;  // set when max_sequences() capped opt_.parallel
+  std::vector<float> step_logits_;
   std::unique_ptr<grammar::TokenMask> token_mask_;  // the vocabulary's trie, made for the first grammar job
   std::thread worker_;
 };
