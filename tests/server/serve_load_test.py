@@ -2,19 +2,44 @@
 """`moestream serve` under load (CTest: server_load): every slot streams and more
 requests queue behind them, while /health and /metrics are probed: each probe must
 be answered within 1 s (issue #28: with 50 streaming clients /health took 28 s).
-Loopback only; the tiny built-in model.
+Loopback only; the tiny built-in model. Then tools/serve_load.py (the issue #31
+load rows) runs against it: no failed request, every token counted.
 
 usage: serve_load_test.py PATH/TO/moestream
 """
+import json
+import os
 import signal
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 
-from serve_test import FAILURES, CHECKS, Server, check, chat, content_of
+from serve_test import FAILURES, CHECKS, MOESTREAM, Server, check, chat, content_of
 
 PARALLEL = 4
 CLIENTS = 40  # all slots busy, the rest queued (more than the old fixed pool of 4 * parallel + 8 threads)
+
+
+def check_load_tool():
+    """tools/serve_load.py (the #31 load rows) against the tiny model: no failed
+    request, every token counted, p50 <= p99, a decode rate."""
+    tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "serve_load.py")
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "rows.json")
+        p = subprocess.run([sys.executable, tool, "--moestream", MOESTREAM, "--clients", "1,3", "--requests", "2",
+                            "--max-tokens", "8", "--parallel", "2", "--json-out", out, "--", "--ctx", "256"],
+                           capture_output=True, text=True, timeout=120)
+        check(p.returncode == 0, "serve_load.py exit 0: %s" % p.stderr[-500:])
+        rows = [json.loads(l) for l in open(out)] if os.path.exists(out) else []
+        check([r["clients"] for r in rows] == [1, 3], "serve_load.py rows for 1 and 3 clients: %r" % rows)
+        for r in rows:
+            check(r["failed"] == 0 and r["requests"] == 2 * r["clients"], "no failed request: %r" % r)
+            check(r["tokens"] == 8 * r["requests"], "every completion token counted: %r" % r)
+            check(0 < r["ttft_p50_s"] <= r["ttft_p99_s"], "TTFT p50 <= p99: %r" % r)
+            check(r["decode_tps"] > 0 and r["wall_tps"] > 0, "decode and wall rates: %r" % r)
+        check(p.stdout.count("| moestream | ") == 2, "two markdown rows: %s" % p.stdout[-500:])
 
 
 def main():
@@ -56,6 +81,7 @@ def main():
     print("load: %d probes, worst %.3f s, median %.3f s; slots busy at the last probe: %s" % (
         len(latencies), worst, sorted(latencies)[len(latencies) // 2] if latencies else 0, busy_at_end))
     check(s.stop(signal.SIGTERM) == 0, "exit 0")
+    check_load_tool()
     if FAILURES:
         print("%d failures" % len(FAILURES))
         print("server log:\n" + "".join(s.log[-30:]))
