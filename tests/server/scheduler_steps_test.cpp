@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
@@ -173,6 +174,62 @@ std::string reference_no_eog(Tiny& t, const std::vector<int32_t>& prompt, int n)
 
 size_t count_kv(const StepShape& s, const KvCache* kv) {
   return static_cast<size_t>(std::count_if(s.begin(), s.end(), [&](const EntryShape& e) { return e.kv == kv; }));
+}
+
+double max_abs_diff(const float* a, const float* b, size_t n) {
+  double worst = 0;
+  for (size_t i = 0; i < n; ++i) worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
+  return worst;
+}
+
+// CpuBackend::forward_seqs with small batches: entries split across them,
+// prompt chunks beside decode tokens, logits only where asked and in entry
+// order; each entry gets what forward() gives it alone.
+TEST(CpuForwardSeqs, ChunksAndDecodesAcrossBatchesEqualEachAlone) {
+  Tiny t;
+  CpuBackend::Options small;
+  small.max_batch = 5;
+  CpuBackend be(t.model->weights, t.pool, small);
+  const int64_t V = be.config().n_vocab;
+  const auto pa = t.encode("Once upon a time"), pb = t.encode("The experts of the first layer were busy"),
+             pc = t.encode("In a");
+  ASSERT_GT(pb.size(), 6u);
+  std::vector<float> alone_logits, logits;
+  KvCache a = be.make_cache(64), b = be.make_cache(64), c = be.make_cache(64);
+  KvCache ra = t.be->make_cache(64), rb = t.be->make_cache(64), rc = t.be->make_cache(64);
+  be.forward(a, pa, logits);
+  t.be->forward(ra, pa, logits);
+  be.forward(c, std::span<const int32_t>(pc.data(), 1), logits);
+  t.be->forward(rc, std::span<const int32_t>(pc.data(), 1), logits);
+  const int32_t next_a[1] = {17};
+  const std::vector<SeqTokens> step1 = {{&a, next_a, true},
+                                        {&b, std::span<const int32_t>(pb), false},
+                                        {&c, std::span<const int32_t>(pc.data() + 1, pc.size() - 1), true}};
+  be.forward_seqs(step1, logits);
+  ASSERT_EQ(logits.size(), static_cast<size_t>(2 * V));  // a's and c's
+  t.be->forward(ra, next_a, alone_logits);
+  EXPECT_LT(max_abs_diff(logits.data(), alone_logits.data(), static_cast<size_t>(V)), 1e-4);
+  t.be->forward(rc, std::span<const int32_t>(pc.data() + 1, pc.size() - 1), alone_logits);
+  EXPECT_LT(max_abs_diff(logits.data() + V, alone_logits.data(), static_cast<size_t>(V)), 1e-4);
+  t.be->forward(rb, pb, alone_logits);
+  EXPECT_EQ(a.n_past(), ra.n_past());
+  EXPECT_EQ(b.n_past(), static_cast<int64_t>(pb.size()));
+  EXPECT_EQ(c.n_past(), rc.n_past());
+  // b's cache holds what its prompt alone leaves: its next token agrees.
+  const int32_t next_b[1] = {42};
+  const std::vector<SeqTokens> step2 = {{&b, next_b, true}, {&a, next_a, true}};
+  be.forward_seqs(step2, logits);
+  ASSERT_EQ(logits.size(), static_cast<size_t>(2 * V));
+  t.be->forward(rb, next_b, alone_logits);
+  EXPECT_LT(max_abs_diff(logits.data(), alone_logits.data(), static_cast<size_t>(V)), 1e-4);
+  t.be->forward(ra, next_a, alone_logits);
+  EXPECT_LT(max_abs_diff(logits.data() + V, alone_logits.data(), static_cast<size_t>(V)), 1e-4);
+  // The checks come before anything is computed: a cache twice, a bad id.
+  const int64_t before = a.n_past();
+  const int32_t bad[1] = {static_cast<int32_t>(V)};
+  EXPECT_THROW(be.forward_seqs(std::vector<SeqTokens>{{&a, next_a, true}, {&a, next_a, true}}, logits), Error);
+  EXPECT_THROW(be.forward_seqs(std::vector<SeqTokens>{{&a, next_a, true}, {&c, bad, true}}, logits), Error);
+  EXPECT_EQ(a.n_past(), before);
 }
 
 TEST(StepPromptBudget, DecodesFirstThenPromptsNeverBelowAQuarter) {
