@@ -407,6 +407,12 @@ void Scheduler::step() {
       continue;
     }
     if (s.prefilled < s.job.prompt.size()) {
+      // A prompt longer than the slot's context ends before any chunk of it runs.
+      if (static_cast<int64_t>(s.job.prompt.size()) > s.kv.ctx()) {
+        fail(s, "the prompt has " + std::to_string(s.job.prompt.size()) + " tokens, more than the context of " +
+                    std::to_string(s.kv.ctx()) + " tokens per slot");
+        continue;
+      }
       prefilling.push_back(&s);
       continue;
     }
