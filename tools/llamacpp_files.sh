@@ -115,25 +115,21 @@ say() { echo "[llamacpp_files $(($(date +%s) - START))s] $*" | tee -a "$OUT/step
 [ -f tools/device_env.sh ] && source tools/device_env.sh
 EXTRA=()
 
+LLAMA_PID=
 if [ "${QUANT:-0}" = 1 ]; then
   # LLAMA_BIN: a folder holding llama-quantize (and llama-imatrix) already
   # built, e.g. the CUDA build of tools/issue_rows_device.sh; else a CPU-only
-  # build of them here.
+  # build of them here, in the background beside moestream's build.
   LB=${LLAMA_BIN:-/tmp/llama-build-cpu/bin}
   if [ ! -x "$LB/llama-quantize" ] && [ -f .llama/llama-src.tar.xz ]; then
-    say "build llama-quantize, llama-imatrix"
-    mkdir -p /tmp/llama-src && tar xJf .llama/llama-src.tar.xz -C /tmp/llama-src
-    cmake -S /tmp/llama-src -B /tmp/llama-build-cpu -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DLLAMA_CURL=OFF \
-      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF > "$OUT/llama_configure.log" 2>&1 &&
-      timeout 300 cmake --build /tmp/llama-build-cpu -j16 --target llama-quantize llama-imatrix > "$OUT/llama_build.log" 2>&1 ||
-      say "FAIL llama-quantize build (logs in OUT)"
+    say "build llama-quantize, llama-imatrix (CPU only, in the background)"
+    (mkdir -p /tmp/llama-src && tar xJf .llama/llama-src.tar.xz -C /tmp/llama-src &&
+      cmake -S /tmp/llama-src -B /tmp/llama-build-cpu -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DLLAMA_CURL=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF > "$OUT/llama_configure.log" 2>&1 &&
+      timeout 300 cmake --build /tmp/llama-build-cpu -j"${LLAMA_JOBS:-8}" --target llama-quantize llama-imatrix \
+        > "$OUT/llama_build.log" 2>&1 || echo "FAIL llama-quantize build (logs in OUT)" >> "$OUT/steps.txt") &
+    LLAMA_PID=$!
     LB=/tmp/llama-build-cpu/bin
-  fi
-  if [ -x "$LB/llama-quantize" ]; then
-    EXTRA+=(--quantize "$LB/llama-quantize" --quant-types "${QTYPES:-q4_0,q4_K,q5_K,q6_K,q8_0}")
-    [ -x "$LB/llama-imatrix" ] && EXTRA+=(--imatrix "$LB/llama-imatrix")
-  else
-    say "QUANT=1 but no llama-quantize (LLAMA_BIN, or .llama/llama-src.tar.xz from tools/make_llama_src.sh); skipping requantization"
   fi
 fi
 
@@ -142,18 +138,56 @@ if [ -n "${MS_BIN:-}" ]; then
 elif [ "${MS:-0}" = 1 ]; then
   say "build moestream (CUDA sm_90)"
   GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
-  cmake -S . -B build-gpu "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DMOESTREAM_CUDA=ON \
-    -DMOESTREAM_BENCH=OFF > "$OUT/ms_configure.log" 2>&1 &&
-    timeout 420 cmake --build build-gpu -j16 --target moestream > "$OUT/ms_build.log" 2>&1 &&
-    EXTRA+=(--moestream build-gpu/moestream --backends "${BACKENDS:-cpu,cuda}") || say "FAIL moestream build (logs in OUT)"
+  cmake -S "${MS_SRC:-.}" -B "$ROOT/build-gpu" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DMOESTREAM_CUDA=ON -DMOESTREAM_BENCH=OFF > "$OUT/ms_configure.log" 2>&1 &&
+    timeout 420 cmake --build "$ROOT/build-gpu" -j"${MS_JOBS:-16}" --target moestream > "$OUT/ms_build.log" 2>&1 &&
+    EXTRA+=(--moestream "$ROOT/build-gpu/moestream" --backends "${BACKENDS:-cpu,cuda}") ||
+    say "FAIL moestream build (logs in OUT)"
+  say "moestream build done"
 fi
 
+if [ "${QUANT:-0}" = 1 ]; then
+  [ -n "$LLAMA_PID" ] && { wait "$LLAMA_PID"; say "llama-quantize build done"; }
+  if [ -x "$LB/llama-quantize" ]; then
+    EXTRA+=(--quantize "$LB/llama-quantize" --quant-types "${QTYPES:-q4_0,q4_K,q5_K,q6_K,q8_0}")
+    [ -x "$LB/llama-imatrix" ] && EXTRA+=(--imatrix "$LB/llama-imatrix")
+  else
+    say "QUANT=1 but no llama-quantize (LLAMA_BIN, or .llama/llama-src.tar.xz from tools/make_llama_src.sh); skipping requantization"
+  fi
+fi
+
+# PAR=1 (the default): one process per model at once (16 cores: the models
+# are tiny, the run is mostly process start-up and single-threaded steps);
+# their summaries are joined afterwards. PAR=0: one process, in turn.
 say "checkpoints, conversion, reference ($MODELS)"
-PYTHONUNBUFFERED=1 timeout "${PY_TIMEOUT:-420}" python3 tools/llamacpp_files.py --llama .llamaconv --out "$WORK" --models "$MODELS" \
-  "${EXTRA[@]}" 2>&1 | tee "$OUT/llamacpp_files.log"
-rc=${PIPESTATUS[0]}
+if [ "${PAR:-1}" = 1 ] && [ "${MODELS//,/}" != "$MODELS" ]; then
+  n=$(tr ',' '\n' <<<"$MODELS" | wc -l)
+  pids=()
+  for m in ${MODELS//,/ }; do
+    PYTHONUNBUFFERED=1 timeout "${PY_TIMEOUT:-420}" python3 tools/llamacpp_files.py --llama .llamaconv --out "$WORK/$m.run" \
+      --models "$m" --threads $(( $(nproc) / n > 1 ? $(nproc) / n : 1 )) "${EXTRA[@]}" > "$OUT/llamacpp_files_$m.log" 2>&1 &
+    pids+=($!)
+  done
+  rc=0
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  { printf '| model | file | backend | result | detail |\n|---|---|---|---|---|\n'
+    for m in ${MODELS//,/ }; do tail -n +3 "$WORK/$m.run/summary.md" 2>/dev/null || echo "| $m | (no summary) | - | FAIL | see llamacpp_files_$m.log |"; done
+  } > "$WORK/summary.md"
+  first=1
+  for m in ${MODELS//,/ }; do
+    f="$WORK/$m.run/conditioning.md"
+    [ -f "$f" ] || continue
+    if [ $first = 1 ]; then cat "$f"; first=0; else tail -n +3 "$f"; fi
+  done > "$WORK/conditioning.md"
+  cat "$OUT"/llamacpp_files_*.log > "$OUT/llamacpp_files.log"
+else
+  PYTHONUNBUFFERED=1 timeout "${PY_TIMEOUT:-420}" python3 tools/llamacpp_files.py --llama .llamaconv --out "$WORK" --models "$MODELS" \
+    "${EXTRA[@]}" 2>&1 | tee "$OUT/llamacpp_files.log"
+  rc=${PIPESTATUS[0]}
+fi
 say "llamacpp_files.py rc=$rc"
 cp "$WORK/summary.md" "$OUT/" 2>/dev/null
+cp "$WORK/conditioning.md" "$OUT/" 2>/dev/null
 # Everything (checkpoints, GGUFs, logits, dumps, logs) in one archive: the
 # GPU machine returns at most 8 files.
 tar czf "$OUT/llamacpp_files.tar.gz" -C "$WORK" --exclude='*.cpu.f32' --exclude='*.cuda.f32' \
