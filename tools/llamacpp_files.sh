@@ -125,6 +125,7 @@ if [ "${QUANT:-0}" = 1 ]; then
     say "build llama-quantize, llama-imatrix (CPU only, in the background)"
     (mkdir -p /tmp/llama-src && tar xJf .llama/llama-src.tar.xz -C /tmp/llama-src &&
       cmake -S /tmp/llama-src -B /tmp/llama-build-cpu -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DLLAMA_CURL=OFF \
+        -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF > "$OUT/llama_configure.log" 2>&1 &&
       timeout 300 cmake --build /tmp/llama-build-cpu -j"${LLAMA_JOBS:-8}" --target llama-quantize llama-imatrix \
         > "$OUT/llama_build.log" 2>&1 || echo "FAIL llama-quantize build (logs in OUT)" >> "$OUT/steps.txt") &
