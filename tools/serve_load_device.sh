@@ -173,11 +173,11 @@ run_server() {  # tag label port cmd...
 
 for i in -1 $(seq 0 $((${#BUDGET_LIST[@]} - 1))); do
   if [ "$i" = -1 ]; then b=full; k=0; else b=${BUDGET_LIST[$i]}; k=${NCMOE_LIST[$i]:-}; fi
-  run_server "ms_$b" "moestream --vram $b" "$MS_PORT" "$MS" serve -m "$MODEL" --backend cuda --parallel "$PARALLEL" \
+  run_server "ms_$b" "moestream $b" "$MS_PORT" "$MS" serve -m "$MODEL" --backend cuda --parallel "$PARALLEL" \
     --ctx "$CTX" --vram "$b" -t "$THREADS" --host 127.0.0.1 --port "$MS_PORT"
   if [ -z "$k" ]; then say "llama_$b: no --n-cpu-moe for $b (see ncmoe_arith.txt)"; continue; fi
   wait_llama || { say "llama_$b: llama-server not built (rc $(cat "$WORK/llama_build.rc" 2> /dev/null)): $(fail_tail "$WORK/llama_build.log" 3) $(fail_tail "$WORK/llama_cfg.log" 3)"; continue; }
-  run_server "llama_$b" "llama-server --n-cpu-moe $k" "$LLAMA_PORT" "$LS" -m "$MODEL" -ngl 99 -fa on -np "$PARALLEL" \
+  run_server "llama_$b" "llama-server $b (--n-cpu-moe $k)" "$LLAMA_PORT" "$LS" -m "$MODEL" -ngl 99 -fa on -np "$PARALLEL" \
     --cont-batching -c $((PARALLEL * CTX)) --n-cpu-moe "$k" -fit off -t "$THREADS" --host 127.0.0.1 --port "$LLAMA_PORT"
 done
 
