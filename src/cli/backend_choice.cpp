@@ -249,6 +249,7 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
   o.kv_type = s.kv_type;
   if (s.ctx > 0) o.ctx = s.ctx;
   if (s.max_batch > 0) o.max_batch = s.max_batch;
+  o.n_seq = std::max(1, s.n_seq);
   // The tuning flags (TuningSetup says which option each one sets).
   const TuningSetup& t = s.vram.tuning;
   o.use_graph = t.graph;

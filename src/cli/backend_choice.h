@@ -80,6 +80,10 @@ struct BackendSetup {
   int cpu_max_batch = 0;
   bool quiet = false;     // no notice on fallback
   KvType kv_type = KvType::F16;  // the cache make_cache will be asked for (CUDA: sizes the device cache)
+  // Sequences whose caches may be live at once (serve's --parallel): the CUDA
+  // backend allocates this many device states (CudaBackend::Options::n_seq)
+  // and plans the VRAM budget for them; the CPU backend has no such limit.
+  int n_seq = 1;
   VramSetup vram;
 };
 

@@ -12,6 +12,10 @@
 //     (batched prefill), logits of the last token copied back.
 // tg: after a short (untimed) prompt of 8 tokens, n decode steps of random
 //     tokens (a new sequence each run), logits copied back each step.
+// --seqs 1,4,8: tg of N sequences decoding together (after the 8-token
+//     prompt each, untimed): every step one Backend::forward_seqs of one
+//     random token per sequence; rows read `tg128 x8 seqs`, t/s the aggregate
+//     (N x n tokens / time). The CUDA backend is built with N sequence states.
 // -d N (llama-bench's depth): each pp and tg test starts from a cache that
 //     already holds N tokens (filled untimed; for tg it replaces the 8-token
 //     prompt); rows read `pp512 @ d8192`. Lists run every combination, in
@@ -112,8 +116,8 @@ double host_memory_gbps(ThreadPool& pool) {
 
 // Builds the backend for one budget, runs pp and tg on it, and releases it
 // (with its VRAM) before returning, so the next budget starts on an empty device.
-BudgetRun measure(const BenchArgs& a, const std::string& vram, bool sweep, const LoadedModel& model,
-                  const ModelInfo& mi, ThreadPool& pool) {
+BudgetRun measure(const BenchArgs& a, const std::vector<int>& seqs, const std::string& vram, bool sweep,
+                  const LoadedModel& model, const ModelInfo& mi, ThreadPool& pool) {
   const ModelWeights& w = model.weights;
   const ModelConfig& c = w.cfg;
   constexpr int kTgPrompt = 8;
@@ -124,6 +128,7 @@ BudgetRun measure(const BenchArgs& a, const std::string& vram, bool sweep, const
   bs.max_batch = a.batch;  // 0: the CUDA backend chooses (batch_help); the CPU's takes the whole prompt
   bs.cpu_max_batch = std::clamp(largest(a.n_prompt), 1, kMaxBatch);
   bs.kv_type = a.kv_type;
+  bs.n_seq = std::max(1, largest(seqs));
   bs.vram = a.vram;
   bs.vram.budget = vram;
   reset_peak_rss();  // the budget's own peak, not an earlier budget's or probe's
@@ -168,6 +173,32 @@ BudgetRun measure(const BenchArgs& a, const std::string& vram, bool sweep, const
     }
     return std::chrono::duration<double>(clock::now() - t0).count();
   };
+  // --seqs: N sequences decoding together, one forward_seqs per step.
+  auto run_tg_seqs = [&](int n, int n_seqs) {
+    std::vector<KvCache> kvs;
+    kvs.reserve(static_cast<size_t>(n_seqs));
+    for (int i = 0; i < n_seqs; ++i) {
+      kvs.push_back(be->make_cache(ctx, a.kv_type));
+      be->forward(kvs.back(), tg_prompt, logits);
+    }
+    std::mt19937 rng(5000 + tg_run++);
+    const auto vocab = static_cast<uint32_t>(c.n_vocab);
+    std::vector<int32_t> toks(static_cast<size_t>(n_seqs));
+    std::vector<SeqTokens> step(static_cast<size_t>(n_seqs));
+    const auto t0 = clock::now();
+    for (int j = 0; j < n; ++j) {
+      for (int i = 0; i < n_seqs; ++i) {
+        toks[static_cast<size_t>(i)] = static_cast<int32_t>(rng() % vocab);
+        step[static_cast<size_t>(i)] = {&kvs[static_cast<size_t>(i)],
+                                        std::span<const int32_t>(&toks[static_cast<size_t>(i)], 1), true};
+      }
+      be->forward_seqs(step, logits);
+    }
+    return std::chrono::duration<double>(clock::now() - t0).count();
+  };
+  if (const int most = largest(seqs); be->max_sequences() > 0 && most > be->max_sequences())
+    throw Error("--seqs " + std::to_string(most) + ": the " + be->name() + " backend holds " +
+                std::to_string(be->max_sequences()) + " sequences");
   // Warm-up: pages in the weights, spins up the pool, captures the decode graph.
   const int first_p = first_nonzero(a.n_prompt), first_n = first_nonzero(a.n_gen);
   if (first_p > 0) run_pp(bench_prompt(first_p, c.n_vocab, 12345), 0);
@@ -188,6 +219,14 @@ BudgetRun measure(const BenchArgs& a, const std::string& vram, bool sweep, const
       for (int i = 0; i < a.reps; ++i) s.tps.push_back(ng / run_tg(ng, depth));
       r.stats.push_back(s);
     }
+  }
+  for (int ns : seqs) {
+    const int ng = first_nonzero(a.n_gen);
+    if (ng <= 0) break;
+    run_tg_seqs(std::min(ng, 4), ns);  // warm-up of this batch size
+    Stat s{bench_test_name('t', ng, 0) + " x" + std::to_string(ns) + " seqs", ng * ns, {}, 0};
+    for (int i = 0; i < a.reps; ++i) s.tps.push_back(double(ng) * ns / run_tg_seqs(ng, ns));
+    r.stats.push_back(s);
   }
   if (!a.record_routes.empty()) {
     // Untimed: the first pp prompt, then the first tg count of greedy decode
@@ -242,8 +281,11 @@ void check_bench_flags(const BenchArgs& a) {
   }
 }
 
-int run(const BenchArgs& a) {
+int run(const BenchArgs& a, const std::vector<int>& seqs) {
   check_bench_flags(a);
+  for (int ns : seqs)
+    if (ns < 1 || ns > 4096) throw Error("--seqs " + std::to_string(ns) + ": sequences must be in 1..4096");
+  if (!seqs.empty() && first_nonzero(a.n_gen) <= 0) throw Error("--seqs needs a tg test (-n N, N > 0)");
   const std::string path = model_path_or_default(a.model, a.model_given, false);
   const std::vector<std::string> budgets = parse_vram_list(a.vram.budget);
   const bool sweep = budgets.size() > 1;
@@ -261,7 +303,7 @@ int run(const BenchArgs& a) {
   std::vector<BudgetRun> runs;
   for (size_t i = 0; i < budgets.size(); ++i) {
     if (sweep) std::fprintf(stderr, "moestream: bench --vram %s (%zu of %zu)\n", budgets[i].c_str(), i + 1, budgets.size());
-    runs.push_back(measure(a, budgets[i], sweep, *model, mi, pool));
+    runs.push_back(measure(a, seqs, budgets[i], sweep, *model, mi, pool));
   }
   const std::string out = a.json ? bench_json(a, *model, mi, pool.size(), runs) : bench_text(a, *model, mi, runs);
   std::fputs(out.c_str(), stdout);
@@ -278,6 +320,7 @@ int run(const BenchArgs& a) {
 
 RegisterCommand reg("bench", [](CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
+  auto seqs = std::make_shared<std::vector<int>>();
   auto* sub = app.add_subcommand("bench", "Measure prompt (pp) and generation (tg) tokens/s, llama-bench style");
   sub->add_option("-m,--model", a->model, "GGUF model file (default: the built-in tiny model)")
       ->each([a](const std::string&) { a->model_given = true; });
@@ -301,6 +344,10 @@ RegisterCommand reg("bench", [](CLI::App& app) {
   sub->add_option("-o,--output", a->output, "also write the output to this file");
   sub->add_option("--record-routes", a->record_routes,
                   "after the timed runs, record one prompt + decode run's expert choices to FILE (routing trace)");
+  sub->add_option("--seqs", *seqs,
+                  "also tg of N sequences decoding together (one forward_seqs per step; t/s is the aggregate), a "
+                  "comma list: 1,4,8,16 (the first -n count of tokens each)")
+      ->delimiter(',');
   add_kv_type_option(*sub, &a->kv_type);
   add_vram_options(*sub, &a->vram, false);
   sub->get_option("--vram")->description(
@@ -310,7 +357,7 @@ RegisterCommand reg("bench", [](CLI::App& app) {
       ->option_text("BYTES|full[,...]");
   sub->add_option("--svg", a->svg, "also write a chart of tokens/s against the --vram budget(s), with the floor, to FILE")
       ->option_text("FILE");
-  return [a]() -> int { return run(*a); };
+  return [a, seqs]() -> int { return run(*a, *seqs); };
 });
 
 }  // namespace

@@ -38,6 +38,34 @@ void check_kv_head_dim(KvType t, int64_t head_dim) {
                 " (blocks of 32); this model's head size is " + std::to_string(head_dim) + ": use --kv-type f16");
 }
 
+SeqSlotPool::SeqSlotPool(int n) {
+  if (n <= 0) throw Error("sequence states: the pool needs at least one (got " + std::to_string(n) + ")");
+  used_.assign(static_cast<size_t>(n), false);
+}
+
+int SeqSlotPool::in_use() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(std::count(used_.begin(), used_.end(), true));
+}
+
+SeqSlot SeqSlotPool::acquire(const std::string& full_message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < used_.size(); ++i)
+    if (!used_[i]) {
+      used_[i] = true;
+      std::weak_ptr<SeqSlotPool> self = weak_from_this();
+      return SeqSlot(static_cast<int>(i), [self](int index) {
+        if (auto pool = self.lock()) pool->release(index);
+      });
+    }
+  throw Error(full_message);
+}
+
+void SeqSlotPool::release(int index) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (index >= 0 && static_cast<size_t>(index) < used_.size()) used_[static_cast<size_t>(index)] = false;
+}
+
 KvCache::KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type)
     : n_layer_(n_layer), ctx_(ctx), type_(type) {
   if (n_layer <= 0 || n_kv <= 0 || head_dim <= 0 || ctx <= 0)

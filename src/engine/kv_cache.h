@@ -18,7 +18,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <new>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -80,6 +84,65 @@ struct ZeroPagesAllocator {
   bool operator==(const ZeroPagesAllocator<U>&) const noexcept { return true; }
 };
 
+// A backend's claim on one of its device sequence states (CudaBackend with
+// Options::n_seq > 1): the state's index and the way back to the pool that
+// handed it out, which gets it back when the claim goes. Move-only in effect:
+// a copy holds NO state (index -1), so two caches can never share one by
+// accident (the backend refuses a cache without a state).
+class SeqSlot {
+ public:
+  SeqSlot() = default;
+  SeqSlot(int index, std::function<void(int)> release) : index_(index), release_(std::move(release)) {}
+  ~SeqSlot() { reset(); }
+  SeqSlot(SeqSlot&& o) noexcept : index_(o.index_), release_(std::move(o.release_)) { o.forget(); }
+  SeqSlot& operator=(SeqSlot&& o) noexcept {
+    if (this != &o) {
+      reset();
+      index_ = o.index_;
+      release_ = std::move(o.release_);
+      o.forget();
+    }
+    return *this;
+  }
+  SeqSlot(const SeqSlot&) {}  // a copy holds no state (see above)
+  SeqSlot& operator=(const SeqSlot& o) {
+    if (this != &o) reset();
+    return *this;
+  }
+  int index() const { return index_; }  // -1: none
+  // Gives the state back (to its pool, if it has one) and holds none.
+  void reset() noexcept {
+    if (release_) release_(index_);
+    forget();
+  }
+
+ private:
+  void forget() noexcept {
+    index_ = -1;
+    release_ = nullptr;
+  }
+  int index_ = -1;
+  std::function<void(int)> release_;
+};
+
+// The n sequence states of a backend, handed out one per cache. Shared (by
+// shared_ptr) between the backend and the claims it made, so a cache that
+// outlives its backend still gives its claim back safely. Thread-safe.
+class SeqSlotPool : public std::enable_shared_from_this<SeqSlotPool> {
+ public:
+  explicit SeqSlotPool(int n);
+  int size() const { return static_cast<int>(used_.size()); }
+  int in_use() const;
+  // A free state, the lowest index first; throws ms::Error `full_message`
+  // when every state is taken.
+  SeqSlot acquire(const std::string& full_message);
+
+ private:
+  void release(int index) noexcept;
+  mutable std::mutex mu_;
+  std::vector<bool> used_;
+};
+
 class KvCache {
  public:
   KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type = KvType::F16);
@@ -132,6 +195,11 @@ class KvCache {
 
   uint64_t bytes() const { return data_.size() + rec_.size() * sizeof(float); }
 
+  // Which of the backend's device sequence states this cache runs on (set by
+  // a backend's make_cache; a copied cache holds none: SeqSlot).
+  int device_slot() const { return slot_.index(); }
+  void set_device_slot(SeqSlot slot) { slot_ = std::move(slot); }
+
  private:
   template <typename T>
   T* elems(KvType want, int layer, bool values) {
@@ -162,6 +230,7 @@ class KvCache {
   bool has_recurrent_ = false;
   int64_t conv_elems_ = 0, state_elems_ = 0;
   std::vector<float> rec_;
+  SeqSlot slot_;
 };
 
 }  // namespace ms

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cuda/attention.h"
 #include "cuda/backend/cuda_backend_impl.h"
@@ -73,22 +75,35 @@ VramPlan CudaBackend::Impl::plan_budget(int64_t kv_ctx) {
   const WeightSplit split = split_weights(*w.file);
   const ModelHParams hp = inspect_hparams(*w.file);
   const int kv_b32 = kv_bytes_per_32(device_kv_type(opt));
-  plan = plan_vram(split, hp, budget, kv_ctx, kv_b32);
+  // n_seq sequence states: K/V for n_seq x kv_ctx positions, and n_seq
+  // recurrent states where plan_vram counts one (the extra ones come out of
+  // the budget it plans with, and go back into the plan's figures).
+  const int ns = opt.n_seq;
+  const uint64_t extra_rec = hp.recurrent_state_bytes() * static_cast<uint64_t>(ns - 1);
+  plan = plan_vram(split, hp, budget > extra_rec ? budget - extra_rec : 0, kv_ctx * ns, kv_b32);
+  plan.budget = budget;
+  plan.kv_bytes += extra_rec;
+  plan.minimum_bytes += extra_rec;
+  plan.everything_bytes += extra_rec;
   if (!plan.fits_minimum) {
-    // The largest context this budget holds: the KV bytes per token from the
-    // plan itself (whatever the cache type), the fixed recurrent state at 0.
+    // The largest context this budget holds (per sequence, for n_seq of
+    // them): the KV bytes per token from the plan itself (whatever the cache
+    // type), the fixed recurrent state at 0.
     const VramPlan at0 = vram_needs(split, hp, 0, kv_b32);
-    const KvCost cost{kv_ctx > 0 ? (plan.kv_bytes - at0.kv_bytes) / static_cast<uint64_t>(kv_ctx) : 0, at0.kv_bytes};
+    const uint64_t rec_all = at0.kv_bytes * static_cast<uint64_t>(ns);
+    const KvCost cost{kv_ctx > 0 ? (plan.kv_bytes - rec_all) / static_cast<uint64_t>(kv_ctx * ns) : 0, at0.kv_bytes};
     const uint64_t fixed = plan.dense_bytes + plan.reserve_bytes;
-    const int64_t fit = budget > fixed ? largest_context(cost, budget - fixed) : 0;
+    const int64_t fit = budget > fixed ? largest_context(cost, budget - fixed, ns) : 0;
     throw Error(std::string(automatic ? "the GPU's free memory less a " + format_bytes(CudaBackend::kAutoMargin) +
                                             " margin (" + format_bytes(budget) + ")"
                                       : "--vram " + format_bytes(budget)) +
                 " is too small: this model needs at least " + format_bytes(plan.minimum_bytes) +
-                " for dense weights + KV at ctx " + std::to_string(kv_ctx) + " (dense " +
+                " for dense weights + KV at ctx " + std::to_string(kv_ctx) +
+                (ns > 1 ? " x " + std::to_string(ns) + " sequences" : std::string()) + " (dense " +
                 format_bytes(plan.dense_bytes) + ", KV " + format_bytes(plan.kv_bytes) + ", reserve " +
                 format_bytes(plan.reserve_bytes) + "); " +
-                (fit > 0 ? "the largest context that fits is " + std::to_string(fit) + " tokens: lower --ctx"
+                (fit > 0 ? "the largest context that fits is " + std::to_string(fit) + " tokens" +
+                               (ns > 1 ? " per sequence" : "") + ": lower --ctx"
                          : "no context fits") +
                 " or raise --vram");
   }
@@ -198,6 +213,7 @@ void CudaBackend::Impl::layout_activations(cuda::Layout& L) {
   tok = L.take_n<int32_t>(b);
   pos = L.take_n<int32_t>(b);
   step_in = L.take_n<int32_t>(4);
+  run_kv_len = L.take_n<int32_t>(b);
   router_counter = L.take_n<uint32_t>(1);
   logits = L.take_n<float>(static_cast<size_t>(kLogitRows) * c.n_vocab);
   xq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(c.n_embd, B)), c.n_embd, B);
@@ -262,7 +278,7 @@ void CudaBackend::Impl::allocate_activations() {
   layout_activations(bind);
   // router_counter and the attention scratch's counters start at 0 (the constructor syncs after this)
   MS_CUDA_CHECK(cudaMemset(act_arena.base(), 0, act_arena.capacity()));
-  host_in = cuda::PinnedBuffer(sizeof(int32_t) * 2 * static_cast<size_t>(B) + 64);
+  host_in = cuda::PinnedBuffer(sizeof(int32_t) * 3 * static_cast<size_t>(B) + 64);
   host_logits = cuda::PinnedBuffer(sizeof(float) * kLogitRows * static_cast<size_t>(c.n_vocab));
   copy_done.clear();
   for (int i = 0; i < kCopyChunks; ++i) copy_done.emplace_back(false);
@@ -305,6 +321,9 @@ CudaBackend::CudaBackend(const ModelWeights& w, Options opt) : impl_(std::make_u
   const int64_t kv_ctx = opt.ctx > 0 ? opt.ctx : std::min<int64_t>(c.n_ctx_train > 0 ? c.n_ctx_train : 4096, 4096);
   if (kv_ctx > (int64_t{1} << 30)) throw Error("CUDA backend: context too large");
   if (opt.max_batch < 0) throw Error("CUDA backend: max_batch must be >= 0 (0: chosen from the budget)");
+  if (opt.n_seq < 1 || opt.n_seq > 4096)
+    throw Error("CUDA backend: " + std::to_string(opt.n_seq) + " sequences (--parallel) asked for; 1 to 4096");
+  if (opt.n_seq > 1) m.slots = std::make_shared<SeqSlotPool>(opt.n_seq);
   m.B = std::max(1, opt.max_batch);
   m.opt.gemm_min_batch = std::max(2, opt.gemm_min_batch);
   m.check_types();
@@ -315,7 +334,8 @@ CudaBackend::CudaBackend(const ModelWeights& w, Options opt) : impl_(std::make_u
   try {
     m.weights = cuda::DeviceWeights::upload(w);
     if (c.is_moe() && !m.tiered) m.experts = cuda::ResidentExperts(w);
-    m.kv = cuda::DeviceKvCache(c.n_layer, c.n_head_kv, c.head_dim, kv_ctx, device_kv_type(opt), recurrent_shape(c));
+    m.kv = cuda::DeviceKvCache(c.n_layer, c.n_head_kv, c.head_dim, kv_ctx, device_kv_type(opt), recurrent_shape(c),
+                               opt.n_seq);
     if (opt.max_batch == 0) {
       m.B = m.choose_batch(plan, kv_ctx);
       m.pass_chosen = true;
@@ -367,8 +387,13 @@ KvCache CudaBackend::make_cache(int64_t ctx, KvType type) const {
   if (ctx > impl_->kv.ctx())
     throw Error("CUDA backend: a context of " + std::to_string(ctx) + " tokens does not fit the device KV cache of " +
                 std::to_string(impl_->kv.ctx()) + " tokens (set CudaBackend::Options::ctx / --ctx)");
-  // The device holds one cache: asking for the other element type reallocates
-  // it (Options::kv_f32 sizes the right one up front).
+  // The device cache has one element type: asking for another reallocates
+  // it (Options::kv_f32 sizes the right one up front), which no live
+  // sequence of a multi-sequence backend may lose.
+  if (type != impl_->kv.type() && impl_->slots && impl_->slots->in_use() > 0)
+    throw Error(std::string("CUDA backend: a ") + kv_type_name(type) + " cache asked for while " +
+                std::to_string(impl_->slots->in_use()) + " sequences hold " + kv_type_name(impl_->kv.type()) +
+                " ones (the device's caches share one type: set --kv-type)");
   impl_->set_kv_type(type);
   // Keys and values live in the device arena; this cache only counts positions
   // (and says which type it was made for). Hybrids: it also marks the
@@ -377,10 +402,125 @@ KvCache CudaBackend::make_cache(int64_t ctx, KvType type) const {
   // Its rows are the smallest the type allows (q8_0: one block of 32).
   const ModelConfig& c = impl_->c;
   const int row = type == KvType::Q8_0 ? QK : 1;
-  if (c.linear_layer.empty()) return KvCache(1, 1, row, ctx, type);
-  RecurrentLayout rec;
-  rec.recurrent = c.linear_layer;
-  return KvCache(c.n_layer, 1, row, ctx, type, rec);
+  // One sequence state: every cache maps to it. Several: a free one, held by
+  // the cache until it goes (SeqSlot).
+  const int n = impl_->opt.n_seq;
+  SeqSlot slot = impl_->slots ? impl_->slots->acquire("the CUDA backend holds " + std::to_string(n) +
+                                                      " sequences (--parallel " + std::to_string(n) +
+                                                      "); all are in use")
+                              : SeqSlot(0, nullptr);
+  KvCache kv = c.linear_layer.empty() ? KvCache(1, 1, row, ctx, type) : [&] {
+    RecurrentLayout rec;
+    rec.recurrent = c.linear_layer;
+    return KvCache(c.n_layer, 1, row, ctx, type, rec);
+  }();
+  kv.set_device_slot(std::move(slot));
+  return kv;
+}
+
+int CudaBackend::max_sequences() const { return impl_->opt.n_seq; }
+
+// The device slot a cache runs on (checked: a copied cache holds none).
+namespace {
+int slot_of(const KvCache& kv, int n_seq) {
+  if (n_seq == 1) return 0;
+  const int s = kv.device_slot();
+  if (s < 0 || s >= n_seq)
+    throw Error("CUDA backend: this KV cache holds none of the device's " + std::to_string(n_seq) +
+                " sequence states (a copy of a cache, or one made by another backend); make it with make_cache");
+  return s;
+}
+}  // namespace
+
+// The device-side checks of one cache (forward, forward_seqs): made by this
+// backend for the device cache's size and type.
+static void check_device_cache(const KvCache& kv, const cuda::DeviceKvCache& dev) {
+  if (kv.ctx() > dev.ctx())
+    throw Error("CUDA backend: this KV cache holds " + std::to_string(kv.ctx()) + " positions, the device cache " +
+                std::to_string(dev.ctx()) + "; make it with CudaBackend::make_cache");
+  if (kv.type() != dev.type())
+    throw Error(std::string("CUDA backend: this KV cache was made as ") + kv_type_name(kv.type()) +
+                " but the device cache is now " + kv_type_name(dev.type()) +
+                " (a later make_cache switched it; the device holds one cache)");
+}
+
+void CudaBackend::Impl::select_slot(int slot) {
+  cur_slot = slot;
+  if (slot == graph_slot) return;
+  // The decode graphs hold the K/V (and recurrent state) addresses of the
+  // slot they were captured for.
+  MS_CUDA_CHECK(cudaStreamSynchronize(stream));
+  graph.reset();
+  for (auto& g : hybrid_graphs) g->reset();
+  graph_slot = slot;
+}
+
+void CudaBackend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<float>& logits) {
+  Impl& m = *impl_;
+  const int64_t V = m.c.n_vocab;
+  check_seq_tokens(seqs, V);
+  const int ns = m.opt.n_seq;
+  if (seqs.size() > 1 && static_cast<int>(seqs.size()) > ns)
+    throw Error("forward_seqs: " + std::to_string(seqs.size()) + " sequences in one step, but the CUDA backend holds " +
+                std::to_string(ns) + " (--parallel " + std::to_string(ns) + ")");
+  std::vector<int> slot(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    check_device_cache(*seqs[i].kv, m.kv);
+    slot[i] = slot_of(*seqs[i].kv, ns);
+  }
+  if (seqs.size() == 1) {  // forward() alone (the decode graph where it applies)
+    std::vector<float> one;
+    forward(*seqs[0].kv, seqs[0].tokens, one);
+    logits.clear();
+    if (seqs[0].want_logits) logits.assign(one.begin(), one.begin() + V);
+    return;
+  }
+  // Distinct caches of one backend hold distinct slots; checked all the same
+  // (two entries on one state would corrupt both).
+  for (size_t i = 0; i < seqs.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (slot[i] == slot[j])
+        throw Error("forward_seqs: entries " + std::to_string(j) + " and " + std::to_string(i) +
+                    " run on the same device sequence state");
+  size_t n_want = 0;
+  for (const SeqTokens& s : seqs) n_want += s.want_logits ? 1 : 0;
+  logits.assign(n_want * static_cast<size_t>(V), 0.0f);
+  MS_CUDA_CHECK(cudaSetDevice(m.opt.device));
+  // Passes of at most B tokens, entries in order (one may be split across
+  // passes); each pass's wanted rows are consecutive entries' last tokens.
+  std::vector<int32_t> toks;
+  std::vector<int> want;
+  std::vector<std::pair<size_t, int>> pieces;  // (entry, tokens) advanced after the pass
+  size_t e = 0, off = 0, rank = 0;
+  while (e < seqs.size()) {
+    toks.clear();
+    want.clear();
+    pieces.clear();
+    m.runs.clear();
+    const size_t first_rank = rank;
+    while (e < seqs.size() && static_cast<int>(toks.size()) < m.B) {
+      const SeqTokens& s = seqs[e];
+      const size_t take = std::min(static_cast<size_t>(m.B) - toks.size(), s.tokens.size() - off);
+      // A sequence starts: its slot's recurrent state starts from zeros.
+      if (off == 0 && s.kv->n_past() == 0) m.kv.zero_recurrent(slot[e], m.stream);
+      m.runs.push_back({static_cast<int>(toks.size()), static_cast<int>(take), slot[e], s.kv->n_past()});
+      toks.insert(toks.end(), s.tokens.begin() + static_cast<std::ptrdiff_t>(off),
+                  s.tokens.begin() + static_cast<std::ptrdiff_t>(off + take));
+      pieces.emplace_back(e, static_cast<int>(take));
+      off += take;
+      if (off == s.tokens.size()) {
+        if (s.want_logits) {
+          want.push_back(static_cast<int>(toks.size()) - 1);
+          ++rank;
+        }
+        ++e;
+        off = 0;
+      }
+    }
+    m.run_seqs(toks.data(), static_cast<int>(toks.size()), want,
+               want.empty() ? nullptr : logits.data() + first_rank * static_cast<size_t>(V));
+    for (const auto& [entry, n] : pieces) seqs[entry].kv->advance(n);
+  }
 }
 
 void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vector<float>& logits, bool all_logits) {
@@ -388,13 +528,8 @@ void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vec
   const ModelConfig& c = m.c;
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n == 0) throw Error("forward: no tokens");
-  if (kv.ctx() > m.kv.ctx())
-    throw Error("CUDA backend: this KV cache holds " + std::to_string(kv.ctx()) + " positions, the device cache " +
-                std::to_string(m.kv.ctx()) + "; make it with CudaBackend::make_cache");
-  if (kv.type() != m.kv.type())
-    throw Error(std::string("CUDA backend: this KV cache was made as ") + kv_type_name(kv.type()) +
-                " but the device cache is now " + kv_type_name(m.kv.type()) +
-                " (a later make_cache switched it; the device holds one cache)");
+  check_device_cache(kv, m.kv);
+  const int slot = slot_of(kv, m.opt.n_seq);
   kv.check_room(n);
   for (int32_t id : tokens)
     if (id < 0 || id >= c.n_vocab)
@@ -403,9 +538,10 @@ void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vec
   const int64_t V = c.n_vocab;
   logits.resize(static_cast<size_t>((all_logits ? n : 1) * V));
   MS_CUDA_CHECK(cudaSetDevice(m.opt.device));
+  m.select_slot(slot);
   // A sequence starts: the recurrent layers' state starts from zeros (the
   // CPU does the same at position 0). Outside any graph: a plain async memset.
-  if (kv.n_past() == 0) m.kv.zero_recurrent(m.stream);
+  if (kv.n_past() == 0) m.kv.zero_recurrent(slot, m.stream);
   if (n == 1) {
     m.decode(tokens[0], kv.n_past(), logits.data());
     kv.advance(1);

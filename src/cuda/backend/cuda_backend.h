@@ -26,8 +26,16 @@
 // KvCache refuses to rewind it (truncate keeps all positions or none), as
 // the CPU backend's does.
 //
-// One device cache per backend: it holds one sequence at a time (the
-// KvCache's n_past says how much of it is valid). CUDA-only: include it only
+// Sequences: the device holds Options::n_seq sequence states (K/V and the
+// recurrent state of hybrids, each sized for Options::ctx), planned into the
+// VRAM budget. With n_seq 1 every cache maps to the one state (callers make
+// caches one after another, as before); with more, make_cache hands each
+// cache a free state (the KvCache carries the claim and gives it back when
+// it goes) and forward_seqs runs several sequences' tokens in one pass: the
+// projections, the router and the experts (resident, or the tiered step's
+// once-per-pass streaming) over all of the step's tokens, attention and the
+// Gated DeltaNet recurrence per sequence against its own state, the head
+// only for the rows whose logits are wanted. CUDA-only: include it only
 // where MOESTREAM_HAVE_CUDA is defined.
 #pragma once
 #include <cstdint>
@@ -49,7 +57,10 @@ class CudaBackend : public Backend {
  public:
   struct Options {
     int device = 0;
-    int64_t ctx = 0;             // device KV capacity in tokens (0: min(model context, 4096))
+    int64_t ctx = 0;             // device KV capacity in tokens per sequence (0: min(model context, 4096))
+    // Sequence states on the device (serve's --parallel): caches that may be
+    // live at once, each with its own K/V (ctx positions) and recurrent state.
+    int n_seq = 1;
     // Prompt tokens per forward pass (longer inputs are split into passes of
     // equal size). 0: chosen from the budget (experts/pass_size.h): 512 when
     // every expert is resident; tiered, the smallest pass whose once-per-pass
@@ -133,7 +144,14 @@ class CudaBackend : public Backend {
   // ctx must be at most the device capacity (Options::ctx); throws otherwise.
   // A type other than the device cache's reallocates that cache (contents
   // lost, a cache made earlier is then refused by forward()).
+  // With n_seq > 1 each cache takes one of the device's sequence states until
+  // it is destroyed; throws ms::Error "the CUDA backend holds N sequences
+  // (--parallel N); all are in use" when none is free.
   KvCache make_cache(int64_t ctx, KvType type = KvType::F16) const override;
+  // Backend::forward_seqs: the entries in passes of at most max_batch()
+  // tokens (an entry may be split across passes). One entry: forward().
+  void forward_seqs(std::span<const SeqTokens> seqs, std::vector<float>& logits) override;
+  int max_sequences() const override;  // Options::n_seq
   const ModelConfig& config() const override;
   std::string name() const override { return "cuda"; }
 

@@ -60,6 +60,9 @@ struct CudaBackend::Impl final : LayerBlocks {
   float* logits = nullptr;
   uint32_t* router_counter = nullptr;
   int32_t *tok = nullptr, *pos = nullptr, *route_ids = nullptr, *step_in = nullptr;
+  // Multi-sequence passes: per run, its attention length (pos0 + n), for
+  // the decode attention of one-token runs.
+  int32_t* run_kv_len = nullptr;
   cuda::Q8Act xq8, attq8, ffq8;
   // Gated attention (arch->attn_output_gate): Wq's [q | gate] rows (decode:
   // the stacked Wq|Wk|Wv row), and the gates split from them.
@@ -89,6 +92,21 @@ struct CudaBackend::Impl final : LayerBlocks {
   // tiered layers' experts go through HybridMoe::enqueue_gated.
   bool gated_step = false;
   uint64_t budget = 0;     // bytes (0 when every expert is resident by --vram full)
+
+  // Sequence states (Options::n_seq): the pool make_cache draws from when
+  // there is more than one; the slot the pass being enqueued runs on (single
+  // sequence passes: forward()); the slot the decode graphs were captured for
+  // (they hold its K/V addresses).
+  std::shared_ptr<SeqSlotPool> slots;
+  int cur_slot = 0;
+  int graph_slot = 0;
+  // One entry's rows in a multi-sequence pass: rows row0 .. row0+n-1 of the
+  // pass, at positions pos0 .. of slot `slot`.
+  struct SeqRun {
+    int row0 = 0, n = 0, slot = 0;
+    int64_t pos0 = 0;
+  };
+  std::vector<SeqRun> runs;
 
   RouteHook route_hook;
   bool route_hook_hidden = false;  // the hook wants the FFN input rows too
@@ -143,6 +161,10 @@ struct CudaBackend::Impl final : LayerBlocks {
     const int32_t* kv_len = nullptr;     // decode: device
     int pos0 = 0;                        // prefill: the first position, on the host
     FfnPart part = FfnPart::All;         // hybrid decode spans: which half of the MoE block
+    int slot = 0;                        // the sequence state (one sequence: runs is null)
+    // Several sequences (forward_seqs): their rows; attention and the
+    // recurrence run per run, everything else over all n rows.
+    const std::vector<SeqRun>* runs = nullptr;
   } block_pass;
   // Per layer, the MoE block its recipe runs (the hybrid span's Experts half
   // and the decode prefetch's router run outside the recipe's call); whether
@@ -165,7 +187,10 @@ struct CudaBackend::Impl final : LayerBlocks {
   void shared_expert(int il, int n);
   void small_projection(const cuda::DevMat& m, int n, float* y);
   void check_hybrid_arch() const;
-  void prologue(int il, int n, float* qp, float* kp, float* vp, const int32_t* positions, bool one_qkv, RopeMode rm);
+  void prologue(int il, int slot, int n, float* qp, float* kp, float* vp, const int32_t* positions, bool one_qkv,
+                RopeMode rm);
+  void attend(int il, const AttentionBlock& b, int slot, int row0, int n, const int32_t* positions, bool decode,
+              int max_kv_len, const int32_t* kv_len, int pos0, bool one_qkv, float* qp, float* kp, float* vp);
   void router_logits_rows(const cuda::DevMat& R, int n);
   // Router R on the FFN input x of n tokens: top-k ids and weights.
   // router_b: the layer's router bias (b.router_bias, gpt-oss), added to the logits before the top k.
@@ -184,6 +209,11 @@ struct CudaBackend::Impl final : LayerBlocks {
   void decode(int32_t token, int64_t p, float* out);
   void prefill(const int32_t* tokens, int n, int64_t pos0, float* out, bool all);
   void prefill_batch(const int32_t* tokens, int n, int64_t pos0, float* out, bool all);
+  // ---- several sequences (forward_seqs)
+  void select_slot(int slot);  // cur_slot, dropping decode graphs captured for another
+  // One pass over `runs` (tokens: n of them, in run order): logits of the
+  // rows `want` (ascending) into out, one n_vocab row each.
+  void run_seqs(const int32_t* tokens, int n, const std::vector<int>& want, float* out);
 };
 
 }  // namespace ms

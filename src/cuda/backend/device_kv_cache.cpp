@@ -28,9 +28,10 @@ void check_type(KvType t, int hd) {
 }  // namespace
 
 DeviceKvCache::DeviceKvCache(int n_layer, int n_head_kv, int head_dim, int64_t ctx, KvType type,
-                             const RecurrentShape& rec)
-    : n_layer_(n_layer), n_head_kv_(n_head_kv), head_dim_(head_dim), ctx_(ctx), type_(type), rec_(rec) {
+                             const RecurrentShape& rec, int n_seq)
+    : n_layer_(n_layer), n_head_kv_(n_head_kv), head_dim_(head_dim), ctx_(ctx), n_seq_(n_seq), type_(type), rec_(rec) {
   check_type(type_, head_dim_);
+  if (n_seq_ < 1) throw Error("device KV cache: " + std::to_string(n_seq_) + " sequences (at least 1)");
   if (!rec_.recurrent.empty() && static_cast<int>(rec_.recurrent.size()) != n_layer)
     throw Error("device KV cache: the recurrent layout has " + std::to_string(rec_.recurrent.size()) +
                 " layers, not " + std::to_string(n_layer));
@@ -39,9 +40,12 @@ DeviceKvCache::DeviceKvCache(int n_layer, int n_head_kv, int head_dim, int64_t c
   for (int il = 0; il < n_layer_; ++il) n_rec += is_recurrent(il) ? 1 : 0;
   if (n_rec > 0) {
     const size_t per_layer = arena_align_up(sizeof(float) * static_cast<size_t>(rec_.conv_elems + rec_.state_elems));
-    rec_arena_ = DeviceArena("recurrent state", per_layer * static_cast<size_t>(n_rec));
+    rec_slot_bytes_ = per_layer * static_cast<size_t>(n_rec);
+    rec_arena_ = DeviceArena("recurrent state", rec_slot_bytes_ * static_cast<size_t>(n_seq_));
+    // Slot 0's layers first; slot s's at + s * rec_slot_bytes_ (rec_ptr).
     for (int il = 0; il < n_layer_; ++il)
       if (is_recurrent(il)) state_[static_cast<size_t>(il)] = static_cast<float*>(rec_arena_.alloc(per_layer));
+    for (int s = 1; s < n_seq_; ++s) rec_arena_.alloc(rec_slot_bytes_);
     MS_CUDA_CHECK(cudaMemset(rec_arena_.base(), 0, rec_arena_.capacity()));
   }
   allocate();  // ends with a device sync, which also covers the memset above
@@ -54,8 +58,11 @@ void DeviceKvCache::reallocate(KvType type) {
 }
 
 void DeviceKvCache::allocate() {
-  const size_t half_layer =
-      static_cast<size_t>(n_head_kv_) * static_cast<size_t>(ctx_) * row_bytes(type_, head_dim_);
+  // One slot's K (or V) of a layer; n_seq of them, slot_stride_ apart: a
+  // whole number of elements (34-byte q8_0 blocks too), so a kernel may take
+  // the stride in elements; the layer's block is aligned as a whole.
+  slot_stride_ = static_cast<size_t>(n_head_kv_) * static_cast<size_t>(ctx_) * row_bytes(type_, head_dim_);
+  const size_t half_layer = arena_align_up(slot_stride_ * static_cast<size_t>(n_seq_));
   int n_attn = 0;
   for (int il = 0; il < n_layer_; ++il) n_attn += is_recurrent(il) ? 0 : 1;
   arena_ = DeviceArena();  // the old cache goes first: both may not fit at once
@@ -73,15 +80,24 @@ void DeviceKvCache::allocate() {
   MS_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-float* DeviceKvCache::rec_ptr(int il, int64_t offset) const {
+float* DeviceKvCache::rec_ptr(int il, int slot, int64_t offset) const {
+  check_slot(slot);
   float* p = state_.empty() ? nullptr : state_[static_cast<size_t>(il)];
   if (p == nullptr)
     throw Error("device KV cache: layer " + std::to_string(il) + " has no recurrent state (it is an attention layer)");
-  return p + offset;
+  return reinterpret_cast<float*>(reinterpret_cast<char*>(p) + static_cast<size_t>(slot) * rec_slot_bytes_) + offset;
 }
 
-void DeviceKvCache::zero_recurrent(cudaStream_t stream) {
-  if (has_recurrent()) MS_CUDA_CHECK(cudaMemsetAsync(rec_arena_.base(), 0, rec_arena_.capacity(), stream));
+void DeviceKvCache::zero_recurrent(int slot, cudaStream_t stream) {
+  check_slot(slot);
+  if (has_recurrent())
+    MS_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(rec_arena_.base()) + static_cast<size_t>(slot) * rec_slot_bytes_,
+                                  0, rec_slot_bytes_, stream));
+}
+
+void DeviceKvCache::bad_slot(int slot) const {
+  throw Error("device KV cache: sequence slot " + std::to_string(slot) + " does not exist (it holds " +
+              std::to_string(n_seq_) + ")");
 }
 
 void DeviceKvCache::no_kv(int il) {

@@ -144,43 +144,70 @@ void CudaBackend::Impl::attention_block(int il, const AttentionBlock& b, int n, 
     project(L.wv, x, &xq8, n, v, nullptr);
     if (gated) cuda::split_q_gate(q_gate, n, c.n_head, c.head_dim, 0, q, gate, s);
   }
-  const bool fusable_cache = kv.type() != KvType::Q8_0;
-  if (one_qkv && !L.bq && opt.fused_decode && fusable_cache) {
-    kv.with_layer(il, [&](auto* kc, auto* vc) {
-      if constexpr (fused_prologue_cache<decltype(kc)>)
-        cuda::decode_qk_prologue(qkv, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps, c.n_rot,
-                                 positions, c.rope_base, c.rope_scaling, b.rope_mode, kc, vc, kv_ctx, s);
-    });
-  } else if (!one_qkv && !L.bq && opt.fused_prefill && fusable_cache &&
-             (L.q_norm == nullptr) == (L.k_norm == nullptr)) {
-    kv.with_layer(il, [&](auto* kc, auto* vc) {
-      if constexpr (fused_prologue_cache<decltype(kc)>)
-        cuda::batch_qk_prologue(qp, kp, vp, n, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps,
-                                c.n_rot, positions, c.rope_base, c.rope_scaling, b.rope_mode, kc, vc, kv_ctx,
-                                s);
-    });
+  if (block_pass.runs == nullptr) {
+    attend(il, b, block_pass.slot, 0, n, positions, decode, max_kv_len, kv_len, pos0, one_qkv, qp, kp, vp);
   } else {
-    prologue(il, n, qp, kp, vp, positions, one_qkv, b.rope_mode);
+    // Several sequences: each run's rows against its own slot (prompt chunks:
+    // the prefill attention; one token: the decode attention, as forward()).
+    const std::vector<SeqRun>& rs = *block_pass.runs;
+    for (size_t i = 0; i < rs.size(); ++i) {
+      const SeqRun& r = rs[i];
+      attend(il, b, r.slot, r.row0, r.n, positions + r.row0, r.n == 1, cuda::decode_kv_span(r.pos0, kv_ctx),
+             run_kv_len + i, static_cast<int>(r.pos0), one_qkv, qp, kp, vp);
+    }
   }
-  const cuda::AttentionShape shape = attn_shape();
-  cuda::AttentionExtras extras;  // gpt-oss: sinks, and the window on its sliding layers
-  extras.sinks = b.sinks ? L.attn_sinks : nullptr;
-  extras.window = b.window;
-  kv.with_layer(il, [&](const auto* kc, const auto* vc) {
-    if (decode)
-      cuda::attention_decode(shape, qp, kc, vc, max_kv_len, kv_len, att, attn_scratch, s, extras);
-    else
-      cuda::attention_prefill(shape, qp, kc, vc, n, pos0, att, s, extras);
-  });
   if (gated) cuda::mul_sigmoid(att, gate, static_cast<int64_t>(n) * qd, s);
   if (uses_q8(L.wo)) cuda::quantize_q8act(att, qd, n, attq8, s);
   project(L.wo, att, &attq8, n, h, h);
   if (b.output_bias) cuda::add_row_bias(h, L.bo, n, c.n_embd, s);
 }
 
+// Rows row0 .. row0+n-1 of q/k/v (one sequence, at slot `slot`): q/k norms,
+// rope, the cache append, then attention into the same rows of att.
+void CudaBackend::Impl::attend(int il, const AttentionBlock& b, int slot, int row0, int n, const int32_t* positions,
+                               bool decode, int max_kv_len, const int32_t* kv_len, int pos0, bool one_qkv, float* qp,
+                               float* kp, float* vp) {
+  cudaStream_t s = stream;
+  const cuda::DevLayer& L = weights.layer(il);
+  const int64_t qd = c.n_head * c.head_dim, kvd = c.n_head_kv * c.head_dim;
+  const int64_t kv_ctx = kv.ctx();
+  qp += row0 * qd;
+  kp += row0 * kvd;
+  vp += row0 * kvd;
+  float* out = att + row0 * qd;
+  const bool fusable_cache = kv.type() != KvType::Q8_0;
+  if (one_qkv && !L.bq && opt.fused_decode && fusable_cache) {
+    kv.with_layer(il, slot, [&](auto* kc, auto* vc) {
+      if constexpr (fused_prologue_cache<decltype(kc)>)
+        cuda::decode_qk_prologue(qkv, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps, c.n_rot,
+                                 positions, c.rope_base, c.rope_scaling, b.rope_mode, kc, vc, kv_ctx, s);
+    });
+  } else if (!one_qkv && !L.bq && opt.fused_prefill && fusable_cache &&
+             (L.q_norm == nullptr) == (L.k_norm == nullptr)) {
+    kv.with_layer(il, slot, [&](auto* kc, auto* vc) {
+      if constexpr (fused_prologue_cache<decltype(kc)>)
+        cuda::batch_qk_prologue(qp, kp, vp, n, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps,
+                                c.n_rot, positions, c.rope_base, c.rope_scaling, b.rope_mode, kc, vc, kv_ctx,
+                                s);
+    });
+  } else {
+    prologue(il, slot, n, qp, kp, vp, positions, one_qkv, b.rope_mode);
+  }
+  const cuda::AttentionShape shape = attn_shape();
+  cuda::AttentionExtras extras;  // gpt-oss: sinks, and the window on its sliding layers
+  extras.sinks = b.sinks ? L.attn_sinks : nullptr;
+  extras.window = b.window;
+  kv.with_layer(il, slot, [&](const auto* kc, const auto* vc) {
+    if (decode)
+      cuda::attention_decode(shape, qp, kc, vc, max_kv_len, kv_len, out, attn_scratch, s, extras);
+    else
+      cuda::attention_prefill(shape, qp, kc, vc, n, pos0, out, s, extras);
+  });
+}
+
 // Biases, q/k norms, rope and the cache append as separate launches.
-void CudaBackend::Impl::prologue(int il, int n, float* qp, float* kp, float* vp, const int32_t* positions,
-                                 bool one_qkv, RopeMode rm) {
+void CudaBackend::Impl::prologue(int il, int slot, int n, float* qp, float* kp, float* vp,
+                                 const int32_t* positions, bool one_qkv, RopeMode rm) {
   cudaStream_t s = stream;
   const cuda::DevLayer& L = weights.layer(il);
   const int64_t hd = c.head_dim;
@@ -200,7 +227,7 @@ void CudaBackend::Impl::prologue(int il, int n, float* qp, float* kp, float* vp,
     cuda::rope(qp, n, c.n_head, c.head_dim, c.n_rot, positions, c.rope_base, c.rope_scaling, rm, s);
     cuda::rope(kp, n, c.n_head_kv, c.head_dim, c.n_rot, positions, c.rope_base, c.rope_scaling, rm, s);
   }
-  kv.with_layer(il, [&](auto* kc, auto* vc) {
+  kv.with_layer(il, slot, [&](auto* kc, auto* vc) {
     cuda::kv_append(kp, vp, n, c.n_head_kv, c.head_dim, positions, kc, vc, kv.ctx(), s);
   });
 }
@@ -404,7 +431,7 @@ void CudaBackend::Impl::copy_logits(float* dst, int m) {
 void CudaBackend::Impl::enqueue_decode(int max_kv_len) {
   const cuda::DevMat& embd = weights.token_embd;
   cuda::embed_rows(embd.type, embd.data, c.n_vocab, c.n_embd, step_in, 1, h, stream);
-  block_pass = {1, step_in + 1, true, max_kv_len, step_in + 2, 0, FfnPart::All};
+  block_pass = {1, step_in + 1, true, max_kv_len, step_in + 2, 0, FfnPart::All, cur_slot};
   for (int il = 0; il < c.n_layer; ++il) run_layer(il);
   head(0, 1);
 }
@@ -433,7 +460,7 @@ void CudaBackend::Impl::enqueue_hybrid_decode(int max_kv_len) {
           cuda::embed_rows(embd.type, embd.data, c.n_vocab, c.n_embd, step_in, 1, h, stream);
         }
         block_pass = {1, step_in + 1, true, max_kv_len, step_in + 2, 0,
-                      il < last || last_whole ? FfnPart::All : FfnPart::Route};
+                      il < last || last_whole ? FfnPart::All : FfnPart::Route, cur_slot};
         run_layer(il);
       }
     };
@@ -522,7 +549,7 @@ void CudaBackend::Impl::prefill_batch(const int32_t* tokens, int n, int64_t pos0
   MS_CUDA_CHECK(cudaMemcpyAsync(pos, in + B, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream));
   const cuda::DevMat& embd = weights.token_embd;
   cuda::embed_rows(embd.type, embd.data, c.n_vocab, c.n_embd, tok, n, h, stream);
-  block_pass = {n, pos, false, 0, nullptr, static_cast<int>(pos0), FfnPart::All};
+  block_pass = {n, pos, false, 0, nullptr, static_cast<int>(pos0), FfnPart::All, cur_slot};
   for (int il = 0; il < c.n_layer; ++il) run_layer(il);
   if (!out) {
     // The inputs in pinned memory must stay put until the copies ran.
@@ -539,6 +566,45 @@ void CudaBackend::Impl::prefill_batch(const int32_t* tokens, int n, int64_t pos0
     head(t, m);
     copy_logits(out + static_cast<int64_t>(t) * c.n_vocab, m);
   }
+}
+
+// ---------------------------------------------------------------- several sequences
+// One forward_seqs pass: the runs' tokens embedded together, every layer's
+// projections / router / experts over all n rows (the tiered step streams
+// each expert once for all of them, as a prompt pass), attention and the
+// recurrence per run on its slot; the head for the wanted rows only.
+void CudaBackend::Impl::run_seqs(const int32_t* tokens, int n, const std::vector<int>& want, float* out) {
+  auto* in = host_in.as<int32_t>();
+  std::memcpy(in, tokens, sizeof(int32_t) * n);
+  for (const SeqRun& r : runs)
+    for (int t = 0; t < r.n; ++t) in[B + r.row0 + t] = static_cast<int32_t>(r.pos0 + t);
+  for (size_t i = 0; i < runs.size(); ++i) in[2 * B + static_cast<int>(i)] = static_cast<int32_t>(runs[i].pos0 + runs[i].n);
+  MS_CUDA_CHECK(cudaMemcpyAsync(tok, in, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream));
+  MS_CUDA_CHECK(cudaMemcpyAsync(pos, in + B, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream));
+  MS_CUDA_CHECK(
+      cudaMemcpyAsync(run_kv_len, in + 2 * B, sizeof(int32_t) * runs.size(), cudaMemcpyHostToDevice, stream));
+  if (hybrid) hybrid->begin_pass(n);
+  const cuda::DevMat& embd = weights.token_embd;
+  cuda::embed_rows(embd.type, embd.data, c.n_vocab, c.n_embd, tok, n, h, stream);
+  block_pass = {n, pos, false, 0, nullptr, 0, FfnPart::All, 0, &runs};
+  for (int il = 0; il < c.n_layer; ++il) run_layer(il);
+  block_pass.runs = nullptr;
+  // The wanted rows to the front of h, in order (row want[j] >= j, and every
+  // later source lies past every earlier target), then the head over them.
+  const int64_t D = c.n_embd;
+  for (size_t j = 0; j < want.size(); ++j)
+    if (want[j] != static_cast<int>(j))
+      MS_CUDA_CHECK(cudaMemcpyAsync(h + static_cast<int64_t>(j) * D, h + static_cast<int64_t>(want[j]) * D,
+                                    sizeof(float) * D, cudaMemcpyDeviceToDevice, stream));
+  const int m = static_cast<int>(want.size());
+  for (int t = 0; t < m; t += kLogitRows) {
+    const int rows = std::min(kLogitRows, m - t);
+    head(t, rows);
+    copy_logits(out + static_cast<int64_t>(t) * c.n_vocab, rows);
+  }
+  // The inputs in pinned memory must stay put until the copies ran.
+  if (m == 0) MS_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (hybrid) hybrid->end_pass();
 }
 
 }  // namespace ms

@@ -61,7 +61,8 @@ void CudaBackend::Impl::small_projection(const cuda::DevMat& m, int n, float* y)
 }
 
 // h += Wout gated_rmsnorm(delta_rule(l2norm(conv(Wqkv x))), Wz x) for n
-// tokens of one sequence, the state carried in the device cache. Prompts of
+// tokens (of one sequence, or of block_pass.runs' several), the state
+// carried in the device cache. Prompts of
 // kDeltaChunkedMinTokens tokens or more run the recurrence in the chunked
 // (WY) form on the tensor cores; decode and shorter prompts token by token in
 // one launch (a warp per state row keeps the row in registers).
@@ -77,9 +78,20 @@ void CudaBackend::Impl::linear_attention_block(int il, int n) {
   small_projection(L.ssm_alpha, n, lin_a);
   small_projection(L.ssm_beta, n, lin_b);
   cuda::delta_gates(lin_a, lin_b, L.ssm_a, L.ssm_dt, n, nv, lin_g, lin_beta, s);
-  cuda::conv1d_silu(lin_qkv, CD, n, CD, L.ssm_conv, c.lin.conv_kernel, kv.conv_state(il), lin_conv, s);
-  cuda::delta_prepare_qk(lin_conv, CD, n, sh, kL2NormEps, s);
-  cuda::delta_rule_prompt(lin_conv, CD, lin_g, lin_beta, n, sh, kv.delta_state(il), lin_out, s);
+  // The conv window and the recurrence carry one sequence's state: run per
+  // sequence (several in a forward_seqs pass), each on its own slot's.
+  auto recur = [&](int slot, int row0, int nr) {
+    const int64_t r = row0;
+    cuda::conv1d_silu(lin_qkv + r * CD, CD, nr, CD, L.ssm_conv, c.lin.conv_kernel, kv.conv_state(il, slot),
+                      lin_conv + r * CD, s);
+    cuda::delta_prepare_qk(lin_conv + r * CD, CD, nr, sh, kL2NormEps, s);
+    cuda::delta_rule_prompt(lin_conv + r * CD, CD, lin_g + r * nv, lin_beta + r * nv, nr, sh,
+                            kv.delta_state(il, slot), lin_out + r * VD, s);
+  };
+  if (block_pass.runs == nullptr)
+    recur(block_pass.slot, 0, n);
+  else
+    for (const SeqRun& run : *block_pass.runs) recur(run.slot, run.row0, run.n);
   cuda::gated_rmsnorm(lin_out, lin_z, L.ssm_norm, lin_out, static_cast<int64_t>(n) * nv, sh.head_v, c.rms_eps, s);
   if (cuda::matvec_takes_q8(L.ssm_out.type)) cuda::quantize_q8act(lin_out, VD, n, linq8, s);
   project(L.ssm_out, lin_out, &linq8, n, h, h);
