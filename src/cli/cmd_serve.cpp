@@ -53,6 +53,10 @@ struct ServeArgs {
   std::vector<std::string> cors_origins;
 };
 
+// The least context per slot that --ctx 0 accepts for --parallel > 1 slots
+// (or the model's, if smaller): below it the error says how many slots fit.
+constexpr int64_t kMinAutoSlotCtx = 512;
+
 // Seconds open requests get to end after SIGINT/SIGTERM before the process
 // exits without them.
 constexpr int kShutdownGraceSeconds = 5;
@@ -78,8 +82,8 @@ RegisterCommand reg("serve", [](CLI::App& app) {
                   "else none)");
   sub->add_option("-c,--ctx", a->ctx, "context per request slot in tokens (0: the model's trained context where the slots' KV caches fit, else the largest that does)");
   sub->add_option("--parallel", a->parallel,
-                  "request slots, decoded together in one forward pass (each has its own KV cache; the CUDA "
-                  "backend holds one)")
+                  "request slots, decoded together in one forward pass with prompt chunks beside them (each has "
+                  "its own KV cache, counted by the --ctx / --vram planning; both backends)")
       ->capture_default_str();
   sub->add_option("-t,--threads", a->threads, "CPU threads (0: all cores)");
   sub->add_option("-b,--batch", a->batch, batch_help())->capture_default_str();
@@ -143,26 +147,35 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     bs.quiet = r.quiet;
     bs.kv_type = r.kv_type;
     bs.vram = r.vram;
-    // Per slot: --ctx 0 is the model's context where the slots' KV caches fit
-    // (the CUDA backend holds one sequence, whatever --parallel says).
-    const int64_t ctx = plan_context(bs, model->weights, r.ctx, 0, will_use_cuda(bs) ? 1 : r.parallel).ctx;
-    const std::unique_ptr<Backend> be = make_backend(bs, model->weights, pool);
-    int parallel = r.parallel;
-    if (be->name() == "cuda" && parallel > 1) {
-      // One device KV cache per CUDA backend: requests queue for it.
-      std::fprintf(stderr, "moestream: the CUDA backend holds one sequence; --parallel %d becomes 1 (requests queue)\n",
-                   parallel);
-      parallel = 1;
+    // Per slot: --ctx 0 is the model's context where the --parallel slots'
+    // KV caches fit (on the CUDA backend, beside the weights in the budget).
+    bs.n_seq = r.parallel;
+    const int64_t ctx = plan_context(bs, model->weights, r.ctx, 0, r.parallel).ctx;
+    if (r.ctx == 0 && r.parallel > 1) {
+      // The slots' caches left so little context per slot that --parallel is
+      // the problem: the explicit check's error names how many slots fit.
+      const int64_t floor = std::min<int64_t>(kMinAutoSlotCtx, std::max<int64_t>(c.n_ctx_train, 2));
+      if (ctx < floor) {
+        BackendSetup probe = bs;
+        probe.quiet = true;
+        plan_context(probe, model->weights, floor, 0, r.parallel);
+      }
     }
+    const std::unique_ptr<Backend> be = make_backend(bs, model->weights, pool);
     server::Metrics metrics;
     server::ChatRenderer chat(*model->tokenizer, r.chat_template);
     server::Scheduler::Options so;
-    so.parallel = parallel;
+    so.parallel = r.parallel;  // the scheduler caps it at be->max_sequences() (CUDA: n_seq, = --parallel)
     so.ctx = ctx;
     so.kv_type = r.kv_type;
     so.prefill_chunk = r.batch > 0 ? r.batch : backend_max_batch(*be);
     so.max_kv_bytes = available_ram() / 10 * 9;  // the slots' KV caches must fit in memory
     server::Scheduler sched(*be, *model->tokenizer, so, &metrics);
+    const int parallel = sched.parallel();  // --parallel, or the backend's max_sequences() if fewer
+    const std::string capped =
+        parallel < r.parallel ? " (--parallel " + std::to_string(r.parallel) + " capped: the " + be->name() +
+                                    " backend holds " + std::to_string(parallel) + (parallel == 1 ? " sequence)" : " sequences)")
+                              : "";
     server::HttpOptions ho;
     ho.host = r.host;
     ho.port = r.port;
@@ -178,9 +191,9 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     if (!r.quiet)
       std::fprintf(stderr, "moestream: %s\n", context_cost_line(model->weights, r.kv_type, ctx, parallel).c_str());
     if (!r.quiet)
-      std::fprintf(stderr, "moestream: %s | %s: %s | ctx %lld x %d slots | chat template: %s%s\n",
+      std::fprintf(stderr, "moestream: %s | %s: %s | ctx %lld x %d slots%s | chat template: %s%s\n",
                    c.describe().c_str(), be->name().c_str(), backend_device(*be, pool).c_str(),
-                   static_cast<long long>(ctx), parallel, chat.description().c_str(),
+                   static_cast<long long>(ctx), parallel, capped.c_str(), chat.description().c_str(),
                    r.api_key.empty() ? "" : " | API key required");
     // The line tests and scripts wait for (stable format).
     std::fprintf(stderr, "moestream: listening on http://%s:%d\n", r.host.c_str(), port);
