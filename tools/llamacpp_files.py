@@ -274,7 +274,7 @@ def make_checkpoint(torch, transformers, name, spec, work, seed, init="condition
     return model, ids, vocab
 
 
-def conditioning(torch, transformers, name, spec, vocab, ids, seed, inits=("conditioned", "plain")):
+def conditioning(torch, transformers, name, spec, vocab, ids, seed, inits=("conditioned", "plain"), measured=None):
     """tools/parity_conditioning.py's measurement on this script's (widened)
     checkpoint before its f16 rounding, for each init: last-position max rel
     err of f16 weights, of Q8_0 weights (float activations) and of Q8_0
@@ -286,6 +286,7 @@ def conditioning(torch, transformers, name, spec, vocab, ids, seed, inits=("cond
     prompts = [ids, torch.randint(0, vocab, (40,), generator=gen).tolist()]
     top_k = spec["config"].get("num_experts_per_tok", 2)
     rows = []
+    measured = {} if measured is None else measured
     for init in inits:
         torch.manual_seed(seed)
         cfg = hp.make_config(transformers, spec, vocab)
@@ -319,6 +320,7 @@ def conditioning(torch, transformers, name, spec, vocab, ids, seed, inits=("cond
                     decisions += 1
                     flips += ta != tb
         rows.append(f"| {name} | {init} | {e16:.2e} | {eq8w:.2e} | {eq8:.2e} | {flips}/{decisions} |")
+        measured.setdefault("q8_0", eq8)  # the first init is the checkpoint's
         log(f"  conditioning {init}: f16 {e16:.2e}, q8_0 weights {eq8w:.2e}, + act {eq8:.2e}, routes {flips}/{decisions}")
     return rows
 
@@ -423,7 +425,10 @@ def rel_err(a, b):
 # bf16 and q8_0 files hold rounded weights (the reference keeps the f16
 # ones): per weight 2^-9 (bf16), ~0.5% rms (Q8_0, plus Q8_0 activations),
 # ~1% at the logits of the conditioned checkpoints; bounds 1e-2 and 3e-2, and
-# the top token must agree with the reference's.
+# the top token must agree with the reference's. Where the conditioning table
+# was measured, q8_0's bound is at least twice the reference's own error with
+# Q8_0 weights and activations (qwen35moe's Gated DeltaNet layers amplify
+# activation rounding: 7.9e-2 there against 1.0e-2 for the weights alone).
 FLOAT_BOUNDS = {"f32": 1e-4, "f16": 2e-3}
 ROUNDED_BOUNDS = {"bf16": 1e-2, "q8_0": 3e-2}
 
@@ -440,7 +445,9 @@ def imatrix_for(args, name, work, f32_file):
     if not args.imatrix or f32_file is None:
         return None
     text = work / "imatrix_text.txt"
-    text.write_text("\n".join(TRAIN_TEXTS * 40) + "\n")
+    # ~40 chunks of 32 tokens: plenty for these tiny models (213 took ~30 s
+    # a model, and minutes with several runs at once)
+    text.write_text("\n".join(TRAIN_TEXTS * 8) + "\n")
     dst = work / f"{name}-imatrix.gguf"
     r = subprocess.run([args.imatrix, "-m", str(f32_file), "-f", str(text), "-o", str(dst), "-c", "32", "-b", "32",
                         "-ngl", "0", "--no-ppl"], capture_output=True, text=True, errors="replace", timeout=300)
@@ -473,7 +480,7 @@ def first_divergence(a_rows, b_rows, bound):
     return max(errs), first, errs
 
 
-def compare_moestream(args, gguf, ids, ref_last, typ, own_f16=None):
+def compare_moestream(args, gguf, ids, ref_last, typ, own_f16=None, measured=None):
     """f32 / f16 files hold the reference's exact weights (rounded to f16
     before saving): FLOAT_BOUNDS. bf16 / q8_0: ROUNDED_BOUNDS and the top
     token. Lower-bit types are the format's effect against an unrounded
@@ -511,8 +518,9 @@ def compare_moestream(args, gguf, ids, ref_last, typ, own_f16=None):
         detail = f"rel err vs HF {e:.2e}, top-1 vs HF {'agrees' if top_hf else 'differs'}"
         ok = True
         if typ in ROUNDED_BOUNDS:
-            ok = e <= ROUNDED_BOUNDS[typ] and top_hf
-            detail += f" (bound {ROUNDED_BOUNDS[typ]:g} and top-1)"
+            rb = max(ROUNDED_BOUNDS[typ], 2 * (measured or {}).get(typ, 0.0))
+            ok = e <= rb and top_hf
+            detail += f" (bound {rb:.3g} and top-1)"
         if own_f16 and be in own_f16:
             same = top1(ms) == top1(own_f16[be])
             low_bit = any(typ.lower().startswith(p) for p in ("q2", "q3", "iq1", "iq2", "iq3", "tq"))
@@ -575,10 +583,11 @@ def main():
             failures += 1
             summary.append(f"| {name} | (checkpoint) | - | FAIL | see log |")
             continue
+        measured = {}
         if args.quantize and not args.no_conditioning:
             try:
                 cond += conditioning(torch, transformers, name, spec, vocab, ids, args.seed,
-                                     (init, "plain") if init != "plain" else ("plain",))
+                                     (init, "plain") if init != "plain" else ("plain",), measured)
             except Exception:  # a measurement only: the checks go on
                 traceback.print_exc()
                 cond.append(f"| {name} | (failed: see log) | | | | |")
@@ -628,7 +637,7 @@ def main():
             dump_gguf(args, path)
             if args.moestream:
                 rows, got = compare_moestream(args, path, ids, ref[-1], typ,
-                                              None if typ in ("f32", "f16") else own_f16)
+                                              None if typ in ("f32", "f16") else own_f16, measured)
                 if typ == "f16" and "nomtp" not in path.name:
                     own_f16 = got
                 for f, be, res, detail in rows:

@@ -11,9 +11,12 @@
 #   OUT=dir tools/llamacpp_files.sh run [models]
 #       makes the checkpoints, converts them (f32, f16, q8_0; qwen35moe with
 #       and without its MTP block) and writes Hugging Face's logits.
-#   QUANT=1: also builds llama-quantize from .llama/llama-src.tar.xz
-#       (tools/make_llama_src.sh) and requantizes each f32 file to
-#       q4_0,q4_K,q5_K,q6_K,q8_0 (QTYPES=...).
+#   QUANT=1: also builds llama-quantize and llama-imatrix (CPU only) from
+#       .llama/llama-src.tar.xz (tools/make_llama_src.sh) and requantizes each
+#       f32 file to q4_0,q4_K,q5_K,q6_K,q8_0 (QTYPES=...; the full list is
+#       issue_rows_device.sh's QTYPES_ALL); the checkpoints are then widened
+#       (hidden 256) and conditioned (llamacpp_files.py's condition()), and
+#       OUT/conditioning.md measures that.
 #   MS=1: also builds moestream (CUDA, sm_90) and compares its logits on the
 #       CPU and CUDA backends with the reference (BACKENDS=cpu,cuda);
 #       MS_BIN=path: that binary instead of a build. LLAMA_BIN=folder: its
@@ -157,11 +160,14 @@ if [ "${QUANT:-0}" = 1 ]; then
   fi
 fi
 
-# PAR=1 (the default): one process per model at once (16 cores: the models
-# are tiny, the run is mostly process start-up and single-threaded steps);
-# their summaries are joined afterwards. PAR=0: one process, in turn.
+# PAR=0 (the default): one process, the models in turn (2026-11-26, H200, 16
+# cores, 4 models x 28 types: ~310 s, plus ~130 s for the two builds side by
+# side). PAR=1: one process per model at once, summaries joined afterwards;
+# SLOWER as it stands (conversions 11 -> 15-45 s, the quantize/compare loop
+# ~4x): every llama-quantize, moestream and converter run takes all cores,
+# so four at once oversubscribe them. Give each its share of threads first.
 say "checkpoints, conversion, reference ($MODELS)"
-if [ "${PAR:-1}" = 1 ] && [ "${MODELS//,/}" != "$MODELS" ]; then
+if [ "${PAR:-0}" = 1 ] && [ "${MODELS//,/}" != "$MODELS" ]; then
   n=$(tr ',' '\n' <<<"$MODELS" | wc -l)
   pids=()
   for m in ${MODELS//,/ }; do
