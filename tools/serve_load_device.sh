@@ -25,7 +25,7 @@
 # threads. Peak device memory of each server run is sampled (nvidia-smi).
 #
 # Settings: CLIENTS (1,4,8,16), PARALLEL (16: slots of both servers, >= the
-# most clients), CTX (1024 tokens per slot), REQUESTS (3 per client),
+# most clients), CTX (1024 tokens per slot), REQUESTS (2 per client),
 # MAX_TOKENS (128), BUDGETS (8G), OVERHEAD_GIB (2.0: f16 K/V of 16 x 1024
 # tokens is 1.5 GiB, plus buffers), THREADS (nproc), DEADLINE (560 s),
 # MS=path (a moestream already built: skips its build), LLAMA_BUILD (dir),
@@ -40,7 +40,7 @@ DEADLINE=${DEADLINE:-560}
 CLIENTS=${CLIENTS:-1,4,8,16}
 PARALLEL=${PARALLEL:-16}
 CTX=${CTX:-1024}
-REQUESTS=${REQUESTS:-3}
+REQUESTS=${REQUESTS:-2}
 MAX_TOKENS=${MAX_TOKENS:-128}
 BUDGETS=${BUDGETS:-8G}
 OVERHEAD_GIB=${OVERHEAD_GIB:-2.0}
