@@ -27,15 +27,16 @@ tokenizers; no network). For each architecture it
   3. runs Hugging Face's forward in float64 on a fixed token sequence and
      writes every position's logits (float32 file, [n_tokens][n_vocab]);
   4. optionally (--quantize BIN) requantizes each f32 file with llama-quantize
-     to each of --quant-types (the types llama.cpp's 1-2 bit IQ kinds and
-     Q2_K_S need an importance matrix for: --imatrix BIN makes one per model
-     with llama-imatrix on the training texts), and (--moestream BIN) compares
-     moestream's last-position logits on each --backends with the float64
-     reference (max |ms - hf| / max |hf| at most 1e-4 for f32 and f16;
-     quantized files: see compare_moestream). --quant-hidden N widens the
-     checkpoint (hidden and FFN sizes N, a multiple of 256) so that K-quant
-     and IQ blocks of 256 fit the rows and llama-quantize uses the asked type
-     rather than its fallback for narrow rows.
+     to each of --quant-types (the types needs_imatrix() names get an
+     importance matrix: --imatrix BIN makes one per model with llama-imatrix
+     on the training texts), and (--moestream BIN) compares moestream's
+     last-position logits on each --backends with the float64 reference
+     (max |ms - hf| / max |hf|: FLOAT_BOUNDS, ROUNDED_BOUNDS, and for lower
+     bits compare_moestream's CPU-vs-CUDA and top-1 checks). --quant-hidden N
+     widens the checkpoint (hidden and FFN sizes N, a multiple of 256) so that
+     K-quant and IQ blocks of 256 fit the rows and llama-quantize uses the
+     asked type rather than its fallback for narrow rows; widened checkpoints
+     are conditioned (condition(); --init) and measured (conditioning()).
 
 Everything lands in OUT/<model>/ (hf/, *.gguf, hf_logits.f32, hf_logits.json,
 convert logs) plus OUT/summary.md. tools/llamacpp_files.sh is the wrapper for
