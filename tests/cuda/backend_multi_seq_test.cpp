@@ -266,6 +266,50 @@ INSTANTIATE_TEST_SUITE_P(Archs, MultiSeq,
                            return a + "_" + i.param.quant + (i.param.kv_f32 ? "_kvf32" : "_kvf16");
                          });
 
+// Steps of one token per sequence (all experts resident) replay a graph
+// captured for their shape: the same bits as direct launches, one capture
+// while the shape holds, another when a sequence leaves.
+TEST(MultiSeqGraph, DecodeStepsReplayWithTheDirectLaunchesBits) {
+  MS_REQUIRE_GPU();
+  for (const char* arch : {"qwen3moe", "qwen35moe", "gpt-oss"}) {
+    const LoadedModel& m = tiny_model(arch, "f16");
+    const auto V = static_cast<int32_t>(m.weights.cfg.n_vocab);
+    CudaBackend::Options with = options(KvType::F16, 4), without = with;
+    without.use_graph = false;
+    CudaBackend g(m.weights, with), d(m.weights, without);
+    std::vector<KvCache> kg, kd;
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 4; ++i) {
+      prompts.push_back(some_tokens(3 + 5 * i, V, 70 + static_cast<uint32_t>(i)));
+      kg.push_back(g.make_cache(kCtx));
+      kd.push_back(d.make_cache(kCtx));
+    }
+    auto step = [&](int live, const std::vector<std::vector<int32_t>>& toks, std::vector<float>& lg,
+                    std::vector<float>& ld) {
+      std::vector<SeqTokens> eg, ed;
+      for (int i = 0; i < live; ++i) {
+        eg.push_back({&kg[static_cast<size_t>(i)], toks[static_cast<size_t>(i)], true});
+        ed.push_back({&kd[static_cast<size_t>(i)], toks[static_cast<size_t>(i)], true});
+      }
+      g.forward_seqs(eg, lg);
+      d.forward_seqs(ed, ld);
+    };
+    std::vector<float> lg, ld;
+    step(4, prompts, lg, ld);
+    ASSERT_EQ(lg, ld) << arch << ": the prompts";
+    const int before = g.graph_captures();
+    for (int s = 0; s < 12; ++s) {
+      const int live = s < 6 ? 4 : 3;  // the last sequence leaves after 6 steps
+      std::vector<std::vector<int32_t>> next;
+      for (int i = 0; i < live; ++i) next.push_back({argmax(ld.data() + static_cast<size_t>(i) * V, V)});
+      step(live, next, lg, ld);
+      ASSERT_EQ(lg, ld) << arch << ": decode step " << s;
+    }
+    EXPECT_EQ(g.graph_captures() - before, 2) << arch << ": one capture per shape (4 sequences, then 3)";
+    EXPECT_EQ(d.graph_captures(), 0) << arch;
+  }
+}
+
 // Every state taken: make_cache says so; one going back frees it for the
 // next; a copied cache holds no state and is refused.
 TEST(MultiSeqSlots, ExhaustionCopiesAndReuse) {

@@ -302,6 +302,8 @@ void CudaBackend::Impl::set_kv_type(KvType type) {
   MS_CUDA_CHECK(cudaStreamSynchronize(stream));
   graph.reset();
   for (auto& g : hybrid_graphs) g->reset();
+  seq_graph.reset();
+  seq_graph_key.clear();
   kv.reallocate(type);
 }
 
@@ -365,7 +367,7 @@ void CudaBackend::set_route_hook(RouteHook hook, bool want_hidden) {
 int64_t CudaBackend::ctx_capacity() const { return impl_->kv.ctx(); }
 int CudaBackend::max_batch() const { return impl_->B; }
 std::string CudaBackend::batch_reason() const { return impl_->pass.why; }
-int CudaBackend::graph_captures() const { return impl_->graph.captures(); }
+int CudaBackend::graph_captures() const { return impl_->graph.captures() + impl_->seq_graph.captures(); }
 std::string CudaBackend::device_description() const { return cuda::describe(impl_->info); }
 std::string CudaBackend::device_name() const { return impl_->info.name; }
 

@@ -166,7 +166,9 @@ class CudaBackend : public Backend {
   MemoryUse memory_use() const;
   std::string device_description() const;  // cuda::describe() of the device
   std::string device_name() const;         // "NVIDIA H100 80GB HBM3"
-  int graph_captures() const;              // how often the decode graph was (re)captured
+  // How often a decode graph was (re)captured: the one-sequence decode
+  // graph's and the multi-sequence decode steps' captures together.
+  int graph_captures() const;
   // Where experts ran (hybrid is false when every expert is resident).
   ExpertTelemetry expert_telemetry() const override;
 

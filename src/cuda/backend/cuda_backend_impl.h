@@ -126,6 +126,15 @@ struct CudaBackend::Impl final : LayerBlocks {
   cuda::DecodeGraph graph;
   // Hybrid decode: per layer, its attention and the FFN's norm + router.
   std::vector<std::unique_ptr<cuda::DecodeGraph>> hybrid_graphs;
+  // Multi-sequence steps of one token per sequence (all experts resident):
+  // the layers replayed from a graph captured for the step's shape, its
+  // runs' (slot, decode span) in order (seq_graph_key); re-captured when a
+  // sequence joins, leaves or outgrows its span (every kGraphKvStep
+  // positions). Tokens, positions and attention lengths come from device
+  // memory, uploaded before each launch.
+  cuda::DecodeGraph seq_graph;
+  std::vector<int> seq_graph_key;
+  bool seq_graph_ok = true;  // false after a failed capture: direct launches from then on
   // Hybrid decode with prefetch: per layer, the next layer whose MoE step is
   // planned on the host (-1: none), whose router the span's end applies to
   // this layer's FFN input (route_ids + K, route_w + K).
@@ -214,6 +223,7 @@ struct CudaBackend::Impl final : LayerBlocks {
   // One pass over `runs` (tokens: n of them, in run order): logits of the
   // rows `want` (ascending) into out, one n_vocab row each.
   void run_seqs(const int32_t* tokens, int n, const std::vector<int>& want, float* out);
+  void enqueue_seq_layers(int n);  // embed + every layer over `runs` (run_seqs; captured for decode steps)
 };
 
 }  // namespace ms

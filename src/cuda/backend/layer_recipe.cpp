@@ -569,6 +569,14 @@ void CudaBackend::Impl::prefill_batch(const int32_t* tokens, int n, int64_t pos0
 }
 
 // ---------------------------------------------------------------- several sequences
+void CudaBackend::Impl::enqueue_seq_layers(int n) {
+  const cuda::DevMat& embd = weights.token_embd;
+  cuda::embed_rows(embd.type, embd.data, c.n_vocab, c.n_embd, tok, n, h, stream);
+  block_pass = {n, pos, false, 0, nullptr, 0, FfnPart::All, 0, &runs};
+  for (int il = 0; il < c.n_layer; ++il) run_layer(il);
+  block_pass.runs = nullptr;
+}
+
 // One forward_seqs pass: the runs' tokens embedded together, every layer's
 // projections / router / experts over all n rows (the tiered step streams
 // each expert once for all of them, as a prompt pass), attention and the
@@ -584,11 +592,36 @@ void CudaBackend::Impl::run_seqs(const int32_t* tokens, int n, const std::vector
   MS_CUDA_CHECK(
       cudaMemcpyAsync(run_kv_len, in + 2 * B, sizeof(int32_t) * runs.size(), cudaMemcpyHostToDevice, stream));
   if (hybrid) hybrid->begin_pass(n);
-  const cuda::DevMat& embd = weights.token_embd;
-  cuda::embed_rows(embd.type, embd.data, c.n_vocab, c.n_embd, tok, n, h, stream);
-  block_pass = {n, pos, false, 0, nullptr, 0, FfnPart::All, 0, &runs};
-  for (int il = 0; il < c.n_layer; ++il) run_layer(il);
-  block_pass.runs = nullptr;
+  // One token per sequence with every expert resident: nothing in the
+  // layers talks to the host, so they replay from a graph captured for this
+  // shape (the decode graph's reasoning, for several sequences).
+  bool decode_only = true;
+  for (const SeqRun& r : runs) decode_only = decode_only && r.n == 1;
+  bool replayed = false;
+  if (decode_only && opt.use_graph && seq_graph_ok && !route_hook && !hybrid) {
+    std::vector<int> key;
+    for (const SeqRun& r : runs) {
+      key.push_back(r.slot);
+      key.push_back(cuda::decode_kv_span(r.pos0, kv.ctx()));
+    }
+    if (key != seq_graph_key || !seq_graph.ready(0)) {
+      seq_graph_key.clear();
+      try {
+        seq_graph.capture(stream, 0, [&] { enqueue_seq_layers(n); });
+        seq_graph_key = key;
+      } catch (const Error& e) {
+        cudaGetLastError();
+        seq_graph_ok = false;
+        std::fprintf(stderr, "moestream: CUDA graph capture of a multi-sequence step failed (%s); running those "
+                     "steps without graphs\n", e.what());
+      }
+    }
+    if (!seq_graph_key.empty()) {
+      seq_graph.launch(stream);
+      replayed = true;
+    }
+  }
+  if (!replayed) enqueue_seq_layers(n);
   // The wanted rows to the front of h, in order (row want[j] >= j, and every
   // later source lies past every earlier target), then the head over them.
   const int64_t D = c.n_embd;
