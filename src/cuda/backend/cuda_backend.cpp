@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda/attention.h"
+#include "cuda/attention_multi.h"
 #include "cuda/backend/cuda_backend_impl.h"
 #include "cuda/device.h"
 #include "cuda/expert_ffn.h"
@@ -214,6 +215,13 @@ void CudaBackend::Impl::layout_activations(cuda::Layout& L) {
   pos = L.take_n<int32_t>(b);
   step_in = L.take_n<int32_t>(4);
   run_kv_len = L.take_n<int32_t>(b);
+  row_slot = L.take_n<int32_t>(b);
+  if (opt.n_seq > 1 && cuda::attention_decode_multi_supported(attn_shape())) {
+    // A pass of one token per sequence has at most n_seq rows.
+    multi_rows = std::min(B, opt.n_seq);
+    multi_attn_scratch =
+        L.take(cuda::attention_decode_multi_scratch_bytes(attn_shape(), multi_rows, static_cast<int>(kv.ctx())));
+  }
   router_counter = L.take_n<uint32_t>(1);
   logits = L.take_n<float>(static_cast<size_t>(kLogitRows) * c.n_vocab);
   xq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(c.n_embd, B)), c.n_embd, B);
@@ -278,7 +286,7 @@ void CudaBackend::Impl::allocate_activations() {
   layout_activations(bind);
   // router_counter and the attention scratch's counters start at 0 (the constructor syncs after this)
   MS_CUDA_CHECK(cudaMemset(act_arena.base(), 0, act_arena.capacity()));
-  host_in = cuda::PinnedBuffer(sizeof(int32_t) * 3 * static_cast<size_t>(B) + 64);
+  host_in = cuda::PinnedBuffer(sizeof(int32_t) * 4 * static_cast<size_t>(B) + 64);
   host_logits = cuda::PinnedBuffer(sizeof(float) * kLogitRows * static_cast<size_t>(c.n_vocab));
   copy_done.clear();
   for (int i = 0; i < kCopyChunks; ++i) copy_done.emplace_back(false);

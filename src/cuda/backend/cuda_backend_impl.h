@@ -63,6 +63,13 @@ struct CudaBackend::Impl final : LayerBlocks {
   // Multi-sequence passes: per run, its attention length (pos0 + n), for
   // the decode attention of one-token runs.
   int32_t* run_kv_len = nullptr;
+  // Per row of a multi-sequence pass, its slot (the multi-row kernels of
+  // src/cuda/attention_multi.h and kv_multi.h read it on the device); the
+  // multi-row decode attention's scratch, for up to multi_rows rows (null
+  // when n_seq is 1 or the shape is not served: a launch per sequence then).
+  int32_t* row_slot = nullptr;
+  void* multi_attn_scratch = nullptr;
+  int multi_rows = 0;
   cuda::Q8Act xq8, attq8, ffq8;
   // Gated attention (arch->attn_output_gate): Wq's [q | gate] rows (decode:
   // the stacked Wq|Wk|Wv row), and the gates split from them.
@@ -200,6 +207,10 @@ struct CudaBackend::Impl final : LayerBlocks {
                 RopeMode rm);
   void attend(int il, const AttentionBlock& b, int slot, int row0, int n, const int32_t* positions, bool decode,
               int max_kv_len, const int32_t* kv_len, int pos0, bool one_qkv, float* qp, float* kp, float* vp);
+  // A multi-sequence pass of one token per sequence: the prologue and the
+  // decode attention of all its rows in one launch each, when they can be.
+  bool attend_decode_rows(int il, const AttentionBlock& b, int n, const int32_t* positions, float* qp, float* kp,
+                          float* vp);
   void router_logits_rows(const cuda::DevMat& R, int n);
   // Router R on the FFN input x of n tokens: top-k ids and weights.
   // router_b: the layer's router bias (b.router_bias, gpt-oss), added to the logits before the top k.

@@ -16,12 +16,14 @@
 #include <variant>
 
 #include "cuda/attention.h"
+#include "cuda/attention_multi.h"
 #include "cuda/backend/cuda_backend_impl.h"
 #include "cuda/backend/decode_fused.h"
 #include "cuda/backend/prefill_fused.h"
 #include "cuda/expert_ffn.h"
 #include "cuda/gemm.h"
 #include "cuda/gated_ops.h"
+#include "cuda/kv_multi.h"
 #include "cuda/matvec.h"
 #include "cuda/ops.h"
 #include "util/error.h"
@@ -150,7 +152,9 @@ void CudaBackend::Impl::attention_block(int il, const AttentionBlock& b, int n, 
     // Several sequences: each run's rows against its own slot (prompt chunks:
     // the prefill attention; one token: the decode attention, as forward()).
     const std::vector<SeqRun>& rs = *block_pass.runs;
-    for (size_t i = 0; i < rs.size(); ++i) {
+    const bool rows_done = !one_qkv && static_cast<int>(rs.size()) == n &&
+                           attend_decode_rows(il, b, n, positions, qp, kp, vp);
+    for (size_t i = 0; i < rs.size() && !rows_done; ++i) {
       const SeqRun& r = rs[i];
       attend(il, b, r.slot, r.row0, r.n, positions + r.row0, r.n == 1, cuda::decode_kv_span(r.pos0, kv_ctx),
              run_kv_len + i, static_cast<int>(r.pos0), one_qkv, qp, kp, vp);
@@ -160,6 +164,35 @@ void CudaBackend::Impl::attention_block(int il, const AttentionBlock& b, int n, 
   if (uses_q8(L.wo)) cuda::quantize_q8act(att, qd, n, attq8, s);
   project(L.wo, att, &attq8, n, h, h);
   if (b.output_bias) cuda::add_row_bias(h, L.bo, n, c.n_embd, s);
+}
+
+// n rows, one token of a different sequence each (row t: slot row_slot[t],
+// attention length run_kv_len[t]): the q/k prologue and the decode
+// attention in one launch each (src/cuda/kv_multi.h, attention_multi.h).
+// False (nothing launched) where those kernels do not serve this layer: the
+// caller then runs a launch pair per sequence.
+bool CudaBackend::Impl::attend_decode_rows(int il, const AttentionBlock& b, int n, const int32_t* positions,
+                                           float* qp, float* kp, float* vp) {
+  const cuda::DevLayer& L = weights.layer(il);
+  if (multi_attn_scratch == nullptr || n > multi_rows || L.bq || !opt.fused_prefill ||
+      (L.q_norm == nullptr) != (L.k_norm == nullptr))
+    return false;
+  int span = 0;
+  for (const SeqRun& r : runs) span = std::max(span, cuda::decode_kv_span(r.pos0, kv.ctx()));
+  const cuda::AttentionShape shape = attn_shape();
+  cuda::AttentionExtras extras;
+  extras.sinks = b.sinks ? L.attn_sinks : nullptr;
+  extras.window = b.window;
+  kv.with_layer(il, 0, [&](auto* kc, auto* vc) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(kc)>>;
+    const auto stride = static_cast<int64_t>(kv.slot_stride() / sizeof(T));
+    cuda::batch_qk_prologue_multi(qp, kp, vp, n, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps,
+                                  c.n_rot, row_slot, positions, c.rope_base, c.rope_scaling, b.rope_mode, kc, vc,
+                                  stride, kv.n_seq(), kv.ctx(), stream);
+    cuda::attention_decode_multi(shape, qp, kc, vc, stride, kv.n_seq(), n, row_slot, run_kv_len, span, att,
+                                 multi_attn_scratch, stream, extras);
+  });
+  return true;
 }
 
 // Rows row0 .. row0+n-1 of q/k/v (one sequence, at slot `slot`): q/k norms,
@@ -587,10 +620,13 @@ void CudaBackend::Impl::run_seqs(const int32_t* tokens, int n, const std::vector
   for (const SeqRun& r : runs)
     for (int t = 0; t < r.n; ++t) in[B + r.row0 + t] = static_cast<int32_t>(r.pos0 + t);
   for (size_t i = 0; i < runs.size(); ++i) in[2 * B + static_cast<int>(i)] = static_cast<int32_t>(runs[i].pos0 + runs[i].n);
+  for (const SeqRun& r : runs)
+    for (int t = 0; t < r.n; ++t) in[3 * B + r.row0 + t] = r.slot;
   MS_CUDA_CHECK(cudaMemcpyAsync(tok, in, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream));
   MS_CUDA_CHECK(cudaMemcpyAsync(pos, in + B, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream));
   MS_CUDA_CHECK(
       cudaMemcpyAsync(run_kv_len, in + 2 * B, sizeof(int32_t) * runs.size(), cudaMemcpyHostToDevice, stream));
+  MS_CUDA_CHECK(cudaMemcpyAsync(row_slot, in + 3 * B, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream));
   if (hybrid) hybrid->begin_pass(n);
   // One token per sequence with every expert resident: nothing in the
   // layers talks to the host, so they replay from a graph captured for this
