@@ -14,6 +14,7 @@
 #include "cpu/delta_net.h"
 #include "cuda/backend/cuda_backend_impl.h"
 #include "cuda/delta_net.h"
+#include "cuda/delta_net_multi.h"
 #include "cuda/gated_ops.h"
 #include "cuda/matvec.h"
 #include "cuda/ops.h"
@@ -88,10 +89,21 @@ void CudaBackend::Impl::linear_attention_block(int il, int n) {
     cuda::delta_rule_prompt(lin_conv + r * CD, CD, lin_g + r * nv, lin_beta + r * nv, nr, sh,
                             kv.delta_state(il, slot), lin_out + r * VD, s);
   };
-  if (block_pass.runs == nullptr)
+  if (block_pass.runs == nullptr) {
     recur(block_pass.slot, 0, n);
-  else
+  } else if (static_cast<int>(block_pass.runs->size()) == n && n > 1) {
+    // One token per sequence: the conv and the recurrence of every row in
+    // one launch each (src/cuda/delta_net_multi.h: row t on slot
+    // row_slot[t], the same formulas as the one-token kernels).
+    const auto stride = static_cast<int64_t>(kv.recurrent_slot_stride() / sizeof(float));
+    cuda::conv1d_silu_multi(lin_qkv, CD, n, CD, L.ssm_conv, c.lin.conv_kernel, kv.conv_state(il, 0), stride,
+                            kv.n_seq(), row_slot, lin_conv, s);
+    cuda::delta_prepare_qk(lin_conv, CD, n, sh, kL2NormEps, s);
+    cuda::delta_rule_multi(lin_conv, CD, lin_g, lin_beta, n, sh, kv.delta_state(il, 0), stride, kv.n_seq(), row_slot,
+                           lin_out, s);
+  } else {
     for (const SeqRun& run : *block_pass.runs) recur(run.slot, run.row0, run.n);
+  }
   cuda::gated_rmsnorm(lin_out, lin_z, L.ssm_norm, lin_out, static_cast<int64_t>(n) * nv, sh.head_v, c.rms_eps, s);
   if (cuda::matvec_takes_q8(L.ssm_out.type)) cuda::quantize_q8act(lin_out, VD, n, linq8, s);
   project(L.ssm_out, lin_out, &linq8, n, h, h);
