@@ -46,6 +46,7 @@
 
 #include "cuda/attention.h"
 #include "cuda/attention_decode_long.h"
+#include "cuda/attention_decode_fast.cuh"
 #include "cuda/common.cuh"
 #include "cuda/last_block.cuh"
 #include "cuda/pdl.cuh"
@@ -213,284 +214,47 @@ void check_shape(const AttentionShape& s) {
 
 
 // ------------------------------------------------------------------ fast path
-constexpr int kFastWarps = 4;
-constexpr int kTile = 32;  // positions per warp step (one per lane)
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kNegBig = -1e30f;  // "no score yet": finite, so 2^(kNegBig - m) is 0, never NaN
+// The kernels' bodies are attention_decode_fast.cuh's device functions
+// (shared with attention_multi.cu).
+using decode_fast::fast_ok;
+using decode_fast::fast_splits;
+using decode_fast::kFastWarps;
+using decode_fast::kFuseMaxSplits;
+using decode_fast::kLog2e;
+using decode_fast::kMergeThreads;
+using decode_fast::kSplitHeadsMaxLen;
+using decode_fast::split_heads;
 
-// Warps of a block split the G query heads WH ways and the positions WP ways
-// (WH * WP = 4). SPLIT (short contexts): WH = min(G, 4), so a lane's serial
-// work per position is G/4 heads; the latency of one tile is what counts.
-// Long contexts (!SPLIT): WH = 1, every warp serves all G heads on its own
-// tiles, so K and V are read once per block (fewer instructions per byte).
-__host__ __device__ constexpr int heads_ways(int g, bool split) { return !split ? 1 : g >= kFastWarps ? kFastWarps : g; }
-__host__ __device__ constexpr int pos_ways(int g, bool split) { return kFastWarps / heads_ways(g, split); }
-
-// Up to this many positions the split-heads geometry runs: it won at short
-// contexts and lost at long ones (32/4 heads of 128; figures in
-// bench/results/cuda_kernels.md, "What changed against the previous table").
-constexpr int kSplitHeadsMaxLen = 1024;
-// Whole-G-per-warp keeps G*HD/32 output floats per lane in registers.
-bool split_heads(int group, int hd, int max_kv_len) { return max_kv_len <= kSplitHeadsMaxLen || group * hd > 2048; }
-
-// Splits per KV head: one block step of positions each (split heads: up to
-// ~8 blocks per SM) or up to ~2 blocks per SM (long contexts: fewer partial
-// outputs to write and merge).
-int fast_splits(int group, int hd, int n_kv, int max_kv_len, int n_sm) {
-  const bool split = split_heads(group, hd, max_kv_len);
-  const int per_block = pos_ways(group, split) * kTile;  // positions a block covers in one step
-  const int by_len = (max_kv_len + per_block - 1) / per_block;
-  const int by_sm = ((split ? 8 : 2) * n_sm + n_kv - 1) / n_kv;
-  return std::max(1, std::min(by_len, by_sm));
-}
-
-// Up to this many splits, the last block of each KV head merges them in the
-// same launch (saving the merge kernel's launch); beyond it, the merge kernel
-// below spreads the work over one block per query head (fusing 16-32 splits
-// measured slower). Figures: bench/results/cuda_kernels.md, "Figures moved
-// from code comments".
-constexpr int kFuseMaxSplits = 8;
-
-bool fast_ok(const AttentionShape& s) {
-  const int g = s.n_head / s.n_kv;
-  return (g == 1 || g == 2 || g == 4 || g == 8 || g == 16) && (s.head_dim == 64 || s.head_dim == 128 || s.head_dim == 256) &&
-         g * s.head_dim <= 4096;
-}
-
-// 8 key elements (as floats) dotted with q[0..7] (shared memory, 16-byte aligned).
-__device__ __forceinline__ float dot8(const float* k, const float* q) {
-  const float4 qa = *reinterpret_cast<const float4*>(q), qb = *reinterpret_cast<const float4*>(q + 4);
-  return qa.x * k[0] + qa.y * k[1] + qa.z * k[2] + qa.w * k[3] + qb.x * k[4] + qb.y * k[5] + qb.z * k[6] +
-         qb.w * k[7];
-}
-
-// The last block of a KV head: out for its G heads from the n_split (<= 8)
-// partial outputs, read through L2 (other blocks wrote them). A warp per head
-// for the split weights (lane = split), then each thread 4 dims at a time
-// over all splits, the loads unrolled so that they go out together.
-template <int G, int HD>
-__device__ void merge_splits_in_block(const float* part_o, const float2* part_ml, int h0, int n_split,
-                                      const float* __restrict__ sinks, float* __restrict__ out) {
-  __shared__ float w_s[G][kFuseMaxSplits];
-  __shared__ float inv_l[G];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int g = warp; g < G; g += kFastWarps) {
-    const float2 v = lane < n_split ? __ldcg(part_ml + static_cast<int64_t>(h0 + g) * n_split + lane)
-                                    : make_float2(kNegBig, 0.f);
-    const float sk = sinks ? __ldg(sinks + h0 + g) * kLog2e : kNegBig;
-    const float M = fmaxf(dev::warp_max(v.x), sk);
-    const float w = lane < n_split ? exp2f(v.x - M) : 0.f;
-    float L = dev::warp_sum(v.y * w);
-    if (sinks) L += exp2f(sk - M);
-    if (lane < kFuseMaxSplits) w_s[g][lane] = w;
-    if (lane == 0) inv_l[g] = L > 0.f ? 1.f / L : 0.f;
-  }
-  __syncthreads();
-  constexpr int kQuads = G * HD / 4;  // float4 outputs of the block
-  for (int i = threadIdx.x; i < kQuads; i += kFastWarps * 32) {
-    const int g = i / (HD / 4), d = 4 * (i % (HD / 4));
-    const float* po = part_o + static_cast<int64_t>(h0 + g) * n_split * HD + d;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int s = 0; s < kFuseMaxSplits; ++s) {
-      if (s < n_split) {
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(po + static_cast<int64_t>(s) * HD));
-        const float w = w_s[g][s];
-        acc.x += v.x * w; acc.y += v.y * w; acc.z += v.z * w; acc.w += v.w * w;
-      }
-    }
-    const float il = inv_l[g];
-    *reinterpret_cast<float4*>(out + static_cast<int64_t>(h0 + g) * HD + d) =
-        make_float4(acc.x * il, acc.y * il, acc.z * il, acc.w * il);
-  }
-}
-
-// Block (split, kv head). Warp w takes heads hw*GW .. +GW (hw = w % WH) of the
-// block's G, and the 32-position tiles pw, pw+WP, ... (pw = w / WH) of the
-// chunk: lane = position for the scores, lane = HD/32 dims for P*V.
-// counters (n_split <= kFuseMaxSplits): one per KV head, zero on entry and on
-// exit; the block that counts last merges (out). Null: partials only.
+// Block (split, kv head): the partials of its chunk. counters (n_split <=
+// kFuseMaxSplits): one per KV head, zero on entry and on exit; the block that
+// counts last merges (out). Null: partials only.
 template <class T, int G, int HD, bool SPLIT>
 __global__ void __launch_bounds__(kFastWarps * 32) attn_decode_fast_kernel(
     const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc, int64_t ctx,
     int max_kv_len, const int32_t* __restrict__ kv_len_dev, float scale_log2, const float* __restrict__ sinks,
     int window, int n_split, float* __restrict__ part_o, float2* __restrict__ part_ml, unsigned int* counters,
     float* __restrict__ out) {
-  constexpr int WH = heads_ways(G, SPLIT), WP = pos_ways(G, SPLIT), GW = G / WH;
-  constexpr int D = HD / 32;  // dims per lane in P*V
-  // V rows loaded at once in P*V: 64 floats of registers per lane
-  constexpr int kVRows = 64 / D < kTile ? 64 / D : kTile;
-  // q_s and p_s during the sweep; o_s (the warps' partial outputs) reuses them after it
-  constexpr int kSweep = G * HD + kFastWarps * kTile * GW, kMerge = kFastWarps * GW * HD;
-  __shared__ __align__(16) float buf[kSweep > kMerge ? kSweep : kMerge];
-  __shared__ float m_s[kFastWarps][GW], l_s[kFastWarps][GW];
-  float* q_s = buf;                                                                  // [G][HD], pre-scaled
-  float (*p_s)[kTile][GW] = reinterpret_cast<float (*)[kTile][GW]>(buf + G * HD);  // [warp][pos][GW]
-  float (*o_s)[GW * HD] = reinterpret_cast<float (*)[GW * HD]>(buf);                // [warp][GW*HD]
-
-  const int split = blockIdx.x, kvh = blockIdx.y;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int hw = warp % WH, pw = warp / WH;
   const int kv_len = kv_len_dev ? max(0, min(__ldg(kv_len_dev), max_kv_len)) : max_kv_len;
-  const int start = window_start(kv_len, window);
-  const int chunk = ((kv_len - start + n_split - 1) / n_split + kTile - 1) / kTile * kTile;
-  const int t0 = start + split * chunk, t1 = min(kv_len, t0 + chunk);
-  const int h0 = kvh * G;
-
   // programmatic dependent launch: q (and this step's K, V row) come from the kernel before
   dev::pdl_wait();
   dev::pdl_trigger();
-  for (int i = threadIdx.x; i < G * HD; i += kFastWarps * 32) q_s[i] = q[static_cast<int64_t>(h0) * HD + i] * scale_log2;
-  __syncthreads();
-  const float* qw = q_s + hw * GW * HD;
-
-  float m[GW], l[GW], o[GW][D];
-#pragma unroll
-  for (int g = 0; g < GW; ++g) {
-    m[g] = kNegBig;
-    l[g] = 0.f;
-#pragma unroll
-    for (int d = 0; d < D; ++d) o[g][d] = 0.f;
-  }
-
-  using E = dev::KvElem<T>;
-  constexpr int U = dev::kv_row_units<T>(HD);  // units of T per row
-  const T* kbase = kc + static_cast<int64_t>(kvh) * ctx * U;
-  const T* vbase = vc + static_cast<int64_t>(kvh) * ctx * U;
-  for (int tt = t0 + pw * kTile; tt < t1; tt += WP * kTile) {
-    const int pos = tt + lane;
-    const bool valid = pos < t1;
-    const T* kr = kbase + static_cast<int64_t>(valid ? pos : tt) * U;
-    float s[GW];
-#pragma unroll
-    for (int g = 0; g < GW; ++g) s[g] = 0.f;
-#pragma unroll  // all K loads of the row in flight at once (unroll 4 spilled at G=8, HD=128)
-    for (int c = 0; c < HD / 8; ++c) {
-      float kv[8];
-      E::template ldg_at<8>(kr, c * 8, kv);
-#pragma unroll
-      for (int g = 0; g < GW; ++g) s[g] += dot8(kv, qw + g * HD + c * 8);
-    }
-    // online softmax, per head, over the warp's 32 positions
-#pragma unroll
-    for (int g = 0; g < GW; ++g) {
-      const float sg = valid ? s[g] : -INFINITY;
-      const float mn = fmaxf(m[g], dev::warp_max(sg));
-      const float corr = exp2f(m[g] - mn);
-      const float pg = exp2f(sg - mn);
-      l[g] = l[g] * corr + dev::warp_sum(pg);
-      m[g] = mn;
-#pragma unroll
-      for (int d = 0; d < D; ++d) o[g][d] *= corr;
-      p_s[warp][lane][g] = pg;  // 0 for positions past the end
-    }
-    __syncwarp();
-    // P*V: kVRows rows of V per batch, all loaded before they are used (the
-    // load latency, not the arithmetic, is the time at short contexts). Rows
-    // past the end re-read the last valid one; their weight is 0.
-    const int last = min(kTile, t1 - tt) - 1;
-    const T* vr = vbase + static_cast<int64_t>(tt) * U;
-#pragma unroll
-    for (int j0 = 0; j0 < kTile; j0 += kVRows) {
-      if (j0 > last) break;
-      float v[kVRows][D];
-#pragma unroll
-      for (int j = 0; j < kVRows; ++j)
-        E::template ldg_at<D>(vr + static_cast<int64_t>(min(j0 + j, last)) * U, lane * D, v[j]);
-#pragma unroll
-      for (int j = 0; j < kVRows; ++j) {
-#pragma unroll
-        for (int g = 0; g < GW; ++g) {
-          const float pg = p_s[warp][j0 + j][g];
-#pragma unroll
-          for (int d = 0; d < D; ++d) o[g][d] += pg * v[j][d];
-        }
-      }
-    }
-    __syncwarp();
-  }
-
-  // merge the WP warps that share heads
-  __syncthreads();  // every warp is done with q_s / p_s
-  if (lane == 0) {
-#pragma unroll
-    for (int g = 0; g < GW; ++g) { m_s[warp][g] = m[g]; l_s[warp][g] = l[g]; }
-  }
-#pragma unroll
-  for (int g = 0; g < GW; ++g)
-#pragma unroll
-    for (int d = 0; d < D; ++d) o_s[warp][g * HD + lane * D + d] = o[g][d];
-  __syncthreads();
-  for (int i = threadIdx.x; i < G * HD; i += kFastWarps * 32) {
-    const int g = i / HD, ghw = g / GW, gl = g % GW, d = i % HD;
-    float M = kNegBig;
-#pragma unroll
-    for (int p = 0; p < WP; ++p) M = fmaxf(M, m_s[p * WH + ghw][gl]);
-    float acc = 0.f;
-#pragma unroll
-    for (int p = 0; p < WP; ++p) acc += o_s[p * WH + ghw][gl * HD + d] * exp2f(m_s[p * WH + ghw][gl] - M);
-    part_o[(static_cast<int64_t>(h0 + g) * n_split + split) * HD + d] = acc;
-  }
-  if (threadIdx.x < G) {
-    const int g = threadIdx.x, ghw = g / GW, gl = g % GW;
-    float M = kNegBig, L = 0.f;
-    for (int p = 0; p < WP; ++p) M = fmaxf(M, m_s[p * WH + ghw][gl]);
-    for (int p = 0; p < WP; ++p) L += l_s[p * WH + ghw][gl] * exp2f(m_s[p * WH + ghw][gl] - M);
-    part_ml[static_cast<int64_t>(h0 + g) * n_split + split] = make_float2(M, L);
-  }
+  decode_fast::split_partials<T, G, HD, SPLIT>(q, kc, vc, ctx, kv_len, scale_log2, window, n_split, blockIdx.x,
+                                               blockIdx.y, part_o, part_ml);
   if (counters == nullptr) return;
   // The last of this KV head's blocks merges the splits.
-  if (!dev::last_block_to_arrive(counters + kvh, gridDim.x)) return;
-  merge_splits_in_block<G, HD>(part_o, part_ml, h0, n_split, sinks, out);
+  if (!dev::last_block_to_arrive(counters + blockIdx.y, gridDim.x)) return;
+  decode_fast::merge_splits_in_block<G, HD>(part_o, part_ml, blockIdx.y * G, n_split, sinks, out);
 }
 
-// Block per query head, 256 threads: 256/hd segments of threads each sum a
-// strided share of the splits for every dim; split weights 2^(m_s - M) are
-// computed once into shared memory.
-constexpr int kMergeThreads = 256;
+// Block per query head.
 __global__ void __launch_bounds__(kMergeThreads) attn_decode_fast_merge_kernel(const float* __restrict__ part_o,
                                                                                 const float2* __restrict__ part_ml,
                                                                                 int hd, int n_split,
                                                                                 const float* __restrict__ sinks,
                                                                                 float* __restrict__ out) {
-  extern __shared__ float wsh[];  // [n_split] weights, then [segments][hd] partial sums
-  __shared__ float red[32];
-  const int h = blockIdx.x;
   dev::pdl_wait();  // the partials come from the kernel before
   dev::pdl_trigger();
-  const float2* mlh = part_ml + static_cast<int64_t>(h) * n_split;
-  float M = kNegBig;
-  for (int s = threadIdx.x; s < n_split; s += kMergeThreads) M = fmaxf(M, mlh[s].x);
-  M = dev::warp_max(M);
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = M;
-  __syncthreads();
-  M = sinks ? __ldg(sinks + h) * kLog2e : kNegBig;
-  for (int w = 0; w < kMergeThreads / 32; ++w) M = fmaxf(M, red[w]);
-  float L = 0.f;
-  for (int s = threadIdx.x; s < n_split; s += kMergeThreads) {
-    const float2 ml = mlh[s];
-    const float w = exp2f(ml.x - M);
-    wsh[s] = w;
-    L += ml.y * w;
-  }
-  L = dev::block_sum(L, red);  // syncs, so wsh is complete
-  if (sinks) L += exp2f(__ldg(sinks + h) * kLog2e - M);
-  const float invL = L > 0.f ? 1.f / L : 0.f;
-  const int nseg = kMergeThreads / hd;  // hd <= 256
-  float* seg_sum = wsh + n_split;
-  const int d = threadIdx.x % hd, seg = threadIdx.x / hd;
-  if (seg < nseg) {
-    float acc = 0.f;
-    const float* po = part_o + static_cast<int64_t>(h) * n_split * hd + d;
-    for (int s = seg; s < n_split; s += nseg) acc += po[static_cast<int64_t>(s) * hd] * wsh[s];
-    seg_sum[seg * hd + d] = acc;
-  }
-  __syncthreads();
-  if (seg == 0) {
-    float acc = 0.f;
-    for (int k = 0; k < nseg; ++k) acc += seg_sum[k * hd + d];
-    out[static_cast<int64_t>(h) * hd + d] = acc * invL;
-  }
+  decode_fast::merge_head(part_o, part_ml, hd, n_split, sinks, out, blockIdx.x);
 }
 
 struct FastOut {

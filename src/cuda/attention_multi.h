@@ -9,8 +9,8 @@
 // memory, so one captured graph replays with new values; max_span (host)
 // bounds every kv_len and sizes the split.
 //
-// Same split-K (flash-decoding) math as attention_decode's fast path
-// (attention_decode.cu), with one more grid dimension (the row): for a row
+// The split-K (flash-decoding) kernel body of attention_decode's fast path
+// (attention_decode_fast.cuh, shared), with one more grid dimension (the row): for a row
 // whose launch has as many splits as the single-sequence call would use, the
 // result is bit-equal to attention_decode's fast path. The tensor-core long
 // kernel (attention_decode_long.cu) is not used: past 1024 positions the
