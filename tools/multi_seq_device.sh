@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# multiseq's device call: build test_cuda + moestream from .src-multiseq.tar, run the multi-sequence tests and the
-# hybrid/decode suites, then (time permitting) bench --seqs on the q30 shape at full and 8G.
+# The multi-sequence check on the GPU machine (issue #31): builds test_cuda + moestream from a source tar (SRC_TAR,
+# default .src-multiseq.tar: `git archive -o .src-multiseq.tar HEAD`, carried with .deps), runs the *MultiSeq* tests
+# and the hybrid/decode suites, then, while BUDGET seconds (default 560) allow, bench --seqs 1,4,8,16 on the
+# synthetic Qwen3-30B-A3B Q4_K at --vram full and 8G. Logs and bench tables under $OUT.
+#   run: BUDGET=360 bash tools/multi_seq_device.sh      (carry [".deps", ".src-multiseq.tar"])
 set -o pipefail
 R=$PWD; START=$(date +%s); left() { echo $(( ${BUDGET:-560} - ($(date +%s) - START) )); }
 say() { echo "[multiseq $(($(date +%s) - START))s] $*" | tee -a $OUT/summary.txt; }
 source tools/device_env.sh
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a $OUT/summary.txt
-mkdir -p /tmp/s && tar xf .src-multiseq.tar -C /tmp/s && source /tmp/s/tools/device_env.sh 2>/dev/null
+mkdir -p /tmp/s && tar xf ${SRC_TAR:-.src-multiseq.tar} -C /tmp/s && source /tmp/s/tools/device_env.sh 2>/dev/null
 export CMAKE_PREFIX_PATH="$R/.deps/root/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
 export LD_LIBRARY_PATH="$R/.deps/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cmake -S /tmp/s -B $R/build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DMOESTREAM_BENCH=OFF > $OUT/cfg.log 2>&1 || { say cfg failed; tail -20 $OUT/cfg.log; exit 1; }
