@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -81,6 +82,7 @@ struct Case {
   const char* arch;
   const char* type;
 };
+void PrintTo(const Case& c, std::ostream* os) { *os << c.arch << " " << c.type; }
 
 class CudaBackendPureType : public ::testing::TestWithParam<Case> {};
 
