@@ -219,6 +219,11 @@ size_t expert_ffn_scratch_bytes(const ExpertWeights& w, int n_tokens, int k) { r
 void expert_ffn_set_gemm_min_tokens(int n) { g_gemm_min_tokens.store(n); }
 int expert_ffn_gemm_min_tokens() { return g_gemm_min_tokens.load(); }
 
+// Up to this many pairs an active expert on average, a batch's experts take
+// the matvec path walking a group's vectors one at a time
+// (MatvecGroups::typical_per_group), not the grouped GEMM.
+constexpr int kOneVectorPairsPerExpert = 2;
+
 void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n_tokens, int k, const int32_t* ids,
                 const float* weights, const float* residual, float* out, void* scratch, size_t scratch_bytes,
                 cudaStream_t stream, const HostRows* host) {
@@ -256,11 +261,15 @@ void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n
   g.n_expert = w.n_expert;  // clamps ids into range on the device
   auto* gi = reinterpret_cast<int32_t*>(s + L.groups);
   const int min_tok = g_gemm_min_tokens.load();
-  const bool gemm_ok = n_tokens > 1 && min_tok > 0 && n_tokens >= min_tok && device_has_int8_mma();
-  const bool gemm_gu = gemm_ok && detail::gemm_q8_supported(w.gate.type) && d_ff % 32 == 0;
-  const bool gemm_down = gemm_ok && detail::gemm_q8_supported(w.down.type);
   // vector tile: 64 when experts average 48+ pairs, else 32
   const int active = std::min(pairs, w.n_expert);
+  // Pairs spread thin over the experts (decode steps of several sequences:
+  // about one pair an expert) leave a GEMM tile mostly empty: the matvec
+  // path, one vector at a time.
+  const bool thin = pairs <= kOneVectorPairsPerExpert * active;
+  const bool gemm_ok = n_tokens > 1 && min_tok > 0 && n_tokens >= min_tok && !thin && device_has_int8_mma();
+  const bool gemm_gu = gemm_ok && detail::gemm_q8_supported(w.gate.type) && d_ff % 32 == 0;
+  const bool gemm_down = gemm_ok && detail::gemm_q8_supported(w.down.type);
   const int bn = pairs >= 48 * active ? 64 : 32;
 
   if (n_tokens == 1) {
@@ -282,6 +291,7 @@ void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n
       moe_group_by_expert(ids, pairs, w.n_expert, n_groups, group_expert, offsets, list, stream);
       g.max_groups = active;
       g.per_group = n_tokens;  // upper bound: a token picks an expert at most once
+      if (thin) g.typical_per_group = 1;
     }
     g.n_groups = n_groups;
     g.expert = group_expert;

@@ -68,7 +68,7 @@ void run_matvec(const MatrixSet* ws, int parts, const MatvecInput& x, const Matv
   p.residual = residual;
   p.combine_w = fused.combine_w;
 
-  const int max_per_group = g.per_group;
+  const int max_per_group = g.typical_per_group > 0 ? g.typical_per_group : g.per_group;
   if (matvec_takes_q8(w.type)) {
     if (x.q8.q == nullptr || x.q8.n != w.cols)
       throw Error("CUDA matvec: " + std::string(type_name(w.type)) + " weights need Q8 activations of " +

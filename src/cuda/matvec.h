@@ -70,6 +70,11 @@ struct MatrixSet {
 struct MatvecGroups {
   int max_groups = 1;
   int per_group = 1;
+  // Vectors a group usually holds (0: per_group). 1 picks the one-vector
+  // kernel, which walks a group's vectors one at a time: batches spread over
+  // many experts (decode steps of several sequences) then do not pay the
+  // multi-vector kernel's registers and its work for empty vector places.
+  int typical_per_group = 0;
   int x_div = 1;
   int n_expert = 0;  // when > 0, expert ids are clamped into [0, n_expert)
   const int32_t* n_groups = nullptr;

@@ -124,31 +124,37 @@ TEST(MatvecExperts, GroupedListsAndGatedPair) {
     g.expert = dex.as<int32_t>();
     g.offsets = doff.as<int32_t>();
     g.list = dlist.as<int32_t>();
-    DeviceBuffer y = poisoned(static_cast<size_t>(rows * n_vec));
-    DeviceBuffer yg = poisoned(static_cast<size_t>(rows * n_vec));
-    matvec(mg, in.in, g, y.as<float>(), rows, nullptr, s);
-    matvec_glu(mg, mu, in.in, g, yg.as<float>(), rows, s);
-    const auto got = download<float>(y.get(), static_cast<size_t>(rows * n_vec));
-    const auto got_glu = download<float>(yg.get(), static_cast<size_t>(rows * n_vec));
-    std::vector<int> expert_of(n_vec);
-    for (int gi = 0; gi < 3; ++gi)
-      for (int i = offsets[gi]; i < offsets[gi + 1]; ++i) expert_of[list[i]] = expert[gi];
-    std::vector<double> want, bound, want_glu, bound_glu;
-    const bool q8 = matvec_takes_q8(t);
-    for (int p = 0; p < n_vec; ++p)
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t row = expert_of[p] * rows + r;
-        const RefDot a = ref_dot(dequant_row(t, gate, row, cols), x.data() + p * cols, cols, q8);
-        const RefDot b = ref_dot(dequant_row(t, up, row, cols), x.data() + p * cols, cols, q8);
-        want.push_back(a.value);
-        bound.push_back(a.bound);
-        const double sa = a.value / (1 + std::exp(-a.value));
-        want_glu.push_back(sa * b.value);
-        // |d(silu(a) b)| <= |b| * 1.1 |da| + |silu(a)| |db| (silu' is within [-0.1, 1.1])
-        bound_glu.push_back(std::fabs(b.value) * 1.1 * a.bound + std::fabs(sa) * b.bound + a.bound * b.bound + 1e-6);
-      }
-    expect_close(got, want, bound, std::string("grouped ") + type_name(t));
-    expect_close(got_glu, want_glu, bound_glu, std::string("grouped glu ") + type_name(t));
+    // typical_per_group 1: the one-vector kernel walks each group's vectors
+    // (decode batches spread over many experts); 0: the multi-vector kernel.
+    for (int typical : {0, 1}) {
+      g.typical_per_group = typical;
+      const std::string kernel = typical == 1 ? " (one-vector kernel)" : "";
+      DeviceBuffer y = poisoned(static_cast<size_t>(rows * n_vec));
+      DeviceBuffer yg = poisoned(static_cast<size_t>(rows * n_vec));
+      matvec(mg, in.in, g, y.as<float>(), rows, nullptr, s);
+      matvec_glu(mg, mu, in.in, g, yg.as<float>(), rows, s);
+      const auto got = download<float>(y.get(), static_cast<size_t>(rows * n_vec));
+      const auto got_glu = download<float>(yg.get(), static_cast<size_t>(rows * n_vec));
+      std::vector<int> expert_of(n_vec);
+      for (int gi = 0; gi < 3; ++gi)
+        for (int i = offsets[gi]; i < offsets[gi + 1]; ++i) expert_of[list[i]] = expert[gi];
+      std::vector<double> want, bound, want_glu, bound_glu;
+      const bool q8 = matvec_takes_q8(t);
+      for (int p = 0; p < n_vec; ++p)
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t row = expert_of[p] * rows + r;
+          const RefDot a = ref_dot(dequant_row(t, gate, row, cols), x.data() + p * cols, cols, q8);
+          const RefDot b = ref_dot(dequant_row(t, up, row, cols), x.data() + p * cols, cols, q8);
+          want.push_back(a.value);
+          bound.push_back(a.bound);
+          const double sa = a.value / (1 + std::exp(-a.value));
+          want_glu.push_back(sa * b.value);
+          // |d(silu(a) b)| <= |b| * 1.1 |da| + |silu(a)| |db| (silu' is within [-0.1, 1.1])
+          bound_glu.push_back(std::fabs(b.value) * 1.1 * a.bound + std::fabs(sa) * b.bound + a.bound * b.bound + 1e-6);
+        }
+      expect_close(got, want, bound, std::string("grouped ") + type_name(t) + kernel);
+      expect_close(got_glu, want_glu, bound_glu, std::string("grouped glu ") + type_name(t) + kernel);
+    }
   }
 }
 

@@ -184,6 +184,9 @@ void HybridTiers::compute_wave(int il, int n, const StepPlan& sp, const std::vec
   cuda::MatvecGroups g;
   g.max_groups = w.group_end - w.group_begin;
   g.per_group = w.max_rows;
+  // About one row an expert (decode steps of several sequences): the
+  // one-vector matvec kernel (MatvecGroups::typical_per_group).
+  if (nr <= 2 * g.max_groups) g.typical_per_group = 1;
   g.n_expert = m.c.n_expert;
   g.expert = m.group_expert() + w.group_begin;
   g.offsets = m.offsets() + w.group_begin;
