@@ -182,5 +182,29 @@ TEST(LongPrompt, OnePassOfSixteenThousandTokensOfTheQwen30bShape) {
   }
 }
 
+// A budget that pins whole layers' experts in VRAM (the default policy) and
+// one pass of 16384 tokens of the Qwen3-30B-A3B shape: the scratch the hybrid
+// step lends grows by row chunks, the all-resident expert kernels' by tokens,
+// so the pinned layers run those kernels on sub-batches of the pass; the
+// logits stay the all-resident run's.
+TEST(LongPrompt, PinnedLayersOfALongPassRunInSubBatches) {
+  MS_REQUIRE_GPU();
+  const auto m = make_model("qwen3-30b-a3b", "q4_k", 4);
+  const int64_t V = m->weights.cfg.n_vocab;
+  const std::vector<int32_t> prompt = some_tokens(kPrompt, V, 3131);
+  const std::vector<float> want = all_resident_logits(m->weights, prompt, false);
+  const uint64_t budget = minimum_budget(*m) + all_expert_bytes(m->weights) / 2;
+  CudaBackend be(m->weights, cold_options(budget, kPrompt));
+  const std::string what = "qwen3-30b-a3b shape, half the experts' bytes over the minimum, one pass of " +
+                           std::to_string(be.max_batch()) + " tokens";
+  std::vector<float> got;
+  KvCache kv = be.make_cache(kCtx);
+  be.forward(kv, prompt, got);
+  expect_close(want, got, V, what);
+  std::printf("[ %s ] %llu MoE layer passes of pinned experts ran in sub-batches\n", what.c_str(),
+              static_cast<unsigned long long>(be.pinned_split_passes()));
+  EXPECT_GT(be.pinned_split_passes(), 0u) << what;
+}
+
 }  // namespace
 }  // namespace ms::cuda::test

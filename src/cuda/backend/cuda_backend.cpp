@@ -376,6 +376,7 @@ int64_t CudaBackend::ctx_capacity() const { return impl_->kv.ctx(); }
 int CudaBackend::max_batch() const { return impl_->B; }
 std::string CudaBackend::batch_reason() const { return impl_->pass.why; }
 int CudaBackend::graph_captures() const { return impl_->graph.captures() + impl_->seq_graph.captures(); }
+uint64_t CudaBackend::pinned_split_passes() const { return impl_->pinned_splits; }
 std::string CudaBackend::device_description() const { return cuda::describe(impl_->info); }
 std::string CudaBackend::device_name() const { return impl_->info.name; }
 

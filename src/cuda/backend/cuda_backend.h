@@ -169,6 +169,9 @@ class CudaBackend : public Backend {
   // How often a decode graph was (re)captured: the one-sequence decode
   // graph's and the multi-sequence decode steps' captures together.
   int graph_captures() const;
+  // MoE layer passes whose experts, pinned in VRAM, ran in sub-batches (the
+  // hybrid step lent less scratch than the whole pass needed).
+  uint64_t pinned_split_passes() const;
   // Where experts ran (hybrid is false when every expert is resident).
   ExpertTelemetry expert_telemetry() const override;
 

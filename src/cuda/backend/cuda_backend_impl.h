@@ -220,6 +220,12 @@ struct CudaBackend::Impl final : LayerBlocks {
   void dense_ffn_block(int il, int n);
   void moe_ffn_block(int il, const MoeFfnBlock& b, int n, FfnPart part);
   bool pinned_experts(int il, int n) const;
+  // Tokens per launch of the all-resident expert kernels on pinned layer il
+  // for an n-token pass (n, or sub-batches the lent scratch holds; 0: the
+  // tiered step). Sub-batches are at least kMinPinnedBatch tokens.
+  int pinned_batch(int il, int n) const;
+  static constexpr int kMinPinnedBatch = 512;
+  uint64_t pinned_splits = 0;  // passes pinned_batch split (CudaBackend::pinned_split_passes)
   int predicted_layer(int il);  // next_tiered[il] when prefetch is on, else -1
   void predict_routes(int target);
   void enqueue_hybrid_decode(int max_kv_len);

@@ -314,9 +314,20 @@ void CudaBackend::Impl::report_routes(int il, int n) {
 
 // Tiered layer il holds every expert for good (policy "layers") and the
 // all-resident expert kernels can take n tokens in the scratch they have.
-bool CudaBackend::Impl::pinned_experts(int il, int n) const {
-  if (!hybrid || !hybrid->layer_pinned(il)) return false;
-  return cuda::expert_ffn_scratch_bytes(hybrid->weights(il), n, c.n_expert_used) <= exp_scratch_bytes;
+bool CudaBackend::Impl::pinned_experts(int il, int n) const { return pinned_batch(il, n) > 0; }
+
+// A long prompt pass can need more scratch for the all-resident expert
+// kernels than the hybrid step lends (its buffers grow by row chunks, the
+// kernels' by tokens): the pinned layer then runs them on sub-batches of
+// halves, rather than taking the tiered step with its host round trip.
+int CudaBackend::Impl::pinned_batch(int il, int n) const {
+  if (!hybrid || !hybrid->layer_pinned(il)) return 0;
+  const cuda::ExpertWeights ew = hybrid->weights(il);
+  auto fits = [&](int m) { return cuda::expert_ffn_scratch_bytes(ew, m, c.n_expert_used) <= exp_scratch_bytes; };
+  if (fits(n)) return n;
+  int m = n;
+  while (m > kMinPinnedBatch && !fits(m)) m = (m + 1) / 2;
+  return m >= kMinPinnedBatch && fits(m) ? m : 0;
 }
 
 int CudaBackend::Impl::predicted_layer(int il) {
@@ -422,7 +433,19 @@ experts:
   ex.clamped_swiglu = b.act.kind == GluActivation::Kind::ClampedSwiGLU;
   ex.alpha = b.act.alpha;
   ex.limit = b.act.limit;
-  cuda::expert_ffn(ex, x, &xq8, n, K, route_ids, route_w, h, h, exp_scratch, exp_scratch_bytes, s);
+  // A pinned layer's pass may run in sub-batches (pinned_batch); each token's
+  // rows are computed the same whatever the batch around them.
+  const int sub = hybrid ? pinned_batch(il, n) : n;
+  const int64_t D = c.n_embd;
+  if (sub < n) ++pinned_splits;
+  for (int t0 = 0; t0 < n; t0 += sub) {
+    const int m = std::min(sub, n - t0);
+    cuda::Q8Act xq = xq8;
+    xq.q += static_cast<int64_t>(t0) * xq.n;
+    xq.ds += static_cast<int64_t>(t0) * (xq.n / 32) * 2;  // a (d, sum) pair per 32
+    cuda::expert_ffn(ex, x + t0 * D, &xq, m, K, route_ids + static_cast<int64_t>(t0) * K,
+                     route_w + static_cast<int64_t>(t0) * K, h + t0 * D, h + t0 * D, exp_scratch, exp_scratch_bytes, s);
+  }
 }
 
 // ---------------------------------------------------------------- head
