@@ -183,27 +183,37 @@ TEST(LongPrompt, OnePassOfSixteenThousandTokensOfTheQwen30bShape) {
 }
 
 // A budget that pins whole layers' experts in VRAM (the default policy) and
-// one pass of 16384 tokens of the Qwen3-30B-A3B shape: the scratch the hybrid
-// step lends grows by row chunks, the all-resident expert kernels' by tokens,
-// so the pinned layers run those kernels on sub-batches of the pass; the
-// logits stay the all-resident run's.
+// a prompt pass of 2048 tokens of the Qwen3-30B-A3B shape whose pinned layers
+// run the all-resident expert kernels on sub-batches (as when the scratch the
+// hybrid step lends holds less than the pass: here forced by
+// pinned_batch_cap 512): the logits stay the all-resident run's.
 TEST(LongPrompt, PinnedLayersOfALongPassRunInSubBatches) {
   MS_REQUIRE_GPU();
   const auto m = make_model("qwen3-30b-a3b", "q4_k", 4);
   const int64_t V = m->weights.cfg.n_vocab;
-  const std::vector<int32_t> prompt = some_tokens(kPrompt, V, 3131);
+  constexpr int kPass = 2048;
+  const std::vector<int32_t> prompt = some_tokens(kPass, V, 3131);
   const std::vector<float> want = all_resident_logits(m->weights, prompt, false);
-  const uint64_t budget = minimum_budget(*m) + all_expert_bytes(m->weights) / 2;
-  CudaBackend be(m->weights, cold_options(budget, kPrompt));
-  const std::string what = "qwen3-30b-a3b shape, half the experts' bytes over the minimum, one pass of " +
-                           std::to_string(be.max_batch()) + " tokens";
+  const uint64_t budget = minimum_budget(*m) + all_expert_bytes(m->weights) * 3 / 4;
+  CudaBackend::Options o = cold_options(budget, kPass);
+  o.pinned_batch_cap = 512;
+  CudaBackend be(m->weights, o);
+  const std::string what = "qwen3-30b-a3b shape, 3/4 of the experts' bytes over the minimum, one pass of " +
+                           std::to_string(be.max_batch()) + " tokens, pinned sub-batches of 512";
   std::vector<float> got;
   KvCache kv = be.make_cache(kCtx);
   be.forward(kv, prompt, got);
   expect_close(want, got, V, what);
-  std::printf("[ %s ] %llu MoE layer passes of pinned experts ran in sub-batches\n", what.c_str(),
+  // Pinned layers: every pair of the pass computed from VRAM slots.
+  const ExpertTelemetry t = be.expert_telemetry();
+  int pinned = 0;
+  for (const auto& L : t.layers) pinned += L.resident == static_cast<uint64_t>(kPass) * 8 ? 1 : 0;
+  std::printf("[ %s ] %d pinned layers, %llu MoE layer passes in sub-batches\n", what.c_str(), pinned,
               static_cast<unsigned long long>(be.pinned_split_passes()));
-  EXPECT_GT(be.pinned_split_passes(), 0u) << what;
+  // The premise (a budget that pins some layer) depends on the device's
+  // measured figures; without it there is no sub-batch to check.
+  if (pinned == 0) GTEST_SKIP() << what << ": this budget pinned no layer here";
+  EXPECT_EQ(be.pinned_split_passes(), static_cast<uint64_t>(pinned)) << what;
 }
 
 }  // namespace

@@ -111,6 +111,9 @@ class CudaBackend : public Backend {
     // too, in the hybrid step's idle buffers; false: only up to the decode
     // scratch, larger batches through HybridMoe::run (A/B runs).
     bool pinned_prompt_kernels = true;
+    // At most this many tokens per launch of those kernels (0: as many as
+    // the lent scratch holds; tests and A/B runs of the sub-batched pass).
+    int pinned_batch_cap = 0;
     bool prompt_cpu = false;          // staged prompt passes give the CPU a share too (HybridMoeOptions)
     bool stage_gap = true;            // decode staging fills the GPU-only stretch (HybridMoeOptions)
     bool staged_hits = true;          // gated layers with every expert resident or staged skip the host (HybridMoeOptions)
