@@ -9,33 +9,17 @@
 #include <vector>
 
 #include "cli_run.h"
-#include "cpu/thread_pool.h"
-#include "engine/synthetic_model.h"
+#include "tiny_bench_fixture.h"
 
 namespace ms {
 namespace {
 
-namespace fs = std::filesystem;
 using test::run_moestream;
 
-class BenchSeqsCli : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    model_ = new std::string((fs::temp_directory_path() / ("bench_seqs_" + std::to_string(::getpid()) + ".gguf")).string());
-    ThreadPool pool(2);
-    GenOptions g;  // tiny qwen3moe
-    generate_model(g, *model_, pool);
-  }
-  static void TearDownTestSuite() {
-    fs::remove(*model_);
-    delete model_;
-  }
-  static std::string bench(const std::string& args) {
-    return "bench -m \"" + *model_ + "\" --backend cpu -t 2 -r 1 --bandwidth 10 " + args;  // no bandwidth probe
-  }
-  static std::string* model_;
+class BenchSeqsCli : public test::TinyBenchFixture<BenchSeqsCli> {
+ public:
+  static constexpr const char* kFilePrefix = "bench_seqs_";
 };
-std::string* BenchSeqsCli::model_ = nullptr;
 
 TEST_F(BenchSeqsCli, RowsPerSequenceCountWithAggregateTokens) {
   std::string out;
