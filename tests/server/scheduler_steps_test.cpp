@@ -31,6 +31,7 @@
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
+#include "tiny_model_util.h"
 
 namespace ms::server {
 namespace {
@@ -119,20 +120,8 @@ class FakeBackend final : public Backend {
   ModelConfig cfg_;
 };
 
-struct Tiny {
-  ThreadPool pool{2};
-  std::string path = (fs::temp_directory_path() / ("sched_steps_" + std::to_string(::getpid()) + ".gguf")).string();
-  std::unique_ptr<LoadedModel> model;
-  std::unique_ptr<CpuBackend> be;
-  Tiny() {
-    GenOptions g;
-    g.preset = "tiny";
-    generate_model(g, path, pool);
-    model = LoadedModel::open(path);
-    be = std::make_unique<CpuBackend>(model->weights, pool);
-  }
-  ~Tiny() { fs::remove(path); }
-  const Tokenizer& tok() const { return *model->tokenizer; }
+struct Tiny : test::TinyCpuModel {
+  Tiny() : TinyCpuModel("sched_steps_") {}
   std::vector<int32_t> encode(const std::string& s) const { return tok().encode(s, true, true); }
 };
 

@@ -28,6 +28,7 @@
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
+#include "tiny_model_util.h"
 
 namespace ms::server {
 namespace {
@@ -221,20 +222,8 @@ TEST(Metrics, ExpertTelemetryMapsToTheMetricValues) {
 
 // ---------------------------------------------------------------- the scheduler on the tiny model
 
-struct Tiny {
-  ThreadPool pool{2};
-  std::string path = (fs::temp_directory_path() / ("server_test_" + std::to_string(::getpid()) + ".gguf")).string();
-  std::unique_ptr<LoadedModel> model;
-  std::unique_ptr<CpuBackend> be;
-  Tiny() {
-    GenOptions g;
-    g.preset = "tiny";
-    generate_model(g, path, pool);
-    model = LoadedModel::open(path);
-    be = std::make_unique<CpuBackend>(model->weights, pool);
-  }
-  ~Tiny() { fs::remove(path); }
-  const Tokenizer& tok() const { return *model->tokenizer; }
+struct Tiny : test::TinyCpuModel {
+  Tiny() : TinyCpuModel("server_test_") {}
 
   // generate() on a fresh cache: the reference text.
   std::string reference(const std::vector<int32_t>& prompt, int n) {

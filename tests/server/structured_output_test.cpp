@@ -16,6 +16,7 @@
 #include "server/metrics.h"
 #include "server/scheduler.h"
 #include "tokenizer/tokenizer.h"
+#include "tiny_model_util.h"
 
 namespace ms::server {
 namespace {
@@ -96,20 +97,8 @@ TEST(Metrics, BatchTtftAndSlotSeries) {
   EXPECT_NE(t.find("moestream_slot_tokens_per_second{slot=\"1\"} 12.5\n"), std::string::npos) << t;
 }
 
-struct Tiny {
-  ThreadPool pool{2};
-  std::string path = (fs::temp_directory_path() / ("structured_test_" + std::to_string(::getpid()) + ".gguf")).string();
-  std::unique_ptr<LoadedModel> model;
-  std::unique_ptr<CpuBackend> be;
-  Tiny() {
-    GenOptions g;
-    g.preset = "tiny";
-    generate_model(g, path, pool);
-    model = LoadedModel::open(path);
-    be = std::make_unique<CpuBackend>(model->weights, pool);
-  }
-  ~Tiny() { fs::remove(path); }
-  const Tokenizer& tok() const { return *model->tokenizer; }
+struct Tiny : test::TinyCpuModel {
+  Tiny() : TinyCpuModel("structured_test_") {}
 };
 
 TEST(Scheduler, ConstrainedJobsGiveValidJsonAndLogprobsSpellIt) {
