@@ -85,11 +85,17 @@ inline MatvecParams one_matrix_f32_params(const MatrixSet& w, const MatvecInput&
   return p;
 }
 
-template <class Op, int TPR, int NV, int PARTS, int MODE = kPlain>
-__global__ void __launch_bounds__(MODE == kPlain ? kMatvecThreads : 1024, MODE == kPlain ? (NV == 1 ? 8 : 2) : 1)
+// RPL: rows per lane group. Each group of TPR lanes works on RPL rows at
+// once, so a lane has RPL items of weights in flight instead of one, and with
+// several vectors (NV > 1) each activation word it loads serves RPL rows.
+// Lane group s of a block's kSlots takes rows r0 + s + j * kSlots, j < RPL.
+template <class Op, int TPR, int NV, int PARTS, int MODE = kPlain, int RPL = 1>
+__global__ void __launch_bounds__(MODE == kPlain ? kMatvecThreads : 1024, MODE == kPlain ? (NV == 1 ? 8 : 4) : 1)
     matvec_kernel(const MatvecParams p) {
-  constexpr int kRowsPerBlock = kMatvecThreads / TPR;  // rows of one slice
-  static_assert(MODE == kPlain || (NV == 1 && PARTS == 1), "the combine takes one matrix, one vector a slot");
+  constexpr int kSlots = kMatvecThreads / TPR;  // lane groups of one slice
+  constexpr int kRowsPerBlock = kSlots * RPL;   // rows of one slice
+  static_assert(MODE == kPlain || (NV == 1 && PARTS == 1 && RPL == 1),
+                "the combine takes one matrix, one vector a slot, one row a lane group");
   // A slice is kMatvecThreads threads doing the work of one plain block.
   const int slice = threadIdx.x / kMatvecThreads, tid = threadIdx.x % kMatvecThreads;
   const int slices = blockDim.x / kMatvecThreads;
@@ -110,16 +116,17 @@ __global__ void __launch_bounds__(MODE == kPlain ? kMatvecThreads : 1024, MODE =
   // group count, since a slice that returned would leave the others waiting)
   if (MODE != kCombine && p.n_groups != nullptr && g >= __ldg(p.n_groups)) return;
   const int lane = tid % TPR;
-  const int64_t r = r0 + tid / TPR;
-  // Rows past the end still run (clamped) so every lane of a warp takes part
-  // in the shuffles; they do not store.
-  const int64_t rr = r < p.rows ? r : p.rows - 1;
+  int64_t r[RPL];
+  const uint8_t* wrow[RPL][PARTS];
   const int e = dev::group_expert(p, g);
-
-  const uint8_t* wrow[PARTS];
 #pragma unroll
-  for (int z = 0; z < PARTS; ++z) {
-    wrow[z] = dev::expert_matrix(p, z, e) + rr * p.row_bytes;
+  for (int j = 0; j < RPL; ++j) {
+    r[j] = r0 + tid / TPR + j * kSlots;
+    // Rows past the end still run (clamped) so every lane of a warp takes
+    // part in the shuffles; they do not store.
+    const int64_t rr = r[j] < p.rows ? r[j] : p.rows - 1;
+#pragma unroll
+    for (int z = 0; z < PARTS; ++z) wrow[j][z] = dev::expert_matrix(p, z, e) + rr * p.row_bytes;
   }
 
   const int2 vr = dev::group_vectors(p, g);
@@ -145,41 +152,50 @@ __global__ void __launch_bounds__(MODE == kPlain ? kMatvecThreads : 1024, MODE =
       }
     }
 
-    float acc[PARTS][NV];
+    float acc[RPL][PARTS][NV];
 #pragma unroll
-    for (int z = 0; z < PARTS; ++z)
+    for (int j = 0; j < RPL; ++j)
 #pragma unroll
-      for (int v = 0; v < NV; ++v) acc[z][v] = 0.f;
+      for (int z = 0; z < PARTS; ++z)
+#pragma unroll
+        for (int v = 0; v < NV; ++v) acc[j][z][v] = 0.f;
 
-#pragma unroll 2
+#pragma unroll (NV == 1 && RPL == 1 ? 2 : 1)
     for (int it = lane; it < p.n_items; it += TPR) {
 #pragma unroll
-      for (int z = 0; z < PARTS; ++z) Op::template dot<NV>(wrow[z], it, a, acc[z]);
+      for (int j = 0; j < RPL; ++j)
+#pragma unroll
+        for (int z = 0; z < PARTS; ++z) Op::template dot<NV>(wrow[j][z], it, a, acc[j][z]);
     }
 
 #pragma unroll
-    for (int z = 0; z < PARTS; ++z)
+    for (int j = 0; j < RPL; ++j)
 #pragma unroll
-      for (int v = 0; v < NV; ++v)
+      for (int z = 0; z < PARTS; ++z)
 #pragma unroll
-        for (int o = TPR / 2; o > 0; o >>= 1) acc[z][v] += __shfl_xor_sync(kFullMask, acc[z][v], o);
+        for (int v = 0; v < NV; ++v)
+#pragma unroll
+          for (int o = TPR / 2; o > 0; o >>= 1) acc[j][z][v] += __shfl_xor_sync(kFullMask, acc[j][z][v], o);
 
     if constexpr (MODE == kPlain) {
-      if (r < p.rows) {
-        // lane v stores vector v
 #pragma unroll
-        for (int v = 0; v < NV; ++v) {
-          if (v == lane && v < nv) {
-            float out = PARTS == 2 ? silu(acc[0][v]) * acc[PARTS - 1][v] : acc[0][v];
-            const int64_t idx = static_cast<int64_t>(outv[v]) * p.y_stride + r;
-            if (p.residual != nullptr) out += p.residual[idx];
-            p.y[idx] = out;
+      for (int j = 0; j < RPL; ++j) {
+        if (r[j] < p.rows) {
+          // lane v stores vector v
+#pragma unroll
+          for (int v = 0; v < NV; ++v) {
+            if (v == lane && v < nv) {
+              float out = PARTS == 2 ? silu(acc[j][0][v]) * acc[j][PARTS - 1][v] : acc[j][0][v];
+              const int64_t idx = static_cast<int64_t>(outv[v]) * p.y_stride + r[j];
+              if (p.residual != nullptr) out += p.residual[idx];
+              p.y[idx] = out;
+            }
           }
         }
       }
     } else {
       __shared__ float slot_out[kCombineMaxSlots][kRowsPerBlock];
-      if (lane == 0) slot_out[slice][tid / TPR] = acc[0][0];
+      if (lane == 0) slot_out[slice][tid / TPR] = acc[0][0][0];
       __syncthreads();
       // the same arithmetic as moe_combine_kernel (ops_elementwise.cu)
       if (threadIdx.x < kRowsPerBlock && r0 + threadIdx.x < p.rows) {
@@ -194,8 +210,13 @@ __global__ void __launch_bounds__(MODE == kPlain ? kMatvecThreads : 1024, MODE =
 }
 
 // Launch for one format; picks TPR from the items per row and NV from the
-// vectors per group (8 at a time, 4 for gated pairs to bound registers).
-template <class Op>
+// vectors per group (kNvMulti at a time, default 8; 4 for gated pairs to bound
+// registers).
+// kRplOne / kRplGlu / kRplMulti: rows per lane group of the one-vector
+// kernel (one matrix, gated pair) and of the several-vector one, per format:
+// more rows put more weight bytes in flight where the format's registers
+// allow it without spilling (bench/results/serve.md, "session 6").
+template <class Op, int kRplOne = 1, int kRplGlu = 1, int kRplMulti = 1, int kNvMulti = 8>
 void launch_matvec(const MatvecParams& p, int max_groups, int max_per_group, int parts, cudaStream_t stream) {
   const bool wide = p.n_items > 16;  // TPR 32 when a row has more than 16 items
   if (p.combine_w != nullptr) {  // kCombine: one token, max_groups slots of one vector each
@@ -207,16 +228,19 @@ void launch_matvec(const MatvecParams& p, int max_groups, int max_per_group, int
     return;
   }
   const bool multi = max_per_group > 1;
-  const int rpb = kMatvecThreads / (wide ? 32 : 16);
+  const int tpr = wide ? 32 : 16;
+  const int rpl = multi ? kRplMulti : (parts == 2 ? kRplGlu : kRplOne);
+  const int rpb = kMatvecThreads / tpr * rpl;
   const dim3 grid(static_cast<unsigned>((p.rows + rpb - 1) / rpb), static_cast<unsigned>(max_groups));
   const dim3 block(kMatvecThreads);
-#define MS_MV_LAUNCH(TPR, NV, PARTS) MS_CUDA_CHECK(launch_pdl(matvec_kernel<Op, TPR, NV, PARTS>, grid, block, 0, stream, p))
+#define MS_MV_LAUNCH(TPR, NV, PARTS, RPL) \
+  MS_CUDA_CHECK(launch_pdl(matvec_kernel<Op, TPR, NV, PARTS, kPlain, RPL>, grid, block, 0, stream, p))
   if (parts == 2) {
-    if (wide) { if (multi) MS_MV_LAUNCH(32, 4, 2); else MS_MV_LAUNCH(32, 1, 2); }
-    else      { if (multi) MS_MV_LAUNCH(16, 4, 2); else MS_MV_LAUNCH(16, 1, 2); }
+    if (wide) { if (multi) MS_MV_LAUNCH(32, 4, 2, kRplMulti); else MS_MV_LAUNCH(32, 1, 2, kRplGlu); }
+    else      { if (multi) MS_MV_LAUNCH(16, 4, 2, kRplMulti); else MS_MV_LAUNCH(16, 1, 2, kRplGlu); }
   } else {
-    if (wide) { if (multi) MS_MV_LAUNCH(32, 8, 1); else MS_MV_LAUNCH(32, 1, 1); }
-    else      { if (multi) MS_MV_LAUNCH(16, 8, 1); else MS_MV_LAUNCH(16, 1, 1); }
+    if (wide) { if (multi) MS_MV_LAUNCH(32, kNvMulti, 1, kRplMulti); else MS_MV_LAUNCH(32, 1, 1, kRplOne); }
+    else      { if (multi) MS_MV_LAUNCH(16, kNvMulti, 1, kRplMulti); else MS_MV_LAUNCH(16, 1, 1, kRplOne); }
   }
 #undef MS_MV_LAUNCH
 }
