@@ -140,6 +140,12 @@ void add_tuning_options(CLI::App& sub, TuningSetup* t) {
       ->check(CLI::Range(0, 2))
       ->option_text("0|1|2")
       ->group(g);
+  sub.add_option("--gemm-min-batch", t->gemm_min_batch,
+                 "CUDA: rows from which dense projections and the output head take the tensor-core matmul "
+                 "instead of the several-vector matvec (0: the default)")
+      ->check(CLI::Range(0, 4096))
+      ->option_text("N")
+      ->group(g);
   sub.add_option("--spin-us", t->spin_us,
                  "microseconds idle CPU worker threads spin before they sleep (default " +
                      std::to_string(ThreadPool::kDefaultSpinUs) + "; at most " +
@@ -266,6 +272,7 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
   o.transit_slots = t.transit_slots;
   o.hybrid_profile = t.hybrid_profile;
   o.link_timeline = t.link_timeline;
+  if (t.gemm_min_batch > 0) o.gemm_min_batch = t.gemm_min_batch;
   o.vram_budget = vram;
   o.vram_full = vram_full;
   o.policy = s.vram.policy;

@@ -45,6 +45,7 @@ struct TuningSetup {
   uint32_t transit_slots = 0;  // --transit-slots N (0: chosen)
   bool hybrid_profile = false; // --hybrid-profile
   int link_timeline = 0;       // --link-timeline N (0..2)
+  int gemm_min_batch = 0;      // --gemm-min-batch N (0: the backend's default)
   // CPU thread pool
   int spin_us = -1;            // --spin-us N (-1: ThreadPool::kDefaultSpinUs)
 };

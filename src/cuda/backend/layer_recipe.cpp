@@ -452,14 +452,10 @@ experts:
 // ---------------------------------------------------------------- head
 // logits[0..m) of hidden rows first..first+m-1 (m <= kLogitRows).
 void CudaBackend::Impl::head(int first, int m) {
-  cudaStream_t s = stream;
   const int64_t D = c.n_embd;
   const cuda::DevMat& output = weights.output;
   norm_rows(h + first * D, weights.output_norm, m);
-  cuda::MatvecInput in;
-  in.f32 = x;
-  if (cuda::matvec_takes_q8(output.type)) in.q8 = xq8;
-  cuda::linear(output.type, output.data, output.rows, output.cols, in, m, logits, nullptr, s);
+  project(output, x, &xq8, m, logits, nullptr);
 }
 
 // Device logits -> pinned staging -> dst, in kCopyChunks pieces so the host
