@@ -108,7 +108,17 @@ struct Scheduler::Slot {
   size_t prefilled = 0;  // prompt tokens in kv
   int n_cached = 0;
   int n_generated = 0;
-  std::vector<float> logits;
+  // Its logits: this row of step_logits_ (set by the step that ran its last
+  // token; read before the next step's forward pass overwrites the rows).
+  size_t logits_row = kNoRow;
+  static constexpr size_t kNoRow = static_cast<size_t>(-1);
+  // The token picked from them (pick_token), before it is emitted.
+  struct Pick {
+    bool ready = false;
+    int32_t id = -1;
+    StepLogprobs lp;
+    std::string error;
+  } pick;
   int32_t next = 0;  // the sampled token the turn's forward pass feeds
   // response_format jobs: where the answer is in the grammar, and the mask
   // of the tokens that may come next.
@@ -216,6 +226,7 @@ void Scheduler::admit() {
     s.prefilled = keep;
     s.n_cached = static_cast<int>(keep);
     s.n_generated = 0;
+    s.logits_row = Slot::kNoRow;
     s.last_used = ++clock_;
     s.admitted = clock_;
     s.sampler = std::make_unique<Sampler>(s.job.sampling);
@@ -287,30 +298,76 @@ void Scheduler::finish(Slot& s, const std::string& reason, const std::string& er
   req->finish(reason, error, n_prompt, n_cached, n_generated);
 }
 
-// A slot whose prompt is in its cache: the next token sampled from its
-// logits, emitted, and (when the job goes on) left in s.next for the step's
-// forward pass. Returns whether the slot decodes in this step.
-bool Scheduler::sample_next(Slot& s) {
-  const int32_t n_vocab = static_cast<int32_t>(be_.config().n_vocab);
+std::span<const float> Scheduler::logits_of(const Slot& s) const {
+  const size_t V = static_cast<size_t>(be_.config().n_vocab);
+  if (s.logits_row == Slot::kNoRow || (s.logits_row + 1) * V > step_logits_.size())
+    throw Error("internal: a decoding slot has no logits");
+  return std::span<const float>(step_logits_.data() + s.logits_row * V, V);
+}
+
+// The next token of a decoding slot from its logits, kept in s.pick (an
+// error too): nothing but the slot's own state is touched, except a grammar
+// job's mask (token_mask_), so slots without one run this side by side.
+void Scheduler::pick_token(Slot& s) {
+  s.pick = Slot::Pick{};
   try {
-    if (s.job.gen.n_predict == 0) {
-      finish(s, "length");
-      return false;
-    }
+    const std::span<const float> logits = logits_of(s);
     // Corrupt weights (NaN/Inf) end the request with the reason, not with garbage text.
-    check_finite_logits(s.logits, "decode step", s.n_generated);
+    check_finite_logits(logits, "decode step", s.n_generated);
     SampleOptions opt;
-    StepLogprobs lp;
     if (s.matcher) {
       if (token_mask_->fill(*s.matcher, s.allowed) == 0)
         throw Error("the vocabulary has no token that continues the JSON answer here");
       opt.allowed = s.allowed.data();
     }
     if (s.job.top_logprobs >= 0) {
-      opt.logprobs = &lp;
+      opt.logprobs = &s.pick.lp;
       opt.top_logprobs = s.job.top_logprobs;
     }
-    const int32_t id = s.sampler->sample(s.logits.data(), n_vocab, opt);
+    s.pick.id = s.sampler->sample(logits.data(), static_cast<int32_t>(logits.size()), opt);
+  } catch (const std::exception& e) {
+    s.pick.error = e.what();
+  }
+  s.pick.ready = true;
+}
+
+// Every decoding slot without a grammar picks its token, several at once when
+// there are several: each reads its own logit row and its own sampler, and
+// the serial scan of 8 rows of a 152k vocabulary took a share of a
+// multi-sequence step (bench/results/serve.md, "session 6").
+void Scheduler::pick_tokens(const std::vector<Slot*>& slots) {
+  std::vector<Slot*> todo;
+  for (Slot* s : slots)
+    if (!s->matcher && s->job.gen.n_predict != 0) todo.push_back(s);
+  if (todo.size() < 2) return;  // sample_next picks on its own
+  if (!pick_pool_) {
+    ThreadPool::Options o;
+    o.n_threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, std::min(opt_.parallel, 8));
+    o.spin_us = 0;  // idle between steps: sleep, leave the cores to the backend
+    pick_pool_ = std::make_unique<ThreadPool>(o);
+  }
+  pick_pool_->parallel_for(static_cast<int64_t>(todo.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) pick_token(*todo[static_cast<size_t>(i)]);
+  });
+}
+
+// A slot whose prompt is in its cache: the next token sampled from its
+// logits (by pick_tokens, or here), emitted, and (when the job goes on) left
+// in s.next for the step's forward pass. Returns whether the slot decodes in
+// this step.
+bool Scheduler::sample_next(Slot& s) {
+  try {
+    if (s.job.gen.n_predict == 0) {
+      finish(s, "length");
+      return false;
+    }
+    if (!s.pick.ready) pick_token(s);
+    Slot::Pick pick = std::move(s.pick);
+    s.pick = Slot::Pick{};
+    if (!pick.error.empty()) throw Error(pick.error);
+    const int32_t id = pick.id;
+    const StepLogprobs& lp = pick.lp;
+    const bool want_logprobs = s.job.top_logprobs >= 0;
     s.sampler->accept(id);
     ++s.n_generated;
     if (metrics_) {
@@ -329,7 +386,7 @@ bool Scheduler::sample_next(Slot& s) {
       finish(s, "stop");
       return false;
     }
-    if (opt.logprobs) {
+    if (want_logprobs) {
       LogprobEntry e;
       e.token = tok_.token_to_piece(id, true);
       e.logprob = lp.sampled.logprob;
@@ -397,7 +454,7 @@ void Scheduler::step() {
     bool want_logits;  // a decode token, or the chunk that ends the prompt
   };
   std::vector<Entry> entries;
-  std::vector<Slot*> prefilling;
+  std::vector<Slot*> prefilling, decoding;
   // Decoding slots sample their next token (cancelled jobs end here).
   for (auto& sp : slots_) {
     Slot& s = *sp;
@@ -416,8 +473,11 @@ void Scheduler::step() {
       prefilling.push_back(&s);
       continue;
     }
-    if (sample_next(s)) entries.push_back({&s, std::span<const int32_t>(&s.next, 1), false, true});
+    decoding.push_back(&s);
   }
+  pick_tokens(decoding);
+  for (Slot* s : decoding)
+    if (sample_next(*s)) entries.push_back({s, std::span<const int32_t>(&s->next, 1), false, true});
   const size_t n_decode = entries.size();
   // Prompt chunks, earliest admitted first, within the step's prompt budget.
   std::sort(prefilling.begin(), prefilling.end(), [](const Slot* a, const Slot* b) { return a->admitted < b->admitted; });
@@ -461,17 +521,12 @@ void Scheduler::step() {
     for (const Entry& e : ok) fail(*e.slot, ex.what());
     return;
   }
-  const size_t Vs = static_cast<size_t>(V);
   size_t row = 0;
   for (const Entry& e : ok) {
     Slot& s = *e.slot;
     s.tokens.insert(s.tokens.end(), e.tokens.begin(), e.tokens.end());
     if (e.prompt) s.prefilled += e.tokens.size();
-    if (e.want_logits) {
-      s.logits.assign(step_logits_.begin() + static_cast<std::ptrdiff_t>(row * Vs),
-                      step_logits_.begin() + static_cast<std::ptrdiff_t>((row + 1) * Vs));
-      ++row;
-    }
+    if (e.want_logits) s.logits_row = row++;
   }
 }
 

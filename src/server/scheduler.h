@@ -45,10 +45,12 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cpu/thread_pool.h"
 #include "engine/backend.h"
 #include "engine/generate.h"
 #include "engine/sampler.h"
@@ -170,6 +172,9 @@ class Scheduler {
   void publish_experts();
   void step();
   bool sample_next(Slot& s);
+  void pick_token(Slot& s);
+  void pick_tokens(const std::vector<Slot*>& slots);
+  std::span<const float> logits_of(const Slot& s) const;
   void fail(Slot& s, const std::string& what);
   void finish(Slot& s, const std::string& reason, const std::string& error = "");
   void emit_harmony(Slot& s, HarmonyParser::Out o);
@@ -186,7 +191,10 @@ class Scheduler {
   uint64_t clock_ = 0;
   std::atomic<int> active_{0};
   int requested_parallel_ = 0;  // set when max_sequences() capped opt_.parallel
-  std::vector<float> step_logits_;
+  std::vector<float> step_logits_;  // the last step's logit rows (each slot that wanted logits: its row)
+  // Picks the decoding slots' tokens side by side (pick_tokens); made with the
+  // first step that has several.
+  std::unique_ptr<ThreadPool> pick_pool_;
   std::unique_ptr<grammar::TokenMask> token_mask_;  // the vocabulary's trie, made for the first grammar job
   std::thread worker_;
 };
