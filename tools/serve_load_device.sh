@@ -29,6 +29,7 @@
 # MAX_TOKENS (128), BUDGETS (8G), OVERHEAD_GIB (2.0: f16 K/V of 16 x 1024
 # tokens is 1.5 GiB, plus buffers), THREADS (nproc), DEADLINE (560 s),
 # MS=path (a moestream already built: skips its build), LLAMA_BUILD (dir),
+# LLAMA_FIRST_CORE (nproc/2: llama-server builds on the cores from there up),
 # MODEL=file.gguf (another model: skips the gen).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +47,7 @@ BUDGETS=${BUDGETS:-8G}
 OVERHEAD_GIB=${OVERHEAD_GIB:-2.0}
 NCPU=$(nproc)
 HALF=$((NCPU / 2))
+LLAMA_FIRST_CORE=${LLAMA_FIRST_CORE:-$HALF}  # llama-server builds on cores LLAMA_FIRST_CORE..nproc-1
 THREADS=${THREADS:-$NCPU}
 MS=${MS:-$ROOT/build-serve/moestream}
 LLAMA_BUILD=${LLAMA_BUILD:-/tmp/llama-server-build}
@@ -87,10 +89,10 @@ if want build || want load; then
         cmake -S /tmp/llama-server-src -B '$LLAMA_BUILD' -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
           -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF \
           -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF > '$WORK/llama_cfg.log' 2>&1 &&
-        taskset -c $HALF-$((NCPU - 1)) cmake --build '$LLAMA_BUILD' --target llama-server -j$HALF \
+        taskset -c $LLAMA_FIRST_CORE-$((NCPU - 1)) cmake --build '$LLAMA_BUILD' --target llama-server -j$((NCPU - LLAMA_FIRST_CORE)) \
           > '$WORK/llama_build.log' 2>&1; echo \$? > '$WORK/llama_build.rc'" \
         > "$WORK/llama_step.log" 2>&1 < /dev/null &
-      say "llama-server build started (detached, cores $HALF-$((NCPU - 1)))"
+      say "llama-server build started (detached, cores $LLAMA_FIRST_CORE-$((NCPU - 1)))"
     fi
   fi
   if [ ! -x "$MS" ]; then
