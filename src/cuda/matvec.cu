@@ -208,10 +208,7 @@ void linear(DType type, const void* w, int64_t rows, int64_t cols, const MatvecI
   const int64_t first = static_cast<int64_t>(full_groups) * per_group;
   MatvecInput tail = x;
   if (tail.f32 != nullptr) tail.f32 += first * (x.f32_stride > 0 ? x.f32_stride : cols);
-  if (tail.q8.q != nullptr) {
-    tail.q8.q += first * x.q8.n;
-    tail.q8.ds += first * (x.q8.n / 32) * 2;  // a (d, sum) pair per 32
-  }
+  if (tail.q8.q != nullptr) tail.q8 = q8act_rows(x.q8, first);
   MatvecGroups last;
   last.max_groups = 1;
   last.per_group = static_cast<int>(n_vec - first);

@@ -35,6 +35,12 @@ struct Q8Act {
 size_t q8act_bytes(int64_t n, int64_t nvec);
 // Lays a Q8Act out in `base` (q8act_bytes(n, nvec) bytes, 256-byte aligned).
 Q8Act q8act_view(void* base, int64_t n, int64_t nvec);
+// The view of vectors first.. of a (a Q8Act of several vectors).
+inline Q8Act q8act_rows(Q8Act a, int64_t first) {
+  a.q += first * a.n;
+  a.ds += first * (a.n / 32) * 2;  // a (d, sum) pair per 32
+  return a;
+}
 // x: nvec rows of n floats (row stride n).
 void quantize_q8act(const float* x, int64_t n, int64_t nvec, Q8Act out, cudaStream_t stream);
 

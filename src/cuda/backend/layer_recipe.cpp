@@ -275,11 +275,7 @@ void CudaBackend::Impl::router_logits_rows(const cuda::DevMat& R, int n) {
   auto input = [&](int first) {
     cuda::MatvecInput in;
     in.f32 = x + static_cast<int64_t>(first) * D;
-    if (q8) {
-      in.q8 = xq8;
-      in.q8.q += static_cast<int64_t>(first) * D;
-      in.q8.ds += static_cast<int64_t>(first) * (D / 32) * 2;
-    }
+    if (q8) in.q8 = cuda::q8act_rows(xq8, first);
     return in;
   };
   constexpr int kVec = 8;
@@ -441,9 +437,7 @@ experts:
   if (sub < n) ++pinned_splits;
   for (int t0 = 0; t0 < n; t0 += sub) {
     const int m = std::min(sub, n - t0);
-    cuda::Q8Act xq = xq8;
-    xq.q += static_cast<int64_t>(t0) * xq.n;
-    xq.ds += static_cast<int64_t>(t0) * (xq.n / 32) * 2;  // a (d, sum) pair per 32
+    const cuda::Q8Act xq = cuda::q8act_rows(xq8, t0);
     cuda::expert_ffn(ex, x + t0 * D, &xq, m, K, route_ids + static_cast<int64_t>(t0) * K,
                      route_w + static_cast<int64_t>(t0) * K, h + t0 * D, h + t0 * D, exp_scratch, exp_scratch_bytes, s);
   }
