@@ -219,11 +219,6 @@ size_t expert_ffn_scratch_bytes(const ExpertWeights& w, int n_tokens, int k) { r
 void expert_ffn_set_gemm_min_tokens(int n) { g_gemm_min_tokens.store(n); }
 int expert_ffn_gemm_min_tokens() { return g_gemm_min_tokens.load(); }
 
-// Up to this many pairs an active expert on average, a batch's experts take
-// the matvec path walking a group's vectors one at a time
-// (MatvecGroups::typical_per_group), not the grouped GEMM.
-constexpr int kOneVectorPairsPerExpert = 2;
-
 void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n_tokens, int k, const int32_t* ids,
                 const float* weights, const float* residual, float* out, void* scratch, size_t scratch_bytes,
                 cudaStream_t stream, const HostRows* host) {
@@ -266,7 +261,7 @@ void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n
   // Pairs spread thin over the experts (decode steps of several sequences:
   // about one pair an expert) leave a GEMM tile mostly empty: the matvec
   // path, one vector at a time.
-  const bool thin = pairs <= kOneVectorPairsPerExpert * active;
+  const bool thin = one_vector_groups(pairs, active);
   const bool gemm_ok = n_tokens > 1 && min_tok > 0 && n_tokens >= min_tok && !thin && device_has_int8_mma();
   const bool gemm_gu = gemm_ok && detail::gemm_q8_supported(w.gate.type) && d_ff % 32 == 0;
   const bool gemm_down = gemm_ok && detail::gemm_q8_supported(w.down.type);

@@ -89,6 +89,13 @@ struct MatvecGroups {
   const int32_t* list = nullptr;
 };
 
+// Whether `vectors` spread over `groups` experts are thin enough (at most 2
+// an expert on average) for the one-vector kernel (typical_per_group = 1)
+// rather than the several-vector kernel or a GEMM tile: the rule the
+// all-resident and the tiered expert steps share.
+constexpr int kOneVectorPerGroup = 2;
+inline bool one_vector_groups(int64_t vectors, int64_t groups) { return vectors <= kOneVectorPerGroup * groups; }
+
 struct MatvecInput {
   const float* f32 = nullptr;  // float weight types: vector v at f32 + v*f32_stride
   int64_t f32_stride = 0;      // 0 means cols

@@ -31,12 +31,6 @@ void scatter_rows_any(const float* src, const int32_t* rows, int n_rows, int64_t
     cuda::scatter_rows(src + static_cast<int64_t>(r) * n, rows + r, std::min(kRowsPerLaunch, n_rows - r), n, dst, s);
 }
 
-cuda::Q8Act q8_rows(cuda::Q8Act a, int64_t first) {
-  a.q += first * a.n;
-  a.ds += first * (a.n / 32) * 2;
-  return a;
-}
-
 }  // namespace
 
 // ---- route: ids (and the input for small passes; the prediction) to the host
@@ -186,14 +180,14 @@ void HybridTiers::compute_wave(int il, int n, const StepPlan& sp, const std::vec
   g.per_group = w.max_rows;
   // About one row an expert (decode steps of several sequences): the
   // one-vector matvec kernel (MatvecGroups::typical_per_group).
-  if (nr <= 2 * g.max_groups) g.typical_per_group = 1;
+  if (cuda::one_vector_groups(nr, g.max_groups)) g.typical_per_group = 1;
   g.n_expert = m.c.n_expert;
   g.expert = m.group_expert() + w.group_begin;
   g.offsets = m.offsets() + w.group_begin;
   cuda::MatvecInput in;
   in.f32 = m.xg;
   if (cuda::matvec_takes_q8(ew.gate.type)) {
-    cuda::quantize_q8act(m.xg + b0 * D, D, nr, q8_rows(m.xg_q8, b0), stream);
+    cuda::quantize_q8act(m.xg + b0 * D, D, nr, cuda::q8act_rows(m.xg_q8, b0), stream);
     in.q8 = m.xg_q8;
   }
   // gpt-oss: each row's expert biases and the clamped SwiGLU after gate
@@ -215,7 +209,7 @@ void HybridTiers::compute_wave(int il, int n, const StepPlan& sp, const std::vec
   cuda::MatvecInput hin;
   hin.f32 = m.hg;
   if (cuda::matvec_takes_q8(ew.down.type)) {
-    cuda::quantize_q8act(m.hg + b0 * F, F, nr, q8_rows(m.h_q8, b0), stream);
+    cuda::quantize_q8act(m.hg + b0 * F, F, nr, cuda::q8act_rows(m.h_q8, b0), stream);
     hin.q8 = m.h_q8;
   }
   if (batch) cuda::matmul(ew.down, hin, g, m.yc, D, nullptr, stream);
