@@ -212,7 +212,46 @@ void group_by_expert_tiled(const int32_t* ids, int n_pairs, int n_expert, int ti
   group_kernel<<<1, kGroupThreads, 0, stream>>>(ids, n_pairs, n_expert, tile, n_groups, group_expert, offsets, list);
   MS_CUDA_CHECK_LAUNCH();
 }
+
+// GEMM vectors per block tile: 64 once groups average 48 vectors (a tile
+// of 64 then runs mostly full and unpacks each weight tile for twice the
+// vectors), else 32.
+int vectors_per_tile(int64_t vectors, int64_t groups) { return vectors >= 48 * groups ? 64 : 32; }
 }  // namespace
+
+bool grouped_rows_ffn_supported(const ExpertWeights& w) {
+  return device_has_int8_mma() && !w.biased_or_clamped() && w.gate.type == w.up.type && w.gate.rows % 32 == 0 &&
+         detail::gemm_q8_supported(w.gate.type) && detail::gemm_q8_supported(w.down.type);
+}
+
+void grouped_rows_ffn(const ExpertWeights& w, const GroupedRows& a, cudaStream_t stream) {
+  if (!grouped_rows_ffn_supported(w)) throw Error("grouped_rows_ffn: these experts do not take the int8 GEMM");
+  if (a.rows <= 0) return;
+  if (a.groups.offsets == nullptr || a.token_of == nullptr || a.out_of == nullptr)
+    throw Error("grouped_rows_ffn: group offsets and row maps are needed");
+  const int64_t d_model = w.gate.cols, d_ff = w.gate.rows;
+  MatvecGroups g = a.groups;
+  g.list = nullptr;
+  g.x_div = 1;
+  const int bn = vectors_per_tile(a.rows, g.max_groups);
+  // zcap 0: a block per (row tile, group, vector tile), as the tiled groups
+  // of expert_ffn give the all-resident step.
+  const MatrixSet gu[2] = {w.gate, w.up};
+  float* hu[2] = {a.h, a.u};
+  detail::XRows tokens;
+  tokens.rows = a.token_of;
+  detail::gemm_q8_launch(gu, 2, a.x, g, hu, d_ff, nullptr, bn, 0, stream, nullptr, &tokens);
+  const int64_t first = a.first, n_blocks = static_cast<int64_t>(a.rows) * d_ff / 32;
+  const Q8Act hq = q8act_rows(a.h_q8, first);
+  swiglu_q8_kernel<<<static_cast<unsigned>((n_blocks + 7) / 8), 256, 0, stream>>>(
+      a.h + first * d_ff, a.u + first * d_ff, n_blocks, hq.q, reinterpret_cast<float2*>(hq.ds));
+  MS_CUDA_CHECK_LAUNCH();
+  g.list = a.out_of;
+  detail::XRows positions;
+  positions.by_position = true;
+  float* y[1] = {a.y};
+  detail::gemm_q8_launch(&w.down, 1, a.h_q8, g, y, d_model, nullptr, bn, 0, stream, nullptr, &positions);
+}
 
 size_t expert_ffn_scratch_bytes(const ExpertWeights& w, int n_tokens, int k) { return layout(w, n_tokens, k).total; }
 
@@ -265,7 +304,7 @@ void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n
   const bool gemm_ok = n_tokens > 1 && min_tok > 0 && n_tokens >= min_tok && !thin && device_has_int8_mma();
   const bool gemm_gu = gemm_ok && detail::gemm_q8_supported(w.gate.type) && d_ff % 32 == 0;
   const bool gemm_down = gemm_ok && detail::gemm_q8_supported(w.down.type);
-  const int bn = pairs >= 48 * active ? 64 : 32;
+  const int bn = vectors_per_tile(pairs, active);
 
   if (n_tokens == 1) {
     g.max_groups = k;  // group j = slot j, its expert read straight from ids

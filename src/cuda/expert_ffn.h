@@ -81,6 +81,31 @@ void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n
                 const float* weights, const float* residual, float* out, void* scratch, size_t scratch_bytes,
                 cudaStream_t stream, const HostRows* host = nullptr);
 
+// The tiered step's device rows (engine/moe_step.h's waves): positions
+// [first, first + rows), grouped by expert on the host (groups.offsets and
+// groups.expert, one expert a group; max_groups groups, per_group the largest
+// one's positions), position i taking token token_of[i]'s row of x and its
+// down product going to output vector out_of[i] of y. The all-resident
+// prompt step's kernels on them: gate and up in one int8 GEMM launch, then
+// SwiGLU + Q8 in one kernel, then down, with no gather or scatter copies (the
+// GEMM reads each position's token row in place and writes at out_of).
+// h, u: f32 [position][d_ff]; h_q8: d_ff per position (position i at vector
+// i). grouped_rows_ffn_supported(): int8 GEMM weight types for gate/up and
+// down, no expert biases, d_ff a multiple of 32, an sm_80+ device.
+struct GroupedRows {
+  MatvecGroups groups;  // offsets, expert, max_groups, per_group (list and x_div unused)
+  int first = 0, rows = 0;
+  Q8Act x;                            // the pass's FFN input, vector t = token t
+  const int32_t* token_of = nullptr;  // [position]
+  const int32_t* out_of = nullptr;    // [position]
+  float* h = nullptr;
+  float* u = nullptr;
+  Q8Act h_q8;
+  float* y = nullptr;  // [output vector][d_model]
+};
+bool grouped_rows_ffn_supported(const ExpertWeights& w);
+void grouped_rows_ffn(const ExpertWeights& w, const GroupedRows& a, cudaStream_t stream);
+
 // The grouping step on its own (exposed for tests and for prefill callers):
 // pairs p = t*k + j sorted by expert. n_groups[0] = number of distinct
 // experts; group g has expert group_expert[g] and pairs list[offsets[g] ..

@@ -46,6 +46,8 @@ struct Q8GemmParams {
   int nb32;    // 32-element blocks per row (cols / 32)
   int ktiles;  // K steps of 256
   int per_group, x_div, n_expert;
+  const int32_t* x_rows;  // XRows: a position's input vector (null: from its output vector, or the position)
+  int x_by_position;
   const int32_t* n_groups;
   const int32_t* expert;
   const int32_t* offsets;
@@ -376,7 +378,8 @@ __global__ void __launch_bounds__(kThreads, BN == 32 ? 2 : 1) gemm_q8_kernel(con
   constexpr int TPV = kThreads / BN;  // threads per activation row of a step
   constexpr int BV = BK / TPV;        // bytes of it per thread (BN)
   extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ int vec_out[BN];
+  __shared__ int vec_out[BN];  // each position's output vector (-1: none)
+  __shared__ int vec_in[BN];   // and its input vector
 
   const int g = blockIdx.y;
   if (p.n_groups != nullptr && g >= __ldg(p.n_groups)) return;
@@ -400,10 +403,18 @@ __global__ void __launch_bounds__(kThreads, BN == 32 ? 2 : 1) gemm_q8_kernel(con
   for (int c0 = begin + zi * BN; c0 < end; c0 += p.zsplit * BN) {
     const int nv = min(BN, end - c0);
     __syncthreads();  // vec_out and the stages are free
-    if (tid < BN) vec_out[tid] = tid < nv ? (p.list != nullptr ? __ldg(p.list + c0 + tid) : c0 + tid) : -1;
+    if (tid < BN) {
+      int vo = -1, vi = -1;
+      if (tid < nv) {
+        vo = p.list != nullptr ? __ldg(p.list + c0 + tid) : c0 + tid;
+        vi = p.x_rows != nullptr ? __ldg(p.x_rows + c0 + tid) : (p.x_by_position ? c0 + tid : vo / p.x_div);
+      }
+      vec_out[tid] = vo;
+      vec_in[tid] = vi;
+    }
     __syncthreads();
-    const int myv = vec_out[bv];
-    const int8_t* xrow = myv >= 0 ? p.xq + static_cast<int64_t>(myv / p.x_div) * p.xn : nullptr;
+    const int myv = vec_in[bv];
+    const int8_t* xrow = myv >= 0 ? p.xq + static_cast<int64_t>(myv) * p.xn : nullptr;
     const float2* xdrow = nullptr;
 
     uint32_t ra[F::kRaw];
@@ -419,10 +430,10 @@ __global__ void __launch_bounds__(kThreads, BN == 32 ? 2 : 1) gemm_q8_kernel(con
 #pragma unroll
       for (int i = 0; i < BN / 32; ++i) {
         const int ent = tid + kThreads * i, v = ent / 8, b = ent % 8;
-        const int vo = vec_out[v];
+        const int vi = vec_in[v];
         const int kb = kt * 8 + b;
-        rd[i] = (vo >= 0 && kb < p.nb32)
-                    ? __ldg(p.xds + static_cast<int64_t>(vo / p.x_div) * (p.xn / 32) + kb)
+        rd[i] = (vi >= 0 && kb < p.nb32)
+                    ? __ldg(p.xds + static_cast<int64_t>(vi) * (p.xn / 32) + kb)
                     : make_float2(0.f, 0.f);
       }
     };
@@ -591,7 +602,7 @@ bool gemm_q8_supported(DType t) {
 
 void gemm_q8_launch(const MatrixSet* w, int parts, const Q8Act& x, const MatvecGroups& g, float* const* y,
                     int64_t y_stride, const float* const* residual, int bn, int zcap, cudaStream_t stream,
-                    const RowSegments* seg) {
+                    const RowSegments* seg, const XRows* xr) {
   const MatrixSet& w0 = w[0];
   if (!gemm_q8_supported(w0.type))
     throw Error(std::string("CUDA int8 GEMM: weight type ") + type_name(w0.type) + " is not supported");
@@ -618,6 +629,10 @@ void gemm_q8_launch(const MatrixSet* w, int parts, const Q8Act& x, const MatvecG
   p.nb32 = static_cast<int>(w0.cols / 32);
   p.ktiles = static_cast<int>((w0.cols + BK - 1) / BK);
   dev::set_groups(p, g);
+  if (xr != nullptr) {
+    p.x_rows = xr->rows;
+    p.x_by_position = xr->by_position ? 1 : 0;
+  }
   p.xq = x.q;
   p.xds = reinterpret_cast<const float2*>(x.ds);
   p.xn = x.n;

@@ -25,8 +25,18 @@ struct RowSegments {
   int64_t rows[3] = {0, 0, 0};
   float* y[3] = {nullptr, nullptr, nullptr};
 };
+// xr (optional): where each position's input vector is, instead of its
+// output vector / x_div, so that a step over rows grouped by expert reads
+// its tokens' rows in place and writes each product at its own index
+// (groups.list), with no gather or scatter copies:
+//   rows set: position i (offsets[g] + j) reads input vector rows[i];
+//   by_position: position i reads input vector i.
+struct XRows {
+  const int32_t* rows = nullptr;
+  bool by_position = false;
+};
 void gemm_q8_launch(const MatrixSet* w, int parts, const Q8Act& x, const MatvecGroups& g, float* const* y,
                     int64_t y_stride, const float* const* residual, int bn, int zcap, cudaStream_t stream,
-                    const RowSegments* seg = nullptr);
+                    const RowSegments* seg = nullptr, const XRows* xr = nullptr);
 
 }  // namespace ms::cuda::detail

@@ -17,8 +17,11 @@
 //   experts  copy stream: the streamed experts' bytes into their slots, in
 //            waves over the transit slots; compute stream: per wave, waits for
 //            its copies, then gate/up -> SwiGLU -> down over the wave's
-//            (token, expert) rows, gathered into consecutive rows; meanwhile
-//            the CPU computes its experts from the mapped file
+//            (token, expert) rows. Prompt waves take the all-resident step's
+//            int8 GEMMs, reading each row's token in place and writing its
+//            pair's output (cuda::grouped_rows_ffn); other waves gather the
+//            rows first. Meanwhile the CPU computes its experts from the
+//            mapped file
 //   combine  the CPU's rows go up, every pair's output sits at its pair index,
 //            and one weighted sum in fixed order adds them to the residual
 // A pass long enough to route nearly every expert (a prompt) does not wait

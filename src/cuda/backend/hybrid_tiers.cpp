@@ -174,16 +174,37 @@ void HybridTiers::compute_wave(int il, int n, const StepPlan& sp, const std::vec
   // group at the offsets, so a row's result does not depend on the chunk.
   const int64_t b0 = m.moe_step->chunk_rows() > 0 ? 0 : r0;
   if (b0 + nr > m.R()) throw Error("hybrid MoE: a wave of " + std::to_string(nr) + " rows overruns the step's buffers");
-  gather_rows_any(in_.x, m.token_of_row() + r0, nr, D, m.xg + b0 * D, stream);
   cuda::MatvecGroups g;
   g.max_groups = w.group_end - w.group_begin;
   g.per_group = w.max_rows;
   // About one row an expert (decode steps of several sequences): the
   // one-vector matvec kernel (MatvecGroups::typical_per_group).
-  if (cuda::one_vector_groups(nr, g.max_groups)) g.typical_per_group = 1;
+  const bool thin = cuda::one_vector_groups(nr, g.max_groups);
+  if (thin) g.typical_per_group = 1;
   g.n_expert = m.c.n_expert;
   g.expert = m.group_expert() + w.group_begin;
   g.offsets = m.offsets() + w.group_begin;
+  // A prompt's wave: the all-resident step's kernels over the rows, each
+  // reading its token's row of the pass's Q8 input in place and writing its
+  // pair's row of exp_y (no gather, requantization or scatter). Buffer row
+  // b0 + i is position b0 + i of the groups' offsets, pass row r0 + i.
+  if (batch && !thin && in_.x_q8->q != nullptr && cuda::grouped_rows_ffn_supported(ew)) {
+    cuda::GroupedRows gr;
+    gr.groups = g;
+    gr.first = static_cast<int>(b0);
+    gr.rows = nr;
+    gr.x = *in_.x_q8;
+    gr.token_of = m.token_of_row() + (r0 - b0);
+    gr.out_of = m.pair_of_row() + (r0 - b0);
+    gr.h = m.hg;
+    gr.u = m.hu;
+    gr.h_q8 = m.h_q8;
+    gr.y = m.exp_y;
+    cuda::grouped_rows_ffn(ew, gr, stream);
+    m.mark_read(sp, wave);
+    return;
+  }
+  gather_rows_any(in_.x, m.token_of_row() + r0, nr, D, m.xg + b0 * D, stream);
   cuda::MatvecInput in;
   in.f32 = m.xg;
   if (cuda::matvec_takes_q8(ew.gate.type)) {
