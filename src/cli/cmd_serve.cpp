@@ -61,6 +61,11 @@ constexpr int64_t kMinAutoSlotCtx = 512;
 // exits without them.
 constexpr int kShutdownGraceSeconds = 5;
 
+// The default prompt tokens per serve step on an all-resident backend (the
+// resident pass that bench and run take before this was raised for prompt
+// throughput): one step's prompt work stays a fraction of a second.
+constexpr int kServePromptChunk = 2048;
+
 // The most --parallel slots: each is decoded in every step, so past some
 // dozens per core a slot's tokens come too slowly to be worth having (and
 // each holds a KV cache).
@@ -168,7 +173,13 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     so.parallel = r.parallel;  // the scheduler caps it at be->max_sequences() (CUDA: n_seq, = --parallel)
     so.ctx = ctx;
     so.kv_type = r.kv_type;
+    // A step's prompt chunk also bounds how long the other streams wait for
+    // their next token. An all-resident backend's pass is long for prompt
+    // throughput alone (experts/pass_size.h), so serve keeps its chunks to
+    // kServePromptChunk there; a tiered pass keeps its size (each pass
+    // streams the cold experts once).
     so.prefill_chunk = r.batch > 0 ? r.batch : backend_max_batch(*be);
+    if (r.batch == 0 && !be->expert_telemetry().hybrid) so.prefill_chunk = std::min(so.prefill_chunk, kServePromptChunk);
     so.max_kv_bytes = available_ram() / 10 * 9;  // the slots' KV caches must fit in memory
     server::Scheduler sched(*be, *model->tokenizer, so, &metrics);
     const int parallel = sched.parallel();  // --parallel, or the backend's max_sequences() if fewer

@@ -16,10 +16,11 @@
 // (all of it up to the floor; beyond, a share of it, so a tight budget keeps
 // small passes and decode keeps most of its cache), by the context and by
 // the largest batch. Every expert resident: nothing streams; the pass is
-// resident_tokens where the memory left for the buffers holds it (a model
-// of many small experts needs long passes to give each expert's GEMM enough
-// rows: 256 experts top-8 get 16 tokens each from a 512-token pass), never
-// less than the floor.
+// resident_tokens where the memory left for the buffers holds it, never
+// less than the floor: longer passes give each expert's GEMM more rows (256
+// experts top-8 get 16 tokens each from a 512-token pass) and pay a pass's
+// fixed costs fewer times (passes of 8192 against 2048: bench/results/
+// long_context.md, session 7).
 //
 // Pure arithmetic: the CUDA backend measures or estimates the inputs and
 // applies the result; unit tests on CI (tests/experts/pass_size_test.cpp).
@@ -50,7 +51,7 @@ struct PassSizeInputs {
   int floor_tokens = 512;         // the GPU's prompt rate is reached from about here
   // Every expert resident: the pass wanted when room_bytes / bytes_per_token
   // holds it (bytes_per_token 0: no memory bound given, the floor).
-  int resident_tokens = 2048;
+  int resident_tokens = 8192;
   int min_tokens = 16;            // the least a pass may be (memory permitting or not)
   int max_tokens = 16384;         // the largest batch the CLI accepts
 };

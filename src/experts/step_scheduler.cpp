@@ -27,10 +27,16 @@ uint32_t StepScheduler::stage_bank(uint32_t k, const std::string& prefetch) {
 
 uint32_t StepScheduler::transit_slots(uint32_t asked) { return std::max<uint32_t>(2, asked & ~1u); }
 
-uint32_t StepScheduler::choose_transit_slots(uint32_t asked, int max_tokens, const std::function<bool(uint32_t)>& fits) {
+uint32_t StepScheduler::prompt_transit(int n_expert) {
+  const uint32_t half = static_cast<uint32_t>(std::max(0, n_expert)) / 2;
+  return std::max(kPromptTransit, (half + kDecodeTransit - 1) / kDecodeTransit * kDecodeTransit);
+}
+
+uint32_t StepScheduler::choose_transit_slots(uint32_t asked, int max_tokens, int n_expert,
+                                             const std::function<bool(uint32_t)>& fits) {
   if (asked > 0) return asked;
   if (max_tokens >= kPromptTransitFrom)
-    for (uint32_t t = kPromptTransit; t > kDecodeTransit; t -= kDecodeTransit)
+    for (uint32_t t = prompt_transit(n_expert); t > kDecodeTransit; t -= kDecodeTransit)
       if (fits(t)) return t;
   return kDecodeTransit;
 }

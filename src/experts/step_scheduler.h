@@ -122,13 +122,22 @@ class StepScheduler {
   static uint32_t transit_slots(uint32_t asked);
   // Transit slots per pool when none is asked (asked 0): passes of fewer than
   // kPromptTransitFrom tokens take kDecodeTransit; larger ones the largest of
-  // kPromptTransit, kPromptTransit - kDecodeTransit, ... for which fits(t)
-  // says the budget still has room (the ring keeps the link busy across a
-  // prompt's layers; its bytes come out of the cache slots), else
+  // prompt_transit(n_expert), then down in steps of kDecodeTransit, for which
+  // fits(t) says the budget still has room (the ring keeps the link busy
+  // across a prompt's layers; its bytes come out of the cache slots), else
   // kDecodeTransit. A count asked is taken as it is.
   static constexpr uint32_t kDecodeTransit = 16, kPromptTransit = 48;
   static constexpr int kPromptTransitFrom = 64;
-  static uint32_t choose_transit_slots(uint32_t asked, int max_tokens, const std::function<bool(uint32_t)>& fits);
+  // The ring a prompt pass wants: room to stage half of a layer's experts
+  // (a long pass routes nearly all of them) ahead of its routes, so that the
+  // copies left for after the routes are at most the other half, and never
+  // fewer than kPromptTransit. With many small experts (Qwen3.6: 256 of a
+  // layer) a fixed 48 staged a quarter of a layer's cold set and the rest
+  // held each tiered layer's experts back (bench/results/long_context.md,
+  // session 7).
+  static uint32_t prompt_transit(int n_expert);
+  static uint32_t choose_transit_slots(uint32_t asked, int max_tokens, int n_expert,
+                                       const std::function<bool(uint32_t)>& fits);
 
   // Throws ms::Error for a bad policy name, prefetch mode or empty model.
   explicit StepScheduler(const StepSchedulerOptions& opt);

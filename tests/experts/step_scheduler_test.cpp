@@ -62,16 +62,22 @@ TEST(StepScheduler, TransitSlotsAreEvenAndAtLeastTwo) {
 TEST(StepScheduler, TransitRingIsLargerForPromptsWhereTheBudgetHasRoom) {
   const auto all = [](uint32_t) { return true; };
   const auto none = [](uint32_t) { return false; };
-  EXPECT_EQ(StepScheduler::choose_transit_slots(6, 512, none), 6u);  // asked: as it is
-  EXPECT_EQ(StepScheduler::choose_transit_slots(0, 1, all), StepScheduler::kDecodeTransit);
-  EXPECT_EQ(StepScheduler::choose_transit_slots(0, StepScheduler::kPromptTransitFrom - 1, all),
+  EXPECT_EQ(StepScheduler::choose_transit_slots(6, 512, 128, none), 6u);  // asked: as it is
+  EXPECT_EQ(StepScheduler::choose_transit_slots(0, 1, 128, all), StepScheduler::kDecodeTransit);
+  EXPECT_EQ(StepScheduler::choose_transit_slots(0, StepScheduler::kPromptTransitFrom - 1, 128, all),
             StepScheduler::kDecodeTransit);
-  EXPECT_EQ(StepScheduler::choose_transit_slots(0, StepScheduler::kPromptTransitFrom, all),
+  EXPECT_EQ(StepScheduler::choose_transit_slots(0, 512, 128, none), StepScheduler::kDecodeTransit);
+  // Room to stage half of a layer's experts, at least kPromptTransit.
+  EXPECT_EQ(StepScheduler::choose_transit_slots(0, StepScheduler::kPromptTransitFrom, 8, all),
             StepScheduler::kPromptTransit);
-  EXPECT_EQ(StepScheduler::choose_transit_slots(0, 512, none), StepScheduler::kDecodeTransit);
+  EXPECT_EQ(StepScheduler::choose_transit_slots(0, 512, 128, all), 64u);
+  EXPECT_EQ(StepScheduler::choose_transit_slots(0, 512, 256, all), 128u);
+  EXPECT_EQ(StepScheduler::prompt_transit(100), 64u);  // 50, rounded up to a multiple of kDecodeTransit
   // The largest that fits, in steps of kDecodeTransit.
   const auto upto32 = [](uint32_t t) { return t <= 32; };
-  EXPECT_EQ(StepScheduler::choose_transit_slots(0, 512, upto32), 32u);
+  EXPECT_EQ(StepScheduler::choose_transit_slots(0, 512, 256, upto32), 32u);
+  const auto upto100 = [](uint32_t t) { return t <= 100; };
+  EXPECT_EQ(StepScheduler::choose_transit_slots(0, 512, 256, upto100), 96u);
 }
 
 TEST(StepScheduler, StageBankFollowsThePrefetchMode) {

@@ -23,6 +23,7 @@
 #include "cuda/ops.h"
 #include "cuda/quant_tables.h"
 #include "experts/policy.h"
+#include "experts/step_scheduler.h"
 #include "format/gguf.h"
 #include "model/context_plan.h"
 #include "model/hparams.h"
@@ -134,16 +135,8 @@ void CudaBackend::Impl::make_hybrid(const VramPlan& plan) {
   };
   // Prompt-sized passes take the larger transit ring where the budget has
   // room for it (it comes out of the cache slots).
-  uint32_t transit = opt.transit_slots;
-  if (transit == 0) {
-    transit = kDecodeTransit;
-    if (B >= kPromptTransitFrom)
-      for (uint32_t t = kPromptTransit; t > kDecodeTransit; t -= kDecodeTransit)
-        if (over_with(t) <= plan.room) {
-          transit = t;
-          break;
-        }
-  }
+  const uint32_t transit = StepScheduler::choose_transit_slots(
+      opt.transit_slots, B, c.n_expert, [&](uint32_t t) { return over_with(t) <= plan.room; });
   const uint64_t over = over_with(transit);
   HybridMoeOptions ho;
   ho.pool_bytes = plan.room - std::min(plan.room, over);
@@ -206,10 +199,6 @@ void CudaBackend::Impl::layout_activations(cuda::Layout& L) {
   const size_t qd = static_cast<size_t>(c.n_head) * c.head_dim, kvd = static_cast<size_t>(c.n_head_kv) * c.head_dim;
   h = L.take_n<float>(b * D);
   x = L.take_n<float>(b * D);
-  q = L.take_n<float>(b * qd);
-  k = L.take_n<float>(b * kvd);
-  v = L.take_n<float>(b * kvd);
-  att = L.take_n<float>(b * qd);
   qkv = L.take_n<float>(qd + 2 * kvd);
   tok = L.take_n<int32_t>(b);
   pos = L.take_n<int32_t>(b);
@@ -225,14 +214,26 @@ void CudaBackend::Impl::layout_activations(cuda::Layout& L) {
   router_counter = L.take_n<uint32_t>(1);
   logits = L.take_n<float>(static_cast<size_t>(kLogitRows) * c.n_vocab);
   xq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(c.n_embd, B)), c.n_embd, B);
-  attq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(static_cast<int64_t>(qd), B)), static_cast<int64_t>(qd), B);
   attn_scratch = L.take(cuda::attention_decode_scratch_bytes(attn_shape(), static_cast<int>(kv.ctx())));
+  // An attention block's per-token buffers and a Gated DeltaNet block's are
+  // never live together: a layer is one kind, and a block's buffers are dead
+  // once it has added its output to h (one stream). In a model of both kinds
+  // (qwen35moe) they share one region, which a long pass's per-token bytes
+  // (and so the prompt pass a VRAM budget allows) feel.
+  const size_t block_region = L.used;
+  q = L.take_n<float>(b * qd);
+  k = L.take_n<float>(b * kvd);
+  v = L.take_n<float>(b * kvd);
+  att = L.take_n<float>(b * qd);
+  attq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(static_cast<int64_t>(qd), B)), static_cast<int64_t>(qd), B);
   if (output_gate) {
     // Batches: [n][2 * q_dim]; decode: one stacked Wq|Wk|Wv row.
     q_gate = L.take_n<float>(std::max(b * 2 * qd, 2 * qd + 2 * kvd));
     gate = L.take_n<float>(b * qd);
   }
   if (!c.linear_layer.empty()) {
+    const size_t attention_end = L.used;
+    L.used = block_region;
     const size_t CD = static_cast<size_t>(c.lin.conv_dim()), VD = static_cast<size_t>(c.lin.value_dim());
     const size_t nv = static_cast<size_t>(c.lin.n_v_heads);
     lin_qkv = L.take_n<float>(b * CD);
@@ -244,6 +245,7 @@ void CudaBackend::Impl::layout_activations(cuda::Layout& L) {
     lin_g = L.take_n<float>(b * nv);
     lin_beta = L.take_n<float>(b * nv);
     linq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(c.lin.value_dim(), B)), c.lin.value_dim(), B);
+    L.used = std::max(L.used, attention_end);
   }
   if (c.n_ff_shexp > 0) {
     const size_t F = static_cast<size_t>(c.n_ff_shexp);

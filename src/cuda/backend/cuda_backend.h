@@ -62,8 +62,8 @@ class CudaBackend : public Backend {
     // live at once, each with its own K/V (ctx positions) and recurrent state.
     int n_seq = 1;
     // Prompt tokens per forward pass (longer inputs are split into passes of
-    // equal size). 0: chosen from the budget (experts/pass_size.h): 512 when
-    // every expert is resident; tiered, the smallest pass whose once-per-pass
+    // equal size). 0: chosen from the budget (experts/pass_size.h): up to
+    // 8192 when every expert is resident; tiered, the smallest pass whose once-per-pass
     // streaming of the cold experts stays a small share of its compute,
     // bounded by the VRAM its buffers may take and by the context.
     int max_batch = 0;
@@ -102,9 +102,10 @@ class CudaBackend : public Backend {
     std::string policy = "default";   // expert cache policy (experts/policy.h)
     std::string host_pin = "auto";    // auto | register | staging (cuda/expert_copier.h)
     const ExpertProfile* profile = nullptr;  // initial placement: hottest first
-    // Per slot pool, for streamed-not-kept experts; 0: kDecodeTransit when
-    // passes are small (max_batch), else kPromptTransit, the lead a prompt's
-    // copies may take over its compute (prompt staging, hybrid_moe.h).
+    // Per slot pool, for streamed-not-kept experts; 0: chosen
+    // (StepScheduler::choose_transit_slots: a small ring when passes are
+    // small, else the lead a prompt's copies may take over its compute,
+    // prompt staging, hybrid_moe.h).
     uint32_t transit_slots = 0;
     bool prompt_stage = true;         // false: a prompt's copies start at each layer's routes (A/B runs)
     // Pinned layers take the all-resident expert kernels on prompt batches
@@ -130,8 +131,6 @@ class CudaBackend : public Backend {
   };
   // Margin left free when no budget is given.
   static constexpr uint64_t kAutoMargin = 512ull << 20;
-  static constexpr uint32_t kDecodeTransit = 16, kPromptTransit = 48;
-  static constexpr int kPromptTransitFrom = 64;  // max_batch from which kPromptTransit applies
   struct MemoryUse {
     uint64_t weights = 0, kv = 0, activations = 0, experts = 0;
   };

@@ -104,7 +104,7 @@ int CudaBackend::Impl::choose_batch(const VramPlan& plan, int64_t kv_ctx) {
   // in it), as two lines (experts/pass_size.h, BufferLine): every row with
   // its own buffer rows (exact while a pass fills no chunk), and from the
   // pass that fills the step's row chunk on, the chunk's rows a fixed cost.
-  const uint32_t transit = opt.transit_slots > 0 ? opt.transit_slots : StepScheduler::kPromptTransit;
+  const uint32_t transit = opt.transit_slots > 0 ? opt.transit_slots : StepScheduler::prompt_transit(c.n_expert);
   const uint32_t extra = transit + 2 * HybridMoe::stage_bank(c, opt.prefetch);
   auto pass_bytes = [&](int b, int chunk_rows) {
     const int keep = B;
