@@ -14,7 +14,10 @@
 # Settings: BUDGETS (10.5G,8G), PP (8192,32768), DEPTH (32768), REPS (2),
 # THREADS (16), OVERHEAD_GIB (3.5: f16 K/V of Qwen3-30B-A3B at 32.9k tokens,
 # 3.0 GiB, plus ~0.5 GiB of buffers), LLAMA_LM (llama-bench's load mode for
-# the budget rows: none, its pinned buffers, its faster prompt mode).
+# the budget rows: none, its pinned buffers, its faster prompt mode),
+# LLAMA_PP_BUDGETS (llama-bench's prompt lengths at the budgets; default PP:
+# the issue's targets there are moestream's own full-VRAM figure, so fewer
+# lengths save the device's time).
 # llama-bench is built by tools/llamacpp_sweep.sh (LLAMA_BUILD_ONLY=1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +34,7 @@ REPS=${REPS:-2}
 THREADS=${THREADS:-16}
 OVERHEAD_GIB=${OVERHEAD_GIB:-3.5}
 LLAMA_LM=${LLAMA_LM:-none}
+LLAMA_PP_BUDGETS=${LLAMA_PP_BUDGETS:-$PP}
 START=$(date +%s)
 say() { echo "[lc $(($(date +%s) - START))s] $*" | tee -a "$WORK/lc_log.txt"; pack; }
 pack() { cp "$WORK/lc_log.txt" "$OUT/" 2> /dev/null; tar czf "$OUT/lc.tgz" -C "$WORK" . 2> /dev/null; }
@@ -77,7 +81,7 @@ llama() {  # tag args...
 }
 llama pp_full -ncmoe 0 -p "$PP" -n 0
 llama tg_full -ncmoe 0 -p 0 -n 128 -d "$DEPTH"
-llama pp_budgets -ncmoe "$(cat "$WORK/lc_ncmoe.txt")" -lm "$LLAMA_LM" -p "$PP" -n 0
+llama pp_budgets -ncmoe "$(cat "$WORK/lc_ncmoe.txt")" -lm "$LLAMA_LM" -p "$LLAMA_PP_BUDGETS" -n 0
 llama tg_budgets -ncmoe "$(cat "$WORK/lc_ncmoe.txt")" -lm "$LLAMA_LM" -p 0 -n 128 -d "$DEPTH"
 say "done"
 cat "$WORK"/lc_ms_*.md "$WORK"/lc_llama_*.md 2> /dev/null | grep -E "^\|" | grep -vE "^\|[ -]*\|[ -]*\|" | head -60
