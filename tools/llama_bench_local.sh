@@ -16,10 +16,9 @@
 #
 #   tools/llama_bench_local.sh [WORK_DIR]      (default /work/llama_local)
 #
-# On the device: unpack .llb/*.xz into one folder, put it first in
-# LD_LIBRARY_PATH with the CUDA toolkit's lib64 and lib (libcublas, libnccl),
-# and pass that folder as LLAMA_BUILD=<parent of bin> to the *_device.sh tools
-# (they run $LLAMA_BUILD/bin/llama-bench).
+# On the device (carry .llb): `eval "$(tools/llb_unpack.sh /tmp/lb)"`, then
+# LLAMA_BUILD=/tmp/lb for tools/long_context_device.sh (llama-bench) and
+# tools/serve_load_device.sh (llama-server: its build step is then skipped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
