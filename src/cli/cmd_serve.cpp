@@ -61,9 +61,9 @@ constexpr int64_t kMinAutoSlotCtx = 512;
 // exits without them.
 constexpr int kShutdownGraceSeconds = 5;
 
-// The default prompt tokens per serve step on an all-resident backend (the
-// resident pass that bench and run take before this was raised for prompt
-// throughput): one step's prompt work stays a fraction of a second.
+// The default prompt tokens per serve step on an all-resident backend, whose
+// own passes are longer (prompt throughput alone): a step's prompt work, which
+// every decoding stream waits for, stays a fraction of a second.
 constexpr int kServePromptChunk = 2048;
 
 // The most --parallel slots: each is decoded in every step, so past some
