@@ -25,8 +25,23 @@ for t in "${TARGETS[@]}"; do
   echo "fuzz: running fuzz_$name for ${SECONDS_TO_RUN}s"
   dict=()  # fuzz/<name>.dict: the input language's tokens, where there is one
   [ -f "fuzz/$name.dict" ] && dict=(-dict="fuzz/$name.dict")
-  ./build-fuzz/"fuzz_$name" "$work" "${dict[@]}" -max_total_time="$SECONDS_TO_RUN" -max_len="$max_len" \
-      -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 -artifact_prefix=build-fuzz/ 2>&1 | tail -n 15
+  log="build-fuzz/fuzz_$name.log"
+  rm -f build-fuzz/crash-* build-fuzz/timeout-* build-fuzz/oom-* build-fuzz/leak-*
+  if ! ./build-fuzz/"fuzz_$name" "$work" "${dict[@]}" -max_total_time="$SECONDS_TO_RUN" -max_len="$max_len" \
+      -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 -artifact_prefix=build-fuzz/ >"$log" 2>&1; then
+    # What a CI log needs to reproduce the finding here: the report with its
+    # whole stack, and the input itself (base64, where it is small).
+    echo "fuzz: fuzz_$name FOUND A PROBLEM; its report:"
+    grep -n -m1 -A80 -E "ALARM|==ERROR|deadly signal|out-of-memory|runtime error" "$log" || tail -n 80 "$log"
+    for a in build-fuzz/crash-* build-fuzz/timeout-* build-fuzz/oom-* build-fuzz/leak-*; do
+      [ -f "$a" ] || continue
+      echo "fuzz: input $a ($(stat -c %s "$a") bytes), base64 (first 64 KiB):"
+      head -c 65536 "$a" | base64 -w 120
+    done
+    rm -rf "$work"
+    exit 1
+  fi
+  tail -n 15 "$log"
   rm -rf "$work"
   echo "fuzz: fuzz_$name: no findings"
 done

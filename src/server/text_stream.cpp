@@ -4,23 +4,11 @@
 
 namespace ms::server {
 
-namespace {
-
-// Length of the longest suffix of s that is a proper prefix of `word`.
-size_t partial_suffix(const std::string& s, const std::string& word) {
-  const size_t max = std::min(s.size(), word.size() - 1);
-  for (size_t n = max; n > 0; --n)
-    if (s.compare(s.size() - n, n, word, 0, n) == 0) return n;
-  return 0;
-}
-
-}  // namespace
-
 std::string StopMatcher::push(const std::string& text) {
   if (stopped_) return {};
   held_ += text;
   size_t first = std::string::npos;
-  for (const std::string& s : stops_) first = std::min(first, held_.find(s));
+  for (const TextSearch& s : stops_) first = std::min(first, s.find(held_));
   if (first != std::string::npos) {
     stopped_ = true;
     std::string out = held_.substr(0, first);
@@ -28,7 +16,7 @@ std::string StopMatcher::push(const std::string& text) {
     return out;
   }
   size_t keep = 0;
-  for (const std::string& s : stops_) keep = std::max(keep, partial_suffix(held_, s));
+  for (const TextSearch& s : stops_) keep = std::max(keep, s.pending_prefix(held_));
   std::string out = held_.substr(0, held_.size() - keep);
   held_.erase(0, held_.size() - keep);
   return out;
@@ -63,7 +51,8 @@ ThinkSplitter::Out ThinkSplitter::push(const std::string& text) {
     in_reasoning_ = !in_reasoning_;
     strip_ws_ = true;
   }
-  const size_t keep = partial_suffix(held_, in_reasoning_ ? kClose : kOpen);
+  static const TextSearch kOpenSearch(kOpen), kCloseSearch(kClose);
+  const size_t keep = (in_reasoning_ ? kCloseSearch : kOpenSearch).pending_prefix(held_);
   emit(out, held_.substr(0, held_.size() - keep));
   held_.erase(0, held_.size() - keep);
   return out;

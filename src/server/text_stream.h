@@ -5,13 +5,15 @@
 #include <string>
 #include <vector>
 
+#include "util/text_search.h"
+
 namespace ms::server {
 
 // Holds back text that could be the start of a stop string until the next
 // pieces decide it.
 class StopMatcher {
  public:
-  explicit StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {}
+  explicit StopMatcher(const std::vector<std::string>& stops) : stops_(stops.begin(), stops.end()) {}
   // Adds text; returns what can be emitted now. After a stop string is found,
   // stopped() is true, the text before it has been returned, and the rest is
   // dropped.
@@ -21,7 +23,8 @@ class StopMatcher {
   bool stopped() const { return stopped_; }
 
  private:
-  std::vector<std::string> stops_;
+  // Linear-time searches: a client's stop strings may be long.
+  std::vector<TextSearch> stops_;
   std::string held_;
   bool stopped_ = false;
 };

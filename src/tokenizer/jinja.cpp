@@ -13,7 +13,10 @@
 #include <ctime>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
+
+#include "util/text_search.h"
 
 namespace ms::jinja {
 
@@ -363,9 +366,11 @@ std::vector<std::string> u8chars(const std::string& s) {
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
 std::string strip(const std::string& s, const Value* chars, bool left, bool right) {
+  // A table, not a search of `chars` per byte: both can be long.
+  std::optional<ByteSet> set;
+  if (chars && !chars->undef() && !chars->is_null()) set.emplace(chars->str());
   auto drop = [&](char c) {
-    if (!chars || chars->undef() || chars->is_null()) return is_space(c);
-    return chars->str().find(c) != std::string::npos;
+    return set ? set->has(c) : is_space(c);
   };
   size_t b = 0, e = s.size();
   if (left)
@@ -416,7 +421,7 @@ bool less(const Value& a, const Value& b) {
 bool contains(const Value& hay, const Value& needle) {
   if (hay.is_str()) {
     if (!needle.is_str()) fail("'in <string>' needs a string on the left");
-    return hay.str().find(needle.str()) != std::string::npos;
+    return find_text(hay.str(), needle.str()) != std::string::npos;
   }
   if (hay.is_arr()) {
     for (const Json& x : hay.j) {
@@ -532,16 +537,16 @@ std::vector<std::string> py_split(const std::string& s, const Value& sep, int64_
     return out;
   }
   if (!sep.is_str() || sep.str().empty()) fail("split: the separator must be a non-empty string");
-  const std::string& d = sep.str();
+  const TextSearch d(sep.str());
   size_t pos = 0;
   for (;;) {
     if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) break;
-    const size_t f = s.find(d, pos);
+    const size_t f = d.find(s, pos);
     if (f == std::string::npos) break;
     out.push_back(s.substr(pos, f - pos));
     tick();
     check_items(out.size() * 2);
-    pos = f + d.size();
+    pos = f + d.pattern().size();
   }
   out.push_back(s.substr(pos));
   return out;
@@ -552,9 +557,10 @@ std::vector<std::string> py_split(const std::string& s, const Value& sep, int64_
 std::string replace_all(const std::string& s, const std::string& from, const std::string& to, int64_t count = -1) {
   if (from.empty()) return s;
   std::string out;
+  const TextSearch search(from);
   size_t pos = 0;
   for (int64_t n = 0; count < 0 || n < count; ++n) {
-    const size_t f = s.find(from, pos);
+    const size_t f = search.find(s, pos);
     if (f == std::string::npos) break;
     tick();
     check_text_size(out.size() + (f - pos) + to.size());
@@ -660,7 +666,7 @@ Value method(const Value& self, const std::string& name) {
       return Value::function([s](Args& a, Kwargs& kw) {
         Value sub = arg(a, kw, 0, "sub");
         if (!sub.is_str()) fail("find needs a string");
-        const size_t f = s.find(sub.str());
+        const size_t f = find_text(s, sub.str());
         return Value(Json(f == std::string::npos ? int64_t{-1} : static_cast<int64_t>(u8len(s.substr(0, f)))));
       });
     if (name == "join")

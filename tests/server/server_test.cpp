@@ -124,6 +124,20 @@ TEST(TextStream, StopStringsAreNeverEmittedEvenAcrossPieces) {
   EXPECT_FALSE(n.stopped());
 }
 
+// A client's stop string may be long and the output may follow it for a
+// while: the held text is searched in linear time (a quadratic search per
+// piece made such a request cost minutes of the worker).
+TEST(TextStream, LongStopStringsHeldAcrossManyPieces) {
+  StopMatcher m({std::string(20000, 'a') + "b", "zz"});
+  std::string out;
+  for (int i = 0; i < 300; ++i) out += m.push(std::string(100, 'a'));
+  EXPECT_EQ(out, std::string(10000, 'a'));  // the last 20000 could still start the stop
+  EXPECT_FALSE(m.stopped());
+  out += m.push("b and more");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(out, std::string(10000, 'a'));
+}
+
 TEST(TextStream, ThinkSplitterSeparatesReasoning) {
   ThinkSplitter s;
   std::string content, reasoning;

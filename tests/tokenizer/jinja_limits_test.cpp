@@ -187,6 +187,23 @@ TEST(JinjaLimits, StringDoublingInALoopStops) {
                "max_value_bytes");
 }
 
+// Searching long template-built strings for long ones ('a'*N for 'a'*M + 'b')
+// took N*M steps in one call, out of the clock's reach (a fuzzer found the
+// 'in' test run for minutes). Each of these answers after a linear scan.
+TEST(JinjaLimits, SearchesOfLongStringsForLongStringsAreLinear) {
+  const std::string hay = "('a' * 1000000)", miss = "('a' * 300000 ~ 'b')";
+  auto render = [](const std::string& src) { return jinja::Template(src, untimed()).render(Json::object()); };
+  EXPECT_EQ(render("{{ " + miss + " in " + hay + " }}"), "False");
+  EXPECT_EQ(render("{{ (" + miss + " ~ 'x') in (" + hay + " ~ " + miss + " ~ 'x') }}"), "True");
+  EXPECT_EQ(render("{{ " + hay + ".find(" + miss + ") }}"), "-1");
+  EXPECT_EQ(render("{{ " + hay + ".split(" + miss + ")|length }}"), "1");
+  EXPECT_EQ(render("{{ (" + hay + "|replace(" + miss + ", 'z'))|length }}"), "1000000");
+  EXPECT_EQ(render("{{ " + hay + ".replace(" + miss + ", 'z')|length }}"), "1000000");
+  // strip's characters are a set, not a search per byte.
+  EXPECT_EQ(render("{{ (" + hay + ".strip(('b' * 500000) ~ 'a'))|length }}"), "0");
+  EXPECT_EQ(render("{{ ('xyzabcxyz').strip('zyx') }}"), "abc");
+}
+
 TEST(JinjaLimits, OutputSizeIsBounded) {
   expect_limit("{% for i in range(1000000) %}{{ 'x' * 10000 }}{% endfor %}", "max_output_bytes");
   // Text a macro or a block renders is bounded as well.
