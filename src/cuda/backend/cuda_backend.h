@@ -67,6 +67,12 @@ class CudaBackend : public Backend {
     // streaming of the cold experts stays a small share of its compute,
     // bounded by the VRAM its buffers may take and by the context.
     int max_batch = 0;
+    // That choice's rule (PassSizeInputs; 0: its defaults): the link's target
+    // share of a pass, the share of memory its buffers may take, and an even
+    // share of the context (even_context).
+    double pass_link_share = 0;
+    double pass_memory_share = 0;
+    bool even_passes = false;
     int gemm_min_batch = 16;     // batches of at least this many tokens use the tensor-core matmul
     bool use_graph = true;       // replay decode steps from a captured CUDA graph
     // decode: q/k norm + rope + cache append in one launch (decode_fused.h);
