@@ -118,10 +118,19 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab, const SampleOption
   }
   // The grammar's mask, after the penalties (which must not lift a masked
   // token back): a masked token has no probability at all.
-  if (opt.allowed) {
+  const uint8_t* allowed = opt.allowed;
+  if (!allowed && opt.filter) {
+    // The lazy filter's candidates are the whole mask's top-k (or argmax):
+    // drawn from directly (logprobs, which need every allowed token, take
+    // the mask).
+    const bool lazy = !opt.logprobs && (params_.temperature <= 0 || params_.top_k > 0);
+    if (lazy && candidates_from_best(*opt.filter)) return params_.temperature <= 0 ? ids_[0] : draw();
+    allowed = opt.filter->mask();
+  }
+  if (allowed) {
     bool any = false;
     for (int32_t i = 0; i < n_vocab; ++i) {
-      if (!opt.allowed[i]) work_[static_cast<size_t>(i)] = -std::numeric_limits<float>::infinity();
+      if (!allowed[i]) work_[static_cast<size_t>(i)] = -std::numeric_limits<float>::infinity();
       else any = true;
     }
     if (!any) throw Error("sampling: the constraint allows no token here");
@@ -129,6 +138,47 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab, const SampleOption
   const int32_t id = pick();
   if (opt.logprobs) fill_logprobs(id, opt);
   return id;
+}
+
+// The lazy filter (SampleOptions::filter): the best tokens (by penalised
+// logit, lower id first on ties: pick()'s order) are asked in turn, in
+// growing sorted prefixes, until `need` are allowed: the argmax, or top-k's
+// candidates, which go to ids_ best first, as pick() would have them from
+// the whole mask. False (nothing decided) when fewer than `need` tokens are
+// allowed at all or too many were refused first.
+bool Sampler::candidates_from_best(TokenFilter& filter) {
+  const int32_t n = static_cast<int32_t>(work_.size());
+  const int32_t need = params_.temperature <= 0 ? 1 : std::min(params_.top_k, n);
+  lazy_ids_.clear();
+  // Greedy's usual case first: the argmax itself allowed, no sort at all.
+  const int32_t best = argmax(work_.data(), n);
+  if (need == 1 && filter.allows(best)) {
+    ids_.assign(1, best);
+    return true;
+  }
+  ids_.resize(static_cast<size_t>(n));
+  std::iota(ids_.begin(), ids_.end(), 0);
+  auto better = [&](int32_t a, int32_t b) { return work_[a] > work_[b] || (work_[a] == work_[b] && a < b); };
+  int32_t found = 0, refused = need == 1 ? 1 : 0, asked = 0;
+  for (int32_t sorted = 0, upto = std::min(n, std::max(64, 2 * need)); sorted < n;
+       sorted = upto, upto = static_cast<int32_t>(std::min<int64_t>(n, int64_t{upto} * 4))) {
+    // The next best tokens after the `sorted` already in order.
+    std::partial_sort(ids_.begin() + sorted, ids_.begin() + upto, ids_.end(), better);
+    for (; asked < upto; ++asked) {
+      if (need == 1 && ids_[static_cast<size_t>(asked)] == best) continue;  // asked above: refused
+      const int32_t id = ids_[static_cast<size_t>(asked)];
+      if (!filter.allows(id)) {
+        if (++refused > kLazyRefusals) return false;
+        continue;
+      }
+      lazy_ids_.push_back(id);
+      if (++found == need) {
+        ids_.swap(lazy_ids_);
+        return true;
+      }
+    }
+  }
+  return false;
 }
 
 void Sampler::fill_logprobs(int32_t id, const SampleOptions& opt) {
@@ -168,7 +218,11 @@ int32_t Sampler::pick() {
   auto better = [&](int32_t a, int32_t b) { return work_[a] > work_[b] || (work_[a] == work_[b] && a < b); };
   std::partial_sort(ids_.begin(), ids_.begin() + k, ids_.end(), better);
   ids_.resize(static_cast<size_t>(k));
+  return draw();
+}
 
+// One of ids_ (the candidates, best first) by temperature, top-p and min-p.
+int32_t Sampler::draw() {
   // Softmax with temperature over the candidates.
   std::vector<double> p(ids_.size());
   const double mx = work_[ids_[0]];

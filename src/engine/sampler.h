@@ -49,11 +49,29 @@ struct StepLogprobs {
   std::vector<TokenLogprob> top;  // the most likely tokens, best first (ties: lower id first)
 };
 
+// A constraint asked token by token (a grammar's matcher): cheap per token,
+// where the whole mask walks every token of the vocabulary.
+class TokenFilter {
+ public:
+  virtual ~TokenFilter() = default;
+  // May this token come next?
+  virtual bool allows(int32_t token) = 0;
+  // Every token's answer (n_vocab flags, 0: not allowed), where the sampler
+  // needs them all; throws ms::Error when no token is allowed.
+  virtual const uint8_t* mask() = 0;
+};
+
 struct SampleOptions {
   // n_vocab flags, 0 = this token may not come next (constrained sampling:
   // its logit becomes -inf before anything else); nullptr = all allowed.
   // At least one token must be allowed.
   const uint8_t* allowed = nullptr;
+  // The same constraint asked lazily (when `allowed` is null): greedy and
+  // top-k sampling ask the best tokens in turn until they hold the top_k
+  // allowed ones, then sample among those: the token and the generator's
+  // state are the whole mask's. Logprobs, sampling without top-k, and a run
+  // of more than kLazyRefusals refused tokens take filter->mask() instead.
+  TokenFilter* filter = nullptr;
   // Filled when non-null, with `top_logprobs` alternatives (0..20).
   StepLogprobs* logprobs = nullptr;
   int top_logprobs = 0;
@@ -75,14 +93,20 @@ class Sampler {
   // A uniform double in [0, 1) from 53 bits of the generator (exposed for tests).
   double uniform();
 
+  // Refused tokens after which a lazy filter gives way to its whole mask.
+  static constexpr int32_t kLazyRefusals = 256;
+
  private:
   int32_t pick();
+  int32_t draw();
+  bool candidates_from_best(TokenFilter& filter);
   void fill_logprobs(int32_t id, const SampleOptions& opt);
   SamplerParams params_;
   std::mt19937_64 rng_;
   std::deque<int32_t> recent_;
   std::vector<float> work_;
   std::vector<int32_t> ids_;
+  std::vector<int32_t> lazy_ids_;
 };
 
 // The index of the largest value; the lowest index among equal maxima.

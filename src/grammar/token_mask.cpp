@@ -1,6 +1,7 @@
 #include "grammar/token_mask.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <unordered_map>
 #include <numeric>
@@ -14,6 +15,15 @@ namespace ms::grammar {
 TokenMask::TokenMask(const std::vector<std::string>& pieces, const std::vector<bool>& eog)
     : n_vocab_(static_cast<int32_t>(pieces.size())) {
   if (eog.size() != pieces.size()) throw Error("token mask: " + std::to_string(eog.size()) + " end-of-generation flags for " + std::to_string(pieces.size()) + " tokens");
+  offset_.reserve(pieces.size() + 1);
+  eog_.reserve(pieces.size());
+  for (size_t id = 0; id < pieces.size(); ++id) {
+    offset_.push_back(static_cast<uint32_t>(bytes_.size()));
+    bytes_ += pieces[id];
+    eog_.push_back(eog[id] ? 1 : 0);
+    if (bytes_.size() > UINT32_MAX) throw Error("token mask: the vocabulary's bytes exceed 4 GiB");
+  }
+  offset_.push_back(static_cast<uint32_t>(bytes_.size()));
   std::vector<int32_t> order;
   for (int32_t id = 0; id < n_vocab_; ++id) {
     if (eog[static_cast<size_t>(id)]) eog_ids_.push_back(id);
@@ -51,6 +61,38 @@ TokenMask::TokenMask(const std::vector<std::string>& pieces, const std::vector<b
   }
 }
 
+StepMemo::StepMemo(const Matcher& m) : m_(m) { intern(Matcher::State(m.state())); }
+
+int32_t StepMemo::intern(Matcher::State&& st) {
+  auto [it, fresh] = ids_.emplace(std::move(st), static_cast<int32_t>(states_.size()));
+  if (fresh) {
+    states_.push_back(it->first);
+    next_.push_back(m_.next_bytes(it->first));
+  }
+  return it->second;
+}
+
+int32_t StepMemo::step(int32_t from, uint8_t byte) {
+  if (!next_[static_cast<size_t>(from)][byte]) return -1;
+  const uint64_t key = static_cast<uint64_t>(from) * 256 + byte;
+  if (auto it = steps_.find(key); it != steps_.end()) return it->second;
+  m_.step(states_[static_cast<size_t>(from)], byte, scratch_);
+  const int32_t to = scratch_.empty() ? -1 : intern(std::move(scratch_));
+  scratch_ = Matcher::State{};
+  steps_.emplace(key, to);
+  return to;
+}
+
+bool TokenMask::allows(const Matcher& m, StepMemo& memo, int32_t id) const {
+  if (id < 0 || id >= n_vocab_) return false;
+  if (eog_[static_cast<size_t>(id)]) return Matcher::can_end(m.state());
+  const uint32_t b = offset_[static_cast<size_t>(id)], e = offset_[static_cast<size_t>(id) + 1];
+  if (b == e) return false;  // no bytes: a control token
+  int32_t at = 0;
+  for (uint32_t i = b; i < e && at >= 0; ++i) at = memo.step(at, static_cast<uint8_t>(bytes_[i]));
+  return at >= 0;
+}
+
 size_t TokenMask::fill(const Matcher& m, std::vector<uint8_t>& allowed) const {
   const uint64_t g = m.grammar().serial;
   for (Cached& c : cache_) {
@@ -77,31 +119,17 @@ size_t TokenMask::fill(const Matcher& m, std::vector<uint8_t>& allowed) const {
   return n;
 }
 
-// The walk interns the states it meets and remembers each (state, byte)
-// step: inside a string most bytes lead back to the same state, so a step
-// over the 300k-node trie of a 150k vocabulary is mostly table look-ups,
-// not matcher steps.
+// The walk takes its steps through a StepMemo: inside a string most bytes
+// lead back to the same state, so a walk over the 300k-node trie of a 150k
+// vocabulary is mostly table look-ups, not matcher steps.
 size_t TokenMask::walk(const Matcher& m, std::vector<uint8_t>& allowed) const {
   allowed.assign(static_cast<size_t>(n_vocab_), 0);
   size_t n = 0;
   if (Matcher::can_end(m.state()))
     for (int32_t id : eog_ids_) allowed[static_cast<size_t>(id)] = 1, ++n;
-  std::vector<Matcher::State> states;
-  std::vector<ByteSet> next_bytes;
-  std::map<Matcher::State, int32_t> ids;
-  std::unordered_map<uint64_t, int32_t> steps;  // state * 256 + byte -> state, or -1: refused
-  auto intern = [&](Matcher::State&& st) {
-    auto [it, fresh] = ids.emplace(std::move(st), static_cast<int32_t>(states.size()));
-    if (fresh) {
-      states.push_back(it->first);
-      next_bytes.push_back(m.next_bytes(it->first));
-    }
-    return it->second;
-  };
-  intern(Matcher::State(m.state()));
+  StepMemo memo(m);
   // Depth-first over the trie; each frame: a node and the state after its prefix.
   std::vector<std::pair<uint32_t, int32_t>> todo{{0, 0}};
-  Matcher::State next;
   while (!todo.empty()) {
     const auto [node_id, sid] = todo.back();
     todo.pop_back();
@@ -109,19 +137,7 @@ size_t TokenMask::walk(const Matcher& m, std::vector<uint8_t>& allowed) const {
     if (node_id != 0)
       for (uint32_t k = 0; k < node.n_tokens; ++k) allowed[static_cast<size_t>(token_ids_[node.first_token + k])] = 1, ++n;
     for (uint32_t c = node.first_child; c < node.first_child + node.n_children; ++c) {
-      const uint8_t b = nodes_[c].byte;
-      if (!next_bytes[static_cast<size_t>(sid)][b]) continue;
-      const uint64_t key = static_cast<uint64_t>(sid) * 256 + b;
-      auto it = steps.find(key);
-      int32_t to;
-      if (it != steps.end()) {
-        to = it->second;
-      } else {
-        m.step(states[static_cast<size_t>(sid)], b, next);
-        to = next.empty() ? -1 : intern(std::move(next));
-        next = Matcher::State{};
-        steps.emplace(key, to);
-      }
+      const int32_t to = memo.step(sid, nodes_[c].byte);
       if (to >= 0) todo.push_back({c, to});
     }
   }

@@ -11,12 +11,36 @@
 // (control tokens) never are.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "grammar/matcher.h"
 
 namespace ms::grammar {
+
+// The matcher's steps from one state, each (state, byte) step taken once:
+// tokens that share bytes share their steps (inside a string most bytes lead
+// to the same state). Valid while the matcher it was made from is unchanged.
+class StepMemo {
+ public:
+  explicit StepMemo(const Matcher& m);
+  // The state after `byte` from state `from` (0: the matcher's own), or -1
+  // where the grammar refuses the byte.
+  int32_t step(int32_t from, uint8_t byte);
+  // The bytes state `id` accepts next.
+  const ByteSet& next_bytes(int32_t id) const { return next_[static_cast<size_t>(id)]; }
+
+ private:
+  int32_t intern(Matcher::State&& st);
+  const Matcher& m_;
+  std::vector<Matcher::State> states_;
+  std::vector<ByteSet> next_;
+  std::map<Matcher::State, int32_t> ids_;
+  std::unordered_map<uint64_t, int32_t> steps_;  // state * 256 + byte -> state, or -1: refused
+  Matcher::State scratch_;
+};
 
 class TokenMask {
  public:
@@ -36,6 +60,11 @@ class TokenMask {
   // (the scheduler's worker is its one user).
   size_t fill(const Matcher& m, std::vector<uint8_t>& allowed) const;
 
+  // fill()'s answer for one token (its bytes' steps, not a walk of the
+  // vocabulary): for samplers that ask only their best candidates. memo:
+  // made from the same matcher state, shared by the tokens asked.
+  bool allows(const Matcher& m, StepMemo& memo, int32_t id) const;
+
  private:
   struct Node {
     uint32_t first_child = 0;  // children are nodes_[first_child .. first_child + n_children)
@@ -48,6 +77,11 @@ class TokenMask {
   std::vector<Node> nodes_;  // nodes_[0]: the root (the empty prefix)
   std::vector<int32_t> token_ids_;
   std::vector<int32_t> eog_ids_;
+  // Every token's bytes, for allows(): token id's are
+  // bytes_[offset_[id] .. offset_[id + 1]); eog_[id]: it ends generation.
+  std::string bytes_;
+  std::vector<uint32_t> offset_;
+  std::vector<uint8_t> eog_;
   size_t walk(const Matcher& m, std::vector<uint8_t>& allowed) const;
   struct Cached {
     uint64_t grammar = 0;

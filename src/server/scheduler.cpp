@@ -1,6 +1,7 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <optional>
 #include <span>
 #include <system_error>
 
@@ -315,11 +316,25 @@ void Scheduler::pick_token(Slot& s) {
     // Corrupt weights (NaN/Inf) end the request with the reason, not with garbage text.
     check_finite_logits(logits, "decode step", s.n_generated);
     SampleOptions opt;
-    if (s.matcher) {
-      if (token_mask_->fill(*s.matcher, s.allowed) == 0)
-        throw Error("the vocabulary has no token that continues the JSON answer here");
-      opt.allowed = s.allowed.data();
-    }
+    // A grammar job: the sampler asks its best tokens one by one, and the
+    // vocabulary's whole mask (a walk of its trie: tens of ms inside a
+    // string, bench/results/grammar.md) only where it needs every answer.
+    struct GrammarFilter final : TokenFilter {
+      const grammar::TokenMask& mask_of;
+      const grammar::Matcher& matcher;
+      std::vector<uint8_t>& allowed;
+      grammar::StepMemo memo;
+      GrammarFilter(const grammar::TokenMask& t, const grammar::Matcher& m, std::vector<uint8_t>& a)
+          : mask_of(t), matcher(m), allowed(a), memo(m) {}
+      bool allows(int32_t id) override { return mask_of.allows(matcher, memo, id); }
+      const uint8_t* mask() override {
+        if (mask_of.fill(matcher, allowed) == 0)
+          throw Error("the vocabulary has no token that continues the JSON answer here");
+        return allowed.data();
+      }
+    };
+    std::optional<GrammarFilter> filter;
+    if (s.matcher) opt.filter = &filter.emplace(*token_mask_, *s.matcher, s.allowed);
     if (s.job.top_logprobs >= 0) {
       opt.logprobs = &s.pick.lp;
       opt.top_logprobs = s.job.top_logprobs;

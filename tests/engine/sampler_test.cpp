@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <map>
+#include <random>
 #include <vector>
 
 #include "engine/generate.h"
@@ -219,6 +221,126 @@ TEST(Sampler, PresenceAndFrequencyPenaltiesLowerSeenTokens) {
   q.accept(0);
   q.accept(0);
   EXPECT_EQ(q.sample(logits, 3), 0);
+}
+
+}  // namespace
+}  // namespace ms
+
+namespace ms {
+namespace {
+
+// A filter over a fixed mask that counts what it is asked.
+struct CountingFilter final : TokenFilter {
+  const std::vector<uint8_t>& flags;
+  int asked = 0, masks = 0;
+  explicit CountingFilter(const std::vector<uint8_t>& f) : flags(f) {}
+  bool allows(int32_t id) override {
+    ++asked;
+    return flags[static_cast<size_t>(id)] != 0;
+  }
+  const uint8_t* mask() override {
+    ++masks;
+    return flags.data();
+  }
+};
+
+// The lazy filter must be invisible: for every sampling setting, the same
+// token as the whole mask and the same generator state after (the next
+// draws agree too), over allowed sets from one token to all of them.
+TEST(Sampler, LazyFilterPicksWhatTheWholeMaskPicks) {
+  std::mt19937 rng(5);
+  const int32_t n = 3000;
+  std::vector<SamplerParams> settings;
+  for (float temp : {0.0f, 0.7f, 1.3f})
+    for (int top_k : {0, 1, 7, 40})
+      for (float top_p : {1.0f, 0.9f}) {
+        SamplerParams p;
+        p.temperature = temp;
+        p.top_k = top_k;
+        p.top_p = top_p;
+        p.min_p = top_k == 7 ? 0.1f : 0.0f;
+        p.repeat_penalty = top_k == 40 ? 1.3f : 1.0f;
+        p.seed = static_cast<uint64_t>(settings.size()) + 11;
+        settings.push_back(p);
+      }
+  int lazy_decided = 0;
+  for (double density : {1.0, 0.9, 0.3, 0.02, 0.0005}) {
+    for (int trial = 0; trial < 6; ++trial) {
+      std::vector<float> logits(n);
+      std::normal_distribution<float> g(0.0f, 3.0f);
+      for (float& l : logits) l = std::round(g(rng) * 4) / 4;  // ties on purpose
+      std::vector<uint8_t> flags(n, 0);
+      std::uniform_real_distribution<double> u(0, 1);
+      for (uint8_t& f : flags) f = u(rng) < density;
+      flags[rng() % n] = 1;  // at least one
+      for (const SamplerParams& p : settings) {
+        Sampler whole(p), lazy(p);
+        for (int32_t t : {1, 2, 3}) whole.accept(t), lazy.accept(t);
+        for (int step = 0; step < 3; ++step) {
+          SampleOptions wo, lo;
+          wo.allowed = flags.data();
+          CountingFilter f(flags);
+          lo.filter = &f;
+          const int32_t a = whole.sample(logits.data(), n, wo), b = lazy.sample(logits.data(), n, lo);
+          ASSERT_EQ(a, b) << "density " << density << " " << p.describe() << " step " << step;
+          ASSERT_TRUE(flags[static_cast<size_t>(a)]);
+          if (f.masks == 0) {
+            ++lazy_decided;
+            // Decided from the best tokens: never more than the refusals
+            // allowed plus the candidates needed.
+            EXPECT_LE(f.asked, Sampler::kLazyRefusals + std::max(1, p.top_k) + 1);
+          }
+        }
+        EXPECT_EQ(whole.uniform(), lazy.uniform()) << "the generators drifted apart: " << p.describe();
+      }
+    }
+  }
+  EXPECT_GT(lazy_decided, 0);
+}
+
+TEST(Sampler, LazyFilterAsksFewTokensWhereMostAreAllowedAndTheMaskWhereItMust) {
+  const int32_t n = 100000;
+  std::vector<float> logits(n);
+  for (int32_t i = 0; i < n; ++i) logits[static_cast<size_t>(i)] = static_cast<float>((i * 7919) % 1000) / 100.0f;
+  std::vector<uint8_t> flags(n, 1);
+  for (int32_t i = 0; i < n; i += 10) flags[static_cast<size_t>(i)] = 0;  // 90% allowed
+  SamplerParams greedy;
+  greedy.temperature = 0;
+  CountingFilter f(flags);
+  SampleOptions o;
+  o.filter = &f;
+  Sampler(greedy).sample(logits.data(), n, o);
+  EXPECT_EQ(f.masks, 0);
+  EXPECT_LT(f.asked, 20);
+  SamplerParams topk;  // the defaults: top-k 40
+  CountingFilter f2(flags);
+  o.filter = &f2;
+  Sampler(topk).sample(logits.data(), n, o);
+  EXPECT_EQ(f2.masks, 0);
+  EXPECT_LT(f2.asked, 80);
+  // Logprobs need every allowed token's logit: the whole mask.
+  CountingFilter f3(flags);
+  o.filter = &f3;
+  StepLogprobs lp;
+  o.logprobs = &lp;
+  Sampler(topk).sample(logits.data(), n, o);
+  EXPECT_EQ(f3.masks, 1);
+  // No top-k: every allowed token is a candidate.
+  SamplerParams open = topk;
+  open.top_k = 0;
+  CountingFilter f4(flags);
+  o.filter = &f4;
+  o.logprobs = nullptr;
+  Sampler(open).sample(logits.data(), n, o);
+  EXPECT_EQ(f4.masks, 1);
+  // The best tokens refused: the mask after kLazyRefusals refusals.
+  std::vector<uint8_t> rare(n, 0);
+  rare[12345] = 1;
+  CountingFilter f5(rare);
+  o.filter = &f5;
+  EXPECT_EQ(Sampler(greedy).sample(logits.data(), n, o), 12345);
+  EXPECT_EQ(f5.masks, 1);
+  EXPECT_LE(f5.asked, Sampler::kLazyRefusals + 1);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // reached by random walks through several schemas' grammars.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <numeric>
 #include <random>
 
 #include "grammar/json_schema.h"
@@ -64,6 +66,15 @@ TEST(TokenMask, MatchesBruteForceOnRandomVocabularies) {
           const size_t n = mask.fill(m, got);
           const std::vector<uint8_t> want = brute_force(m, pieces, eog);
           ASSERT_EQ(got, want) << "step " << step;
+          // One token at a time, in a random order, through one memo.
+          StepMemo memo(m);
+          std::vector<int32_t> order(pieces.size());
+          std::iota(order.begin(), order.end(), 0);
+          std::shuffle(order.begin(), order.end(), rng);
+          for (int32_t id : order)
+            ASSERT_EQ(mask.allows(m, memo, id), want[static_cast<size_t>(id)] != 0) << "token " << id << " step " << step;
+          EXPECT_FALSE(mask.allows(m, memo, -1));
+          EXPECT_FALSE(mask.allows(m, memo, static_cast<int32_t>(pieces.size())));
           size_t count = 0;
           for (uint8_t a : want) count += a;
           EXPECT_EQ(n, count);
