@@ -307,8 +307,9 @@ std::span<const float> Scheduler::logits_of(const Slot& s) const {
 }
 
 // The next token of a decoding slot from its logits, kept in s.pick (an
-// error too): nothing but the slot's own state is touched, except a grammar
-// job's mask (token_mask_), so slots without one run this side by side.
+// error too): nothing but the slot's own state is touched (a grammar job's
+// whole mask goes through token_mask_'s cache under mask_mutex_), so slots
+// run this side by side.
 void Scheduler::pick_token(Slot& s) {
   s.pick = Slot::Pick{};
   try {
@@ -323,18 +324,24 @@ void Scheduler::pick_token(Slot& s) {
       const grammar::TokenMask& mask_of;
       const grammar::Matcher& matcher;
       std::vector<uint8_t>& allowed;
+      std::mutex& mask_mutex;
       grammar::StepMemo memo;
-      GrammarFilter(const grammar::TokenMask& t, const grammar::Matcher& m, std::vector<uint8_t>& a)
-          : mask_of(t), matcher(m), allowed(a), memo(m) {}
+      GrammarFilter(const grammar::TokenMask& t, const grammar::Matcher& m, std::vector<uint8_t>& a, std::mutex& mu)
+          : mask_of(t), matcher(m), allowed(a), mask_mutex(mu), memo(m) {}
       bool allows(int32_t id) override { return mask_of.allows(matcher, memo, id); }
       const uint8_t* mask() override {
-        if (mask_of.fill(matcher, allowed) == 0)
+        size_t n;
+        {
+          const std::lock_guard<std::mutex> lock(mask_mutex);
+          n = mask_of.fill(matcher, allowed);
+        }
+        if (n == 0)
           throw Error("the vocabulary has no token that continues the JSON answer here");
         return allowed.data();
       }
     };
     std::optional<GrammarFilter> filter;
-    if (s.matcher) opt.filter = &filter.emplace(*token_mask_, *s.matcher, s.allowed);
+    if (s.matcher) opt.filter = &filter.emplace(*token_mask_, *s.matcher, s.allowed, mask_mutex_);
     if (s.job.top_logprobs >= 0) {
       opt.logprobs = &s.pick.lp;
       opt.top_logprobs = s.job.top_logprobs;
@@ -346,14 +353,14 @@ void Scheduler::pick_token(Slot& s) {
   s.pick.ready = true;
 }
 
-// Every decoding slot without a grammar picks its token, several at once when
-// there are several: each reads its own logit row and its own sampler, and
-// the serial scan of 8 rows of a 152k vocabulary took a share of a
-// multi-sequence step (bench/results/serve.md, "session 6").
+// Every decoding slot picks its token, several at once when there are
+// several: each reads its own logit row and its own sampler (and grammar
+// state), and the serial scan of 8 rows of a 152k vocabulary took a share of
+// a multi-sequence step (bench/results/serve.md, "session 6").
 void Scheduler::pick_tokens(const std::vector<Slot*>& slots) {
   std::vector<Slot*> todo;
   for (Slot* s : slots)
-    if (!s->matcher && s->job.gen.n_predict != 0) todo.push_back(s);
+    if (s->job.gen.n_predict != 0) todo.push_back(s);
   if (todo.size() < 2) return;  // sample_next picks on its own
   if (!pick_pool_) {
     ThreadPool::Options o;

@@ -196,6 +196,9 @@ class Scheduler {
   // first step that has several.
   std::unique_ptr<ThreadPool> pick_pool_;
   std::unique_ptr<grammar::TokenMask> token_mask_;  // the vocabulary's trie, made for the first grammar job
+  // token_mask_'s whole masks share its cache: one at a time (asking single
+  // tokens reads only its constant tables, and runs side by side).
+  std::mutex mask_mutex_;
   std::thread worker_;
 };
 

@@ -154,5 +154,60 @@ TEST(Scheduler, ConstrainedJobsGiveValidJsonAndLogprobsSpellIt) {
   EXPECT_NE(metrics.render().find("moestream_time_to_first_token_seconds_count 6\n"), std::string::npos);
 }
 
+// Grammar jobs pick side by side now, mostly through the sampler's lazy
+// filter: four at once give each the text it gets alone (greedy and top-k at
+// a seed), and every closed answer is valid JSON of the schema.
+TEST(Scheduler, ConstrainedJobsSideBySideGiveTheirTextsAlone) {
+  Tiny t;
+  const ojson schema = ojson::parse(R"({"type":"object","properties":{
+      "name":{"type":"string","maxLength":12},"n":{"type":"integer"},
+      "tags":{"type":"array","items":{"type":"string"},"maxItems":2}},"required":["name","n"]})");
+  auto g = std::make_shared<const grammar::Grammar>(grammar::compile_json_schema(schema));
+  const std::vector<int32_t> prompt = t.tok().encode("give me json", true, true);
+  auto job = [&](uint64_t seed) {
+    Job j;
+    j.prompt = prompt;
+    j.sampling.temperature = seed == 1 ? 0.0f : 0.9f;
+    j.sampling.top_k = 20;
+    j.sampling.seed = seed;
+    j.gen.n_predict = 300;
+    j.grammar = g;
+    return j;
+  };
+  auto text_of = [](const std::shared_ptr<Request>& r, std::string* reason) {
+    std::string text;
+    Update u;
+    do {
+      u = r->take(std::chrono::milliseconds(100));
+      text += u.content;
+    } while (!u.done);
+    *reason = u.finish_reason;
+    return text;
+  };
+  std::vector<std::string> alone, reasons(4);
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    Scheduler::Options o;
+    o.parallel = 1;
+    o.ctx = 1024;
+    Scheduler sched(*t.be, t.tok(), o);
+    std::string reason;
+    alone.push_back(text_of(sched.submit(job(seed)), &reason));
+  }
+  Scheduler::Options o;
+  o.parallel = 4;
+  o.ctx = 1024;
+  Scheduler sched(*t.be, t.tok(), o);
+  std::vector<std::shared_ptr<Request>> reqs;
+  for (uint64_t seed = 1; seed <= 4; ++seed) reqs.push_back(sched.submit(job(seed)));
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const std::string text = text_of(reqs[i], &reasons[i]);
+    EXPECT_EQ(text, alone[i]) << "seed " << i + 1;
+    if (reasons[i] != "stop") continue;
+    ojson v;
+    ASSERT_NO_THROW(v = ojson::parse(text)) << text;
+    EXPECT_TRUE(grammar::testing::valid(v, schema, schema)) << text;
+  }
+}
+
 }  // namespace
 }  // namespace ms::server
