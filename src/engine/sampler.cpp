@@ -123,7 +123,7 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab, const SampleOption
     // The lazy filter's candidates are the whole mask's top-k (or argmax):
     // drawn from directly (logprobs, which need every allowed token, take
     // the mask).
-    const bool lazy = !opt.logprobs && (params_.temperature <= 0 || params_.top_k > 0);
+    const bool lazy = !opt.logprobs && (params_.temperature <= 0 || (params_.top_k > 0 && params_.top_k <= kLazyTopK));
     if (lazy && candidates_from_best(*opt.filter)) return params_.temperature <= 0 ? ids_[0] : draw();
     allowed = opt.filter->mask();
   }

@@ -69,8 +69,9 @@ struct SampleOptions {
   // The same constraint asked lazily (when `allowed` is null): greedy and
   // top-k sampling ask the best tokens in turn until they hold the top_k
   // allowed ones, then sample among those: the token and the generator's
-  // state are the whole mask's. Logprobs, sampling without top-k, and a run
-  // of more than kLazyRefusals refused tokens take filter->mask() instead.
+  // state are the whole mask's. Logprobs, sampling without top-k or with a
+  // top-k above kLazyTopK, and more than kLazyRefusals refused tokens take
+  // filter->mask() instead.
   TokenFilter* filter = nullptr;
   // Filled when non-null, with `top_logprobs` alternatives (0..20).
   StepLogprobs* logprobs = nullptr;
@@ -93,8 +94,11 @@ class Sampler {
   // A uniform double in [0, 1) from 53 bits of the generator (exposed for tests).
   double uniform();
 
-  // Refused tokens after which a lazy filter gives way to its whole mask.
+  // Refused tokens after which a lazy filter gives way to its whole mask,
+  // and the largest top-k it serves (asking more tokens one by one than
+  // that costs about what the whole mask does).
   static constexpr int32_t kLazyRefusals = 256;
+  static constexpr int32_t kLazyTopK = 256;
 
  private:
   int32_t pick();

@@ -333,6 +333,14 @@ TEST(Sampler, LazyFilterAsksFewTokensWhereMostAreAllowedAndTheMaskWhereItMust) {
   o.logprobs = nullptr;
   Sampler(open).sample(logits.data(), n, o);
   EXPECT_EQ(f4.masks, 1);
+  // A top-k past kLazyTopK: the mask too (asking that many one by one costs as much).
+  SamplerParams wide = topk;
+  wide.top_k = Sampler::kLazyTopK + 1;
+  CountingFilter f6(flags);
+  o.filter = &f6;
+  Sampler(wide).sample(logits.data(), n, o);
+  EXPECT_EQ(f6.masks, 1);
+  EXPECT_EQ(f6.asked, 0);
   // The best tokens refused: the mask after kLazyRefusals refusals.
   std::vector<uint8_t> rare(n, 0);
   rare[12345] = 1;
