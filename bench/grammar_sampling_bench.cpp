@@ -22,6 +22,7 @@
 #include "engine/sampler.h"
 #include "grammar/json_schema.h"
 #include "grammar/token_mask.h"
+#include "server/grammar_filter.h"
 
 namespace {
 
@@ -97,19 +98,7 @@ void run(benchmark::State& state, bool lazy) {
     const grammar::Matcher& m = states[i++ % states.size()];
     stacks = m.state().size();
     SampleOptions o;
-    struct Filter final : TokenFilter {
-      const grammar::TokenMask& t;
-      const grammar::Matcher& m;
-      std::vector<uint8_t>& a;
-      grammar::StepMemo memo;
-      Filter(const grammar::TokenMask& t_, const grammar::Matcher& m_, std::vector<uint8_t>& a_)
-          : t(t_), m(m_), a(a_), memo(m_) {}
-      bool allows(int32_t id) override { return t.allows(m, memo, id); }
-      const uint8_t* mask() override {
-        t.fill(m, a);
-        return a.data();
-      }
-    } filter(*s.mask, m, allowed);
+    server::GrammarFilter filter(*s.mask, m, allowed);
     if (lazy) {
       o.filter = &filter;
     } else {

@@ -5,6 +5,7 @@
 #include <span>
 #include <system_error>
 
+#include "server/grammar_filter.h"
 #include "server/text_stream.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -320,28 +321,8 @@ void Scheduler::pick_token(Slot& s) {
     // A grammar job: the sampler asks its best tokens one by one, and the
     // vocabulary's whole mask (a walk of its trie: tens of ms inside a
     // string, bench/results/grammar.md) only where it needs every answer.
-    struct GrammarFilter final : TokenFilter {
-      const grammar::TokenMask& mask_of;
-      const grammar::Matcher& matcher;
-      std::vector<uint8_t>& allowed;
-      std::mutex& mask_mutex;
-      grammar::StepMemo memo;
-      GrammarFilter(const grammar::TokenMask& t, const grammar::Matcher& m, std::vector<uint8_t>& a, std::mutex& mu)
-          : mask_of(t), matcher(m), allowed(a), mask_mutex(mu), memo(m) {}
-      bool allows(int32_t id) override { return mask_of.allows(matcher, memo, id); }
-      const uint8_t* mask() override {
-        size_t n;
-        {
-          const std::lock_guard<std::mutex> lock(mask_mutex);
-          n = mask_of.fill(matcher, allowed);
-        }
-        if (n == 0)
-          throw Error("the vocabulary has no token that continues the JSON answer here");
-        return allowed.data();
-      }
-    };
     std::optional<GrammarFilter> filter;
-    if (s.matcher) opt.filter = &filter.emplace(*token_mask_, *s.matcher, s.allowed, mask_mutex_);
+    if (s.matcher) opt.filter = &filter.emplace(*token_mask_, *s.matcher, s.allowed, &mask_mutex_);
     if (s.job.top_logprobs >= 0) {
       opt.logprobs = &s.pick.lp;
       opt.top_logprobs = s.job.top_logprobs;

@@ -5,6 +5,7 @@
 #include "tokenizer/jinja.h"
 
 #include <algorithm>
+#include <bitset>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -13,7 +14,6 @@
 #include <ctime>
 #include <functional>
 #include <map>
-#include <optional>
 #include <set>
 
 #include "util/text_search.h"
@@ -367,11 +367,11 @@ bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' |
 
 std::string strip(const std::string& s, const Value* chars, bool left, bool right) {
   // A table, not a search of `chars` per byte: both can be long.
-  std::optional<ByteSet> set;
-  if (chars && !chars->undef() && !chars->is_null()) set.emplace(chars->str());
-  auto drop = [&](char c) {
-    return set ? set->has(c) : is_space(c);
-  };
+  const bool given = chars && !chars->undef() && !chars->is_null();
+  std::bitset<256> set;
+  if (given)
+    for (char c : chars->str()) set.set(static_cast<unsigned char>(c));
+  auto drop = [&](char c) { return given ? set.test(static_cast<unsigned char>(c)) : is_space(c); };
   size_t b = 0, e = s.size();
   if (left)
     while (b < e && drop(s[b])) ++b;

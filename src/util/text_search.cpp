@@ -45,8 +45,4 @@ size_t find_text(std::string_view text, std::string_view pattern, size_t from) {
   return TextSearch(std::string(pattern)).find(text, from);
 }
 
-ByteSet::ByteSet(std::string_view chars) {
-  for (char c : chars) bits_[static_cast<unsigned char>(c)] = true;
-}
-
 }  // namespace ms

@@ -37,14 +37,4 @@ class TextSearch {
 // One search: the first occurrence of `pattern` in `text` at or after `from`.
 size_t find_text(std::string_view text, std::string_view pattern, size_t from = 0);
 
-// A 256-entry byte set: "is this byte one of `chars`" in constant time.
-class ByteSet {
- public:
-  explicit ByteSet(std::string_view chars);
-  bool has(char c) const { return bits_[static_cast<unsigned char>(c)]; }
-
- private:
-  bool bits_[256] = {};
-};
-
 }  // namespace ms
