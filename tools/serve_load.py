@@ -25,6 +25,9 @@ Definitions (per client count):
              least one request was decoding (the union of the intervals
              from a request's first token to its last): the throughput of
              the decode steps, without the idle gaps between requests.
+             Only requests whose tokens came in two chunks or more count
+             (a server may send all of a short reply in one chunk when the
+             client reads slower than it decodes); "n/a" when none did.
   tok/s (wall)  all completion tokens / the level's wall-clock time.
 Completion tokens come from the stream's usage (stream_options.include_usage);
 a server that sends none has its tokens counted as streamed chunks with text.
@@ -132,12 +135,14 @@ def summarize(clients, results, wall):
     ok = [r for r in results if r.ok]
     ttfts = sorted(r.t_first - r.t_send for r in ok if r.t_first is not None)
     tokens = sum(r.tokens for r in ok)
-    decode_tokens = sum(max(0, r.tokens - 1) for r in ok if r.t_first is not None)
-    window = union_seconds([(r.t_first, r.t_last) for r in ok if r.t_first is not None and r.t_last > r.t_first])
+    timed = [r for r in ok if r.t_first is not None and r.t_last > r.t_first]
+    decode_tokens = sum(max(0, r.tokens - 1) for r in timed)
+    window = union_seconds([(r.t_first, r.t_last) for r in timed])
     return {"clients": clients, "requests": len(results), "failed": len(results) - len(ok),
             "errors": sorted(set(r.error for r in results if not r.ok))[:5], "wall_s": wall,
             "ttft_p50_s": nearest_rank(ttfts, 0.50), "ttft_p99_s": nearest_rank(ttfts, 0.99),
-            "tokens": tokens, "decode_tps": decode_tokens / window if window > 0 else 0.0,
+            "tokens": tokens, "decode_tps": decode_tokens / window if window > 0 else None,
+            "decode_timed_requests": len(timed),
             "wall_tps": tokens / wall if wall else 0.0, "tps_per_client": tokens / wall / clients if wall else 0.0}
 
 
@@ -190,8 +195,9 @@ HEADER = ("| server | clients | requests | failed | TTFT p50 (s) | TTFT p99 (s) 
 
 
 def row(label, r):
-    return "| %s | %d | %d | %d | %.3f | %.3f | %.1f | %.1f | %.1f |" % (
-        label, r["clients"], r["requests"], r["failed"], r["ttft_p50_s"], r["ttft_p99_s"], r["decode_tps"],
+    decode = "n/a" if r["decode_tps"] is None else "%.1f" % r["decode_tps"]
+    return "| %s | %d | %d | %d | %.3f | %.3f | %s | %.1f | %.1f |" % (
+        label, r["clients"], r["requests"], r["failed"], r["ttft_p50_s"], r["ttft_p99_s"], decode,
         r["wall_tps"], r["tps_per_client"])
 
 
