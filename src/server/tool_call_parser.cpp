@@ -1,5 +1,6 @@
 #include "server/tool_call_parser.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 
@@ -38,28 +39,6 @@ std::optional<ojson> parse_json(const std::string& text) {
   } catch (const std::exception&) {
     return std::nullopt;
   }
-}
-
-// Where the JSON value starting at s[from] ('[' or '{') ends (one past its
-// closing bracket), tracking strings and escapes; npos while it is open.
-size_t balanced_end(const std::string& s, size_t from) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (size_t i = from; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') in_string = true;
-    else if (c == '[' || c == '{') ++depth;
-    else if (c == ']' || c == '}') {
-      if (--depth == 0) return i + 1;
-    }
-  }
-  return std::string::npos;
 }
 
 // {"name": "f", "arguments": {...}} (arguments may also come as a string
@@ -173,27 +152,57 @@ std::optional<ParsedToolCall> ToolCallParser::check(ParsedToolCall c) const {
   return c;
 }
 
-std::optional<size_t> ToolCallParser::call_end(bool final) const {
-  if (format_ == ToolCallFormat::Mistral) {
-    size_t i = open_.size();
-    while (i < held_.size() && is_space(held_[i])) ++i;
-    if (i == held_.size()) return final ? std::optional<size_t>(held_.size()) : std::nullopt;
-    size_t from = i;
-    if (held_[i] != '[' && held_[i] != '{') {  // name[ARGS]{...}
-      const size_t a = held_.find(kMistralArgs, i);
-      if (a == std::string::npos) return final ? std::optional<size_t>(held_.size()) : std::nullopt;
-      from = a + kMistralArgs.size();
-      while (from < held_.size() && is_space(held_[from])) ++from;
-      if (from == held_.size()) return final ? std::optional<size_t>(held_.size()) : std::nullopt;
-      if (held_[from] != '{') return from;  // malformed: up to here is the failed call
-    }
-    const size_t end = balanced_end(held_, from);
-    if (end == std::string::npos) return final ? std::optional<size_t>(held_.size()) : std::nullopt;
-    return end;
+std::optional<size_t> ToolCallParser::call_end(bool final) {
+  // Each piece resumes where the last stopped (call_scan_), so a call costs
+  // its length once, not once per piece.
+  CallScan& k = call_scan_;
+  const std::optional<size_t> open_to_end = final ? std::optional<size_t>(held_.size()) : std::nullopt;
+  // A marker not found yet may still begin in its length - 1 last bytes.
+  auto resume_before_tail = [&](const std::string& marker) {
+    k.pos = std::max(k.pos, held_.size() - std::min(held_.size(), marker.size() - 1));
+  };
+  if (format_ != ToolCallFormat::Mistral) {
+    const size_t close = held_.find(kQwenClose, std::max(k.pos, open_.size()));
+    if (close != std::string::npos) return close + kQwenClose.size();
+    resume_before_tail(kQwenClose);
+    return open_to_end;
   }
-  const size_t close = held_.find(kQwenClose, open_.size());
-  if (close != std::string::npos) return close + kQwenClose.size();
-  return final ? std::optional<size_t>(held_.size()) : std::nullopt;
+  if (k.phase == CallScan::Start) {  // spaces, then the JSON value or name[ARGS]{...}
+    k.pos = std::max(k.pos, open_.size());
+    while (k.pos < held_.size() && is_space(held_[k.pos])) ++k.pos;
+    if (k.pos == held_.size()) return open_to_end;
+    k.phase = held_[k.pos] == '[' || held_[k.pos] == '{' ? CallScan::Value : CallScan::Name;
+  }
+  if (k.phase == CallScan::Name) {
+    const size_t a = held_.find(kMistralArgs, k.pos);
+    if (a == std::string::npos) {
+      resume_before_tail(kMistralArgs);
+      return open_to_end;
+    }
+    k.pos = a + kMistralArgs.size();
+    k.phase = CallScan::ArgsSpace;
+  }
+  if (k.phase == CallScan::ArgsSpace) {
+    while (k.pos < held_.size() && is_space(held_[k.pos])) ++k.pos;
+    if (k.pos == held_.size()) return open_to_end;
+    if (held_[k.pos] != '{') return k.pos;  // malformed: up to here is the failed call
+    k.phase = CallScan::Value;
+  }
+  // The JSON value's end (one past its closing bracket), tracking strings
+  // and escapes.
+  for (; k.pos < held_.size(); ++k.pos) {
+    const char c = held_[k.pos];
+    if (k.in_string) {
+      if (k.escaped) k.escaped = false;
+      else if (c == '\\') k.escaped = true;
+      else if (c == '"') k.in_string = false;
+      continue;
+    }
+    if (c == '"') k.in_string = true;
+    else if (c == '[' || c == '{') ++k.depth;
+    else if ((c == ']' || c == '}') && --k.depth == 0) return k.pos + 1;
+  }
+  return open_to_end;
 }
 
 std::optional<std::vector<ParsedToolCall>> ToolCallParser::parse_call(const std::string& text) const {
@@ -281,12 +290,17 @@ std::optional<std::vector<ParsedToolCall>> ToolCallParser::parse_call(const std:
 void ToolCallParser::scan(ToolCallText& out, bool final) {
   // Content goes out but for its trailing whitespace, which waits in gap_:
   // if only a call follows it, it was the gap before the call.
+  // Linear in the text: a long run of whitespace grows gap_ once.
   auto content = [&](const std::string& text) {
-    const std::string s = gap_ + text;
-    size_t keep = s.size();
-    while (keep > 0 && is_space(s[keep - 1])) --keep;
-    out.content += s.substr(0, keep);
-    gap_ = s.substr(keep);
+    size_t keep = text.size();
+    while (keep > 0 && is_space(text[keep - 1])) --keep;
+    if (keep == 0) {
+      gap_ += text;
+      return;
+    }
+    out.content += gap_;
+    out.content.append(text, 0, keep);
+    gap_.assign(text, keep);
   };
   for (;;) {
     if (held_.rfind(open_, 0) == 0) {
@@ -294,6 +308,7 @@ void ToolCallParser::scan(ToolCallText& out, bool final) {
       if (!end) return;  // the call is still arriving
       const std::string text = held_.substr(0, *end);
       held_.erase(0, *end);
+      call_scan_ = CallScan{};
       if (auto calls = parse_call(text)) {
         gap_.clear();
         for (ParsedToolCall& c : *calls) out.calls.push_back(std::move(c));

@@ -66,7 +66,7 @@ class ToolCallParser {
   void scan(ToolCallText& out, bool final);
   // The call starting at held_[0] (an opening marker), when its end is in
   // held_: its length and the calls in it (none when malformed).
-  std::optional<size_t> call_end(bool final) const;
+  std::optional<size_t> call_end(bool final);
   std::optional<std::vector<ParsedToolCall>> parse_call(const std::string& text) const;
   std::optional<ParsedToolCall> check(ParsedToolCall c) const;
   const nlohmann::json* tool(const std::string& name) const;
@@ -76,6 +76,14 @@ class ToolCallParser {
   std::string open_;  // the opening marker: <tool_call> or [TOOL_CALLS]
   std::string held_;  // text not yet returned
   std::string gap_;   // whitespace returned later, unless only a call follows
+  // How far call_end has read the call at held_[0] (reset when it is taken).
+  struct CallScan {
+    enum Phase { Start, Name, ArgsSpace, Value } phase = Start;
+    size_t pos = 0;
+    int depth = 0;
+    bool in_string = false, escaped = false;
+  };
+  CallScan call_scan_;
   size_t n_calls_ = 0;
 };
 

@@ -4,6 +4,7 @@
 // a call may leak into content).
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -47,30 +48,45 @@ const char* kMixtral =
     "[TOOL_CALLS] [{\"name\": \"get_current_temperature\", \"arguments\": {\"location\": \"Paris, France\", "
     "\"unit\": \"celsius\"}}]";
 
+// `text` fed in the given pieces, then flushed.
+ToolCallText parse_in_pieces(ToolCallFormat f, const json& tool_list, const std::string& text,
+                             const std::vector<size_t>& cuts) {
+  ToolCallParser p(f, tool_list);
+  ToolCallText got;
+  size_t at = 0;
+  auto take = [&](ToolCallText o) {
+    got.content += o.content;
+    for (auto& c : o.calls) got.calls.push_back(c);
+  };
+  for (const size_t cut : cuts) {
+    take(p.push(text.substr(at, cut - at)));
+    at = cut;
+  }
+  take(p.push(text.substr(at)));
+  take(p.flush());
+  return got;
+}
+
+void expect_same_calls(const ToolCallText& got, const ToolCallText& whole, const std::string& where) {
+  ASSERT_EQ(got.content, whole.content) << where;
+  ASSERT_EQ(got.calls.size(), whole.calls.size()) << where;
+  for (size_t i = 0; i < got.calls.size(); ++i) {
+    EXPECT_EQ(got.calls[i].name, whole.calls[i].name) << where;
+    EXPECT_EQ(got.calls[i].arguments, whole.calls[i].arguments) << where;
+  }
+}
+
 // The result of feeding `text` split at every pair of byte offsets (three
-// pieces), compared with the whole parse.
+// pieces), and a byte at a time, compared with the whole parse.
 void expect_same_at_every_split(ToolCallFormat f, const std::string& text) {
   const ToolCallText whole = parse_tool_calls(f, tools(), text);
-  for (size_t a = 0; a <= text.size(); ++a) {
-    for (size_t b = a; b <= text.size(); b += 1 + text.size() / 40) {
-      ToolCallParser p(f, tools());
-      ToolCallText got;
-      for (const std::string& piece : {text.substr(0, a), text.substr(a, b - a), text.substr(b)}) {
-        ToolCallText o = p.push(piece);
-        got.content += o.content;
-        for (auto& c : o.calls) got.calls.push_back(c);
-      }
-      ToolCallText o = p.flush();
-      got.content += o.content;
-      for (auto& c : o.calls) got.calls.push_back(c);
-      ASSERT_EQ(got.content, whole.content) << "split at " << a << ", " << b;
-      ASSERT_EQ(got.calls.size(), whole.calls.size()) << "split at " << a << ", " << b;
-      for (size_t i = 0; i < got.calls.size(); ++i) {
-        EXPECT_EQ(got.calls[i].name, whole.calls[i].name);
-        EXPECT_EQ(got.calls[i].arguments, whole.calls[i].arguments);
-      }
-    }
-  }
+  std::vector<size_t> every_byte;
+  for (size_t i = 1; i < text.size(); ++i) every_byte.push_back(i);
+  expect_same_calls(parse_in_pieces(f, tools(), text, every_byte), whole, "a byte at a time");
+  for (size_t a = 0; a <= text.size(); ++a)
+    for (size_t b = a; b <= text.size(); b += 1 + text.size() / 40)
+      expect_same_calls(parse_in_pieces(f, tools(), text, {a, b}), whole,
+                        "split at " + std::to_string(a) + ", " + std::to_string(b));
 }
 
 TEST(ToolCallFormat, DetectedFromTheTemplateThenTheVocabulary) {
@@ -223,6 +239,13 @@ TEST(ToolCallParser, MistralArrayOfCalls) {
   EXPECT_EQ(n.calls[0].id, "a1b2c3d4e");
   EXPECT_EQ(n.calls[1].arguments, "{\"label\":\"x]}\"}");  // brackets inside a string do not end the call
   expect_same_at_every_split(ToolCallFormat::Mistral, nemo);
+
+  // An escaped quote does not end the string: the brackets after it are text.
+  const std::string escaped = "[TOOL_CALLS]set_alarm[ARGS]{\"label\": \"a\\\"}]\"}";
+  const ToolCallText e = parse_tool_calls(ToolCallFormat::Mistral, tools(), escaped);
+  ASSERT_EQ(e.calls.size(), 1u) << e.content;
+  EXPECT_EQ(e.calls[0].arguments, "{\"label\":\"a\\\"}]\"}");
+  expect_same_at_every_split(ToolCallFormat::Mistral, escaped);
 }
 
 TEST(ToolCallParser, MistralNameArgsSpelling) {
@@ -257,6 +280,51 @@ TEST(ToolCallParser, PrefillPlusOutputParsesAsACall) {
   const std::string mistral = tool_call_prefill(ToolCallFormat::Mistral, "set_alarm") + "{\"hour\": 7}}]";
   EXPECT_EQ(parse_tool_calls(ToolCallFormat::Mistral, tools(), mistral).calls.at(0).arguments, "{\"hour\":7}");
   EXPECT_EQ(tool_call_prefill(ToolCallFormat::Harmony, "set_alarm"), "");
+}
+
+// Texts made of the formats' markers, JSON brackets, strings with escapes,
+// spaces and words, fed in random pieces: the same as whole, for each format.
+TEST(ToolCallParser, RandomTextsInRandomPiecesAsWhole) {
+  std::mt19937 rng(11);
+  const std::vector<std::string> bits = {
+      "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "<function=set_alarm>", "<parameter=hour>",
+      "</parameter>", "</function>", "{", "}", "[", "]", "\"", "\\", " ", "\n", "  \n ", "set_alarm",
+      "{\"name\": \"set_alarm\", \"arguments\": {\"hour\": 7}}", "\"name\"", ": ", "7", "x", "<tool_", "[TOOL"};
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string text;
+    const int n = 1 + static_cast<int>(rng() % 24);
+    for (int k = 0; k < n; ++k) text += bits[rng() % bits.size()];
+    std::vector<size_t> cuts;
+    for (size_t i = 1; i < text.size(); ++i)
+      if (rng() % 3 == 0) cuts.push_back(i);
+    for (const ToolCallFormat f : {ToolCallFormat::QwenJson, ToolCallFormat::QwenXml, ToolCallFormat::Mistral}) {
+      const ToolCallText whole = parse_tool_calls(f, json::array(), text);
+      expect_same_calls(parse_in_pieces(f, json::array(), text, cuts), whole,
+                        std::string(tool_call_format_name(f)) + ": '" + text + "'");
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// A long call and a long run of whitespace, a few bytes a piece (each piece
+// resumes the scan; the results are those of the whole text).
+TEST(ToolCallParser, LongCallsInManySmallPieces) {
+  std::string args;
+  for (int i = 0; i < 20000; ++i) args += "{\"a\": ";
+  args += "1";
+  for (int i = 0; i < 20000; ++i) args += "}";
+  const std::string mistral = "[TOOL_CALLS]set_alarm[ARGS]" + args;
+  std::string qwen = "<tool_call>\n{\"name\": \"set_alarm\", \"arguments\": {\"label\": \"";
+  qwen += std::string(200000, 'x') + "\"}}\n</tool_call>";
+  const std::string spaces = "done" + std::string(200000, ' ') + "<tool_call>\n{\"name\": \"set_alarm\"}\n</tool_call>";
+  for (const auto& [f, text] : {std::pair{ToolCallFormat::Mistral, mistral}, std::pair{ToolCallFormat::QwenJson, qwen},
+                                std::pair{ToolCallFormat::QwenJson, spaces}}) {
+    std::vector<size_t> cuts;
+    for (size_t i = 3; i < text.size(); i += 3) cuts.push_back(i);
+    const ToolCallText got = parse_in_pieces(f, json::array(), text, cuts);
+    expect_same_calls(got, parse_tool_calls(f, json::array(), text), text.substr(0, 40));
+    EXPECT_EQ(got.calls.size(), f == ToolCallFormat::Mistral ? 0u : 1u);  // 20000 levels: past the JSON depth limit
+  }
 }
 
 TEST(ToolCallParser, NoneFormatPassesTextThrough) {
