@@ -25,13 +25,9 @@ class GrammarFilter final : public TokenFilter {
   bool allows(int32_t id) override { return vocab_.allows(matcher_, memo_, id); }
 
   const uint8_t* mask() override {
-    size_t n;
-    if (mask_mutex_) {
-      const std::lock_guard<std::mutex> lock(*mask_mutex_);
-      n = vocab_.fill(matcher_, allowed_);
-    } else {
-      n = vocab_.fill(matcher_, allowed_);
-    }
+    std::unique_lock<std::mutex> lock;
+    if (mask_mutex_) lock = std::unique_lock<std::mutex>(*mask_mutex_);
+    const size_t n = vocab_.fill(matcher_, allowed_);
     if (n == 0) throw Error("the vocabulary has no token that continues the JSON answer here");
     return allowed_.data();
   }
