@@ -72,6 +72,67 @@ int32_t argmax(const float* x, int32_t n) {
   return 0;  // not reached: m is one of the values
 }
 
+namespace {
+
+float rank_value(float v) { return std::isnan(v) ? -std::numeric_limits<float>::infinity() : v; }
+
+// The largest of 16 values, -inf when all are NaN (a NaN never wins:
+// maxps(v, acc) returns acc when v is NaN).
+float max16(const float* x) {
+#if defined(__SSE2__)
+  __m128 acc = _mm_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int i = 0; i < 16; i += 4) acc = _mm_max_ps(_mm_loadu_ps(x + i), acc);
+  alignas(16) float lanes[4];
+  _mm_store_ps(lanes, acc);
+  return std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3]));
+#else
+  float m = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < 16; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+#endif
+}
+
+}  // namespace
+
+// A heap of the k best so far, its worst in front (NaN ranks as -inf, so
+// the order stays a strict one whatever the values). A value enters only when
+// it beats that worst one strictly: an equal value comes later, so its index
+// is higher and it ranks after. Most of a vocabulary's logits are far below
+// the k-th best, so most blocks of 64 are passed over after one max.
+void best_ids(const float* x, int32_t n, int32_t k, std::vector<int32_t>& out) {
+  struct Item {
+    float v;
+    int32_t id;
+  };
+  auto ranks_before = [](const Item& a, const Item& b) { return a.v > b.v || (a.v == b.v && a.id < b.id); };
+  std::vector<Item> heap;
+  heap.reserve(static_cast<size_t>(k));
+  int32_t i = 0;
+  for (; i < k; ++i) heap.push_back({rank_value(x[i]), i});
+  std::make_heap(heap.begin(), heap.end(), ranks_before);
+  float worst = heap.front().v;
+  constexpr int32_t kBlock = 64;
+  while (i < n) {
+    if (i + kBlock <= n) {
+      const float m = std::max(std::max(max16(x + i), max16(x + i + 16)), std::max(max16(x + i + 32), max16(x + i + 48)));
+      if (!(m > worst)) {
+        i += kBlock;
+        continue;
+      }
+    }
+    for (const int32_t end = std::min(n, i + kBlock); i < end; ++i) {
+      if (!(x[i] > worst)) continue;
+      std::pop_heap(heap.begin(), heap.end(), ranks_before);
+      heap.back() = {x[i], i};
+      std::push_heap(heap.begin(), heap.end(), ranks_before);
+      worst = heap.front().v;
+    }
+  }
+  std::sort(heap.begin(), heap.end(), ranks_before);
+  out.resize(heap.size());
+  for (size_t j = 0; j < heap.size(); ++j) out[j] = heap[j].id;
+}
+
 Sampler::Sampler(const SamplerParams& params) : params_(params), rng_(params.seed) { params_.validate(); }
 
 void Sampler::reset() {
@@ -91,6 +152,11 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) { return sample(lo
 
 int32_t Sampler::sample(const float* logits, int32_t n_vocab, const SampleOptions& opt) {
   if (n_vocab <= 0) throw Error("sampling: empty logits");
+  const bool penalised = !recent_.empty() && (params_.repeat_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+                                              params_.frequency_penalty != 0.0f);
+  // Plain greedy reads the logits as they are: no copy of the vocabulary's row.
+  if (params_.temperature <= 0 && !penalised && !opt.allowed && !opt.filter && !opt.logprobs)
+    return argmax(logits, n_vocab);
   work_.assign(logits, logits + n_vocab);
   // Repetition penalty (each distinct recent token once): positive logits are
   // divided, negative ones multiplied, so the token always becomes less likely.
@@ -140,6 +206,21 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab, const SampleOption
   return id;
 }
 
+// The k best of work_, best first (lower id first on ties).
+void Sampler::sorted_best(int32_t k, std::vector<int32_t>& out) const {
+  const int32_t n = static_cast<int32_t>(work_.size());
+  if (k < n) {
+    best_ids(work_.data(), n, k, out);
+    return;
+  }
+  out.resize(static_cast<size_t>(n));
+  std::iota(out.begin(), out.end(), 0);
+  std::sort(out.begin(), out.end(), [&](int32_t a, int32_t b) {
+    const float va = rank_value(work_[a]), vb = rank_value(work_[b]);
+    return va > vb || (va == vb && a < b);
+  });
+}
+
 // The lazy filter (SampleOptions::filter): the best tokens (by penalised
 // logit, lower id first on ties: pick()'s order) are asked in turn, in
 // growing sorted prefixes, until `need` are allowed: the argmax, or top-k's
@@ -156,14 +237,11 @@ bool Sampler::candidates_from_best(TokenFilter& filter) {
     ids_.assign(1, best);
     return true;
   }
-  ids_.resize(static_cast<size_t>(n));
-  std::iota(ids_.begin(), ids_.end(), 0);
-  auto better = [&](int32_t a, int32_t b) { return work_[a] > work_[b] || (work_[a] == work_[b] && a < b); };
   int32_t found = 0, refused = need == 1 ? 1 : 0, asked = 0;
   for (int32_t sorted = 0, upto = std::min(n, std::max(64, 2 * need)); sorted < n;
        sorted = upto, upto = static_cast<int32_t>(std::min<int64_t>(n, int64_t{upto} * 4))) {
-    // The next best tokens after the `sorted` already in order.
-    std::partial_sort(ids_.begin() + sorted, ids_.begin() + upto, ids_.end(), better);
+    // The best `upto` in order (the `sorted` asked already are its front).
+    sorted_best(upto, ids_);
     for (; asked < upto; ++asked) {
       if (need == 1 && ids_[static_cast<size_t>(asked)] == best) continue;  // asked above: refused
       const int32_t id = ids_[static_cast<size_t>(asked)];
@@ -195,10 +273,8 @@ void Sampler::fill_logprobs(int32_t id, const SampleOptions& opt) {
   out.top.clear();
   const int32_t k = std::min<int32_t>(std::max(opt.top_logprobs, 0), n);
   if (k == 0) return;
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  std::iota(ids.begin(), ids.end(), 0);
-  auto better = [&](int32_t a, int32_t b) { return work_[a] > work_[b] || (work_[a] == work_[b] && a < b); };
-  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), better);
+  std::vector<int32_t> ids;
+  sorted_best(k, ids);
   for (int32_t i = 0; i < k; ++i) {
     const float v = work_[static_cast<size_t>(ids[static_cast<size_t>(i)])];
     if (!(v > -std::numeric_limits<float>::infinity())) break;  // masked tokens are not alternatives
@@ -212,12 +288,7 @@ int32_t Sampler::pick() {
   if (params_.temperature <= 0) return argmax(work_.data(), n_vocab);
 
   // Candidates sorted by logit (descending, lower id first on ties), cut to top-k.
-  ids_.resize(static_cast<size_t>(n_vocab));
-  std::iota(ids_.begin(), ids_.end(), 0);
-  const int32_t k = params_.top_k > 0 ? std::min(params_.top_k, n_vocab) : n_vocab;
-  auto better = [&](int32_t a, int32_t b) { return work_[a] > work_[b] || (work_[a] == work_[b] && a < b); };
-  std::partial_sort(ids_.begin(), ids_.begin() + k, ids_.end(), better);
-  ids_.resize(static_cast<size_t>(k));
+  sorted_best(params_.top_k > 0 ? std::min(params_.top_k, n_vocab) : n_vocab, ids_);
   return draw();
 }
 

@@ -103,6 +103,7 @@ class Sampler {
  private:
   int32_t pick();
   int32_t draw();
+  void sorted_best(int32_t k, std::vector<int32_t>& out) const;
   bool candidates_from_best(TokenFilter& filter);
   void fill_logprobs(int32_t id, const SampleOptions& opt);
   SamplerParams params_;
@@ -115,5 +116,11 @@ class Sampler {
 
 // The index of the largest value; the lowest index among equal maxima.
 int32_t argmax(const float* x, int32_t n);
+
+// The k best indices of x (largest value first, the lower index first among
+// equal values), in out: what a partial sort of every index gives, in one
+// pass that skips whole blocks below the k-th best so far. NaN ranks as -inf;
+// 0 < k <= n.
+void best_ids(const float* x, int32_t n, int32_t k, std::vector<int32_t>& out);
 
 }  // namespace ms

@@ -66,6 +66,43 @@ TEST(Sampler, ArgmaxMatchesOnePassLoop) {
   EXPECT_EQ(argmax(big.data(), 151936), 77);
 }
 
+// best_ids against a partial sort of every index by (value descending, lower
+// index first; NaN as -inf): lengths around the 16- and 64-value blocks, every
+// k, many ties, infinities, NaNs and signed zeros; and a vocabulary's size.
+TEST(Sampler, BestIdsMatchPartialSort) {
+  std::mt19937 rng(5);
+  const float specials[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 3.0f};
+  auto reference = [](const std::vector<float>& x, int32_t k) {
+    auto key = [](float v) { return std::isnan(v) ? -INFINITY : v; };
+    std::vector<int32_t> ids(x.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+      return key(x[a]) > key(x[b]) || (key(x[a]) == key(x[b]) && a < b);
+    });
+    ids.resize(static_cast<size_t>(k));
+    return ids;
+  };
+  std::vector<int32_t> got;
+  for (int n = 1; n <= 200; n += (n < 140 ? 1 : 7)) {
+    for (int trial = 0; trial < 6; ++trial) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (auto& v : x) v = trial % 2 ? static_cast<float>(rng() % 7) - 3.0f : std::normal_distribution<float>()(rng);
+      for (int s = 0; s < trial % 4; ++s) x[rng() % n] = specials[rng() % 6];
+      for (int32_t k = 1; k <= n; ++k) {
+        best_ids(x.data(), n, k, got);
+        ASSERT_EQ(got, reference(x, k)) << "n " << n << " k " << k << " trial " << trial;
+      }
+    }
+  }
+  std::vector<float> big(151936);
+  for (auto& v : big) v = std::normal_distribution<float>(0.0f, 3.0f)(rng);
+  for (int i = 0; i < 64; ++i) big[rng() % big.size()] = 12.5f;  // ties at the top
+  for (const int32_t k : {1, 40, 64, 256, 4096}) {
+    best_ids(big.data(), static_cast<int32_t>(big.size()), k, got);
+    ASSERT_EQ(got, reference(big, k)) << "k " << k;
+  }
+}
+
 TEST(Sampler, RepetitionPenaltyDividesPositiveMultipliesNegative) {
   SamplerParams p = plain(0.0f);
   p.repeat_penalty = 2.0f;
