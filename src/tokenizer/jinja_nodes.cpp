@@ -21,6 +21,26 @@ void emit(std::string& out, const std::string& text) {
   out += text;
 }
 
+// A filter's or an operator's result; its error, if any, names the
+// expression's line (limits, cancellation and raise_exception go out as
+// they are, as does an error that already names a line).
+template <class F>
+Value at_line(int line, F&& compute) {
+  try {
+    return compute();
+  } catch (const TemplateRaised&) {
+    throw;
+  } catch (const LimitExceeded&) {
+    throw;
+  } catch (const Cancelled&) {
+    throw;
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    if (m.rfind("jinja: line", 0) == 0) throw;
+    fail("line " + std::to_string(line) + ": " + m.substr(7));
+  }
+}
+
 }  // namespace
 
 Flow render_body(const Body& body, Context& c, std::string& out) {
@@ -95,21 +115,11 @@ Value FilterExpr::apply(Context& c, const Value& v) const {
   Kwargs kw;
   for (const ExprP& e : args) a.push_back(e->eval(c));
   for (const auto& [k, e] : kwargs) kw.emplace_back(k, e->eval(c));
-  try {
+  return at_line(line, [&] {
     Value r = run_filter(name, v, a, kw);
     count_built(r.k == Value::K::Ns ? *r.ns : r.j);
     return r;
-  } catch (const TemplateRaised&) {
-    throw;
-  } catch (const LimitExceeded&) {
-    throw;
-  } catch (const Cancelled&) {
-    throw;
-  } catch (const Error& e) {
-    const std::string m = e.what();
-    if (m.rfind("jinja: line", 0) == 0) throw;
-    fail("line " + std::to_string(line) + ": " + m.substr(7));
-  }
+  });
 }
 
 Value FilterExpr::do_eval(Context& c) const { return apply(c, value->eval(c)); }
@@ -157,21 +167,11 @@ Value Binary::do_eval(Context& c) const {
     return truthy(a) ? a : r->eval(c);
   }
   Value a = l->eval(c), b = r->eval(c);
-  try {
+  return at_line(line, [&] {
     Value v = apply(a, b);
     count_built(v.j);
     return v;
-  } catch (const TemplateRaised&) {
-    throw;
-  } catch (const LimitExceeded&) {
-    throw;
-  } catch (const Cancelled&) {
-    throw;
-  } catch (const Error& e) {
-    const std::string m = e.what();
-    if (m.rfind("jinja: line", 0) == 0) throw;
-    fail("line " + std::to_string(line) + ": " + m.substr(7));
-  }
+  });
 }
 
 Value Binary::apply(const Value& a, const Value& b) const {
