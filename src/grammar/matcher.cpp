@@ -12,21 +12,44 @@ namespace {
 constexpr int kMaxExpandDepth = 4096;
 }  // namespace
 
-Matcher::Matcher(const Grammar& g, MatcherLimits limits) : g_(&g), limits_(limits) {
-  for (uint32_t a : g.rule_alts.at(g.root)) {
-    Stack t{a};
-    expand(t, state_, 0);
+void StackSet::normalize(size_t max_stacks) {
+  std::vector<uint32_t> order(size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto less = [&](uint32_t a, uint32_t b) {
+    const Stack x = (*this)[a], y = (*this)[b];
+    return std::lexicographical_compare(x.begin(), x.end(), y.begin(), y.end());
+  };
+  std::sort(order.begin(), order.end(), less);
+  StackSet out;
+  out.data_.reserve(data_.size());
+  out.begin_.reserve(begin_.size());
+  for (size_t k = 0; k < order.size() && out.size() < max_stacks; ++k) {
+    const Stack s = (*this)[order[k]];
+    if (!out.empty()) {
+      const Stack last = out[out.size() - 1];
+      if (std::equal(s.begin(), s.end(), last.begin(), last.end())) continue;
+    }
+    out.push(s);
   }
-  normalize(state_);
+  *this = std::move(out);
+}
+
+Matcher::Matcher(const Grammar& g, MatcherLimits limits) : g_(&g), limits_(limits) {
+  Scratch scratch;
+  for (uint32_t a : g.rule_alts.at(g.root)) {
+    std::vector<uint32_t> t{a};
+    expand(t, state_, 0, scratch);
+  }
+  state_.normalize(limits_.max_stacks);
 }
 
 // Brings a stack whose top may be a rule reference or an End to stacks whose
 // tops are byte sets (or to the empty stack: complete), appending them to out.
-void Matcher::expand(Stack& s, State& out, int depth) const {
+void Matcher::expand(std::vector<uint32_t>& s, State& out, int depth, Scratch& scratch) const {
   if (depth > kMaxExpandDepth) throw Error("grammar: expansion runs too deep (a left-recursive grammar?)");
   while (!s.empty() && g_->elems[s.back()].kind == Element::Kind::End) s.pop_back();
   if (s.empty() || g_->elems[s.back()].kind == Element::Kind::Bytes) {
-    out.push_back(s);
+    out.push(s);
     return;
   }
   const uint32_t pos = s.back();
@@ -37,41 +60,40 @@ void Matcher::expand(Stack& s, State& out, int depth) const {
   s.back() = pos + 1;
   while (!s.empty() && g_->elems[s.back()].kind == Element::Kind::End) s.pop_back();
   if (s.size() >= limits_.max_depth) return;  // nested too deep: this path is dropped
+  while (scratch.size() <= static_cast<size_t>(depth) + 1) scratch.emplace_back();
   for (uint32_t a : g_->rule_alts[rule]) {
-    Stack t = s;
+    // Each alternative from a copy of s: the expansion pops what it ends.
+    std::vector<uint32_t>& t = scratch[static_cast<size_t>(depth) + 1];
+    t.assign(s.begin(), s.end());
     t.push_back(a);
-    expand(t, out, depth + 1);
+    expand(t, out, depth + 1, scratch);
   }
-}
-
-void Matcher::normalize(State& s) const {
-  std::sort(s.begin(), s.end());
-  s.erase(std::unique(s.begin(), s.end()), s.end());
-  if (s.size() > limits_.max_stacks) s.resize(limits_.max_stacks);
 }
 
 void Matcher::step(const State& in, uint8_t byte, State& out) const {
   out.clear();
-  for (const Stack& s : in) {
+  Scratch scratch(1);
+  for (const StackSet::Stack s : in) {
     if (s.empty()) continue;
     const Element& e = g_->elems[s.back()];
     if (!g_->sets[e.arg][byte]) continue;
-    Stack t = s;
+    std::vector<uint32_t>& t = scratch[0];
+    t.assign(s.begin(), s.end());
     t.back() += 1;
-    expand(t, out, 0);
+    expand(t, out, 0, scratch);
   }
-  normalize(out);
+  out.normalize(limits_.max_stacks);
 }
 
 bool Matcher::can_end(const State& s) {
-  for (const Stack& st : s)
+  for (const StackSet::Stack st : s)
     if (st.empty()) return true;
   return false;
 }
 
 ByteSet Matcher::next_bytes(const State& s) const {
   ByteSet out;
-  for (const Stack& st : s)
+  for (const StackSet::Stack st : s)
     if (!st.empty()) out |= g_->sets[g_->elems[st.back()].arg];
   return out;
 }

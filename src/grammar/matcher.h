@@ -12,12 +12,63 @@
 // the grammar's rules are all productive (Builder::finish).
 #pragma once
 #include <cstdint>
+#include <deque>
+#include <span>
 #include <string_view>
 #include <vector>
 
 #include "grammar/grammar.h"
 
 namespace ms::grammar {
+
+// A matcher's state: a set of parse stacks stored flat, one buffer for all
+// of them (a step makes hundreds of stacks where alternatives are open: one
+// allocation each cost more than the step itself). Stack i is the positions
+// data_[begin_[i] .. begin_[i + 1]), its top last.
+class StackSet {
+ public:
+  using Stack = std::span<const uint32_t>;
+
+  size_t size() const { return begin_.size() - 1; }
+  bool empty() const { return begin_.size() == 1; }
+  Stack operator[](size_t i) const { return Stack(data_.data() + begin_[i], begin_[i + 1] - begin_[i]); }
+  void clear() {
+    data_.clear();
+    begin_.assign(1, 0);
+  }
+  void push(Stack s) {
+    data_.insert(data_.end(), s.begin(), s.end());
+    begin_.push_back(static_cast<uint32_t>(data_.size()));
+  }
+  // Sorts the stacks (lexicographically, a shorter prefix first), drops
+  // duplicates, and keeps the first max_stacks.
+  void normalize(size_t max_stacks);
+
+  class Iterator {
+   public:
+    Iterator(const StackSet* set, size_t i) : set_(set), i_(i) {}
+    Stack operator*() const { return (*set_)[i_]; }
+    Iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    bool operator!=(const Iterator& o) const { return i_ != o.i_; }
+
+   private:
+    const StackSet* set_;
+    size_t i_;
+  };
+  Iterator begin() const { return Iterator(this, 0); }
+  Iterator end() const { return Iterator(this, size()); }
+
+  // Normalized sets are equal exactly when their buffers are.
+  bool operator==(const StackSet& o) const { return begin_ == o.begin_ && data_ == o.data_; }
+  bool operator<(const StackSet& o) const { return begin_ != o.begin_ ? begin_ < o.begin_ : data_ < o.data_; }
+
+ private:
+  std::vector<uint32_t> data_;
+  std::vector<uint32_t> begin_{0};
+};
 
 struct MatcherLimits {
   size_t max_depth = 512;   // positions per stack (nesting of the value)
@@ -26,8 +77,7 @@ struct MatcherLimits {
 
 class Matcher {
  public:
-  using Stack = std::vector<uint32_t>;
-  using State = std::vector<Stack>;
+  using State = StackSet;
 
   explicit Matcher(const Grammar& g, MatcherLimits limits = {});
 
@@ -51,8 +101,10 @@ class Matcher {
   ByteSet next_bytes(const State& s) const;
 
  private:
-  void expand(Stack& s, State& out, int depth) const;
-  void normalize(State& s) const;
+  // Work stacks for expand, one per level of its recursion (reused within a
+  // step; a deque, so growing it leaves the levels in use where they are).
+  using Scratch = std::deque<std::vector<uint32_t>>;
+  void expand(std::vector<uint32_t>& s, State& out, int depth, Scratch& scratch) const;
 
   const Grammar* g_;
   MatcherLimits limits_;
