@@ -2,6 +2,10 @@
 // repetition bounds, alternatives, recursion, and what finish() refuses.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+#include <vector>
+
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
 
@@ -123,6 +127,32 @@ TEST(Grammar, DumpNamesRules) {
   const std::string d = b.finish(r).dump();
   EXPECT_NE(d.find("greeting ::="), std::string::npos);
   EXPECT_NE(d.find("\"h\" \"i\""), std::string::npos);
+}
+
+// StackSet::normalize against the vector-of-stacks definition: sorted
+// lexicographically (a prefix first), duplicates dropped, the first
+// max_stacks kept; empty stacks and shared prefixes included.
+TEST(StackSet, NormalizeIsSortUniqueTruncate) {
+  std::mt19937 rng(9);
+  for (int trial = 0; trial < 500; ++trial) {
+    std::vector<std::vector<uint32_t>> ref;
+    StackSet set;
+    const int n = static_cast<int>(rng() % 40);
+    for (int i = 0; i < n; ++i) {
+      std::vector<uint32_t> st(rng() % 5);
+      for (uint32_t& v : st) v = rng() % 3;
+      ref.push_back(st);
+      set.push(st);
+    }
+    const size_t max_stacks = 1 + rng() % 30;
+    std::sort(ref.begin(), ref.end());
+    ref.erase(std::unique(ref.begin(), ref.end()), ref.end());
+    if (ref.size() > max_stacks) ref.resize(max_stacks);
+    set.normalize(max_stacks);
+    std::vector<std::vector<uint32_t>> got;
+    for (const StackSet::Stack st : set) got.emplace_back(st.begin(), st.end());
+    ASSERT_EQ(got, ref) << "trial " << trial;
+  }
 }
 
 }  // namespace
