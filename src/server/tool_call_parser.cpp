@@ -17,6 +17,10 @@ const std::string kQwenClose = "</tool_call>";
 const std::string kMistralOpen = "[TOOL_CALLS]";
 const std::string kMistralArgs = "[ARGS]";
 
+// JSON as text; bytes that are not UTF-8 (which serve's detokenizer never
+// passes, but the parser's callers may) become U+FFFD instead of an exception.
+std::string json_text(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
 std::string trim(const std::string& s) {
@@ -57,7 +61,7 @@ std::optional<ParsedToolCall> call_from_json(const ojson& j) {
     }
   }
   if (!args.is_object()) return std::nullopt;
-  c.arguments = args.dump();
+  c.arguments = json_text(args);
   if (j.contains("id") && j["id"].is_string()) c.id = j["id"].get<std::string>();
   return c;
 }
@@ -229,7 +233,7 @@ std::optional<std::vector<ParsedToolCall>> ToolCallParser::parse_call(const std:
     c.name = trim(b.substr(0, a));
     auto args = parse_json(b.substr(a + kMistralArgs.size()));
     if (!args || !args->is_object()) return std::nullopt;
-    c.arguments = args->dump();
+    c.arguments = json_text(*args);
     auto checked = check(c);
     if (!checked) return std::nullopt;
     out.push_back(*checked);
@@ -280,7 +284,7 @@ std::optional<std::vector<ParsedToolCall>> ToolCallParser::parse_call(const std:
     args[pname] = typed_parameter(value, schema);
     i = vend + kParamEnd.size();
   }
-  c.arguments = args.dump();
+  c.arguments = json_text(args);
   auto checked = check(c);
   if (!checked) return std::nullopt;
   out.push_back(*checked);
@@ -367,7 +371,7 @@ ToolCallText parse_tool_calls(ToolCallFormat format, const nlohmann::json& tools
 }
 
 std::string tool_call_prefill(ToolCallFormat format, const std::string& name) {
-  const std::string quoted = nlohmann::json(name).dump();
+  const std::string quoted = json_text(ojson(name));
   switch (format) {
     case ToolCallFormat::QwenJson:
       return name.empty() ? "<tool_call>\n{\"name\": \"" : "<tool_call>\n{\"name\": " + quoted + ", \"arguments\": ";

@@ -327,6 +327,17 @@ TEST(ToolCallParser, LongCallsInManySmallPieces) {
   }
 }
 
+// Bytes that are not UTF-8 in a call (serve's detokenizer never passes them,
+// but the parser may be given any text): replaced, not an exception.
+TEST(ToolCallParser, InvalidUtf8InACallIsReplaced) {
+  const std::string xml = "<tool_call>\n<function=set_alarm>\n<parameter=label>\nwake \xff\xfe up\n</parameter>\n"
+                          "</function>\n</tool_call>";
+  const ToolCallText r = parse_tool_calls(ToolCallFormat::QwenXml, tools(), xml);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, "{\"label\":\"wake \xef\xbf\xbd\xef\xbf\xbd up\"}");
+  expect_same_at_every_split(ToolCallFormat::QwenXml, xml);
+}
+
 TEST(ToolCallParser, NoneFormatPassesTextThrough) {
   ToolCallParser p(ToolCallFormat::None, tools());
   EXPECT_EQ(p.push(kQwenTwoCalls).content, kQwenTwoCalls);
