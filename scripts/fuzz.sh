@@ -14,6 +14,7 @@ TARGETS=(
   "jinja fuzz/corpus_jinja 65536"   # the chat-template engine (templates from GGUF files)
   "tool_call fuzz/corpus_tool_call 16384"  # model replies through the tool-call parser, whole vs streamed
   "tokenizer fuzz/corpus_tokenizer 8192"   # a client's text through the tokenizers (round trip)
+  "json_schema fuzz/corpus_json_schema 8192"  # response_format schemas: compiled, walked, the walk is JSON
 )
 bash scripts/install_deps.sh
 cmake -S . -B build-fuzz -DMOESTREAM_FUZZ=ON -DCMAKE_C_COMPILER=clang \
