@@ -26,6 +26,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)r.template_kwargs.dump();
     if (chat ? r.messages.empty() : r.prompt.empty()) std::abort();  // accepted without what it needs
     if (r.gen.n_predict < -1) std::abort();
+    if (r.sampling.logit_bias.size() > ms::SamplerParams::kMaxLogitBias) std::abort();
+    for (const auto& [id, bias] : r.sampling.logit_bias)
+      if (id < 0 || !(bias >= -100.0f && bias <= 100.0f)) std::abort();  // accepted out of range
   } catch (const ms::server::ApiError& e) {
     if (e.status < 400 || e.status >= 500) std::abort();
     (void)e.body().dump();  // strict: an error message must itself be valid UTF-8

@@ -39,6 +39,13 @@ void SamplerParams::validate() const {
     throw Error("sampling: the presence penalty must be in [-2, 2] (0 turns it off)");
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f))
     throw Error("sampling: the frequency penalty must be in [-2, 2] (0 turns it off)");
+  if (logit_bias.size() > kMaxLogitBias)
+    throw Error("sampling: the logit bias may name at most " + std::to_string(kMaxLogitBias) + " tokens (got " +
+                std::to_string(logit_bias.size()) + ")");
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0) throw Error("sampling: the logit bias names token id " + std::to_string(id) + ", not a token");
+    if (!(bias >= -100.0f && bias <= 100.0f)) throw Error("sampling: a logit bias must be in [-100, 100]");
+  }
 }
 
 // Two passes: the largest value (NaNs never win), then its first index. The
@@ -155,9 +162,12 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab, const SampleOption
   const bool penalised = !recent_.empty() && (params_.repeat_penalty != 1.0f || params_.presence_penalty != 0.0f ||
                                               params_.frequency_penalty != 0.0f);
   // Plain greedy reads the logits as they are: no copy of the vocabulary's row.
-  if (params_.temperature <= 0 && !penalised && !opt.allowed && !opt.filter && !opt.logprobs)
+  if (params_.temperature <= 0 && !penalised && params_.logit_bias.empty() && !opt.allowed && !opt.filter &&
+      !opt.logprobs)
     return argmax(logits, n_vocab);
   work_.assign(logits, logits + n_vocab);
+  for (const auto& [id, bias] : params_.logit_bias)
+    if (id >= 0 && id < n_vocab) work_[static_cast<size_t>(id)] += bias;
   // Repetition penalty (each distinct recent token once): positive logits are
   // divided, negative ones multiplied, so the token always becomes less likely.
   if (params_.repeat_penalty != 1.0f && !recent_.empty()) {

@@ -10,6 +10,7 @@
 #include <deque>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ms {
@@ -26,6 +27,12 @@ struct SamplerParams {
   // frequency_penalty times its count. 0: off; in [-2, 2].
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  // OpenAI's logit_bias: (token id, value in [-100, 100]) added to that
+  // token's logit before anything else (-100 all but bans it, 100 all but
+  // forces it); at most kMaxLogitBias entries. Ids past the vocabulary are
+  // skipped here (the server refuses them first).
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  static constexpr size_t kMaxLogitBias = 1024;
   uint64_t seed = 0;
 
   // "greedy" or "temp=0.8 top_k=40 top_p=0.95 min_p=0.05 rep=1.1 seed=1"

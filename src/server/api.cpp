@@ -276,6 +276,26 @@ CompletionRequest parse_request(const std::string& text, bool chat, const JsonLi
   } else {
     sp.seed = std::random_device{}();
   }
+  if (const json* b = field(body, "logit_bias"); b && !b->is_null()) {
+    if (!b->is_object()) bad("logit_bias", std::string("must be an object of token ids to numbers, not ") + type_name(*b));
+    if (b->size() > SamplerParams::kMaxLogitBias)
+      bad("logit_bias", "may name at most " + std::to_string(SamplerParams::kMaxLogitBias) + " tokens (got " +
+                            std::to_string(b->size()) + ")");
+    for (const auto& [key, value] : b->items()) {
+      // Token ids as OpenAI writes them: decimal, no sign or leading zeros
+      // (so no two keys name one token).
+      const bool canonical = !key.empty() && key.size() <= 10 && (key == "0" || key[0] != '0') &&
+                             key.find_first_not_of("0123456789") == std::string::npos;
+      const long long id = canonical ? std::stoll(key) : -1;
+      if (!canonical || id > std::numeric_limits<int32_t>::max())
+        bad("logit_bias", "keys must be token ids (decimal integers), not \"" + key.substr(0, 40) + "\"");
+      if (!value.is_number())
+        bad("logit_bias", std::string("values must be numbers in [-100, 100], not ") + type_name(value));
+      const double v = value.get<double>();
+      if (!(v >= -100.0 && v <= 100.0)) bad("logit_bias", "values must be in [-100, 100] (token " + key + ")");
+      sp.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(v));
+    }
+  }
   // Which field a range error is about: the checks name the value, the
   // client needs the field.
   try {

@@ -316,6 +316,13 @@ struct HttpServer::Impl {
                            (is_chat ? "messages" : "prompt") + " take " + std::to_string(ids.size()) +
                            " tokens, leaving no room for the answer; shorten them or restart with a larger --ctx",
                        "invalid_request_error", is_chat ? "messages" : "prompt", "context_length_exceeded");
+      for (const auto& [id, bias] : r.sampling.logit_bias)
+        if (id >= tok.n_tokens())
+          throw ApiError(400,
+                         "'logit_bias' names token " + std::to_string(id) + ", but this model's vocabulary has " +
+                             std::to_string(tok.n_tokens()) + " tokens (ids 0.." + std::to_string(tok.n_tokens() - 1) +
+                             ")",
+                         "invalid_request_error", "logit_bias");
       Job job;
       job.prompt = std::move(ids);
       job.sampling = r.sampling;

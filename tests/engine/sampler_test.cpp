@@ -103,6 +103,35 @@ TEST(Sampler, BestIdsMatchPartialSort) {
   }
 }
 
+// logit_bias is added before everything else: it moves greedy's pick, bans a
+// token under sampling, and takes part in logprobs; bad values are refused.
+TEST(Sampler, LogitBiasMovesThePick) {
+  const float logits[5] = {0.1f, 2.0f, -1.0f, 1.5f, 1.0f};
+  SamplerParams p = plain(0.0f);
+  p.logit_bias = {{3, 1.0f}, {99, 100.0f}};  // an id past the vocabulary is skipped
+  Sampler greedy(p);
+  EXPECT_EQ(greedy.sample(logits, 5), 3);
+  SamplerParams q = plain(1.0f, 7);
+  q.logit_bias = {{1, -100.0f}};
+  Sampler sampled(q);
+  for (int i = 0; i < 200; ++i) EXPECT_NE(sampled.sample(logits, 5), 1);
+  StepLogprobs lp;
+  SampleOptions opt;
+  opt.logprobs = &lp;
+  opt.top_logprobs = 1;
+  Sampler with_logprobs(p);
+  EXPECT_EQ(with_logprobs.sample(logits, 5, opt), 3);
+  ASSERT_EQ(lp.top.size(), 1u);
+  EXPECT_EQ(lp.top[0].token, 3);
+  for (const auto& bad : {std::vector<std::pair<int32_t, float>>{{-1, 1.0f}},
+                          std::vector<std::pair<int32_t, float>>{{0, 101.0f}},
+                          std::vector<std::pair<int32_t, float>>{{0, NAN}}}) {
+    SamplerParams r = plain(0.0f);
+    r.logit_bias = bad;
+    EXPECT_THROW(r.validate(), Error);
+  }
+}
+
 TEST(Sampler, RepetitionPenaltyDividesPositiveMultipliesNegative) {
   SamplerParams p = plain(0.0f);
   p.repeat_penalty = 2.0f;

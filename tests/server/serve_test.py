@@ -248,6 +248,13 @@ def main():
                                                         presence_penalty=0.5, frequency_penalty=0.0))[1]
     check(a["choices"][0]["message"]["content"] is not None and b["usage"]["completion_tokens"] > 0, "seeded")
 
+    # --- logit_bias: +100 on one token makes greedy decoding repeat it
+    st, r = s.request("POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 4, "temperature": 0,
+                                                  "ignore_eos": True, "logit_bias": {"120": 100}})
+    t = r["choices"][0]["text"] if st == 200 else ""
+    check(st == 200 and t and len(t) % 4 == 0 and t == t[:len(t) // 4] * 4 and r["usage"]["completion_tokens"] == 4,
+          "logit_bias +100 on token 120: four times the same piece: %r" % (r,))
+
     # --- errors: status, OpenAI's shape, the field
     def err(body=None, raw=None, path="/v1/chat/completions", want=400):
         st, r = s.request("POST", path, body, raw=raw)
@@ -262,6 +269,8 @@ def main():
     check(err(chat("x", temperature="hot"))["param"] == "temperature", "wrong type names the field")
     check(err(chat("x", max_tokens=-5))["param"] == "max_tokens", "max_tokens -5")
     check(err(chat("x", n=3))["param"] == "n", "n != 1")
+    e = err(chat("x", logit_bias={"99999999": 5}))
+    check(e.get("param") == "logit_bias" and "vocabulary" in e.get("message", ""), "logit_bias past the vocabulary: %s" % e)
     err({"messages": []})
     err({"messages": [{"role": "user"}], "n": 1, "stream": "maybe"})
     e = err(chat("word " * 400))

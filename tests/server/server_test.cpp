@@ -103,6 +103,15 @@ TEST(Api, RejectsBadRequestsWith400AndTheField) {
   EXPECT_EQ(param_of("{" + m + R"(, "stream": "yes"})"), "stream");
   EXPECT_EQ(param_of("{" + m + R"(, "presence_penalty": 5})"), "presence_penalty");
   EXPECT_EQ(status_of("{" + m + R"(, "n": 1, "max_tokens": null, "unknown": [1]})"), 200);
+  for (const char* bias : {R"([1])", R"({"x": 1})", R"({"-1": 1})", R"({"007": 1})", R"({"5": "high"})",
+                           R"({"5": 100.5})", R"({"99999999999": 1})"})
+    EXPECT_EQ(param_of("{" + m + R"(, "logit_bias": )" + bias + "}"), "logit_bias") << bias;
+  std::string many = "{";
+  for (int i = 0; i <= 1024; ++i) many += (i ? ", \"" : "\"") + std::to_string(i) + "\": 1";
+  EXPECT_EQ(param_of("{" + m + R"(, "logit_bias": )" + many + "}}"), "logit_bias");
+  const CompletionRequest b = parse_request("{" + m + R"(, "logit_bias": {"0": -100, "42": 7.5}})", true);
+  ASSERT_EQ(b.sampling.logit_bias.size(), 2u);
+  EXPECT_EQ(b.sampling.logit_bias[1], (std::pair<int32_t, float>{42, 7.5f}));
   ApiError e(400, "x", "invalid_request_error", "temperature");
   EXPECT_EQ(e.body()["error"]["param"], "temperature");
   EXPECT_EQ(e.body()["error"]["type"], "invalid_request_error");
