@@ -29,14 +29,16 @@ class StackSet {
  public:
   using Stack = std::span<const uint32_t>;
 
-  size_t size() const { return begin_.size() - 1; }
-  bool empty() const { return begin_.size() == 1; }
+  // (A moved-from set has no begin_ at all: it reads as empty.)
+  size_t size() const { return begin_.empty() ? 0 : begin_.size() - 1; }
+  bool empty() const { return size() == 0; }
   Stack operator[](size_t i) const { return Stack(data_.data() + begin_[i], begin_[i + 1] - begin_[i]); }
   void clear() {
     data_.clear();
     begin_.assign(1, 0);
   }
   void push(Stack s) {
+    if (begin_.empty()) begin_.push_back(0);
     data_.insert(data_.end(), s.begin(), s.end());
     begin_.push_back(static_cast<uint32_t>(data_.size()));
   }

@@ -153,6 +153,15 @@ TEST(StackSet, NormalizeIsSortUniqueTruncate) {
     for (const StackSet::Stack st : set) got.emplace_back(st.begin(), st.end());
     ASSERT_EQ(got, ref) << "trial " << trial;
   }
+  // A moved-from set reads as empty and takes stacks again.
+  StackSet a;
+  a.push(std::vector<uint32_t>{1, 2});
+  StackSet b = std::move(a);
+  EXPECT_EQ(b.size(), 1u);
+  EXPECT_EQ(a.size(), 0u);  // NOLINT(bugprone-use-after-move): its state is defined
+  a.push(std::vector<uint32_t>{3});
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].size(), 1u);
 }
 
 }  // namespace
