@@ -79,6 +79,14 @@ class Backend {
   // state, so that forward_seqs can mix them (what `--parallel N` may ask
   // for). 0: no limit but memory. Overrides repeat the default.
   virtual int max_sequences() const { return 0; }
+  // A fork (DESIGN.md: sequence state): dst becomes a copy of src's
+  // sequence -- its positions, K/V, recurrent state and checkpoints -- so
+  // both go on from the same prefix (n > 1 choices after one prefill, draft
+  // trees). Both made by this backend's make_cache with the same context and
+  // type; throws ms::Error otherwise. The default copies host memory
+  // (KvCache::copy_from); a backend that keeps sequence state elsewhere
+  // overrides it. (Rollback is KvCache::truncate.)
+  virtual void fork(const KvCache& src, KvCache& dst) { dst.copy_from(src); }
   // "cpu", "cuda"
   virtual std::string name() const = 0;
   // Where routed experts were computed so far (hybrid false: all in one place).

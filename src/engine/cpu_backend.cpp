@@ -132,6 +132,7 @@ void CpuBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vect
   const int64_t V = w_.cfg.n_vocab;
   logits.resize(static_cast<size_t>((all_logits ? n : 1) * V));
   std::vector<int> rows;
+  kv.begin_forward();
   for (int64_t done = 0; done < n;) {
     const int nb = static_cast<int>(std::min<int64_t>(opt_.max_batch, n - done));
     const bool last = done + nb == n;
@@ -144,6 +145,7 @@ void CpuBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vect
     forward_spans({{&kv, kv.n_past(), 0, nb}}, tokens.data() + done, nb, rows, out);
     done += nb;
   }
+  kv.end_forward(n);
 }
 
 void CpuBackend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<float>& logits) {
@@ -170,6 +172,7 @@ void CpuBackend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<float
     batch.clear();
     rows.clear();
   };
+  for (const SeqTokens& s : seqs) s.kv->begin_forward();
   for (const SeqTokens& s : seqs) {
     const size_t total = s.tokens.size();
     for (size_t done = 0; done < total;) {
@@ -187,6 +190,7 @@ void CpuBackend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<float
     }
   }
   run_batch();
+  for (const SeqTokens& s : seqs) s.kv->end_forward(static_cast<int64_t>(s.tokens.size()));
 }
 
 void CpuBackend::forward_multi(std::span<KvCache* const> kvs, std::span<const int32_t> tokens,
@@ -207,6 +211,12 @@ void CpuBackend::forward_spans(const std::vector<Span>& spans, const int32_t* to
       rope_table(rope_cs_.data() + static_cast<int64_t>(t) * c.n_rot, c.n_rot, sp.pos0 + (t - sp.t0), c.rope_base,
                  c.rope_scaling);
     }
+  // Token states (KvCache::keep_token_states): an entry per token for the
+  // state after it, taken before the layers write into them.
+  span_entries_.assign(spans.size(), {});
+  for (size_t i = 0; i < spans.size(); ++i)
+    if (spans[i].kv->token_states_wanted())
+      for (int t = 0; t < spans[i].n; ++t) span_entries_[i].push_back(spans[i].kv->reserve_checkpoint(spans[i].pos0 + t + 1));
   spans_ = &spans;
   n_ = n;
   for (int il = 0; il < c.n_layer; ++il) recipe_.layer(*this, c, il);
@@ -317,7 +327,8 @@ void CpuBackend::linear_attention(int il, const LinearAttentionBlock&) {
                 lin_g_.data() + t * nv, lin_beta_.data() + t * nv);
   // Each sequence's tokens through its conv window and delta-rule state
   // (both all zeros at position 0, whatever the cache held before).
-  for (const Span& sp : spans) {
+  for (size_t si = 0; si < spans.size(); ++si) {
+    const Span& sp = spans[si];
     KvCache& kv = *sp.kv;
     float* window = kv.conv_state(il);
     float* S = kv.delta_state(il);
@@ -325,13 +336,29 @@ void CpuBackend::linear_attention(int il, const LinearAttentionBlock&) {
       std::fill_n(window, kv.conv_elems(), 0.0f);
       std::fill_n(S, kv.state_elems(), 0.0f);
     }
+    const float* in = lin_qkv_.data() + static_cast<int64_t>(sp.t0) * CD;
     float* conv = lin_conv_.data() + static_cast<int64_t>(sp.t0) * CD;
-    conv1d_silu(lin_qkv_.data() + static_cast<int64_t>(sp.t0) * CD, CD, sp.n, CD, L.ssm_conv.f32(), c.lin.conv_kernel,
-                window, conv);
-    for (int t = 0; t < sp.n; ++t) delta_prepare_qk(s, conv + t * CD, 1e-6f);
-    delta_rule(&pool_, s, conv, CD, lin_g_.data() + static_cast<int64_t>(sp.t0) * nv,
-               lin_beta_.data() + static_cast<int64_t>(sp.t0) * nv, sp.n, S,
-               lin_out_.data() + static_cast<int64_t>(sp.t0) * VD);
+    const float* g = lin_g_.data() + static_cast<int64_t>(sp.t0) * nv;
+    const float* beta = lin_beta_.data() + static_cast<int64_t>(sp.t0) * nv;
+    float* out = lin_out_.data() + static_cast<int64_t>(sp.t0) * VD;
+    const std::vector<int>& entries = span_entries_[si];
+    if (entries.empty()) {
+      conv1d_silu(in, CD, sp.n, CD, L.ssm_conv.f32(), c.lin.conv_kernel, window, conv);
+      for (int t = 0; t < sp.n; ++t) delta_prepare_qk(s, conv + t * CD, 1e-6f);
+      delta_rule(&pool_, s, conv, CD, g, beta, sp.n, S, out);
+      continue;
+    }
+    // Token states wanted: token by token (the recurrence, as decode runs
+    // it), the state after each copied to its checkpoint.
+    for (int t = 0; t < sp.n; ++t) {
+      conv1d_silu(in + t * CD, CD, 1, CD, L.ssm_conv.f32(), c.lin.conv_kernel, window, conv + t * CD);
+      delta_prepare_qk(s, conv + t * CD, 1e-6f);
+      delta_rule(&pool_, s, conv + t * CD, CD, g + t * nv, beta + t * nv, 1, S, out + t * VD);
+      const int e = entries[static_cast<size_t>(t)];
+      if (e < 0) continue;
+      std::copy_n(window, kv.conv_elems(), kv.checkpoint_conv(il, e));
+      std::copy_n(S, kv.state_elems(), kv.checkpoint_delta(il, e));
+    }
   }
   // Gated RMSNorm per value head, then the output projection.
   for (int t = 0; t < n; ++t)

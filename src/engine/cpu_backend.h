@@ -119,6 +119,9 @@ class CpuBackend : public Backend, private LayerBlocks {
 
   // The batch the blocks run on (set by forward_spans).
   const std::vector<Span>* spans_ = nullptr;
+  // Per span: the checkpoint entry for the state after each of its tokens
+  // (KvCache::keep_token_states), or empty.
+  std::vector<std::vector<int>> span_entries_;
   int n_ = 0;
 
   // Scratch for one batch (sized to max_batch tokens).

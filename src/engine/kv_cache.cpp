@@ -67,7 +67,7 @@ void SeqSlotPool::release(int index) noexcept {
 }
 
 KvCache::KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type)
-    : n_layer_(n_layer), ctx_(ctx), type_(type) {
+    : n_layer_(n_layer), n_kv_(n_kv), head_dim_(head_dim), ctx_(ctx), type_(type) {
   if (n_layer <= 0 || n_kv <= 0 || head_dim <= 0 || ctx <= 0)
     throw Error("KV cache: layers, heads, head size and context must be positive");
   check_kv_head_dim(type, head_dim);
@@ -76,7 +76,7 @@ KvCache::KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type)
 }
 
 KvCache::KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type, const RecurrentLayout& rec)
-    : n_layer_(n_layer), ctx_(ctx), type_(type) {
+    : n_layer_(n_layer), n_kv_(n_kv), head_dim_(head_dim), ctx_(ctx), type_(type) {
   if (n_layer <= 0 || n_kv <= 0 || head_dim <= 0 || ctx <= 0)
     throw Error("KV cache: layers, heads, head size and context must be positive");
   if (static_cast<int>(rec.recurrent.size()) != n_layer)
@@ -94,6 +94,7 @@ KvCache::KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type, 
     (r ? n_rec : n_kv_layers) += 1;
   }
   has_recurrent_ = n_rec > 0;
+  n_rec_ = n_rec;
   allocate_kv(n_kv_layers);
   const uint64_t rec_total = static_cast<uint64_t>(n_rec) * static_cast<uint64_t>(conv_elems_ + state_elems_);
   try {
@@ -131,14 +132,31 @@ float* KvCache::rec_elems(int layer, int64_t offset) {
   return rec_.data() + static_cast<int64_t>(slot) * (conv_elems_ + state_elems_) + offset;
 }
 
+float* KvCache::snap_elems(int layer, int entry, int64_t offset) {
+  const int slot = rec_slot_.empty() ? -1 : rec_slot_[static_cast<size_t>(layer)];
+  if (slot < 0) throw Error("KV cache: layer " + std::to_string(layer) + " has no recurrent state");
+  if (entry < 0 || entry >= ckpt_.capacity() || snap_.empty())
+    throw Error("KV cache: checkpoint " + std::to_string(entry) + " is not kept here");
+  const int64_t per = conv_elems_ + state_elems_;
+  return snap_.data() + (static_cast<int64_t>(entry) * n_rec_ + slot) * per + offset;
+}
+
 void KvCache::clear() {
   n_past_ = 0;
   std::fill(rec_.begin(), rec_.end(), 0.0f);
+  ckpt_.clear();
 }
 
 bool KvCache::can_truncate_to(int64_t n) const {
   if (n < 0 || n > n_past_) return false;
-  return !has_recurrent_ || n == n_past_ || n == 0;
+  return !has_recurrent_ || n == n_past_ || n == 0 || ckpt_.find(n) >= 0;
+}
+
+int64_t KvCache::restorable_at_or_below(int64_t n) const {
+  n = std::min(n, n_past_);
+  if (n <= 0) return 0;
+  if (!has_recurrent_ || n == n_past_) return n;
+  return std::max<int64_t>(0, ckpt_.at_or_below(n));
 }
 
 void KvCache::check_room(int64_t n) const {
@@ -157,9 +175,79 @@ void KvCache::truncate(int64_t n) {
                                         std::to_string(n_past_) + " positions");
   if (!can_truncate_to(n))
     throw Error("KV cache: cannot keep " + std::to_string(n) + " of " + std::to_string(n_past_) +
-                " positions: a recurrent (linear-attention) state cannot be rewound; keep all or none");
-  if (n == 0) clear();
+                " positions: a recurrent (linear-attention) state returns only to 0, to all of its positions, or to a "
+                "checkpoint (held: " + std::to_string(ckpt_.positions().size()) + ")");
+  if (n == 0) {
+    clear();
+    return;
+  }
+  if (has_recurrent_ && n != n_past_) restore_checkpoint(ckpt_.find(n));
+  ckpt_.drop_after(n);
   n_past_ = n;
+}
+
+void KvCache::set_checkpoints(CheckpointOptions o) {
+  StateCheckpoints fresh(o);  // checks o
+  if (!has_recurrent_) return;
+  const uint64_t total = rec_.empty() ? 0
+                                      : static_cast<uint64_t>(o.capacity) * static_cast<uint64_t>(n_rec_) *
+                                            static_cast<uint64_t>(conv_elems_ + state_elems_);
+  try {
+    snap_.assign(static_cast<size_t>(total), 0.0f);
+  } catch (const std::bad_alloc&) {
+    throw Error("KV cache: cannot allocate " + format_bytes(total * 4) + " for " + std::to_string(o.capacity) +
+                " recurrent-state checkpoints");
+  }
+  ckpt_ = fresh;
+}
+
+void KvCache::begin_forward() { ckpt_.begin_forward(); }
+
+void KvCache::end_forward(int64_t n_tokens) {
+  const bool had_token_states = token_states_wanted();
+  token_states_ = false;
+  if (!has_recurrent_ || ckpt_.capacity() == 0 || had_token_states) return;
+  if (!ckpt_.due(n_past_, n_tokens)) return;
+  const int e = ckpt_.reserve(n_past_);
+  if (e >= 0) save_checkpoint(e);
+}
+
+void KvCache::save_checkpoint(int entry) {
+  if (store_.get()) return store_.get()->save(entry);
+  const int64_t per = conv_elems_ + state_elems_;
+  std::copy(rec_.begin(), rec_.end(), snap_.begin() + static_cast<int64_t>(entry) * n_rec_ * per);
+}
+
+void KvCache::restore_checkpoint(int entry) {
+  if (entry < 0) throw Error("KV cache: no checkpoint to restore");
+  if (store_.get()) return store_.get()->restore(entry);
+  if (snap_.empty()) throw Error("KV cache: the recurrent state is kept by the backend, which keeps no checkpoints here");
+  const int64_t per = conv_elems_ + state_elems_;
+  const auto first = snap_.begin() + static_cast<int64_t>(entry) * n_rec_ * per;
+  std::copy(first, first + static_cast<int64_t>(rec_.size()), rec_.begin());
+}
+
+void KvCache::set_state_store(std::shared_ptr<StateStore> store) { store_.p = std::move(store); }
+
+void KvCache::copy_from(const KvCache& src) {
+  if (src.n_layer_ != n_layer_ || src.n_kv_ != n_kv_ || src.head_dim_ != head_dim_ || src.ctx_ != ctx_ ||
+      src.type_ != type_ || src.rec_slot_ != rec_slot_ || src.conv_elems_ != conv_elems_ ||
+      src.state_elems_ != state_elems_)
+    throw Error("KV cache: a fork needs two caches of the same model, context and type");
+  // K/V: the written rows only ([layer][K|V][n_kv][ctx][row]).
+  const int64_t row = kv_row_bytes(type_, head_dim_);
+  const int64_t rows_bytes = src.n_past_ * row;
+  if (rows_bytes > 0)
+    for (int64_t block = 0; block < static_cast<int64_t>(data_.size()) / (ctx_ * row); ++block) {
+      const int64_t off = block * ctx_ * row;
+      std::copy_n(src.data_.begin() + off, rows_bytes, data_.begin() + off);
+    }
+  rec_ = src.rec_;
+  if (snap_.size() != src.snap_.size() || ckpt_.capacity() != src.ckpt_.capacity()) snap_.resize(src.snap_.size());
+  std::copy(src.snap_.begin(), src.snap_.end(), snap_.begin());
+  ckpt_ = src.ckpt_;
+  n_past_ = src.n_past_;
+  token_states_ = false;
 }
 
 }  // namespace ms

@@ -12,8 +12,13 @@
 //    whatever the sequence length: the conv window (the last conv_kernel - 1
 //    inputs of the causal conv) and the delta-rule state matrix. All zeros
 //    at position 0; clear() zeroes them.
-// A recurrent state cannot be rewound: truncate() may keep all positions or
-// none (can_truncate_to() says which are possible).
+// Rollback and fork (DESIGN.md): truncate(n) returns the sequence to position
+// n exactly. Attention K/V need nothing for it; a recurrent state goes back
+// to a checkpoint taken at n (engine/state_checkpoints.h: set_checkpoints()
+// says how many are kept; a forward with keep_token_states() keeps one after
+// each of its tokens), so a recurrent cache can return to 0, to n_past, and
+// to its checkpoints (can_truncate_to() says which). copy_from() (a backend's
+// fork()) gives a cache another's positions and state.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/state_checkpoints.h"
 #include "quant/blocks.h"
 
 namespace ms {
@@ -143,6 +149,18 @@ class SeqSlotPool : public std::enable_shared_from_this<SeqSlotPool> {
   std::vector<bool> used_;
 };
 
+// A device backend's storage for one cache's recurrent-state checkpoints
+// (its live state is on the device too). KvCache keeps the bookkeeping and
+// calls these; entries are those of StateCheckpoints.
+class StateStore {
+ public:
+  virtual ~StateStore() = default;
+  virtual void save(int entry) = 0;     // the live state -> entry
+  virtual void restore(int entry) = 0;  // entry -> the live state
+  // This store's entries := other's (a fork; same backend, same geometry).
+  virtual void copy_entries_from(const StateStore& other) = 0;
+};
+
 class KvCache {
  public:
   KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type = KvType::F16);
@@ -185,15 +203,52 @@ class KvCache {
   // Records that positions n_past .. n_past+n-1 were written (checks room).
   void advance(int64_t n);
   // Whether truncate(n) is possible: any n <= n_past for attention-only
-  // caches; with recurrent layers only n_past (keep all) and 0 (start over).
+  // caches; with recurrent layers n_past (keep all), 0 (start over) and the
+  // positions of its checkpoints.
   bool can_truncate_to(int64_t n) const;
-  // Forgets positions >= n (keeps the first n, e.g. a shared prompt prefix).
+  // The largest m <= n (and <= n_past) that truncate() can return to.
+  int64_t restorable_at_or_below(int64_t n) const;
+  // Returns the sequence to position n exactly (keeps the first n, e.g. a
+  // shared prompt prefix, or the accepted tokens of a verify): the recurrent
+  // state comes back from the checkpoint at n, and checkpoints past n go.
   // Throws ms::Error when !can_truncate_to(n).
   void truncate(int64_t n);
-  // Forgets every position; zeroes the recurrent state.
+  // Forgets every position and checkpoint; zeroes the recurrent state.
   void clear();
 
-  uint64_t bytes() const { return data_.size() + rec_.size() * sizeof(float); }
+  // Recurrent-state checkpoints (no effect on attention-only caches). Sizes
+  // their storage (host memory here, unless a device backend's StateStore
+  // keeps them) and forgets any held.
+  void set_checkpoints(CheckpointOptions o);
+  const StateCheckpoints& checkpoints() const { return ckpt_; }
+  // The next forward keeps the state after each of its tokens (as many as
+  // the capacity holds), so that any of them can be returned to: a verify
+  // batch's tokens, a test's every position. Cleared by end_forward().
+  void keep_token_states(bool on = true) { token_states_ = on; }
+  bool token_states_wanted() const { return token_states_ && has_recurrent_ && ckpt_.capacity() > 0; }
+  // Backends, around a forward of this cache: begin_forward() opens it (its
+  // checkpoints are protected from eviction until the next); end_forward(n)
+  // after its n tokens were appended leaves a checkpoint at n_past when due
+  // (a whole-state copy; with token states the last token's is already
+  // there) and clears keep_token_states.
+  void begin_forward();
+  void end_forward(int64_t n_tokens);
+  // An entry for the state at `pos` (StateCheckpoints::reserve), -1: none.
+  int reserve_checkpoint(int64_t pos) { return has_recurrent_ ? ckpt_.reserve(pos) : -1; }
+  // Host-kept checkpoints (the CPU backend writes token states here).
+  float* checkpoint_conv(int layer, int entry) { return snap_elems(layer, entry, 0); }
+  float* checkpoint_delta(int layer, int entry) { return snap_elems(layer, entry, conv_elems_); }
+  // Device backends keep the live state and its checkpoints themselves.
+  void set_state_store(std::shared_ptr<StateStore> store);
+  StateStore* state_store() const { return store_.get(); }
+
+  // A fork: this cache takes src's positions, K/V rows, recurrent state and
+  // checkpoints (host-kept ones; a device backend copies its own first).
+  // Throws ms::Error when the two differ in layers, heads, context or type.
+  void copy_from(const KvCache& src);
+
+  // Host bytes: K/V, the recurrent state and host-kept checkpoints.
+  uint64_t bytes() const { return data_.size() + (rec_.size() + snap_.size()) * sizeof(float); }
 
   // Which of the backend's device sequence states this cache runs on (set by
   // a backend's make_cache; a copied cache holds none: SeqSlot).
@@ -212,11 +267,15 @@ class KvCache {
                                 (values ? half_layer_bytes_ : 0));
   }
   float* rec_elems(int layer, int64_t offset);
+  float* snap_elems(int layer, int entry, int64_t offset);
+  void save_checkpoint(int entry);
+  void restore_checkpoint(int entry);
   [[noreturn]] void wrong_type(KvType want) const;
   [[noreturn]] void not_attention(int layer) const;
   void allocate_kv(int n_attn_layers);
 
   int n_layer_;
+  int n_kv_ = 0, head_dim_ = 0;
   int64_t ctx_;
   KvType type_;
   int64_t half_layer_bytes_;  // bytes of one layer's keys (its values take as many)
@@ -230,6 +289,22 @@ class KvCache {
   bool has_recurrent_ = false;
   int64_t conv_elems_ = 0, state_elems_ = 0;
   std::vector<float> rec_;
+  int n_rec_ = 0;
+  // Checkpoints: bookkeeping, and their bytes [entry][recurrent layer][conv |
+  // delta] when the state is here (rec_ not empty) rather than in store_.
+  StateCheckpoints ckpt_;
+  std::vector<float> snap_;
+  bool token_states_ = false;
+  // A device backend's store: a copy of a cache holds none (like SeqSlot).
+  struct StoreRef {
+    std::shared_ptr<StateStore> p;
+    StoreRef() = default;
+    StoreRef(const StoreRef&) {}
+    StoreRef& operator=(const StoreRef&) { p.reset(); return *this; }
+    StoreRef(StoreRef&&) noexcept = default;
+    StoreRef& operator=(StoreRef&&) noexcept = default;
+    StateStore* get() const { return p.get(); }
+  } store_;
   SeqSlot slot_;
 };
 

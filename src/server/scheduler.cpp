@@ -144,6 +144,9 @@ Scheduler::Scheduler(Backend& backend, const Tokenizer& tok, Options opt, Metric
   for (int i = 0; i < opt_.parallel; ++i) {
     slots_.push_back(std::make_unique<Slot>(be_.make_cache(opt_.ctx, opt_.kv_type)));
     slots_.back()->index = i;
+    // Hybrids: recurrent-state checkpoints, so that the prompt cache can
+    // return a slot to a shared prefix (each prompt chunk's end is one).
+    slots_.back()->kv.set_checkpoints(opt_.checkpoints);
     const uint64_t per_slot = std::max<uint64_t>(1, slots_[0]->kv.bytes());
     if (i == 0 && opt_.max_kv_bytes > 0 && per_slot * static_cast<uint64_t>(opt_.parallel) > opt_.max_kv_bytes) {
       auto mib = [](uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; };
@@ -217,9 +220,9 @@ void Scheduler::admit() {
     auto [idx, keep] = choose_slot(views, queue_.front().first.prompt);
     if (idx < 0) break;
     Slot& s = *slots_[static_cast<size_t>(idx)];
-    // A recurrent state (hybrid models) cannot be rewound to a shorter prefix:
-    // such a slot reuses all of its cache or none of it.
-    if (!s.kv.can_truncate_to(static_cast<int64_t>(keep))) keep = 0;
+    // A recurrent state (hybrid models) returns to a shorter prefix only
+    // through a checkpoint: keep the longest prefix one holds (else none).
+    keep = static_cast<size_t>(s.kv.restorable_at_or_below(static_cast<int64_t>(keep)));
     s.job = std::move(queue_.front().first);
     s.req = std::move(queue_.front().second);
     queue_.pop_front();

@@ -27,7 +27,8 @@
 // Prompt cache: a slot keeps the tokens its KV cache holds after a request.
 // A new job takes the free slot whose tokens share the longest prefix with
 // its prompt and prefills only the rest, so a multi-turn chat re-reads only
-// the new turn. (At least the prompt's last token is always run again: its
+// the new turn. (Hybrids go back to the longest prefix that a recurrent-state
+// checkpoint holds: Options::checkpoints.) (At least the prompt's last token is always run again: its
 // logits give the first sampled token.)
 //
 // The backend's expert telemetry reaches /metrics as a snapshot the worker
@@ -147,6 +148,11 @@ class Scheduler {
     // limit): --parallel is refused, naming how many slots fit, before the
     // caches are allocated past it.
     uint64_t max_kv_bytes = 0;
+    // Hybrids (Gated DeltaNet): recurrent-state checkpoints per slot, the
+    // prompt cache's way back to a shared prefix shorter than the slot's
+    // tokens (KvCache::set_checkpoints; host memory, counted in the KV bytes
+    // on the CPU). Capacity 0: such a slot reuses all of its cache or none.
+    CheckpointOptions checkpoints{4, 256};
   };
   Scheduler(Backend& backend, const Tokenizer& tok, Options opt, Metrics* metrics = nullptr);
   ~Scheduler();  // stop()

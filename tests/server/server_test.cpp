@@ -308,6 +308,49 @@ TEST(Scheduler, GreedyOutputEqualsGenerateAndThePromptCacheChangesNothing) {
   EXPECT_EQ(text2, t.reference(p2, 10));
 }
 
+// A hybrid (qwen35moe): its recurrent state goes back to the longest shared
+// prefix a checkpoint holds (each prompt chunk's end), not to nothing.
+TEST(Scheduler, HybridPromptCacheReturnsToACheckpoint) {
+  struct Tiny35 : test::TinyCpuModel {
+    Tiny35() : TinyCpuModel("server_test35_", "qwen35moe") {}
+  } t;
+  auto reference = [&](const std::vector<int32_t>& prompt, int n) {
+    KvCache kv = t.be->make_cache(512);
+    SamplerParams sp;
+    sp.temperature = 0;
+    Sampler s(sp);
+    GenerateParams gp;
+    gp.n_predict = n;
+    StreamDecoder dec(t.tok());
+    std::string out;
+    generate(*t.be, kv, s, &t.tok(), prompt, gp, [&](int32_t id) {
+      if (!t.tok().is_eog(id)) out += dec.push(id);
+      return true;
+    });
+    return out + dec.flush();
+  };
+  std::vector<int32_t> p1 = t.tok().encode("Once upon a time there was a little model that", true, true);
+  ASSERT_GE(p1.size(), 12u);
+  // The second prompt shares all but the last three tokens of the first.
+  std::vector<int32_t> p2(p1.begin(), p1.end() - 3);
+  for (int32_t id : t.tok().encode(" went to the market", false, true)) p2.push_back(id);
+  const std::string ref2 = reference(p2, 8);
+  Scheduler::Options o;
+  o.parallel = 1;
+  o.ctx = 512;
+  o.prefill_chunk = 4;  // checkpoints every 4 prompt tokens
+  Scheduler sched(*t.be, t.tok(), o);
+  Update u1 = wait(sched.submit(greedy_job(p1, 6)));
+  EXPECT_EQ(u1.n_cached, 0);
+  std::string text2;
+  Update u2 = wait(sched.submit(greedy_job(p2, 8)), &text2);
+  const int shared = static_cast<int>(p1.size()) - 3;
+  EXPECT_GT(u2.n_cached, 0) << "a recurrent slot reused none of its prefix";
+  EXPECT_LE(u2.n_cached, shared);
+  EXPECT_GT(u2.n_cached, shared - 4) << "the newest checkpoint at or below the shared prefix";
+  EXPECT_EQ(text2, ref2);
+}
+
 TEST(Scheduler, ConcurrentJobsAllFinishAndCancelFreesTheSlot) {
   Tiny t;
   Scheduler::Options o;

@@ -21,9 +21,11 @@ struct TinyCpuModel {
   std::unique_ptr<LoadedModel> model;
   std::unique_ptr<CpuBackend> be;
   // file_prefix names the test (the file is <tmp>/<prefix><pid>.gguf).
-  explicit TinyCpuModel(const std::string& file_prefix)
+  // arch: gen's (qwen3moe by default; qwen35moe for a hybrid's recurrent state).
+  explicit TinyCpuModel(const std::string& file_prefix, const std::string& arch = "qwen3moe")
       : path((std::filesystem::temp_directory_path() / (file_prefix + std::to_string(::getpid()) + ".gguf")).string()) {
     GenOptions g;
+    g.arch = arch;
     g.preset = "tiny";
     generate_model(g, path, pool);
     model = LoadedModel::open(path);

@@ -17,6 +17,7 @@
 #include "cuda/attention.h"
 #include "cuda/attention_multi.h"
 #include "cuda/backend/cuda_backend_impl.h"
+#include "cuda/backend/device_state_store.h"
 #include "cuda/device.h"
 #include "cuda/expert_ffn.h"
 #include "cuda/matvec.h"
@@ -422,14 +423,19 @@ KvCache CudaBackend::make_cache(int64_t ctx, KvType type) const {
                                                       " sequences (--parallel " + std::to_string(n) +
                                                       "); all are in use")
                               : SeqSlot(0, nullptr);
+  const int slot_index = slot.index();
   KvCache kv = c.linear_layer.empty() ? KvCache(1, 1, row, ctx, type) : [&] {
     RecurrentLayout rec;
     rec.recurrent = c.linear_layer;
     return KvCache(c.n_layer, 1, row, ctx, type, rec);
   }();
   kv.set_device_slot(std::move(slot));
+  // The recurrent state's checkpoints (rollback) are the device's to copy.
+  if (!c.linear_layer.empty())
+    kv.set_state_store(std::make_shared<cuda::DeviceStateStore>(impl_->kv, slot_index, impl_->stream));
   return kv;
 }
+
 
 int CudaBackend::max_sequences() const { return impl_->opt.n_seq; }
 
@@ -481,6 +487,10 @@ void CudaBackend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<floa
     check_device_cache(*seqs[i].kv, m.kv);
     slot[i] = slot_of(*seqs[i].kv, ns);
   }
+  // A forward that keeps every token's state runs token by token (forward()),
+  // entry after entry.
+  for (const SeqTokens& s : seqs)
+    if (s.kv->token_states_wanted()) return Backend::forward_seqs(seqs, logits);
   if (seqs.size() == 1) {  // forward() alone (the decode graph where it applies)
     std::vector<float> one;
     forward(*seqs[0].kv, seqs[0].tokens, one);
@@ -505,6 +515,7 @@ void CudaBackend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<floa
   std::vector<int> want;
   std::vector<std::pair<size_t, int>> pieces;  // (entry, tokens) advanced after the pass
   size_t e = 0, off = 0, rank = 0;
+  for (const SeqTokens& s : seqs) s.kv->begin_forward();
   while (e < seqs.size()) {
     toks.clear();
     want.clear();
@@ -534,6 +545,7 @@ void CudaBackend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<floa
                want.empty() ? nullptr : logits.data() + first_rank * static_cast<size_t>(V));
     for (const auto& [entry, n] : pieces) seqs[entry].kv->advance(n);
   }
+  for (const SeqTokens& s : seqs) s.kv->end_forward(static_cast<int64_t>(s.tokens.size()));
 }
 
 void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vector<float>& logits, bool all_logits) {
@@ -555,9 +567,23 @@ void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vec
   // A sequence starts: the recurrent layers' state starts from zeros (the
   // CPU does the same at position 0). Outside any graph: a plain async memset.
   if (kv.n_past() == 0) m.kv.zero_recurrent(slot, m.stream);
+  kv.begin_forward();
+  if (kv.token_states_wanted()) {
+    // Every token's state kept (a verify batch, a test of every position):
+    // token by token through the decode step, each state copied after it.
+    for (int64_t i = 0; i < n; ++i) {
+      m.decode(tokens[static_cast<size_t>(i)], kv.n_past(), logits.data() + (all_logits ? i * V : 0));
+      kv.advance(1);
+      const int e = kv.reserve_checkpoint(kv.n_past());
+      if (e >= 0) kv.state_store()->save(e);
+    }
+    kv.end_forward(n);
+    return;
+  }
   if (n == 1) {
     m.decode(tokens[0], kv.n_past(), logits.data());
     kv.advance(1);
+    kv.end_forward(1);
     return;
   }
   // A chosen pass size splits a longer input into passes of equal size (8192
@@ -574,6 +600,21 @@ void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vec
     kv.advance(nb);
     done += nb;
   }
+  kv.end_forward(n);
+}
+
+void CudaBackend::fork(const KvCache& src, KvCache& dst) {
+  Impl& m = *impl_;
+  check_device_cache(src, m.kv);
+  check_device_cache(dst, m.kv);
+  const int a = slot_of(src, m.opt.n_seq), b = slot_of(dst, m.opt.n_seq);
+  if (a == b)
+    throw Error("fork: both caches run on one device sequence state (the CUDA backend holds " +
+                std::to_string(m.opt.n_seq) + "; a fork needs two: --parallel 2 or more)");
+  MS_CUDA_CHECK(cudaSetDevice(m.opt.device));
+  m.kv.copy_slot(a, b, src.n_past(), m.stream);
+  if (src.state_store() && dst.state_store()) dst.state_store()->copy_entries_from(*src.state_store());
+  dst.copy_from(src);  // the positions and checkpoint bookkeeping (the host side of a device cache)
 }
 
 }  // namespace ms

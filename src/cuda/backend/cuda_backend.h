@@ -160,6 +160,9 @@ class CudaBackend : public Backend {
   // tokens (an entry may be split across passes). One entry: forward().
   void forward_seqs(std::span<const SeqTokens> seqs, std::vector<float>& logits) override;
   int max_sequences() const override;  // Options::n_seq
+  // Device slot to device slot (K/V rows and recurrent state) and the
+  // checkpoints' host copies; needs two sequence states (Options::n_seq > 1).
+  void fork(const KvCache& src, KvCache& dst) override;
   const ModelConfig& config() const override;
   std::string name() const override { return "cuda"; }
 

@@ -95,6 +95,36 @@ void DeviceKvCache::zero_recurrent(int slot, cudaStream_t stream) {
                                   0, rec_slot_bytes_, stream));
 }
 
+void* DeviceKvCache::recurrent_slot(int slot) const {
+  check_slot(slot);
+  if (!has_recurrent()) throw Error("device KV cache: no recurrent layers");
+  return static_cast<char*>(rec_arena_.base()) + static_cast<size_t>(slot) * rec_slot_bytes_;
+}
+
+void DeviceKvCache::copy_slot(int from, int to, int64_t n_pos, cudaStream_t stream) const {
+  check_slot(from);
+  check_slot(to);
+  if (from == to) return;
+  if (n_pos < 0 || n_pos > ctx_) throw Error("device KV cache: cannot copy " + std::to_string(n_pos) + " positions");
+  // Per layer, K and V: n_head_kv rows of n_pos positions, ctx positions apart.
+  const size_t row = row_bytes(type_, head_dim_);
+  const size_t pitch = static_cast<size_t>(ctx_) * row;
+  if (n_pos > 0)
+    for (int il = 0; il < n_layer_; ++il) {
+      if (is_recurrent(il)) continue;
+      for (void* base : {k_[static_cast<size_t>(il)], v_[static_cast<size_t>(il)]}) {
+        char* b = static_cast<char*>(base);
+        MS_CUDA_CHECK(cudaMemcpy2DAsync(b + static_cast<size_t>(to) * slot_stride_, pitch,
+                                        b + static_cast<size_t>(from) * slot_stride_, pitch,
+                                        static_cast<size_t>(n_pos) * row, static_cast<size_t>(n_head_kv_),
+                                        cudaMemcpyDeviceToDevice, stream));
+      }
+    }
+  if (has_recurrent())
+    MS_CUDA_CHECK(cudaMemcpyAsync(recurrent_slot(to), recurrent_slot(from), rec_slot_bytes_, cudaMemcpyDeviceToDevice,
+                                  stream));
+}
+
 void DeviceKvCache::bad_slot(int slot) const {
   throw Error("device KV cache: sequence slot " + std::to_string(slot) + " does not exist (it holds " +
               std::to_string(n_seq_) + ")");

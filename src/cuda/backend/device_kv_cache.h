@@ -12,9 +12,9 @@
 // s of layer il as base + s * stride: per attention layer, K as n_seq blocks
 // of [n_head_kv][ctx][head_dim] (slot_stride() bytes apart), V likewise; the
 // recurrent state slot-major (one slot's layers together, so a new sequence's
-// state is zeroed in one memset). The recurrent state cannot be rewound: the
-// backend zeroes a slot's when its sequence starts at position 0
-// (zero_recurrent), as the CPU does.
+// state is zeroed in one memset and checkpointed in one copy). The backend
+// zeroes a slot's when its sequence starts at position 0 (zero_recurrent),
+// as the CPU does; rollback restores a checkpoint (DeviceStateStore).
 //
 // CUDA-only header; used by CudaBackend.
 #pragma once
@@ -92,6 +92,12 @@ class DeviceKvCache {
   float* delta_state(int il, int slot) const { return rec_ptr(il, slot, rec_.conv_elems); }
   // Zeroes slot `slot`'s recurrent state on `stream` (a new sequence there).
   void zero_recurrent(int slot, cudaStream_t stream);
+  // Slot `slot`'s recurrent state, all its layers (recurrent_slot_stride()
+  // bytes): what a checkpoint copies.
+  void* recurrent_slot(int slot) const;
+  // A fork on the device: slot `to` takes slot `from`'s first n_pos K/V rows
+  // of every attention layer and its recurrent state, on `stream`.
+  void copy_slot(int from, int to, int64_t n_pos, cudaStream_t stream) const;
 
  private:
   void allocate();
