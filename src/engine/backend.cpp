@@ -32,8 +32,9 @@ void Backend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<float>& 
   logits.clear();
   std::vector<float> one;
   for (const SeqTokens& s : seqs) {
-    forward(*s.kv, s.tokens, one);
-    if (s.want_logits) logits.insert(logits.end(), one.begin(), one.begin() + V);
+    forward(*s.kv, s.tokens, one, s.all_logits);
+    if (s.all_logits) logits.insert(logits.end(), one.begin(), one.end());
+    else if (s.want_logits) logits.insert(logits.end(), one.begin(), one.begin() + V);
   }
 }
 

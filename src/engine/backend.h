@@ -48,6 +48,11 @@ struct SeqTokens {
   KvCache* kv = nullptr;            // its cache; each entry of a step has its own
   std::span<const int32_t> tokens;  // appended at kv->n_past() ..; at least one
   bool want_logits = true;          // the logits of its last token are wanted
+  // The logits of every one of its tokens ([n][n_vocab], in order), as a
+  // verify of draft tokens needs them (implies want_logits).
+  bool all_logits = false;
+  // Logit rows this entry adds to forward_seqs' output.
+  size_t logit_rows() const { return all_logits ? tokens.size() : (want_logits ? 1 : 0); }
 };
 
 // forward_seqs' checks, for backends that override it (throws ms::Error as
@@ -68,7 +73,8 @@ class Backend {
   virtual const ModelConfig& config() const = 0;
   // Several sequences in one step: each entry's tokens are appended to its
   // own cache at its own positions. logits receives n_vocab floats for each
-  // entry with want_logits, in entry order. Every entry gets (within the
+  // entry with want_logits (for each of its tokens with all_logits), in entry
+  // order. Every entry gets (within the
   // backend's batching bounds) what forward() gives it alone. Throws ms::Error
   // before computing anything when an entry does not fit its cache, holds a
   // token outside the vocabulary, has no tokens or shares a cache with

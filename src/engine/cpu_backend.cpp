@@ -152,7 +152,7 @@ void CpuBackend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<float
   const int64_t V = w_.cfg.n_vocab;
   check_seq_tokens(seqs, V);
   size_t n_out = 0;
-  for (const SeqTokens& s : seqs) n_out += s.want_logits ? 1 : 0;
+  for (const SeqTokens& s : seqs) n_out += s.logit_rows();
   logits.resize(n_out * static_cast<size_t>(V));
   // The entries packed in order into batches of at most max_batch tokens. An
   // entry longer than the room left is split: its rest opens the next batch,
@@ -161,7 +161,7 @@ void CpuBackend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<float
   const int B = opt_.max_batch;
   std::vector<Span> spans;
   std::vector<int32_t> batch;
-  std::vector<int> rows;  // the batch rows whose logits are wanted (each an entry's last token)
+  std::vector<int> rows;  // the batch rows whose logits are wanted (an entry's last token, or all of a verify's)
   size_t out_first = 0, out_next = 0;  // the batch's first logits row, and the next one to hand out
   auto run_batch = [&] {
     if (batch.empty()) return;
@@ -183,7 +183,10 @@ void CpuBackend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<float
       batch.insert(batch.end(), s.tokens.begin() + static_cast<std::ptrdiff_t>(done),
                    s.tokens.begin() + static_cast<std::ptrdiff_t>(done + static_cast<size_t>(take)));
       done += static_cast<size_t>(take);
-      if (done == total && s.want_logits) {
+      if (s.all_logits) {
+        for (int t = 0; t < take; ++t) rows.push_back(t0 + t);
+        out_next += static_cast<size_t>(take);
+      } else if (done == total && s.want_logits) {
         rows.push_back(t0 + take - 1);
         ++out_next;
       }

@@ -493,9 +493,10 @@ void CudaBackend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<floa
     if (s.kv->token_states_wanted()) return Backend::forward_seqs(seqs, logits);
   if (seqs.size() == 1) {  // forward() alone (the decode graph where it applies)
     std::vector<float> one;
-    forward(*seqs[0].kv, seqs[0].tokens, one);
+    forward(*seqs[0].kv, seqs[0].tokens, one, seqs[0].all_logits);
     logits.clear();
-    if (seqs[0].want_logits) logits.assign(one.begin(), one.begin() + V);
+    if (seqs[0].all_logits) logits = std::move(one);
+    else if (seqs[0].want_logits) logits.assign(one.begin(), one.begin() + V);
     return;
   }
   // Distinct caches of one backend hold distinct slots; checked all the same
@@ -506,7 +507,7 @@ void CudaBackend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<floa
         throw Error("forward_seqs: entries " + std::to_string(j) + " and " + std::to_string(i) +
                     " run on the same device sequence state");
   size_t n_want = 0;
-  for (const SeqTokens& s : seqs) n_want += s.want_logits ? 1 : 0;
+  for (const SeqTokens& s : seqs) n_want += s.logit_rows();
   logits.assign(n_want * static_cast<size_t>(V), 0.0f);
   MS_CUDA_CHECK(cudaSetDevice(m.opt.device));
   // Passes of at most B tokens, entries in order (one may be split across
@@ -528,12 +529,17 @@ void CudaBackend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<floa
       // A sequence starts: its slot's recurrent state starts from zeros.
       if (off == 0 && s.kv->n_past() == 0) m.kv.zero_recurrent(slot[e], m.stream);
       m.runs.push_back({static_cast<int>(toks.size()), static_cast<int>(take), slot[e], s.kv->n_past()});
+      if (s.all_logits)  // a verify: every token's row
+        for (size_t t = 0; t < take; ++t) {
+          want.push_back(static_cast<int>(toks.size() + t));
+          ++rank;
+        }
       toks.insert(toks.end(), s.tokens.begin() + static_cast<std::ptrdiff_t>(off),
                   s.tokens.begin() + static_cast<std::ptrdiff_t>(off + take));
       pieces.emplace_back(e, static_cast<int>(take));
       off += take;
       if (off == s.tokens.size()) {
-        if (s.want_logits) {
+        if (s.want_logits && !s.all_logits) {
           want.push_back(static_cast<int>(toks.size()) - 1);
           ++rank;
         }
