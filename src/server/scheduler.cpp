@@ -4,6 +4,7 @@
 #include <optional>
 #include <span>
 #include <system_error>
+#include <tuple>
 
 #include "server/grammar_filter.h"
 #include "server/text_stream.h"
@@ -129,6 +130,9 @@ struct Scheduler::Slot {
   std::chrono::steady_clock::time_point first_token{};  // when the job's first token was sampled
   int index = 0;  // in slots_, for per-slot metrics
   uint64_t admitted = 0;  // admission order: prompt chunks go to the earliest admitted first
+  // A later choice of a job waiting for choice 0's prompt: that slot (null:
+  // not waiting).
+  Slot* fork_of = nullptr;
 };
 
 Scheduler::Scheduler(Backend& backend, const Tokenizer& tok, Options opt, Metrics* metrics)
@@ -188,6 +192,41 @@ std::shared_ptr<Request> Scheduler::submit(Job job) {
   return req;
 }
 
+std::vector<std::shared_ptr<Request>> Scheduler::submit_choices(Job job, int n) {
+  if (n < 1) throw Error("n must be at least 1");
+  if (n > opt_.parallel)
+    throw Error("n = " + std::to_string(n) + " choices need as many slots; this server has " +
+                std::to_string(opt_.parallel) + " (--parallel)");
+  if (n == 1) return {submit(std::move(job))};
+  job.submitted = std::chrono::steady_clock::now();
+  if (job.grammar) job.separate_reasoning = job.starts_in_reasoning = false;
+  std::vector<std::shared_ptr<Request>> reqs;
+  for (int i = 0; i < n; ++i) reqs.push_back(std::make_shared<Request>());
+  if (job.prompt.empty()) {
+    for (auto& r : reqs) r->finish("error", "the prompt has no tokens", 0, 0, 0);
+    return reqs;
+  }
+  {
+    std::lock_guard lk(m_);
+    if (stopping_) {
+      for (auto& r : reqs)
+        r->finish("cancelled", "the server is shutting down", static_cast<int>(job.prompt.size()), 0, 0);
+      return reqs;
+    }
+    // Consecutive in the queue: admit() takes them together.
+    for (int i = 0; i < n; ++i) {
+      Job j = job;
+      j.n_choices = n;
+      j.choice = i;
+      j.sampling.seed = job.sampling.seed + static_cast<uint64_t>(i);
+      queue_.emplace_back(std::move(j), reqs[static_cast<size_t>(i)]);
+    }
+    if (metrics_) metrics_->set_queue(queue_.size(), active_);
+  }
+  cv_.notify_all();
+  return reqs;
+}
+
 void Scheduler::stop() {
   {
     std::lock_guard lk(m_);
@@ -215,9 +254,28 @@ void Scheduler::admit() {
       queue_.pop_front();
       continue;
     }
-    std::vector<SlotView> views;
-    for (auto& s : slots_) views.push_back({&s->tokens, s->req != nullptr, s->last_used});
-    auto [idx, keep] = choose_slot(views, queue_.front().first.prompt);
+    const Job& front = queue_.front().first;
+    // A job's choices come in together, into as many free slots.
+    if (front.n_choices > 1 && front.choice == 0) {
+      int n_free = 0;
+      for (auto& sl : slots_) n_free += sl->req ? 0 : 1;
+      if (n_free < front.n_choices) break;
+    }
+    int idx = -1;
+    size_t keep = 0;
+    Slot* leader = nullptr;  // a later choice's: choice 0's slot, admitted just before
+    if (front.choice > 0 && choice_leader_ && choice_leader_->req && choice_leader_->job.n_choices == front.n_choices &&
+        choice_leader_->prefilled < choice_leader_->job.prompt.size())
+      leader = choice_leader_;
+    if (leader) {
+      // Its state comes from the leader's: the least recently used free slot.
+      for (auto& sl : slots_)
+        if (!sl->req && (idx < 0 || sl->last_used < slots_[static_cast<size_t>(idx)]->last_used)) idx = sl->index;
+    } else {
+      std::vector<SlotView> views;
+      for (auto& sl : slots_) views.push_back({&sl->tokens, sl->req != nullptr, sl->last_used});
+      std::tie(idx, keep) = choose_slot(views, front.prompt);
+    }
     if (idx < 0) break;
     Slot& s = *slots_[static_cast<size_t>(idx)];
     // A recurrent state (hybrid models) returns to a shorter prefix only
@@ -258,12 +316,19 @@ void Scheduler::admit() {
     }
     if (s.job.harmony)
       if (const auto markers = harmony_markers(tok_)) s.harmony = std::make_unique<HarmonyParser>(tok_, *markers);
+    s.fork_of = leader;
+    if (s.job.n_choices > 1 && s.job.choice == 0) choice_leader_ = &s;
     ++active_;
   }
   if (metrics_) metrics_->set_queue(queue_.size(), active_);
 }
 
 void Scheduler::finish(Slot& s, const std::string& reason, const std::string& error) {
+  // Choices still waiting for this one's prompt read it themselves.
+  for (auto& sp : slots_)
+    if (sp->fork_of == &s) sp->fork_of = nullptr;
+  s.fork_of = nullptr;
+  if (choice_leader_ == &s) choice_leader_ = nullptr;
   if (reason != "error" && reason != "cancelled" && s.harmony) {
     emit_harmony(s, s.harmony->flush());
     s.req->post(s.stop->flush(), "");
@@ -469,6 +534,7 @@ void Scheduler::step() {
       finish(s, "cancelled");
       continue;
     }
+    if (s.fork_of) continue;  // waits for choice 0's prompt (fork_choices)
     if (s.prefilled < s.job.prompt.size()) {
       // A prompt longer than the slot's context ends before any chunk of it runs.
       if (static_cast<int64_t>(s.job.prompt.size()) > s.kv.ctx()) {
@@ -533,6 +599,28 @@ void Scheduler::step() {
     s.tokens.insert(s.tokens.end(), e.tokens.begin(), e.tokens.end());
     if (e.prompt) s.prefilled += e.tokens.size();
     if (e.want_logits) s.logits_row = row++;
+    if (e.prompt && e.want_logits) fork_choices(s);
+  }
+}
+
+// Choice 0's prompt is in: every choice waiting for it takes its state (K/V,
+// recurrent state, positions) and its logits row, and samples on its own.
+void Scheduler::fork_choices(Slot& leader) {
+  for (auto& sp : slots_) {
+    Slot& s = *sp;
+    if (s.fork_of != &leader) continue;
+    s.fork_of = nullptr;
+    if (!s.req) continue;
+    try {
+      be_.fork(leader.kv, s.kv);
+    } catch (const std::exception& ex) {
+      fail(s, ex.what());
+      continue;
+    }
+    s.tokens = leader.tokens;
+    s.prefilled = leader.prefilled;
+    s.n_cached = leader.n_cached;
+    s.logits_row = leader.logits_row;
   }
 }
 

@@ -38,6 +38,11 @@
 // Jobs report to their Request (a thread-safe mailbox the HTTP thread waits
 // on); cancel() from the client side (a disconnect) frees the slot at the
 // worker's next turn.
+//
+// Choices (`n`): the n jobs of one request are admitted together; choice 0
+// prefills, the others wait in their slots and take its state by a fork when
+// its prompt is in (one prefill for all), then decode as sequences of the
+// same steps.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -86,6 +91,11 @@ struct Job {
   // Control tokens' text goes out with the rest: a Mistral model's
   // [TOOL_CALLS] marker is one, and the tool-call parser reads it.
   bool render_special = false;
+  // Set by submit_choices: the job's choices (OpenAI's `n`) and which one
+  // this is. Choice 0 reads the prompt; the others take its state by a fork
+  // (Backend::fork) once it has, each then sampling with seed + its index.
+  int n_choices = 1;
+  int choice = 0;
 };
 
 // What a job has produced since the last take(), and how it ended.
@@ -161,6 +171,12 @@ class Scheduler {
 
   // Queues a job (its prompt must fit: prompt.size() < ctx). Thread-safe.
   std::shared_ptr<Request> submit(Job job);
+  // OpenAI's `n`: n choices of one prompt, admitted together into n slots.
+  // The prompt is read once, then forked into the other slots; choice i
+  // samples with job.sampling.seed + i, so it is what a single request with
+  // that seed gives (at temperature 0, n identical choices). Throws ms::Error
+  // for n < 1 or more choices than slots.
+  std::vector<std::shared_ptr<Request>> submit_choices(Job job, int n);
   // Cancels every job, queued or running, and joins the worker.
   void stop();
 
@@ -175,6 +191,7 @@ class Scheduler {
   struct Slot;
   void run();
   void admit();
+  void fork_choices(Slot& leader);
   void publish_experts();
   void step();
   bool sample_next(Slot& s);
@@ -190,6 +207,7 @@ class Scheduler {
   Options opt_;
   Metrics* metrics_;
   std::vector<std::unique_ptr<Slot>> slots_;
+  Slot* choice_leader_ = nullptr;  // the last admitted choice 0 of a job with several (admit)
   std::deque<std::pair<Job, std::shared_ptr<Request>>> queue_;
   mutable std::mutex m_;
   std::condition_variable cv_;
