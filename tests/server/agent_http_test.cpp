@@ -8,7 +8,9 @@
 // then the tiny generated model, whose answers are sampled under a schema.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -97,6 +99,19 @@ TEST(ResponsesHttp, TextAnswerStoredAndDeleted) {
   ASSERT_TRUE(got);
   EXPECT_EQ(got->status, 404);
   EXPECT_EQ(json::parse(got->body)["error"]["code"], "response_not_found");
+
+  // /metrics counts the routes under their own labels (ids are not labels).
+  // A response's count is taken just after it is sent: ask until it shows.
+  const std::string want_post = "moestream_requests_total{endpoint=\"/v1/responses\",status=\"200\"} 1\n";
+  const std::string want_id = "moestream_requests_total{endpoint=\"/v1/responses/{id}\",status=\"404\"} 1\n";
+  std::string metrics;
+  for (int i = 0; i < 100; ++i) {
+    metrics = s.server.get("/metrics")->body;
+    if (metrics.find(want_id) != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_NE(metrics.find(want_post), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find(want_id), std::string::npos) << metrics;
 }
 
 TEST(ResponsesHttp, FunctionCallAndItsOutputWithPreviousResponseId) {
