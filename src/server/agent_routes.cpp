@@ -1,6 +1,7 @@
 #include "server/agent_routes.h"
 
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <random>
 
@@ -155,8 +156,12 @@ struct AgentApi::Handlers {
       } catch (const ApiError& e) {
         throw responses_error(e);
       }
-      rq.echo["temperature"] = r.sampling.temperature;
-      rq.echo["top_p"] = r.sampling.top_p;
+      // The values used: as sent, else the server's defaults (as a client would write them, not 0.949999988).
+      auto used = [&](const char* key, float value) {
+        rq.echo[key] = rq.chat_body.contains(key) ? rq.chat_body[key] : json(std::round(value * 1e6) / 1e6);
+      };
+      used("temperature", r.sampling.temperature);
+      used("top_p", r.sampling.top_p);
       const std::string id = next_id("resp_");
       const std::string model = rq.model.empty() ? api.ctx_.model_name : rq.model;
       auto reader = std::make_shared<AnswerReader>(std::move(started), id);

@@ -80,6 +80,7 @@ TEST(ResponsesHttp, TextAnswerStoredAndDeleted) {
   EXPECT_EQ(r["status"], "completed");
   EXPECT_EQ(r["model"], "m");
   EXPECT_EQ(r["instructions"], "Be nice.");
+  EXPECT_EQ(r["top_p"], 0.95) << "the default, as a client writes it";
   EXPECT_EQ(output_text(r), "Hello!");
   EXPECT_GT(r["usage"]["input_tokens"].get<int>(), 0);
   EXPECT_EQ(r["usage"]["output_tokens"], r["usage"]["total_tokens"].get<int>() - r["usage"]["input_tokens"].get<int>());
@@ -120,6 +121,8 @@ TEST(ResponsesHttp, FunctionCallAndItsOutputWithPreviousResponseId) {
                                                  {"tools", json::array({weather_tool_openai()})},
                                                  {"temperature", 0}});
   EXPECT_EQ(first["status"], "completed");
+  EXPECT_EQ(first["temperature"], 0);
+  EXPECT_EQ(first["tools"][0]["name"], "get_weather") << "the tools as sent";
   ASSERT_EQ(first["output"].size(), 1u) << first.dump(1);
   const json& call = first["output"][0];
   EXPECT_EQ(call["type"], "function_call");
@@ -221,6 +224,7 @@ TEST(ResponsesHttp, ReasoningItemAndLengthCut) {
   EXPECT_EQ(cut["incomplete_details"]["reason"], "max_output_tokens");
   EXPECT_EQ(cut["usage"]["output_tokens"], 5);
   EXPECT_EQ(cut["max_output_tokens"], 5);
+  EXPECT_EQ(cut["temperature"], 0.8) << "the server's default";
 }
 
 TEST(ResponsesHttp, ErrorsInOpenAIsShape) {
