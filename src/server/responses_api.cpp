@@ -261,7 +261,7 @@ json chat_response_format(const json& text) {
   if (!schema) bad("text.format.schema", "is required for json_schema");
   if (!schema->is_object() && !schema->is_boolean()) bad("text.format.schema", "must be a JSON schema object");
   if (const json* s = find(*f, "strict"); s && !s->is_boolean()) bad("text.format.strict", "must be a boolean");
-  fields::string_field(*f, "description", "text.format.description");
+  (void)fields::string_field(*f, "description", "text.format.description");  // checked, not used
   json js = {{"name", name ? *name : "response"}, {"schema", *schema}};
   return {{"type", "json_schema"}, {"json_schema", js}};
 }
