@@ -2,13 +2,16 @@
 # Installs the `openai` npm package (the official OpenAI client) into
 # BUILD_DIR/openai_client, where the end-to-end test OpenAiClient.ChatStreamAndTools
 # (tests/server/openai_client_test.cpp) finds it: chat, streaming and tool calls
-# through that library against the server. Done once (a cache). Without
+# through that library against the server; and AgentClients.OpenAiResponses
+# (tests/server/agent_clients_test.cpp) its Responses API. Done once (a cache). Without
 # node/npm or the network it says so and exits 0: the test then skips itself.
 # Usage: scripts/fetch_openai_client.sh [BUILD_DIR]   (default: build)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dir="$(realpath -m "${1:-build}")/openai_client"
-if [ -f "$dir/node_modules/openai/package.json" ]; then
+# The Responses API test (AgentClients.OpenAiResponses) needs client.responses
+# (openai 4.87 and later): an older cached install is replaced.
+if [ -f "$dir/node_modules/openai/package.json" ] && [ -d "$dir/node_modules/openai/resources/responses" ]; then
   echo "fetch_openai_client: openai $(node -p "require('$dir/node_modules/openai/package.json').version" 2>/dev/null) in $dir"
   exit 0
 fi

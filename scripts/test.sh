@@ -24,6 +24,8 @@ bash scripts/fetch_quant_fixtures.sh
 bash scripts/fetch_chat_templates.sh
 # The openai npm client for the server's end-to-end test (skipped cleanly offline).
 bash scripts/fetch_openai_client.sh build
+# Anthropic's npm client for the /v1/messages end-to-end test (skipped cleanly offline).
+bash scripts/fetch_anthropic_client.sh build
 ctest --test-dir build --output-on-failure -j "$(nproc)" -LE slow
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 if [ "$FUZZ_SECONDS" -gt 0 ]; then bash scripts/fuzz.sh "$FUZZ_SECONDS"; fi

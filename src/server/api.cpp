@@ -208,7 +208,7 @@ void check_tools(const json& body, CompletionRequest& r) {
 
 }  // namespace
 
-CompletionRequest parse_request(const std::string& text, bool chat, const JsonLimits& limits) {
+json parse_json_body(const std::string& text, const JsonLimits& limits) {
   if (!valid_utf8(text)) throw ApiError(400, "the request body is not valid UTF-8");
   check_json_limits(text, limits);  // before anything recursive touches the body
   json body;
@@ -225,7 +225,14 @@ CompletionRequest parse_request(const std::string& text, bool chat, const JsonLi
   }
   if (!body.is_object())
     throw ApiError(400, std::string("the request body must be a JSON object, not ") + type_name(body));
+  return body;
+}
 
+CompletionRequest parse_request(const std::string& text, bool chat, const JsonLimits& limits) {
+  return parse_request_body(parse_json_body(text, limits), chat);
+}
+
+CompletionRequest parse_request_body(const json& body, bool chat) {
   CompletionRequest r;
   r.chat = chat;
   if (const json* m = field(body, "model")) {

@@ -73,4 +73,11 @@ struct CompletionRequest {
 // 400 beyond them), so nothing recursive ever sees a hostile shape.
 CompletionRequest parse_request(const std::string& body, bool chat, const JsonLimits& limits = {});
 
+// The two halves of parse_request, for the routes that translate their own
+// request shapes into this one (server/responses_api.h, messages_api.h):
+// the body checked (UTF-8, JsonLimits) and parsed into an object, and an
+// already parsed chat-completions body checked into a CompletionRequest.
+nlohmann::ordered_json parse_json_body(const std::string& body, const JsonLimits& limits = {});
+CompletionRequest parse_request_body(const nlohmann::ordered_json& body, bool chat);
+
 }  // namespace ms::server

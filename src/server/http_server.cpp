@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/agent_routes.h"
 #include "server/api.h"
 #include "server/chat.h"
 #include "server/metrics.h"
@@ -73,6 +74,7 @@ const char* allowed_methods(const std::string& path) {
   if (path == "/v1/chat/completions" || path == "/v1/completions") return "POST";
   if (path == "/v1/models" || path == "/health" || path == "/metrics") return "GET, HEAD";
   if (path.rfind("/v1/models/", 0) == 0 && path.size() > 11) return "GET, HEAD";
+  if (const char* agent = agent_allowed_methods(path)) return agent;
   return "";
 }
 
@@ -103,6 +105,7 @@ struct HttpServer::Impl {
   std::atomic<bool> stopped{false};
   const bool harmony;  // gpt-oss: chat answers are parsed by channel (tokenizer/harmony.h)
   const ModelToolCalls tool_model;  // how the model writes tool calls (server/tool_calls.h)
+  std::unique_ptr<AgentApi> agent;  // /v1/responses, /v1/messages (server/agent_routes.h)
 
   Impl(Scheduler& s, const Tokenizer& t, const ChatRenderer& c, Metrics& m, HttpOptions o)
       : sched(s), tok(t), chat(c), metrics(m), opt(std::move(o)), harmony(harmony_markers(t).has_value()),
@@ -209,6 +212,7 @@ struct HttpServer::Impl {
       for (const char* k : known)
         if (req.path == k) endpoint = k;
       if (req.path.rfind("/v1/models/", 0) == 0) endpoint = "/v1/models/{id}";
+      if (const char* agent_endpoint = agent_endpoint_label(req.path)) endpoint = agent_endpoint;
       metrics.request(endpoint, res.status);
       if (opt.access_log) log_access(req, res);
       t_access = AccessInfo{};
@@ -250,6 +254,13 @@ struct HttpServer::Impl {
     svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       completion(req, res, false);
     });
+    agent = std::make_unique<AgentApi>(AgentApi::Context{
+        ChatServing{sched, tok, chat, tool_model, harmony, &stopped}, opt.api_key, opt.model_name, opt.json_limits, {},
+        [](int prompt, int completion) {
+          t_access.prompt_tokens = prompt;
+          t_access.completion_tokens = completion;
+        }});
+    agent->add_routes(svr);
   }
 
   json model_json() const {

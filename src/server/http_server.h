@@ -3,6 +3,7 @@
 //
 //   POST /v1/chat/completions, POST /v1/completions   (stream: SSE "data:" chunks, then [DONE])
 //   GET  /v1/models, GET /health, GET /metrics         (Prometheus text)
+//   POST /v1/responses, POST /v1/messages[/count_tokens] (agents' APIs: server/agent_routes.h)
 //
 // Errors are OpenAI's JSON shape ({"error": {message, type, param, code}})
 // with the matching status. With an API key every route but /health needs
