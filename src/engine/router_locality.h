@@ -34,6 +34,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "experts/locality_model.h"  // topk_repeat_fraction, the window
+
 namespace ms {
 
 struct LocalityDesign {
@@ -47,7 +49,7 @@ struct LocalityDesign {
   float router_tok_std = 0;     // router weights on the token channels (zero on the rest)
   double rho = 0;               // share of the logit variance the context carries
   double ctx_lag1 = 0;          // correlation of the context with itself one token later
-  double max_locality = 0;      // the largest P this shape reaches (rho = 1)
+  double max_locality = 0;      // the largest P this shape reaches (rho = 1); 0 when P = 0
 };
 
 struct LocalityShape {
@@ -61,10 +63,5 @@ struct LocalityShape {
 // Throws ms::Error when P is outside [0, 1], above what the shape can reach
 // (the message names the limit), or the shape has no RoPE band for the window.
 LocalityDesign design_router_locality(double P, const LocalityShape& s);
-
-// Expected fraction of token t+1's top-k that token t chose too, for logits
-// bias + X with X ~ N(0, 1) per expert and correlation r between consecutive
-// tokens (Monte Carlo, deterministic).
-double topk_repeat_fraction(double r, int n_expert, int k, double skew);
 
 }  // namespace ms
