@@ -21,6 +21,11 @@
 // the token-dependent part. S = 0 leaves column 0 zero (uniform routing).
 // `moestream run --routing-stats` measures the popularity that results.
 //
+// Router locality P (qwen3moe): layer 0 gets a context head whose output, a
+// moving average of recent tokens, occupies residual channels of its own, and
+// the routers read it beside the token, so a decode token repeats P of the
+// previous token's experts (engine/router_locality.h).
+//
 // Large models (over 256M weights): quantizing every random row with the
 // reference quantizer would take an hour for Qwen3-30B-A3B, so the quantized
 // tensors of 256 rows or more (experts, attention, embeddings, the output

@@ -102,13 +102,13 @@ ContextShare solve_context_share(double P, double lag1, int n_expert, int k, dou
   char buf[320];
   if (P <= c.chance + 0.005) {
     std::snprintf(buf, sizeof buf,
-                  "%s: locality %.3g: independent routing already repeats %.3f of the previous token's experts with "
+                  "%s %.3g: independent routing already repeats %.3f of the previous token's experts with "
                   "%d experts, k=%d and this skew; ask for more, or 0 for independent routing",
                   who, P, c.chance, n_expert, k);
     throw Error(buf);
   }
   if (P > c.max) {
-    std::snprintf(buf, sizeof buf, "%s: locality %.3g: at most %.2f with %d experts, k=%d and this skew", who, P,
+    std::snprintf(buf, sizeof buf, "%s %.3g: at most %.2f with %d experts, k=%d and this skew", who, P,
                   c.max, n_expert, k);
     throw Error(buf);
   }

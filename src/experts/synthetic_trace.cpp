@@ -61,7 +61,7 @@ Trace make_synthetic_trace(const SyntheticTraceOptions& o) {
   ContextShare share;
   if (window) {
     win = locality_window(qwen3_window_thetas());
-    share = solve_context_share(o.locality, win.lag1, int(o.n_expert), int(o.k), o.skew, "synthetic trace");
+    share = solve_context_share(o.locality, win.lag1, int(o.n_expert), int(o.k), o.skew, "synthetic trace: locality");
   }
   Rng rng{o.seed * 0x2545F4914F6CDD1Dull + 7};
   const auto normal = [&rng] {  // Box-Muller, one of the pair
