@@ -15,21 +15,23 @@
 // (slowly varying) and n_e(t) a projection of the current token (fresh each
 // token). rho is chosen so that the top-k of consecutive tokens share P of
 // their experts. The window is wide (tens of tokens), so a token's experts
-// were mostly used within the last few tokens even when P is moderate: at
-// P = 0.45 with 128 experts and k = 8, about 80% within the last 8 tokens,
-// which is what published measurements of Qwen3-30B-A3B report.
+// were mostly used within the last few tokens even when P is moderate, as
+// published measurements of real routers report (docs/traces.md has both).
 //
 // The window: the head's q and k read only the constant channel 0 (so they
 // are the same vector for every token) on a band of RoPE dimensions; the
 // score of a key d tokens back is then sum_i a_i cos(theta_i d), which falls
 // off with d over 1/theta of the band (q/k norms fix the amplitude sum a_i).
-// Its value rows read the token (not the constant channel), its output rows
-// write channels [1, 1 + m) and nothing else writes there: embeddings, the
-// other heads, the experts and the output head leave them alone (so the
-// context does not steer which tokens are sampled). The routers read the
-// token from the next m channels, which hold the embedding alone (no layer
-// writes them): the other heads' outputs are moving averages too, and a
-// router reading them would repeat more than the design says.
+// Its value rows read the token channels (below) through an orthogonal
+// matrix, so the average is isotropic and every expert gets the same share
+// of it; token pairs (2j, 2j+1) have opposite token channels, so it is also
+// mean-free. Its output rows write channels [1, 1 + m) and nothing else
+// writes there: embeddings, the other heads, the experts and the output head
+// leave them alone (so the context does not steer which tokens are sampled).
+// The routers read the token from the next m channels, which hold the
+// embedding alone (no layer writes them): the other heads' outputs are
+// moving averages too, and a router reading them would repeat more than the
+// design says.
 #pragma once
 #include <cstdint>
 #include <vector>
