@@ -33,10 +33,16 @@ RegisterCommand reg("gen", [](CLI::App& app) {
   sub->add_flag("--pure", opt->pure, "--quant names one type for every tensor (as llama-quantize --pure)");
   sub->add_option("--router-skew", opt->router_skew,
                   "Zipf exponent S of expert popularity (0: uniform routing)")->capture_default_str();
+  sub->add_option("--router-locality", opt->router_locality,
+                  "fraction of a token's experts the previous token chose too, as decoding measures it "
+                  "(0: independent tokens; qwen3moe; docs/traces.md)")
+      ->capture_default_str();
   sub->add_option("--seed", opt->seed, "random seed (same seed, same file)")->capture_default_str();
   sub->add_option("--layout", opt->layout, "expert tensors: stacked | merged | per-expert")->capture_default_str();
   sub->add_option("--layers", opt->n_layer, "override the preset's layer count (0: keep)");
   sub->add_option("--ctx", opt->n_ctx, "override the preset's context length (0: keep)");
+  sub->add_option("--experts", opt->n_expert, "override the preset's routed experts per layer (0: keep)");
+  sub->add_option("--experts-used", opt->n_expert_used, "override the preset's experts per token (0: keep)");
   sub->add_option("-t,--threads", *threads, "threads for quantization (0: all cores)");
   sub->add_flag("-q,--quiet", *quiet, "no progress output");
   sub->add_option("-o,--output", *out, "output .gguf file")->required();
@@ -44,6 +50,7 @@ RegisterCommand reg("gen", [](CLI::App& app) {
     // Range checks (cli helper): a negative override used to be taken silently.
     if (opt->n_layer < 0 || opt->n_layer > 1024) throw Error("--layers must be in 0..1024 (0: the preset's)");
     if (opt->n_ctx < 0 || opt->n_ctx > (int64_t{1} << 24)) throw Error("--ctx must be in 0..16777216 (0: the preset's)");
+    if (opt->n_expert < 0 || opt->n_expert_used < 0) throw Error("--experts and --experts-used must be >= 0 (0: the preset's)");
     if (*threads < 0 || *threads > 1024) throw Error("--threads must be in 0..1024 (0: all cores)");
     ThreadPool pool(*threads);
     GenOptions o = *opt;

@@ -43,7 +43,14 @@ RegisterCommand reg("trace", [](CLI::App& app) {
   synth->add_option("--prompt-batch", o.prompt_batch, "Prompt tokens per forward pass")->capture_default_str();
   synth->add_option("--sequences", o.sequences, "Sequences, one after the other")->capture_default_str();
   synth->add_option("--skew", o.skew, "Zipf exponent of expert popularity (0 = uniform router)")->capture_default_str();
-  synth->add_option("--locality", o.locality, "Chance a token repeats one of the previous token's experts (0..1)")->capture_default_str();
+  synth->add_option("--locality", o.locality,
+                    "repeat model: chance each choice repeats one of the previous token's experts; window model: the "
+                    "fraction of a token's experts the previous token chose (0..1)")
+      ->capture_default_str();
+  synth->add_option("--locality-model", o.locality_model,
+                    "repeat (each choice on its own) | window (gen --router-locality's model: the last 8 tokens hold "
+                    "most of a token's experts, as in real routers)")
+      ->capture_default_str();
   synth->add_option("--drift", o.drift, "Chance per token and layer that two popularity ranks swap (0..1)")->capture_default_str();
   synth->add_option("--predict-accuracy", o.predict_accuracy,
                     "Store next-layer predictions right with this probability (default: none)");

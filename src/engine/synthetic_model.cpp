@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/quant_presets.h"
+#include "engine/router_locality.h"
 #include "engine/synthetic_vocab.h"
 #include "format/gguf.h"
 #include "model/recipe.h"
@@ -70,7 +71,7 @@ struct Plan {
   int64_t rows_per_mat = 1; // rows of one matrix (3-D tensors hold n_expert of them)
   int64_t merged_ff = 0;    // > 0: gate rows [0, F) then up rows [F, 2F) per expert
   float stddev = 0;
-  bool zero_row0 = false;   // rows writing to the constant channel
+  bool zero_row0 = false;   // rows writing to the constant channel (and the context channels, with locality)
   uint64_t nbytes() const { return static_cast<uint64_t>(row_bytes(type, shape[0])) * rows(); }
   int64_t rows() const {
     int64_t r = 1;
@@ -85,12 +86,77 @@ struct RouterBias {
   // for tokens that make unreadable text (stray UTF-8 continuation bytes,
   // filler tokens), so the tiny model's random text reads as words.
   std::vector<float> output_col0;
+  // --router-locality (engine/router_locality.h): channels [1, ctx_end) hold
+  // the context that layer 0's head 0 writes; empty without locality.
+  int64_t ctx_end = 1;
+  int64_t tok_end = 1;  // [ctx_end, tok_end): the embedding alone, what routers read of the token
+  int64_t head_dim = 0;
+  LocalityDesign loc;
+  std::vector<uint8_t> window_dim;  // [head_dim]: the context head's q and k use this dim
+  std::vector<float> value_rows;    // [head_dim][token channels]: orthonormal rows of the context head's v
+  bool locality() const { return ctx_end > 1; }
+  // Rows gen builds by hand (not from a row pool): the zeroed rows of the
+  // residual writers and layer 0's context head.
+  bool custom_row(const Plan& p, int64_t row) const {
+    if (p.zero_row0 && row < tok_end) return true;
+    if (!locality() || p.layer != 0) return false;
+    if (p.role == kAttnQ || p.role == kAttnK || p.role == kAttnV) return row < head_dim;
+    return false;
+  }
 };
+
+// n orthonormal rows of length m (n <= m), by Gram-Schmidt on uniform random rows.
+std::vector<float> orthonormal_rows(int64_t n, int64_t m, uint64_t key) {
+  std::vector<double> q(static_cast<size_t>(n * m));
+  for (int64_t i = 0; i < n; ++i) {
+    double* r = q.data() + i * m;
+    for (int64_t j = 0; j < m; ++j) r[j] = static_cast<double>(splitmix(key) >> 11) * 0x1.0p-53 - 0.5;
+    for (int pass = 0; pass < 2; ++pass)  // twice: orthogonal to rounding
+      for (int64_t k = 0; k < i; ++k) {
+        const double* o = q.data() + k * m;
+        double dot = 0;
+        for (int64_t j = 0; j < m; ++j) dot += r[j] * o[j];
+        for (int64_t j = 0; j < m; ++j) r[j] -= dot * o[j];
+      }
+    double norm = 0;
+    for (int64_t j = 0; j < m; ++j) norm += r[j] * r[j];
+    for (int64_t j = 0; j < m; ++j) r[j] /= std::sqrt(norm);
+  }
+  return std::vector<float>(q.begin(), q.end());
+}
+
+// Layer 0's context head (router_locality.h): q and k read only the constant
+// channel on the window's dims, v skips it, and attn_output copies the head
+// into the context channels.
+void fill_context_head_row(const Plan& p, int64_t row, const RouterBias& rb, float* out) {
+  const int64_t n = p.shape[0];
+  if ((p.role == kAttnQ || p.role == kAttnK || p.role == kAttnV) && row >= rb.head_dim) return;
+  if (p.role == kAttnQ || p.role == kAttnK) {
+    std::fill(out, out + n, 0.0f);
+    if (rb.window_dim[static_cast<size_t>(row)]) out[0] = 1.0f;
+  } else if (p.role == kAttnV) {
+    // The token channels only, through an orthogonal matrix: the context is
+    // then an isotropic average, and every expert's share of it is the same
+    // (a random matrix's spread of singular values gave some experts several
+    // times the design's context share).
+    std::fill(out, out + n, 0.0f);
+    const int64_t m = rb.tok_end - rb.ctx_end;
+    std::copy_n(rb.value_rows.data() + row * m, m, out + rb.ctx_end);
+  } else if (p.role == kAttnO && row >= 1 && row < rb.ctx_end) {
+    std::fill(out, out + n, 0.0f);
+    out[row - 1] = rb.loc.out_scale;
+  }
+}
 
 void fill_row(const Plan& p, int64_t r, uint64_t seed, const RouterBias& rb, float* out) {
   const int64_t n = p.shape[0];
   if (p.role == kNorm || p.role == kQkNorm) {
     std::fill(out, out + n, 1.0f);
+    // Layer 0's q/k norms set the context head's window amplitude (the
+    // other heads see the same gain on those few dims; it is near 1).
+    if (p.role == kQkNorm && p.layer == 0 && rb.locality() && n == rb.head_dim)
+      for (int64_t i = 0; i < n; ++i)
+        if (rb.window_dim[static_cast<size_t>(i)]) out[i] = rb.loc.qk_norm_gain;
     return;
   }
   int64_t expert = p.expert0 + r / p.rows_per_mat, row = r % p.rows_per_mat;
@@ -99,7 +165,7 @@ void fill_row(const Plan& p, int64_t r, uint64_t seed, const RouterBias& rb, flo
     role = row < p.merged_ff ? kGate : kUp;
     row %= p.merged_ff;
   }
-  if (p.zero_row0 && row == 0) {
+  if (p.zero_row0 && row < rb.tok_end && !(row > 0 && row < rb.ctx_end && rb.locality() && p.layer == 0 && p.role == kAttnO)) {
     std::fill(out, out + n, 0.0f);
     return;
   }
@@ -114,6 +180,31 @@ void fill_row(const Plan& p, int64_t r, uint64_t seed, const RouterBias& rb, flo
     for (int64_t i = 0; i < n; ++i) out[i] = -(2.05f + out[i] / a * 2.0f);
   if (role == kResBias) out[0] = 0.0f;
   if (role == kEmbd) out[0] = kChannel;
+  if (rb.locality()) {
+    if (role == kEmbd || role == kOutput) std::fill(out + 1, out + rb.ctx_end, 0.0f);
+    // Token pairs (2j, 2j+1) have opposite token channels, so those channels
+    // average to zero over the vocabulary: a mean would be a constant part of
+    // every token's router input and of the context's average (static skew
+    // and extra repeats that the design does not count).
+    if (role == kEmbd && row % 2 == 1) {
+      std::vector<float> even(static_cast<size_t>(n));
+      fill_row(p, r - 1, seed, rb, even.data());
+      for (int64_t i = rb.ctx_end; i < rb.tok_end; ++i) out[i] = -even[static_cast<size_t>(i)];
+    }
+    if (role == kRouter) {
+      // Each part scaled to the design's norm exactly: experts whose context
+      // part happened to be larger would repeat more than the design says
+      // (and the overlap grows faster than linearly with that share).
+      double ctx2 = 0, tok2 = 0;
+      for (int64_t i = 1; i < rb.ctx_end; ++i) ctx2 += double(out[i]) * out[i];
+      for (int64_t i = rb.ctx_end; i < rb.tok_end; ++i) tok2 += double(out[i]) * out[i];
+      const double m_ctx = double(rb.ctx_end - 1), m_tok = double(rb.tok_end - rb.ctx_end);
+      const float ctx = ctx2 > 0 ? static_cast<float>(rb.loc.router_ctx_std * std::sqrt(m_ctx / ctx2)) : 0.0f;
+      const float tok = tok2 > 0 ? static_cast<float>(rb.loc.router_tok_std * std::sqrt(m_tok / tok2)) : 0.0f;
+      for (int64_t i = 1; i < n; ++i) out[i] *= i < rb.ctx_end ? ctx : i < rb.tok_end ? tok : 0.0f;
+    }
+    if (p.layer == 0) fill_context_head_row(p, row, rb, out);
+  }
   if (role == kRouter) out[0] = rb.per_layer[static_cast<size_t>(p.layer)][static_cast<size_t>(row)];
   if (role == kOutput && !rb.output_col0.empty()) out[0] += rb.output_col0[static_cast<size_t>(row)];
 }
@@ -404,7 +495,19 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
   GenShape s = gen_preset(opt.arch, opt.preset);
   if (opt.n_layer > 0) s.n_layer = opt.n_layer;
   if (opt.n_ctx > 0) s.n_ctx = opt.n_ctx;
+  if (opt.n_expert > 0 || opt.n_expert_used > 0) {
+    if (s.n_expert == 0) throw Error("gen: --experts/--experts-used need an MoE architecture");
+    if (opt.n_expert > 0) s.n_expert = opt.n_expert;
+    if (opt.n_expert_used > 0) s.n_expert_used = opt.n_expert_used;
+    if (s.n_expert > 1024 || s.n_expert_used > s.n_expert)
+      throw Error("gen: --experts must be in 1..1024 and --experts-used at most --experts");
+  }
   if (!(opt.router_skew >= 0.0) || opt.router_skew > 16.0) throw Error("gen: --router-skew must be in [0, 16]");
+  if (!(opt.router_locality >= 0.0 && opt.router_locality <= 1.0))
+    throw Error("gen: --router-locality must be in [0, 1]");
+  if (opt.router_locality > 0 && s.gguf_arch != "qwen3moe")
+    throw Error("gen: --router-locality is built for qwen3moe (its q/k norms fix the context head's window), not " +
+                s.gguf_arch);
   const std::string layout = lower(opt.layout);
   if (layout != "stacked" && layout != "merged" && layout != "per-expert")
     throw Error("gen: unknown --layout '" + opt.layout + "' (stacked, merged, per-expert)");
@@ -491,6 +594,24 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
     }
   }
 
+  if (opt.router_locality > 0) {
+    LocalityShape ls;
+    ls.n_expert = s.n_expert;
+    ls.k = s.n_expert_used;
+    ls.skew = opt.router_skew;
+    ls.head_dim = s.head_dim;
+    ls.n_rot = s.n_rot > 0 ? s.n_rot : s.head_dim;
+    ls.rope_base = s.rope_base;
+    ls.n_embd = s.n_embd;
+    rb.loc = design_router_locality(opt.router_locality, ls);
+    rb.ctx_end = 1 + rb.loc.ctx_channels;
+    rb.tok_end = rb.ctx_end + rb.loc.tok_channels;
+    rb.head_dim = s.head_dim;
+    rb.window_dim.assign(static_cast<size_t>(s.head_dim), 0);
+    for (int i : rb.loc.rope_dims) rb.window_dim[static_cast<size_t>(i)] = 1;  // NeoX: dim i is the pair's first
+    rb.value_rows = orthonormal_rows(s.head_dim, rb.loc.tok_channels, row_key(opt.seed, 0, 98, 0, 0));
+  }
+
   const Vocab vocab = make_synthetic_vocab(static_cast<int32_t>(V));
   rb.output_col0.assign(static_cast<size_t>(V), 0.0f);
   for (int32_t id = 0; id < vocab.n_tokens(); ++id) {
@@ -550,6 +671,8 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
   }
   w.set("moestream.synthetic.seed", GgufValue::of_u64(opt.seed));
   w.set("moestream.synthetic.router_skew", GgufValue::of_f32(static_cast<float>(opt.router_skew)));
+  if (opt.router_locality > 0)
+    w.set("moestream.synthetic.router_locality", GgufValue::of_f32(static_cast<float>(opt.router_locality)));
   w.set("moestream.synthetic.quant", GgufValue::of_string(scheme.name));
   if (scheme.pure) w.set("moestream.synthetic.pure", GgufValue::of_bool(true));
   w.set("moestream.synthetic.layout", GgufValue::of_string(layout));
@@ -631,7 +754,7 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
             // The same key as fill_row's, so every expert layout picks the same rows.
             const int role = p.merged_ff > 0 ? (in_mat < p.merged_ff ? kGate : kUp) : p.role;
             const int64_t row = p.merged_ff > 0 ? in_mat % p.merged_ff : in_mat;
-            if (!(p.zero_row0 && in_mat == 0)) {
+            if (!rb.custom_row(p, row)) {
               const uint64_t pick = row_key(opt.seed, p.layer, role, expert, row) % static_cast<uint64_t>(pool_rows);
               std::copy_n(row_pool->data() + pick * rb_out, rb_out, chunk.data() + r * rb_out);
               continue;

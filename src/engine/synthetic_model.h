@@ -21,6 +21,11 @@
 // the token-dependent part. S = 0 leaves column 0 zero (uniform routing).
 // `moestream run --routing-stats` measures the popularity that results.
 //
+// Router locality P (qwen3moe): layer 0 gets a context head whose output, a
+// moving average of recent tokens, occupies residual channels of its own, and
+// the routers read it beside the token, so a decode token repeats P of the
+// previous token's experts (engine/router_locality.h).
+//
 // Large models (over 256M weights): quantizing every random row with the
 // reference quantizer would take an hour for Qwen3-30B-A3B, so the quantized
 // tensors of 256 rows or more (experts, attention, embeddings, the output
@@ -93,10 +98,15 @@ struct GenOptions {
   bool pure = false;               // `quant` is a type name, for every tensor (llama-quantize --pure)
   std::string layout = "stacked";  // experts: stacked (3-D) | merged (gate_up) | per-expert (2-D)
   double router_skew = 0.0;
+  // Temporal locality (engine/router_locality.h): the fraction of a decode
+  // token's experts the previous token chose too, in [0, 1] (0: independent
+  // tokens). qwen3moe only.
+  double router_locality = 0.0;
   uint64_t seed = 1;
   // Overrides of the preset (0: keep), for medium-sized test models.
   int n_layer = 0;
   int64_t n_ctx = 0;
+  int n_expert = 0, n_expert_used = 0;  // routed experts and experts per token (MoE presets)
   // Rows per pre-quantized row pool for big tensors (-1: auto, 4096 for
   // models over 256M weights, none below; 0: off). See synthetic_model.cpp.
   int64_t pool_rows = -1;

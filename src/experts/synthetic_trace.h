@@ -2,8 +2,17 @@
 // traces exist. Each MoE layer has its own popularity: Zipf with exponent
 // `skew` (0 = uniform router) over a random permutation of the experts; each
 // token picks k distinct experts by weighted sampling without replacement.
-// Temporal locality: with probability `locality`, each of a token's choices
-// repeats one of the previous token's choices at that layer.
+// Temporal locality, two models (`locality_model`):
+//   repeat: with probability `locality`, each of a token's choices repeats
+//     one of the previous token's choices at that layer (the fraction
+//     measured is that plus chance; the last 8 tokens add little more).
+//   window: the model `gen --router-locality` builds into real weights
+//     (experts/locality_model.h): logits are a Zipf bias (-skew * ln(rank+1),
+//     as gen's --router-skew), a share of a moving average over the last tens
+//     of tokens (shared by all layers, each projecting it its own way) and a
+//     fresh part; `locality` is the fraction of a decode token's experts the
+//     previous token chose, and the last 8 tokens hold most of the rest, as
+//     real routers do (docs/traces.md).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -23,6 +32,7 @@ struct SyntheticTraceOptions {
   uint32_t prompt_batch = 128;   // prompt tokens per forward pass
   double skew = 1.0;             // Zipf exponent of expert popularity
   double locality = 0.0;         // 0..1
+  std::string locality_model = "repeat";  // repeat | window (see above)
   double drift = 0.0;            // per token: chance a layer's two popularity ranks swap (non-stationary)
   double predict_accuracy = -1;  // < 0: no predictions; else chance each predicted id is right
   uint64_t expert_bytes = 0;     // bytes of one expert (0: a Qwen3-30B-A3B q4_K-like 1.7 MB)

@@ -1,7 +1,10 @@
 // What a routing trace says about caching: per-layer expert popularity and its
 // skew, reuse distance, how often the next token at a layer picks the same
-// experts again, and how well router L+1 applied to layer L's hidden state
-// predicts layer L+1's choice (when the trace has predictions).
+// experts again (the previous token, the last 8, an LRU cache of 40% of the
+// experts: the figures published for real routers, so a recorded and a
+// synthetic trace compare side by side), and how well router L+1 applied to
+// layer L's hidden state predicts layer L+1's choice (when the trace has
+// predictions).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,6 +28,11 @@ struct LayerTraceStats {
   double reuse_median = 0;
   double reuse_p90 = 0;
   double repeat_prob = -1;        // P(an expert of token t is chosen again by token t+1), decode, same sequence
+  // Locality as published measurements of real routers state it (decode
+  // tokens, each with its k experts; -1 when the trace has no such tokens):
+  double repeat_within_8 = -1;    // share of a token's experts that one of the 8 tokens before it chose
+  double lru40_hit_rate = -1;     // hits of an LRU cache of 40% of the layer's experts (at least k), per token
+  double experts_for_90_share = 0;  // experts_for_90 / n_expert
   double repeat_prob_independent = -1;  // the same if tokens chose independently from the popularity
   double prediction_recall = -1;  // share of layer L+1's experts that the prediction at L named
 };
@@ -35,6 +43,7 @@ struct TraceStats {
   uint64_t records = 0, steps = 0, prompt_tokens = 0, decode_tokens = 0;
   std::vector<LayerTraceStats> layers;  // MoE layers
   LayerTraceStats overall;              // averages over layers (layer = n_layer)
+  uint32_t lru40_slots = 0;             // the LRU cache's size per layer
 };
 
 TraceStats compute_trace_stats(const Trace& trace);

@@ -143,6 +143,10 @@ TEST_F(CliFlags, AbsurdValuesAreErrorsNamingTheFlag) {
       {"sim --trace /nonexistent --slots 4 --pcie-gbps -5", "--pcie-gbps"},
       {"trace synth --layers 48 --k 8 --tokens 4000000000 -o /dev/null", "--tokens"},
       {"gen --layers -3 -o " + tmp_path("never.gguf"), "--layers"},
+      {"gen --router-locality 1.5 -o " + tmp_path("never.gguf"), "--router-locality"},
+      {"gen --router-locality 0.99 -o " + tmp_path("never.gguf"), "at most"},
+      {"gen --experts-used 9 -o " + tmp_path("never.gguf"), "--experts"},
+      {"trace synth --locality 0.45 --locality-model markov -o /dev/null", "locality model"},
   };
   for (const BadFlag& c : cases) {
     std::string out;
