@@ -41,9 +41,11 @@ void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs);
 // the same model on the GPU (and from its f32-dequantized twin computed with
 // the GPU's rounding) by a few percent of the logits on tiny, sensitive models
 // (issue 41, bench/results/precision.md). With the GPU's form the CPU rounds
-// exactly as the CUDA backend does. The other formats keep theirs: Q8_K's one
-// scale per 256 (K-quants) and Q4_0/MXFP4's f16 scales differ from the GPU
-// too (measured there), but their GPU Q8 kernels are not the fast ones.
+// exactly as the CUDA backend does (and the Q8_0 dots got faster: its GPU Q8
+// kernel reads 8 block scales at once). The other formats keep theirs, which
+// differ from the GPU's too: the K-quants' Q8_K (one scale per 256; their GPU
+// Q8 dots are slower, expert_ffn.h) and Q4_0/MXFP4's f16 scales (not
+// measured for speed).
 bool input_takes_gpu_q8(DType wtype);
 // Bytes of one input row of `cols` in that form.
 int64_t input_row_bytes(DType wtype, int64_t cols);
