@@ -84,8 +84,11 @@ void ExpertFfn::compute(const ExpertFfnWeights& w, const float* x, int n_tokens,
   const int64_t D = w.n_embd, F = w.n_ff;
 
   // Inputs quantized once per token for the gate (and up, if its format
-  // differs). A matrix uses the GPU's Q8 form when asked and its type has it.
-  auto use_gpu_q8 = [this](DType t) { return rounding_ == ActRounding::Gpu && gpu_q8_supported(t); };
+  // differs). A matrix uses the GPU's Q8 form when asked and its type has it,
+  // and always where the CPU's default is that form (Q8_0: matvec_many.h).
+  auto use_gpu_q8 = [this](DType t) {
+    return (rounding_ == ActRounding::Gpu && gpu_q8_supported(t)) || input_takes_gpu_q8(t);
+  };
   const bool gpu_g = use_gpu_q8(w.gate_type), gpu_u = use_gpu_q8(w.up_type), gpu_d = use_gpu_q8(w.down_type);
   const int64_t ga = gpu_g ? gpu_q8_row_bytes(D) : act_row_bytes(w.gate_type, D);
   const int64_t ua = gpu_u ? gpu_q8_row_bytes(D) : act_row_bytes(w.up_type, D);

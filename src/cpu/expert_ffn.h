@@ -52,9 +52,10 @@ struct ExpertFfnWeights {
 
 // How the expert FFN rounds its activations (the gate/up input x and the
 // down projection's input silu(gate) * up) before the integer dots:
-//   Native: to each weight type's vec_dot_type (Q8_K per 256 for the
-//           K-quants, Q8_0 with an f16 scale for Q8_0/Q4_0/MXFP4), the CPU
-//           backend's format.
+//   Native: the CPU backend's default (input_takes_gpu_q8, matvec_many.h):
+//           the GPU's Q8 form for Q8_0 weights, each other type's
+//           vec_dot_type (Q8_K per 256 for the K-quants, Q8_0 with an f16
+//           scale for Q4_0/MXFP4).
 //   Gpu:    to the CUDA kernels' Q8 form (per 32, f32 scale; quant/gpu_q8.h)
 //           for the types the GPU runs with Q8 activations (Q4_0, Q8_0,
 //           Q4_K, Q5_K, Q6_K, MXFP4), with the GPU kernels' per-block

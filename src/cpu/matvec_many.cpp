@@ -90,6 +90,17 @@ void quantize_rows(ThreadPool& pool, DType wtype, const float* x, int64_t n, int
   pool.parallel_for(n, 4, [&](int64_t b, int64_t e) { quantize_activations(wtype, x + b * cols, cols, e - b, d + b * rb); });
 }
 
+bool input_takes_gpu_q8(DType wtype) { return wtype == DType::Q8_0; }
+
+int64_t input_row_bytes(DType wtype, int64_t cols) {
+  return input_takes_gpu_q8(wtype) ? gpu_q8_row_bytes(cols) : act_row_bytes(wtype, cols);
+}
+
+void quantize_inputs(ThreadPool& pool, DType wtype, const float* x, int64_t n, int64_t cols, void* dst) {
+  if (input_takes_gpu_q8(wtype)) quantize_rows_gpu_q8(pool, x, n, cols, dst);
+  else quantize_rows(pool, wtype, x, n, cols, dst);
+}
+
 void quantize_rows_gpu_q8(ThreadPool& pool, const float* x, int64_t n, int64_t cols, void* dst) {
   const int64_t rb = gpu_q8_row_bytes(cols);
   auto* d = static_cast<uint8_t*>(dst);

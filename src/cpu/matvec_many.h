@@ -33,6 +33,25 @@ struct MatmulJob {
 // without a CPU kernel or cols not a multiple of its block.
 void matmul_many(ThreadPool& pool, const MatmulJob* jobs, int n_jobs);
 
+// The input form the CPU backend gives a matrix of type wtype by default: the
+// GPU's Q8 (per 32 with an f32 scale, quant/gpu_q8.h) for Q8_0 weights,
+// every other type its vec_dot_type. Q8_0's own activation block (llama.cpp's
+// block_q8_0) rounds each block's scale to f16, which the CUDA kernels do
+// not; with that one extra rounding a Q8_0 model on the CPU drifted away from
+// the same model on the GPU (and from its f32-dequantized twin computed with
+// the GPU's rounding) by a few percent of the logits on tiny, sensitive models
+// (issue 41, bench/results/precision.md). With the GPU's form the CPU rounds
+// exactly as the CUDA backend does (and the Q8_0 dots got faster: its GPU Q8
+// kernel reads 8 block scales at once). The other formats keep theirs, which
+// differ from the GPU's too: the K-quants' Q8_K (one scale per 256; their GPU
+// Q8 dots are slower, expert_ffn.h) and Q4_0/MXFP4's f16 scales (not
+// measured for speed).
+bool input_takes_gpu_q8(DType wtype);
+// Bytes of one input row of `cols` in that form.
+int64_t input_row_bytes(DType wtype, int64_t cols);
+// Quantizes n rows to that form (quantize_rows or quantize_rows_gpu_q8).
+void quantize_inputs(ThreadPool& pool, DType wtype, const float* x, int64_t n, int64_t cols, void* dst);
+
 // Quantizes n rows of `cols` floats for weights of type wtype (to its
 // vec_dot_type), in parallel over rows when there are many.
 void quantize_rows(ThreadPool& pool, DType wtype, const float* x, int64_t n, int64_t cols, void* dst);

@@ -25,20 +25,22 @@ struct Projection {
 // is quantized once per activation format, and all products run in one
 // parallel region.
 void project(ThreadPool& pool, const float* x, int n, int64_t cols, std::initializer_list<Projection> outs) {
-  thread_local std::map<DType, std::vector<uint8_t>> act_buffers;
-  std::map<DType, std::vector<uint8_t>>& acts = act_buffers;  // this thread's, used by the workers too
+  thread_local std::map<int, std::vector<uint8_t>> act_buffers;
+  std::map<int, std::vector<uint8_t>>& acts = act_buffers;  // this thread's, used by the workers too
   MatmulJob jobs[8];
   int n_jobs = 0;
-  std::map<DType, bool> done;
+  std::map<int, bool> done;
   for (const Projection& p : outs) {
-    const DType at = type_info(p.w->type).vec_dot_type;
+    // The input form (cpu/matvec_many.h: the GPU's Q8 for Q8_0, else the vec_dot_type).
+    const bool gpu_q8 = input_takes_gpu_q8(p.w->type);
+    const int at = gpu_q8 ? -1 : static_cast<int>(type_info(p.w->type).vec_dot_type);
     std::vector<uint8_t>& buf = acts[at];
     if (!done[at]) {
-      buf.resize(static_cast<size_t>(act_row_bytes(p.w->type, cols) * n));
-      quantize_rows(pool, p.w->type, x, n, cols, buf.data());
+      buf.resize(static_cast<size_t>(input_row_bytes(p.w->type, cols) * n));
+      quantize_inputs(pool, p.w->type, x, n, cols, buf.data());
       done[at] = true;
     }
-    jobs[n_jobs++] = {p.w->type, p.w->data, p.w->rows, cols, buf.data(), nullptr, n, p.y};
+    jobs[n_jobs++] = {p.w->type, p.w->data, p.w->rows, cols, buf.data(), nullptr, n, p.y, gpu_q8};
   }
   matmul_many(pool, jobs, n_jobs);
 }

@@ -11,6 +11,7 @@
 #include "cpu/attention.h"
 #include "cpu/delta_net.h"
 #include "cpu/expert_ffn.h"
+#include "cpu/matvec_many.h"
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
 #include "model/rope_yarn.h"
@@ -537,7 +538,8 @@ FfnView ffn_view(const Case& c, const Problem& p) {
 // (vec_dot_gpu_q8_ref) for the types the GPU runs that way; float weights
 // take f32 activations either way.
 std::vector<float> rounded_dots(DType t, const uint8_t* w, int64_t rows, int64_t n, const float* x, ActRounding r) {
-  const bool gpu = r == ActRounding::Gpu && gpu_q8_supported(t);
+  // Native is the CPU backend's default form: the GPU's Q8 for Q8_0 too.
+  const bool gpu = (r == ActRounding::Gpu && gpu_q8_supported(t)) || input_takes_gpu_q8(t);
   const DType at = type_info(t).vec_dot_type;
   std::vector<uint8_t> a(static_cast<size_t>(gpu ? gpu_q8_row_bytes(n) : row_bytes(at, n)));
   if (gpu) quantize_row_gpu_q8_ref(x, a.data(), n);

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "cpu/expert_ffn.h"
+#include "cpu/matvec_many.h"
 #include "cpu/thread_pool.h"
 #include "cuda/matvec.h"
 #include "cuda_test_util.h"
@@ -188,7 +189,12 @@ TEST(CpuGpuRounding, ExpertFfnMatchesGpuExpert) {
                 type_name(m.down), err[0], err[1]);
     // float order only, plus rare SwiGLU-output rounding flips (expf vs the C library's)
     EXPECT_LT(err[0], 1e-5) << type_name(m.gu) << "/" << type_name(m.down);
-    EXPECT_LT(err[0] * 20, err[1]) << type_name(m.gu) << "/" << type_name(m.down);
+    // Native rounds as the GPU where the CPU's default form is the GPU's Q8
+    // (Q8_0: cpu/matvec_many.h, issue 41); elsewhere its own formats differ.
+    if (input_takes_gpu_q8(m.gu) && input_takes_gpu_q8(m.down))
+      EXPECT_LT(err[1], 1e-5) << type_name(m.gu) << "/" << type_name(m.down);
+    else
+      EXPECT_LT(err[0] * 20, err[1]) << type_name(m.gu) << "/" << type_name(m.down);
   }
 }
 

@@ -3,6 +3,7 @@
 // computes in double where it sums, keeps K/V in f32, no threads. Slow and
 // obviously right; the engine is checked against it.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -10,15 +11,43 @@
 
 #include "format/gguf.h"
 #include "model/tensor_table.h"
+#include "quant/half.h"
 #include "quant/quant.h"
 
 namespace ms::testref {
 
+// How a matrix's input is rounded before the product (emulating an integer
+// dot product's activation format; None: exact). Q8F32: blocks of 32,
+// d = amax / 127 in f32, q = round-half-even(x / d) (the CUDA kernels'
+// rule, quant/gpu_q8.h). Q8F16: the same with d then rounded to f16 (the
+// Q8_0 block of the CPU's activation rows, ref_simple.cpp).
+enum class InputRounding { None, Q8F32, Q8F16 };
+
 struct Mat {
   int64_t rows = 0, cols = 0;
   std::vector<float> w;  // row-major
+  bool quantized = false;  // stored in a block format (its input is rounded by `rounding`)
+  InputRounding rounding = InputRounding::None;
   bool empty() const { return w.empty(); }
 };
+
+// x rounded as m's rounding says (in blocks of 32 along x).
+inline std::vector<double> round_input(const Mat& m, const std::vector<double>& x) {
+  if (m.rounding == InputRounding::None || x.size() % 32 != 0) return x;
+  std::vector<double> y(x.size());
+  for (size_t b = 0; b < x.size(); b += 32) {
+    float xf[32], amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xf[j] = static_cast<float>(x[b + j])));
+    const float d = amax / 127.0f;
+    float dq = d;
+    if (m.rounding == InputRounding::Q8F16) dq = f16_to_f32(f32_to_f16(d));
+    for (int j = 0; j < 32; ++j) {
+      const float q = d > 0 ? std::nearbyint(xf[j] / d) : 0.0f;
+      y[b + j] = static_cast<double>(q) * dq;
+    }
+  }
+  return y;
+}
 
 inline Mat load(const GgufFile& f, const std::string& name, int64_t matrix = 0) {
   Mat m;
@@ -28,12 +57,14 @@ inline Mat load(const GgufFile& f, const std::string& name, int64_t matrix = 0) 
   m.rows = t->shape.size() > 1 ? t->shape[1] : 1;
   const int64_t rb = row_bytes(t->type, m.cols);
   m.w.resize(static_cast<size_t>(m.rows * m.cols));
+  m.quantized = type_info(t->type).block_size > 1;
   for (int64_t r = 0; r < m.rows; ++r)
     dequantize_row_ref(t->type, t->data + (matrix * m.rows + r) * rb, m.w.data() + r * m.cols, m.cols);
   return m;
 }
 
-inline std::vector<double> mul(const Mat& m, const std::vector<double>& x) {
+inline std::vector<double> mul(const Mat& m, const std::vector<double>& x_in) {
+  const std::vector<double> x = round_input(m, x_in);
   std::vector<double> y(static_cast<size_t>(m.rows));
   for (int64_t r = 0; r < m.rows; ++r) {
     double s = 0;
@@ -168,6 +199,20 @@ struct RefModel {
     Vc.assign(n_layer, {});
     conv_in.assign(n_layer, {});
     S.assign(n_layer, std::vector<double>(static_cast<size_t>(nv) * dk * dv, 0.0));
+  }
+
+  // Every matrix stored in a block format takes its input rounded by r (the
+  // token embedding is a table, not a product: never rounded).
+  void round_inputs(InputRounding r) {
+    auto set = [r](Mat& m) { m.rounding = m.quantized ? r : InputRounding::None; };
+    set(out);
+    for (Layer& L : layers) {
+      for (Mat* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.router, &L.gate, &L.up, &L.down, &L.qkv, &L.z, &L.beta,
+                     &L.alpha, &L.sout, &L.sh_gate, &L.sh_up, &L.sh_down, &L.sh_router})
+        set(*m);
+      for (auto* experts : {&L.eg, &L.eu, &L.ed})
+        for (Mat& m : *experts) set(m);
+    }
   }
 
   // RoPE on the first n_rot dims of each head (all of them but in qwen35moe).
