@@ -55,7 +55,9 @@ TEST_P(CudaRollback, EveryPositionThenDecodingEqualsAFreshRun) {
   o.n_seq = 3;
   ThreadPool pool(2);
   if (cs.tiered) {  // the minimum budget: every routed expert tiered (slots, PCIe, CPU)
-    o.vram_budget = vram_needs(split_weights(*m.file), inspect_hparams(*m.file), 128 * o.n_seq).minimum_bytes;
+    const ModelHParams hp = inspect_hparams(*m.file);
+    o.vram_budget = vram_needs(split_weights(*m.file), hp, 128 * o.n_seq).minimum_bytes +
+                    hp.recurrent_state_bytes() * static_cast<uint64_t>(o.n_seq);
     o.cpu_pool = &pool;
   } else {
     o.vram_full = true;

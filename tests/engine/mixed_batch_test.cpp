@@ -125,10 +125,11 @@ TEST_P(MixedBatch, EverySequenceGetsWhatItGetsAlone) {
   // Two of the four drafts accepted: the verifier goes back to them and on.
   const int64_t keep = history[4] + 2;
   together[4].truncate(keep);
+  // The oracle replays the accepted tokens (decode steps, as the verify's
+  // token states ran its recurrence token by token).
   KvCache fresh = be.make_cache(64);
-  auto prefix = tokens(history[4], 14);
-  prefix.insert(prefix.end(), verify.begin(), verify.begin() + 2);
-  be.forward(fresh, prefix, lg);
+  be.forward(fresh, tokens(history[4], 14), lg);
+  for (int i = 0; i < 2; ++i) be.forward(fresh, std::span<const int32_t>(&verify[static_cast<size_t>(i)], 1), lg);
   const std::vector<int32_t> next = {33};
   std::vector<float> a, b;
   be.forward(together[4], next, a);
