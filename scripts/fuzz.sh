@@ -11,6 +11,7 @@ shift || true
 TARGETS=(
   "gguf fuzz/corpus 65536"          # the GGUF reader
   "http fuzz/corpus_http 262144"    # the server's request parsing and validation
+  "http_framing fuzz/corpus_http_framing 4096"  # HTTP request framing, whole vs in pieces
   "jinja fuzz/corpus_jinja 65536"   # the chat-template engine (templates from GGUF files)
   "tool_call fuzz/corpus_tool_call 16384"  # model replies through the tool-call parser, whole vs streamed
   "tokenizer fuzz/corpus_tokenizer 8192"   # a client's text through the tokenizers (round trip)

@@ -113,6 +113,8 @@ RequestParser::State RequestParser::parse() {
           compact();
           return State::NeedMore;
         }
+        if (!std::memchr(buf_.data() + pos_, '\n', std::min(end - pos_, lim_.max_request_line + 1)))
+          return fail(414, "the request line is longer than " + std::to_string(lim_.max_request_line) + " bytes");
         if (end - pos_ > lim_.max_header_bytes)
           return fail(431,
                       "the request's header section is larger than " + std::to_string(lim_.max_header_bytes) + " bytes");

@@ -31,8 +31,9 @@ struct JsonLimits {
   // body: a cap on the work and memory a body of --max-body bytes can ask for.
   size_t max_items = 100000;
   // Keys in one object (a tool's schema has its properties, a message a few
-  // fields): every lookup in an object is a scan of its keys.
-  size_t max_keys = 1000;
+  // fields, logit_bias up to 1024 tokens): every lookup in an object is a
+  // scan of its keys.
+  size_t max_keys = 2048;
 };
 
 // Throws ApiError(400), naming the limit, the value found and the byte

@@ -47,8 +47,8 @@ TEST(JsonBounded, KeysPerObjectAreBounded) {
     EXPECT_NE(std::string(e.what()).find("more than 50 keys"), std::string::npos) << e.what();
   }
   // The default allows what real requests hold and refuses a flood.
-  EXPECT_NO_THROW(parse_json_bounded(object_of(1000)));
-  EXPECT_THROW(parse_json_bounded(object_of(1001)), ApiError);
+  EXPECT_NO_THROW(parse_json_bounded(object_of(2048)));
+  EXPECT_THROW(parse_json_bounded(object_of(2049)), ApiError);
 }
 
 TEST(JsonBounded, ManyObjectsOfManyKeysParse) {
