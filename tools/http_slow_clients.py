@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Measures `moestream serve` under N slow clients (issue #44): each connection
 sends a request one byte a second and is reopened when the server drops it.
-Meanwhile it probes /health (latency), a non-streaming chat request (status and
-latency), and samples the server's RSS and thread count. Prints one markdown row.
+Meanwhile it probes /health (statuses, latency; None: no answer in 10 s or a
+closed connection), a non-streaming chat request (statuses, latency), and samples
+the server's RSS and thread count. Prints one markdown row:
+label | slow clients | /health 200s/probes (statuses) | /health p50 | /health max |
+chat statuses | chat p50 | server RSS at start -> max | threads (max) | slow clients' reconnects
 
 usage: http_slow_clients.py PATH/TO/moestream [--clients N] [--seconds S] [--label TEXT] [serve flags...]
 Loopback only; the server is started and stopped here.
@@ -122,8 +125,9 @@ def main():
     lat = sorted(x for x, _ in health)
     ok = sum(1 for _, s in health if s == 200)
     p50 = lat[len(lat) // 2]
-    print("| %s | %d | %d/%d | %.0f ms | %.0f ms | %s | %.0f ms | %d MiB -> %d MiB | %d | %d |" % (
-        args.label, args.clients, ok, len(health), p50 * 1000, lat[-1] * 1000,
+    print("| %s | %d | %d/%d (%s) | %.0f ms | %.0f ms | %s | %.0f ms | %d MiB -> %d MiB | %d | %d |" % (
+        args.label, args.clients, ok, len(health), ",".join(sorted({str(s) for _, s in health})),
+        p50 * 1000, lat[-1] * 1000,
         ",".join(sorted({str(s) for s in chat_status})), sorted(chats)[len(chats) // 2] * 1000,
         rss0, max(s[0] for s in samples), max(s[1] for s in samples), reopened[0]))
 
