@@ -35,6 +35,11 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxPendingOutput = 64 << 10;
 constexpr size_t kReadChunk = 64 << 10;
 constexpr int kListenBacklog = 1024;
+// After the last answer on a connection that is closing, its input is read and
+// dropped this long (a lingering close): closing with unread input sends a
+// reset, which can destroy the answer (a 413, say) before the client reads it.
+constexpr auto kLinger = std::chrono::seconds(2);
+constexpr size_t kLingerBytes = 4u << 20;
 
 std::string head_of(const Request& req, const Response& res, bool streamed, bool close) {
   std::string h = "HTTP/1.1 " + std::to_string(res.status) + " " + status_reason(res.status) + "\r\n";
@@ -102,6 +107,9 @@ struct HttpFront::Conn {
   bool registered = false;
   uint32_t events = 0;
   bool probed = false;     // a worker sent an interim 100 to tell a half-close from a close
+  bool write_failed = false;  // a worker could not write its answer: the client is gone
+  bool lingering = false;  // answered and half-closed: dropping input until the client closes
+  size_t lingered = 0;     // bytes dropped
   explicit Conn(const ParserLimits& l) : parser(l) {}
 };
 
@@ -154,7 +162,9 @@ struct HttpFront::Impl {
 
   void set_events(Conn& c) {
     uint32_t ev = 0;
-    if (!c.busy) {
+    if (c.lingering) {
+      ev = EPOLLIN | EPOLLRDHUP;
+    } else if (!c.busy) {
       if (!c.closing && !c.peer_eof && c.out.size() < kMaxPendingOutput) ev |= EPOLLIN | EPOLLRDHUP;
       if (!c.out.empty()) ev |= EPOLLOUT;
     }
@@ -204,19 +214,32 @@ struct HttpFront::Impl {
       return false;
     }
     if (c.out.empty() && (c.closing || (c.peer_eof && !c.parser.in_request()))) {
-      if (c.closing) {
-        // Unread input would turn the close into a reset, which may destroy
-        // the answer before the client reads it: half-close, drain a little.
-        ::shutdown(c.fd, SHUT_WR);
-        char buf[4096];
-        for (int i = 0; i < 16 && ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT) > 0; ++i) {
-        }
+      if (c.closing && !c.peer_eof && !c.lingering) {
+        ::shutdown(c.fd, SHUT_WR);  // the answer is out; the FIN follows it
+        c.lingering = true;
+        c.deadline = Clock::now() + kLinger;
+        set_events(c);
+        return linger(c);
       }
       close_conn(c);
       return false;
     }
     set_events(c);
     return true;
+  }
+
+  // Drops what a lingering connection's client still sends; closes it at its
+  // EOF, an error, or kLingerBytes. Returns false when it closed.
+  bool linger(Conn& c) {
+    char buf[16384];
+    for (;;) {
+      const ssize_t n = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
+      if (n > 0 && (c.lingered += static_cast<size_t>(n)) < kLingerBytes) continue;
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+      close_conn(c);
+      return false;
+    }
   }
 
   // An answer the loop makes itself, queued on `c`.
@@ -230,7 +253,13 @@ struct HttpFront::Impl {
   void refuse(Conn& c, const Request& req, int status, const std::string& message) {
     Response res;
     h.refuse(req, status, message, res);
-    Request r = req;
+    Request r;  // what the answer and the log need: not the body
+    r.method = req.method;
+    r.target = req.target;
+    r.path = req.path;
+    r.minor_version = req.minor_version;
+    r.headers = req.headers;
+    r.remote_addr = c.remote;
     r.keep_alive = false;
     answer(c, r, res, true);
   }
@@ -323,8 +352,13 @@ struct HttpFront::Impl {
   void on_returned(Conn* c, bool keep) {
     c->busy = false;
     --busy_count;
-    if (!keep || stopping) {
+    if (c->write_failed) {
       close_conn(*c);
+      return;
+    }
+    if (!keep || stopping) {
+      c->closing = true;
+      flush(*c);  // lingers, then closes
       return;
     }
     reset_deadline(*c);
@@ -365,6 +399,10 @@ struct HttpFront::Impl {
     if (it == conns.end()) return;
     Conn& c = *it->second;
     if (c.busy) return;
+    if (c.lingering) {
+      linger(c);
+      return;
+    }
     if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
       read_from(c);
       if (c.closing && c.out.empty() && !(ev & EPOLLOUT)) {
@@ -457,7 +495,8 @@ struct HttpFront::Impl {
     bool listening = true;
     for (;;) {
       if (stopping && listening) {
-        // No new connections; idle ones close, the ones mid-request get a 503.
+        // No new connections; the ones not being answered by a worker close
+        // (idle, or mid-request: a client retries a request it got no answer to).
         ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, listen_fd, nullptr);
         ::close(listen_fd);
         listen_fd = -1;
@@ -593,10 +632,8 @@ struct HttpFront::Impl {
       ok = write_all(c.fd, out.data(), out.size(), opt.write_timeout);
     }
     if (h.log) h.log(req, res);
-    if (close && ok) {
-      ::shutdown(c.fd, SHUT_WR);  // the answer goes out before the FIN; the loop closes it
-    }
-    return ok && !close;
+    c.write_failed = !ok;
+    return ok && !close;  // closing: the loop half-closes, lingers, then closes
   }
 
   void worker() {
