@@ -24,6 +24,9 @@
 namespace ms::server {
 
 using nlohmann::json;
+// The handlers were written against cpp-httplib; server/http_message.h keeps
+// the names of its Request, Response and DataSink that they use.
+namespace httplib = http;
 
 namespace {
 
@@ -32,7 +35,7 @@ namespace {
 // nlohmann's exception.
 std::string text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-void send_error(http::Response& res, const ApiError& e) {
+void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
   res.set_content(text(e.body()), "application/json");
 }
@@ -71,7 +74,7 @@ struct HttpServer::Impl {
   const ChatRenderer& chat;
   Metrics& metrics;
   HttpOptions opt;
-  http::Router router;
+  http::Router svr;  // the routes (named as the httplib server they replaced was)
   http::HttpFront front;
   std::atomic<uint64_t> next_id{0};
   std::string id_prefix;
@@ -105,19 +108,19 @@ struct HttpServer::Impl {
 
   http::FrontHandlers front_handlers() {
     http::FrontHandlers h;
-    h.handle = [this](http::Request& req, http::Response& res) { handle(req, res); };
-    h.needs_worker = [this](const http::Request& req) { return router.needs_worker(req.method, req.path); };
-    h.refuse = [this](const http::Request& req, int status, const std::string& message, http::Response& res) {
+    h.handle = [this](httplib::Request& req, httplib::Response& res) { handle(req, res); };
+    h.needs_worker = [this](const httplib::Request& req) { return svr.needs_worker(req.method, req.path); };
+    h.refuse = [this](const httplib::Request& req, int status, const std::string& message, httplib::Response& res) {
       send_error(res, ApiError(status, message, status >= 500 ? "server_error" : "invalid_request_error"));
       if (status == 503) res.set_header("Retry-After", "1");
       const std::string origin = cors_origin(req);
       if (!origin.empty()) res.set_header("Access-Control-Allow-Origin", origin);
     };
-    h.log = [this](const http::Request& req, const http::Response& res) { logged(req, res); };
+    h.log = [this](const httplib::Request& req, const httplib::Response& res) { logged(req, res); };
     return h;
   }
 
-  bool authorized(const http::Request& req, http::Response& res) {
+  bool authorized(const httplib::Request& req, httplib::Response& res) {
     if (opt.api_key.empty()) return true;
     const std::string h = req.get_header_value("Authorization");
     const std::string want = "Bearer " + opt.api_key;
@@ -135,7 +138,7 @@ struct HttpServer::Impl {
 
   // Runs before routing on the thread that answers (the connection loop, or a
   // worker for generation routes).
-  void handle(http::Request& req, http::Response& res) {
+  void handle(httplib::Request& req, httplib::Response& res) {
     t_access = AccessInfo{std::chrono::steady_clock::now(), true};
     dispatch(req, res);
     const std::string origin = cors_origin(req);
@@ -145,7 +148,7 @@ struct HttpServer::Impl {
     }
   }
 
-  void dispatch(http::Request& req, http::Response& res) {
+  void dispatch(httplib::Request& req, httplib::Response& res) {
     if (req.over_capacity && req.path != "/health" && req.path != "/metrics") {
       res.close = true;
       res.set_header("Retry-After", "1");
@@ -167,7 +170,7 @@ struct HttpServer::Impl {
                                         allow + ")"));
       return;
     }
-    const http::Router::Route* route = router.find(req);
+    const http::Router::Route* route = svr.find(req);
     if (!route) {
       send_error(res, ApiError(404, "no route " + req.method + " " + req.path));
       return;
@@ -175,16 +178,16 @@ struct HttpServer::Impl {
     try {
       route->handler(req, res);
     } catch (const ApiError& e) {
-      res = http::Response{};
+      res = httplib::Response{};
       send_error(res, e);
     } catch (const std::exception& e) {
-      res = http::Response{};
+      res = httplib::Response{};
       send_error(res, ApiError(500, e.what(), "server_error"));
     }
   }
 
   // After the response went out (on the thread that answered it).
-  void logged(const http::Request& req, const http::Response& res) {
+  void logged(const httplib::Request& req, const httplib::Response& res) {
     // Known routes by name; anything else under one label (no unbounded label set).
     static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"};
     const char* endpoint = "other";
@@ -198,21 +201,21 @@ struct HttpServer::Impl {
 
   void routes() {
     // GET routes answer on the connection loop: nothing here may wait.
-    router.Get("/health", [](const http::Request&, http::Response& res) {
+    svr.Get("/health", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(R"({"status":"ok"})", "application/json");
     });
-    router.Get("/metrics", [this](const http::Request& req, http::Response& res) {
+    svr.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
       if (!authorized(req, res)) return;
       metrics.set_queue(sched.queue_depth(), sched.active_slots());
       metrics.set_connections(front.open_connections(), front.refused_connections());
       res.set_content(metrics.render(), "text/plain; version=0.0.4");
     });
-    router.Get("/v1/models", [this](const http::Request& req, http::Response& res) {
+    svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       if (!authorized(req, res)) return;
       res.set_content(text(json{{"object", "list"}, {"data", json::array({model_json()})}}), "application/json");
     });
     // One model by id (OpenAI's retrieve): the served model, or 404.
-    router.Get(R"(/v1/models/(.+))", [this](const http::Request& req, http::Response& res) {
+    svr.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
       if (!authorized(req, res)) return;
       const std::string want = req.matches[1];
       if (want != opt.model_name) {
@@ -222,10 +225,10 @@ struct HttpServer::Impl {
       }
       res.set_content(text(model_json()), "application/json");
     });
-    router.Post("/v1/chat/completions", [this](const http::Request& req, http::Response& res) {
+    svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
       completion(req, res, true);
     });
-    router.Post("/v1/completions", [this](const http::Request& req, http::Response& res) {
+    svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       completion(req, res, false);
     });
   }
@@ -238,7 +241,7 @@ struct HttpServer::Impl {
   // CORS: the Access-Control-Allow-Origin a response to `req` carries ("":
   // none): "*" when any origin is allowed, else the request's Origin when it
   // is one of --cors-origin.
-  std::string cors_origin(const http::Request& req) const {
+  std::string cors_origin(const httplib::Request& req) const {
     if (opt.cors_origins.empty()) return "";
     const std::string origin = req.get_header_value("Origin");
     for (const std::string& o : opt.cors_origins) {
@@ -252,7 +255,7 @@ struct HttpServer::Impl {
   // use. No authentication (browsers send none with it); an origin that is
   // not allowed gets no Access-Control-Allow-Origin (post-routing), which the
   // browser takes as a refusal.
-  void preflight(const http::Request& req, http::Response& res, const std::string& allow) {
+  void preflight(const httplib::Request& req, httplib::Response& res, const std::string& allow) {
     res.status = 204;
     res.set_header("Access-Control-Allow-Methods", allow.empty() ? "GET, POST, OPTIONS" : allow + ", OPTIONS");
     const std::string want = req.get_header_value("Access-Control-Request-Headers");
@@ -261,7 +264,7 @@ struct HttpServer::Impl {
   }
 
   // One line per request: client, method, route, status, tokens, duration.
-  void log_access(const http::Request& req, const http::Response& res) const {
+  void log_access(const httplib::Request& req, const httplib::Response& res) const {
     char took[32] = "-";
     if (t_access.started)
       std::snprintf(took, sizeof took, "%.3fs",
@@ -278,7 +281,7 @@ struct HttpServer::Impl {
                  path.c_str(), res.status, tokens, took);
   }
 
-  void completion(const http::Request& hreq, http::Response& res, bool is_chat) {
+  void completion(const httplib::Request& hreq, httplib::Response& res, bool is_chat) {
     if (!authorized(hreq, res)) return;
     try {
       CompletionRequest r = parse_request(hreq.body, is_chat, opt.json_limits);
@@ -328,7 +331,7 @@ struct HttpServer::Impl {
     }
   }
 
-  void whole(const http::Request& hreq, http::Response& res, const std::shared_ptr<Request>& req, const CompletionRequest& r,
+  void whole(const httplib::Request& hreq, httplib::Response& res, const std::shared_ptr<Request>& req, const CompletionRequest& r,
              const ToolCallPlan& plan, const std::string& id, int64_t created, const std::string& model) {
     std::string content, reasoning;
     json tool_calls = json::array();
@@ -379,7 +382,7 @@ struct HttpServer::Impl {
     res.set_content(text(out), "application/json");
   }
 
-  void stream(http::Response& res, const std::shared_ptr<Request>& req, const CompletionRequest& r,
+  void stream(httplib::Response& res, const std::shared_ptr<Request>& req, const CompletionRequest& r,
               const ToolCallPlan& plan, const std::string& id, int64_t created, const std::string& model) {
     res.set_header("Cache-Control", "no-cache");
     const bool is_chat = r.chat, include_usage = r.include_usage;
@@ -402,7 +405,7 @@ struct HttpServer::Impl {
     }
     res.set_chunked_content_provider(
         "text/event-stream",
-        [=](size_t, http::DataSink& sink) {
+        [=](size_t, httplib::DataSink& sink) {
           auto send = [&](const std::string& s) {
             if (sink.write(s.data(), s.size())) return true;
             req->cancel();  // the client went away: free its slot
