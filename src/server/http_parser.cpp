@@ -68,10 +68,22 @@ Request RequestParser::take() {
   phase_ = Phase::Head;
   scanned_ = 0;
   remaining_ = 0;
+  line_done_ = false;
   trailer_bytes_ = trailer_count_ = 0;
   expect_continue_ = false;
   compact();
   return r;
+}
+
+size_t RequestParser::line_end(size_t max_len) {
+  const size_t from = pos_ + scanned_, to = std::min(buf_.size(), pos_ + max_len + 1);
+  const void* nl = from < to ? std::memchr(buf_.data() + from, '\n', to - from) : nullptr;
+  if (!nl) {
+    scanned_ = std::max(from, to) - pos_;
+    return std::string::npos;
+  }
+  scanned_ = 0;  // the line is consumed by the caller
+  return static_cast<size_t>(static_cast<const char*>(nl) - buf_.data());
 }
 
 RequestParser::State RequestParser::parse() {
@@ -104,9 +116,12 @@ RequestParser::State RequestParser::parse() {
         if (end == std::string::npos) {
           scanned_ = std::min(i, buf_.size()) - pos_;
           const size_t held = buf_.size() - pos_;
-          const void* nl = std::memchr(buf_.data() + pos_, '\n', std::min(held, lim_.max_request_line + 1));
-          if (!nl && held > lim_.max_request_line)
-            return fail(414, "the request line is longer than " + std::to_string(lim_.max_request_line) + " bytes");
+          // No line feed among the bytes scanned (they are scanned once): the request line is still open.
+          if (!line_done_ && held > lim_.max_request_line) {
+            line_done_ = std::memchr(buf_.data() + pos_, '\n', lim_.max_request_line + 1) != nullptr;
+            if (!line_done_)
+              return fail(414, "the request line is longer than " + std::to_string(lim_.max_request_line) + " bytes");
+          }
           if (held > lim_.max_header_bytes)
             return fail(431, "the request's header section is larger than " + std::to_string(lim_.max_header_bytes) +
                                  " bytes");
@@ -121,6 +136,7 @@ RequestParser::State RequestParser::parse() {
         const State s = parse_head(end);
         if (s == State::Error) return s;
         pos_ = end;
+        scanned_ = 0;
         return State::HeadersDone;
       }
       case Phase::Body: {
@@ -136,14 +152,13 @@ RequestParser::State RequestParser::parse() {
         break;
       }
       case Phase::ChunkSize: {
-        const void* nl = std::memchr(buf_.data() + pos_, '\n', std::min(avail, lim_.max_chunk_line + 1));
-        if (!nl) {
+        const size_t eol = line_end(lim_.max_chunk_line);
+        if (eol == std::string::npos) {
           if (avail > lim_.max_chunk_line)
             return fail(400, "a chunk-size line is longer than " + std::to_string(lim_.max_chunk_line) + " bytes");
           compact();
           return State::NeedMore;
         }
-        const size_t eol = static_cast<const char*>(nl) - buf_.data();
         std::string_view line(buf_.data() + pos_, eol - pos_);
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
         uint64_t size = 0;
@@ -199,15 +214,14 @@ RequestParser::State RequestParser::parse() {
       }
       case Phase::Trailers: {
         const size_t room = lim_.max_header_bytes - std::min(lim_.max_header_bytes, trailer_bytes_);
-        const void* nl = std::memchr(buf_.data() + pos_, '\n', std::min(avail, room + 1));
-        if (!nl) {
+        const size_t eol = line_end(room);
+        if (eol == std::string::npos) {
           if (avail > room)
             return fail(431, "the request's trailer section is larger than " + std::to_string(lim_.max_header_bytes) +
                                  " bytes");
           compact();
           return State::NeedMore;
         }
-        const size_t eol = static_cast<const char*>(nl) - buf_.data();
         std::string_view line(buf_.data() + pos_, eol - pos_);
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
         trailer_bytes_ += eol + 1 - pos_;

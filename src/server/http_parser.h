@@ -69,11 +69,15 @@ class RequestParser {
   State fail(int status, std::string message);
   State parse_head(size_t end);
   void compact();
+  // The '\n' ending the line at pos_ if it comes within max_len bytes, else npos
+  // (bytes already searched are not searched again: scanned_).
+  size_t line_end(size_t max_len);
 
   ParserLimits lim_;
   std::string buf_;
   size_t pos_ = 0;        // start of unparsed bytes in buf_
-  size_t scanned_ = 0;    // head: bytes from pos_ already searched for the blank line
+  size_t scanned_ = 0;    // bytes from pos_ already searched (for the blank line, or a line's end)
+  bool line_done_ = false;  // head: the request line's end has been seen within its limit
   Phase phase_ = Phase::Head;
   Request req_;
   uint64_t remaining_ = 0;  // Content-Length left, or the current chunk's bytes left
