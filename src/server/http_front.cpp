@@ -285,9 +285,7 @@ struct HttpFront::Impl {
         continue;
       }
       if (st == RequestParser::State::Error) {
-        Request req = c.parser.pending();
-        req.remote_addr = c.remote;
-        refuse(c, req, c.parser.error().status, c.parser.error().message);
+        refuse(c, c.parser.pending(), c.parser.error().status, c.parser.error().message);
         break;
       }
       Request req = c.parser.take();
