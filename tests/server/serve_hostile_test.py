@@ -19,11 +19,12 @@ import gzip
 import json
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
 
-from serve_test import FAILURES, CHECKS, Server, check, chat
+from serve_test import FAILURES, CHECKS, MOESTREAM, Server, check, chat
 
 
 def rss_mib(s):
@@ -227,7 +228,8 @@ def check_http10_stream(s):
 
 
 def check_slow_connections():
-    """300 connections trickling bytes, --max-requests 2: /health and /metrics answer, a chat is answered;
+    """300 connections holding a partial request and 100 trickling one, --max-requests 2: /health and
+    /metrics answer, a chat is answered;
     with both workers held by streams, the next generation request gets its 503 at once."""
     s = Server("-q", "--read-timeout", "30", "--max-requests", "2", "--ctx", "16384")
     slow = []
@@ -235,12 +237,39 @@ def check_slow_connections():
         c = socket.create_connection(("127.0.0.1", s.port), timeout=10)
         c.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
         slow.append(c)
+    # 100 more trickle a request a byte at a time (reconnecting when dropped) while the probes run.
+    stop = threading.Event()
+
+    def trickle():
+        socks = [None] * 100
+        sent = [0] * 100
+        req = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 30\r\n\r\n" + b"{" * 30
+        while not stop.is_set():
+            for i in range(100):
+                try:
+                    if socks[i] is None:
+                        socks[i] = socket.create_connection(("127.0.0.1", s.port), timeout=5)
+                        sent[i] = 0
+                    socks[i].send(req[sent[i]:sent[i] + 1])
+                    sent[i] = (sent[i] + 1) % len(req)
+                except OSError:
+                    if socks[i] is not None:
+                        socks[i].close()
+                    socks[i] = None
+            stop.wait(0.2)
+        for c in socks:
+            if c is not None:
+                c.close()
+
+    trickler = threading.Thread(target=trickle, daemon=True)
+    trickler.start()
+    time.sleep(1.0)
     before = rss_mib(s)
-    for path in ("/health", "/metrics"):
+    for path in ("/health", "/metrics", "/health", "/metrics"):
         t0 = time.time()
         r = raw(s.port, b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode(), timeout=15)
         check(r and r[0][0] == 200 and time.time() - t0 < 5,
-              "%s with 300 slow connections: %s (%.2f s)" % (path, r[0][0] if r else None, time.time() - t0))
+              "%s with 400 slow connections: %s (%.2f s)" % (path, r[0][0] if r else None, time.time() - t0))
         if path == "/metrics" and r:
             line = [l for l in r[0][2].decode().splitlines() if l.startswith("moestream_http_connections_open ")]
             check(line and float(line[0].split()[1]) >= 300, "open connections counted: %s" % line)
@@ -260,6 +289,8 @@ def check_slow_connections():
           and time.time() - t0 < 5, "every worker busy: %s (%.2f s)" % (desc(r), time.time() - t0))
     check(raw(s.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")[0][0] == 200, "/health with every worker busy")
     check(rss_mib(s) - before < 100, "RSS with 300 slow connections grew %.0f MiB" % (rss_mib(s) - before))
+    stop.set()
+    trickler.join(timeout=30)
     for c in slow + streams:
         c.close()
     check(s.stop(signal.SIGTERM) == 0, "slow-connection server exits 0")
@@ -291,7 +322,16 @@ def check_sigterm_stream():
     check(s.proc.wait(timeout=30) == 0, "exit 0 after SIGTERM")
 
 
+def check_flags():
+    for flag, value in (("--max-requests", "0"), ("--max-requests", "5000"), ("--max-connections", "70000")):
+        p = subprocess.run([MOESTREAM, "serve", "-q", "--port", "0", flag, value], capture_output=True, text=True,
+                           timeout=60)
+        check(p.returncode != 0 and ("%s must be in 1.." % flag) in p.stderr,
+              "%s %s: rc %d %s" % (flag, value, p.returncode, p.stderr[-200:]))
+
+
 def main():
+    check_flags()
     s = Server("-q", "--parallel", "2", "--max-body", str(2 << 20))
     check_compressed_body(s)
     check_chunked_body(s)
