@@ -599,6 +599,10 @@ struct HttpFront::Impl {
     // pipelined requests, a 100 Continue) goes first.
     bool ok = c.out.empty() || write_all(c.fd, c.out.data(), c.out.size(), opt.write_timeout);
     c.out.clear();
+    if (!ok) {  // the client is gone: nothing to generate for
+      c.write_failed = true;
+      return false;
+    }
     Response res;
     try {
       h.handle(req, res);
