@@ -68,9 +68,11 @@ std::string peer_address(const sockaddr_storage& a) {
   return buf;
 }
 
-// Writes all of `data` to a non-blocking socket, waiting up to `timeout` for
-// each bit of progress. False: the client is gone or stopped reading.
+// Writes all of `data` to a non-blocking socket within `timeout` (the whole
+// write, not each bit of progress: a client reading a byte now and then cannot
+// hold a worker). False: the client is gone or does not read.
 bool write_all(int fd, const char* data, size_t size, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
   while (size > 0) {
     const ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
     if (n > 0) {
@@ -80,8 +82,10 @@ bool write_all(int fd, const char* data, size_t size, std::chrono::milliseconds 
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return false;
       pollfd p{fd, POLLOUT, 0};
-      const int r = ::poll(&p, 1, static_cast<int>(timeout.count()));
+      const int r = ::poll(&p, 1, static_cast<int>(left));
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0 || (p.revents & (POLLERR | POLLHUP))) return false;
       continue;

@@ -38,7 +38,7 @@ struct FrontOptions {
   size_t workers = 128;               // requests answered on worker threads at once
   std::chrono::milliseconds request_timeout{10000};
   std::chrono::milliseconds overflow_timeout{2000};
-  std::chrono::milliseconds write_timeout{30000};  // a write that makes no progress this long fails
+  std::chrono::milliseconds write_timeout{30000};  // a worker's write (an answer, a stream's chunk) must complete within this
   size_t max_buffered = 256u << 20;   // request bytes held across all connections
   ParserLimits parser;
 };

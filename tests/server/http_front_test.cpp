@@ -1,7 +1,8 @@
 // HttpFront (server/http_front.h) with handlers of its own, no model: answers
 // in order across the loop and the workers, a 503 at once with every worker
 // busy, the cap on request bytes held across connections, a refusal that
-// reaches a client still sending its body, /health answered while workers block.
+// reaches a client still sending its body, /health answered while workers block,
+// a worker freed from a client that reads too slowly.
 #include "server/http_front.h"
 
 #include <gtest/gtest.h>
@@ -91,6 +92,10 @@ struct Fixture {
         ++blocked;
         std::unique_lock lk(m);
         cv.wait(lk, [&] { return released; });
+      }
+      if (req.path == "/big") {
+        res.set_content(std::string(32u << 20, 'b'), "text/plain");
+        return;
       }
       res.set_content(req.method + " " + req.path + " " + req.body, "text/plain");
     };
@@ -209,6 +214,40 @@ TEST(HttpFront, ADeclaredLengthOverTheLimitIsRefusedWhileTheClientSends) {
   ::close(fd);
   EXPECT_EQ(got.rfind("HTTP/1.1 413", 0), 0u) << got.substr(0, 200);
   EXPECT_NE(got.find("3000000 bytes"), std::string::npos) << got.substr(0, 300);
+}
+
+TEST(HttpFront, AClientThatReadsTooSlowlyLosesItsWorker) {
+  FrontOptions opt;
+  opt.workers = 1;
+  opt.write_timeout = std::chrono::milliseconds(300);
+  Fixture f(opt);
+  const int slow = connect_to(f.port);
+  // 32 MiB back, read at 256 KiB per 100 ms (~13 s for all of it, past the
+  // write timeout): the one worker is held...
+  send_all(slow, post("/big", ""));
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    std::vector<char> buf(256 << 10);
+    timeval tv{0, 100000};
+    setsockopt(slow, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    while (!done) {
+      if (::recv(slow, buf.data(), buf.size(), MSG_WAITALL) == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  // ...until its write passes the timeout; then the worker answers others again.
+  std::string got;
+  for (int i = 0; i < 100 && got.rfind("HTTP/1.1 200", 0) != 0; ++i) {  // ~5 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const int fd = connect_to(f.port);
+    send_all(fd, post("/x", "y"));
+    got = read_responses(fd, 1);
+    ::close(fd);
+  }
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got.substr(0, 200);
+  done = true;
+  reader.join();
+  ::close(slow);
 }
 
 TEST(HttpFront, StopEndsRunWithConnectionsOpen) {
