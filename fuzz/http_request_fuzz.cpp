@@ -2,7 +2,8 @@
 // parse_request (the JSON limits, parsing, every field's validation) for the
 // chat or the completion endpoint, then the recursive walks the server runs
 // on an accepted request (dumps of the messages and template kwargs, the
-// error body). None of it may crash, hang, or throw anything but ApiError;
+// error body), and parse_json_bounded against nlohmann's own parser (the
+// same value, or a refusal). None of it may crash, hang, or throw anything but ApiError;
 // errors are 4xx. Input: first byte's low bit picks the endpoint, the rest is
 // the body. Run by scripts/fuzz.sh (clang, ASan+UBSan).
 #include <cstdint>
@@ -20,6 +21,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const bool chat = (data[0] & 1) != 0;
   const std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
+  // The bounded parser (linear in keys) builds exactly what nlohmann's parser
+  // builds, keys in the same order, or refuses (a limit, or what nlohmann refuses too).
+  try {
+    const nlohmann::ordered_json v = ms::server::parse_json_bounded(body);
+    const auto dump = [](const nlohmann::ordered_json& j) {
+      return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    };
+    if (dump(v) != dump(nlohmann::ordered_json::parse(body))) std::abort();
+  } catch (const ms::server::ApiError& e) {
+    if (e.status != 400) std::abort();
+  }
   try {
     const ms::server::CompletionRequest r = ms::server::parse_request(body, chat);
     (void)r.messages.dump();

@@ -12,6 +12,7 @@ TARGETS=(
   "gguf fuzz/corpus 65536"          # the GGUF reader
   "http fuzz/corpus_http 262144"    # the server's request parsing and validation
   "agent_api fuzz/corpus_agent_api 65536"  # /v1/responses and /v1/messages: translations, event writers
+  "http_framing fuzz/corpus_http_framing 4096"  # HTTP request framing, whole vs in pieces
   "jinja fuzz/corpus_jinja 65536"   # the chat-template engine (templates from GGUF files)
   "tool_call fuzz/corpus_tool_call 16384"  # model replies through the tool-call parser, whole vs streamed
   "tokenizer fuzz/corpus_tokenizer 8192"   # a client's text through the tokenizers (round trip)

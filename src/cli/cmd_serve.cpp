@@ -48,7 +48,8 @@ struct ServeArgs {
   int64_t max_body = 8 << 20;  // signed: "--max-body -1" must be an error, not 2^64-1
   KvType kv_type = KvType::F16;
   bool quiet = false;
-  int64_t max_connections = 128;
+  int64_t max_connections = 1024;
+  int64_t max_requests = 128;
   int read_timeout = 10;
   std::vector<std::string> cors_origins;
 };
@@ -100,7 +101,11 @@ RegisterCommand reg("serve", [](CLI::App& app) {
   sub->add_option("--model-name", a->model_name, "the model id /v1/models lists (default: the file's name)");
   sub->add_option("--max-body", a->max_body, "request body limit in bytes")->capture_default_str();
   sub->add_option("--max-connections", a->max_connections,
-                  "connections served at once; more get 503 at once (/health and /metrics are still answered)")
+                  "connections held open at once (idle or slow ones cost memory, not threads); more get 503 at "
+                  "once (/health and /metrics are still answered)")
+      ->capture_default_str();
+  sub->add_option("--max-requests", a->max_requests,
+                  "generation requests answered at once (one thread each, queued or running); more get 503 at once")
       ->capture_default_str();
   sub->add_option("--read-timeout", a->read_timeout,
                   "seconds a request's headers and body may take to arrive (slower clients are cut off)")
@@ -118,6 +123,9 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     if (r.max_connections < 1 || r.max_connections > static_cast<int64_t>(server::kMaxConnectionsLimit))
       throw Error("--max-connections must be in 1.." + std::to_string(server::kMaxConnectionsLimit) + ", got " +
                   std::to_string(r.max_connections));
+    if (r.max_requests < 1 || r.max_requests > static_cast<int64_t>(server::kMaxRequestsLimit))
+      throw Error("--max-requests must be in 1.." + std::to_string(server::kMaxRequestsLimit) + ", got " +
+                  std::to_string(r.max_requests));
     if (r.read_timeout < 1 || r.read_timeout > 3600)
       throw Error("--read-timeout must be in 1..3600 seconds, got " + std::to_string(r.read_timeout));
     for (const std::string& o : r.cors_origins)
@@ -194,6 +202,7 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     ho.max_body = static_cast<size_t>(r.max_body);
     ho.model_name = r.model_name.empty() ? std::filesystem::path(path).stem().string() : r.model_name;
     ho.max_connections = static_cast<size_t>(r.max_connections);
+    ho.max_requests = static_cast<size_t>(r.max_requests);
     ho.request_timeout_s = r.read_timeout;
     ho.cors_origins = r.cors_origins;
     ho.access_log = !r.quiet;

@@ -7,11 +7,8 @@
 
 #include "server/messages_api.h"
 
-#ifndef MOESTREAM_NO_HTTPLIB
-#include <httplib.h>
-
-#include "server/connection_pool.h"
-#endif
+#include "server/http_message.h"
+#include "server/http_router.h"
 
 namespace ms::server {
 
@@ -39,12 +36,8 @@ AgentApi::AgentApi(Context ctx) : ctx_(std::move(ctx)), store_(ctx_.store_limits
 
 AgentApi::~AgentApi() = default;
 
-#ifdef MOESTREAM_NO_HTTPLIB
-
-struct AgentApi::Handlers {};
-void AgentApi::add_routes(httplib::Server&) {}
-
-#else
+// The handlers were written against cpp-httplib's names (server/http_message.h keeps them).
+namespace httplib = http;
 
 namespace {
 
@@ -97,10 +90,10 @@ struct AgentApi::Handlers {
   // Reads a whole answer into `push` (a ResponsesEvents or MessagesEvents);
   // a client that hangs up meanwhile gets its job cancelled.
   template <class Events>
-  AnswerPiece read_whole(AnswerReader& reader, Events& events) {
+  AnswerPiece read_whole(const httplib::Request& hreq, AnswerReader& reader, Events& events) {
     AnswerPiece p;
     do {
-      if (ConnectionPool::client_gone()) reader.cancel();
+      if (hreq.client_gone && hreq.client_gone()) reader.cancel();
       p = reader.next(std::chrono::milliseconds(250));
       events.push(p);
     } while (!p.done);
@@ -144,7 +137,6 @@ struct AgentApi::Handlers {
   }
 
   void responses(const httplib::Request& hreq, httplib::Response& res) {
-    ConnectionPool::request_read();
     if (!authorized(hreq, res, Shape::OpenAI)) return;
     try {
       ResponsesRequest rq = parse_responses_request(parse_json_body(hreq.body, api.ctx_.json_limits), api.store_);
@@ -179,7 +171,7 @@ struct AgentApi::Handlers {
         stream(res, reader, events, events->start(), ": waiting\n\n", keep);
         return;
       }
-      const AnswerPiece last = read_whole(*reader, *events);
+      const AnswerPiece last = read_whole(hreq, *reader, *events);
       if (last.finish_reason == "error") throw ApiError(500, "generation failed: " + last.error, "server_error");
       if (last.finish_reason == "cancelled") throw ApiError(503, "the server is shutting down", "server_error");
       keep(last);
@@ -190,7 +182,6 @@ struct AgentApi::Handlers {
   }
 
   void stored_response(const httplib::Request& hreq, httplib::Response& res, bool erase) {
-    ConnectionPool::request_read();
     if (!authorized(hreq, res, Shape::OpenAI)) return;
     const std::string id = hreq.matches[1];
     const ApiError missing(404, "Response with id '" + id.substr(0, 100) + "' not found", "invalid_request_error",
@@ -206,7 +197,6 @@ struct AgentApi::Handlers {
   }
 
   void messages(const httplib::Request& hreq, httplib::Response& res, bool count_tokens) {
-    ConnectionPool::request_read();
     if (!authorized(hreq, res, Shape::Anthropic)) return;
     try {
       MessagesRequest mq = parse_messages_request(parse_json_body(hreq.body, api.ctx_.json_limits), count_tokens);
@@ -231,7 +221,7 @@ struct AgentApi::Handlers {
         stream(res, reader, events, events->start(n_prompt), MessagesEvents::ping(), nullptr);
         return;
       }
-      read_whole(*reader, *events);
+      read_whole(hreq, *reader, *events);
       if (events->failed()) throw events->error();
       res.set_content(text(events->message()), "application/json");
     } catch (const ApiError& e) {
@@ -240,18 +230,16 @@ struct AgentApi::Handlers {
   }
 };
 
-void AgentApi::add_routes(httplib::Server& svr) {
+void AgentApi::add_routes(http::Router& svr) {
   auto h = std::make_shared<Handlers>(Handlers{*this});
   svr.Post("/v1/responses", [h](const httplib::Request& req, httplib::Response& res) { h->responses(req, res); });
-  svr.Get(R"(/v1/responses/([^/]+))",
+  svr.Get("/v1/responses/(.+)",
           [h](const httplib::Request& req, httplib::Response& res) { h->stored_response(req, res, false); });
-  svr.Delete(R"(/v1/responses/([^/]+))",
+  svr.Delete("/v1/responses/(.+)",
              [h](const httplib::Request& req, httplib::Response& res) { h->stored_response(req, res, true); });
   svr.Post("/v1/messages", [h](const httplib::Request& req, httplib::Response& res) { h->messages(req, res, false); });
   svr.Post("/v1/messages/count_tokens",
            [h](const httplib::Request& req, httplib::Response& res) { h->messages(req, res, true); });
 }
-
-#endif
 
 }  // namespace ms::server

@@ -22,8 +22,8 @@
 #include "server/json_limits.h"
 #include "server/responses_api.h"
 
-namespace httplib {
-class Server;
+namespace ms::server::http {
+class Router;
 }
 
 namespace ms::server {
@@ -46,7 +46,7 @@ class AgentApi {
   };
   explicit AgentApi(Context ctx);
   ~AgentApi();
-  void add_routes(httplib::Server& svr);
+  void add_routes(http::Router& svr);
   const ResponseStore& store() const { return store_; }
 
  private:

@@ -210,19 +210,8 @@ void check_tools(const json& body, CompletionRequest& r) {
 
 json parse_json_body(const std::string& text, const JsonLimits& limits) {
   if (!valid_utf8(text)) throw ApiError(400, "the request body is not valid UTF-8");
-  check_json_limits(text, limits);  // before anything recursive touches the body
-  json body;
-  try {
-    body = json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    // A syntax error, or a number past double's range ("1e470": out_of_range,
-    // which is no parse_error). The parser quotes what it last read, which may be part of a UTF-8
-    // sequence: ASCII only, so the message is valid JSON text itself.
-    std::string what = e.what();
-    for (char& c : what)
-      if (static_cast<unsigned char>(c) >= 0x80) c = '?';
-    throw ApiError(400, "the request body is not valid JSON: " + what);
-  }
+  // Bounded (depth, elements, keys per object) and linear in the text, before anything recursive touches it.
+  const json body = parse_json_bounded(text, limits);
   if (!body.is_object())
     throw ApiError(400, std::string("the request body must be a JSON object, not ") + type_name(body));
   return body;

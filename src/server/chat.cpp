@@ -32,8 +32,7 @@ nlohmann::ordered_json adapted_messages(const nlohmann::ordered_json& messages, 
       if (!fn.contains("arguments") || !fn["arguments"].is_string()) continue;
       const std::string text = fn["arguments"].get<std::string>();
       try {
-        check_json_limits(text);  // the request's own bounds: nothing deeper reaches the template
-        fn["arguments"] = nlohmann::ordered_json::parse(text);
+        fn["arguments"] = parse_json_bounded(text);  // the request's own bounds: nothing deeper reaches the template
       } catch (const std::exception&) {
         // Not JSON (or past the bounds): the template gets the text as sent.
       }

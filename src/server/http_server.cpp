@@ -19,38 +19,21 @@
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
-#ifndef MOESTREAM_NO_HTTPLIB
-#include <httplib.h>
-#include <sys/socket.h>
-
-#include <cerrno>
-#include <cstring>
-
-#include "server/connection_pool.h"
-#endif
+#include "server/http_front.h"
+#include "server/http_router.h"
 
 namespace ms::server {
 
 using nlohmann::json;
-
-#ifdef MOESTREAM_NO_HTTPLIB
-
-struct HttpServer::Impl {};
-HttpServer::HttpServer(Scheduler&, const Tokenizer&, const ChatRenderer&, Metrics&, HttpOptions) {
-  throw Error("this build has no HTTP server: libcpp-httplib was not found at configure time");
-}
-HttpServer::~HttpServer() = default;
-int HttpServer::bind() { return 0; }
-void HttpServer::listen() {}
-void HttpServer::stop() {}
-
-#else
+// The handlers were written against cpp-httplib; server/http_message.h keeps
+// the names of its Request, Response and DataSink that they use.
+namespace httplib = http;
 
 namespace {
 
 // JSON text that never throws: a string that is not UTF-8 (a %ff in a path
 // echoed by an error message, a template's output) gets U+FFFD instead of
-// nlohmann's exception, which would escape httplib and end the process.
+// nlohmann's exception.
 std::string text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 void send_error(httplib::Response& res, const ApiError& e) {
@@ -78,11 +61,6 @@ const char* allowed_methods(const std::string& path) {
   return "";
 }
 
-bool has_body(const httplib::Request& req) {
-  const std::string len = req.get_header_value("Content-Length");
-  return (!len.empty() && len != "0") || req.has_header("Transfer-Encoding");
-}
-
 json usage_json(const Update& u) {
   return {{"prompt_tokens", u.n_prompt},
           {"completion_tokens", u.n_completion},
@@ -98,8 +76,8 @@ struct HttpServer::Impl {
   const ChatRenderer& chat;
   Metrics& metrics;
   HttpOptions opt;
-  httplib::Server svr;
-  std::atomic<ConnectionPool*> pool{nullptr};  // while listen() runs
+  http::Router svr;  // the routes (named as the httplib server they replaced was)
+  http::HttpFront front;
   std::atomic<uint64_t> next_id{0};
   std::string id_prefix;
   std::atomic<bool> stopped{false};
@@ -108,13 +86,41 @@ struct HttpServer::Impl {
   std::unique_ptr<AgentApi> agent;  // /v1/responses, /v1/messages (server/agent_routes.h)
 
   Impl(Scheduler& s, const Tokenizer& t, const ChatRenderer& c, Metrics& m, HttpOptions o)
-      : sched(s), tok(t), chat(c), metrics(m), opt(std::move(o)), harmony(harmony_markers(t).has_value()),
-        tool_model(tool_calls_of(t)) {
+      : sched(s), tok(t), chat(c), metrics(m), opt(std::move(o)), front(front_options(opt), front_handlers()),
+        harmony(harmony_markers(t).has_value()), tool_model(tool_calls_of(t)) {
     std::random_device rd;
     char buf[17];
     std::snprintf(buf, sizeof buf, "%08x%08x", rd(), rd());
     id_prefix = buf;
     routes();
+  }
+
+  static http::FrontOptions front_options(const HttpOptions& o) {
+    http::FrontOptions f;
+    f.host = o.host;
+    f.port = o.port;
+    f.max_connections = std::max<size_t>(1, o.max_connections);
+    f.workers = std::max<size_t>(1, o.max_requests);
+    f.request_timeout = std::chrono::seconds(std::max(1, o.request_timeout_s));
+    f.overflow_timeout = std::min(f.overflow_timeout, f.request_timeout);
+    f.parser.max_body = o.max_body;
+    // Room for a few whole bodies at once, whatever --max-body is.
+    f.max_buffered = std::max(o.max_buffered, 4 * o.max_body);
+    return f;
+  }
+
+  http::FrontHandlers front_handlers() {
+    http::FrontHandlers h;
+    h.handle = [this](httplib::Request& req, httplib::Response& res) { handle(req, res); };
+    h.needs_worker = [this](const httplib::Request& req) { return svr.needs_worker(req.method, req.path); };
+    h.refuse = [this](const httplib::Request& req, int status, const std::string& message, httplib::Response& res) {
+      send_error(res, ApiError(status, message, status >= 500 ? "server_error" : "invalid_request_error"));
+      if (status == 503) res.set_header("Retry-After", "1");
+      const std::string origin = cors_origin(req);
+      if (!origin.empty()) res.set_header("Access-Control-Allow-Origin", origin);
+    };
+    h.log = [this](const httplib::Request& req, const httplib::Response& res) { logged(req, res); };
+    return h;
   }
 
   bool authorized(const httplib::Request& req, httplib::Response& res) {
@@ -133,112 +139,87 @@ struct HttpServer::Impl {
     return false;
   }
 
+  // Runs before routing on the thread that answers (the connection loop, or a
+  // worker for generation routes).
+  void handle(httplib::Request& req, httplib::Response& res) {
+    t_access = AccessInfo{std::chrono::steady_clock::now(), true};
+    dispatch(req, res);
+    const std::string origin = cors_origin(req);
+    if (!origin.empty()) {
+      res.set_header("Access-Control-Allow-Origin", origin);
+      if (origin != "*") res.set_header("Vary", "Origin");
+    }
+  }
+
+  void dispatch(httplib::Request& req, httplib::Response& res) {
+    if (req.over_capacity && req.path != "/health" && req.path != "/metrics") {
+      res.close = true;
+      res.set_header("Retry-After", "1");
+      send_error(res, ApiError(503,
+                               "the server has " + std::to_string(opt.max_connections) +
+                                   " connections open (--max-connections); retry later",
+                               "server_error"));
+      return;
+    }
+    const std::string allow = allowed_methods(req.path);
+    if (req.method == "OPTIONS" && !opt.cors_origins.empty()) {
+      preflight(req, res, allow);
+      return;
+    }
+    const bool is_get = req.method == "GET" || req.method == "HEAD";
+    if (!allow.empty() && (allow == "POST" ? req.method != "POST" : !is_get)) {
+      res.set_header("Allow", allow);
+      send_error(res, ApiError(405, "method " + req.method + " is not allowed on " + req.path + " (allowed: " +
+                                        allow + ")"));
+      return;
+    }
+    const http::Router::Route* route = svr.find(req);
+    if (!route) {
+      send_error(res, ApiError(404, "no route " + req.method + " " + req.path));
+      return;
+    }
+    try {
+      route->handler(req, res);
+    } catch (const ApiError& e) {
+      res = httplib::Response{};
+      send_error(res, e);
+    } catch (const std::exception& e) {
+      res = httplib::Response{};
+      send_error(res, ApiError(500, e.what(), "server_error"));
+    }
+  }
+
+  // After the response went out (on the thread that answered it).
+  void logged(const httplib::Request& req, const httplib::Response& res) {
+    // Known routes by name; anything else under one label (no unbounded label set).
+    static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"};
+    const char* endpoint = "other";
+    for (const char* k : known)
+      if (req.path == k) endpoint = k;
+    if (req.path.rfind("/v1/models/", 0) == 0) endpoint = "/v1/models/{id}";
+    if (const char* agent_endpoint = agent_endpoint_label(req.path)) endpoint = agent_endpoint;
+    metrics.request(endpoint, res.status);
+    if (opt.access_log) log_access(req, res);
+    t_access = AccessInfo{};
+  }
+
   void routes() {
-    svr.set_payload_max_length(opt.max_body);
-    svr.set_keep_alive_timeout(2);  // idle keep-alive connections must not hold up a shutdown for long
-    // Per read/write; a whole request's deadline is the ConnectionPool's.
-    svr.set_read_timeout(std::max(1, opt.request_timeout_s));
-    svr.set_write_timeout(30);
-    // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, with which a
-    // second server binds the same port and the kernel splits connections).
-    svr.set_socket_options([](socket_t sock) {
-      int yes = 1;
-      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    });
-
-    svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      t_access = AccessInfo{std::chrono::steady_clock::now(), true};
-      if (ConnectionPool::over_capacity() && req.path != "/health" && req.path != "/metrics") {
-        ConnectionPool::close_after_response();
-        res.set_header("Retry-After", "1");
-        send_error(res, ApiError(503,
-                                 "the server has " + std::to_string(opt.max_connections) +
-                                     " connections open (--max-connections); retry later",
-                                 "server_error"));
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      const std::string allow = allowed_methods(req.path);
-      if (req.method == "OPTIONS" && !opt.cors_origins.empty()) {
-        preflight(req, res, allow);
-        if (has_body(req)) ConnectionPool::close_after_response();
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      const bool is_get = req.method == "GET" || req.method == "HEAD";
-      if (!allow.empty() && (allow == "POST" ? req.method != "POST" : !is_get)) {
-        res.set_header("Allow", allow);
-        send_error(res, ApiError(405, "method " + req.method + " is not allowed on " + req.path + " (allowed: " +
-                                          allow + ")"));
-        // Its body (if any) is not read: the connection cannot carry another request.
-        if (has_body(req)) ConnectionPool::close_after_response();
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      return httplib::Server::HandlerResponse::Unhandled;
-    });
-    svr.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      const std::string origin = cors_origin(req);
-      if (!origin.empty()) {
-        res.set_header("Access-Control-Allow-Origin", origin);
-        if (origin != "*") res.set_header("Vary", "Origin");
-      }
-    });
-
-    svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return;
-      std::string msg;
-      switch (res.status) {
-        case 404: msg = "no route " + req.method + " " + req.path; break;
-        case 413: msg = "the request body is larger than the server's limit (--max-body)"; break;
-        case 405: msg = "method " + req.method + " is not allowed on " + req.path; break;
-        default: msg = "HTTP " + std::to_string(res.status); break;
-      }
-      const std::string type = res.status >= 500 ? "server_error" : "invalid_request_error";
-      res.set_content(text(ApiError(res.status, msg, type).body()), "application/json");
-    });
-    svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-      std::string what = "internal error";
-      try {
-        if (ep) std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-      send_error(res, ApiError(500, what, "server_error"));
-    });
-    svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-      ConnectionPool::response_sent();
-      // Known routes by name; anything else under one label (no unbounded label set).
-      static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"};
-      const char* endpoint = "other";
-      for (const char* k : known)
-        if (req.path == k) endpoint = k;
-      if (req.path.rfind("/v1/models/", 0) == 0) endpoint = "/v1/models/{id}";
-      if (const char* agent_endpoint = agent_endpoint_label(req.path)) endpoint = agent_endpoint;
-      metrics.request(endpoint, res.status);
-      if (opt.access_log) log_access(req, res);
-      t_access = AccessInfo{};
-    });
-
-    // Every handler starts with ConnectionPool::request_read(): the request is
-    // in, and making its response has no read deadline.
+    // GET routes answer on the connection loop: nothing here may wait.
     svr.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-      ConnectionPool::request_read();
       res.set_content(R"({"status":"ok"})", "application/json");
     });
     svr.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
-      ConnectionPool::request_read();
       if (!authorized(req, res)) return;
       metrics.set_queue(sched.queue_depth(), sched.active_slots());
-      if (ConnectionPool* p = pool.load()) metrics.set_connections(p->open_connections(), p->refused_connections());
+      metrics.set_connections(front.open_connections(), front.refused_connections());
       res.set_content(metrics.render(), "text/plain; version=0.0.4");
     });
     svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-      ConnectionPool::request_read();
       if (!authorized(req, res)) return;
       res.set_content(text(json{{"object", "list"}, {"data", json::array({model_json()})}}), "application/json");
     });
     // One model by id (OpenAI's retrieve): the served model, or 404.
     svr.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
-      ConnectionPool::request_read();
       if (!authorized(req, res)) return;
       const std::string want = req.matches[1];
       if (want != opt.model_name) {
@@ -312,7 +293,6 @@ struct HttpServer::Impl {
   }
 
   void completion(const httplib::Request& hreq, httplib::Response& res, bool is_chat) {
-    ConnectionPool::request_read();
     if (!authorized(hreq, res)) return;
     try {
       CompletionRequest r = parse_request(hreq.body, is_chat, opt.json_limits);
@@ -356,13 +336,13 @@ struct HttpServer::Impl {
       const int64_t created = static_cast<int64_t>(std::time(nullptr));
       const std::string model = r.model.empty() ? opt.model_name : r.model;
       if (r.stream) stream(res, req, r, calls, id, created, model);
-      else whole(res, req, r, calls, id, created, model);
+      else whole(hreq, res, req, r, calls, id, created, model);
     } catch (const ApiError& e) {
       send_error(res, e);
     }
   }
 
-  void whole(httplib::Response& res, const std::shared_ptr<Request>& req, const CompletionRequest& r,
+  void whole(const httplib::Request& hreq, httplib::Response& res, const std::shared_ptr<Request>& req, const CompletionRequest& r,
              const ToolCallPlan& plan, const std::string& id, int64_t created, const std::string& model) {
     std::string content, reasoning;
     json tool_calls = json::array();
@@ -370,7 +350,7 @@ struct HttpServer::Impl {
     Update u;
     do {
       // A client that hung up no longer wants the answer: free its slot.
-      if (ConnectionPool::client_gone()) req->cancel();
+      if (hreq.client_gone && hreq.client_gone()) req->cancel();
       u = req->take(std::chrono::milliseconds(250));
       for (LogprobEntry& e : u.logprobs) logprobs.push_back(std::move(e));
       content += u.content;
@@ -536,52 +516,19 @@ HttpServer::HttpServer(Scheduler& sched, const Tokenizer& tok, const ChatRendere
 HttpServer::~HttpServer() { stop(); }
 
 int HttpServer::bind() {
-  Impl& m = *impl_;
-  if (m.opt.port == 0) {
-    const int port = m.svr.bind_to_any_port(m.opt.host);
-    if (port <= 0) throw Error("cannot bind " + m.opt.host + " to a free port");
-    m.opt.port = port;
-    return port;
-  }
-  errno = 0;
-  if (!m.svr.bind_to_port(m.opt.host, m.opt.port)) {
-    const int err = errno;  // bind()'s, when that is what failed
-    const std::string where = m.opt.host + ":" + std::to_string(m.opt.port);
-    if (err == EADDRINUSE)
-      throw Error("cannot listen on " + where +
-                  ": address already in use (another server on this port? try another --port, or --port 0 "
-                  "for a free one)");
-    throw Error("cannot listen on " + where + (err ? std::string(": ") + std::strerror(err) : std::string()) +
-                " (check --host and --port)");
-  }
-  return m.opt.port;
+  impl_->opt.port = impl_->front.bind();
+  return impl_->opt.port;
 }
 
 void HttpServer::listen() {
-  Impl& m = *impl_;
-  if (m.stopped) return;
-  ConnectionLimits lim;
-  lim.max_connections = std::max<size_t>(1, m.opt.max_connections);
-  lim.request_timeout = std::chrono::seconds(std::max(1, m.opt.request_timeout_s));
-  lim.overflow_timeout = std::min(lim.overflow_timeout, lim.request_timeout);
-  // Made here, so that a failure to start its threads is an error of
-  // listen(); httplib owns (and deletes) it from then on.
-  auto pool = std::make_unique<ConnectionPool>(lim, m.opt.port);
-  // Bursts of clients (and a /health probe among them) must not wait out
-  // SYN retries: a backlog as large as the connections served.
-  ConnectionPool::widen_backlog(m.opt.port, static_cast<int>(std::max<size_t>(128, lim.max_connections)));
-  m.pool = pool.get();
-  m.svr.new_task_queue = [&pool] { return pool.release(); };
-  m.svr.listen_after_bind();
-  m.pool = nullptr;
+  if (impl_->stopped) return;
+  impl_->front.run();
 }
 
 void HttpServer::stop() {
   if (!impl_) return;
   impl_->stopped = true;
-  impl_->svr.stop();
+  impl_->front.stop();
 }
-
-#endif
 
 }  // namespace ms::server

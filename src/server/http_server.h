@@ -1,5 +1,4 @@
-// The HTTP side of `moestream serve` (cpp-httplib): OpenAI's routes over a
-// Scheduler.
+// The HTTP side of `moestream serve`: OpenAI's routes over a Scheduler.
 //
 //   POST /v1/chat/completions, POST /v1/completions   (stream: SSE "data:" chunks, then [DONE])
 //   GET  /v1/models, GET /health, GET /metrics         (Prometheus text)
@@ -10,13 +9,16 @@
 // "Authorization: Bearer KEY" (401 otherwise). A streaming client that goes
 // away is noticed at the next write; its job is cancelled and its slot freed.
 //
-// Hostile clients (issue #28): bodies are checked against JsonLimits before
-// parsing; connections are capped (ConnectionPool: excess gets a 503 at once,
-// /health and /metrics are still answered past the cap), and a request must
-// arrive whole within request_timeout_s. A wrong method on a known route is a
-// 405 with an Allow header; with cors_origins, browsers' preflight (OPTIONS)
-// is answered and responses carry Access-Control-Allow-Origin. With
-// access_log, one line per request goes to stderr.
+// Hostile clients (issues #28, #44): connections are held by one event loop
+// (server/http_front.h) that frames requests with every size bounded
+// (server/http_parser.h: headers, chunked bodies, no compressed bodies) and
+// answers GET routes itself, so /health and /metrics answer under any
+// connection load; generation requests go to at most max_requests worker
+// threads (503 at once past that). Bodies are parsed in time linear in their
+// size with nesting, element and key counts bounded (server/json_limits.h).
+// A wrong method on a known route is a 405 with an Allow header; with
+// cors_origins, browsers' preflight (OPTIONS) is answered and responses carry
+// Access-Control-Allow-Origin. With access_log, one line per request goes to stderr.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -41,16 +43,19 @@ struct HttpOptions {
   std::string api_key;          // empty: no authentication
   size_t max_body = 8u << 20;   // request body limit in bytes (413 beyond)
   std::string model_name = "moestream";  // what /v1/models lists and responses name
-  size_t max_connections = 128;    // connections served at once (--max-connections); more: 503
+  size_t max_connections = 1024;   // connections open at once (--max-connections); more: 503
+  size_t max_requests = 128;       // generation requests answered at once (--max-requests); more: 503
+  size_t max_buffered = 256u << 20;  // request bytes held while they arrive, all connections (at least 4 bodies)
   int request_timeout_s = 10;       // a request's headers and body must arrive within this (--read-timeout)
   std::vector<std::string> cors_origins;  // --cors-origin: allowed origins ("*": any); empty: no CORS
   bool access_log = true;           // one line per request on stderr
   JsonLimits json_limits;           // request bodies' nesting depth and element count
 };
 
-// The largest --max-connections: each connection may hold a thread and two
-// descriptors, and httplib's select() cannot watch descriptors past 1023.
-constexpr size_t kMaxConnectionsLimit = 256;
+// The largest --max-connections (each is a descriptor and its buffers) and
+// --max-requests (each a thread while it runs).
+constexpr size_t kMaxConnectionsLimit = 65536;
+constexpr size_t kMaxRequestsLimit = 4096;
 
 class HttpServer {
  public:
@@ -60,8 +65,8 @@ class HttpServer {
   // when the address cannot be bound (in use: no SO_REUSEPORT, so a second
   // server on the same port is an error, never a silent split of the traffic).
   int bind();
-  // Serves until stop(); returns then. Throws ms::Error when its threads
-  // cannot be started.
+  // Serves until stop(); returns once the responses being written (streams
+  // ended by the scheduler's stop) are out.
   void listen();
   // Stops accepting and ends listen(). Thread-safe; may be called before listen().
   void stop();

@@ -38,8 +38,7 @@ bool ends_with(const std::string& s, const std::string& tail) {
 // (a model can write anything, 10,000 '[' included) as request bodies are.
 std::optional<ojson> parse_json(const std::string& text) {
   try {
-    check_json_limits(text);
-    return ojson::parse(text);
+    return parse_json_bounded(text);
   } catch (const std::exception&) {
     return std::nullopt;
   }

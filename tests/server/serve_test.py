@@ -324,10 +324,12 @@ def main():
     check(port_closed(s.port), "port closed after SIGINT")
 
     # --- SIGTERM while a client is streaming: the stream ends, the process exits
-    s2 = Server("--ctx", "512")
+    # (Long enough to be running when the signal comes: a short one could end
+    # before the poll below sees its slot, leaving nothing to interrupt.)
+    s2 = Server("--ctx", "16384")
     got = []
     t = threading.Thread(target=lambda: got.extend(
-        s2.stream("/v1/chat/completions", chat("go on", stream=True), key="")))
+        s2.stream("/v1/chat/completions", chat("go on", stream=True, max_tokens=16000, ignore_eos=True), key="")))
     t.start()
     deadline = time.time() + 60
     while time.time() < deadline and (s2.metric("moestream_active_slots") or 0) < 1:
