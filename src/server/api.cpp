@@ -239,8 +239,12 @@ CompletionRequest parse_request_body(const json& body, bool chat) {
     if (r.prompt.empty()) bad("prompt", "must not be empty");
   }
 
-  if (integer(body, "n", 1) != 1) bad("n", "must be 1: this server makes one choice per request");
+  const auto n_choices = integer(body, "n", 1);
+  if (n_choices < 1 || n_choices > CompletionRequest::kMaxChoices)
+    bad("n", "must be in 1.." + std::to_string(CompletionRequest::kMaxChoices));
+  r.n_choices = static_cast<int>(n_choices);
   r.stream = boolean(body, "stream", false);
+  if (r.stream && r.n_choices > 1) bad("n", "must be 1 with stream (a streamed answer carries one choice here)");
   if (const json* so = field(body, "stream_options")) {
     if (!so->is_object()) bad("stream_options", "must be an object");
     r.include_usage = boolean(*so, "include_usage", false);

@@ -56,6 +56,9 @@ struct CompletionRequest {
   // text) and logprobs: -1 off, else top_logprobs (0..20). server/structured_output.h
   std::shared_ptr<const grammar::Grammar> grammar;
   int top_logprobs = -1;
+  // OpenAI's n: choices of the one prompt (1..kMaxChoices; not with stream).
+  int n_choices = 1;
+  static constexpr int kMaxChoices = 8;
   // Tool calling: the tools offered (checked: each a function with a name),
   // tool_choice ("auto", "none", "required", or "function" with
   // tool_choice_name) and parallel_tool_calls. With "none" the tools do not

@@ -330,24 +330,61 @@ struct HttpServer::Impl {
       job.starts_in_reasoning = job.separate_reasoning && prompt_opens_think(text);
       job.harmony = is_chat && harmony;
       job.render_special = calls.render_special;
-      std::shared_ptr<Request> req = sched.submit(std::move(job));
+      std::vector<std::shared_ptr<Request>> reqs;
+      try {
+        reqs = sched.submit_choices(std::move(job), r.n_choices);
+      } catch (const Error& e) {
+        throw ApiError(400, e.what(), "invalid_request_error", "n");
+      }
       const std::string id =
           std::string(is_chat ? "chatcmpl-" : "cmpl-") + id_prefix + std::to_string(next_id.fetch_add(1));
       const int64_t created = static_cast<int64_t>(std::time(nullptr));
       const std::string model = r.model.empty() ? opt.model_name : r.model;
-      if (r.stream) stream(res, req, r, calls, id, created, model);
-      else whole(hreq, res, req, r, calls, id, created, model);
+      if (r.stream) stream(res, reqs[0], r, calls, id, created, model);
+      else whole(hreq, res, reqs, r, calls, id, created, model);
     } catch (const ApiError& e) {
       send_error(res, e);
     }
   }
 
-  void whole(const httplib::Request& hreq, httplib::Response& res, const std::shared_ptr<Request>& req, const CompletionRequest& r,
-             const ToolCallPlan& plan, const std::string& id, int64_t created, const std::string& model) {
+  // The answer of every choice (OpenAI's n), in one response: usage counts
+  // the prompt once and the completions of all.
+  void whole(const httplib::Request& hreq, httplib::Response& res, const std::vector<std::shared_ptr<Request>>& reqs,
+             const CompletionRequest& r, const ToolCallPlan& plan, const std::string& id, int64_t created,
+             const std::string& model) {
+    json choices = json::array();
+    Update total;
+    try {
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        Update u;
+        choices.push_back(one_choice(hreq, reqs[i], r, plan, id, static_cast<int>(i), u));
+        if (i == 0) total = u;
+        else total.n_completion += u.n_completion;
+      }
+    } catch (...) {
+      for (const auto& q : reqs) q->cancel();  // the other choices are not wanted either
+      throw;
+    }
+    t_access.prompt_tokens = total.n_prompt;
+    t_access.completion_tokens = total.n_completion;
+    json out = {{"id", id},
+                {"object", r.chat ? "chat.completion" : "text_completion"},
+                {"created", created},
+                {"model", model},
+                {"choices", choices},
+                {"usage", usage_json(total)}};
+    res.set_content(text(out), "application/json");
+  }
+
+  // One choice's answer, read whole; `u` gets its last update (counts, finish).
+  json one_choice(const httplib::Request& hreq, const std::shared_ptr<Request>& req, const CompletionRequest& r,
+                  const ToolCallPlan& plan, const std::string& id, int index, Update& u) {
     std::string content, reasoning;
     json tool_calls = json::array();
     std::vector<LogprobEntry> logprobs;
-    Update u;
+    // Call ids stay distinct across choices.
+    const std::string choice_id = index > 0 ? id + "_" + std::to_string(index) : id;
+    const std::string call_prefix = "call_" + choice_id + "_";
     do {
       // A client that hung up no longer wants the answer: free its slot.
       if (hreq.client_gone && hreq.client_gone()) req->cancel();
@@ -357,7 +394,7 @@ struct HttpServer::Impl {
       reasoning += u.reasoning;
       for (const HarmonyToolCall& c : u.tool_calls)
         if (!plan.first_only || tool_calls.empty())
-          tool_calls.push_back(openai_tool_call(c, "call_" + id + "_" + std::to_string(tool_calls.size())));
+          tool_calls.push_back(openai_tool_call(c, call_prefix + std::to_string(tool_calls.size())));
     } while (!u.done);
     if (plan.format != ToolCallFormat::None) {
       // The calls in the answer (after the prefilled opening, if any); a
@@ -366,14 +403,12 @@ struct HttpServer::Impl {
       content = std::move(t.content);
       for (const ParsedToolCall& c : t.calls)
         if (!plan.first_only || tool_calls.empty())
-          tool_calls.push_back(openai_parsed_tool_call(c, tool_call_id(plan.format, id, tool_calls.size(), c.id)));
+          tool_calls.push_back(openai_parsed_tool_call(c, tool_call_id(plan.format, choice_id, tool_calls.size(), c.id)));
     }
-    t_access.prompt_tokens = u.n_prompt;
-    t_access.completion_tokens = u.n_completion;
     if (u.finish_reason == "error") throw ApiError(500, "generation failed: " + u.error, "server_error");
     if (u.finish_reason == "cancelled") throw ApiError(503, "the server is shutting down", "server_error");
     const bool called = !tool_calls.empty() && u.finish_reason == "stop";
-    json choice = {{"index", 0}, {"finish_reason", called ? "tool_calls" : u.finish_reason}, {"logprobs", nullptr}};
+    json choice = {{"index", index}, {"finish_reason", called ? "tool_calls" : u.finish_reason}, {"logprobs", nullptr}};
     if (r.chat) {
       // OpenAI's shape: no text besides the calls is a null content.
       json msg = {{"role", "assistant"}, {"content", content.empty() && !tool_calls.empty() ? json() : json(content)}};
@@ -384,13 +419,7 @@ struct HttpServer::Impl {
       choice["text"] = content;
     }
     if (r.top_logprobs >= 0) choice["logprobs"] = logprobs_json(logprobs);
-    json out = {{"id", id},
-                {"object", r.chat ? "chat.completion" : "text_completion"},
-                {"created", created},
-                {"model", model},
-                {"choices", json::array({choice})},
-                {"usage", usage_json(u)}};
-    res.set_content(text(out), "application/json");
+    return choice;
   }
 
   void stream(httplib::Response& res, const std::shared_ptr<Request>& req, const CompletionRequest& r,

@@ -195,7 +195,7 @@ std::shared_ptr<Request> Scheduler::submit(Job job) {
 std::vector<std::shared_ptr<Request>> Scheduler::submit_choices(Job job, int n) {
   if (n < 1) throw Error("n must be at least 1");
   if (n > opt_.parallel)
-    throw Error("n = " + std::to_string(n) + " choices need as many slots; this server has " +
+    throw Error("'n' = " + std::to_string(n) + " choices need as many slots; this server has " +
                 std::to_string(opt_.parallel) + " (--parallel)");
   if (n == 1) return {submit(std::move(job))};
   job.submitted = std::chrono::steady_clock::now();

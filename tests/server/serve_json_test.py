@@ -316,7 +316,29 @@ def main():
         refused({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, "top_logprobs")
         refused({"messages": [{"role": "user", "content": "x"}], "logprobs": "yes"}, "logprobs")
         refused({"prompt": "x", "logprobs": 2}, "logprobs", "/v1/completions")
-        refused({"messages": [{"role": "user", "content": "x"}], "n": 2}, "'n'")
+        refused({"messages": [{"role": "user", "content": "x"}], "n": 9}, "'n'")
+        refused({"messages": [{"role": "user", "content": "x"}], "n": 3}, "'n'")  # the server holds 2 slots
+        refused({"messages": [{"role": "user", "content": "x"}], "n": 2, "stream": True}, "'n'")
+
+        # ---- n choices: one prefill forked; choice i is the answer of seed + i
+        def answer(body, path="/v1/chat/completions"):
+            st, r = s.request("POST", path, body)
+            check(st == 200, "%s: %d %s" % (path, st, r))
+            return r if st == 200 else {"choices": []}
+        ask = {"messages": [{"role": "user", "content": "Tell me about experts"}], "max_tokens": 12,
+               "temperature": 1.0, "seed": 7}
+        both = answer(dict(ask, n=2))
+        texts = [c["message"]["content"] for c in both["choices"]]
+        check([c["index"] for c in both["choices"]] == [0, 1], "n=2: indexes %s" % both["choices"])
+        singles = [answer(dict(ask, seed=7 + i)) for i in range(2)]
+        one = [r["choices"][0]["message"]["content"] if r["choices"] else None for r in singles]
+        check(texts == one, "n=2: choice i is seed + i's answer: %r vs %r" % (texts, one))
+        want_tokens = sum(r.get("usage", {}).get("completion_tokens", 0) for r in singles)
+        check(both.get("usage", {}).get("completion_tokens") == want_tokens,
+              "n=2: usage sums the choices: %s, want %d" % (both.get("usage"), want_tokens))
+        greedy = answer({"prompt": "The model", "max_tokens": 8, "temperature": 0, "n": 2}, "/v1/completions")
+        gt = [c["text"] for c in greedy["choices"]]
+        check(len(gt) == 2 and gt[0] == gt[1], "n=2 greedy on /v1/completions: identical choices %r" % gt)
 
         # ---- models
         st, r = s.request("GET", "/v1/models")
