@@ -213,7 +213,19 @@ class Compiler {
     while (i < ref.size()) {
       size_t j = ref.find('/', i + 1);
       if (j == std::string::npos) j = ref.size();
-      std::string token = ref.substr(i + 1, j - i - 1);
+      std::string token;
+      // A URI fragment: %XX escapes first, then the pointer's ~0 / ~1.
+      for (size_t k = i + 1; k < j; ++k) {
+        auto hexval = [](char c) {
+          return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        };
+        if (ref[k] == '%' && k + 2 < j && hexval(ref[k + 1]) >= 0 && hexval(ref[k + 2]) >= 0) {
+          token += static_cast<char>(hexval(ref[k + 1]) * 16 + hexval(ref[k + 2]));
+          k += 2;
+        } else {
+          token += ref[k];
+        }
+      }
       std::string key;
       for (size_t k = 0; k < token.size(); ++k) {
         if (token[k] == '~' && k + 1 < token.size() && (token[k + 1] == '0' || token[k + 1] == '1')) {
@@ -240,11 +252,7 @@ class Compiler {
       return any_value();
     }
     if (!s.is_object()) fail(path, "", "must be an object or a boolean");
-    for (const auto& [k, v] : s.items()) {
-      if (kRefused.count(k)) fail(path, k, std::string("is not supported (") + kSupported + ")");
-      if (k == "uniqueItems" && !(v.is_boolean() && !v.get<bool>()))
-        fail(path, k, "is not supported: a grammar cannot keep array items apart (false is fine)");
-    }
+    check_refused(s, path);
     auto has = [&](const char* k) { return s.contains(k); };
     // An intersection with the sibling keywords: merged into one schema.
     if (has("allOf")) return value(merge_all(s, path, depth), path + "/allOf", depth + 1);
@@ -277,9 +285,11 @@ class Compiler {
       const bool merge = constraints_besides(s, key);
       std::vector<json> alts_schemas;
       for (size_t i = 0; i < list.size(); ++i) {
+        if (list[i].is_boolean() && !list[i].get<bool>()) continue;  // matches nothing: not an alternative
         if (merge) alts_schemas.push_back(json{{"allOf", json::array({list[i], siblings})}});
         else alts_schemas.push_back(list[i]);
       }
+      if (alts_schemas.empty()) fail(path, key, "holds only false schemas: no value satisfies it");
       if (std::string(key) == "oneOf") check_disjoint(alts_schemas, path, depth);
       std::vector<Seq> alts;
       for (size_t i = 0; i < alts_schemas.size(); ++i)
@@ -316,6 +326,14 @@ class Compiler {
       else if (t == "null") alts.push_back({rule_sym(null())});
     }
     return alts.size() == 1 ? alts[0][0].rule : b_.rule("types", alts);
+  }
+
+  void check_refused(const json& s, const std::string& path) const {
+    for (const auto& [k, v] : s.items()) {
+      if (kRefused.count(k)) fail(path, k, std::string("is not supported (") + kSupported + ")");
+      if (k == "uniqueItems" && !(v.is_boolean() && !v.get<bool>()))
+        fail(path, k, "is not supported: a grammar cannot keep array items apart (false is fine)");
+    }
   }
 
   std::vector<std::string> type_list(const json& t, const std::string& path) const {
@@ -556,6 +574,7 @@ class Compiler {
       return;
     }
     if (!s.is_object()) fail(path, "allOf", "must hold schemas (objects or booleans)");
+    check_refused(s, path);  // before merging drops what it does not know
     json own = json::object();
     for (const auto& [k, v] : s.items())
       if (k != "allOf" && k != "$ref") own[k] = v;
@@ -585,6 +604,14 @@ class Compiler {
     return merge_all(json{{"allOf", all}}, path, depth + 1);
   }
   json merge(const json& a, const json& b, const std::string& path, int depth) const {
+    // items applies after its own schema's prefixItems only: parts with
+    // prefixes of different lengths do not merge item by item.
+    auto prefix_len = [](const json& x) {
+      return x.contains("prefixItems") && x["prefixItems"].is_array() ? x["prefixItems"].size() : size_t{0};
+    };
+    if ((a.contains("items") || b.contains("items")) && (a.contains("prefixItems") || b.contains("prefixItems")) &&
+        prefix_len(a) != prefix_len(b))
+      fail(path, "prefixItems", "and items in different allOf schemas are not supported");
     json out = a;
     std::optional<Decimal> none;
     for (const auto& [k, v] : b.items()) {
@@ -924,7 +951,8 @@ class Compiler {
 
   // ---- arrays
   uint32_t array(const json& s, const std::string& path, int depth) {
-    const int64_t min = bound(s, "minItems", path, 0), max = bound(s, "maxItems", path, -1);
+    const int64_t min = bound(s, "minItems", path, 0);
+    int64_t max = bound(s, "maxItems", path, -1);
     if (max >= 0 && max < min) fail(path, "maxItems", "is below minItems: no array satisfies both");
     // The first items each under their own schema: prefixItems, or items
     // as an array (before 2020-12); the rest under items / additionalItems.
@@ -953,7 +981,16 @@ class Compiler {
       }
       return array_of(item, min, max);
     }
-    const int64_t p = static_cast<int64_t>(prefix->size());
+    int64_t p = static_cast<int64_t>(prefix->size());
+    // A false prefix schema: no array reaches that index.
+    for (int64_t i = 0; i < p; ++i) {
+      const json& x = (*prefix)[static_cast<size_t>(i)];
+      if (x.is_boolean() && !x.get<bool>()) {
+        if (min > i) fail(path, "minItems", "reaches a prefix item whose schema is false: no array satisfies both");
+        max = max < 0 ? i : std::min(max, i);
+        break;
+      }
+    }
     std::vector<uint32_t> heads;
     const std::string prefix_key = s.contains("prefixItems") ? "prefixItems" : "items";
     for (int64_t i = 0; i < p && (max < 0 || i < max); ++i)

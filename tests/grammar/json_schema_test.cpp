@@ -222,24 +222,73 @@ TEST(JsonSchema, HostileSchemasAreRefusedFast) {
     wide = R"({"type":"object","properties":{"a":)" + wide + R"(,"b":)" + wide + "}}";
   // 4096 strings of up to 4000 characters: refused by the grammar's size limit.
   EXPECT_NE(refusal(wide.c_str()).find("exceed"), std::string::npos);
+  // Nested counts in a pattern share their rules: the grammar grows with
+  // their sum, not their product.
+  EXPECT_LT(compile_json_schema(ojson::parse(R"({"type":"string","pattern":"^((a{4000}){4000}){4000}$"})")).size(),
+            100000u);
+  // Many bounded numbers: each a few hundred elements at most.
+  std::string many = R"({"type":"object","properties":{)";
+  for (int i = 0; i < 100; ++i)
+    many += (i ? "," : "") + std::string("\"p") + std::to_string(i) + R"(":{"type":"number","minimum":-)" +
+            std::to_string(i) + R"(.125,"exclusiveMaximum":)" + std::to_string(1000 + i) + ".5}";
+  many += "}}";
+  EXPECT_EQ(refusal(many.c_str()), "");
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(took, 30.0) << "hostile schemas took " << took << " s";  // a hang guard, not a speed test
+}
+
+// A bounded number is read left to right with few alternatives alive: the
+// matcher keeps a handful of stacks, not one per length and precision.
+TEST(JsonSchema, BoundedNumbersStayNarrow) {
+  for (const char* schema : {R"({"type":"number","minimum":-1.5,"maximum":2.25})", R"({"type":"number","minimum":0})",
+                             R"({"type":"integer","minimum":-12,"maximum":305})",
+                             R"({"type":"number","exclusiveMinimum":0.001,"exclusiveMaximum":1e6})"}) {
+    SCOPED_TRACE(schema);
+    const Grammar g = compile_json_schema(ojson::parse(schema));
+    EXPECT_LT(g.size(), 5000u);
+    for (const std::string text : {"-1.25", "0.5", "123456.789", "1.999999", "300"}) {
+      Matcher m(g);
+      for (char c : text) {
+        if (!m.advance(static_cast<uint8_t>(c))) break;
+        EXPECT_LE(m.state().size(), 24u) << "after a prefix of " << text;
+      }
+    }
+  }
 }
 
 // Random schemas from the supported keywords, and random texts drawn from
 // their grammars: each text must parse and validate.
 ojson random_schema(std::mt19937& rng, int depth, ojson& defs) {
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
-  const int kind = depth > 3 ? pick(6) : pick(11);
+  const int kind = depth > 3 ? pick(6) : pick(13);
   switch (kind) {
     case 0: {
       ojson s = {{"type", "string"}};
-      if (pick(2)) s["maxLength"] = pick(5) + 1;
-      if (pick(2)) s["minLength"] = pick(2);
+      const int form = pick(4);
+      if (form == 1) {
+        const char* patterns[] = {"^[a-c]{1,3}-\\d+$", "^(x|yz)*q?$", "b.c", "^[^\"\\\\]{2}$", "^\\w\\s\\S$"};
+        s["pattern"] = patterns[pick(5)];
+      } else if (form == 2) {
+        const char* formats[] = {"date", "time", "date-time", "uuid", "email", "ipv4"};
+        s["format"] = formats[pick(6)];
+      } else {
+        if (pick(2)) s["maxLength"] = pick(5) + 1;
+        if (pick(2)) s["minLength"] = pick(2);
+      }
       return s;
     }
-    case 1: return {{"type", "integer"}};
-    case 2: return {{"type", "number"}};
+    case 1:
+    case 2: {
+      ojson s = {{"type", kind == 1 ? "integer" : "number"}};
+      // Bounds of both signs, integral or not, inclusive or exclusive.
+      // (Every pair leaves some value: lows end below the highs begin.)
+      const double lows[] = {-1000, -7.5, -1, -0.25, 0, 0.1}, highs[] = {1, 3, 12.75, 99, 100000};
+      const double int_lows[] = {-1000, -1, 0}, int_highs[] = {3, 99, 100000};
+      if (pick(2)) s[pick(2) ? "minimum" : "exclusiveMinimum"] = kind == 1 ? int_lows[pick(3)] : lows[pick(6)];
+      if (pick(2)) s[pick(2) ? "maximum" : "exclusiveMaximum"] = kind == 1 ? int_highs[pick(3)] : highs[pick(5)];
+      if (pick(4) == 0) s["multipleOf"] = kind == 1 ? 1 : 0.01;
+      return s;
+    }
     case 3: return {{"type", "boolean"}};
     case 4: return {{"enum", ojson::array({"a", 1, nullptr, ojson::array({true})})}};
     case 5: return {{"type", ojson::array({"null", "string"})}};
@@ -269,6 +318,20 @@ ojson random_schema(std::mt19937& rng, int depth, ojson& defs) {
       defs[name] = random_schema(rng, depth + 1, defs);
       return {{"$ref", "#/$defs/" + name}};
     }
+    case 10: {
+      ojson s = {{"type", "array"},
+                 {"prefixItems", ojson::array({random_schema(rng, depth + 1, defs), random_schema(rng, depth + 1, defs)})}};
+      if (pick(2)) s["items"] = pick(2) ? ojson(false) : random_schema(rng, depth + 1, defs);
+      if (pick(2)) s["maxItems"] = pick(4) + 1;
+      return s;
+    }
+    case 11: {
+      // allOf of two objects with a shared property.
+      ojson a = {{"type", "object"}, {"properties", {{"x", {{"type", "integer"}, {"minimum", -5}}}}}, {"required", {"x"}}};
+      ojson b = {{"properties", {{"x", {{"maximum", 5}}}, {"y", random_schema(rng, depth + 1, defs)}}}};
+      if (pick(2)) b["minProperties"] = 2;
+      return {{"allOf", ojson::array({a, b})}};
+    }
     default: return {{"type", "object"}, {"additionalProperties", random_schema(rng, depth + 1, defs)}};
   }
 }
@@ -277,7 +340,7 @@ TEST(JsonSchema, RandomSchemasGiveValidTexts) {
   std::mt19937 rng(1234);
   const auto t0 = std::chrono::steady_clock::now();
   int texts = 0;
-  for (int round = 0; round < 150; ++round) {
+  for (int round = 0; round < 250; ++round) {
     ojson defs = ojson::object();
     ojson schema = random_schema(rng, 0, defs);
     if (!defs.empty()) {

@@ -68,7 +68,18 @@ inline bool valid(const ojson& v, const ojson& s, const ojson& root, int depth =
   if (s.contains("$ref")) {
     const std::string ref = s["$ref"].get<std::string>();
     const ojson* t = &root;
-    if (ref.size() > 1) t = &root.at(ojson::json_pointer(ref.substr(1)));
+    if (ref.size() > 1) {
+      std::string pointer;  // the URI fragment's %XX escapes decoded
+      for (size_t i = 1; i < ref.size(); ++i) {
+        if (ref[i] == '%' && i + 2 < ref.size()) {
+          pointer += static_cast<char>(std::stoi(ref.substr(i + 1, 2), nullptr, 16));
+          i += 2;
+        } else {
+          pointer += ref[i];
+        }
+      }
+      t = &root.at(ojson::json_pointer(pointer));
+    }
     if (!sub(v, *t)) return false;
   }
   if (s.contains("allOf"))
