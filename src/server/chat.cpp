@@ -2,6 +2,7 @@
 
 #include "server/api.h"
 #include "server/json_limits.h"
+#include "server/tool_calls.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/harmony.h"
 #include "tokenizer/jinja.h"
@@ -42,6 +43,20 @@ nlohmann::ordered_json adapted_messages(const nlohmann::ordered_json& messages, 
   return out;
 }
 
+// The generic tool format's description (server/tool_calls.h) in the system
+// message: appended to the first message when it is a system message with
+// text, else a system message of its own before the others.
+nlohmann::ordered_json with_tools_prompt(const nlohmann::ordered_json& messages, const std::string& text) {
+  nlohmann::ordered_json out = messages;
+  if (!out.empty() && out[0].is_object() && out[0].value("role", "") == "system" && out[0].contains("content") &&
+      out[0]["content"].is_string()) {
+    out[0]["content"] = out[0]["content"].get<std::string>() + "\n\n" + text;
+    return out;
+  }
+  out.insert(out.begin(), nlohmann::ordered_json{{"role", "system"}, {"content", text}});
+  return out;
+}
+
 }  // namespace
 
 ChatRenderer::ChatRenderer(const Tokenizer& tok, const std::string& format)
@@ -56,6 +71,7 @@ ChatRenderer::ChatRenderer(const Tokenizer& tok, const std::string& format)
   if (!v.chat_template.empty()) {
     try {
       jinja_ = std::make_unique<jinja::Template>(v.chat_template);
+      tool_syntax_ = v.chat_template.find("tools") != std::string::npos;
       description_ = "the model's Jinja template";
       return;
     } catch (const Error& e) {
@@ -71,8 +87,15 @@ ChatRenderer::ChatRenderer(const Tokenizer& tok, const std::string& format)
 
 ChatRenderer::~ChatRenderer() = default;
 
-std::string ChatRenderer::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+std::string ChatRenderer::render(const nlohmann::ordered_json& messages_in, bool add_generation_prompt,
                                  const nlohmann::ordered_json& kwargs, const std::atomic<bool>* cancel) const {
+  // A template that says nothing of tools: they are described in the system
+  // message, with the generic format to call them in.
+  nlohmann::ordered_json injected;
+  auto tools = kwargs.find("tools");
+  const bool describe = !tool_syntax_ && tools != kwargs.end() && tools->is_array() && !tools->empty();
+  if (describe) injected = with_tools_prompt(messages_in, generic_tools_prompt(nlohmann::json::parse(tools->dump())));
+  const nlohmann::ordered_json& messages = describe ? injected : messages_in;
   if (jinja_) {
     jinja::Json ctx = jinja::Json::object();
     for (auto it = kwargs.begin(); it != kwargs.end(); ++it) ctx[it.key()] = it.value();
