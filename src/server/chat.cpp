@@ -57,6 +57,18 @@ nlohmann::ordered_json with_tools_prompt(const nlohmann::ordered_json& messages,
   return out;
 }
 
+// For templates that refuse a system message (roles must alternate): the
+// description before the first user message's text.
+nlohmann::ordered_json with_tools_in_user_turn(const nlohmann::ordered_json& messages, const std::string& text) {
+  nlohmann::ordered_json out = messages;
+  for (auto& m : out)
+    if (m.is_object() && m.value("role", "") == "user" && m.contains("content") && m["content"].is_string()) {
+      m["content"] = text + "\n\n" + m["content"].get<std::string>();
+      break;
+    }
+  return out;
+}
+
 }  // namespace
 
 ChatRenderer::ChatRenderer(const Tokenizer& tok, const std::string& format)
@@ -91,11 +103,23 @@ std::string ChatRenderer::render(const nlohmann::ordered_json& messages_in, bool
                                  const nlohmann::ordered_json& kwargs, const std::atomic<bool>* cancel) const {
   // A template that says nothing of tools: they are described in the system
   // message, with the generic format to call them in.
-  nlohmann::ordered_json injected;
   auto tools = kwargs.find("tools");
-  const bool describe = !tool_syntax_ && tools != kwargs.end() && tools->is_array() && !tools->empty();
-  if (describe) injected = with_tools_prompt(messages_in, generic_tools_prompt(nlohmann::json::parse(tools->dump())));
-  const nlohmann::ordered_json& messages = describe ? injected : messages_in;
+  if (!tool_syntax_ && tools != kwargs.end() && tools->is_array() && !tools->empty()) {
+    const std::string text = generic_tools_prompt(nlohmann::json::parse(tools->dump()));
+    try {
+      return render_messages(with_tools_prompt(messages_in, text), add_generation_prompt, kwargs, cancel);
+    } catch (const ApiError& e) {
+      if (e.status != 400) throw;
+      // The template refused the system message: the user's turn then.
+      return render_messages(with_tools_in_user_turn(messages_in, text), add_generation_prompt, kwargs, cancel);
+    }
+  }
+  return render_messages(messages_in, add_generation_prompt, kwargs, cancel);
+}
+
+std::string ChatRenderer::render_messages(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                          const nlohmann::ordered_json& kwargs,
+                                          const std::atomic<bool>* cancel) const {
   if (jinja_) {
     jinja::Json ctx = jinja::Json::object();
     for (auto it = kwargs.begin(); it != kwargs.end(); ++it) ctx[it.key()] = it.value();

@@ -42,6 +42,8 @@ class ChatRenderer {
   std::string description() const { return description_; }
 
  private:
+  std::string render_messages(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                              const nlohmann::ordered_json& kwargs, const std::atomic<bool>* cancel) const;
   const Tokenizer& tok_;
   std::unique_ptr<jinja::Template> jinja_;
   std::string format_;  // built-in format name when not Jinja

@@ -16,6 +16,7 @@
 #include "server/scheduler.h"
 #include "server/tool_call_parser.h"
 #include "server/tool_calls.h"
+#include "tokenizer/tokenizer.h"
 #include "served_test_util.h"
 #include "tiny_model_util.h"
 
@@ -121,6 +122,18 @@ TEST(GenericToolCalls, TemplateWithoutToolsGetsThemInTheSystemMessage) {
   const std::string merged = chat.render(sys, true, ojson{{"tools", ojson::parse(tools().dump())}});
   ASSERT_NE(merged.find("Be brief."), std::string::npos);
   EXPECT_LT(merged.find("Be brief."), merged.find("get_weather"));
+  // A template that refuses system messages (roles must alternate): the
+  // tools go before the user's text instead.
+  Vocab v = t.tok().vocab();
+  v.chat_template =
+      "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('roles must alternate') }}{% endif %}"
+      "{{ m['role'] + ': ' + m['content'] + '\\n' }}{% endfor %}";
+  const Tokenizer strict_tok(v);
+  ChatRenderer strict(strict_tok);
+  const std::string in_user = strict.render(messages, true, ojson{{"tools", ojson::parse(tools().dump())}});
+  EXPECT_EQ(in_user.rfind("user: You can call these tools", 0), 0u) << in_user;
+  EXPECT_NE(in_user.find("Weather?"), std::string::npos) << in_user;
+  EXPECT_THROW(strict.render(sys, true), ApiError);  // its own refusal stands
 }
 
 json request(const json& tool_choice, uint64_t seed, bool stream, bool parallel = true) {
