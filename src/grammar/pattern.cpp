@@ -229,6 +229,9 @@ class PatternCompiler {
   Seq atom() {
     const unsigned char c = static_cast<unsigned char>(p_[i_]);
     if (c == '(') {
+      // Groups nest by recursion here: bounded, so a pattern of 100,000 '('
+      // is an error, not a stack overflow.
+      if (++depth_ > kMaxGroupDepth) fail("groups nest deeper than " + std::to_string(kMaxGroupDepth));
       ++i_;
       if (peek('?')) {
         ++i_;
@@ -245,6 +248,7 @@ class PatternCompiler {
       const uint32_t r = alternation();
       if (!peek(')')) fail("an unclosed '('");
       ++i_;
+      --depth_;
       return {rule_sym(r)};
     }
     if (c == '[') {
@@ -365,6 +369,8 @@ class PatternCompiler {
   uint32_t any_char_;
   int64_t max_count_;
   std::optional<uint32_t> any_string_;
+  static constexpr int kMaxGroupDepth = 64;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -226,6 +226,10 @@ TEST(JsonSchema, HostileSchemasAreRefusedFast) {
   // their sum, not their product.
   EXPECT_LT(compile_json_schema(ojson::parse(R"({"type":"string","pattern":"^((a{4000}){4000}){4000}$"})")).size(),
             100000u);
+  // Groups nested 100,000 deep: an error, not a stack overflow.
+  const std::string groups = R"({"type":"string","pattern":")" + std::string(100000, '(') + "a" +
+                             std::string(100000, ')') + R"("})";
+  EXPECT_NE(refusal(groups.c_str()).find("nest deeper"), std::string::npos);
   // Many bounded numbers: each a few hundred elements at most.
   std::string many = R"({"type":"object","properties":{)";
   for (int i = 0; i < 100; ++i)
