@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
 
 namespace ms::grammar {
 
@@ -356,6 +357,32 @@ std::optional<uint32_t> NumberRanges::decimal(const NumberBounds& bounds, int in
   }
   if (alts.empty()) return std::nullopt;
   return b_.rule("number-in-range", alts);
+}
+
+uint32_t NumberRanges::multiples_of(int64_t step, int max_digits, bool negative, bool zero, bool positive) {
+  // rest[l][r]: l more digits allowed, the digits so far leave remainder r.
+  std::map<std::pair<int, int64_t>, uint32_t> rest;
+  std::function<uint32_t(int, int64_t)> state = [&](int l, int64_t r) -> uint32_t {
+    auto it = rest.find({l, r});
+    if (it != rest.end()) return it->second;
+    std::vector<Seq> alts;
+    if (r == 0) alts.push_back(Seq{});
+    if (l > 0)
+      for (int d = 0; d <= 9; ++d)
+        alts.push_back(Seq{byte_sym(static_cast<uint8_t>('0' + d)), rule_sym(state(l - 1, (r * 10 + d) % step))});
+    const uint32_t rule = b_.rule("multiple-digits", alts);
+    rest[{l, r}] = rule;
+    return rule;
+  };
+  std::vector<Seq> first;
+  for (int d = 1; d <= 9; ++d)
+    first.push_back(Seq{byte_sym(static_cast<uint8_t>('0' + d)), rule_sym(state(max_digits - 1, d % step))});
+  const uint32_t magnitude = b_.rule("multiple", first);
+  std::vector<Seq> alts;
+  if (zero) alts.push_back(literal("0"));
+  if (positive) alts.push_back({rule_sym(magnitude)});
+  if (negative) alts.push_back(literal("-") + rule_sym(magnitude));
+  return b_.rule("multiples", alts);
 }
 
 }  // namespace ms::grammar

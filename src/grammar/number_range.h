@@ -63,6 +63,11 @@ class NumberRanges {
   std::optional<uint32_t> multiples(int64_t n_lo, int64_t n_hi, int64_t step, int k, size_t max_values,
                                     size_t* count);
 
+  // Integers of up to `max_digits` digits that are multiples of `step`,
+  // digit by digit over the remainder (a deterministic automaton: step x
+  // digits rules): positive ones, negative ones, zero, as asked.
+  uint32_t multiples_of(int64_t step, int max_digits, bool negative, bool zero, bool positive);
+
   // The text of N / 10^k with exactly k fraction digits.
   static std::string text(int64_t n, int k);
 
