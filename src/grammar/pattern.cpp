@@ -183,14 +183,13 @@ class PatternCompiler {
       ++i_;
     }
     Ascii set;
-    bool first = true;
+    // ECMA: a ']' closes the class even first ("[]" matches nothing, "[^]" anything).
     for (;;) {
       if (i_ >= p_.size()) fail("an unclosed '['");
-      if (p_[i_] == ']' && !first) {
+      if (p_[i_] == ']') {
         ++i_;
         break;
       }
-      first = false;
       uint32_t lo;
       if (!class_atom(set, lo)) continue;
       if (peek('-') && i_ + 1 < p_.size() && p_[i_ + 1] != ']') {

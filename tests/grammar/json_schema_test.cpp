@@ -86,6 +86,8 @@ TEST(JsonSchema, AcceptsValidAndRejectsInvalidTexts) {
       {R"({"type":"string","pattern":"x"})", {R"("x")", R"("axb")"}, {R"("ab")"}},
       {R"({"type":"string","pattern":"^a\"b\\\\c\\.$"})", {R"("a\"b\\c.")"}, {R"("a\"b\\cx")"}},
       {R"({"type":"string","pattern":"^[^0-9]+$"})", {R"("abc")"}, {R"("a1")", R"("")"}},
+      {R"({"type":"string","pattern":"^[^]]$"})", {R"("a]")", R"("]]")"}, {R"("a")", R"("]")"}},
+      {R"({"type":"string","pattern":"^[-b][a-]$"})", {R"("-a")", R"("b-")"}, {R"("c-")", R"("ba-")"}},
       // Formats.
       {R"({"type":"string","format":"date"})", {R"("2024-02-28")", R"("1999-12-31")"},
        {R"("2024-02-30")", R"("2024-13-01")", R"("2024-1-01")", R"("2024-04-31")"}},
