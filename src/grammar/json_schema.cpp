@@ -66,7 +66,33 @@ std::string kind_of(const json& v) {
 
 class Compiler {
  public:
-  Compiler(const json& root, const SchemaLimits& lim) : root_(root), lim_(lim), b_(lim.grammar) {}
+  // `nested_id`: known already (a compiler for part of the same document), else found here.
+  Compiler(const json& root, const SchemaLimits& lim, std::optional<bool> nested_id = std::nullopt)
+      : root_(root), lim_(lim), b_(lim.grammar) {
+    if (nested_id) {
+      nested_id_ = *nested_id;
+      return;
+    }
+    // A subschema with its own $id is the base its "#/..." references start
+    // from, not the document: such references are refused rather than
+    // resolved against the wrong schema. (A walk with its own stack: the
+    // document may nest deeply.)
+    std::vector<const json*> todo = {&root};
+    while (!todo.empty()) {
+      const json* x = todo.back();
+      todo.pop_back();
+      if (x->is_object()) {
+        if (x != &root && x->contains("$id") && (*x)["$id"].is_string()) nested_id_ = true;
+        for (const auto& [k, v] : x->items()) {
+          (void)k;
+          if (v.is_structured()) todo.push_back(&v);
+        }
+      } else if (x->is_array()) {
+        for (const json& v : *x)
+          if (v.is_structured()) todo.push_back(&v);
+      }
+    }
+  }
 
   Grammar run() {
     const uint32_t top = value(root_, "", 0);
@@ -208,6 +234,9 @@ class Compiler {
   }
 
   const json& resolve(const std::string& ref, const std::string& path) const {
+    if (nested_id_)
+      fail(path, "$ref", "'" + ref + "' in a schema whose subschemas have their own $id is not supported (their "
+                         "references start from them)");
     if (ref.empty() || ref[0] != '#') fail(path, "$ref", "'" + ref + "' is not supported: only local references (#/...)");
     const json* cur = &root_;
     size_t i = 1;
@@ -394,7 +423,7 @@ class Compiler {
     for (const auto& [k, v] : s.items())
       if (k != "enum" && k != "const") rest[k] = v;
     if (constraints_besides(rest, "")) {
-      Compiler sub(root_, lim_);
+      Compiler sub(root_, lim_, nested_id_);
       const uint32_t r = sub.value(rest, path, depth + 1);
       const Grammar g = sub.b_.finish(r);
       std::vector<json> kept;
@@ -1037,6 +1066,7 @@ class Compiler {
   SchemaLimits lim_;
   Builder b_;
   std::map<std::string, uint32_t> refs_;
+  bool nested_id_ = false;
   std::optional<uint32_t> ws_, char_, string_, integer_, number_, boolean_, null_, any_;
 };
 

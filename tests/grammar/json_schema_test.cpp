@@ -196,6 +196,8 @@ TEST(JsonSchema, RefusesUnsupportedKeywordsByName) {
            {R"({"type":"object","required":["a","b"],"maxProperties":1})", "'maxProperties'", "required"},
            {R"({"type":"array","prefixItems":[true],"items":false,"minItems":2})", "'items'", "prefix"},
            {R"({"enum":[1,2],"type":"string"})", "'enum'", "no value"},
+           {R"({"$defs":{"a":{"$id":"http://x/a","$defs":{"b":{"type":"integer"}},"$ref":"#/$defs/b"}},"$ref":"#/$defs/a"})",
+            "'$ref'", "own $id"},
        }) {
     const std::string msg = refusal(r.schema);
     EXPECT_NE(msg.find(r.keyword), std::string::npos) << r.schema << " -> " << msg;
