@@ -149,7 +149,13 @@ ToolCallPlan plan_tool_calls(const ModelToolCalls& model, CompletionRequest& r, 
                        "invalid_request_error", "response_format");
       const ojson schema =
           generic_tool_call_schema(r.tools, r.tool_choice == "function" ? r.tool_choice_name : "", r.parallel_tool_calls);
-      r.grammar = std::make_shared<const grammar::Grammar>(grammar::compile_json_schema(schema));
+      try {
+        r.grammar = std::make_shared<const grammar::Grammar>(grammar::compile_json_schema(schema));
+      } catch (const grammar::SchemaError& e) {
+        // Even with free arguments: the tools' names and count pass a limit.
+        throw ApiError(400, std::string("'tools': too many or too large for a forced call's grammar: ") + e.what(),
+                       "invalid_request_error", "tools");
+      }
     }
     return p;
   }

@@ -233,6 +233,15 @@ TEST(GenericToolCalls, RequiredAndNamedAlwaysCallOnTheTinyModel) {
   auto res = served.post("/v1/chat/completions", request("auto", 1, false));
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200) << res->body;
+  // Tools past the grammar's limits even with free arguments: a 400, not a failure.
+  json many = request("required", 1, false);
+  many["tools"] = json::array();
+  for (int i = 0; i < 20000; ++i)
+    many["tools"].push_back({{"type", "function"}, {"function", {{"name", "tool_number_" + std::to_string(i)}}}});
+  res = served.post("/v1/chat/completions", many);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body.substr(0, 300);
+  EXPECT_NE(res->body.find("'tools'"), std::string::npos) << res->body.substr(0, 300);
   // One grammar per answer: a response_format beside a forced generic call is refused.
   json both = request("required", 1, false);
   both["response_format"] = {{"type", "json_object"}};
