@@ -31,7 +31,14 @@ LlamaFlags translate_llama_flags(const std::vector<std::string>& argv,
   // Straight renames: llama.cpp's spelling -> ours (where the command has it).
   const std::vector<std::pair<std::string, std::string>> renames = {
       {"--ctx-size", "--ctx"},     {"-np", "--parallel"},     {"--n-parallel", "--parallel"},
-      {"--alias", "--model-name"}, {"--batch-size", "--batch"}, {"-s", "--seed"}};
+      {"--alias", "--model-name"}, {"--batch-size", "--batch"}, {"-s", "--seed"},
+      {"-to", "--read-timeout"},   {"--timeout", "--read-timeout"}};
+  // What is always so here: accepted, with a line saying so.
+  const std::vector<std::pair<std::string, std::string>> always = {
+      {"--jinja", "the model's Jinja chat template is always used (--chat-template NAME picks a built-in format)"},
+      {"-cb", "batching is always continuous"},
+      {"--cont-batching", "batching is always continuous"},
+      {"--metrics", "/metrics is always served"}};
   const std::set<std::string> vram_only = {"-ngl",  "--n-gpu-layers", "--gpu-layers", "-ot",     "--override-tensor",
                                            "--n-cpu-moe", "-ncmoe", "--cpu-moe",    "-cmoe"};
   std::string k_type, v_type;
@@ -99,6 +106,13 @@ LlamaFlags translate_llama_flags(const std::vector<std::string>& argv,
         return out;
       }
     }
+    bool known = false;
+    for (const auto& [flag, why] : always)
+      if (a == flag && !has_inline && (takes("--vram") || takes("--parallel"))) {
+        out.notices.push_back(a + " ignored: " + why);
+        known = true;
+      }
+    if (known) continue;
     bool renamed = false;
     for (const auto& [from, to] : renames) {
       if (a == from && takes(to)) {

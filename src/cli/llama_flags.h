@@ -9,6 +9,8 @@
 //   --alias NAME            -> --model-name NAME (serve)
 //   --batch-size N          -> --batch N
 //   -s N                    -> --seed N          (run)
+//   -to S, --timeout S      -> --read-timeout S  (serve)
+//   --jinja, -cb, --cont-batching, --metrics: what is always so here; a notice
 //   -ctk T -ctv T, --cache-type-k/v T -> --kv-type T (K and V share one type
 //                              here: different types are an error)
 //   -o json | -o md         -> --json | (nothing) (bench: llama-bench's output formats)

@@ -77,6 +77,11 @@ TEST(LlamaFlags, NoticesAndRefusals) {
   EXPECT_NE(out.find("--parallel must be >= 1"), std::string::npos) << out;
   EXPECT_NE(run_moestream("serve --alias", &out), 0);
   EXPECT_NE(out.find("--model-name"), std::string::npos) << out;
+  EXPECT_NE(run_moestream("serve -to 0", &out), 0);
+  EXPECT_NE(out.find("--read-timeout"), std::string::npos) << out;
+  EXPECT_EQ(run_moestream("run -p hi -n 1 -t 2 --jinja -cb", &out), 0) << out;
+  EXPECT_NE(out.find("--jinja ignored"), std::string::npos) << out;
+  EXPECT_NE(out.find("-cb ignored: batching is always continuous"), std::string::npos) << out;
   EXPECT_NE(run_moestream("run --ctx-size -5 -p hi", &out), 0);
   EXPECT_NE(out.find("--ctx must be >= 0"), std::string::npos) << out;
 }

@@ -299,7 +299,7 @@ def main():
 
         refused(with_schema({"type": "string", "pattern": "(?=a)b"}), "'pattern'")
         refused(with_schema({"type": "array", "uniqueItems": True}), "'uniqueItems'")
-        refused(with_schema({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 7}}}), "'multipleOf'")
+        refused(with_schema({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 7, "minimum": 1}}}), "'multipleOf'")
         refused(with_schema({"$ref": "#"}), "$ref loop")
         refused(with_schema({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}),
                 "$ref loop")
