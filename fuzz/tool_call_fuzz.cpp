@@ -2,7 +2,7 @@
 // (server/tool_call_parser.h) whole, and streamed in pieces as serve feeds
 // it. Both must agree (content, and each call's name, arguments and id), and
 // neither may crash or hang. Input: byte 0 picks the format (Qwen JSON, Qwen
-// XML, Mistral) and whether the client offered tools; byte 1 seeds the piece
+// XML, Mistral, generic) and whether the client offered tools; byte 1 seeds the piece
 // sizes (1-16 bytes); the rest is the reply. Run by scripts/fuzz.sh (clang,
 // ASan+UBSan).
 #include <cstdint>
@@ -30,8 +30,9 @@ bool same(const ToolCallText& a, const ToolCallText& b) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  static const ToolCallFormat kFormats[] = {ToolCallFormat::QwenJson, ToolCallFormat::QwenXml, ToolCallFormat::Mistral};
-  const ToolCallFormat format = kFormats[(data[0] & 0x7f) % 3];
+  static const ToolCallFormat kFormats[] = {ToolCallFormat::QwenJson, ToolCallFormat::QwenXml, ToolCallFormat::Mistral,
+                                            ToolCallFormat::Generic};
+  const ToolCallFormat format = kFormats[(data[0] & 0x7f) % 4];
   static const nlohmann::json kTools = nlohmann::json::parse(R"([
     {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
       "properties": {"city": {"type": "string"}, "days": {"type": "integer"}, "hot": {"type": "boolean"}}}}}])");

@@ -48,3 +48,4 @@ else
   python3 -c "import http.client,sys; c=http.client.HTTPConnection('127.0.0.1',$port); c.request('POST','/v1/chat/completions',sys.argv[1]); print(c.getresponse().read().decode())" "$body"
 fi
 echo
+echo "Tests: bash scripts/test.sh (this build has none: it builds them, then runs the suite)"

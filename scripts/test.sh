@@ -22,6 +22,8 @@ bash scripts/fetch_tokenizer_fixtures.sh
 bash scripts/fetch_quant_fixtures.sh
 # Real chat templates for the Jinja renderer's parity test (skipped cleanly offline).
 bash scripts/fetch_chat_templates.sh
+# The JSON-Schema-Test-Suite's draft 2020-12 cases (skipped cleanly offline).
+bash scripts/fetch_schema_test_suite.sh
 # The openai npm client for the server's end-to-end test (skipped cleanly offline).
 bash scripts/fetch_openai_client.sh build
 # Anthropic's npm client for the /v1/messages end-to-end test (skipped cleanly offline).

@@ -343,6 +343,10 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
   if (s.requested == "cuda")
     throw Error("--backend cuda: this build has no CUDA backend (built without nvcc or with -DMOESTREAM_CUDA=OFF); "
                 "use --backend cpu");
+  if (!s.vram.budget.empty() && !s.quiet)
+    std::fprintf(stderr,
+                 "moestream: --vram applies to the CUDA backend, which this build does not have (built without nvcc "
+                 "or with -DMOESTREAM_CUDA=OFF); running on the CPU\n");
   return make_cpu(s, w, pool);
 #endif
 }

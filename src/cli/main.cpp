@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "cli/commands.h"
+#include "cli/llama_flags.h"
 #include "util/error.h"
 
 int main(int argc, char** argv) {
@@ -18,8 +19,27 @@ int main(int argc, char** argv) {
     std::function<int()> run = setup(app);
     runners.emplace_back(app.get_subcommand(name), std::move(run));
   }
+  // llama.cpp's spellings of the same flags (cli/llama_flags.h).
+  const ms::cli::LlamaFlags llama = ms::cli::translate_llama_flags(
+      std::vector<std::string>(argv, argv + argc), [&app](const std::string& command, const std::string& name) {
+        CLI::App* sub = nullptr;
+        try {
+          sub = app.get_subcommand(command);
+        } catch (const CLI::Error&) {
+          return false;
+        }
+        return sub != nullptr && sub->get_option_no_throw(name) != nullptr;
+      });
+  if (!llama.error.empty()) {
+    std::fprintf(stderr, "moestream: %s\n", llama.error.c_str());
+    return 1;
+  }
+  for (const std::string& n : llama.notices) std::fprintf(stderr, "moestream: %s\n", n.c_str());
+  // CLI11 takes the arguments in reverse order, the last one first.
+  std::vector<std::string> args(llama.args.rbegin(), llama.args.rend() - 1);
+  app.name(argv[0]);
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

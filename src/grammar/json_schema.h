@@ -3,26 +3,32 @@
 // the schema, so sampling under it always gives a valid answer.
 //
 // Supported (everything else that constrains a value is refused with a
-// SchemaError naming the keyword, never silently ignored):
+// SchemaError naming the keyword, never silently ignored; docs/server.md has
+// the table):
 //   type (one name or a list): object, array, string, number, integer,
-//     boolean, null; enum; const; anyOf; oneOf (as anyOf: alternatives that
-//     overlap may both match); $ref to "#", "#/$defs/..", "#/definitions/.."
+//     boolean, null; enum and const (values the sibling keywords refuse are
+//     dropped); anyOf; oneOf where no value can match two alternatives
+//     (different kinds, or a required property's const/enum tells them
+//     apart); allOf and $ref beside other keywords (merged into one
+//     schema); not over types; $ref to "#", "#/$defs/..", "#/definitions/.."
 //     or any local JSON pointer (recursion through a value is fine; a loop
 //     that reads nothing is refused);
 //   object: properties (written in the schema's order), required,
 //     additionalProperties (false; true or a schema allow extra members only
 //     on objects that declare no properties: objects that do get exactly
-//     their declared ones);
-//   array: items, minItems, maxItems; string: minLength, maxLength.
-// Annotations (title, description, default, examples, format, $schema, $id,
-// $comment, deprecated, readOnly, writeOnly, ...) are ignored, as
-// validators do. Refused: pattern, minimum/maximum and their exclusive
-// forms, multipleOf, uniqueItems, allOf, not, if/then/else, prefixItems,
-// contains, patternProperties, propertyNames, min/maxProperties,
-// dependent*, unevaluated*, remote $refs.
-// Numbers are bounded (<= 16 integer digits, <= 16 fraction digits, <= 2
-// exponent digits) and whitespace runs too, so a model cannot loop forever
-// inside one token class.
+//     their declared ones), minProperties, maxProperties;
+//   array: items, prefixItems, minItems, maxItems; string: minLength,
+//     maxLength, pattern (grammar/pattern.h), format (grammar/string_format.h);
+//   number/integer: minimum, maximum, exclusiveMinimum, exclusiveMaximum,
+//     multipleOf (grammar/number_range.h: exact at the bounds' decimals).
+// Annotations (title, description, default, examples, $schema, $id,
+// $comment, deprecated, readOnly, writeOnly, unconstrained formats, ...) are
+// ignored, as validators do. Refused: uniqueItems true, if/then/else,
+// contains, patternProperties, propertyNames, dependent*, unevaluated*,
+// $dynamicRef, remote $refs and $refs under a nested $id.
+// Unbounded numbers have <= 16 integer digits, <= 16 fraction digits, <= 2
+// exponent digits, and whitespace runs are bounded too, so a model cannot
+// loop forever inside one token class.
 #pragma once
 #include <stdexcept>
 #include <string>

@@ -2,6 +2,7 @@
 
 #include "server/api.h"
 #include "server/json_limits.h"
+#include "server/tool_calls.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/harmony.h"
 #include "tokenizer/jinja.h"
@@ -41,6 +42,32 @@ nlohmann::ordered_json adapted_messages(const nlohmann::ordered_json& messages, 
   return out;
 }
 
+// The generic tool format's description (server/tool_calls.h) in the system
+// message: appended to the first message when it is a system message with
+// text, else a system message of its own before the others.
+nlohmann::ordered_json with_tools_prompt(const nlohmann::ordered_json& messages, const std::string& text) {
+  nlohmann::ordered_json out = messages;
+  if (!out.empty() && out[0].is_object() && out[0].value("role", "") == "system" && out[0].contains("content") &&
+      out[0]["content"].is_string()) {
+    out[0]["content"] = out[0]["content"].get<std::string>() + "\n\n" + text;
+    return out;
+  }
+  out.insert(out.begin(), nlohmann::ordered_json{{"role", "system"}, {"content", text}});
+  return out;
+}
+
+// For templates that refuse a system message (roles must alternate): the
+// description before the first user message's text.
+nlohmann::ordered_json with_tools_in_user_turn(const nlohmann::ordered_json& messages, const std::string& text) {
+  nlohmann::ordered_json out = messages;
+  for (auto& m : out)
+    if (m.is_object() && m.value("role", "") == "user" && m.contains("content") && m["content"].is_string()) {
+      m["content"] = text + "\n\n" + m["content"].get<std::string>();
+      break;
+    }
+  return out;
+}
+
 }  // namespace
 
 ChatRenderer::ChatRenderer(const Tokenizer& tok, const std::string& format)
@@ -55,6 +82,7 @@ ChatRenderer::ChatRenderer(const Tokenizer& tok, const std::string& format)
   if (!v.chat_template.empty()) {
     try {
       jinja_ = std::make_unique<jinja::Template>(v.chat_template);
+      tool_syntax_ = v.chat_template.find("tools") != std::string::npos;
       description_ = "the model's Jinja template";
       return;
     } catch (const Error& e) {
@@ -70,8 +98,27 @@ ChatRenderer::ChatRenderer(const Tokenizer& tok, const std::string& format)
 
 ChatRenderer::~ChatRenderer() = default;
 
-std::string ChatRenderer::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+std::string ChatRenderer::render(const nlohmann::ordered_json& messages_in, bool add_generation_prompt,
                                  const nlohmann::ordered_json& kwargs, const std::atomic<bool>* cancel) const {
+  // A template that says nothing of tools: they are described in the system
+  // message, with the generic format to call them in.
+  auto tools = kwargs.find("tools");
+  if (!tool_syntax_ && tools != kwargs.end() && tools->is_array() && !tools->empty()) {
+    const std::string text = generic_tools_prompt(nlohmann::json::parse(tools->dump()));
+    try {
+      return render_messages(with_tools_prompt(messages_in, text), add_generation_prompt, kwargs, cancel);
+    } catch (const ApiError& e) {
+      if (e.status != 400) throw;
+      // The template refused the system message: the user's turn then.
+      return render_messages(with_tools_in_user_turn(messages_in, text), add_generation_prompt, kwargs, cancel);
+    }
+  }
+  return render_messages(messages_in, add_generation_prompt, kwargs, cancel);
+}
+
+std::string ChatRenderer::render_messages(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                          const nlohmann::ordered_json& kwargs,
+                                          const std::atomic<bool>* cancel) const {
   if (jinja_) {
     jinja::Json ctx = jinja::Json::object();
     for (auto it = kwargs.begin(); it != kwargs.end(); ++it) ctx[it.key()] = it.value();

@@ -32,6 +32,8 @@ class ChatRenderer {
   // conversation (its raise_exception), with the template's message, or when
   // rendering it passes one of jinja::Limits (time, output, loops...); 503
   // when `cancel` was set during the render (a server shutting down).
+  // kwargs["tools"] reaches the template; a template without tool syntax
+  // gets them described in the system message instead (generic format).
   std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                      const nlohmann::ordered_json& kwargs = nlohmann::ordered_json::object(),
                      const std::atomic<bool>* cancel = nullptr) const;
@@ -40,11 +42,16 @@ class ChatRenderer {
   std::string description() const { return description_; }
 
  private:
+  std::string render_messages(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                              const nlohmann::ordered_json& kwargs, const std::atomic<bool>* cancel) const;
   const Tokenizer& tok_;
   std::unique_ptr<jinja::Template> jinja_;
   std::string format_;  // built-in format name when not Jinja
   std::string description_;
   bool harmony_ = false;  // gpt-oss: messages are adapted to its template (chat.cpp)
+  // The template renders the request's tools itself; else they are described
+  // in the system message, in the generic format (server/tool_calls.h).
+  bool tool_syntax_ = false;
 };
 
 }  // namespace ms::server

@@ -87,6 +87,7 @@ const char* tool_call_format_name(ToolCallFormat f) {
     case ToolCallFormat::QwenJson: return "qwen-json";
     case ToolCallFormat::QwenXml: return "qwen-xml";
     case ToolCallFormat::Mistral: return "mistral";
+    case ToolCallFormat::Generic: return "generic";
   }
   return "none";
 }
@@ -343,17 +344,58 @@ void ToolCallParser::scan(ToolCallText& out, bool final) {
 
 ToolCallText ToolCallParser::push(const std::string& text) {
   ToolCallText out;
-  if (format_ == ToolCallFormat::None || format_ == ToolCallFormat::Harmony) {
+  if (format_ == ToolCallFormat::None || format_ == ToolCallFormat::Harmony || plain_) {
     out.content = text;
     return out;
   }
   held_ += text;
+  if (format_ == ToolCallFormat::Generic) {
+    // The calls are the whole answer, one JSON object: an answer that begins
+    // otherwise is text, passed on as it comes; one that begins with '{' is
+    // held to the end.
+    size_t i = 0;
+    while (i < held_.size() && is_space(held_[i])) ++i;
+    if (i < held_.size() && held_[i] != '{') {
+      plain_ = true;
+      out.content = std::move(held_);
+      held_.clear();
+    }
+    return out;
+  }
   scan(out, false);
+  return out;
+}
+
+std::optional<std::vector<ParsedToolCall>> ToolCallParser::generic_calls(const std::string& text) const {
+  auto j = parse_json(trim(text));
+  if (!j || !j->is_object()) return std::nullopt;
+  ojson list;
+  if (j->size() == 1 && j->contains("tool_calls") && (*j)["tool_calls"].is_array()) list = (*j)["tool_calls"];
+  else if (j->size() == 1 && j->contains("tool_call")) list = ojson::array({(*j)["tool_call"]});
+  else return std::nullopt;
+  if (list.empty()) return std::nullopt;
+  std::vector<ParsedToolCall> out;
+  for (const ojson& item : list) {
+    auto c = call_from_json(item);
+    if (!c || !(c = check(*c))) return std::nullopt;
+    c->id.clear();
+    out.push_back(*c);
+  }
   return out;
 }
 
 ToolCallText ToolCallParser::flush() {
   ToolCallText out;
+  if (format_ == ToolCallFormat::Generic) {
+    if (auto calls = generic_calls(held_)) {
+      n_calls_ += calls->size();
+      out.calls = std::move(*calls);
+    } else {
+      out.content = held_;
+    }
+    held_.clear();
+    return out;
+  }
   scan(out, true);
   if (n_calls_ == 0) out.content += gap_;
   gap_.clear();

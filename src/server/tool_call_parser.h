@@ -9,6 +9,9 @@
 //   mistral (Mixtral 8x22B, Mistral Nemo / Small):
 //       [TOOL_CALLS] [{"name": "f", "arguments": {...}}, ...]
 //       or the newer [TOOL_CALLS]f[ARGS]{...} (one call per marker)
+//   generic (any other model; the tools are described in the system prompt,
+//   server/chat.h, as llama-server's generic format does):
+//       {"tool_calls": [{"name": "f", "arguments": {...}}, ...]}   (the whole answer)
 //   harmony (gpt-oss) is parsed by token in tokenizer/harmony.h, not here.
 //
 // A call whose text is not well formed (bad JSON, a missing closing tag, a
@@ -22,7 +25,7 @@
 
 namespace ms::server {
 
-enum class ToolCallFormat { None, Harmony, QwenJson, QwenXml, Mistral };
+enum class ToolCallFormat { None, Harmony, QwenJson, QwenXml, Mistral, Generic };
 
 const char* tool_call_format_name(ToolCallFormat f);
 
@@ -68,6 +71,7 @@ class ToolCallParser {
   // held_: its length and the calls in it (none when malformed).
   std::optional<size_t> call_end(bool final);
   std::optional<std::vector<ParsedToolCall>> parse_call(const std::string& text) const;
+  std::optional<std::vector<ParsedToolCall>> generic_calls(const std::string& text) const;
   std::optional<ParsedToolCall> check(ParsedToolCall c) const;
   const nlohmann::json* tool(const std::string& name) const;
 
@@ -85,6 +89,7 @@ class ToolCallParser {
   };
   CallScan call_scan_;
   size_t n_calls_ = 0;
+  bool plain_ = false;  // generic: the answer began with something other than '{': all content
 };
 
 // Whole text at once (non-streamed answers).

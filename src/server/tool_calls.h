@@ -55,6 +55,21 @@ struct ToolCallPlan {
 };
 
 // `prompt`: the rendered chat prompt (to see whether it leaves <think> open).
-ToolCallPlan plan_tool_calls(const ModelToolCalls& model, const CompletionRequest& r, const std::string& prompt);
+// A model whose template has no tool-call syntax gets the generic format
+// (tool_call_parser.h): with tool_choice "required" or a named function the
+// answer is sampled under generic_tool_call_schema's grammar, set here as
+// r.grammar (a response_format beside it is a 400: one grammar per answer).
+ToolCallPlan plan_tool_calls(const ModelToolCalls& model, CompletionRequest& r, const std::string& prompt);
+
+// The generic format's answer as a JSON schema: {"tool_calls": [call, ...]}
+// (at least one; at most one when !parallel), each call {"name": N,
+// "arguments": A} with N one of `tools` (only `name` when non-empty) and A
+// its parameters' schema (any object where the schema compiler refuses
+// them; {} for a tool without parameters).
+nlohmann::ordered_json generic_tool_call_schema(const nlohmann::json& tools, const std::string& name, bool parallel);
+
+// The system prompt's part that describes `tools` and the generic format,
+// for chat templates that have no tool syntax of their own (server/chat.h).
+std::string generic_tools_prompt(const nlohmann::json& tools);
 
 }  // namespace ms::server

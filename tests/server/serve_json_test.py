@@ -176,6 +176,16 @@ SCHEMAS = [
     {"type": "object", "properties": {"v": {"type": "integer"},
                                       "kids": {"type": "array", "items": {"$ref": "#"}, "maxItems": 2}},
      "required": ["v"], "additionalProperties": False},
+    # Bounds, multipleOf, pattern, formats, prefixItems, allOf (issue #44).
+    {"allOf": [{"type": "object",
+                "properties": {"id": {"type": "string", "format": "uuid"}, "when": {"type": "string", "format": "date"},
+                               "code": {"type": "string", "pattern": "^[A-Z]{3}-\\d{2}$"},
+                               "n": {"type": "integer", "minimum": -5, "maximum": 120},
+                               "pair": {"type": "array", "items": False, "minItems": 2,
+                                        "prefixItems": [{"type": "integer", "multipleOf": 5, "minimum": 0, "maximum": 50},
+                                                        {"type": "boolean"}]}},
+                "required": ["id", "when", "code", "n", "pair"], "additionalProperties": False},
+               {"properties": {"n": {"exclusiveMaximum": 100}}}]},
 ]
 
 
@@ -287,8 +297,9 @@ def main():
         def with_schema(schema):
             return body_for(schema, 1)
 
-        refused(with_schema({"type": "string", "pattern": "^a+$"}), "'pattern'")
-        refused(with_schema({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}), "'minimum'")
+        refused(with_schema({"type": "string", "pattern": "(?=a)b"}), "'pattern'")
+        refused(with_schema({"type": "array", "uniqueItems": True}), "'uniqueItems'")
+        refused(with_schema({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 7, "minimum": 1}}}), "'multipleOf'")
         refused(with_schema({"$ref": "#"}), "$ref loop")
         refused(with_schema({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}),
                 "$ref loop")
