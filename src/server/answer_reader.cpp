@@ -6,7 +6,7 @@
 
 namespace ms::server {
 
-std::vector<int32_t> chat_prompt(const ChatServing& s, const CompletionRequest& r, ToolCallPlan* plan_out,
+std::vector<int32_t> chat_prompt(const ChatServing& s, CompletionRequest& r, ToolCallPlan* plan_out,
                                  std::string* text_out, bool check_room) {
   std::string text = s.chat.render(r.messages, true, r.template_kwargs, s.stopping);
   const ToolCallPlan plan = plan_tool_calls(s.tool_model, r, text);
@@ -35,7 +35,9 @@ std::vector<int32_t> chat_prompt(const ChatServing& s, const CompletionRequest& 
   return ids;
 }
 
-StartedChat start_chat(const ChatServing& s, const CompletionRequest& r, bool own_stops) {
+StartedChat start_chat(const ChatServing& s, const CompletionRequest& request, bool own_stops) {
+  // The tool-call plan may constrain the answer (a forced call's grammar).
+  CompletionRequest r = request;
   StartedChat out;
   std::string text;
   std::vector<int32_t> ids = chat_prompt(s, r, &out.plan, &text);

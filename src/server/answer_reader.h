@@ -50,9 +50,10 @@ struct StartedChat {
 // completions do), tokenized. Throws ApiError: the template's refusals
 // (param "messages"), an empty prompt, one that leaves no room in the
 // context (code context_length_exceeded), a logit_bias id past the
-// vocabulary, a response_format on a harmony model. `check_room` false: no
+// vocabulary, a response_format on a harmony model. r may gain the grammar of
+// a forced tool call (plan_tool_calls). `check_room` false: no
 // context check (counting a prompt's tokens).
-std::vector<int32_t> chat_prompt(const ChatServing& s, const CompletionRequest& r, ToolCallPlan* plan = nullptr,
+std::vector<int32_t> chat_prompt(const ChatServing& s, CompletionRequest& r, ToolCallPlan* plan = nullptr,
                                  std::string* text = nullptr, bool check_room = true);
 
 // Queues `r` on the scheduler. With `own_stops` the request's stop strings
