@@ -130,18 +130,35 @@ double SpecController::expected_tokens(int k) const {
 double SpecController::verify_seconds(int k) const {
   if (k <= 0) return plain_s_;
   if (auto it = verify_s_.find(k); it != verify_s_.end()) return it->second;
-  // Unmeasured: as cheap as the widest width measured below it (plain
-  // decoding when none). A lower bound (a wider verify costs no less), so an
-  // unmeasured width looks worth a try and gets measured once: the choice
-  // cannot stick at a small K only because wider ones were never timed.
   auto above = verify_s_.upper_bound(k);
-  return above == verify_s_.begin() ? plain_s_ : std::prev(above)->second;
+  int k0 = 0;
+  double t0 = plain_s_;
+  if (above != verify_s_.begin()) {
+    k0 = std::prev(above)->first;
+    t0 = std::prev(above)->second;
+  }
+  // Between two measured widths (plain decoding is width 0): on the line.
+  if (above != verify_s_.end() && (k0 > 0 || plain_s_ > 0))
+    return t0 + double(k - k0) / double(above->first - k0) * (above->second - t0);
+  if (above != verify_s_.end()) return above->second;
+  // Wider than any measured: as cheap as the widest (optimistic, a lower
+  // bound), so that it gets tried; plan() widens at most to 2 k + 1 at a time.
+  return t0;
+}
+
+// The widest K worth trying now: twice the widest measured plus one, so that
+// where a verify costs much more per token (the CPU, routed experts) finding
+// out costs a verify of 1, then 3, then 7 drafts, not a walk down from the
+// widest.
+int SpecController::widest_candidate() const {
+  const int measured = verify_s_.empty() ? 0 : verify_s_.rbegin()->first;
+  return std::min(opt_.draft_max, std::max(opt_.draft_min, 2 * measured + 1));
 }
 
 int SpecController::argmax_rate() const {
-  int best = opt_.draft_max;
+  int best = opt_.draft_min;
   double best_rate = -1;
-  for (int k = opt_.draft_min; k <= opt_.draft_max; ++k) {
+  for (int k = opt_.draft_min; k <= widest_candidate(); ++k) {
     const double t = verify_seconds(k);
     const double rate = t > 0 ? expected_tokens(k) / t : expected_tokens(k);
     if (rate > best_rate * (1 + 1e-9)) {  // ties: the smaller K (less work for the same rate)

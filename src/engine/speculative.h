@@ -113,11 +113,11 @@ struct SpecControllerOptions {
 // Chooses K per step: the one that maximises expected tokens per second,
 //   E(K) / T(K),  E(K) = 1 + sum_{j=1..K} prod_{i<j} a_i,
 // where a_i is the measured probability that draft i is accepted when drafts
-// 0..i-1 were, and T(K) the measured time of a verify of K+1 tokens (an
-// unmeasured width is taken to cost what the widest measured width below it
-// costs: optimistic, so that it gets tried and measured). K = 0 when no K
-// beats plain decoding's 1 / T(0); then a probe now and then. Pure
-// bookkeeping: the caller times the passes.
+// 0..i-1 were, and T(K) the measured time of a verify of K+1 tokens
+// (between two measured widths: on the line between them; wider than any:
+// what the widest costs, optimistic so that it gets tried, widening to at
+// most 2 K + 1 at a time). K = 0 when no K beats plain decoding's 1 / T(0);
+// then a probe now and then. Pure bookkeeping: the caller times the passes.
 class SpecController {
  public:
   explicit SpecController(SpecControllerOptions o = {});
@@ -142,6 +142,7 @@ class SpecController {
 
  private:
   int argmax_rate() const;
+  int widest_candidate() const;
   SpecControllerOptions opt_;
   std::vector<double> tried_, accepted_;  // decayed counts by draft position
   std::map<int, double> verify_s_;        // measured time by drafts verified (EMA)
