@@ -26,7 +26,7 @@
 //     beside the same generation without speculation (`tg128 greedy`): the
 //     baseline they share tokens with, where plain tg feeds random tokens.
 //     An oracle's reference is one untimed plain run. --draft-max,
-//     --spec-fixed as `run` has them.
+//     --spec-fixed, --spec-rollback as `run` has them.
 // The floor beside tg is active bytes per token / memory bandwidth (the GPU's
 // device-to-device copy rate, or the host's read rate for --backend cpu).
 // --vram A,B,..: the whole bench once per budget, each on a backend built
@@ -74,6 +74,7 @@ struct SpecBench {
   std::vector<std::string> choices;  // ngram, oracle:ALPHA
   SpecControllerOptions control;
   bool fixed = false;
+  std::string rollback = "states";
 };
 
 std::vector<int32_t> bench_prompt(int n, int64_t n_vocab, uint64_t seed) {
@@ -259,6 +260,8 @@ BudgetRun measure(const BenchArgs& a, const std::vector<int>& seqs, const SpecBe
       gp.spec.drafter = d;
       gp.spec.control = spec.control;
       gp.spec.control.adaptive = !spec.fixed;
+      gp.spec.rollback =
+          spec.rollback == "replay" ? SpecDecoding::Rollback::Replay : SpecDecoding::Rollback::TokenStates;
       *st = generate(*be, kv, sampler, nullptr, tg_prompt, gp, [&](int32_t id) {
         if (out) out->push_back(id);
         return true;
@@ -417,6 +420,9 @@ RegisterCommand reg("bench", [](CLI::App& app) {
   sub->add_option("--draft-max", spec->control.draft_max, "with --spec: drafts per verify at most")
       ->capture_default_str();
   sub->add_flag("--spec-fixed", spec->fixed, "with --spec: always verify --draft-max drafts (no controller)");
+  sub->add_option("--spec-rollback", spec->rollback, "with --spec, hybrid models: states or replay (as for run)")
+      ->check(CLI::IsMember({"states", "replay"}))
+      ->capture_default_str();
   add_kv_type_option(*sub, &a->kv_type);
   add_vram_options(*sub, &a->vram, false);
   sub->get_option("--vram")->description(

@@ -60,6 +60,7 @@ struct RunArgs {
   std::string spec;
   SpecControllerOptions spec_ctl;
   bool spec_fixed = false;
+  std::string spec_rollback = "states";  // --spec-rollback states|replay
   bool draft_flags = false;  // --draft-max, --draft-min or --spec-fixed appeared
 };
 
@@ -135,7 +136,7 @@ void check_run_flags(const RunArgs& r) {
     r.spec_ctl.validate();
     if (r.bench) throw Error("--spec with --bench: `moestream bench --spec` measures speculative decoding");
   } else if (r.draft_flags) {
-    throw Error("--draft-max, --draft-min and --spec-fixed apply with --spec ngram|oracle:ALPHA");
+    throw Error("--draft-max, --draft-min, --spec-fixed and --spec-rollback apply with --spec ngram|oracle:ALPHA");
   }
 }
 
@@ -277,6 +278,12 @@ RegisterCommand reg("run", [](CLI::App& app) {
   sub->add_flag("--spec-fixed", a->spec_fixed,
                 "with --spec: always verify --draft-max drafts (no controller turning K down or off)")
       ->each(mark);
+  sub->add_option("--spec-rollback", a->spec_rollback,
+                  "with --spec, hybrid models: states (keep each verified token's recurrent state) or replay (run "
+                  "the kept tokens again from a checkpoint after a rejection)")
+      ->check(CLI::IsMember({"states", "replay"}))
+      ->capture_default_str()
+      ->each(mark);
   return [a]() -> int {
     RunArgs& r = *a;
     // The same checks the server applies to a request's values, and bounds.
@@ -367,6 +374,8 @@ RegisterCommand reg("run", [](CLI::App& app) {
     gp.spec.drafter = drafter.get();
     gp.spec.control = r.spec_ctl;
     gp.spec.control.adaptive = !r.spec_fixed;
+    gp.spec.rollback =
+        r.spec_rollback == "replay" ? SpecDecoding::Rollback::Replay : SpecDecoding::Rollback::TokenStates;
     std::unique_ptr<RouteRecorder> recorder;
     if (!r.record_routes.empty()) {
       RouteRecorder::Options ro;

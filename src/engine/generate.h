@@ -23,6 +23,16 @@ class Tokenizer;
 struct SpecDecoding {
   Drafter* drafter = nullptr;  // not owned; null: plain decoding
   SpecControllerOptions control;
+  // How a recurrent (hybrid) state goes back past rejected drafts:
+  // TokenStates: the verify keeps the state after each of its tokens
+  //   (KvCache::keep_token_states; the CPU's recurrence runs token by token
+  //   anyway, and keeping a state is a host copy);
+  // Replay: the verify runs as one plain batch; a rejection rolls back to the
+  //   newest checkpoint at or below the tokens kept and runs them again (one
+  //   more batched forward, of the kept drafts and any plain steps since that
+  //   checkpoint). For backends where a token state costs a copy off the
+  //   device and a pass of its own (CUDA's). Attention-only models need neither.
+  enum class Rollback { TokenStates, Replay } rollback = Rollback::TokenStates;
 };
 
 struct GenerateParams {

@@ -244,7 +244,9 @@ std::string SpecStats::describe() const {
   }
   std::snprintf(buf, sizeof buf, " | %.2f tokens per verify (%lld verifies, %lld plain steps)", tokens_per_verify(),
                 static_cast<long long>(verifies), static_cast<long long>(plain_steps));
-  return s + buf;
+  s += buf;
+  if (replayed > 0) s += " | " + std::to_string(replayed) + " tokens replayed";
+  return s;
 }
 
 // ---------------------------------------------------------------- the verify loop
@@ -264,6 +266,25 @@ void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const T
     kv.set_checkpoints({co.draft_max + 2, kv.checkpoints().options().spacing});
   const int64_t V = backend.config().n_vocab;
   const auto n_vocab = static_cast<int32_t>(V);
+  const bool replay = params.spec.rollback == SpecDecoding::Rollback::Replay && kv.has_recurrent();
+  // Cache position of history[0] (history is the prompt and what follows it).
+  const int64_t base = kv.n_past() - static_cast<int64_t>(history.size());
+  std::vector<float> replay_logits;
+  // Returns the cache to `target` positions; the seconds a replay took.
+  auto roll_back = [&](int64_t target) -> double {
+    if (target == kv.n_past()) return 0;
+    if (!replay || kv.can_truncate_to(target)) {
+      kv.truncate(target);
+      return 0;
+    }
+    const int64_t from = std::max(kv.restorable_at_or_below(target), base);
+    kv.truncate(from);
+    const auto t0 = clock::now();
+    backend.forward(kv, std::span<const int32_t>(history.data() + (from - base), static_cast<size_t>(target - from)),
+                    replay_logits);
+    st.spec.replayed += target - from;
+    return std::chrono::duration<double>(clock::now() - t0).count();
+  };
   // The rows of `logits` to sample from: row i follows drafts[0..i) (the
   // prompt's one row at first). p0: the cache's length before their forward.
   std::vector<int32_t> drafts, batch;
@@ -297,7 +318,7 @@ void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const T
     if (D > 0) {
       // Keep the last token fed and the drafts that were emitted (drafts[0..i)):
       // the cache then holds every emitted token but `id`, as after a plain step.
-      kv.truncate(p0 + 1 + static_cast<int64_t>(i));
+      fwd_seconds += roll_back(p0 + 1 + static_cast<int64_t>(i));
       const size_t evaluated = std::min(D, i + 1);
       const size_t matched = i + (i < D && id == drafts[i] ? 1 : 0);
       ++ss.verifies;
@@ -338,7 +359,7 @@ void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const T
     batch.assign(1, id);
     batch.insert(batch.end(), drafts.begin(), drafts.end());
     p0 = kv.n_past();
-    if (!drafts.empty()) kv.keep_token_states();
+    if (!drafts.empty() && !replay) kv.keep_token_states();
     const auto t0 = clock::now();
     backend.forward(kv, batch, logits, /*all_logits=*/!drafts.empty());
     fwd_seconds = std::chrono::duration<double>(clock::now() - t0).count();

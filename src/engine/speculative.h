@@ -160,6 +160,7 @@ struct SpecStats {
   int64_t plain_steps = 0;   // decode forward passes without
   int64_t drafted = 0, accepted = 0;
   int64_t emitted = 0;       // tokens emitted from verify passes (accepted + one each)
+  int64_t replayed = 0;      // tokens run again to roll a recurrent state back (SpecDecoding::Rollback::Replay)
   std::vector<int64_t> tried_at, accepted_at;  // by draft position: reached / kept
   double acceptance() const { return drafted ? double(accepted) / double(drafted) : 0; }
   double tokens_per_verify() const { return verifies ? double(emitted) / double(verifies) : 0; }

@@ -32,6 +32,7 @@ TEST(SpecCli, TextIsPlainDecodings) {
     EXPECT_EQ(text(sampling + " --spec oracle:0.6"), base) << sampling;
     EXPECT_EQ(text(sampling + " --spec oracle:1 --spec-fixed --draft-max 3"), base) << sampling;
     EXPECT_EQ(text(sampling + " --spec ngram --draft-max 2 --draft-min 2"), base) << sampling;
+    EXPECT_EQ(text(sampling + " --spec oracle:0.5 --spec-rollback replay"), base) << sampling;
   }
 }
 
@@ -58,6 +59,7 @@ TEST(SpecCli, BadValuesAreErrorsNamingTheFlag) {
       {"run -p hi -n 2 --spec ngram --draft-max 4 --draft-min 5", "--draft-min"},
       {"run -p hi -n 2 --draft-max 4", "--spec"},
       {"run -p hi -n 2 --spec-fixed", "--spec"},
+      {"run -p hi -n 2 --spec ngram --spec-rollback undo", "--spec-rollback"},
       {"run --bench -n 2 --spec ngram", "--spec"},
       {"bench -p 0 -n 2 --spec oracle:x", "--spec"},
       {"bench -p 0 -n 2 --spec ngram --draft-max 0", "--draft-max"},

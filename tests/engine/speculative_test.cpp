@@ -418,6 +418,80 @@ TEST_P(SpecExact, OutputIsPlainDecodingsForEveryDrafterAndK) {
   }
 }
 
+// Replay instead of token states (SpecDecoding::Rollback::Replay): the
+// verify runs as one batch and a rejection re-runs the kept tokens from the
+// newest checkpoint. The hybrid's batches then take the chunked DeltaNet
+// form, equal to the token-by-token recurrence up to float reassociation
+// (measured here: 0 for batches up to 20 tokens, ~1e-3 of the largest logit
+// beyond 32), so this is exact only while no draw falls within that rounding:
+// on this short run it does not, and the tokens and the cache are plain
+// decoding's (docs/speculative.md says the general case).
+TEST_P(SpecExact, ReplayRollbackKeepsTheOutput) {
+  Tiny t(GetParam());
+  const bool hybrid = std::string(GetParam()) == "qwen35moe";
+  const int64_t V = t.m->weights.cfg.n_vocab;
+  constexpr int kN = 20;
+  for (const bool temp : {false, true}) {
+    const SamplerParams sp = temp ? sampled() : greedy();
+    const auto prompt = random_tokens(6, temp ? 12 : 11);
+    GenerateParams plain;
+    plain.n_predict = kN;
+    plain.stop_at_eog = false;
+    const Out want = run(*t.be, nullptr, prompt, plain, sp);
+    int64_t replayed = 0;
+    for (int k = 1; k <= 8; ++k) {
+      const std::string what = std::string(temp ? "sampled" : "greedy") + " K=" + std::to_string(k);
+      // The oracle right half the time: rejections at every position; the
+      // n-gram drafter often has nothing: plain steps between verifies,
+      // which a replay then runs again too.
+      OracleDrafter oracle(want.tokens, prompt.size(), 0.5, V, 200 + k);
+      GenerateParams gp = spec_params(&oracle, k, kN);
+      gp.spec.rollback = SpecDecoding::Rollback::Replay;
+      const Out o = run(*t.be, nullptr, prompt, gp, sp);
+      EXPECT_EQ(o.tokens, want.tokens) << "oracle " << what;
+      EXPECT_EQ(o.n_past, want.n_past) << what;
+      EXPECT_LT(max_rel(o.next_logits, want.next_logits), 1e-4) << "the cache after " << what;
+      replayed += o.st.spec.replayed;
+      NgramDrafter ng({.n_min = 1, .n_max = 3});
+      gp.spec.drafter = &ng;
+      const Out g = run(*t.be, nullptr, prompt, gp, sp);
+      EXPECT_EQ(g.tokens, want.tokens) << "ngram " << what;
+      EXPECT_LT(max_rel(g.next_logits, want.next_logits), 1e-4) << "the cache after ngram " << what;
+      replayed += g.st.spec.replayed;
+    }
+    if (hybrid) EXPECT_GT(replayed, 0) << "the hybrid's rejections were replayed";
+    else EXPECT_EQ(replayed, 0) << "attention needs no replay";
+  }
+}
+
+// What makes the output token for token plain decoding's on the CPU: a
+// verify's rows (token states kept) are the logits of decode steps, bit for
+// bit, at any depth.
+TEST_P(SpecExact, VerifyRowsAreDecodeStepsBitForBit) {
+  Tiny t(GetParam());
+  const auto toks = random_tokens(120, 9);
+  constexpr int kW = 9;
+  for (int depth : {3, 40, 100}) {
+    KvCache steps = t.be->make_cache(128), verify = t.be->make_cache(128);
+    verify.set_checkpoints({kW + 2, 256});
+    std::vector<float> lg, rows;
+    t.be->forward(steps, std::span<const int32_t>(toks.data(), 1), lg);
+    t.be->forward(verify, std::span<const int32_t>(toks.data(), 1), lg);
+    for (int i = 1; i < depth; ++i) {
+      t.be->forward(steps, std::span<const int32_t>(toks.data() + i, 1), lg);
+      t.be->forward(verify, std::span<const int32_t>(toks.data() + i, 1), lg);
+    }
+    verify.keep_token_states();
+    t.be->forward(verify, std::span<const int32_t>(toks.data() + depth, kW), rows, /*all_logits=*/true);
+    const size_t V = static_cast<size_t>(t.m->weights.cfg.n_vocab);
+    for (int i = 0; i < kW; ++i) {
+      t.be->forward(steps, std::span<const int32_t>(toks.data() + depth + i, 1), lg);
+      EXPECT_TRUE(std::equal(lg.begin(), lg.end(), rows.begin() + static_cast<std::ptrdiff_t>(i * V)))
+          << "row " << i << " of a verify at depth " << depth;
+    }
+  }
+}
+
 // The rows of one verify pass against plain decoding's: all drafts right,
 // so every pass is K+1 wide, then the tokens.
 TEST_P(SpecExact, AllDraftsRightIsOneVerifyPerKPlusOneTokens) {
