@@ -101,7 +101,8 @@ void SpecControllerOptions::validate() const {
   if (draft_min < 1 || draft_min > draft_max)
     throw Error("--draft-min " + std::to_string(draft_min) + ": must be in 1..--draft-max (" +
                 std::to_string(draft_max) + ")");
-  if (probe_after < 1 || probe_max < probe_after || retime_every < 2 || !(decay > 0.0 && decay <= 1.0))
+  if (probe_after < 1 || probe_max < probe_after || retime_every < 2 || !(decay > 0.0 && decay <= 1.0) ||
+      !(min_gain >= 1.0 && min_gain < 10.0))
     throw Error("speculative decoding: invalid controller options");
 }
 
@@ -173,7 +174,7 @@ int SpecController::best_k() const {
   const int k = argmax_rate();
   if (plain_s_ <= 0) return k;  // nothing to compare with yet
   const double t = verify_seconds(k);
-  return t > 0 && expected_tokens(k) / t > 1.0 / plain_s_ ? k : 0;
+  return t > 0 && expected_tokens(k) / t > opt_.min_gain / plain_s_ ? k : 0;
 }
 
 int SpecController::plan() {

@@ -105,6 +105,9 @@ struct SpecControllerOptions {
   int retime_every = 64;
   // Weight left to old acceptance counts per verify (recent steps count most).
   double decay = 0.97;
+  // Speculation must promise this many times plain decoding's rate: a
+  // marginal estimate is within timing noise, and a wrong one costs.
+  double min_gain = 1.05;
   // Throws ms::Error naming the flag when out of range (draft_max 1..64,
   // draft_min 1..draft_max).
   void validate() const;

@@ -203,7 +203,7 @@ TEST(SpecController, TurnsOffWhenDraftsAreWrong) {
   f.reset_counts();
   f.run(c, 1000);
   EXPECT_LT(f.steps_on, 100);
-  EXPECT_LT(c.acceptance(0), 0.1);
+  EXPECT_LT(c.acceptance(0), 0.2) << "from the prior 0.5 towards the drafts' 0";
 }
 
 TEST(SpecController, SpeculatesWideWhenCheapAndRight) {
