@@ -20,6 +20,13 @@
 //     already holds N tokens (filled untimed; for tg it replaces the 8-token
 //     prompt); rows read `pp512 @ d8192`. Lists run every combination, in
 //     llama-bench's order: per depth, the pp tests, then the tg tests.
+// --spec oracle:0.8,ngram: generation of n tokens (the first -n count, after
+//     the 8-token prompt, greedy) through the speculative verify loop
+//     (docs/speculative.md), one row per drafter (`tg128 spec oracle:0.8`),
+//     beside the same generation without speculation (`tg128 greedy`): the
+//     baseline they share tokens with, where plain tg feeds random tokens.
+//     An oracle's reference is one untimed plain run. --draft-max,
+//     --spec-fixed, --spec-rollback as `run` has them.
 // The floor beside tg is active bytes per token / memory bandwidth (the GPU's
 // device-to-device copy rate, or the host's read rate for --backend cpu).
 // --vram A,B,..: the whole bench once per budget, each on a backend built
@@ -44,7 +51,9 @@
 #include "cpu/thread_pool.h"
 #include "engine/loaded_model.h"
 #include "engine/route_recorder.h"
+#include "engine/generate.h"
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 #include "experts/budget_sweep.h"
 #include "util/error.h"
 #include "util/process_memory.h"
@@ -59,6 +68,14 @@
 
 namespace ms::cli {
 namespace {
+
+// --spec and its options (beside BenchArgs, as --seqs is).
+struct SpecBench {
+  std::vector<std::string> choices;  // ngram, oracle:ALPHA
+  SpecControllerOptions control;
+  bool fixed = false;
+  std::string rollback = "states";
+};
 
 std::vector<int32_t> bench_prompt(int n, int64_t n_vocab, uint64_t seed) {
   // Fixed pseudo-random ids, the same for every run and backend.
@@ -116,8 +133,8 @@ double host_memory_gbps(ThreadPool& pool) {
 
 // Builds the backend for one budget, runs pp and tg on it, and releases it
 // (with its VRAM) before returning, so the next budget starts on an empty device.
-BudgetRun measure(const BenchArgs& a, const std::vector<int>& seqs, const std::string& vram, bool sweep,
-                  const LoadedModel& model, const ModelInfo& mi, ThreadPool& pool) {
+BudgetRun measure(const BenchArgs& a, const std::vector<int>& seqs, const SpecBench& spec, const std::string& vram,
+                  bool sweep, const LoadedModel& model, const ModelInfo& mi, ThreadPool& pool) {
   const ModelWeights& w = model.weights;
   const ModelConfig& c = w.cfg;
   constexpr int kTgPrompt = 8;
@@ -228,6 +245,50 @@ BudgetRun measure(const BenchArgs& a, const std::vector<int>& seqs, const std::s
     for (int i = 0; i < a.reps; ++i) s.tps.push_back(double(ng) * ns / run_tg_seqs(ng, ns));
     r.stats.push_back(s);
   }
+  if (!spec.choices.empty()) {
+    // Greedy generation of ng tokens after the tg prompt, timed from the
+    // prompt's end (ng + 1 tokens: the first comes from the prompt's logits).
+    const int ng = first_nonzero(a.n_gen);
+    SamplerParams sp;
+    sp.temperature = 0;
+    auto generate_run = [&](Drafter* d, std::vector<int32_t>* out, GenerateStats* st) {
+      KvCache kv = be->make_cache(ctx, a.kv_type);
+      Sampler sampler(sp);
+      GenerateParams gp;
+      gp.n_predict = ng + 1;
+      gp.stop_at_eog = false;
+      gp.spec.drafter = d;
+      gp.spec.control = spec.control;
+      gp.spec.control.adaptive = !spec.fixed;
+      gp.spec.rollback =
+          spec.rollback == "replay" ? SpecDecoding::Rollback::Replay : SpecDecoding::Rollback::TokenStates;
+      *st = generate(*be, kv, sampler, nullptr, tg_prompt, gp, [&](int32_t id) {
+        if (out) out->push_back(id);
+        return true;
+      });
+      return st->decode_seconds;
+    };
+    std::vector<int32_t> reference;
+    GenerateStats st;
+    generate_run(nullptr, &reference, &st);  // warm-up, and the oracle's reference
+    Stat base{bench_test_name('t', ng, 0) + " greedy", ng, {}, 0};
+    for (int i = 0; i < a.reps; ++i) base.tps.push_back(ng / generate_run(nullptr, nullptr, &st));
+    r.stats.push_back(base);
+    for (const std::string& text : spec.choices) {
+      const DraftChoice choice = parse_draft_choice(text);
+      Stat s{bench_test_name('t', ng, 0) + " spec " + choice.describe(), ng, {}, 0};
+      for (int i = 0; i < a.reps; ++i) {
+        std::unique_ptr<Drafter> d;
+        if (choice.kind == DraftChoice::Kind::Ngram)
+          d = std::make_unique<NgramDrafter>();
+        else
+          d = std::make_unique<OracleDrafter>(reference, tg_prompt.size(), choice.alpha, c.n_vocab, 1 + i);
+        s.tps.push_back(ng / generate_run(d.get(), nullptr, &st));
+        std::fprintf(stderr, "moestream: %s (run %d): %s\n", s.test.c_str(), i + 1, st.spec.describe().c_str());
+      }
+      r.stats.push_back(s);
+    }
+  }
   if (!a.record_routes.empty()) {
     // Untimed: the first pp prompt, then the first tg count of greedy decode
     // tokens, in one context.
@@ -281,8 +342,11 @@ void check_bench_flags(const BenchArgs& a) {
   }
 }
 
-int run(const BenchArgs& a, const std::vector<int>& seqs) {
+int run(const BenchArgs& a, const std::vector<int>& seqs, const SpecBench& spec) {
   check_bench_flags(a);
+  for (const std::string& c : spec.choices) parse_draft_choice(c);
+  spec.control.validate();
+  if (!spec.choices.empty() && first_nonzero(a.n_gen) <= 0) throw Error("--spec needs a tg test (-n N, N > 0)");
   for (int ns : seqs)
     if (ns < 1 || ns > 4096) throw Error("--seqs " + std::to_string(ns) + ": sequences must be in 1..4096");
   if (!seqs.empty() && first_nonzero(a.n_gen) <= 0) throw Error("--seqs needs a tg test (-n N, N > 0)");
@@ -303,7 +367,7 @@ int run(const BenchArgs& a, const std::vector<int>& seqs) {
   std::vector<BudgetRun> runs;
   for (size_t i = 0; i < budgets.size(); ++i) {
     if (sweep) std::fprintf(stderr, "moestream: bench --vram %s (%zu of %zu)\n", budgets[i].c_str(), i + 1, budgets.size());
-    runs.push_back(measure(a, seqs, budgets[i], sweep, *model, mi, pool));
+    runs.push_back(measure(a, seqs, spec, budgets[i], sweep, *model, mi, pool));
   }
   const std::string out = a.json ? bench_json(a, *model, mi, pool.size(), runs) : bench_text(a, *model, mi, runs);
   std::fputs(out.c_str(), stdout);
@@ -321,6 +385,7 @@ int run(const BenchArgs& a, const std::vector<int>& seqs) {
 RegisterCommand reg("bench", [](CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   auto seqs = std::make_shared<std::vector<int>>();
+  auto spec = std::make_shared<SpecBench>();
   auto* sub = app.add_subcommand("bench", "Measure prompt (pp) and generation (tg) tokens/s, llama-bench style");
   sub->add_option("-m,--model", a->model, "GGUF model file (default: the built-in tiny model)")
       ->each([a](const std::string&) { a->model_given = true; });
@@ -348,6 +413,16 @@ RegisterCommand reg("bench", [](CLI::App& app) {
                   "also tg of N sequences decoding together (one forward_seqs per step; t/s is the aggregate), a "
                   "comma list: 1,4,8,16 (the first -n count of tokens each)")
       ->delimiter(',');
+  sub->add_option("--spec", spec->choices,
+                  "also greedy generation through speculative decoding, a comma list of drafters (ngram, "
+                  "oracle:ALPHA: right with probability ALPHA), each a row `tgN spec ...` beside `tgN greedy`")
+      ->delimiter(',');
+  sub->add_option("--draft-max", spec->control.draft_max, "with --spec: drafts per verify at most")
+      ->capture_default_str();
+  sub->add_flag("--spec-fixed", spec->fixed, "with --spec: always verify --draft-max drafts (no controller)");
+  sub->add_option("--spec-rollback", spec->rollback, "with --spec, hybrid models: states or replay (as for run)")
+      ->check(CLI::IsMember({"states", "replay"}))
+      ->capture_default_str();
   add_kv_type_option(*sub, &a->kv_type);
   add_vram_options(*sub, &a->vram, false);
   sub->get_option("--vram")->description(
@@ -357,7 +432,7 @@ RegisterCommand reg("bench", [](CLI::App& app) {
       ->option_text("BYTES|full[,...]");
   sub->add_option("--svg", a->svg, "also write a chart of tokens/s against the --vram budget(s), with the floor, to FILE")
       ->option_text("FILE");
-  return [a, seqs]() -> int { return run(*a, *seqs); };
+  return [a, seqs, spec]() -> int { return run(*a, *seqs, *spec); };
 });
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "model/rope_scaling.h"
 #include "engine/route_recorder.h"
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 #include "tokenizer/stream_decoder.h"
 #include "util/bytes.h"
 #include "util/error.h"
@@ -55,6 +56,12 @@ struct RunArgs {
   std::string chat_template;  // --chat-template: a built-in format instead of the file's
   KvType kv_type = KvType::F16;
   SamplerParams sp;
+  // --spec ngram|oracle:ALPHA (docs/speculative.md), --draft-max/--draft-min, --spec-fixed
+  std::string spec;
+  SpecControllerOptions spec_ctl;
+  bool spec_fixed = false;
+  std::string spec_rollback = "states";  // --spec-rollback states|replay
+  bool draft_flags = false;  // --draft-max, --draft-min or --spec-fixed appeared
 };
 
 uint64_t peak_rss_bytes() {
@@ -110,7 +117,9 @@ constexpr int kMaxReps = 1000;
 // the server checks them). Throws ms::Error naming the flag.
 void check_run_flags(const RunArgs& r) {
   r.sp.validate();
-  GenerateParams{.n_predict = r.n_predict}.validate();
+  GenerateParams gp;
+  gp.n_predict = r.n_predict;
+  gp.validate();
   if (r.n_predict > kMaxCtx)
     throw Error("-n " + std::to_string(r.n_predict) + ": at most " + std::to_string(kMaxCtx) + " tokens");
   check_size_flags(r.ctx, r.threads, r.batch);
@@ -122,6 +131,13 @@ void check_run_flags(const RunArgs& r) {
   if (r.sp.repeat_last_n > kMaxCtx)
     throw Error("--repeat-last-n " + std::to_string(r.sp.repeat_last_n) + ": at most " + std::to_string(kMaxCtx));
   check_vram_options(r.vram);
+  if (!r.spec.empty()) {
+    parse_draft_choice(r.spec);
+    r.spec_ctl.validate();
+    if (r.bench) throw Error("--spec with --bench: `moestream bench --spec` measures speculative decoding");
+  } else if (r.draft_flags) {
+    throw Error("--draft-max, --draft-min, --spec-fixed and --spec-rollback apply with --spec ngram|oracle:ALPHA");
+  }
 }
 
 // The KV cache of `ctx` tokens must fit this machine's RAM: a context grown
@@ -247,6 +263,27 @@ RegisterCommand reg("run", [](CLI::App& app) {
   sub->add_option("--repeat-penalty", a->sp.repeat_penalty, "repetition penalty (1: off)")->capture_default_str();
   sub->add_option("--repeat-last-n", a->sp.repeat_last_n, "tokens the penalty looks back")->capture_default_str();
   sub->add_option("--seed", a->sp.seed, "sampling seed")->capture_default_str();
+  sub->add_option("--spec", a->spec,
+                  "speculative decoding (docs/speculative.md): ngram (drafts from earlier text of the prompt and "
+                  "output) or oracle:ALPHA (benchmarks: a plain run first, then its own tokens drafted right with "
+                  "probability ALPHA); the output is plain decoding's")
+      ->option_text("ngram|oracle:ALPHA");
+  auto mark = [a](const std::string&) { a->draft_flags = true; };
+  sub->add_option("--draft-max", a->spec_ctl.draft_max, "with --spec: drafts per verify at most")
+      ->capture_default_str()
+      ->each(mark);
+  sub->add_option("--draft-min", a->spec_ctl.draft_min, "with --spec: fewer drafts than this: a plain step")
+      ->capture_default_str()
+      ->each(mark);
+  sub->add_flag("--spec-fixed", a->spec_fixed,
+                "with --spec: always verify --draft-max drafts (no controller turning K down or off)")
+      ->each(mark);
+  sub->add_option("--spec-rollback", a->spec_rollback,
+                  "with --spec, hybrid models: states (keep each verified token's recurrent state) or replay (run "
+                  "the kept tokens again from a checkpoint after a rejection)")
+      ->check(CLI::IsMember({"states", "replay"}))
+      ->capture_default_str()
+      ->each(mark);
   return [a]() -> int {
     RunArgs& r = *a;
     // The same checks the server applies to a request's values, and bounds.
@@ -286,6 +323,34 @@ RegisterCommand reg("run", [](CLI::App& app) {
     // A batch longer than the context is never filled (the scratch is sized for it).
     bs.max_batch = static_cast<int>(std::min<int64_t>(r.batch, ctx));
     const std::unique_ptr<Backend> be = make_backend(bs, model->weights, pool);
+    // --spec oracle:ALPHA is given the model's own continuation: a plain run
+    // first, with the same sampler and seed (so exactly what speculation
+    // will emit), in a cache of its own that is gone before the real one.
+    std::unique_ptr<Drafter> drafter;
+    if (!r.spec.empty()) {
+      const DraftChoice choice = parse_draft_choice(r.spec);
+      if (choice.kind == DraftChoice::Kind::Ngram) {
+        drafter = std::make_unique<NgramDrafter>();
+      } else {
+        std::vector<int32_t> reference;
+        {
+          KvCache ref_kv = be->make_cache(ctx, r.kv_type);
+          Sampler ref_sampler(r.sp);
+          GenerateParams ref_gp;
+          ref_gp.n_predict = r.n_predict;
+          ref_gp.stop_at_eog = !r.ignore_eos;
+          generate(*be, ref_kv, ref_sampler, &tok, prompt, ref_gp, [&](int32_t id) {
+            reference.push_back(id);
+            return true;
+          });
+        }
+        if (!r.quiet)
+          std::fprintf(stderr, "moestream: %s: the reference is a plain run of %zu tokens\n", r.spec.c_str(),
+                       reference.size());
+        drafter = std::make_unique<OracleDrafter>(std::move(reference), prompt.size(), choice.alpha, c.n_vocab,
+                                                  r.sp.seed);
+      }
+    }
     KvCache kv = be->make_cache(ctx, r.kv_type);
     Sampler sampler(r.sp);
     if (!r.quiet)
@@ -306,6 +371,11 @@ RegisterCommand reg("run", [](CLI::App& app) {
     GenerateParams gp;
     gp.n_predict = r.n_predict;
     gp.stop_at_eog = !r.ignore_eos;
+    gp.spec.drafter = drafter.get();
+    gp.spec.control = r.spec_ctl;
+    gp.spec.control.adaptive = !r.spec_fixed;
+    gp.spec.rollback =
+        r.spec_rollback == "replay" ? SpecDecoding::Rollback::Replay : SpecDecoding::Rollback::TokenStates;
     std::unique_ptr<RouteRecorder> recorder;
     if (!r.record_routes.empty()) {
       RouteRecorder::Options ro;
@@ -329,6 +399,10 @@ RegisterCommand reg("run", [](CLI::App& app) {
                    st.n_prompt, st.prompt_seconds, rate_text(st.n_prompt, st.prompt_seconds).c_str(), st.n_generated,
                    st.decode_seconds, rate_text(st.n_generated - 1, st.decode_seconds).c_str(),
                    st.stop_reason.c_str(), format_bytes(peak_rss_bytes()).c_str());
+      if (drafter)
+        std::fprintf(stderr, "moestream: spec %s (K <= %d%s) | %s | decode %s\n", drafter->name().c_str(),
+                     r.spec_ctl.draft_max, r.spec_fixed ? ", fixed" : "", st.spec.describe().c_str(),
+                     rate_text(st.n_generated - 1, st.decode_seconds).c_str());
       if (st.stop_reason.rfind("context full", 0) == 0)
         std::fprintf(stderr, "moestream: stopped: %s; use a larger --ctx\n", st.stop_reason.c_str());
       std::fputs(be->expert_telemetry().summary().c_str(), stderr);

@@ -49,6 +49,13 @@ GenerateStats generate(Backend& backend, KvCache& kv, Sampler& sampler, const To
   const int32_t n_vocab = static_cast<int32_t>(backend.config().n_vocab);
   std::vector<float> logits;
 
+  if (params.spec.drafter) {
+    params.spec.control.validate();
+    // Every verify keeps the state after each of its tokens (a hybrid's
+    // rollback needs them); set before the prompt so its checkpoint stays.
+    const int want = params.spec.control.draft_max + 2;
+    if (kv.checkpoints().capacity() < want) kv.set_checkpoints({want, kv.checkpoints().options().spacing});
+  }
   auto t0 = clock::now();
   backend.forward(kv, prompt, logits);
   check_finite_logits(logits, "prompt");
@@ -57,6 +64,12 @@ GenerateStats generate(Backend& backend, KvCache& kv, Sampler& sampler, const To
 
   t0 = clock::now();
   st.stop_reason = "length";
+  if (params.spec.drafter) {
+    decode_speculative(backend, kv, sampler, tok, std::vector<int32_t>(prompt.begin(), prompt.end()), logits, params,
+                       on_token, st);
+    st.decode_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+    return st;
+  }
   while (params.n_predict < 0 || st.n_generated < params.n_predict) {
     const int32_t id = sampler.sample(logits.data(), n_vocab);
     sampler.accept(id);

@@ -1,0 +1,374 @@
+#include "engine/speculative.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include <chrono>
+#include <functional>
+
+#include "engine/generate.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace ms {
+
+// ---------------------------------------------------------------- n-gram
+
+NgramDrafter::NgramDrafter(Options o) : opt_(o) {
+  if (o.n_min < 1 || o.n_max < o.n_min || o.n_max > 64)
+    throw Error("n-gram drafter: the n-gram sizes must satisfy 1 <= n_min <= n_max <= 64 (got " +
+                std::to_string(o.n_min) + ".." + std::to_string(o.n_max) + ")");
+  if (o.window < 1) throw Error("n-gram drafter: the search window must be >= 1 token");
+}
+
+void NgramDrafter::propose(std::span<const int32_t> h, int max_tokens, std::vector<int32_t>& out) {
+  out.clear();
+  const int64_t H = static_cast<int64_t>(h.size());
+  if (max_tokens <= 0) return;
+  const int64_t lo = std::max<int64_t>(0, H - opt_.window);
+  for (int n = std::min<int64_t>(opt_.n_max, H - 1); n >= opt_.n_min; --n) {
+    const int32_t* suffix = h.data() + (H - n);
+    // The most recent earlier occurrence: it starts before the suffix does.
+    for (int64_t j = H - n - 1; j >= lo; --j) {
+      if (h[static_cast<size_t>(j)] != suffix[0] || !std::equal(suffix, suffix + n, h.data() + j)) continue;
+      // What followed it. Past the history's end the continuation reads the
+      // drafts themselves (a loop of period H - n - j goes on as a loop).
+      for (int64_t i = j + n; static_cast<int>(out.size()) < max_tokens; ++i)
+        out.push_back(i < H ? h[static_cast<size_t>(i)] : out[static_cast<size_t>(i - H)]);
+      return;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- oracle
+
+OracleDrafter::OracleDrafter(std::vector<int32_t> reference, size_t n_prompt, double alpha, int64_t n_vocab,
+                             uint64_t seed)
+    : ref_(std::move(reference)), n_prompt_(n_prompt), alpha_(alpha), n_vocab_(n_vocab), rng_(seed) {
+  if (!(alpha >= 0.0 && alpha <= 1.0)) throw Error("oracle drafter: alpha must be in [0, 1]");
+  if (n_vocab < 2) throw Error("oracle drafter: needs a vocabulary of at least 2 tokens");
+}
+
+void OracleDrafter::propose(std::span<const int32_t> h, int max_tokens, std::vector<int32_t>& out) {
+  out.clear();
+  if (h.size() <= n_prompt_) return;
+  const size_t pos = h.size() - n_prompt_;  // reference tokens the history holds
+  // Still on the reference? (Its last token is the cheap check: a history
+  // that left it never comes back to its positions.)
+  if (pos > ref_.size() || h.back() != ref_[pos - 1]) return;
+  for (size_t i = pos; i < ref_.size() && static_cast<int>(out.size()) < max_tokens; ++i) {
+    const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);
+    if (u < alpha_) {
+      out.push_back(ref_[i]);
+    } else {  // any other token, uniformly
+      const auto off = 1 + static_cast<int64_t>(rng_() % static_cast<uint64_t>(n_vocab_ - 1));
+      out.push_back(static_cast<int32_t>((ref_[i] + off) % n_vocab_));
+    }
+  }
+}
+
+std::string OracleDrafter::name() const { return DraftChoice{DraftChoice::Kind::Oracle, alpha_}.describe(); }
+
+// ---------------------------------------------------------------- --spec
+
+std::string DraftChoice::describe() const {
+  if (kind == Kind::Ngram) return "ngram";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "oracle:%g", alpha);
+  return buf;
+}
+
+DraftChoice parse_draft_choice(const std::string& text) {
+  if (text == "ngram") return {DraftChoice::Kind::Ngram, 0};
+  const std::string bad = "--spec " + text + ": expected ngram or oracle:ALPHA with ALPHA in [0, 1] (the oracle "
+                          "is for benchmarks: it is given the model's own output)";
+  if (text.rfind("oracle:", 0) != 0) throw Error(bad);
+  const std::string num = text.substr(7);
+  if (num.empty()) throw Error(bad);
+  char* end = nullptr;
+  const double a = std::strtod(num.c_str(), &end);
+  if (end != num.c_str() + num.size() || !(a >= 0.0 && a <= 1.0)) throw Error(bad);
+  return {DraftChoice::Kind::Oracle, a};
+}
+
+// ---------------------------------------------------------------- controller
+
+void SpecControllerOptions::validate() const {
+  if (draft_max < 1 || draft_max > 64)
+    throw Error("--draft-max " + std::to_string(draft_max) + ": must be in 1..64");
+  if (draft_min < 1 || draft_min > draft_max)
+    throw Error("--draft-min " + std::to_string(draft_min) + ": must be in 1..--draft-max (" +
+                std::to_string(draft_max) + ")");
+  if (probe_after < 1 || probe_max < probe_after || retime_every < 2 || !(decay > 0.0 && decay <= 1.0) ||
+      !(min_gain >= 1.0 && min_gain < 10.0))
+    throw Error("speculative decoding: invalid controller options");
+}
+
+SpecController::SpecController(SpecControllerOptions o)
+    : opt_(o), tried_(static_cast<size_t>(o.draft_max), 0.0), accepted_(static_cast<size_t>(o.draft_max), 0.0),
+      probe_interval_(o.probe_after) {
+  opt_.validate();
+}
+
+double SpecController::acceptance(int pos) const {
+  if (pos < 0 || pos >= opt_.draft_max) return 0;
+  // One pseudo-observation at 1/2: an untried position is worth trying.
+  const size_t i = static_cast<size_t>(pos);
+  return (accepted_[i] + 0.5) / (tried_[i] + 1.0);
+}
+
+double SpecController::expected_tokens(int k) const {
+  double e = 1, reach = 1;
+  for (int j = 0; j < std::min(k, opt_.draft_max); ++j) {
+    reach *= acceptance(j);
+    e += reach;
+  }
+  return e;
+}
+
+double SpecController::verify_seconds(int k) const {
+  if (k <= 0) return plain_s_;
+  if (auto it = verify_s_.find(k); it != verify_s_.end()) return it->second;
+  auto above = verify_s_.upper_bound(k);
+  int k0 = 0;
+  double t0 = plain_s_;
+  if (above != verify_s_.begin()) {
+    k0 = std::prev(above)->first;
+    t0 = std::prev(above)->second;
+  }
+  // Between two measured widths (plain decoding is width 0): on the line.
+  if (above != verify_s_.end() && (k0 > 0 || plain_s_ > 0))
+    return t0 + double(k - k0) / double(above->first - k0) * (above->second - t0);
+  if (above != verify_s_.end()) return above->second;
+  // Wider than any measured: as cheap as the widest (optimistic, a lower
+  // bound), so that it gets tried; plan() widens at most to 2 k + 1 at a time.
+  return t0;
+}
+
+// The widest K worth trying now: twice the widest measured plus one, so that
+// where a verify costs much more per token (the CPU, routed experts) finding
+// out costs a verify of 1, then 3, then 7 drafts, not a walk down from the
+// widest.
+int SpecController::widest_candidate() const {
+  const int measured = verify_s_.empty() ? 0 : verify_s_.rbegin()->first;
+  return std::min(opt_.draft_max, std::max(opt_.draft_min, 2 * measured + 1));
+}
+
+int SpecController::argmax_rate() const {
+  int best = opt_.draft_min;
+  double best_rate = -1;
+  for (int k = opt_.draft_min; k <= widest_candidate(); ++k) {
+    const double t = verify_seconds(k);
+    const double rate = t > 0 ? expected_tokens(k) / t : expected_tokens(k);
+    if (rate > best_rate * (1 + 1e-9)) {  // ties: the smaller K (less work for the same rate)
+      best_rate = rate;
+      best = k;
+    }
+  }
+  return best;
+}
+
+int SpecController::best_k() const {
+  const int k = argmax_rate();
+  if (plain_s_ <= 0) return k;  // nothing to compare with yet
+  const double t = verify_seconds(k);
+  return t > 0 && expected_tokens(k) / t > opt_.min_gain / plain_s_ ? k : 0;
+}
+
+int SpecController::plan() {
+  if (!opt_.adaptive) return opt_.draft_max;
+  // Plain decoding's time first, and again now and then while speculating.
+  if (plain_s_ <= 0 || (on_ && steps_since_plain_ >= opt_.retime_every)) return 0;
+  const int k = best_k();
+  if (k > 0) {
+    // Back to short probe intervals once speculation has paid for a while
+    // (not after the few verifies a probe's fresh evidence can buy).
+    if (!on_) on_streak_ = 0;
+    if (++on_streak_ >= opt_.probe_after) probe_interval_ = opt_.probe_after;
+    on_ = true;
+    return k;
+  }
+  if (on_) {
+    on_ = false;
+    off_steps_ = 0;
+  }
+  if (++off_steps_ < probe_interval_) return 0;
+  // A probe: fresh evidence of acceptance counts for more than the old.
+  off_steps_ = 0;
+  probe_interval_ = std::min(opt_.probe_max, probe_interval_ * 2);
+  for (size_t i = 0; i < tried_.size(); ++i) {
+    tried_[i] *= 0.5;
+    accepted_[i] *= 0.5;
+  }
+  return opt_.draft_max;
+}
+
+void SpecController::record_plain(double seconds) {
+  plain_s_ = plain_s_ > 0 ? 0.7 * plain_s_ + 0.3 * seconds : seconds;
+  steps_since_plain_ = 0;
+}
+
+void SpecController::record_verify(int drafted, int accepted, double seconds) {
+  drafted = std::clamp(drafted, 0, opt_.draft_max);
+  accepted = std::clamp(accepted, 0, drafted);
+  if (drafted == 0) return;
+  for (size_t i = 0; i < tried_.size(); ++i) {
+    tried_[i] *= opt_.decay;
+    accepted_[i] *= opt_.decay;
+  }
+  // Position i was reached when drafts 0..i-1 were accepted.
+  for (int i = 0; i < std::min(drafted, accepted + 1); ++i) {
+    tried_[static_cast<size_t>(i)] += 1;
+    if (i < accepted) accepted_[static_cast<size_t>(i)] += 1;
+  }
+  auto [it, fresh] = verify_s_.try_emplace(drafted, seconds);
+  if (!fresh) it->second = 0.7 * it->second + 0.3 * seconds;
+  ++steps_since_plain_;
+}
+
+// ---------------------------------------------------------------- stats
+
+std::string SpecStats::describe() const {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "drafted %lld, accepted %lld (%.1f%%) | by position:", static_cast<long long>(drafted),
+                static_cast<long long>(accepted), 100.0 * acceptance());
+  std::string s = buf;
+  for (size_t i = 0; i < tried_at.size(); ++i) {
+    if (tried_at[i] == 0) {
+      s += " -";
+      continue;
+    }
+    std::snprintf(buf, sizeof buf, " %.2f", double(accepted_at[i]) / double(tried_at[i]));
+    s += buf;
+  }
+  std::snprintf(buf, sizeof buf, " | %.2f tokens per verify (%lld verifies, %lld plain steps)", tokens_per_verify(),
+                static_cast<long long>(verifies), static_cast<long long>(plain_steps));
+  s += buf;
+  if (replayed > 0) s += " | " + std::to_string(replayed) + " tokens replayed";
+  return s;
+}
+
+// ---------------------------------------------------------------- the verify loop
+
+void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const Tokenizer* tok,
+                        std::vector<int32_t> history, std::vector<float>& logits, const GenerateParams& params,
+                        const std::function<bool(int32_t)>& on_token, GenerateStats& st) {
+  using clock = std::chrono::steady_clock;
+  const SpecControllerOptions& co = params.spec.control;
+  co.validate();
+  Drafter& drafter = *params.spec.drafter;
+  SpecController ctl(co);
+  SpecStats& ss = st.spec;
+  ss.tried_at.assign(static_cast<size_t>(co.draft_max), 0);
+  ss.accepted_at.assign(static_cast<size_t>(co.draft_max), 0);
+  if (kv.checkpoints().capacity() < co.draft_max + 2)
+    kv.set_checkpoints({co.draft_max + 2, kv.checkpoints().options().spacing});
+  const int64_t V = backend.config().n_vocab;
+  const auto n_vocab = static_cast<int32_t>(V);
+  const bool replay = params.spec.rollback == SpecDecoding::Rollback::Replay && kv.has_recurrent();
+  // Cache position of history[0] (history is the prompt and what follows it).
+  const int64_t base = kv.n_past() - static_cast<int64_t>(history.size());
+  std::vector<float> replay_logits;
+  // Returns the cache to `target` positions; the seconds a replay took.
+  auto roll_back = [&](int64_t target) -> double {
+    if (target == kv.n_past()) return 0;
+    if (!replay || kv.can_truncate_to(target)) {
+      kv.truncate(target);
+      return 0;
+    }
+    const int64_t from = std::max(kv.restorable_at_or_below(target), base);
+    kv.truncate(from);
+    const auto t0 = clock::now();
+    backend.forward(kv, std::span<const int32_t>(history.data() + (from - base), static_cast<size_t>(target - from)),
+                    replay_logits);
+    st.spec.replayed += target - from;
+    return std::chrono::duration<double>(clock::now() - t0).count();
+  };
+  // The rows of `logits` to sample from: row i follows drafts[0..i) (the
+  // prompt's one row at first). p0: the cache's length before their forward.
+  std::vector<int32_t> drafts, batch;
+  int64_t p0 = kv.n_past();
+  double fwd_seconds = 0;
+  bool after_prompt = true;
+  for (;;) {
+    if (params.n_predict >= 0 && st.n_generated >= params.n_predict) break;
+    // Sample row by row, as plain decoding would, while the drafts match.
+    const size_t D = drafts.size();
+    size_t i = 0;
+    int32_t id = -1;
+    bool stop = false;
+    for (;; ++i) {
+      id = sampler.sample(logits.data() + i * static_cast<size_t>(V), n_vocab);
+      sampler.accept(id);
+      ++st.n_generated;
+      history.push_back(id);
+      const bool eog = params.stop_at_eog && tok && tok->is_eog(id);
+      if (!on_token(id)) {
+        st.stop_reason = "stopped";
+        stop = true;
+      } else if (eog) {
+        st.stop_reason = "eog";
+        stop = true;
+      } else if (params.n_predict >= 0 && st.n_generated >= params.n_predict) {
+        stop = true;  // "length"
+      }
+      if (stop || i >= D || id != drafts[i]) break;
+    }
+    if (D > 0) {
+      // Keep the last token fed and the drafts that were emitted (drafts[0..i)):
+      // the cache then holds every emitted token but `id`, as after a plain step.
+      fwd_seconds += roll_back(p0 + 1 + static_cast<int64_t>(i));
+      const size_t evaluated = std::min(D, i + 1);
+      const size_t matched = i + (i < D && id == drafts[i] ? 1 : 0);
+      ++ss.verifies;
+      ss.drafted += static_cast<int64_t>(evaluated);
+      ss.accepted += static_cast<int64_t>(matched);
+      ss.emitted += static_cast<int64_t>(i + 1);
+      for (size_t j = 0; j < evaluated; ++j) {
+        ++ss.tried_at[j];
+        if (j < matched) ++ss.accepted_at[j];
+      }
+      if (!stop) ctl.record_verify(static_cast<int>(D), static_cast<int>(i), fwd_seconds);
+    } else if (!after_prompt) {
+      ctl.record_plain(fwd_seconds);
+    }
+    after_prompt = false;
+    if (stop) break;
+    if (kv.n_past() + 1 > kv.ctx()) {
+      st.stop_reason = "context full (" + std::to_string(kv.ctx()) + " tokens)";
+      break;
+    }
+    // The next forward: `id`, and the drafts that fit the context and the
+    // tokens still to generate (a verify emits at most one more than it drafts).
+    int64_t k = ctl.plan();
+    k = std::min<int64_t>(k, kv.ctx() - kv.n_past() - 1);
+    if (params.n_predict >= 0) k = std::min<int64_t>(k, params.n_predict - st.n_generated - 1);
+    drafts.clear();
+    if (k >= co.draft_min) {
+      drafter.propose(history, static_cast<int>(k), drafts);
+      if (static_cast<int64_t>(drafts.size()) > k) drafts.resize(static_cast<size_t>(k));
+      // A drafter's token outside the vocabulary ends its proposal there.
+      for (size_t j = 0; j < drafts.size(); ++j)
+        if (drafts[j] < 0 || drafts[j] >= n_vocab) {
+          drafts.resize(j);
+          break;
+        }
+      if (static_cast<int>(drafts.size()) < co.draft_min) drafts.clear();
+    }
+    batch.assign(1, id);
+    batch.insert(batch.end(), drafts.begin(), drafts.end());
+    p0 = kv.n_past();
+    if (!drafts.empty() && !replay) kv.keep_token_states();
+    const auto t0 = clock::now();
+    backend.forward(kv, batch, logits, /*all_logits=*/!drafts.empty());
+    fwd_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+    for (size_t r = 0; r < batch.size(); ++r)
+      check_finite_logits(std::span<const float>(logits.data() + r * static_cast<size_t>(V), static_cast<size_t>(V)),
+                          drafts.empty() ? "decode step" : "verify step", st.n_generated);
+    if (drafts.empty()) ++ss.plain_steps;
+  }
+}
+
+}  // namespace ms

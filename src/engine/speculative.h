@@ -1,0 +1,174 @@
+// Speculative decoding (docs/speculative.md): a cheap drafter proposes the
+// next K tokens; the target model checks all of them in ONE forward pass (the
+// last sampled token and the K drafts, the logits of every one: SeqTokens::
+// all_logits), and the sequence state rolls back past the first rejected
+// draft (KvCache::keep_token_states + truncate, docs/sequence_state.md).
+//
+// The rule is exact for drafters that propose one token per position (a point
+// mass): the sampler draws each emitted token from the target's logits after
+// exactly the tokens plain decoding would have fed it, once per emitted token
+// as plain decoding does, and a draft is kept only when it IS the drawn token.
+// So the output is plain decoding's, token for token, greedy or sampled with
+// the same seed; only the number of forward passes changes.
+//
+// This header: the drafters (n-gram lookup over the sequence so far; an
+// oracle for tests and benchmarks), the controller that chooses K per step
+// from measured acceptance and verify cost (K = 0: plain decoding), and
+// parsing of `--spec`. The verify loop itself is decode_speculative()
+// (generate.h runs it when GenerateParams::spec has a drafter).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace ms {
+
+// Proposes continuations of a sequence.
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  // Up to max_tokens tokens that might follow `history` (the prompt and every
+  // token emitted so far, the last sampled one included) into `out`
+  // (cleared first; fewer, or none, when it has no good guess).
+  virtual void propose(std::span<const int32_t> history, int max_tokens, std::vector<int32_t>& out) = 0;
+  virtual std::string name() const = 0;
+};
+
+// Prompt lookup / n-gram drafting: the longest suffix of the history of
+// n_max .. n_min tokens that occurred earlier (the most recent occurrence
+// within the last `window` tokens) is taken to go on as it went on then.
+// Text that quotes its prompt (code edits, summaries, extraction) and loops
+// (which random-weight models fall into) are where it is right. Work per
+// call is bounded: at most window * (n_max - n_min + 1) suffix comparisons.
+class NgramDrafter : public Drafter {
+ public:
+  struct Options {
+    int n_min = 2;
+    int n_max = 4;
+    int window = 8192;  // history tokens searched back from the end
+  };
+  NgramDrafter() : NgramDrafter(Options{}) {}
+  explicit NgramDrafter(Options o);  // throws ms::Error for 1 <= n_min <= n_max, window >= 1 not holding
+  void propose(std::span<const int32_t> history, int max_tokens, std::vector<int32_t>& out) override;
+  std::string name() const override { return "ngram"; }
+
+ private:
+  Options opt_;
+};
+
+// Tests and benchmarks only: knows the target's own continuation of the
+// prompt (from a plain run first, with the same sampler and seed, so it is
+// exactly what speculation will emit) and proposes it right with probability
+// alpha per position, a wrong token otherwise (seeded), so speed-up can be
+// measured against acceptance on random-weight models. It proposes nothing
+// once the history has left the reference (or run past its end).
+class OracleDrafter : public Drafter {
+ public:
+  // n_prompt: the tokens of history before the reference starts; n_vocab:
+  // the range the wrong tokens are drawn from (>= 2).
+  OracleDrafter(std::vector<int32_t> reference, size_t n_prompt, double alpha, int64_t n_vocab, uint64_t seed);
+  void propose(std::span<const int32_t> history, int max_tokens, std::vector<int32_t>& out) override;
+  std::string name() const override;
+
+ private:
+  std::vector<int32_t> ref_;
+  size_t n_prompt_;
+  double alpha_;
+  int64_t n_vocab_;
+  std::mt19937_64 rng_;
+};
+
+// `--spec ngram` or `--spec oracle:ALPHA` (ALPHA in [0, 1]).
+struct DraftChoice {
+  enum class Kind { Ngram, Oracle } kind = Kind::Ngram;
+  double alpha = 0;  // oracle
+  std::string describe() const;  // "ngram", "oracle:0.8"
+};
+// Throws ms::Error naming --spec and the accepted forms.
+DraftChoice parse_draft_choice(const std::string& text);
+
+// How many drafts to verify at each step.
+struct SpecControllerOptions {
+  int draft_max = 8;   // K at most (--draft-max)
+  int draft_min = 1;   // fewer drafts than this available: a plain step (--draft-min)
+  bool adaptive = true;  // false: always ask for draft_max (tests, fixed-K measurements)
+  // While speculation is off, a probe (a verify of draft_max drafts) after
+  // this many plain steps; the interval doubles after each probe that leaves
+  // it off, up to probe_max, and comes back down when it turns on.
+  int probe_after = 16;
+  int probe_max = 256;
+  // While on, one plain step every this many steps keeps plain decoding's
+  // time current (it is what speculation must beat).
+  int retime_every = 64;
+  // Weight left to old acceptance counts per verify (recent steps count most).
+  double decay = 0.97;
+  // Speculation must promise this many times plain decoding's rate: a
+  // marginal estimate is within timing noise, and a wrong one costs.
+  double min_gain = 1.05;
+  // Throws ms::Error naming the flag when out of range (draft_max 1..64,
+  // draft_min 1..draft_max).
+  void validate() const;
+};
+
+// Chooses K per step: the one that maximises expected tokens per second,
+//   E(K) / T(K),  E(K) = 1 + sum_{j=1..K} prod_{i<j} a_i,
+// where a_i is the measured probability that draft i is accepted when drafts
+// 0..i-1 were, and T(K) the measured time of a verify of K+1 tokens
+// (between two measured widths: on the line between them; wider than any:
+// what the widest costs, optimistic so that it gets tried, widening to at
+// most 2 K + 1 at a time). K = 0 when no K beats plain decoding's 1 / T(0);
+// then a probe now and then. Pure bookkeeping: the caller times the passes.
+class SpecController {
+ public:
+  explicit SpecController(SpecControllerOptions o = {});
+  const SpecControllerOptions& options() const { return opt_; }
+  // Drafts to ask for at the next step (0: a plain decode step).
+  int plan();
+  // A plain decode step (one token) took `seconds`.
+  void record_plain(double seconds);
+  // A verify of `drafted` drafts (plus the last token) took `seconds`;
+  // the first `accepted` drafts were kept.
+  void record_verify(int drafted, int accepted, double seconds);
+
+  // The estimates plan() uses.
+  double acceptance(int pos) const;      // a_pos
+  double expected_tokens(int k) const;   // E(k)
+  double verify_seconds(int k) const;    // T(k); k = 0 is a plain step; 0 when nothing is measured
+  double plain_seconds() const { return plain_s_; }
+  // The K in draft_min..draft_max with the best expected rate, and whether
+  // it beats plain decoding (returns 0 when not).
+  int best_k() const;
+  bool on() const { return on_; }
+
+ private:
+  int argmax_rate() const;
+  int widest_candidate() const;
+  SpecControllerOptions opt_;
+  std::vector<double> tried_, accepted_;  // decayed counts by draft position
+  std::map<int, double> verify_s_;        // measured time by drafts verified (EMA)
+  double plain_s_ = 0;                    // EMA of a plain step, 0: not measured
+  bool on_ = true;
+  int steps_since_plain_ = 0;  // verify steps since the last plain one
+  int off_steps_ = 0;          // plain steps since speculation turned off or last probed
+  int on_streak_ = 0;          // steps planned with speculation on since it last turned on
+  int probe_interval_;
+};
+
+// What speculation did over one generation (GenerateStats::spec).
+struct SpecStats {
+  int64_t verifies = 0;      // forward passes with drafts
+  int64_t plain_steps = 0;   // decode forward passes without
+  int64_t drafted = 0, accepted = 0;
+  int64_t emitted = 0;       // tokens emitted from verify passes (accepted + one each)
+  int64_t replayed = 0;      // tokens run again to roll a recurrent state back (SpecDecoding::Rollback::Replay)
+  std::vector<int64_t> tried_at, accepted_at;  // by draft position: reached / kept
+  double acceptance() const { return drafted ? double(accepted) / double(drafted) : 0; }
+  double tokens_per_verify() const { return verifies ? double(emitted) / double(verifies) : 0; }
+  // "drafted 120, accepted 96 (80.0%) | by position: 0.95 0.90 ... | 2.31 tokens per verify (41 verifies, 3 plain steps)"
+  std::string describe() const;
+};
+
+}  // namespace ms

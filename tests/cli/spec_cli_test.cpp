@@ -1,0 +1,100 @@
+// `run --spec` and `bench --spec` (CPU, the tiny models): the text with
+// speculative decoding is plain decoding's (greedy and sampled with a seed),
+// the summary reports what speculation did, bench adds `tgN greedy` and one
+// `tgN spec ...` row per drafter, and bad values are errors naming the flag.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli_run.h"
+#include "tiny_bench_fixture.h"
+
+namespace ms {
+namespace {
+
+using test::run_moestream;
+
+std::string text(const std::string& extra) {
+  std::string out;
+  const int rc = run_moestream("run -p \"The capital of France\" -n 40 --ignore-eos --backend cpu -t 2 -q " + extra,
+                               &out, 120, true);
+  EXPECT_EQ(rc, 0) << extra << "\n" << out;
+  return out;
+}
+
+TEST(SpecCli, TextIsPlainDecodings) {
+  for (const std::string sampling : {"--temp 0", "--temp 0.9 --seed 5"}) {
+    const std::string base = text(sampling);
+    ASSERT_GT(base.size(), 10u);
+    EXPECT_EQ(text(sampling + " --spec ngram"), base) << sampling;
+    EXPECT_EQ(text(sampling + " --spec oracle:0.6"), base) << sampling;
+    EXPECT_EQ(text(sampling + " --spec oracle:1 --spec-fixed --draft-max 3"), base) << sampling;
+    EXPECT_EQ(text(sampling + " --spec ngram --draft-max 2 --draft-min 2"), base) << sampling;
+    EXPECT_EQ(text(sampling + " --spec oracle:0.5 --spec-rollback replay"), base) << sampling;
+  }
+}
+
+TEST(SpecCli, SummaryReportsTheDrafts) {
+  std::string out;
+  ASSERT_EQ(run_moestream("run -p hi -n 20 --ignore-eos --temp 0 --backend cpu -t 2 --spec oracle:1 --spec-fixed "
+                          "--draft-max 4",
+                          &out),
+            0)
+      << out;
+  // 1 token from the prompt, then 19 = 5 + 5 + 5 + 4: three verifies of 4 and one of 3.
+  EXPECT_NE(out.find("spec oracle:1 (K <= 4, fixed) | drafted 15, accepted 15 (100.0%) | by position: 1.00 1.00 "
+                     "1.00 1.00 | 4.75 tokens per verify (4 verifies, 0 plain steps)"),
+            std::string::npos)
+      << out;
+}
+
+TEST(SpecCli, BadValuesAreErrorsNamingTheFlag) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"run -p hi -n 2 --spec eagle", "--spec"},
+      {"run -p hi -n 2 --spec oracle:1.5", "--spec"},
+      {"run -p hi -n 2 --spec ngram --draft-max 0", "--draft-max"},
+      {"run -p hi -n 2 --spec ngram --draft-max 100", "--draft-max"},
+      {"run -p hi -n 2 --spec ngram --draft-max 4 --draft-min 5", "--draft-min"},
+      {"run -p hi -n 2 --draft-max 4", "--spec"},
+      {"run -p hi -n 2 --spec-fixed", "--spec"},
+      {"run -p hi -n 2 --spec ngram --spec-rollback undo", "--spec-rollback"},
+      {"run --bench -n 2 --spec ngram", "--spec"},
+      {"bench -p 0 -n 2 --spec oracle:x", "--spec"},
+      {"bench -p 0 -n 2 --spec ngram --draft-max 0", "--draft-max"},
+      {"bench -p 8 -n 0 --spec ngram", "--spec"},
+  };
+  for (const auto& [args, flag] : cases) {
+    std::string out;
+    const int rc = run_moestream(args + " --backend cpu -t 2", &out);
+    EXPECT_TRUE(rc != 0 && rc < 124) << args << ": status " << rc << "\n" << out;
+    EXPECT_NE(out.find(flag), std::string::npos) << args << ": the error should name " << flag << "\n" << out;
+    EXPECT_EQ(out.find("internal error"), std::string::npos) << args << "\n" << out;
+  }
+}
+
+class BenchSpecCli : public test::TinyBenchFixture<BenchSpecCli> {
+ public:
+  static constexpr const char* kFilePrefix = "bench_spec_";
+};
+
+TEST_F(BenchSpecCli, RowsPerDrafterBesideGreedy) {
+  std::string out;
+  ASSERT_EQ(run_moestream(bench("-p 0 -n 6 --spec oracle:0.8,ngram --json"), &out, 120, true), 0) << out;
+  const auto j = nlohmann::json::parse(out);
+  const auto& rs = j.at("results");
+  const std::vector<std::string> names = {"tg6", "tg6 greedy", "tg6 spec oracle:0.8", "tg6 spec ngram"};
+  ASSERT_EQ(rs.size(), names.size()) << out;
+  for (size_t i = 0; i < rs.size(); ++i) {
+    EXPECT_EQ(rs[i].at("test").get<std::string>(), names[i]);
+    EXPECT_EQ(rs[i].at("n_tokens").get<int>(), 6);
+    EXPECT_GT(rs[i].at("tps_mean").get<double>(), 0);
+  }
+  // Without --spec, the rows bench always printed.
+  ASSERT_EQ(run_moestream(bench("-p 0 -n 6 --json"), &out, 120, true), 0) << out;
+  EXPECT_EQ(nlohmann::json::parse(out).at("results").size(), 1u);
+}
+
+}  // namespace
+}  // namespace ms
