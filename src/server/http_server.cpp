@@ -11,6 +11,7 @@
 #include "server/agent_routes.h"
 #include "server/api.h"
 #include "server/chat.h"
+#include "server/messages_api.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
 #include "server/text_stream.h"
@@ -39,6 +40,14 @@ std::string text(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
   res.set_content(text(e.body()), "application/json");
+}
+
+// An error made before a route's handler ran (framing, capacity, method):
+// in the shape the route's clients read (Anthropic's under /v1/messages).
+void send_error_for(const std::string& path, httplib::Response& res, const ApiError& e) {
+  if (path.rfind("/v1/messages", 0) != 0) return send_error(res, e);
+  res.status = e.status;
+  res.set_content(text(anthropic_error_body(e)), "application/json");
 }
 
 std::string sse(const json& j) { return "data: " + text(j) + "\n\n"; }
@@ -114,7 +123,7 @@ struct HttpServer::Impl {
     h.handle = [this](httplib::Request& req, httplib::Response& res) { handle(req, res); };
     h.needs_worker = [this](const httplib::Request& req) { return svr.needs_worker(req.method, req.path); };
     h.refuse = [this](const httplib::Request& req, int status, const std::string& message, httplib::Response& res) {
-      send_error(res, ApiError(status, message, status >= 500 ? "server_error" : "invalid_request_error"));
+      send_error_for(req.path, res, ApiError(status, message, status >= 500 ? "server_error" : "invalid_request_error"));
       if (status == 503) res.set_header("Retry-After", "1");
       const std::string origin = cors_origin(req);
       if (!origin.empty()) res.set_header("Access-Control-Allow-Origin", origin);
@@ -155,10 +164,11 @@ struct HttpServer::Impl {
     if (req.over_capacity && req.path != "/health" && req.path != "/metrics") {
       res.close = true;
       res.set_header("Retry-After", "1");
-      send_error(res, ApiError(503,
-                               "the server has " + std::to_string(opt.max_connections) +
-                                   " connections open (--max-connections); retry later",
-                               "server_error"));
+      send_error_for(req.path, res,
+                     ApiError(503,
+                              "the server has " + std::to_string(opt.max_connections) +
+                                  " connections open (--max-connections); retry later",
+                              "server_error"));
       return;
     }
     const std::string allow = allowed_methods(req.path);
@@ -169,8 +179,9 @@ struct HttpServer::Impl {
     const bool is_get = req.method == "GET" || req.method == "HEAD";
     if (!allow.empty() && (allow == "POST" ? req.method != "POST" : !is_get)) {
       res.set_header("Allow", allow);
-      send_error(res, ApiError(405, "method " + req.method + " is not allowed on " + req.path + " (allowed: " +
-                                        allow + ")"));
+      send_error_for(req.path, res,
+                     ApiError(405, "method " + req.method + " is not allowed on " + req.path + " (allowed: " + allow +
+                                       ")"));
       return;
     }
     const http::Router::Route* route = svr.find(req);

@@ -268,6 +268,31 @@ TEST(MessagesHttp, TextAnswer) {
   EXPECT_NE(s.be.prompts()[0].find("<|im_start|>system\nBe nice.<|im_end|>"), std::string::npos);
 }
 
+// Refusals made before the route runs (method, framing) come in the shape
+// Anthropic's clients read there, as the route's own errors do.
+TEST(MessagesHttp, ErrorsBeforeTheRouteAreInAnthropicsShape) {
+  Served s;
+  httplib::Client cli("127.0.0.1", s.server.port());
+  auto res = cli.Get("/v1/messages");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 405);
+  json body = json::parse(res->body);
+  EXPECT_EQ(body["type"], "error") << res->body;
+  EXPECT_EQ(body["error"]["type"], "invalid_request_error") << res->body;
+  // A compressed body is refused by the framing layer (415).
+  httplib::Headers gz = {{"Content-Encoding", "gzip"}};
+  res = cli.Post("/v1/messages", gz, "xxxx", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 415);
+  body = json::parse(res->body);
+  EXPECT_EQ(body["type"], "error") << res->body;
+  // Elsewhere the OpenAI shape stays.
+  res = cli.Get("/v1/responses");
+  ASSERT_TRUE(res);
+  EXPECT_TRUE(json::parse(res->body).contains("error")) << res->body;
+  EXPECT_FALSE(json::parse(res->body).contains("type")) << res->body;
+}
+
 TEST(MessagesHttp, ToolUseAndToolResultRoundTrip) {
   Served s;
   const json user = {{"role", "user"}, {"content", "Weather in Paris?"}};
