@@ -20,40 +20,14 @@
 #include "engine/cpu_backend.h"
 #include "engine/loaded_model.h"
 #include "engine/synthetic_model.h"
+#include "tiny_gguf.h"
 
 namespace ms {
 namespace {
 
 namespace fs = std::filesystem;
 
-const std::string& model_path(const std::string& arch) {
-  static std::map<std::string, std::string> paths;
-  static const fs::path dir = fs::temp_directory_path() / ("moestream_mixed_" + std::to_string(::getpid()));
-  static struct Cleanup {
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup;
-  if (auto it = paths.find(arch); it != paths.end()) return it->second;
-  fs::create_directories(dir);
-  ThreadPool pool(2);
-  GenOptions o;
-  o.arch = arch;
-  o.preset = "tiny";
-  o.quant = "q8_0";
-  o.seed = 31;
-  const std::string p = (dir / (arch + ".gguf")).string();
-  generate_model(o, p, pool);
-  return paths[arch] = p;
-}
 
-std::vector<int32_t> tokens(int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> p;
-  for (int i = 0; i < n; ++i) p.push_back(static_cast<int32_t>(rng() % 500));
-  return p;
-}
 
 // |a - b| / max|b| over one row of logits.
 double rel(const float* a, const float* b, int64_t n) {
@@ -68,7 +42,7 @@ double rel(const float* a, const float* b, int64_t n) {
 class MixedBatch : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(MixedBatch, EverySequenceGetsWhatItGetsAlone) {
-  auto m = LoadedModel::open(model_path(GetParam()));
+  auto m = LoadedModel::open(test::tiny_gguf(GetParam(), "q8_0", 31));
   ThreadPool pool(2);
   CpuBackend be(m->weights, pool);
   const int64_t V = m->weights.cfg.n_vocab;
@@ -83,11 +57,11 @@ TEST_P(MixedBatch, EverySequenceGetsWhatItGetsAlone) {
     together.back().set_checkpoints({8, 256});
     alone.back().set_checkpoints({8, 256});
     if (history[i] == 0) continue;
-    const auto h = tokens(history[i], 10 + static_cast<uint32_t>(i));
+    const auto h = test::random_tokens(history[i], 10 + static_cast<uint32_t>(i));
     be.forward(together.back(), h, lg);
     be.forward(alone.back(), h, lg);
   }
-  const auto chunk = tokens(9, 1), verify = tokens(4, 2);
+  const auto chunk = test::random_tokens(9, 1), verify = test::random_tokens(4, 2);
   const std::vector<int32_t> d1 = {7}, d2 = {8}, d3 = {9};
   together[4].keep_token_states();
   std::vector<SeqTokens> step = {{&together[0], chunk, true, false},
@@ -128,7 +102,7 @@ TEST_P(MixedBatch, EverySequenceGetsWhatItGetsAlone) {
   // The oracle replays the accepted tokens (decode steps, as the verify's
   // token states ran its recurrence token by token).
   KvCache fresh = be.make_cache(64);
-  be.forward(fresh, tokens(history[4], 14), lg);
+  be.forward(fresh, test::random_tokens(history[4], 14), lg);
   for (int i = 0; i < 2; ++i) be.forward(fresh, std::span<const int32_t>(&verify[static_cast<size_t>(i)], 1), lg);
   const std::vector<int32_t> next = {33};
   std::vector<float> a, b;

@@ -23,6 +23,7 @@
 #include "engine/loaded_model.h"
 #include "engine/state_checkpoints.h"
 #include "engine/synthetic_model.h"
+#include "tiny_gguf.h"
 #include "util/error.h"
 
 namespace ms {
@@ -93,35 +94,7 @@ TEST(StateCheckpoints, DueAfterPromptsAlwaysAndAfterDecodeBySpacing) {
 // ---------------------------------------------------------------- on the models
 
 // Tiny models generated once per run.
-const std::string& model_path(const std::string& arch, const std::string& quant) {
-  static std::map<std::string, std::string> paths;
-  static const fs::path dir = fs::temp_directory_path() / ("moestream_seqstate_" + std::to_string(::getpid()));
-  static struct Cleanup {
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup;
-  const std::string key = arch + "-" + quant;
-  if (auto it = paths.find(key); it != paths.end()) return it->second;
-  fs::create_directories(dir);
-  ThreadPool pool(2);
-  GenOptions o;
-  o.arch = arch;
-  o.preset = "tiny";
-  o.quant = quant;
-  o.seed = 23;
-  const std::string p = (dir / (key + ".gguf")).string();
-  generate_model(o, p, pool);
-  return paths[key] = p;
-}
 
-std::vector<int32_t> random_tokens(int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> p;
-  for (int i = 0; i < n; ++i) p.push_back(static_cast<int32_t>(rng() % 500));
-  return p;
-}
 
 // The first n positions' K/V rows of every attention layer, and the live
 // recurrent state, as bytes: what "the same sequence state" means.
@@ -154,7 +127,7 @@ struct TinyRun {
   ThreadPool pool{2};
   std::unique_ptr<CpuBackend> be;
   explicit TinyRun(const std::string& arch, const std::string& quant = "q8_0")
-      : m(LoadedModel::open(model_path(arch, quant))) {
+      : m(LoadedModel::open(test::tiny_gguf(arch, quant, 23))) {
     be = std::make_unique<CpuBackend>(m->weights, pool);
   }
   const ModelConfig& cfg() const { return m->weights.cfg; }
@@ -172,7 +145,7 @@ class RollbackEveryPosition : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(RollbackEveryPosition, ThenDecodingEqualsAFreshRun) {
   TinyRun r(GetParam());
-  const auto toks = random_tokens(kRun + 3, 7);
+  const auto toks = test::random_tokens(kRun + 3, 7);
   // The long run: 64 decode steps, a checkpoint after each (spacing 1).
   KvCache run = r.be->make_cache(128);
   run.set_checkpoints({kRun, 1});
@@ -189,7 +162,7 @@ TEST_P(RollbackEveryPosition, ThenDecodingEqualsAFreshRun) {
     r.decode(fresh, std::span<const int32_t>(toks.data(), static_cast<size_t>(p)));
     ASSERT_EQ(state_bytes(back, r.cfg(), p), state_bytes(fresh, r.cfg(), p)) << "the state at position " << p;
     // Decoding on from there: other tokens than the run had next.
-    const auto next = random_tokens(3, 100 + static_cast<uint32_t>(p));
+    const auto next = test::random_tokens(3, 100 + static_cast<uint32_t>(p));
     EXPECT_EQ(r.decode(back, next), r.decode(fresh, next)) << "decoding after a rollback to " << p;
   }
   // The run itself is untouched by the forks.
@@ -211,7 +184,7 @@ TEST(SeqState, TokenStatesOfOneBatchGiveBackEveryPosition) {
   // Its recurrence runs token by token as decode does; only the batched
   // projections round differently, so the check is a tight tolerance.
   TinyRun r("qwen35moe", "f32");
-  const auto toks = random_tokens(20, 9);
+  const auto toks = test::random_tokens(20, 9);
   KvCache kv = r.be->make_cache(64);
   kv.set_checkpoints({16, 256});
   std::vector<float> logits;
@@ -241,7 +214,7 @@ TEST(SeqState, TokenStatesOfOneBatchGiveBackEveryPosition) {
 
 TEST(SeqState, ForkThenDivergeLeavesTheSourceAlone) {
   TinyRun r("qwen35moe");
-  const auto toks = random_tokens(30, 5);
+  const auto toks = test::random_tokens(30, 5);
   KvCache a = r.be->make_cache(64);
   r.decode(a, std::span<const int32_t>(toks.data(), 20));
   KvCache b = r.be->make_cache(64);
@@ -261,7 +234,7 @@ TEST(SeqState, ForkThenDivergeLeavesTheSourceAlone) {
 
 TEST(SeqState, RecurrentCacheRefusesPositionsWithoutACheckpoint) {
   TinyRun r("qwen35moe");
-  const auto toks = random_tokens(40, 3);
+  const auto toks = test::random_tokens(40, 3);
   KvCache kv = r.be->make_cache(64);
   kv.set_checkpoints({2, 8});
   std::vector<float> logits;

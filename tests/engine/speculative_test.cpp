@@ -25,6 +25,7 @@
 #include "engine/loaded_model.h"
 #include "engine/speculative.h"
 #include "engine/synthetic_model.h"
+#include "tiny_gguf.h"
 #include "util/error.h"
 
 namespace ms {
@@ -282,40 +283,13 @@ TEST(SpecController, EstimatesFromCounts) {
 
 // ---------------------------------------------------------------- on the models
 
-const std::string& model_path(const std::string& arch) {
-  static std::map<std::string, std::string> paths;
-  static const fs::path dir = fs::temp_directory_path() / ("moestream_spec_" + std::to_string(::getpid()));
-  static struct Cleanup {
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup;
-  if (auto it = paths.find(arch); it != paths.end()) return it->second;
-  fs::create_directories(dir);
-  ThreadPool pool(2);
-  GenOptions o;
-  o.arch = arch;
-  o.preset = "tiny";
-  o.quant = "q8_0";
-  o.seed = 41;
-  const std::string p = (dir / (arch + ".gguf")).string();
-  generate_model(o, p, pool);
-  return paths[arch] = p;
-}
 
-std::vector<int32_t> random_tokens(int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> p;
-  for (int i = 0; i < n; ++i) p.push_back(static_cast<int32_t>(rng() % 500));
-  return p;
-}
 
 struct Tiny {
   std::unique_ptr<LoadedModel> m;
   ThreadPool pool{2};
   std::unique_ptr<CpuBackend> be;
-  explicit Tiny(const std::string& arch) : m(LoadedModel::open(model_path(arch))) {
+  explicit Tiny(const std::string& arch) : m(LoadedModel::open(test::tiny_gguf(arch, "q8_0", 41))) {
     be = std::make_unique<CpuBackend>(m->weights, pool);
   }
 };
@@ -391,7 +365,7 @@ TEST_P(SpecExact, OutputIsPlainDecodingsForEveryDrafterAndK) {
   constexpr int kN = 20;
   for (const bool temp : {false, true}) {
     const SamplerParams sp = temp ? sampled() : greedy();
-    const auto prompt = random_tokens(6, temp ? 2 : 1);
+    const auto prompt = test::random_tokens(6, temp ? 2 : 1);
     GenerateParams plain;
     plain.n_predict = kN;
     plain.stop_at_eog = false;
@@ -425,7 +399,10 @@ TEST_P(SpecExact, OutputIsPlainDecodingsForEveryDrafterAndK) {
 // (measured here: 0 for batches up to 20 tokens, ~1e-3 of the largest logit
 // beyond 32), so this is exact only while no draw falls within that rounding:
 // on this short run it does not, and the tokens and the cache are plain
-// decoding's (docs/speculative.md says the general case).
+// decoding's (docs/speculative.md says the general case). The cache's next
+// logits differ by that reassociation, which the q8_0 model's per-32 input
+// rounding carries up to ~2e-3 (a wrong rollback is off by far more).
+constexpr double kReplayTol = 1e-2;
 TEST_P(SpecExact, ReplayRollbackKeepsTheOutput) {
   Tiny t(GetParam());
   const bool hybrid = std::string(GetParam()) == "qwen35moe";
@@ -433,7 +410,7 @@ TEST_P(SpecExact, ReplayRollbackKeepsTheOutput) {
   constexpr int kN = 20;
   for (const bool temp : {false, true}) {
     const SamplerParams sp = temp ? sampled() : greedy();
-    const auto prompt = random_tokens(6, temp ? 12 : 11);
+    const auto prompt = test::random_tokens(6, temp ? 12 : 11);
     GenerateParams plain;
     plain.n_predict = kN;
     plain.stop_at_eog = false;
@@ -450,13 +427,13 @@ TEST_P(SpecExact, ReplayRollbackKeepsTheOutput) {
       const Out o = run(*t.be, nullptr, prompt, gp, sp);
       EXPECT_EQ(o.tokens, want.tokens) << "oracle " << what;
       EXPECT_EQ(o.n_past, want.n_past) << what;
-      EXPECT_LT(max_rel(o.next_logits, want.next_logits), 1e-4) << "the cache after " << what;
+      EXPECT_LT(max_rel(o.next_logits, want.next_logits), kReplayTol) << "the cache after " << what;
       replayed += o.st.spec.replayed;
       NgramDrafter ng({.n_min = 1, .n_max = 3});
       gp.spec.drafter = &ng;
       const Out g = run(*t.be, nullptr, prompt, gp, sp);
       EXPECT_EQ(g.tokens, want.tokens) << "ngram " << what;
-      EXPECT_LT(max_rel(g.next_logits, want.next_logits), 1e-4) << "the cache after ngram " << what;
+      EXPECT_LT(max_rel(g.next_logits, want.next_logits), kReplayTol) << "the cache after ngram " << what;
       replayed += g.st.spec.replayed;
     }
     if (hybrid) EXPECT_GT(replayed, 0) << "the hybrid's rejections were replayed";
@@ -469,7 +446,7 @@ TEST_P(SpecExact, ReplayRollbackKeepsTheOutput) {
 // bit, at any depth.
 TEST_P(SpecExact, VerifyRowsAreDecodeStepsBitForBit) {
   Tiny t(GetParam());
-  const auto toks = random_tokens(120, 9);
+  const auto toks = test::random_tokens(120, 9);
   constexpr int kW = 9;
   for (int depth : {3, 40, 100}) {
     KvCache steps = t.be->make_cache(128), verify = t.be->make_cache(128);
@@ -496,7 +473,7 @@ TEST_P(SpecExact, VerifyRowsAreDecodeStepsBitForBit) {
 // so every pass is K+1 wide, then the tokens.
 TEST_P(SpecExact, AllDraftsRightIsOneVerifyPerKPlusOneTokens) {
   Tiny t(GetParam());
-  const auto prompt = random_tokens(5, 3);
+  const auto prompt = test::random_tokens(5, 3);
   GenerateParams plain;
   plain.n_predict = 19;
   plain.stop_at_eog = false;
@@ -514,7 +491,7 @@ TEST_P(SpecExact, AllDraftsRightIsOneVerifyPerKPlusOneTokens) {
 TEST_P(SpecExact, BudgetStopAndFullContextEndItWherePlainDecodingEnds) {
   Tiny t(GetParam());
   const int64_t V = t.m->weights.cfg.n_vocab;
-  const auto prompt = random_tokens(6, 4);
+  const auto prompt = test::random_tokens(6, 4);
   // Plain decoding until the context is full: ctx 40 leaves 34 positions, 35 tokens.
   GenerateParams plain;
   plain.n_predict = -1;
@@ -549,7 +526,7 @@ TEST_P(SpecExact, BudgetStopAndFullContextEndItWherePlainDecodingEnds) {
 TEST_P(SpecExact, AdaptiveControllerKeepsTheOutput) {
   // The controller's K depends on timing; whatever it chooses, the tokens are the same.
   Tiny t(GetParam());
-  const auto prompt = random_tokens(6, 5);
+  const auto prompt = test::random_tokens(6, 5);
   GenerateParams plain;
   plain.n_predict = 40;
   plain.stop_at_eog = false;
@@ -613,7 +590,7 @@ class ScriptedBackend : public Backend {
 };
 
 TEST(SpecEog, EndsOnTheEndOfGenerationTokenAsPlainDecodingDoes) {
-  auto m = LoadedModel::open(model_path("qwen3moe"));
+  auto m = LoadedModel::open(test::tiny_gguf("qwen3moe", "q8_0", 41));
   const Tokenizer& tok = *m->tokenizer;
   ASSERT_TRUE(tok.is_eog(tok.eos_id()));
   const std::vector<int32_t> prompt = {11, 12, 13, 14};
@@ -646,7 +623,7 @@ TEST(SpecEog, EndsOnTheEndOfGenerationTokenAsPlainDecodingDoes) {
 }
 
 TEST(SpecEog, NeverVerifiesPastTheContext) {
-  auto m = LoadedModel::open(model_path("qwen3moe"));
+  auto m = LoadedModel::open(test::tiny_gguf("qwen3moe", "q8_0", 41));
   const Tokenizer& tok = *m->tokenizer;
   ScriptedBackend be(tok, 1000);
   const std::vector<int32_t> prompt = {11, 12, 13};
