@@ -244,7 +244,6 @@ CompletionRequest parse_request_body(const json& body, bool chat) {
     bad("n", "must be in 1.." + std::to_string(CompletionRequest::kMaxChoices));
   r.n_choices = static_cast<int>(n_choices);
   r.stream = boolean(body, "stream", false);
-  if (r.stream && r.n_choices > 1) bad("n", "must be 1 with stream (a streamed answer carries one choice here)");
   if (const json* so = field(body, "stream_options")) {
     if (!so->is_object()) bad("stream_options", "must be an object");
     r.include_usage = boolean(*so, "include_usage", false);

@@ -56,7 +56,7 @@ struct CompletionRequest {
   // text) and logprobs: -1 off, else top_logprobs (0..20). server/structured_output.h
   std::shared_ptr<const grammar::Grammar> grammar;
   int top_logprobs = -1;
-  // OpenAI's n: choices of the one prompt (1..kMaxChoices; not with stream).
+  // OpenAI's n: choices of the one prompt (1..kMaxChoices).
   int n_choices = 1;
   static constexpr int kMaxChoices = 8;
   // Tool calling: the tools offered (checked: each a function with a name),

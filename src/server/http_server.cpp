@@ -351,7 +351,7 @@ struct HttpServer::Impl {
           std::string(is_chat ? "chatcmpl-" : "cmpl-") + id_prefix + std::to_string(next_id.fetch_add(1));
       const int64_t created = static_cast<int64_t>(std::time(nullptr));
       const std::string model = r.model.empty() ? opt.model_name : r.model;
-      if (r.stream) stream(res, reqs[0], r, calls, id, created, model);
+      if (r.stream) stream(res, reqs, r, calls, id, created, model);
       else whole(hreq, res, reqs, r, calls, id, created, model);
     } catch (const ApiError& e) {
       send_error(res, e);
@@ -433,12 +433,15 @@ struct HttpServer::Impl {
     return choice;
   }
 
-  void stream(httplib::Response& res, const std::shared_ptr<Request>& req, const CompletionRequest& r,
+  // One stream for every choice (OpenAI's n): each chunk carries its choice's
+  // index; choices interleave as their tokens come, each ends with its own
+  // finish chunk, and usage (summed) and [DONE] follow the last.
+  void stream(httplib::Response& res, const std::vector<std::shared_ptr<Request>>& reqs, const CompletionRequest& r,
               const ToolCallPlan& plan, const std::string& id, int64_t created, const std::string& model) {
     res.set_header("Cache-Control", "no-cache");
     const bool is_chat = r.chat, include_usage = r.include_usage;
-    auto chunk = [=](json choice) {
-      choice["index"] = 0;
+    auto chunk = [=](json choice, int index) {
+      choice["index"] = index;
       if (!choice.contains("finish_reason")) choice["finish_reason"] = nullptr;
       return json{{"id", id},
                   {"object", is_chat ? "chat.completion.chunk" : "text_completion"},
@@ -446,105 +449,147 @@ struct HttpServer::Impl {
                   {"model", model},
                   {"choices", json::array({choice})}};
     };
-    // Content passes through the parser, which holds back what may begin a
-    // call; a call goes out when it is complete (and valid): its id and name
-    // in one chunk, its arguments in the next.
-    std::shared_ptr<ToolCallParser> parser;
-    if (plan.format != ToolCallFormat::None) {
-      parser = std::make_shared<ToolCallParser>(plan.format, plan.tools);
-      parser->push(plan.prefill);  // a call's opening: held, nothing comes out
+    // Per choice: content passes through the parser, which holds back what
+    // may begin a call; a call goes out when it is complete (and valid): its
+    // id and name in one chunk, its arguments in the next.
+    struct Choice {
+      std::shared_ptr<Request> req;
+      std::shared_ptr<ToolCallParser> parser;
+      std::vector<LogprobEntry> logprobs;  // not yet sent: they go with the next chunk
+      size_t n_calls = 0;                  // tool calls sent
+      std::string call_id;                 // the id calls are numbered under
+      bool done = false;
+    };
+    auto choices = std::make_shared<std::vector<Choice>>();
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      Choice c;
+      c.req = reqs[i];
+      c.call_id = i > 0 ? id + "_" + std::to_string(i) : id;
+      if (plan.format != ToolCallFormat::None) {
+        c.parser = std::make_shared<ToolCallParser>(plan.format, plan.tools);
+        c.parser->push(plan.prefill);  // a call's opening: held, nothing comes out
+      }
+      choices->push_back(std::move(c));
     }
+    auto cancel_all = [choices] {
+      for (Choice& c : *choices) c.req->cancel();
+    };
     res.set_chunked_content_provider(
         "text/event-stream",
         [=](size_t, httplib::DataSink& sink) {
           auto send = [&](const std::string& s) {
             if (sink.write(s.data(), s.size())) return true;
-            req->cancel();  // the client went away: free its slot
+            cancel_all();  // the client went away: free the slots
             return false;
           };
-          if (is_chat && !send(sse(chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}})))) return false;
-          std::vector<LogprobEntry> logprobs;  // not yet sent: they go with the next chunk
-          size_t n_calls = 0;  // tool calls sent
+          const int n = static_cast<int>(choices->size());
+          if (is_chat)
+            for (int i = 0; i < n; ++i)
+              if (!send(sse(chunk({{"delta", {{"role", "assistant"}, {"content", ""}}}}, i)))) return false;
+          Update total;
+          int n_done = 0;
+          auto quiet = std::chrono::steady_clock::now();
           for (;;) {
-            Update u = req->take(std::chrono::milliseconds(1000));
-            for (LogprobEntry& e : u.logprobs) logprobs.push_back(std::move(e));
-            std::vector<ParsedToolCall> parsed;
-            if (parser) {
-              ToolCallText t = parser->push(u.content);
-              if (u.done && u.finish_reason != "error" && u.finish_reason != "cancelled") {
-                ToolCallText tail = parser->flush();
-                t.content += tail.content;
-                for (ParsedToolCall& c : tail.calls) t.calls.push_back(std::move(c));
-              }
-              u.content = std::move(t.content);
-              parsed = std::move(t.calls);
-            }
-            if (plan.first_only && n_calls > 0) u.tool_calls.clear();
-            if (plan.first_only && u.tool_calls.size() > 1) u.tool_calls.resize(1);
-            if (!u.content.empty() || !u.reasoning.empty() || !u.tool_calls.empty()) {
-              json c;
-              if (is_chat) {
-                json delta = json::object();
-                if (!u.content.empty()) delta["content"] = u.content;
-                if (!u.reasoning.empty()) delta["reasoning_content"] = u.reasoning;
-                for (const HarmonyToolCall& tc : u.tool_calls) {
-                  json call = openai_tool_call(tc, "call_" + id + "_" + std::to_string(n_calls));
-                  call["index"] = n_calls++;
-                  delta["tool_calls"].push_back(call);
+            for (int i = 0; i < n; ++i) {
+              Choice& ch = (*choices)[static_cast<size_t>(i)];
+              if (ch.done) continue;
+              // One choice: wait as long as before; several: poll each in turn.
+              Update u = ch.req->take(std::chrono::milliseconds(n == 1 ? 1000 : 20));
+              for (LogprobEntry& e : u.logprobs) ch.logprobs.push_back(std::move(e));
+              std::vector<ParsedToolCall> parsed;
+              if (ch.parser) {
+                ToolCallText t = ch.parser->push(u.content);
+                if (u.done && u.finish_reason != "error" && u.finish_reason != "cancelled") {
+                  ToolCallText tail = ch.parser->flush();
+                  t.content += tail.content;
+                  for (ParsedToolCall& c : tail.calls) t.calls.push_back(std::move(c));
                 }
-                c = chunk({{"delta", delta}});
-              } else {
-                c = chunk({{"text", u.content}, {"logprobs", nullptr}});
+                u.content = std::move(t.content);
+                parsed = std::move(t.calls);
               }
-              if (is_chat && !logprobs.empty()) c["choices"][0]["logprobs"] = logprobs_json(logprobs), logprobs.clear();
-              if (!send(sse(c))) return false;
-            } else if (!u.done && parsed.empty()) {
-              // Nothing yet (queued, or a long prefill): an SSE comment, which
-              // also tells us whether the client is still there.
-              if (!send(": waiting\n\n")) return false;
-            }
-            for (const ParsedToolCall& pc : parsed) {
-              if (plan.first_only && n_calls > 0) break;
-              json call = openai_parsed_tool_call(pc, tool_call_id(plan.format, id, n_calls, pc.id));
-              call["index"] = n_calls++;
-              json args = {{"index", call["index"]}, {"function", {{"arguments", call["function"]["arguments"]}}}};
-              call["function"]["arguments"] = "";
-              if (!send(sse(chunk({{"delta", {{"tool_calls", json::array({call})}}}}))) ||
-                  !send(sse(chunk({{"delta", {{"tool_calls", json::array({args})}}}}))))
-                return false;
-            }
-            if (!u.done) continue;
-            t_access.prompt_tokens = u.n_prompt;  // the provider runs on the connection's thread
-            t_access.completion_tokens = u.n_completion;
-            if (u.finish_reason == "error" || u.finish_reason == "cancelled") {
-              const ApiError e = u.finish_reason == "error"
-                                     ? ApiError(500, "generation failed: " + u.error, "server_error")
-                                     : ApiError(503, "the server is shutting down", "server_error");
-              send(sse(e.body()));
-            } else {
-              const std::string reason = n_calls > 0 && u.finish_reason == "stop" ? "tool_calls" : u.finish_reason;
-              json last = is_chat ? chunk({{"delta", json::object()}, {"finish_reason", reason}})
-                                  : chunk({{"text", ""}, {"logprobs", nullptr}, {"finish_reason", u.finish_reason}});
-              if (is_chat && !logprobs.empty()) last["choices"][0]["logprobs"] = logprobs_json(logprobs);
+              if (plan.first_only && ch.n_calls > 0) u.tool_calls.clear();
+              if (plan.first_only && u.tool_calls.size() > 1) u.tool_calls.resize(1);
+              if (!u.content.empty() || !u.reasoning.empty() || !u.tool_calls.empty()) {
+                json c;
+                if (is_chat) {
+                  json delta = json::object();
+                  if (!u.content.empty()) delta["content"] = u.content;
+                  if (!u.reasoning.empty()) delta["reasoning_content"] = u.reasoning;
+                  for (const HarmonyToolCall& tc : u.tool_calls) {
+                    json call = openai_tool_call(tc, "call_" + ch.call_id + "_" + std::to_string(ch.n_calls));
+                    call["index"] = ch.n_calls++;
+                    delta["tool_calls"].push_back(call);
+                  }
+                  c = chunk({{"delta", delta}}, i);
+                } else {
+                  c = chunk({{"text", u.content}, {"logprobs", nullptr}}, i);
+                }
+                if (is_chat && !ch.logprobs.empty())
+                  c["choices"][0]["logprobs"] = logprobs_json(ch.logprobs), ch.logprobs.clear();
+                if (!send(sse(c))) return false;
+                quiet = std::chrono::steady_clock::now();
+              }
+              for (const ParsedToolCall& pc : parsed) {
+                if (plan.first_only && ch.n_calls > 0) break;
+                json call = openai_parsed_tool_call(pc, tool_call_id(plan.format, ch.call_id, ch.n_calls, pc.id));
+                call["index"] = ch.n_calls++;
+                json args = {{"index", call["index"]}, {"function", {{"arguments", call["function"]["arguments"]}}}};
+                call["function"]["arguments"] = "";
+                if (!send(sse(chunk({{"delta", {{"tool_calls", json::array({call})}}}}, i))) ||
+                    !send(sse(chunk({{"delta", {{"tool_calls", json::array({args})}}}}, i))))
+                  return false;
+                quiet = std::chrono::steady_clock::now();
+              }
+              if (!u.done) continue;
+              ch.done = true;
+              ++n_done;
+              if (u.finish_reason == "error" || u.finish_reason == "cancelled") {
+                cancel_all();
+                const ApiError e = u.finish_reason == "error"
+                                       ? ApiError(500, "generation failed: " + u.error, "server_error")
+                                       : ApiError(503, "the server is shutting down", "server_error");
+                send(sse(e.body()));
+                send("data: [DONE]\n\n");
+                sink.done();
+                return true;
+              }
+              if (n_done == 1) total = u;
+              else total.n_completion += u.n_completion;
+              const std::string reason = ch.n_calls > 0 && u.finish_reason == "stop" ? "tool_calls" : u.finish_reason;
+              json last = is_chat ? chunk({{"delta", json::object()}, {"finish_reason", reason}}, i)
+                                  : chunk({{"text", ""}, {"logprobs", nullptr}, {"finish_reason", u.finish_reason}}, i);
+              if (is_chat && !ch.logprobs.empty()) last["choices"][0]["logprobs"] = logprobs_json(ch.logprobs);
               if (include_usage) last["usage"] = nullptr;
               if (!send(sse(last))) return false;
-              if (include_usage) {
-                json uj = {{"id", id},
-                           {"object", is_chat ? "chat.completion.chunk" : "text_completion"},
-                           {"created", created},
-                           {"model", model},
-                           {"choices", json::array()},
-                           {"usage", usage_json(u)}};
-                if (!send(sse(uj))) return false;
+              quiet = std::chrono::steady_clock::now();
+            }
+            if (n_done < n) {
+              // Nothing for a while (queued, or a long prefill): an SSE
+              // comment, which also tells us whether the client is still there.
+              if (std::chrono::steady_clock::now() - quiet >= std::chrono::milliseconds(1000)) {
+                if (!send(": waiting\n\n")) return false;
+                quiet = std::chrono::steady_clock::now();
               }
+              continue;
+            }
+            t_access.prompt_tokens = total.n_prompt;  // the provider runs on the connection's thread
+            t_access.completion_tokens = total.n_completion;
+            if (include_usage) {
+              json uj = {{"id", id},
+                         {"object", is_chat ? "chat.completion.chunk" : "text_completion"},
+                         {"created", created},
+                         {"model", model},
+                         {"choices", json::array()},
+                         {"usage", usage_json(total)}};
+              if (!send(sse(uj))) return false;
             }
             send("data: [DONE]\n\n");
             sink.done();
             return true;
           }
         },
-        [req](bool success) {
-          if (!success) req->cancel();
+        [cancel_all](bool success) {
+          if (!success) cancel_all();
         });
   }
 };

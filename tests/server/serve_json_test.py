@@ -329,7 +329,6 @@ def main():
         refused({"prompt": "x", "logprobs": 2}, "logprobs", "/v1/completions")
         refused({"messages": [{"role": "user", "content": "x"}], "n": 9}, "'n'")
         refused({"messages": [{"role": "user", "content": "x"}], "n": 3}, "'n'")  # the server holds 2 slots
-        refused({"messages": [{"role": "user", "content": "x"}], "n": 2, "stream": True}, "'n'")
 
         # ---- n choices: one prefill forked; choice i is the answer of seed + i
         def answer(body, path="/v1/chat/completions"):
@@ -347,6 +346,22 @@ def main():
         want_tokens = sum(r.get("usage", {}).get("completion_tokens", 0) for r in singles)
         check(both.get("usage", {}).get("completion_tokens") == want_tokens,
               "n=2: usage sums the choices: %s, want %d" % (both.get("usage"), want_tokens))
+        # Streamed: each chunk names its choice; put together, the choices are the whole answer's.
+        st, chunks = s.stream("/v1/chat/completions", dict(ask, n=2, stream=True,
+                                                       stream_options={"include_usage": True}))
+        streamed, finished = ["", ""], [None, None]
+        usage = None
+        for c in chunks:
+            if c.get("usage"):
+                usage = c["usage"]
+            for ch in c.get("choices", []):
+                streamed[ch["index"]] += ch.get("delta", {}).get("content") or ""
+                if ch.get("finish_reason"):
+                    finished[ch["index"]] = ch["finish_reason"]
+        check(streamed == texts, "n=2 streamed: %r vs whole %r" % (streamed, texts))
+        check(None not in finished, "n=2 streamed: each choice finishes: %s" % finished)
+        check(usage is not None and usage.get("completion_tokens") == want_tokens,
+              "n=2 streamed: usage sums the choices: %s" % usage)
         greedy = answer({"prompt": "The model", "max_tokens": 8, "temperature": 0, "n": 2}, "/v1/completions")
         gt = [c["text"] for c in greedy["choices"]]
         check(len(gt) == 2 and gt[0] == gt[1], "n=2 greedy on /v1/completions: identical choices %r" % gt)
