@@ -58,4 +58,15 @@ inline bool valid_function_name(const std::string& name) {
   return true;
 }
 
+// The tool call with this id among the chat messages' assistant turns (the
+// newest first; their `tool_calls`), or null: what a tool's result answers.
+inline const json* tool_call_with_id(const json& messages, const std::string& id) {
+  for (auto m = messages.rbegin(); m != messages.rend(); ++m) {
+    if (!m->contains("tool_calls")) continue;
+    for (const json& c : (*m)["tool_calls"])
+      if (c.value("id", "") == id) return &c;
+  }
+  return nullptr;
+}
+
 }  // namespace ms::server::fields

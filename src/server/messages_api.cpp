@@ -40,15 +40,6 @@ std::string blocks_text(const json& c, const std::string& where) {
   return out;
 }
 
-// The name of the tool_use `id` among the earlier assistant turns.
-const json* tool_use_named(const json& messages, const std::string& id) {
-  for (auto m = messages.rbegin(); m != messages.rend(); ++m) {
-    if (!m->contains("tool_calls")) continue;
-    for (const json& c : (*m)["tool_calls"])
-      if (c.value("id", "") == id) return &c;
-  }
-  return nullptr;
-}
 
 // One Anthropic message appended to `out` as chat messages: an assistant's
 // blocks as one turn (content, reasoning_content, tool_calls); a user's
@@ -102,7 +93,7 @@ void add_message(const json& m, size_t index, json& out) {
       if (assistant) bad(at + ".type", "tool_result blocks belong to user messages");
       const std::string* id = fields::string_field(b, "tool_use_id", at + ".tool_use_id");
       if (!id || id->empty()) bad(at + ".tool_use_id", "is required");
-      const json* call = tool_use_named(out, *id);
+      const json* call = fields::tool_call_with_id(out, *id);
       if (!call)
         bad(at + ".tool_use_id",
             "names no tool_use block of an earlier assistant message ('" + id->substr(0, 80) + "')");

@@ -112,15 +112,6 @@ std::string reasoning_text(const json& item, const std::string& where) {
   return out;
 }
 
-// The name of the call `call_id` among the conversation's assistant turns.
-const json* call_named(const json& messages, const std::string& call_id) {
-  for (auto m = messages.rbegin(); m != messages.rend(); ++m) {
-    if (!m->contains("tool_calls")) continue;
-    for (const json& c : (*m)["tool_calls"])
-      if (c.value("id", "") == call_id) return &c;
-  }
-  return nullptr;
-}
 
 // `input` appended to `messages` as chat messages.
 void add_input(const json& input, json& messages) {
@@ -179,7 +170,7 @@ void add_input(const json& input, json& messages) {
       if (!call_id || call_id->empty()) bad(where + ".call_id", "is required");
       const json* output = find(item, "output");
       if (!output) bad(where + ".output", "is required");
-      const json* call = call_named(messages, *call_id);
+      const json* call = fields::tool_call_with_id(messages, *call_id);
       if (!call)
         bad(where + ".call_id", "names no function call in the conversation ('" + call_id->substr(0, 80) +
                                     "'): send the function_call item, or the previous_response_id that made it");
