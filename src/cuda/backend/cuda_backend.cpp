@@ -209,6 +209,14 @@ void CudaBackend::Impl::layout_activations(cuda::Layout& L) {
   // A rows pass: one token each of up to n_seq sequences, or verify batches
   // of a few tokens each (kRowRunMax).
   multi_rows = opt.n_seq > 1 ? std::min(B, opt.n_seq * kRowRunMax) : 1;
+  // Every row of a rows pass has its own split partials in the scratch. The
+  // generic path's shapes split each row's context into fixed chunks, so at
+  // long contexts that grows with the rows: past kMaxRowsScratch, passes of
+  // several sequences run per sequence instead.
+  constexpr size_t kMaxRowsScratch = size_t{128} << 20;
+  if (multi_rows > 1 &&
+      cuda::attention_decode_scratch_bytes(attn_shape(), static_cast<int>(kv.ctx()), multi_rows) > kMaxRowsScratch)
+    multi_rows = 1;
   router_counter = L.take_n<uint32_t>(1);
   logits = L.take_n<float>(static_cast<size_t>(kLogitRows) * c.n_vocab);
   xq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(c.n_embd, B)), c.n_embd, B);
