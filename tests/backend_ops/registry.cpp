@@ -39,6 +39,7 @@ const Registry& registry() {
     register_quant_ops(reg);
     register_cpu_ops(reg);
     register_cuda_impls(reg);
+    register_cuda_batch_ops(reg);
     return reg;
   }();
   return r;

@@ -82,6 +82,7 @@ const Registry& registry();
 void register_quant_ops(Registry& r);
 void register_cpu_ops(Registry& r);
 void register_cuda_impls(Registry& r);  // no-op in a build without CUDA
+void register_cuda_batch_ops(Registry& r);  // ops_cuda_batch.cpp; no-op without CUDA
 
 // ---------------------------------------------------------------- comparison
 struct Verdict {

@@ -310,6 +310,91 @@ TEST(MultiSeqGraph, DecodeStepsReplayWithTheDirectLaunchesBits) {
   }
 }
 
+// Graphs are keyed by the pass's shape {rows, span}, not by its slots: a
+// sequence leaving and another joining in a new state (so the slots of the
+// next steps differ) replays the graph of the earlier steps of that many
+// rows. The new sequence's short prompt runs as a rows pass of its own shape
+// (a verify-like batch of several tokens of one sequence), with the
+// direct launches' bits too.
+TEST(MultiSeqGraph, AJoinAndALeaveKeepTheGraph) {
+  MS_REQUIRE_GPU();
+  for (const char* arch : {"qwen3moe", "qwen35moe"}) {
+    const LoadedModel& m = tiny_model(arch, "f16");
+    const auto V = static_cast<int32_t>(m.weights.cfg.n_vocab);
+    CudaBackend::Options with = options(KvType::F16, 4), without = with;
+    without.use_graph = false;
+    CudaBackend g(m.weights, with), d(m.weights, without);
+    std::vector<KvCache> kg, kd;
+    for (int i = 0; i < 4; ++i) {
+      kg.push_back(g.make_cache(kCtx));
+      kd.push_back(d.make_cache(kCtx));
+    }
+    std::vector<float> lg, ld;
+    auto pass = [&](const std::vector<int>& live, const std::vector<std::vector<int32_t>>& toks) {
+      std::vector<SeqTokens> eg, ed;
+      for (size_t i = 0; i < live.size(); ++i) {
+        eg.push_back({&kg[static_cast<size_t>(live[i])], toks[i], true});
+        ed.push_back({&kd[static_cast<size_t>(live[i])], toks[i], true});
+      }
+      g.forward_seqs(eg, lg);
+      d.forward_seqs(ed, ld);
+    };
+    auto decode = [&](const std::vector<int>& live, const std::string& what) {
+      for (int s = 0; s < 3; ++s) {
+        std::vector<std::vector<int32_t>> next;
+        for (size_t i = 0; i < live.size(); ++i) next.push_back({argmax(ld.data() + i * static_cast<size_t>(V), V)});
+        pass(live, next);
+        ASSERT_EQ(lg, ld) << arch << ": " << what << " step " << s;
+      }
+    };
+    pass({0, 1, 2}, {some_tokens(4, V, 81), some_tokens(9, V, 82), some_tokens(2, V, 83)});
+    ASSERT_EQ(lg, ld) << arch << ": the prompts";
+    decode({0, 1, 2}, "sequences 0 1 2");
+    const int before = g.graph_captures();
+    pass({3}, {some_tokens(6, V, 84)});  // sequence 3 joins (sequence 2 has left): its prompt
+    ASSERT_EQ(lg, ld) << arch << ": the joining prompt";
+    const int after_prompt = g.graph_captures();
+    EXPECT_EQ(after_prompt - before, 1) << arch << ": the prompt's rows pass has a shape of its own";
+    decode({0, 1, 3}, "sequences 0 1 3");
+    EXPECT_EQ(g.graph_captures(), after_prompt) << arch << ": three rows again, other slots: the same graph";
+    EXPECT_EQ(d.graph_captures(), 0) << arch;
+  }
+}
+
+// The one-sequence decode step reads its slot on the device: decode steps of
+// two sequences in turn (forward() of one token each) replay one graph, with
+// the bits of direct launches.
+TEST(MultiSeqGraph, OneSequenceDecodeStepsOfTwoSlotsShareTheGraph) {
+  MS_REQUIRE_GPU();
+  for (const char* arch : {"qwen3moe", "qwen35moe"}) {
+    const LoadedModel& m = tiny_model(arch, "f16");
+    const auto V = static_cast<int32_t>(m.weights.cfg.n_vocab);
+    CudaBackend::Options with = options(KvType::F16, 2), without = with;
+    without.use_graph = false;
+    CudaBackend g(m.weights, with), d(m.weights, without);
+    KvCache ga = g.make_cache(kCtx), gb = g.make_cache(kCtx), da = d.make_cache(kCtx), db = d.make_cache(kCtx);
+    ASSERT_NE(ga.device_slot(), gb.device_slot());
+    std::vector<float> la, lb, ra, rb;
+    g.forward(ga, some_tokens(5, V, 91), la);
+    d.forward(da, some_tokens(5, V, 91), ra);
+    g.forward(gb, some_tokens(8, V, 92), lb);
+    d.forward(db, some_tokens(8, V, 92), rb);
+    ASSERT_EQ(la, ra) << arch;
+    ASSERT_EQ(lb, rb) << arch;
+    for (int s = 0; s < 4; ++s) {
+      const int32_t ta = argmax(ra.data(), V), tb = argmax(rb.data(), V);
+      g.forward(ga, std::span<const int32_t>(&ta, 1), la);
+      d.forward(da, std::span<const int32_t>(&ta, 1), ra);
+      ASSERT_EQ(la, ra) << arch << ": sequence a, step " << s;
+      g.forward(gb, std::span<const int32_t>(&tb, 1), lb);
+      d.forward(db, std::span<const int32_t>(&tb, 1), rb);
+      ASSERT_EQ(lb, rb) << arch << ": sequence b, step " << s;
+    }
+    EXPECT_EQ(g.graph_captures(), 1) << arch << ": one decode graph for both sequences (one span)";
+    EXPECT_EQ(d.graph_captures(), 0) << arch;
+  }
+}
+
 // Every state taken: make_cache says so; one going back frees it for the
 // next; a copied cache holds no state and is refused.
 TEST(MultiSeqSlots, ExhaustionCopiesAndReuse) {
