@@ -28,6 +28,7 @@
 #include "cuda/device.h"
 #include "cuda/expert_groups.cuh"
 #include "cuda/gemm_q8.cuh"
+#include "cuda/quant_dot.cuh"
 #include "cuda/quant_sub32_iq.cuh"
 #include "util/error.h"
 
@@ -256,17 +257,10 @@ struct FmtQ4_0 {
   }
 };
 
-// MXFP4: E2M1 codes kept as doubled integers (-12..12), scale 2^(e-127)/2.
-__device__ __forceinline__ uint32_t e2m1x4(uint32_t codes) {  // 4 codes in the low nibbles of 4 bytes
-  uint32_t out = 0;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int c = static_cast<int>(byte_of(codes, k));
-    const int m = c & 7;
-    const int mag = m < 4 ? m : (m < 6 ? (m - 2) * 2 : (m - 4) * 4);
-    out |= (static_cast<uint32_t>(c & 8 ? -mag : mag) & 0xffu) << (8 * k);
-  }
-  return out;
+// MXFP4: E2M1 codes kept as doubled integers (-12..12), scale 2^(e-127)/2;
+// 4 codes (low nibbles of 4 bytes) at a time by byte permutes, as the matvec.
+__device__ __forceinline__ uint32_t e2m1x4(uint32_t codes) {
+  return static_cast<uint32_t>(dev::mxfp4_to_int8x4(codes));
 }
 struct FmtMXFP4 {
   static constexpr int kSG = 32, kRaw = 20;
