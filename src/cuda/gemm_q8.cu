@@ -551,6 +551,9 @@ __global__ void __launch_bounds__(kThreads, BN == 32 ? 2 : 1) gemm_q8_kernel(con
       }
 #pragma unroll 2
       for (int c = 0; c < BK / 32; ++c) {
+        // K not a multiple of 256 (gpt-oss: 2880): the last step's slices
+        // past the row's end hold zeros; skip their tensor-core work.
+        if (kt * (BK / 32) + c >= p.nb32) break;
         uint32_t a[2][4], b[NI][2];
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi) {
