@@ -165,6 +165,12 @@ void add_tuning_options(CLI::App& sub, TuningSetup* t) {
       ->check(CLI::Range(0, 4096))
       ->option_text("N")
       ->group(g);
+  sub.add_option("--expert-gemm-min-batch", t->expert_gemm_min_batch,
+                 "CUDA: tokens from which the routed experts of a pass take the int8 tensor-core GEMM instead of "
+                 "the several-vector matvec (0: never; default 16)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->option_text("N")
+      ->group(g);
   sub.add_option("--pass-link-share", t->pass_link_share,
                  "tiered prompts, -b 0: the link's target share of a pass's compute when choosing the pass "
                  "(default " + share_text(PassSizeInputs{}.stream_share) + ")")
@@ -308,6 +314,7 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
   o.hybrid_profile = t.hybrid_profile;
   o.link_timeline = t.link_timeline;
   if (t.gemm_min_batch > 0) o.gemm_min_batch = t.gemm_min_batch;
+  o.expert_gemm_min_batch = t.expert_gemm_min_batch;
   o.pass_link_share = t.pass_link_share;
   o.pass_memory_share = t.pass_memory_share;
   o.even_passes = t.even_passes;

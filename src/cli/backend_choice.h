@@ -46,6 +46,7 @@ struct TuningSetup {
   bool hybrid_profile = false; // --hybrid-profile
   int link_timeline = 0;       // --link-timeline N (0..2)
   int gemm_min_batch = 0;      // --gemm-min-batch N (0: the backend's default)
+  int expert_gemm_min_batch = -1;  // --expert-gemm-min-batch N (-1: the default; 0: never)
   // The tiered prompt pass's rule (experts/pass_size.h; 0: its default)
   double pass_link_share = 0;    // --pass-link-share F
   double pass_memory_share = 0;  // --pass-memory-share F

@@ -9,14 +9,16 @@
 // into registers, issued before the tensor-core work on the previous step, so
 // the loads overlap it), then unpacks it to signed int8 quants in shared
 // memory with one float scale per 32 (Q6_K: 16) elements and, for Q4_K/Q5_K,
-// one float min per 32. Activations are Q8Act: int8 quants plus {d, d*sum q}
-// per 32, copied as they are. Two shared-memory stages, one barrier per step.
+// one float min per 32 (Q2_K: two, per 16, see FmtQ2K). Activations are Q8Act:
+// int8 quants plus {d, d*sum q} per 32, copied as they are (Q2_K also keeps
+// d * sum q of each 16). Two shared-memory stages, one barrier per step.
 //
 // For each 32-element slice the warps multiply with mma.sync m16n8k32
 // (s8 x s8 -> s32; Q6_K: two m16n8k16, one per 16-element scale) starting
 // from zero, and fold the int32 sums into f32 accumulators:
 //   acc += sum_int * w_scale[row] * x_d[vec] - w_min[row] * x_dsum[vec]
-// (the min term: sum_k (-m) x_k = -m * d_x * sum q_x).
+// (the min term: sum_k (-m) x_k = -m * d_x * sum q_x; Q2_K subtracts one such
+// term per 16-element group).
 // Fragments come from shared memory by ldmatrix (rows 272 bytes apart: the 8
 // rows of a phase fall on distinct banks).
 #include <algorithm>
@@ -26,6 +28,7 @@
 #include "cuda/device.h"
 #include "cuda/expert_groups.cuh"
 #include "cuda/gemm_q8.cuh"
+#include "cuda/quant_dot.cuh"
 #include "cuda/quant_sub32_iq.cuh"
 #include "util/error.h"
 
@@ -89,7 +92,7 @@ __device__ __forceinline__ void k_scale_min(const uint32_t* s, int j, float d, f
 
 struct FmtQ4K {
   static constexpr int kSG = 32, kRaw = 20;
-  static constexpr bool kMin = true;
+  static constexpr bool kMin = true, kMin16 = false;
   static __device__ __forceinline__ void load(const uint8_t* row, int kt, int h, int, uint32_t* r) {
     const uint8_t* blk = row + static_cast<int64_t>(kt) * 144;
     const uint4 hd = dev::ld16(blk);
@@ -118,7 +121,7 @@ struct FmtQ4K {
 
 struct FmtQ5K {
   static constexpr int kSG = 32, kRaw = 28;
-  static constexpr bool kMin = true;
+  static constexpr bool kMin = true, kMin16 = false;
   static __device__ __forceinline__ void load(const uint8_t* row, int kt, int h, int, uint32_t* r) {
     const uint8_t* blk = row + static_cast<int64_t>(kt) * 176;
 #pragma unroll
@@ -158,7 +161,7 @@ struct FmtQ5K {
 // Q6_K blocks are 210 bytes: only 2-byte alignment.
 struct FmtQ6K {
   static constexpr int kSG = 16, kRaw = 27;
-  static constexpr bool kMin = false;
+  static constexpr bool kMin = false, kMin16 = false;
   static __device__ __forceinline__ void load(const uint8_t* row, int kt, int h, int, uint32_t* r) {
     const uint8_t* blk = row + static_cast<int64_t>(kt) * 210;
 #pragma unroll
@@ -220,7 +223,7 @@ __device__ __forceinline__ void load_blocks32(const uint8_t* row, int kt, int h,
 
 struct FmtQ8_0 {
   static constexpr int kSG = 32, kRaw = 36;
-  static constexpr bool kMin = false;
+  static constexpr bool kMin = false, kMin16 = false;
   static __device__ __forceinline__ void load(const uint8_t* row, int kt, int h, int nb, uint32_t* r) {
     load_blocks32<34, 2, 8, 0u>(row, kt, h, nb, r);
   }
@@ -236,7 +239,7 @@ struct FmtQ8_0 {
 
 struct FmtQ4_0 {
   static constexpr int kSG = 32, kRaw = 20;
-  static constexpr bool kMin = false;
+  static constexpr bool kMin = false, kMin16 = false;
   static __device__ __forceinline__ void load(const uint8_t* row, int kt, int h, int nb, uint32_t* r) {
     load_blocks32<18, 2, 4, 0x08080808u>(row, kt, h, nb, r);  // quants 8: value 0
   }
@@ -254,21 +257,14 @@ struct FmtQ4_0 {
   }
 };
 
-// MXFP4: E2M1 codes kept as doubled integers (-12..12), scale 2^(e-127)/2.
-__device__ __forceinline__ uint32_t e2m1x4(uint32_t codes) {  // 4 codes in the low nibbles of 4 bytes
-  uint32_t out = 0;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int c = static_cast<int>(byte_of(codes, k));
-    const int m = c & 7;
-    const int mag = m < 4 ? m : (m < 6 ? (m - 2) * 2 : (m - 4) * 4);
-    out |= (static_cast<uint32_t>(c & 8 ? -mag : mag) & 0xffu) << (8 * k);
-  }
-  return out;
+// MXFP4: E2M1 codes kept as doubled integers (-12..12), scale 2^(e-127)/2;
+// 4 codes (low nibbles of 4 bytes) at a time by byte permutes, as the matvec.
+__device__ __forceinline__ uint32_t e2m1x4(uint32_t codes) {
+  return static_cast<uint32_t>(dev::mxfp4_to_int8x4(codes));
 }
 struct FmtMXFP4 {
   static constexpr int kSG = 32, kRaw = 20;
-  static constexpr bool kMin = false;
+  static constexpr bool kMin = false, kMin16 = false;
   static __device__ __forceinline__ void load(const uint8_t* row, int kt, int h, int nb, uint32_t* r) {
     load_blocks32<17, 1, 4, 0u>(row, kt, h, nb, r);
   }
@@ -285,15 +281,51 @@ struct FmtMXFP4 {
   }
 };
 
+// Q2_K: 84-byte blocks {scales[16], qs[64], d, dmin} (layout: DecQ2K in
+// quant_sub32.cuh), x = d * sc * q - dmin * m per 16-element group. The 4-bit
+// scale is folded into the int8 quants (q * sc <= 45), which leaves one scale
+// d per super-block, so a 32-element slice is one m16n8k32 as for Q4_K. The
+// per-16 mins cannot ride in that int32 sum; the kernel subtracts
+// dmin*m (kept per 16 in the scale slots) times d_x * (the group's sum of
+// activation quants), those sums taken when the activation tile is staged.
+struct FmtQ2K {
+  static constexpr int kSG = 32, kRaw = 11;
+  static constexpr bool kMin = false, kMin16 = true;
+  static __device__ __forceinline__ void load(const uint8_t* row, int kt, int h, int, uint32_t* r) {
+    const uint8_t* blk = row + static_cast<int64_t>(kt) * 84;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) r[i] = dev::ld4_a2(blk + 16 + 32 * h + 4 * i);  // qs of sub-blocks 4h..4h+3
+    r[8] = dev::ld4_a2(blk + 8 * h);                                           // their 8 scale bytes
+    r[9] = dev::ld4_a2(blk + 8 * h + 4);
+    r[10] = dev::ld4_a2(blk + 80);  // d, dmin
+  }
+  // sc[0]: d; mn[i]: dmin * m of the half's 16-element group i.
+  static __device__ __forceinline__ void unpack(const uint32_t* r, int, int8_t* dst, float* sc, float* mn) {
+    const float d = h2f(r[10]), dmin = h2f(r[10] >> 16);
+    sc[0] = d;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // sub-block 4h + j: bits 2j of each qs byte
+      const uint32_t b0 = byte_of(r[8 + j / 2], 2 * (j % 2)), b1 = byte_of(r[8 + j / 2], 2 * (j % 2) + 1);
+      mn[2 * j] = dmin * static_cast<float>(b0 >> 4);
+      mn[2 * j + 1] = dmin * static_cast<float>(b1 >> 4);
+      const uint32_t s0 = b0 & 15, s1 = b1 & 15;  // byte-wise products stay below 256: no carries
+      st16(dst + 32 * j, ((r[0] >> (2 * j)) & 0x03030303u) * s0, ((r[1] >> (2 * j)) & 0x03030303u) * s0,
+           ((r[2] >> (2 * j)) & 0x03030303u) * s0, ((r[3] >> (2 * j)) & 0x03030303u) * s0);
+      st16(dst + 32 * j + 16, ((r[4] >> (2 * j)) & 0x03030303u) * s1, ((r[5] >> (2 * j)) & 0x03030303u) * s1,
+           ((r[6] >> (2 * j)) & 0x03030303u) * s1, ((r[7] >> (2 * j)) & 0x03030303u) * s1);
+    }
+  }
+};
+
 // The sub-block formats (quant_sub32.cuh): load() decodes the half step's 4
 // sub-blocks straight into registers (8 quant words each, then the scales
 // s[0] and s[1] and the offset m[0] as float bits); sub-blocks past the
-// row's end read as zero. Per-16 offsets (Q2_K) have no slot here.
+// row's end read as zero. Per-16 offsets (Q2_K) have no slot here: FmtQ2K.
 template <class D>
 struct FmtSub32 {
   static_assert(D::kMin != 2, "the int8 GEMM keeps one offset per 32 elements");
   static constexpr int kSG = D::kTwoScales ? 16 : 32, kRaw = 44;
-  static constexpr bool kMin = D::kMin == 1;
+  static constexpr bool kMin = D::kMin == 1, kMin16 = false;
   static constexpr int kSubs = D::kBlockElems / 32;
   static __device__ __forceinline__ void load(const uint8_t* row, int kt, int h, int nb, uint32_t* r) {
 #pragma unroll
@@ -358,7 +390,7 @@ __device__ __forceinline__ void mma_k16(uint32_t a0, uint32_t a1, uint32_t b0, i
 }
 
 // Shared memory of one stage.
-template <int BN>
+template <int BN, bool kMin16 = false>
 struct Stage {
   static constexpr int kAq = 0;                    // int8 [BM][LDQ]
   static constexpr int kBq = kAq + BM * LDQ;       // int8 [BN][LDQ]
@@ -368,12 +400,17 @@ struct Stage {
   // Per 32-element slot c: {scale, min}, or for Q6_K the two 16-element scales.
   static constexpr int kAs = kBq + BN * LDQ;       // float2 [8][BM]
   static constexpr int kBds = kAs + BM * 16 * 4;   // float2 [8][BN]
-  static constexpr int kBytes = kBds + BN * 8 * 8;
+  // Per-16 mins (Q2_K): the slots of kAs hold the two mins, and the K step's
+  // one weight scale is kAd; kXs has d_x * (sum of quants) of each half of a
+  // 32-element activation block.
+  static constexpr int kAd = kBds + BN * 8 * 8;     // float [BM]
+  static constexpr int kXs = kAd + BM * 4;          // float2 [8][BN]
+  static constexpr int kBytes = kMin16 ? kXs + BN * 8 * 8 : kAd;
 };
 
 template <class F, int BN>
 __global__ void __launch_bounds__(kThreads, BN == 32 ? 2 : 1) gemm_q8_kernel(const Q8GemmParams p) {
-  using S = Stage<BN>;
+  using S = Stage<BN, F::kMin16>;
   constexpr int NI = BN / 16;     // n8 tiles per warp
   constexpr int TPV = kThreads / BN;  // threads per activation row of a step
   constexpr int BV = BK / TPV;        // bytes of it per thread (BN)
@@ -420,6 +457,7 @@ __global__ void __launch_bounds__(kThreads, BN == 32 ? 2 : 1) gemm_q8_kernel(con
     uint32_t ra[F::kRaw];
     uint4 rb[BV / 16];
     float2 rd[BN / 32];
+    float rdx[F::kMin16 ? BV / 32 : 1];  // d_x of the blocks in rb (per-16 mins)
     auto load = [&](int kt) {
       F::load(wrow, kt, ah, p.nb32, ra);
 #pragma unroll
@@ -436,16 +474,27 @@ __global__ void __launch_bounds__(kThreads, BN == 32 ? 2 : 1) gemm_q8_kernel(con
                     ? __ldg(p.xds + static_cast<int64_t>(vi) * (p.xn / 32) + kb)
                     : make_float2(0.f, 0.f);
       }
+      if constexpr (F::kMin16) {
+#pragma unroll
+        for (int q = 0; q < BV / 32; ++q) {
+          const int kb = kt * 8 + bo / 32 + q;
+          rdx[q] = (xrow != nullptr && kb < p.nb32)
+                       ? __ldg(reinterpret_cast<const float*>(p.xds + static_cast<int64_t>(myv) * (p.xn / 32) + kb))
+                       : 0.f;
+        }
+      }
     };
     auto store = [&](int st) {
       uint8_t* s = smem + st * S::kBytes;
-      float sc[8], mn[4];
+      float sc[8], mn[8];
       F::unpack(ra, ah, reinterpret_cast<int8_t*>(s + S::kAq + ar * LDQ + ah * 128), sc, mn);
       float2* as = reinterpret_cast<float2*>(s + S::kAs) + ar;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {  // this half's slots 4 ah + i
         if constexpr (F::kSG == 16)
           as[(4 * ah + i) * BM] = make_float2(sc[2 * i], sc[2 * i + 1]);
+        else if constexpr (F::kMin16)
+          as[(4 * ah + i) * BM] = make_float2(mn[2 * i], mn[2 * i + 1]);
         else
           as[(4 * ah + i) * BM] = make_float2(sc[i], F::kMin ? mn[i] : 0.f);
       }
@@ -455,6 +504,20 @@ __global__ void __launch_bounds__(kThreads, BN == 32 ? 2 : 1) gemm_q8_kernel(con
       for (int i = 0; i < BN / 32; ++i) {
         const int ent = tid + kThreads * i;  // vector ent / 8, block ent % 8, as loaded
         reinterpret_cast<float2*>(s + S::kBds)[(ent % 8) * BN + ent / 8] = rd[i];
+      }
+      if constexpr (F::kMin16) {
+        if (ah == 0) reinterpret_cast<float*>(s + S::kAd)[ar] = sc[0];
+        constexpr int k1 = 0x01010101;  // dp4a with ones: the sum of 4 int8
+#pragma unroll
+        for (int q = 0; q < BV / 32; ++q) {
+          const uint4 lo = rb[2 * q], hi = rb[2 * q + 1];
+          const int s0 = __dp4a(static_cast<int>(lo.w), k1, __dp4a(static_cast<int>(lo.z), k1,
+                         __dp4a(static_cast<int>(lo.y), k1, __dp4a(static_cast<int>(lo.x), k1, 0))));
+          const int s1 = __dp4a(static_cast<int>(hi.w), k1, __dp4a(static_cast<int>(hi.z), k1,
+                         __dp4a(static_cast<int>(hi.y), k1, __dp4a(static_cast<int>(hi.x), k1, 0))));
+          reinterpret_cast<float2*>(s + S::kXs)[(bo / 32 + q) * BN + bv] =
+              make_float2(rdx[q] * static_cast<float>(s0), rdx[q] * static_cast<float>(s1));
+        }
       }
     };
     (void)xdrow;
@@ -478,8 +541,19 @@ __global__ void __launch_bounds__(kThreads, BN == 32 ? 2 : 1) gemm_q8_kernel(con
       const int8_t* bq = reinterpret_cast<const int8_t*>(s + S::kBq);
       const float2* as = reinterpret_cast<const float2*>(s + S::kAs);
       const float2* bds = reinterpret_cast<const float2*>(s + S::kBds);
+      float wd[2][2] = {};  // per-16 mins: the K step's weight scale of this lane's rows
+      if constexpr (F::kMin16) {
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr)
+            wd[mi][hr] = reinterpret_cast<const float*>(s + S::kAd)[wm * 32 + mi * 16 + gq + 8 * hr];
+      }
 #pragma unroll 2
       for (int c = 0; c < BK / 32; ++c) {
+        // K not a multiple of 256 (gpt-oss: 2880): the last step's slices
+        // past the row's end hold zeros; skip their tensor-core work.
+        if (kt * (BK / 32) + c >= p.nb32) break;
         uint32_t a[2][4], b[NI][2];
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi) {
@@ -493,21 +567,29 @@ __global__ void __launch_bounds__(kThreads, BN == 32 ? 2 : 1) gemm_q8_kernel(con
         }
         // scales of this lane's rows (gq, gq+8 of each m tile) and vectors (2tq, 2tq+1 of each n tile)
         float ws[2][2][2], wmn[2][2];
+        float2 wm16[2][2];  // per-16 mins: the two of this slot
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {
             const float2 t = as[c * BM + wm * 32 + mi * 16 + gq + 8 * hr];
-            ws[mi][hr][0] = t.x;
+            ws[mi][hr][0] = F::kMin16 ? wd[mi][hr] : t.x;
             ws[mi][hr][1] = F::kSG == 16 ? t.y : 0.f;
             wmn[mi][hr] = F::kMin ? t.y : 0.f;
+            wm16[mi][hr] = t;
           }
-        float2 xd[NI][2];
+        float2 xd[NI][2], xs[NI][2];
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni) {  // vectors 2tq, 2tq+1: adjacent, one 16-byte load
           const float4 t = *reinterpret_cast<const float4*>(bds + c * BN + wn * (BN / 2) + ni * 8 + 2 * tq);
           xd[ni][0] = make_float2(t.x, t.y);
           xd[ni][1] = make_float2(t.z, t.w);
+          if constexpr (F::kMin16) {
+            const float4 u = *reinterpret_cast<const float4*>(reinterpret_cast<const float2*>(s + S::kXs) + c * BN +
+                                                              wn * (BN / 2) + ni * 8 + 2 * tq);
+            xs[ni][0] = make_float2(u.x, u.y);
+            xs[ni][1] = make_float2(u.z, u.w);
+          }
         }
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi)
@@ -531,6 +613,10 @@ __global__ void __launch_bounds__(kThreads, BN == 32 ? 2 : 1) gemm_q8_kernel(con
                 const int hr = r / 2, hv = r % 2;
                 float v = fmaf(static_cast<float>(d[r]), ws[mi][hr][0] * xd[ni][hv].x, acc[mi][ni][r]);
                 if constexpr (F::kMin) v = fmaf(-wmn[mi][hr], xd[ni][hv].y, v);
+                if constexpr (F::kMin16) {  // sum over the two groups of -dmin*m * d_x * sum q_x
+                  v = fmaf(-wm16[mi][hr].x, xs[ni][hv].x, v);
+                  v = fmaf(-wm16[mi][hr].y, xs[ni][hv].y, v);
+                }
                 acc[mi][ni][r] = v;
               }
             }
@@ -568,7 +654,7 @@ __global__ void __launch_bounds__(kThreads, BN == 32 ? 2 : 1) gemm_q8_kernel(con
 
 template <class F, int BN>
 void launch_one(const Q8GemmParams& p, dim3 grid, cudaStream_t stream) {
-  constexpr int smem = 2 * Stage<BN>::kBytes;
+  constexpr int smem = 2 * Stage<BN, F::kMin16>::kBytes;
   static bool configured = false;  // the attribute is per kernel; setting it twice is harmless
   if (!configured) {
     MS_CUDA_CHECK(cudaFuncSetAttribute(gemm_q8_kernel<F, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -590,11 +676,12 @@ namespace detail {
 bool gemm_q8_supported(DType t) {
   switch (t) {
     case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::Q8_0: case DType::Q4_0: case DType::MXFP4:
+    case DType::Q2_K:
       return true;
 #define MS_SUB32_CASE(T, D) case DType::T:
     MS_SUB32_BASIC_TYPES_NO_Q2K(MS_SUB32_CASE) MS_SUB32_IQ_TYPES(MS_SUB32_CASE)
 #undef MS_SUB32_CASE
-      return true;  // not Q2_K: its per-16 offsets take the matvec path
+      return true;
     default:
       return false;
   }
@@ -664,6 +751,7 @@ void gemm_q8_launch(const MatrixSet* w, int parts, const Q8Act& x, const MatvecG
     case DType::Q8_0: launch_fmt<FmtQ8_0>(p, bn, grid, stream); break;
     case DType::Q4_0: launch_fmt<FmtQ4_0>(p, bn, grid, stream); break;
     case DType::MXFP4: launch_fmt<FmtMXFP4>(p, bn, grid, stream); break;
+    case DType::Q2_K: launch_fmt<FmtQ2K>(p, bn, grid, stream); break;
 #define MS_SUB32_CASE(T, D) \
   case DType::T: launch_fmt<FmtSub32<dev::D>>(p, bn, grid, stream); break;
     MS_SUB32_BASIC_TYPES_NO_Q2K(MS_SUB32_CASE)

@@ -7,8 +7,8 @@
   X(Q4_1, DecQ4_1) X(Q5_0, DecQ5_0) X(Q5_1, DecQ5_1) X(Q2_K, DecQ2K) X(Q3_K, DecQ3K) X(TQ1_0, DecTQ1_0) \
   X(TQ2_0, DecTQ2_0)
 
-// As MS_SUB32_BASIC_TYPES without Q2_K (whose per-16 offsets the int8 GEMM
-// does not keep).
+// As MS_SUB32_BASIC_TYPES without Q2_K (the int8 GEMM reads it through its
+// own tile loader, gemm_q8.cu's FmtQ2K, for its per-16 offsets).
 #define MS_SUB32_BASIC_TYPES_NO_Q2K(X) \
   X(Q4_1, DecQ4_1) X(Q5_0, DecQ5_0) X(Q5_1, DecQ5_1) X(Q3_K, DecQ3K) X(TQ1_0, DecTQ1_0) X(TQ2_0, DecTQ2_0)
 

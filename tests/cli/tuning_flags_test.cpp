@@ -24,7 +24,7 @@ const std::vector<std::string> kFlags = {
     "--no-graph",     "--no-fuse-decode",  "--no-fuse-prefill", "--no-pdl",          "--step-timing",
     "--no-gated",     "--no-prompt-stage", "--prompt-cpu",      "--no-stage-gap",    "--no-staged-hits",
     "--no-pinned-prompt", "--transit-slots", "--hybrid-profile", "--link-timeline", "--spin-us",
-    "--gemm-min-batch", "--pass-link-share", "--pass-memory-share", "--even-passes"};
+    "--gemm-min-batch", "--expert-gemm-min-batch", "--pass-link-share", "--pass-memory-share", "--even-passes"};
 
 TEST(TuningFlags, HelpListsThemUnderTheirHeading) {
   for (const char* cmd : {"run", "serve", "bench", "logits"}) {
@@ -53,6 +53,8 @@ TEST(TuningFlags, BadValuesAreErrorsNamingTheFlag) {
       {"run -p hi -n 1 --backend cpu --pass-link-share nan", "--pass-link-share"},
       {"bench -p 1 -n 1 --backend cpu --pass-memory-share 1.5", "--pass-memory-share"},
       {"run -p hi -n 1 --backend cpu --even-passes=maybe", "--even-passes"},
+      {"run -p hi -n 1 --backend cpu --expert-gemm-min-batch -1", "--expert-gemm-min-batch"},
+      {"bench -p 1 -n 1 --backend cpu --expert-gemm-min-batch x", "--expert-gemm-min-batch"},
   };
   for (const auto& [args, flag] : cases) {
     std::string out;
@@ -79,6 +81,7 @@ TEST(TuningFlags, CpuGreedyTextDoesNotDependOnThem) {
   EXPECT_EQ(greedy_text("--backend cpu -t 2 --spin-us 50000 --no-graph --no-pdl --transit-slots 4 --prompt-cpu"),
             base);
   EXPECT_EQ(greedy_text("--backend cpu -t 2 --pass-link-share 0.3 --pass-memory-share 0.2 --even-passes"), base);
+  EXPECT_EQ(greedy_text("--backend cpu -t 2 --expert-gemm-min-batch 0"), base);
 }
 
 #ifdef MOESTREAM_HAVE_CUDA

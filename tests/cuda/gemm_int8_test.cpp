@@ -98,6 +98,8 @@ TEST(CudaMatmulInt8, GroupedByExpert) {
   grouped_case(DType::Q4_K, true, 62);
   grouped_case(DType::Q6_K, false, 63);
   grouped_case(DType::Q8_0, true, 64);
+  grouped_case(DType::Q2_K, true, 65);   // per-16 mins: the activation sums per 16
+  grouped_case(DType::Q2_K, false, 66);
 }
 
 TEST(CudaMatmulInt8, RejectsBadInput) {

@@ -66,7 +66,7 @@ TEST_P(Sub32Format, KernelsAreSupported) {
   EXPECT_TRUE(matvec_takes_q8(t));
   EXPECT_TRUE(matmul_supported(t));
   EXPECT_TRUE(embed_supported(t));
-  EXPECT_EQ(matmul_int8_supported(t), t != DType::Q2_K);  // Q2_K's per-16 offsets: matvec path
+  EXPECT_TRUE(matmul_int8_supported(t));
 }
 
 // Experts through a device table of slot pointers (offset inside each slot),
@@ -133,8 +133,8 @@ TEST_P(Sub32Format, MatvecExpertTableAndGatedPair) {
   expect_close(got_glu, want_glu, bound_glu, std::string("gated pair ") + type_name(t));
 }
 
-// matmul: the int8 tensor-core GEMM with Q8 activations (every format but
-// Q2_K), and the dequantising f16 GEMM with f32 activations (every format).
+// matmul: the int8 tensor-core GEMM with Q8 activations and the dequantising
+// f16 GEMM with f32 activations (every format).
 TEST_P(Sub32Format, MatmulInt8AndDequantisingMatchReference) {
   MS_REQUIRE_GPU();
   const DType t = GetParam();
@@ -172,7 +172,7 @@ TEST_P(Sub32Format, MatmulInt8AndDequantisingMatchReference) {
         // f16 weights and activations: each product off by at most ~2 * 2^-11 relative
         bound_f16.push_back(1.1e-3 * abs_sum + 1e-5);
       }
-    if (mma && matmul_int8_supported(t)) {
+    if (mma) {
       DeviceBuffer y = poisoned(static_cast<size_t>(c.n * c.rows));
       matmul(m, in.in, g, y.as<float>(), c.rows, dres.as<float>(), s);
       expect_close(download<float>(y.get(), static_cast<size_t>(c.n * c.rows)), want, bound_q8, "int8 " + what);

@@ -343,6 +343,7 @@ CudaBackend::CudaBackend(const ModelWeights& w, Options opt) : impl_(std::make_u
   if (opt.n_seq > 1) m.slots = std::make_shared<SeqSlotPool>(opt.n_seq);
   m.B = std::max(1, opt.max_batch);
   m.opt.gemm_min_batch = std::max(2, opt.gemm_min_batch);
+  if (opt.expert_gemm_min_batch >= 0) cuda::expert_ffn_set_gemm_min_tokens(opt.expert_gemm_min_batch);
   m.check_types();
   cuda::prepare_quant_tables();  // IQ lookup tables on the device before any graph capture
   m.stream_owner = std::make_unique<cuda::Stream>();

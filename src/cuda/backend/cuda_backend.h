@@ -74,6 +74,11 @@ class CudaBackend : public Backend {
     double pass_memory_share = 0;
     bool even_passes = false;
     int gemm_min_batch = 16;     // batches of at least this many tokens use the tensor-core matmul
+    // Routed experts: batches of at least this many tokens take the int8
+    // GEMM (0: never, the multi-vector matvec; -1: leave the process-wide
+    // setting, cuda::expert_ffn_set_gemm_min_tokens, as it is). A/B of the
+    // two prompt paths (--expert-gemm-min-batch).
+    int expert_gemm_min_batch = -1;
     bool use_graph = true;       // replay decode steps from a captured CUDA graph
     // decode: q/k norm + rope + cache append in one launch (decode_fused.h);
     // the experts' down projection + weighted sum in one (matvec.h)

@@ -257,10 +257,14 @@ void CudaBackend::Impl::prologue(int il, int slot, int n, float* qp, float* kp, 
   const cuda::DevLayer& L = weights.layer(il);
   const int64_t hd = c.head_dim;
   const int64_t qd = c.n_head * hd, kvd = c.n_head_kv * hd;
-  if (L.bq) {
-    cuda::add_row_bias(qp, L.bq, n, qd, s);
-    cuda::add_row_bias(kp, L.bk, n, kvd, s);
-    cuda::add_row_bias(vp, L.bv, n, kvd, s);
+  // Biases (gpt-oss): one launch per tensor for the whole batch, not three
+  // per token (a 512-token pass launched 1536 adds a layer this way).
+  constexpr int kRows = 65535;  // add_row_bias's rows per launch
+  for (int t = 0; t < n && L.bq; t += kRows) {
+    const int m = std::min(kRows, n - t);
+    cuda::add_row_bias(qp + t * qd, L.bq, m, qd, s);
+    if (L.bk) cuda::add_row_bias(kp + t * kvd, L.bk, m, kvd, s);
+    if (L.bv) cuda::add_row_bias(vp + t * kvd, L.bv, m, kvd, s);
   }
   if (L.q_norm) {
     cuda::rmsnorm(qp, L.q_norm, qp, static_cast<int64_t>(n) * c.n_head, hd, c.rms_eps, s);
