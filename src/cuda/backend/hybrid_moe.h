@@ -107,6 +107,8 @@ struct HybridMoeOptions {
 };
 
 class HybridTiers;
+class GatedTiers;
+class GatedDeviceTier;
 
 class HybridMoe {
  public:
@@ -178,7 +180,11 @@ class HybridMoe {
 
  private:
   struct Impl;
-  friend class HybridTiers;  // the tiers of the engine's step (hybrid_tiers.h)
+  // The tiers of the engine's step: planned (hybrid_tiers.h) and gated
+  // (hybrid_gated.cpp).
+  friend class HybridTiers;
+  friend class GatedTiers;
+  friend class GatedDeviceTier;
   std::unique_ptr<Impl> impl_;
 };
 
