@@ -237,7 +237,7 @@ void MoeStep::run(uint64_t step, int layer, int n, MoeTiers& tiers) {
   tiers.planned(layer, ls, t_);
   auto stage_prediction = [&] {
     if (!r.pred_ids) return;
-    sched_->note_host_overhead(seconds_since(t0));
+    if (report_times_) sched_->note_host_overhead(seconds_since(t0));
     tiers.stage_decode(r.pred_layer, stage_decode(step, r.pred_layer, r.pred_ids, r.pred_n));
   };
 
@@ -279,7 +279,7 @@ void MoeStep::run(uint64_t step, int layer, int n, MoeTiers& tiers) {
     tiers.stage_prompt(sched_->stage_prompt(step, sched_->next_tiered(layer), n));
     // The host's share of a prompt's layer starts only now: the scheduler
     // counts this delay against it from the next pass on.
-    sched_->note_prompt_cpu_delay(seconds_since(t_plan));
+    if (report_times_) sched_->note_prompt_cpu_delay(seconds_since(t_plan));
   }
   tiers.enqueued(layer);
 
@@ -322,7 +322,7 @@ void MoeStep::run_gated(uint64_t step, int layer, const MoeRoutes& r, MoeTiers& 
   // The host tier's rows (at their pair indices) into the device's sum,
   // which waits for them.
   if (!t_.host_work.empty()) {
-    sched_->note_host_overhead(seconds_since(t_plan));
+    if (report_times_) sched_->note_host_overhead(seconds_since(t_plan));
     tiers.compute_share(host_share(layer));
     tiers.combine(layer, 1);
   }

@@ -82,6 +82,11 @@ class MoeStep {
 
   const MoeStepTables& tables() const { return t_; }
 
+  // Measured host times go to the scheduler (its overhead and prompt-CPU
+  // delay figures); off for a replay (`moestream sim`), whose wall time is
+  // not the engine's.
+  void set_report_times(bool on) { report_times_ = on; }
+
   // Row chunks (issue #29): a wave of more than `rows` device rows becomes
   // several MoeWave of at most `rows` each (an expert's rows may be cut
   // between two), so the device tier's per-row buffers (gathered input,
@@ -119,6 +124,7 @@ class MoeStep {
   MoeStepTables t_;
   std::vector<int32_t> cursor_;
   int chunk_rows_ = 0;
+  bool report_times_ = true;
 };
 
 }  // namespace ms
