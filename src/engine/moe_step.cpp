@@ -245,7 +245,8 @@ void MoeStep::run(uint64_t step, int layer, int n, MoeTiers& tiers) {
   // fused kernel, no rows (every streamed expert has its own slot: all are
   // copied before the compute).
   if (sched_->decode_all_on_gpu(n, ls, tiers.decode_kernels_take(layer))) {
-    std::vector<size_t> all;
+    std::vector<size_t>& all = device_experts_;
+    all.clear();
     bool copies = false;
     for (const auto& wave : ls.waves)
       for (size_t i : wave) {
@@ -310,7 +311,8 @@ void MoeStep::run_gated(uint64_t step, int layer, const MoeRoutes& r, MoeTiers& 
 
   // ---- execute: the device tier's copies, then its experts may go on
   if (!r.present) {
-    std::vector<size_t> device;
+    std::vector<size_t>& device = device_experts_;
+    device.clear();
     bool copies = false;
     for (size_t i = 0; i < sp.plan.experts.size(); ++i) {
       if (sp.plan.experts[i].tier == Tier::Host) continue;

@@ -123,6 +123,7 @@ class MoeStep {
   StepScheduler* sched_;
   MoeStepTables t_;
   std::vector<int32_t> cursor_;
+  std::vector<size_t> device_experts_;  // a fused decode's device-tier experts (kept: no allocation per token)
   int chunk_rows_ = 0;
   bool report_times_ = true;
 };
