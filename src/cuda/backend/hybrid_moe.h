@@ -29,8 +29,8 @@
 // experts go into the transit slots behind this layer's, so the link keeps
 // busy while this layer, the CPU and the resident layers in between compute.
 //
-// Decode runs the gated step instead where it can (hybrid_gated.cpp): the
-// route is checked against a resident bitmap on the GPU, and the host is
+// Decode takes the same step's gated plan where it can (hybrid_gated.cpp):
+// the route is checked against a resident bitmap on the GPU, and the host is
 // waited for only when some routed expert is not resident.
 //
 // CUDA-only header.
