@@ -2,8 +2,8 @@
 // no GPU, and compare each with Belady's MIN at the same capacity.
 //   moestream sim --trace FILE (--vram BYTES[,..] | --slots N[,..] | --slots-fraction F[,..])
 //                 [--policy P[,..]|all] [--pools global|per-layer|both] [--prefetch none|oracle|predicted]
-//                 [--prefetch-count auto|next] [--warm-start] [--prompt-cpu] [--transit-slots N]
-// The replay runs the engine's step scheduler (experts/step_scheduler.h).
+//                 [--prefetch-count auto|next] [--warm-start] [--prompt-cpu] [--gated] [--transit-slots N]
+// The replay runs the engine's MoE step (engine/moe_step.h) and its scheduler.
 //                 [--profile FILE] [--pin-layers first,last] [--json] [--csv FILE] [--plot FILE.svg]
 #include <cmath>
 #include <cstdio>
@@ -13,7 +13,7 @@
 
 #include "cli/commands.h"
 #include "experts/profile.h"
-#include "experts/sweep.h"
+#include "engine/sweep.h"
 #include "experts/trace.h"
 #include "util/bytes.h"
 #include "util/error.h"
@@ -26,7 +26,7 @@ struct SimArgs {
   std::string prefetch_count = "auto", profile, pin_layers, cost, cost_file, csv, plot;
   double pin_fraction = 0.5, halflife = -1, margin = -1, pcie_gbps = 0, cpu_gbps = 0;
   uint32_t transit_slots = 16;
-  bool json = false, layers = false, warm_start = false, prompt_cpu = false;
+  bool json = false, layers = false, warm_start = false, prompt_cpu = false, gated = false;
 };
 
 void write_file(const std::string& path, const std::string& text) {
@@ -99,6 +99,9 @@ RegisterCommand reg("sim", [](CLI::App& app) {
       ->capture_default_str();
   sim->add_flag("--warm-start", a->warm_start, "Fill the cache before the first step as the engine does (Belady starts empty)");
   sim->add_flag("--prompt-cpu", a->prompt_cpu, "Staged prompt passes give the CPU a share too (the engine's --prompt-cpu)");
+  sim->add_flag("--gated", a->gated,
+                "Decode tokens take the gated plan, as the engine's gated decode: a layer found resident or staged plans "
+                "without admitting, and stages after its CPU experts");
   sim->add_option("--transit-slots", a->transit_slots, "Slots per pool for experts streamed without being kept")
       ->capture_default_str();
   sim->add_option("--profile", a->profile, "Access profile (JSON, `moestream trace profile`) whose hottest experts pinned+ policies pin");
@@ -153,6 +156,7 @@ RegisterCommand reg("sim", [](CLI::App& app) {
     base.prefetch_count = a->prefetch_count;
     base.warm_start = a->warm_start;
     base.prompt_cpu = a->prompt_cpu;
+    base.gated = a->gated;
     base.transit_slots = a->transit_slots;
     if (a->halflife >= 0) base.policy_options.decay_halflife_steps = a->halflife;
     if (a->margin >= 0) base.policy_options.admit_margin = a->margin;

@@ -407,8 +407,9 @@ struct CpuBackend::HostTier final : MoeTiers {
   CpuBackend& b;
   HostTier(CpuBackend& backend, int) : b(backend) {}
   MoeRoutes fetch_routes(int, int, bool) override { return {b.route_ids_.data(), nullptr, -1, 0}; }
-  void compute_host(int layer, int n, const MoeStepTables& t) override {
-    b.cpu_executor_.compute(layer, b.x_.data(), n, t.host_work, b.expert_y_.data());
+  // Every pair is the host's, each row its pair index.
+  void compute_share(const MoeShare& s) override {
+    b.cpu_executor_.compute(s.layer, b.x_.data(), s.n_tokens, *s.work, b.expert_y_.data());
   }
   // In pair order, the same for every batch size and device (tokens are
   // independent: a batch splits them over the pool).

@@ -178,14 +178,15 @@ void MoeStep::build_chunked_rows(const LayerSchedule& ls) {
   t_.groups = static_cast<int>(t_.group_offset.size());
 }
 
-const LayerSchedule& MoeStep::plan(uint64_t step, int layer, const int32_t* ids, int n, bool gated_layer,
-                                   bool may_admit) {
-  if (!sched_) throw Error("MoE step: planning needs a scheduler");
-  group(layer, ids, n);
-  const LayerSchedule& ls =
-      sched_->plan_layer(step, static_cast<uint32_t>(layer), t_.keys, t_.tokens, gated_layer, may_admit);
-  split(layer, &ls, true, nullptr);
-  return ls;
+MoeShare MoeStep::host_share(int layer) const {
+  MoeShare s;
+  s.tier = Tier::Host;
+  s.layer = layer;
+  s.n_tokens = t_.n_tokens;
+  s.work = &t_.host_work;
+  s.rows = t_.host_rows_at_pair ? t_.n_tokens * k_ : t_.host_rows;
+  s.pair_of_row = t_.host_rows_at_pair ? nullptr : t_.host_pair.data();
+  return s;
 }
 
 DecodeStage MoeStep::stage_decode(uint64_t step, int layer, const int32_t* ids, int n) {
@@ -205,17 +206,28 @@ DecodeStage MoeStep::stage_decode(uint64_t step, int layer, const int32_t* ids, 
 }
 
 void MoeStep::run(uint64_t step, int layer, int n, MoeTiers& tiers) {
+  // ---- the resident plan: the device runs the layer from its own routes
+  // (nothing to read back or plan: every expert is resident for good, or
+  // the device checks residency itself behind a gate)
+  if (tiers.device_runs_layer(layer, n)) {
+    tiers.run_on_device(layer, n);
+    return;
+  }
   const auto t0 = Clock::now();
   // ---- route
   const bool with_input = !sched_ || StepScheduler::input_with_routes(n);
   const MoeRoutes r = tiers.fetch_routes(layer, n, with_input);
-  const auto t_plan = Clock::now();
+  const auto t_plan = r.arrived != Clock::time_point{} ? r.arrived : Clock::now();
   group(layer, r.ids, n);
   if (!sched_) {
     split(layer, nullptr, true, nullptr);
-    tiers.compute_host(layer, n, t_);
+    tiers.compute_share(host_share(layer));
     tiers.combine(layer, n);
     return;
+  }
+  if (r.gated) {
+    if (n != 1) throw Error("MoE step: a gated layer step is one decode token, not " + std::to_string(n));
+    return run_gated(step, layer, r, tiers, t_plan);
   }
 
   // ---- plan
@@ -225,15 +237,16 @@ void MoeStep::run(uint64_t step, int layer, int n, MoeTiers& tiers) {
   tiers.planned(layer, ls, t_);
   auto stage_prediction = [&] {
     if (!r.pred_ids) return;
-    sched_->note_host_overhead(seconds_since(t0));
+    if (report_times_) sched_->note_host_overhead(seconds_since(t0));
     tiers.stage_decode(r.pred_layer, stage_decode(step, r.pred_layer, r.pred_ids, r.pred_n));
   };
 
   // ---- one decode token with every expert on the device: the backend's
-  // all-resident kernel, no rows (every streamed expert has its own slot:
-  // all are copied before the compute).
+  // fused kernel, no rows (every streamed expert has its own slot: all are
+  // copied before the compute).
   if (sched_->decode_all_on_gpu(n, ls, tiers.decode_kernels_take(layer))) {
-    std::vector<size_t> all;
+    std::vector<size_t>& all = device_experts_;
+    all.clear();
     bool copies = false;
     for (const auto& wave : ls.waves)
       for (size_t i : wave) {
@@ -267,13 +280,60 @@ void MoeStep::run(uint64_t step, int layer, int n, MoeTiers& tiers) {
     tiers.stage_prompt(sched_->stage_prompt(step, sched_->next_tiered(layer), n));
     // The host's share of a prompt's layer starts only now: the scheduler
     // counts this delay against it from the next pass on.
-    sched_->note_prompt_cpu_delay(seconds_since(t_plan));
+    if (report_times_) sched_->note_prompt_cpu_delay(seconds_since(t_plan));
   }
   tiers.enqueued(layer);
 
   // ---- host tier, then combine
-  if (!t_.host_work.empty()) tiers.compute_host(layer, n, t_);
+  if (!t_.host_work.empty()) tiers.compute_share(host_share(layer));
   tiers.combine(layer, n);
+}
+
+// The host half of a gated decode token: the device already runs the fused
+// kernel behind the layer's gate, over the slot table, with the host's rows
+// (at their pair indices) in its sum.
+void MoeStep::run_gated(uint64_t step, int layer, const MoeRoutes& r, MoeTiers& tiers, Clock::time_point t_plan) {
+  // ---- plan: a layer the device found present with some expert staged
+  // must not admit (its cache slots may be read by the layers after).
+  const LayerSchedule& ls =
+      sched_->plan_layer(step, static_cast<uint32_t>(layer), t_.keys, t_.tokens, true, !(r.present && r.staged));
+  const StepPlan& sp = *ls.plan;
+  if (r.present)  // the device went on: the plan must hold every expert where it found them, copying none
+    for (size_t i = 0; i < sp.plan.experts.size(); ++i) {
+      const PlannedExpert& pe = sp.plan.experts[i];
+      if (!(pe.tier == Tier::Resident || (r.staged && pe.staged)) || sp.copy[i])
+        throw Error("MoE step: layer " + std::to_string(layer) +
+                    " was present on the device but not in the residency policy (a bug)");
+    }
+  // A present layer's slot table is the one the device used: nothing pointed.
+  split(layer, &ls, true, r.present ? nullptr : &tiers);
+  tiers.planned(layer, ls, t_);
+
+  // ---- execute: the device tier's copies, then its experts may go on
+  if (!r.present) {
+    std::vector<size_t>& device = device_experts_;
+    device.clear();
+    bool copies = false;
+    for (size_t i = 0; i < sp.plan.experts.size(); ++i) {
+      if (sp.plan.experts[i].tier == Tier::Host) continue;
+      device.push_back(i);
+      copies = copies || sp.copy[i];
+    }
+    tiers.decode_on_device(layer, sp, device, copies);
+  }
+  // The host tier's rows (at their pair indices) into the device's sum,
+  // which waits for them.
+  if (!t_.host_work.empty()) {
+    if (report_times_) sched_->note_host_overhead(seconds_since(t_plan));
+    tiers.compute_share(host_share(layer));
+    tiers.combine(layer, 1);
+  }
+  // The next tiered layer's predicted experts, behind this layer's copies.
+  // After the host's experts, not before: the link's DMA reads host memory
+  // as the CPU does, and here the device waits for the CPU's rows
+  // (bench/results/hybrid_bench.md, "Run 13").
+  if (r.pred_ids) tiers.stage_decode(r.pred_layer, stage_decode(step, r.pred_layer, r.pred_ids, r.pred_n));
+  tiers.enqueued(layer);
 }
 
 }  // namespace ms

@@ -1,8 +1,10 @@
-// One MoE layer's step, owned here (issue #30): route -> plan -> execute per
-// tier -> combine. Plain C++: the decisions are the StepScheduler's
+// One MoE layer's step, owned here (issues #30, #41): route -> plan ->
+// execute per tier -> combine, the one sequence every backend's routed
+// experts go through (the all-resident kernel, the planned tiered step, the
+// gated decode, the CPU's). Plain C++: the decisions are the StepScheduler's
 // (experts/step_scheduler.h), the mechanism a backend's MoeTiers
-// (engine/moe_tiers.h); this keeps the order between them and the host
-// tables the tiers read:
+// (engine/moe_tiers.h says which calls each plan makes, in which order);
+// this keeps the order between them and the host tables the tiers read:
 //   - the routes grouped by expert (each expert's pairs in pair order), as
 //     the scheduler's keys and token counts;
 //   - the device rows in wave order (a wave's rows consecutive, so its
@@ -50,7 +52,7 @@ struct MoeStepTables {
   std::vector<int32_t> group_offset;
   std::vector<int32_t> group_expert;  // [groups] (chunked: with the end entries)
   std::vector<MoeWave> waves;
-  // Host tier.
+  // Host tier (its MoeShare).
   std::vector<ExpertWork> host_work;
   std::vector<int32_t> host_pair;  // [host_rows]: the pair of host row r
   int host_rows = 0;
@@ -66,14 +68,12 @@ class MoeStep {
   // sched null: a host-only step (every expert on the host tier).
   MoeStep(int n_expert, int k, StepScheduler* sched);
 
-  // Layer `layer`'s step of n tokens through the tiers, in MoeTiers' order.
-  // step: the forward pass's ordinal (the policies' clock).
+  // Layer `layer`'s step of n tokens through the tiers, in MoeTiers' order
+  // for the plan they take (resident, planned or gated). step: the forward
+  // pass's ordinal (the policies' clock). Throws ms::Error for a routed id
+  // out of range, and for a gated layer the device found present that the
+  // plan does not hold on the device.
   void run(uint64_t step, int layer, int n, MoeTiers& tiers);
-
-  // The planning half alone (the gated decode, which runs its own device
-  // step): groups ids [n][k], plans the layer and builds the host work with
-  // its rows at the pair indices. Throws ms::Error for an id out of range.
-  const LayerSchedule& plan(uint64_t step, int layer, const int32_t* ids, int n, bool gated_layer, bool may_admit);
 
   // A decode prediction of `layer` (ids [n], most likely first) into the
   // scheduler's staging: nothing (plan null) for a layer it does not tier.
@@ -81,6 +81,11 @@ class MoeStep {
   DecodeStage stage_decode(uint64_t step, int layer, const int32_t* ids, int n);
 
   const MoeStepTables& tables() const { return t_; }
+
+  // Measured host times go to the scheduler (its overhead and prompt-CPU
+  // delay figures); off for a replay (`moestream sim`), whose wall time is
+  // not the engine's.
+  void set_report_times(bool on) { report_times_ = on; }
 
   // Row chunks (issue #29): a wave of more than `rows` device rows becomes
   // several MoeWave of at most `rows` each (an expert's rows may be cut
@@ -108,13 +113,19 @@ class MoeStep {
   // schedule); device-tier experts pointed at their slots.
   void split(int layer, const LayerSchedule* ls, bool rows_at_pair, MoeTiers* tiers);
   void build_rows(const LayerSchedule& ls);
+  // The gated plan (MoeRoutes::gated), after the routes.
+  void run_gated(uint64_t step, int layer, const MoeRoutes& r, MoeTiers& tiers, Clock::time_point t_plan);
+  // The host tier's share (t_'s host work).
+  MoeShare host_share(int layer) const;
   void build_chunked_rows(const LayerSchedule& ls);
 
   int n_expert_, k_;
   StepScheduler* sched_;
   MoeStepTables t_;
   std::vector<int32_t> cursor_;
+  std::vector<size_t> device_experts_;  // a fused decode's device-tier experts (kept: no allocation per token)
   int chunk_rows_ = 0;
+  bool report_times_ = true;
 };
 
 }  // namespace ms

@@ -1,8 +1,12 @@
-// MoeStep (engine/moe_step.h) through a recording MoeTiers: every (token,
-// expert) pair is computed exactly once, by the tier the scheduler chose; a
-// wave's copies precede its compute; combine comes last and sums in pair
-// order. The fake tiers compute a cheap function of (token, expert) so that
-// the result can be compared with a plain reference bit for bit.
+// MoeStep (engine/moe_step.h) through a recording MoeTiers, in each of its
+// plans (engine/moe_tiers.h): resident (the device runs the layer alone),
+// planned (waves, or one decode token on the device's fused kernel) and
+// gated (the host half of a gated decode token, the device present or not).
+// Every (token, expert) pair is computed exactly once, by the tier the
+// scheduler chose; a wave's copies precede its compute; combine comes last
+// and sums in pair order. The fake tiers compute a cheap function of
+// (token, expert) so that the result can be compared with a plain reference
+// bit for bit.
 #include "engine/moe_step.h"
 
 #include <gtest/gtest.h>
@@ -80,10 +84,34 @@ class FakeTiers : public MoeTiers {
     tier_of_pair_.assign(static_cast<size_t>(n) * kTopK, -1);
   }
 
+  // The resident plan: the device's fused kernel over every pair, its sum included.
+  bool device_runs_layer(int, int n) const override {
+    EXPECT_EQ(n, n_);
+    return device_runs_;
+  }
+  void run_on_device(int, int) override {
+    log("run_on_device");
+    for (int p = 0; p < n_ * kTopK; ++p) {
+      write(y_, p, p / kTopK, r_.ids[static_cast<size_t>(p)]);
+      note(p, r_.ids[static_cast<size_t>(p)], 0);
+    }
+    sum();
+  }
   MoeRoutes fetch_routes(int, int n, bool) override {
     log("fetch_routes");
     EXPECT_EQ(n, n_);
-    return {r_.ids.data(), nullptr, -1, 0};
+    MoeRoutes r{r_.ids.data(), nullptr, -1, 0};
+    if (!gated_) return r;
+    r.gated = true;
+    r.present = present_;
+    if (pred_layer_ >= 0) {
+      r.pred_ids = pred_.data();
+      r.pred_layer = pred_layer_;
+      r.pred_n = static_cast<int>(pred_.size());
+    }
+    // Present: the device went on with every expert at once.
+    if (present_) run_on_device(0, n);
+    return r;
   }
   void planned(int, const LayerSchedule& s, const MoeStepTables&) override {
     log("planned");
@@ -99,13 +127,18 @@ class FakeTiers : public MoeTiers {
     log("decode_on_device");
     EXPECT_EQ(n_, 1);
     std::set<int> on_device;
-    for (size_t i : experts) on_device.insert(static_cast<int>(sp.plan.experts[i].key % kExperts));
+    for (size_t i : experts) {
+      EXPECT_NE(sp.plan.experts[i].tier, Tier::Host);
+      on_device.insert(static_cast<int>(sp.plan.experts[i].key % kExperts));
+    }
     for (int j = 0; j < kTopK; ++j) {
       const int e = r_.ids[static_cast<size_t>(j)];
       if (!on_device.count(e)) continue;
       write(y_, j, 0, e);
       note(j, e, 0);
     }
+    // Gated: the device's sum goes on at once unless it waits for host rows.
+    if (gated_ && tables_->host_work.empty()) sum();
   }
   void fetch_input(int, int) override { log("fetch_input"); }
   void upload_tables(int, const MoeStepTables&) override { log("upload_tables"); }
@@ -156,15 +189,20 @@ class FakeTiers : public MoeTiers {
   void stage_decode(int, const DecodeStage&) override { log("stage_decode"); }
   void stage_prompt(const PromptStage&) override { log("stage_prompt"); }
   void enqueued(int) override { log("enqueued"); }
-  void compute_host(int, int, const MoeStepTables& t) override {
-    log("compute_host");
-    EXPECT_FALSE(t.host_work.empty());
-    for (const ExpertWork& wk : t.host_work) {
+  void compute_share(const MoeShare& s) override {
+    log("compute_share");
+    EXPECT_EQ(s.tier, Tier::Host);
+    EXPECT_EQ(s.n_tokens, n_);
+    ASSERT_NE(s.work, nullptr);
+    EXPECT_FALSE(s.work->empty());
+    for (const ExpertWork& wk : *s.work) {
       ASSERT_EQ(wk.tokens.size(), wk.slots.size());
       for (size_t q = 0; q < wk.tokens.size(); ++q) {
         const int row = wk.slots[q];
+        ASSERT_GE(row, 0);
+        ASSERT_LT(row, s.rows);
         write(host_y_, row, wk.tokens[q], wk.expert);
-        const int p = t.host_rows_at_pair ? row : t.host_pair[static_cast<size_t>(row)];
+        const int p = s.pair(row);
         EXPECT_EQ(wk.tokens[q], p / kTopK);
         note(p, wk.expert, 1);
         // The host's rows go up into the pairs' outputs.
@@ -175,7 +213,13 @@ class FakeTiers : public MoeTiers {
   }
   void combine(int, int n) override {
     log("combine");
-    for (int t = 0; t < n; ++t)
+    EXPECT_EQ(n, n_);
+    sum();
+  }
+  void sum() {
+    EXPECT_FALSE(summed_) << "the pairs were summed twice";
+    summed_ = true;
+    for (int t = 0; t < n_; ++t)
       for (int j = 0; j < kTopK; ++j)
         for (int d = 0; d < kDim; ++d)
           h_[static_cast<size_t>(t * kDim + d)] +=
@@ -197,6 +241,11 @@ class FakeTiers : public MoeTiers {
   const Routes& r_;
   int n_;
   bool kernels_take_;
+  bool device_runs_ = false;  // the resident plan
+  bool gated_ = false, present_ = false;  // the gated plan
+  int pred_layer_ = -1;
+  std::vector<int32_t> pred_;
+  bool summed_ = false;
   const MoeStepTables* tables_ = nullptr;
   int chunk_rows_ = 0;
   const StepPlan* sp_ = nullptr;
@@ -276,11 +325,11 @@ void check_steps(const Case& cs, int n, int steps, bool kernels_take, uint32_t s
         if (last_of(c, "compute_wave") < c.size()) EXPECT_LT(last_of(c, "compute_wave"), first_of(c, "end_waves"));
         EXPECT_LT(first_of(c, "upload_tables"), first_of(c, "begin_waves"));
         EXPECT_LT(last_of(c, "enqueued"), first_of(c, "combine"));
-        if (first_of(c, "compute_host") < c.size()) EXPECT_LT(first_of(c, "enqueued"), first_of(c, "compute_host"));
+        if (first_of(c, "compute_share") < c.size()) EXPECT_LT(first_of(c, "enqueued"), first_of(c, "compute_share"));
         EXPECT_EQ(tiers.h_, reference(r, n));  // bit for bit: the same sums in the same order
       } else {
         EXPECT_EQ(first_of(c, "compute_wave"), c.size());
-        EXPECT_EQ(first_of(c, "compute_host"), c.size());
+        EXPECT_EQ(first_of(c, "compute_share"), c.size());
         EXPECT_EQ(first_of(c, "combine"), c.size());
       }
     }
@@ -389,7 +438,7 @@ TEST(MoeStep, HostOnlyStepIsGroupByExpert) {
     FakeTiers tiers(r, n, false);
     tiers.tables_ = &step.tables();
     step.run(0, 2, n, tiers);
-    const std::vector<std::string> want = {"fetch_routes", "compute_host", "combine"};
+    const std::vector<std::string> want = {"fetch_routes", "compute_share", "combine"};
     EXPECT_EQ(tiers.calls_, want);
     const std::vector<ExpertWork> ref = group_by_expert(r.ids.data(), n, kTopK, kExperts);
     const std::vector<ExpertWork>& got = step.tables().host_work;
@@ -422,6 +471,146 @@ TEST(MoeStep, RouteOutOfRangeIsAnError) {
   const int32_t bad[] = {3, -1};
   EXPECT_THROW(planned.stage_decode(0, 1, bad, 2), Error);
   EXPECT_THROW(MoeStep(4, 5, nullptr), Error);
+}
+
+// The resident plan: the device runs the whole layer from its own routes
+// (an all-resident model, a pinned layer, a gated layer's device half):
+// one call, nothing read back or planned, with or without a scheduler, and
+// the scheduler's clock and residency untouched.
+TEST(MoeStep, ResidentPlanRunsOnTheDeviceAlone) {
+  std::mt19937 rng(21);
+  StepScheduler sched(options(8, 4, "lru"));
+  sched.initial_placement();
+  MoeStep tiered(kExperts, kTopK, &sched), host_only(kExperts, kTopK, nullptr);
+  for (MoeStep* step : {&tiered, &host_only})
+    for (int n : {1, 3, 64}) {
+      const Routes r = random_routes(rng, n);
+      FakeTiers tiers(r, n, false);
+      tiers.tables_ = &step->tables();
+      tiers.device_runs_ = true;
+      const size_t resident_before = sched.residency().resident_count();
+      step->run(0, 1, n, tiers);
+      EXPECT_EQ(tiers.calls_, std::vector<std::string>{"run_on_device"});
+      for (int p = 0; p < n * kTopK; ++p) EXPECT_EQ(tiers.computed_[static_cast<size_t>(p)], 1) << "pair " << p;
+      EXPECT_EQ(tiers.h_, reference(r, n));
+      EXPECT_EQ(sched.residency().resident_count(), resident_before);
+      EXPECT_EQ(step->tables().n_tokens, 0);  // nothing grouped
+    }
+}
+
+// Are all of token 0's routed experts resident (what the device's gate check
+// finds, staging aside)?
+bool all_resident(const StepScheduler& sched, int layer, const Routes& r) {
+  for (int j = 0; j < kTopK; ++j)
+    if (!sched.residency().resident(static_cast<ExpertKey>(layer * kExperts + r.ids[static_cast<size_t>(j)])))
+      return false;
+  return true;
+}
+
+// The gated plan: the host half of gated decode tokens over every case. The
+// device goes on where it finds every expert resident (then the plan only
+// keeps the books: no pointing, copies or host rows); else the device tier's
+// copies, then the host's rows into the device's sum, then the staging.
+void check_gated(const Case& cs, int steps, uint32_t seed, uint64_t& present, uint64_t& host_pairs) {
+  SCOPED_TRACE("gated, policy " + cs.policy + ", " + std::to_string(cs.cache_slots) + " slots, cpu " +
+               std::to_string(cs.cpu_gbps));
+  StepScheduler sched(options(cs.cache_slots, cs.transit, cs.policy));
+  CostModel cost;
+  cost.cpu_gbps = cs.cpu_gbps;
+  cost.cpu_gflops = cs.cpu_gbps * 10;
+  sched.set_cost(cost);
+  sched.initial_placement();
+  MoeStep step(kExperts, kTopK, &sched);
+  std::mt19937 rng(seed);
+  for (int s = 0; s < steps; ++s) {
+    sched.begin_pass(1, true);
+    for (int layer = 0; layer < kLayers; ++layer) {
+      const Routes r = random_routes(rng, 1);
+      FakeTiers tiers(r, 1, true);
+      tiers.tables_ = &step.tables();
+      tiers.gated_ = true;
+      tiers.present_ = all_resident(sched, layer, r);
+      if (layer + 1 < kLayers) {  // a prediction of the next layer
+        tiers.pred_layer_ = layer + 1;
+        tiers.pred_ = random_routes(rng, 1).ids;
+      }
+      step.run(static_cast<uint64_t>(s), layer, 1, tiers);
+      present += tiers.present_;
+      ASSERT_NE(tiers.sp_, nullptr);
+      std::map<int, Tier> tier_of_expert;
+      for (const PlannedExpert& pe : tiers.sp_->plan.experts) tier_of_expert[int(pe.key % kExperts)] = pe.tier;
+      for (int p = 0; p < kTopK; ++p) {
+        EXPECT_EQ(tiers.computed_[static_cast<size_t>(p)], 1) << "pair " << p;
+        const Tier t = tier_of_expert.at(r.ids[static_cast<size_t>(p)]);
+        EXPECT_EQ(tiers.tier_of_pair_[static_cast<size_t>(p)], t == Tier::Host ? 1 : 0) << "pair " << p;
+        host_pairs += t == Tier::Host;
+      }
+      EXPECT_EQ(tiers.h_, reference(r, 1));  // the device's sum, host rows in it
+      const std::vector<std::string>& c = tiers.calls_;
+      ASSERT_GE(c.size(), 3u);
+      // The device half ran already, whole when present; never the waves.
+      if (tiers.present_) {
+        EXPECT_EQ(c[0], "fetch_routes");
+        EXPECT_EQ(c[1], "run_on_device");
+        EXPECT_TRUE(tiers.pointed_.empty());
+        EXPECT_EQ(first_of(c, "decode_on_device"), c.size());
+        EXPECT_EQ(first_of(c, "compute_share"), c.size());
+      } else {
+        EXPECT_EQ(c[0], "fetch_routes");
+        EXPECT_EQ(first_of(c, "run_on_device"), c.size());
+        EXPECT_LT(first_of(c, "planned"), first_of(c, "decode_on_device"));
+        if (first_of(c, "point") < c.size()) EXPECT_LT(last_of(c, "point"), first_of(c, "decode_on_device"));
+        for (const auto& [e, t] : tier_of_expert) EXPECT_EQ(tiers.pointed_.count(e) == 1, t != Tier::Host);
+      }
+      for (const char* never : {"upload_tables", "begin_waves", "compute_wave", "stage_prompt"})
+        EXPECT_EQ(first_of(c, never), c.size()) << never;
+      // The host's rows, then their combine, then the staging, then done.
+      const bool host = first_of(c, "compute_share") < c.size();
+      EXPECT_EQ(host, first_of(c, "combine") < c.size());
+      if (host) EXPECT_EQ(first_of(c, "compute_share") + 1, first_of(c, "combine"));
+      if (tiers.pred_layer_ >= 0) {
+        EXPECT_EQ(std::count(c.begin(), c.end(), "stage_decode"), 1);
+        if (host) EXPECT_LT(first_of(c, "combine"), first_of(c, "stage_decode"));
+      } else {
+        EXPECT_EQ(first_of(c, "stage_decode"), c.size());
+      }
+      EXPECT_EQ(c.back(), "enqueued");
+    }
+    sched.end_pass();
+  }
+}
+
+TEST(MoeStep, GatedPlanEveryPairOnceInItsTier) {
+  uint32_t seed = 400;
+  uint64_t present = 0, host_pairs = 0;
+  for (const Case& cs : kCases) check_gated(cs, 8, seed++, present, host_pairs);
+  check_gated({"lru", 64, 4, 1e4}, 4, seed++, present, host_pairs);  // room for every expert
+  // Both halves of the gated plan were taken, and the host tier had rows.
+  EXPECT_GT(present, 0u);
+  EXPECT_GT(host_pairs, 0u);
+}
+
+// A device that went on with experts the policy does not hold resident is a
+// bug between the bitmap and the policy: the step says so.
+TEST(MoeStep, GatedPresentMustAgreeWithThePlan) {
+  StepScheduler sched(options(0, 2, "lru"));  // no cache slots: nothing is resident
+  sched.initial_placement();
+  MoeStep step(kExperts, kTopK, &sched);
+  std::mt19937 rng(5);
+  const Routes r = random_routes(rng, 1);
+  FakeTiers tiers(r, 1, true);
+  tiers.tables_ = &step.tables();
+  tiers.gated_ = true;
+  tiers.present_ = true;
+  sched.begin_pass(1, true);
+  try {
+    step.run(0, 0, 1, tiers);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("present on the device but not in the residency policy"), std::string::npos)
+        << e.what();
+  }
+  sched.end_pass();
 }
 
 }  // namespace

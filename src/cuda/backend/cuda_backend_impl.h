@@ -24,6 +24,7 @@
 #include "cuda/device.h"
 #include "cuda/matvec.h"
 #include "cuda/slot_map.h"
+#include "engine/moe_step.h"
 #include "experts/pass_size.h"
 #include "model/recipe.h"
 #include "model/tensor_roles.h"
@@ -111,6 +112,9 @@ struct CudaBackend::Impl final : LayerBlocks {
   // Routed experts tiered (VRAM slots / PCIe / CPU) when the budget does not
   // hold them all; null when every expert is resident.
   std::unique_ptr<HybridMoe> hybrid;
+  // The engine's MoE step for layers whose experts all stay in VRAM (the
+  // resident model's, pinned tiered layers): its resident plan, no scheduler.
+  std::unique_ptr<MoeStep> resident_step;
   bool tiered = false;     // decided before upload: experts stay on the host
   // The decode step being enqueued (or captured) is the hybrid's gated kind:
   // tiered layers' experts go through HybridMoe::enqueue_gated.

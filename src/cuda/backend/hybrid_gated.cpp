@@ -20,12 +20,18 @@
 //   - the copy stream never waits for the compute stream, so the host never
 //     blocks on a stream stopped at a gate.
 // A hit changes nothing on the device (no admission without a copy).
+//
+// Both halves are engine/moe_step.h's step: the captured device half is its
+// resident plan (GatedDeviceTier), the host's serve of a layer its gated plan
+// (GatedTiers: routes from the mailbox, the device tier's copies and the
+// gate, the host tier's rows into the mailbox, then the staging).
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "cuda/backend/hybrid_moe_impl.h"
+#include "engine/moe_tiers.h"
 #include "util/error.h"
 
 namespace ms {
@@ -37,7 +43,192 @@ namespace {
 constexpr uint32_t kGateTimeoutMs = 20000;
 // The host gives up on a layer's mailbox after this long.
 constexpr double kMailboxTimeoutS = 30.0;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
 }  // namespace
+
+// The device half of a gated decode token (captured into the decode graph):
+// the step's resident plan, whose device checks residency itself.
+class GatedDeviceTier final : public MoeTiers {
+ public:
+  struct Inputs {
+    const float* x;
+    const cuda::Q8Act* x_q8;
+    const int32_t* ids;
+    const float* weights;
+    float* h;
+    const int32_t* pred_ids;
+    int pred_layer;
+  };
+  GatedDeviceTier(HybridMoe::Impl& m, const Inputs& in) : m_(m), in_(in) {}
+  bool device_runs_layer(int, int) const override { return true; }
+  void run_on_device(int il, int) override {
+    m_.enqueue_gate_and_experts(il, in_.x, *in_.x_q8, in_.ids, in_.weights, in_.h, in_.pred_ids, in_.pred_layer);
+  }
+  // The resident plan reads nothing back.
+  MoeRoutes fetch_routes(int, int, bool) override { throw Error("hybrid decode: a gated layer's device half has no host routes"); }
+  void compute_share(const MoeShare&) override {}
+  void combine(int, int) override {}
+
+ private:
+  HybridMoe::Impl& m_;
+  Inputs in_;
+};
+
+// The host half of a gated decode token, one layer: what the step's gated
+// plan asks, in its order (engine/moe_tiers.h).
+class GatedTiers final : public MoeTiers {
+ public:
+  explicit GatedTiers(HybridMoe::Impl& m) : m_(m) {}
+
+  // The routes from the layer's mailbox (the device posted them at its check).
+  MoeRoutes fetch_routes(int il, int, bool) override {
+    HybridMoe::Impl& m = m_;
+    const int K = m.c.n_expert_used;
+    const cuda::GateMailbox& b = m.await_box(il);
+    t_plan_ = Clock::now();
+    m.sched->note_routes(static_cast<uint32_t>(il), m.seq, t_plan_);  // the stretch since this step staged it
+    // Earlier samples, only if done: never wait here, where the GPU may be
+    // stopped at this layer's gate while the copy stream still prefetches.
+    m.collect_timing(false);
+    m.copy0_recorded = false;
+    t_policy_ = Clock::now();
+    m.prof.timing_s += seconds_between(t_plan_, t_policy_);
+    // A new sample only once the last one is in (its events are reused).
+    m.timed = m.layer_steps++ % HybridMoe::Impl::kTimingEvery == 0 && !m.copy_timing_pending;
+    std::memcpy(ids_, b.ids, sizeof(int32_t) * K);
+    std::memcpy(pred_, b.pred, sizeof(int32_t) * K);
+    MoeRoutes r;
+    r.ids = ids_;
+    r.gated = true;
+    r.arrived = t_plan_;
+    // The GPU went on with every expert resident, or (2) with some in
+    // staging slots: its cache slots may then be in use by the layers after,
+    // so this plan must not change any.
+    r.present = b.hit != 0;
+    r.staged = b.hit == 2;
+    const int target = m.gated_pred[static_cast<size_t>(il)];
+    if (target >= 0) {
+      r.pred_ids = pred_;
+      r.pred_layer = target;
+      r.pred_n = K;
+    }
+    present_ = r.present;
+    staged_ = r.staged;
+    return r;
+  }
+
+  void planned(int il, const LayerSchedule& ls, const MoeStepTables& t) override {
+    HybridMoe::Impl& m = m_;
+    t_ = &t;
+    t_enqueue_ = Clock::now();
+    m.prof.policy_s += seconds_between(t_policy_, t_enqueue_);
+    const StepPlan& sp = *ls.plan;
+    m.note_residency(sp.plan);
+    if (sp.prediction.predicted) m.note_prediction(il, sp.prediction);
+    TierCounts& lc = m.tel.layers[static_cast<size_t>(il)];
+    for (const PlannedExpert& pe : sp.plan.experts)
+      HybridMoe::Impl::count_pairs(lc, m.pass_counts, pe.tier,
+                                   static_cast<uint64_t>(t.pairs_of(static_cast<int>(pe.key % static_cast<uint32_t>(m.c.n_expert)))));
+    if (present_) {
+      ++m.tel.gated_hits;
+      m.tel.gated_staged_hits += staged_;
+    } else {
+      ++m.tel.gated_misses;
+    }
+    t_stage_ = Clock::now();
+  }
+
+  void point(int il, int e, SlotRef where) override { m_.slots->point(il, e, where.pool, where.slot); }
+
+  // A miss: the device tier's copies, its slot table and the bitmap behind
+  // them on the copy stream, then the experts' gate (and the combine's, when
+  // the host has no rows to add).
+  void decode_on_device(int il, const StepPlan& sp, const std::vector<size_t>& experts, bool) override {
+    HybridMoe::Impl& m = m_;
+    const int E = m.c.n_expert;
+    bool copies = false;
+    for (size_t i : experts) {
+      if (!sp.copy[i]) continue;
+      if (!copies && m.timed) m.copier->record(m.copy0.get()), m.copy0_recorded = true;
+      copies = true;
+      m.copy_planned(il, static_cast<int>(sp.plan.experts[i].key % static_cast<uint32_t>(E)), sp, i);
+    }
+    if (copies && m.timed) {
+      m.copier->record(m.copy1.get());
+      m.copy_timing_pending = true;
+    }
+    m.slots->upload(il, m.copier->stream());
+    if (m.resident_dirty) m.upload_resident(m.copier->stream());
+    // Without CPU experts both gates open behind the copies; with them the
+    // GPU's experts go on while the CPU computes, and the combine's gate
+    // opens from combine() once the CPU's rows are in the mailbox.
+    m.open_gate(il, t_->host_work.empty() ? -1 : 0);
+    t_stage_ = Clock::now();
+  }
+
+  // The CPU's rows into the layer's mailbox (row j is pair j).
+  void compute_share(const MoeShare& s) override {
+    HybridMoe::Impl& m = m_;
+    const auto t_cpu = Clock::now();
+    end_enqueue(t_cpu);
+    cuda::GateMailbox* bx = m.box(s.layer);
+    m.cpu->compute(s.layer, cuda::GateMailbox::x_of(bx), 1, *s.work, cuda::GateMailbox::y_of(bx, m.c.n_embd));
+    mask_ = 0;
+    for (const ExpertWork& wk : *s.work)
+      for (int32_t row : wk.slots) mask_ |= 1u << s.pair(row);
+    cpu_s_ = seconds_since(t_cpu);
+    m.tel.cpu_experts_s += cpu_s_;
+    m.pass_cpu_s += cpu_s_;
+  }
+
+  // The CPU's rows join the device's sum: a word in the mailbox opens the
+  // combine's gate.
+  void combine(int il, int) override {
+    cuda::open_host_rows(m_.box(il), mask_, m_.seq);
+    t_stage_ = Clock::now();
+  }
+
+  // The next tiered layer's predicted experts, on the copy stream behind
+  // this layer's copies (the step queues them after the CPU's experts).
+  void stage_decode(int layer, const DecodeStage& ds) override {
+    HybridMoe::Impl& m = m_;
+    end_enqueue(t_stage_);
+    m.sched->note_staged(static_cast<uint32_t>(layer), m.seq, t_stage_);
+    m.stage_decode(layer, ds);
+    m.prof.stage_s += seconds_since(t_stage_);
+  }
+
+  // Served: the policy's deferred bookkeeping (the adaptive policy's shadow
+  // caches), now that this layer's gates are open.
+  void enqueued(int) override {
+    HybridMoe::Impl& m = m_;
+    const auto t_settle = Clock::now();
+    end_enqueue(t_settle);
+    m.res->settle();
+    m.prof.settle_s += seconds_since(t_settle);
+    ++(present_ ? m.prof.hits : m.prof.misses);
+    m.tel.plan_s += seconds_since(t_plan_) - cpu_s_;
+  }
+
+ private:
+  // The serve profile's enqueue part ends at the first of the CPU's rows,
+  // the staging or the end.
+  void end_enqueue(Clock::time_point t) {
+    if (enqueue_counted_) return;
+    enqueue_counted_ = true;
+    m_.prof.enqueue_s += seconds_between(t_enqueue_, t);
+  }
+
+  HybridMoe::Impl& m_;
+  int32_t ids_[cuda::GateMailbox::kMaxK] = {}, pred_[cuda::GateMailbox::kMaxK] = {};
+  bool present_ = false, staged_ = false, enqueue_counted_ = false;
+  const MoeStepTables* t_ = nullptr;
+  uint32_t mask_ = 0;
+  double cpu_s_ = 0;
+  Clock::time_point t_plan_, t_policy_, t_enqueue_, t_stage_;
+};
 
 bool HybridMoe::Impl::gated_supported() const {
   if (!opt.gated) return false;
@@ -93,9 +284,18 @@ void HybridMoe::Impl::begin_gated() {
   if (resident_dirty) upload_resident(stream);  // prompts admit and evict too
 }
 
-// Captured into the decode graph, once per tiered layer.
+// Captured into the decode graph, once per tiered layer: the step's
+// resident plan over the gated device tier.
 void HybridMoe::Impl::enqueue_gated(int il, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids,
                                     const float* wts, float* h, const int32_t* pred_ids, int pred_layer) {
+  GatedDeviceTier tier(*this, {x, &x_q8, ids, wts, h, pred_ids, pred_layer});
+  moe_step->run(step, il, 1, tier);
+}
+
+// The residency check, the gate, the experts over the slot table with the
+// host's rows in the sum.
+void HybridMoe::Impl::enqueue_gate_and_experts(int il, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids,
+                                               const float* wts, float* h, const int32_t* pred_ids, int pred_layer) {
   const int K = c.n_expert_used;
   gated[static_cast<size_t>(il)] = 1;
   gated_pred[static_cast<size_t>(il)] = pred_ids != nullptr && bank_size > 0 ? pred_layer : -1;
@@ -184,112 +384,10 @@ const cuda::GateMailbox& HybridMoe::Impl::await_box(int il) {
   return *b;
 }
 
+// Layer il's host half: the step's gated plan over GatedTiers.
 void HybridMoe::Impl::serve_layer(int il) {
-  const int K = c.n_expert_used, E = c.n_expert;
-  const cuda::GateMailbox& b = await_box(il);
-  const auto t_plan = Clock::now();
-  sched->note_routes(static_cast<uint32_t>(il), seq, t_plan);  // the stretch since this step staged it
-  // Earlier samples, only if done: never wait here, where the GPU may be
-  // stopped at this layer's gate while the copy stream still prefetches.
-  collect_timing(false);
-  copy0_recorded = false;
-  const auto t_policy = Clock::now();
-  prof.timing_s += std::chrono::duration<double>(t_policy - t_plan).count();
-  // A new sample only once the last one is in (its events are reused).
-  timed = layer_steps++ % kTimingEvery == 0 && !copy_timing_pending;
-  int32_t ids[cuda::GateMailbox::kMaxK], pred[cuda::GateMailbox::kMaxK];
-  std::memcpy(ids, b.ids, sizeof(int32_t) * K);
-  std::memcpy(pred, b.pred, sizeof(int32_t) * K);
-  const bool hit = b.hit != 0;
-  // The GPU went on with some experts in staging slots: its cache slots may
-  // be in use by the layers after, so this plan must not change any.
-  const bool staged_hit = b.hit == 2;
-  // The plan through the engine's step (its host work has the CPU's row j at
-  // pair j): the same grouping and scheduler call as the planned step.
-  const StepPlan& sp = *moe_step->plan(step, il, ids, 1, true, !staged_hit).plan;
-  const MoeStepTables& tables = moe_step->tables();
-  const std::vector<ExpertWork>& cpu_work = tables.host_work;
-  const auto t_enqueue = Clock::now();
-  prof.policy_s += std::chrono::duration<double>(t_enqueue - t_policy).count();
-  note_residency(sp.plan);
-  if (sp.prediction.predicted) note_prediction(il, sp.prediction);
-  TierCounts& lc = tel.layers[static_cast<size_t>(il)];
-  uint32_t mask = 0;
-
-  if (hit) {
-    // The device found every expert resident (or, on a staged hit, in this
-    // step's staging slots); the policy must agree (the bitmap and the
-    // stamps mirror it), and a hit copies nothing.
-    for (size_t i = 0; i < sp.plan.experts.size(); ++i) {
-      const PlannedExpert& pe = sp.plan.experts[i];
-      const bool present = pe.tier == Tier::Resident || (staged_hit && pe.staged);
-      if (!present || sp.copy[i])
-        throw Error("hybrid decode: layer " + std::to_string(il) +
-                    " was present on the device but not in the residency policy (a bug)");
-      count_pairs(lc, pass_counts, pe.tier, static_cast<uint64_t>(tables.pairs_of(static_cast<int>(pe.key % E))));
-    }
-    ++tel.gated_hits;
-    tel.gated_staged_hits += staged_hit;
-  } else {
-    ++tel.gated_misses;
-    bool copies = false;
-    for (size_t i = 0; i < sp.plan.experts.size(); ++i) {
-      const PlannedExpert& pe = sp.plan.experts[i];
-      const int e = static_cast<int>(pe.key % static_cast<uint32_t>(E));
-      count_pairs(lc, pass_counts, pe.tier, static_cast<uint64_t>(tables.pairs_of(e)));
-      if (pe.tier == Tier::Host) continue;  // in cpu_work
-      slots->point(il, e, sp.where[i].pool, sp.where[i].slot);
-      if (sp.copy[i]) {
-        if (!copies && timed) copier->record(copy0.get()), copy0_recorded = true;
-        copies = true;
-        copy_planned(il, e, sp, i);
-      }
-    }
-    for (const ExpertWork& wk : cpu_work)
-      for (int32_t j : wk.slots) mask |= 1u << j;  // the CPU's row j is pair j
-    if (copies && timed) {
-      copier->record(copy1.get());
-      copy_timing_pending = true;
-    }
-    slots->upload(il, copier->stream());
-    if (resident_dirty) upload_resident(copier->stream());
-    // Without CPU experts both gates open behind the copies; with them the
-    // GPU's experts go on while the CPU computes, and the combine's gate
-    // opens from here once the CPU's rows are in the mailbox.
-    open_gate(il, cpu_work.empty() ? -1 : 0);
-  }
-  double cpu_s = 0;
-  const auto t_cpu = Clock::now();
-  prof.enqueue_s += std::chrono::duration<double>(t_cpu - t_enqueue).count();
-  if (!cpu_work.empty()) {
-    sched->note_host_overhead(std::chrono::duration<double>(t_cpu - t_plan).count());
-    cuda::GateMailbox* bx = box(il);
-    cpu->compute(il, cuda::GateMailbox::x_of(bx), 1, cpu_work, cuda::GateMailbox::y_of(bx, c.n_embd));
-    cuda::open_host_rows(bx, mask, seq);
-    cpu_s = seconds_since(t_cpu);
-    tel.cpu_experts_s += cpu_s;
-    pass_cpu_s += cpu_s;
-  }
-  // The next tiered layer's predicted experts, on the copy stream behind
-  // this layer's copies. After the CPU's experts, not before: the link's
-  // DMA reads host memory as the CPU does, and running both at once slowed
-  // the CPU's experts (on the critical path) on the GPU machine
-  // (bench/results/hybrid_bench.md, "Run 13", "Host memory is one limit for
-  // the copy engine and the CPU").
-  const int target = gated_pred[static_cast<size_t>(il)];
-  const auto t_stage = Clock::now();
-  if (target >= 0) {
-    sched->note_staged(static_cast<uint32_t>(target), seq, t_stage);
-    stage_decode(target, moe_step->stage_decode(step, target, pred, K));
-  }
-  const auto t_settle = Clock::now();
-  prof.stage_s += std::chrono::duration<double>(t_settle - t_stage).count();
-  // The policy's deferred bookkeeping (the adaptive policy's shadow caches),
-  // now that this layer's gates are open.
-  res->settle();
-  prof.settle_s += seconds_since(t_settle);
-  ++(hit ? prof.hits : prof.misses);
-  tel.plan_s += seconds_since(t_plan) - cpu_s;
+  GatedTiers tiers(*this);
+  moe_step->run(step, il, 1, tiers);
 }
 
 }  // namespace ms

@@ -29,8 +29,8 @@
 // experts go into the transit slots behind this layer's, so the link keeps
 // busy while this layer, the CPU and the resident layers in between compute.
 //
-// Decode runs the gated step instead where it can (hybrid_gated.cpp): the
-// route is checked against a resident bitmap on the GPU, and the host is
+// Decode takes the same step's gated plan where it can (hybrid_gated.cpp):
+// the route is checked against a resident bitmap on the GPU, and the host is
 // waited for only when some routed expert is not resident.
 //
 // CUDA-only header.
@@ -107,6 +107,8 @@ struct HybridMoeOptions {
 };
 
 class HybridTiers;
+class GatedTiers;
+class GatedDeviceTier;
 
 class HybridMoe {
  public:
@@ -178,7 +180,11 @@ class HybridMoe {
 
  private:
   struct Impl;
-  friend class HybridTiers;  // the tiers of the engine's step (hybrid_tiers.h)
+  // The tiers of the engine's step: planned (hybrid_tiers.h) and gated
+  // (hybrid_gated.cpp).
+  friend class HybridTiers;
+  friend class GatedTiers;
+  friend class GatedDeviceTier;
   std::unique_ptr<Impl> impl_;
 };
 

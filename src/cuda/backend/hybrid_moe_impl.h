@@ -1,7 +1,7 @@
 // HybridMoe's private state, shared by hybrid_moe.cpp (set-up, passes, the
-// mechanism both steps share), hybrid_tiers.cpp (the tiers engine/moe_step.h
-// drives: the planned step of prompts and of decode without the gate) and
-// hybrid_gated.cpp (the gated decode step). CUDA-only; include it only from
+// mechanism both plans share), hybrid_tiers.cpp (the tiers of
+// engine/moe_step.h's planned step: prompts, and decode without the gate)
+// and hybrid_gated.cpp (the tiers of its gated plan: the gated decode). CUDA-only; include it only from
 // those.
 #pragma once
 #include <algorithm>
@@ -57,8 +57,8 @@ struct HybridMoe::Impl {
   // the moving averages of measured times) is the scheduler's; this
   // mechanism carries out what it says and reports times to it.
   std::unique_ptr<StepScheduler> sched;
-  // The step's sequence and host tables (src/engine owns them): run() and the
-  // gated serve plan through it.
+  // The step's sequence and host tables (src/engine owns them): run(), the
+  // gated decode's device half and its serve all go through it.
   std::unique_ptr<MoeStep> moe_step;
   ExpertResidency* res = nullptr;  // sched's residency (slots, layout)
   std::unique_ptr<cuda::DeviceExpertSlots> slots;
@@ -263,6 +263,8 @@ struct HybridMoe::Impl {
   cuda::GateMailbox* box(int il) const { return reinterpret_cast<cuda::GateMailbox*>(mailbox.as<char>() + il * box_bytes); }
   void enqueue_gated(int il, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* wts, float* h,
                      const int32_t* pred_ids, int pred_layer);
+  void enqueue_gate_and_experts(int il, const float* x, const cuda::Q8Act& x_q8, const int32_t* ids, const float* wts,
+                                float* h, const int32_t* pred_ids, int pred_layer);
   void serve_gated();
   void serve_layer(int il);
   void release_gates();

@@ -255,21 +255,22 @@ void HybridTiers::enqueued(int) { m_.tel.plan_s += seconds_since(t_plan_); }
 
 // ---- CPU experts, while the GPU runs the waves; their rows then go up and
 // to their pair indices.
-void HybridTiers::compute_host(int il, int n, const MoeStepTables& t) {
+void HybridTiers::compute_share(const MoeShare& s) {
   HybridMoe::Impl& m = m_;
   const int64_t D = m.c.n_embd;
   if (!input_fetched_) m.x_ready.synchronize();
   const auto t0 = Clock::now();
-  m.cpu->compute(il, m.x_host.as<float>(), n, t.host_work, m.cpu_y_host.as<float>());
-  const double s = seconds_since(t0);
-  m.tel.cpu_experts_s += s;
-  m.pass_cpu_s += s;
+  m.cpu->compute(s.layer, m.x_host.as<float>(), s.n_tokens, *s.work, m.cpu_y_host.as<float>());
+  const double sec = seconds_since(t0);
+  m.tel.cpu_experts_s += sec;
+  m.pass_cpu_s += sec;
   // The gathered-input buffer is free once the waves ran (same stream); it
   // holds R() rows (one chunk where passes are chunked), so the rows go up
-  // R() at a time, each to its pair index as before.
+  // R() at a time, each to its pair index (upload_tables put the share's
+  // pair_of_row on the device as cpu_pair) as before.
   const int piece = m.R();
-  for (int r = 0; r < t.host_rows; r += piece) {
-    const int nr = std::min(piece, t.host_rows - r);
+  for (int r = 0; r < s.rows; r += piece) {
+    const int nr = std::min(piece, s.rows - r);
     MS_CUDA_CHECK(cudaMemcpyAsync(m.xg, m.cpu_y_host.as<float>() + static_cast<int64_t>(r) * D,
                                   sizeof(float) * static_cast<size_t>(nr) * D, cudaMemcpyHostToDevice, m.stream));
     scatter_rows_any(m.xg, m.cpu_pair() + r, nr, D, m.exp_y, m.stream);

@@ -42,7 +42,7 @@ class HybridTiers final : public MoeTiers {
   void stage_decode(int layer, const DecodeStage& ds) override;
   void stage_prompt(const PromptStage& ps) override;
   void enqueued(int layer) override;
-  void compute_host(int layer, int n, const MoeStepTables& t) override;
+  void compute_share(const MoeShare& s) override;
   void combine(int layer, int n) override;
 
  private:

@@ -19,6 +19,7 @@
 #include "cuda/backend/cuda_backend_impl.h"
 #include "cuda/backend/decode_fused.h"
 #include "cuda/backend/prefill_fused.h"
+#include "cuda/backend/resident_tier.h"
 #include "cuda/expert_ffn.h"
 #include "cuda/gemm.h"
 #include "cuda/gated_ops.h"
@@ -446,17 +447,28 @@ experts:
   ex.clamped_swiglu = b.act.kind == GluActivation::Kind::ClampedSwiGLU;
   ex.alpha = b.act.alpha;
   ex.limit = b.act.limit;
-  // A pinned layer's pass may run in sub-batches (pinned_batch); each token's
-  // rows are computed the same whatever the batch around them.
+  // Through the engine's step: its resident plan runs the fused kernel
+  // (resident_tier.h) over the device's routes. A pinned layer's pass may run in sub-batches
+  // (pinned_batch); each token's rows are computed the same whatever the
+  // batch around them.
   const int sub = hybrid ? pinned_batch(il, n) : n;
-  const int64_t D = c.n_embd;
   if (sub < n) ++pinned_splits;
-  for (int t0 = 0; t0 < n; t0 += sub) {
-    const int m = std::min(sub, n - t0);
-    const cuda::Q8Act xq = cuda::q8act_rows(xq8, t0);
-    cuda::expert_ffn(ex, x + t0 * D, &xq, m, K, route_ids + static_cast<int64_t>(t0) * K,
-                     route_w + static_cast<int64_t>(t0) * K, h + t0 * D, h + t0 * D, exp_scratch, exp_scratch_bytes, s);
-  }
+  if (!resident_step) resident_step = std::make_unique<MoeStep>(c.n_expert, K, nullptr);
+  ResidentTier::Inputs in;
+  in.experts = &ex;
+  in.x = x;
+  in.x_q8 = &xq8;
+  in.ids = route_ids;
+  in.weights = route_w;
+  in.h = h;
+  in.scratch = exp_scratch;
+  in.scratch_bytes = exp_scratch_bytes;
+  in.k = K;
+  in.d = c.n_embd;
+  in.batch = sub;
+  in.stream = s;
+  ResidentTier tier(in);
+  resident_step->run(0, il, n, tier);
 }
 
 // ---------------------------------------------------------------- head

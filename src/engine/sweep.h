@@ -6,7 +6,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "experts/simulator.h"
+#include "engine/simulator.h"
 
 namespace ms {
 

@@ -1,7 +1,9 @@
-#include "experts/simulator.h"
+#include "engine/simulator.h"
 
 #include <algorithm>
 
+#include "engine/moe_step.h"
+#include "engine/moe_tiers.h"
 #include "experts/belady.h"
 #include "experts/step_scheduler.h"
 #include "util/error.h"
@@ -98,6 +100,112 @@ double stage_link_s(const StagePlan* st, const ExpertResidency& res, const CostM
   return s;
 }
 
+// A layer step's routes as MoeStep takes them, [tokens][k]: each routed
+// expert of the step used by as many tokens as the trace says (pairs in
+// expert order, pair p to token p mod tokens: an expert's pairs land on
+// distinct tokens, as a use count is at most the step's tokens). The plan
+// depends on the experts and their counts only.
+void routes_of(const AccessSequence& seq, const LayerStep& s, uint32_t k, std::vector<int32_t>& ids) {
+  const auto keys = seq.keys_of(s);
+  const auto uses = seq.uses_of(s);
+  const uint64_t n = s.tokens, pairs = uint64_t{n} * k;
+  uint64_t total = 0;
+  for (size_t j = 0; j < keys.size(); ++j) {
+    if (uses[j] > n) throw Error("trace: an expert used by more tokens than its layer step has");
+    total += uses[j];
+  }
+  if (total != pairs)
+    throw Error("trace: a layer step of " + std::to_string(n) + " tokens routes " + std::to_string(total) +
+                " pairs, not " + std::to_string(pairs));
+  ids.assign(pairs, 0);
+  uint64_t p = 0;
+  for (size_t j = 0; j < keys.size(); ++j)
+    for (uint32_t u = 0; u < uses[j]; ++u, ++p)
+      ids[(p % n) * k + p / n] = static_cast<int32_t>(keys[j] % seq.n_expert);
+}
+
+// The replay's tiers: the engine's MoeStep (engine/moe_step.h) drives them
+// as it drives a backend's, and nothing moves. The routes come from the
+// trace, a decode step's prediction from it too (or from the next layer
+// step: oracle); what the plan and the staging chose is kept for the result.
+// Gated decode: the device's residency check is modelled as every routed
+// expert resident, or staged by a published stage of this pass (the
+// engine's device may check before the host published: this is the best case).
+class SimTiers final : public MoeTiers {
+ public:
+  SimTiers(const StepScheduler& sched, uint32_t n_expert) : sched_(sched), n_expert_(n_expert) {}
+
+  void begin(const std::vector<int32_t>& ids, uint32_t pass, bool gated) {
+    ids_ = &ids;
+    pass_ = pass;
+    gated_ = gated;
+    pred_layer_ = -1;
+    ls_ = nullptr;
+    stage_ = {};
+  }
+  void predict(int layer, const std::vector<ExpertKey>& keys) {
+    pred_layer_ = layer;
+    pred_.clear();
+    for (ExpertKey key : keys) pred_.push_back(static_cast<int32_t>(key % n_expert_));
+  }
+
+  MoeRoutes fetch_routes(int layer, int n, bool) override {
+    MoeRoutes r;
+    r.ids = ids_->data();
+    if (pred_layer_ >= 0) {
+      static const int32_t none = 0;  // an empty prediction is still one (the scheduler's bank turns)
+      r.pred_ids = pred_.empty() ? &none : pred_.data();
+      r.pred_layer = pred_layer_;
+      r.pred_n = static_cast<int>(pred_.size());
+    }
+    if (!gated_) return r;
+    r.gated = true;
+    r.present = true;
+    const size_t k = ids_->size() / static_cast<size_t>(n);
+    for (size_t j = 0; j < k; ++j) {
+      const ExpertKey key = static_cast<ExpertKey>(layer) * n_expert_ + static_cast<ExpertKey>((*ids_)[j]);
+      if (sched_.residency().resident(key)) continue;
+      if (stamp_.size() > key && stamp_[key] == pass_ + 1) r.staged = true;
+      else r.present = false;
+    }
+    r.staged = r.staged && r.present;
+    return r;
+  }
+  void planned(int, const LayerSchedule& ls, const MoeStepTables&) override { ls_ = &ls; }
+  bool decode_kernels_take(int) const override { return true; }
+  void stage_decode(int layer, const DecodeStage& ds) override {
+    stage_.decode = ds.plan;
+    stage_.decoded = true;
+    if (!ds.publish || !ds.plan) return;
+    for (const auto& [key, where] : ds.plan->copies) {
+      if (stamp_.size() <= key) stamp_.resize(static_cast<size_t>(key) + 1, 0);
+      stamp_[key] = pass_ + 1;
+    }
+    (void)layer;
+  }
+  void stage_prompt(const PromptStage& ps) override { stage_.prompt = ps.plan; }
+  void compute_share(const MoeShare&) override {}
+  void combine(int, int) override {}
+
+  // What the last layer step's plan and staging were (valid until the next).
+  const LayerSchedule* ls_ = nullptr;
+  struct Stage {
+    const StagePlan* decode = nullptr;
+    bool decoded = false;
+    const StagePlan* prompt = nullptr;
+  } stage_;
+
+ private:
+  const StepScheduler& sched_;
+  uint32_t n_expert_;
+  const std::vector<int32_t>* ids_ = nullptr;
+  uint32_t pass_ = 0;
+  bool gated_ = false;
+  int pred_layer_ = -1;
+  std::vector<int32_t> pred_;
+  std::vector<uint32_t> stamp_;  // [key]: 1 + the pass whose published stage holds it
+};
+
 }  // namespace
 
 SimResult simulate(const Trace& trace, const AccessSequence& seq, const SimOptions& opts) {
@@ -109,10 +217,17 @@ SimResult simulate(const Trace& trace, const AccessSequence& seq, const SimOptio
   sched.initial_placement(opts.warm_start);
   const ExpertResidency& res = sched.residency();
   const PoolLayout& layout = res.layout();
+  // The engine's step over the replay's tiers; a replay's wall time is not
+  // the engine's host time, so the step reports none to the scheduler.
+  MoeStep step(static_cast<int>(h.n_expert), static_cast<int>(h.k), &sched);
+  step.set_report_times(false);
+  SimTiers tiers(sched, h.n_expert);
+  std::vector<int32_t> ids;
 
   SimResult r;
   r.policy = res.policy_name();
   if (opts.prefetch != PrefetchMode::None) r.policy += std::string(" +prefetch:") + prefetch_mode_name(opts.prefetch);
+  if (opts.gated) r.policy += " +gated";
   r.capacity = opts.capacity.describe();
   r.slots = layout.total_slots();
   r.slot_bytes = layout.total_bytes();
@@ -121,6 +236,7 @@ SimResult simulate(const Trace& trace, const AccessSequence& seq, const SimOptio
   for (uint32_t l = 0; l < h.n_layer; ++l) per_layer[l].layer = l;
 
   uint32_t pass = ~0u;
+  bool gated_pass = false;
   for (size_t i = 0; i < seq.steps.size(); ++i) {
     const LayerStep& s = seq.steps[i];
     const uint64_t copy_bytes_before = res.counters().copy_bytes, stage_bytes_before = res.counters().stage_bytes;
@@ -128,15 +244,24 @@ SimResult simulate(const Trace& trace, const AccessSequence& seq, const SimOptio
       if (pass != ~0u) sched.end_pass();
       pass = s.step;
       (s.phase == Phase::Prompt ? r.prompt_tokens : r.decode_tokens) += s.tokens;
+      gated_pass = opts.gated && s.phase == Phase::Decode && s.tokens == 1;
       // (Its copies overlap the layers before the first tiered one: not timed.)
-      if (sched.begin_pass(int(s.tokens), false))
+      if (sched.begin_pass(int(s.tokens), gated_pass))
         r.prompt_staged += stage_plan_size(sched.stage_prompt(s.step, sched.first_tiered(), int(s.tokens)).plan);
     }
-    const auto keys = seq.keys_of(s);
-    const LayerSchedule& ls = sched.plan_layer(s.step, s.layer, keys, seq.uses_of(s));
+    // The layer step through the engine's step: its plan, then the next
+    // tiered layer's decode staging (a prediction) or prompt stage.
+    routes_of(seq, s, h.k, ids);
+    tiers.begin(ids, pass, gated_pass);
+    const int next = sched.layer_pinned(s.layer) ? -1 : sched.next_tiered(int(s.layer));
+    if (next >= 0 && s.phase == Phase::Decode && opts.prefetch != PrefetchMode::None)
+      tiers.predict(next, predicted_for(seq, i, uint32_t(next), opts));
+    step.run(s.step, int(s.layer), int(s.tokens), tiers);
+    const LayerSchedule& ls = *tiers.ls_;
     const StepPlan& sp = *ls.plan;
     const ExpertPlan& plan = sp.plan;
     LayerSimStats& st = per_layer[s.layer];
+    const auto keys = seq.keys_of(s);
     st.accesses += keys.size();
     st.hits += plan.n_resident;
     r.resident += plan.n_resident;
@@ -145,19 +270,16 @@ SimResult simulate(const Trace& trace, const AccessSequence& seq, const SimOptio
     r.staged += plan.n_staged;
     if (ls.bank >= 0) r.prefetch_used += sp.prediction.staged_used;
 
-    // What this layer step queues on the link behind its own copies, while
+    // What this layer step queued on the link behind its own copies, while
     // it computes: the next tiered layer's decode staging, or its prompt stage.
     double stage_s = 0;
-    const int next = sched.layer_pinned(s.layer) ? -1 : sched.next_tiered(int(s.layer));
-    if (next >= 0 && s.phase == Phase::Decode && opts.prefetch != PrefetchMode::None) {
-      const DecodeStage d = sched.stage_decode(s.step, uint32_t(next), predicted_for(seq, i, uint32_t(next), opts));
-      r.prefetched += stage_plan_size(d.plan);
+    if (tiers.stage_.decoded) {
+      r.prefetched += stage_plan_size(tiers.stage_.decode);
       r.prefetch_bytes += res.counters().stage_bytes - stage_bytes_before;
-      stage_s = stage_link_s(d.plan, res, sched.cost());
-    } else if (next >= 0 && sched.stages_prompt(int(s.tokens))) {
-      const PromptStage& ps = sched.stage_prompt(s.step, next, int(s.tokens));
-      r.prompt_staged += stage_plan_size(ps.plan);
-      stage_s = stage_link_s(ps.plan, res, sched.cost());
+      stage_s = stage_link_s(tiers.stage_.decode, res, sched.cost());
+    } else if (tiers.stage_.prompt) {
+      r.prompt_staged += stage_plan_size(tiers.stage_.prompt);
+      stage_s = stage_link_s(tiers.stage_.prompt, res, sched.cost());
     }
     r.pcie_bytes += res.counters().copy_bytes - copy_bytes_before;
     // The plan's time counts an estimate of the stage's link time (a staged

@@ -1,14 +1,18 @@
+// `moestream sim`'s replay (engine/simulator.h): the engine's MoE step over
+// tiers that move nothing, with its scheduler, against Belady's MIN.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/simulator.h"
+#include "engine/sweep.h"
 #include "experts/pools.h"
 #include "experts/profile.h"
-#include "experts/simulator.h"
 #include "experts/svg_plot.h"
-#include "experts/sweep.h"
+#include "experts/step_scheduler.h"
 #include "experts/synthetic_trace.h"
-#include "experts/trace_stats.h"
 #include "util/error.h"
 
 namespace ms {
@@ -26,40 +30,6 @@ SyntheticTraceOptions small(double skew, double locality = 0, uint64_t seed = 1)
   o.locality = locality;
   o.seed = seed;
   return o;
-}
-
-TEST(Pools, CapacityKindsAndSlotClasses) {
-  TraceHeader h;
-  h.n_layer = 4;
-  h.n_expert = 10;
-  h.k = 2;
-  h.expert_bytes = {0, 100, 100, 300};  // two slot classes, one dense layer
-  CapacitySpec c;
-  c.kind = CapacitySpec::Kind::Fraction;
-  c.value = 0.5;
-  PoolLayout g = make_pool_layout(h, c);
-  ASSERT_EQ(g.pools.size(), 2u);
-  EXPECT_EQ(g.total_slots(), 15u);
-  EXPECT_EQ(g.pools[0].slots, 10u);  // 20 experts of 100 B
-  EXPECT_EQ(g.pools[1].slots, 5u);
-  EXPECT_EQ(g.pool_of_layer[0], -1);
-  c.per_layer = true;
-  PoolLayout pl = make_pool_layout(h, c);
-  EXPECT_EQ(pl.pools.size(), 3u);
-  EXPECT_EQ(pl.total_slots(), 15u);
-  // Bytes: 2000 B of budget, 500 of dense -> 1500 B shared by bytes: 2000:3000 of expert bytes.
-  c = CapacitySpec{CapacitySpec::Kind::Bytes, 2000, 500, false};
-  PoolLayout b = make_pool_layout(h, c);
-  EXPECT_LE(b.total_bytes(), 1500u);
-  EXPECT_GE(b.total_bytes(), 1500u - 300u);
-  EXPECT_EQ(b.pools[0].slots, 6u);  // 600 B
-  EXPECT_EQ(b.pools[1].slots, 3u);  // 900 B
-  c.dense_bytes = 3000;
-  EXPECT_THROW(make_pool_layout(h, c), Error);
-  c = CapacitySpec{CapacitySpec::Kind::Slots, 1000, 0, false};
-  EXPECT_EQ(make_pool_layout(h, c).total_slots(), 30u);  // capped at all experts
-  c = CapacitySpec{CapacitySpec::Kind::Fraction, 1.5, 0, false};
-  EXPECT_THROW(make_pool_layout(h, c), Error);
 }
 
 TEST(Sim, ReplaysAreDeterministicAndConsistent) {
@@ -225,74 +195,114 @@ TEST(Sim, ReportsTableCsvJsonSvg) {
   EXPECT_EQ(parse_capacity_list(CapacitySpec::Kind::Bytes, "2G,4G", 0)[1].value, 4.0 * (1ull << 30));
 }
 
-TEST(TraceStats, SeesSkewLocalityAndPredictions) {
-  SyntheticTraceOptions o = small(0.0);
-  const TraceStats uniform = compute_trace_stats(make_synthetic_trace(o));
-  o.skew = 1.2;
-  o.locality = 0.5;
-  o.predict_accuracy = 0.7;
-  const TraceStats skewed = compute_trace_stats(make_synthetic_trace(o));
-  EXPECT_GT(uniform.overall.norm_entropy, 0.98);
-  EXPECT_LT(skewed.overall.norm_entropy, uniform.overall.norm_entropy - 0.05);
-  EXPECT_GT(skewed.overall.top10_share, uniform.overall.top10_share + 0.1);
-  EXPECT_NEAR(uniform.overall.repeat_prob, uniform.overall.repeat_prob_independent, 0.03);
-  EXPECT_GT(skewed.overall.repeat_prob, skewed.overall.repeat_prob_independent + 0.2);
-  EXPECT_NEAR(skewed.overall.prediction_recall, 0.7, 0.05);
-  EXPECT_LT(uniform.overall.prediction_recall, 0);  // no predictions
-  EXPECT_EQ(skewed.layers.size(), 12u);
-  EXPECT_EQ(skewed.decode_tokens, 700u - 64u);
-  const auto j = trace_stats_json(skewed);
-  EXPECT_TRUE(j["overall"].contains("reuse_distance_mean"));
-  EXPECT_NE(trace_stats_text(skewed).find("all"), std::string::npos);
+// The replay drives the engine's step: against the scheduler planned
+// directly, layer step by layer step (the replay's sequence before it went
+// through MoeStep), every figure is the same.
+TEST(Sim, TheStepPlansAsTheSchedulerAlone) {
+  SyntheticTraceOptions so = small(1.0, 0.2);
+  so.predict_accuracy = 0.8;
+  const Trace t = make_synthetic_trace(so);
+  const AccessSequence seq = build_access_sequence(t);
+  for (double fraction : {0.1, 0.3, 0.6})
+    for (bool oracle : {false, true}) {
+      SimOptions o;
+      o.capacity.value = fraction;
+      o.prefetch = oracle ? PrefetchMode::Oracle : PrefetchMode::None;
+      o.belady = false;
+      const SimResult got = simulate(t, seq, o);
+      // Directly: the scheduler's plan per layer step and the staging after it.
+      StepSchedulerOptions sopt;
+      ResidencyConfig& rc = sopt.residency;
+      rc.n_layer = t.header.n_layer;
+      rc.n_expert = t.header.n_expert;
+      rc.k = t.header.k;
+      rc.slot_bytes = t.header.expert_bytes;
+      rc.slot_bytes.resize(t.header.n_layer, 0);
+      rc.capacity = o.capacity;
+      rc.policy = o.policy;
+      rc.policy_options = o.policy_options;
+      rc.transit_slots = o.transit_slots;
+      rc.cost = o.cost;
+      sopt.prefetch = oracle ? o.prefetch_count : "off";
+      StepScheduler sched(sopt);
+      sched.set_cost(o.cost);
+      sched.initial_placement(false);
+      uint64_t hits = 0, streamed = 0, host = 0, staged = 0, prefetched = 0, prompt_staged = 0;
+      uint32_t pass = ~0u;
+      for (size_t i = 0; i < seq.steps.size(); ++i) {
+        const LayerStep& s = seq.steps[i];
+        if (s.step != pass) {
+          if (pass != ~0u) sched.end_pass();
+          pass = s.step;
+          if (sched.begin_pass(int(s.tokens), false)) {
+            const StagePlan* p = sched.stage_prompt(s.step, sched.first_tiered(), int(s.tokens)).plan;
+            prompt_staged += p ? p->copies.size() : 0;
+          }
+        }
+        const ExpertPlan& plan = sched.plan_layer(s.step, s.layer, seq.keys_of(s), seq.uses_of(s)).plan->plan;
+        hits += plan.n_resident;
+        streamed += plan.n_stream;
+        host += plan.n_host;
+        staged += plan.n_staged;
+        const int next = sched.layer_pinned(s.layer) ? -1 : sched.next_tiered(int(s.layer));
+        if (next >= 0 && s.phase == Phase::Decode && oracle) {
+          std::vector<std::pair<uint32_t, ExpertKey>> ranked;
+          if (i + 1 < seq.steps.size() && seq.steps[i + 1].step == s.step && int(seq.steps[i + 1].layer) == next) {
+            const auto keys = seq.keys_of(seq.steps[i + 1]);
+            const auto uses = seq.uses_of(seq.steps[i + 1]);
+            for (size_t j = 0; j < keys.size(); ++j) ranked.push_back({uses[j], keys[j]});
+          }
+          std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+          std::vector<ExpertKey> predicted;
+          for (const auto& [u, key] : ranked) predicted.push_back(key);
+          const StagePlan* p = sched.stage_decode(s.step, uint32_t(next), predicted).plan;
+          prefetched += p ? p->copies.size() : 0;
+        } else if (next >= 0 && sched.stages_prompt(int(s.tokens))) {
+          const StagePlan* p = sched.stage_prompt(s.step, next, int(s.tokens)).plan;
+          prompt_staged += p ? p->copies.size() : 0;
+        }
+      }
+      sched.end_pass();
+      SCOPED_TRACE("fraction " + std::to_string(fraction) + (oracle ? ", oracle" : ""));
+      EXPECT_EQ(got.hits, hits);
+      EXPECT_EQ(got.streamed, streamed);
+      EXPECT_EQ(got.host_computed, host);
+      EXPECT_EQ(got.staged, staged);
+      EXPECT_EQ(got.prefetched, prefetched);
+      EXPECT_EQ(got.prompt_staged, prompt_staged);
+      EXPECT_EQ(got.pcie_bytes, sched.residency().counters().copy_bytes);
+    }
 }
 
-}  // namespace
-}  // namespace ms
-
-namespace ms {
-namespace {
-
-TEST(Pools, PooledCacheMatchesADirectPolicyAndKeepsKeysGlobal) {
-  TraceHeader h;
-  h.n_layer = 3;
-  h.n_expert = 8;
-  h.k = 2;
-  h.expert_bytes = {0, 100, 100};
-  CapacitySpec c{CapacitySpec::Kind::Slots, 4, 0, false};
-  const PoolLayout layout = make_pool_layout(h, c);
-  PolicyOptions o;
-  o.n_keys = 24;
-  PooledCache pooled(layout, 8, "lru", o);
-  auto direct = make_policy("lru", 4, o);
-  AccessResult a, b;
-  const std::vector<std::vector<ExpertKey>> steps = {{8, 9}, {16, 17}, {8, 20}, {10, 11}, {16, 23}};
-  for (size_t i = 0; i < steps.size(); ++i) {
-    pooled.access(i, steps[i], {}, a);
-    direct->access(i, steps[i], {}, b);
-    EXPECT_EQ(a.hits, b.hits);
-    EXPECT_EQ(a.evicted, b.evicted);
-  }
-  EXPECT_EQ(pooled.resident(), direct->resident());
-  for (ExpertKey k : pooled.resident()) EXPECT_GE(k, 8u);  // global keys (layer 0 is dense)
-  // Per-layer quotas: 2 slots each; pinned keys land in their own layer's pool.
-  c.per_layer = true;
-  o.pinned = {17, 9};
-  o.pin_fraction = 0.5;
-  PooledCache quota(make_pool_layout(h, c), 8, "pinned+lru", o);
-  const ExpertKey l1[2] = {9, 10}, l2[2] = {16, 17};
-  quota.access(0, l1, {}, a);
-  quota.access(1, l2, {}, a);
-  EXPECT_EQ(quota.resident(), (std::vector<ExpertKey>{9, 10, 16, 17}));
-  const ExpertKey l1b[2] = {11, 12};
-  quota.access(2, l1b, {}, a);  // 9 is pinned: only the dynamic slot of layer 1 turns over
-  EXPECT_TRUE(quota.contains(9));
-  EXPECT_TRUE(quota.contains(16) && quota.contains(17));
-  EXPECT_EQ(a.evicted, std::vector<ExpertKey>{10});
-  std::vector<ExpertKey> ev;
-  const ExpertKey protect[1] = {11};
-  EXPECT_FALSE(quota.prefetch(3, 13, 1.0f, protect, ev));  // the only dynamic slot holds 11, in use
-  EXPECT_TRUE(quota.prefetch(3, 13, 1.0f, {}, ev));
-  EXPECT_EQ(ev, std::vector<ExpertKey>{11});
+// --gated: decode tokens take the step's gated plan. A layer found present
+// (resident, or staged by a published stage) must be one the plan holds
+// there, or the step throws: a whole replay at several capacities with
+// staging passes that check; staged experts are used, and the figures add up.
+TEST(Sim, GatedDecodeTakesTheGatedPlan) {
+  SyntheticTraceOptions so = small(1.0, 0.3);
+  so.predict_accuracy = 0.8;
+  const Trace t = make_synthetic_trace(so);
+  const AccessSequence seq = build_access_sequence(t);
+  for (double fraction : {0.1, 0.4, 0.9})
+    for (PrefetchMode pm : {PrefetchMode::None, PrefetchMode::Oracle, PrefetchMode::Predicted}) {
+      SCOPED_TRACE("fraction " + std::to_string(fraction) + ", prefetch " + prefetch_mode_name(pm));
+      SimOptions o;
+      o.capacity.value = fraction;
+      o.prefetch = pm;
+      o.gated = true;
+      o.warm_start = true;
+      const SimResult a = simulate(t, seq, o), b = simulate(t, seq, o);
+      EXPECT_NE(a.policy.find("+gated"), std::string::npos);
+      EXPECT_EQ(a.hits, b.hits);
+      EXPECT_EQ(a.pcie_bytes, b.pcie_bytes);
+      EXPECT_EQ(a.resident + a.streamed + a.host_computed, a.accesses);
+      EXPECT_EQ(a.accesses, seq.total_accesses());
+      if (pm != PrefetchMode::None) {
+        EXPECT_GT(a.prefetched, 0u);
+        EXPECT_GT(a.prefetch_used, 0u);
+        EXPECT_LE(a.prefetch_used, a.prefetched);
+      }
+    }
 }
 
 }  // namespace

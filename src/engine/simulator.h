@@ -1,7 +1,9 @@
-// Replays a routing trace with no GPU through the engine's own step scheduler
+// Replays a routing trace with no GPU through the engine's own MoE step
+// (engine/moe_step.h, over tiers that move nothing) and its scheduler
 // (experts/step_scheduler.h: the residency, the per-layer plan, decode
-// staging of predicted experts, prompt staging, the link-vs-CPU split), so
-// every decision the CUDA mechanism takes is exercised here: hit rates, PCIe
+// staging of predicted experts, prompt staging, the link-vs-CPU split, the
+// gated plan of decode tokens), so every decision the CUDA mechanism takes
+// is exercised here in the engine's order: hit rates, PCIe
 // bytes, experts computed on the CPU, the predicted expert time of each step
 // from the cost model, and Belady's MIN at the same capacity.
 // The time model has no stretch between layers (attention, norms): a stage's
@@ -41,6 +43,11 @@ struct SimOptions {
   // so that hit rates compare with Belady's MIN, which starts empty.
   bool warm_start = false;
   bool belady = true;               // also compute Belady's MIN (costs one more pass)
+  // Decode tokens take the gated plan, as the engine's decode does where its
+  // kernels take every tiered layer: a layer found present (every expert
+  // resident, or staged by a published stage) plans without admitting, and
+  // its prediction is staged after its host experts.
+  bool gated = false;
 };
 
 struct LayerSimStats {

@@ -1,4 +1,4 @@
-#include "experts/sweep.h"
+#include "engine/sweep.h"
 
 #include <cstdio>
 #include <map>
