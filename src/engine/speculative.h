@@ -258,6 +258,8 @@ struct SpecStats {
   std::vector<int64_t> steps_by_width;
   std::vector<double> seconds_by_width;
   void record_width(size_t drafts, double seconds);
+  // Adds another run's counts (bench's repetitions).
+  void add(const SpecStats& o);
   double mean_step_seconds(size_t drafts) const;  // 0 when none
   double acceptance() const { return drafted ? double(accepted) / double(drafted) : 0; }
   double tokens_per_verify() const { return verifies ? double(emitted) / double(verifies) : 0; }
