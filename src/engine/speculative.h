@@ -4,17 +4,19 @@
 // all_logits), and the sequence state rolls back past the first rejected
 // draft (KvCache::keep_token_states + truncate, docs/sequence_state.md).
 //
-// The rule is exact for drafters that propose one token per position (a point
-// mass): the sampler draws each emitted token from the target's logits after
-// exactly the tokens plain decoding would have fed it, once per emitted token
-// as plain decoding does, and a draft is kept only when it IS the drawn token.
-// So the output is plain decoding's, token for token, greedy or sampled with
-// the same seed; only the number of forward passes changes.
+// The output is the target's: for drafters that propose one token per
+// position (a point mass) the sampler draws each emitted token from the
+// target's logits after exactly the tokens plain decoding would have fed it,
+// once per emitted token as plain decoding does, and a draft is kept only
+// when it IS the drawn token, so greedy or sampled with a seed the tokens are
+// plain decoding's; drafters that sample (a draft model at a temperature) go
+// through the rejection rule (speculative_pick), whose output has the
+// target's distribution. Only the number of forward passes changes.
 //
-// This header: the drafters (n-gram lookup over the sequence so far; an
-// oracle for tests and benchmarks), the controller that chooses K per step
-// from measured acceptance and verify cost (K = 0: plain decoding), and
-// parsing of `--spec`. The verify loop itself is decode_speculative()
+// This header: the drafters (n-gram lookup over the sequence so far; a draft
+// model; an oracle for tests and benchmarks), the rejection rule, the
+// controller that chooses K per step from measured acceptance and step time
+// (K = 0: plain decoding), and parsing of `--spec`. The verify loop itself is decode_speculative()
 // (generate.h runs it when GenerateParams::spec has a drafter).
 #pragma once
 #include <cstdint>
