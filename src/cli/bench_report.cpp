@@ -40,6 +40,28 @@ double stat_tps(const std::vector<Stat>& stats, char kind) {
 }
 
 // The JSON of one run: everything that depends on the backend and budget.
+// Speculation's counts for a `tgN spec ...` row: acceptance by draft
+// position, tokens per verify, step time by drafts verified (0: plain steps).
+nlohmann::json spec_json(const SpecStats& st) {
+  nlohmann::json by_pos = nlohmann::json::array(), widths = nlohmann::json::object();
+  for (size_t i = 0; i < st.tried_at.size(); ++i)
+    by_pos.push_back({{"tried", st.tried_at[i]},
+                      {"accepted", st.accepted_at[i]},
+                      {"rate", st.tried_at[i] ? double(st.accepted_at[i]) / double(st.tried_at[i]) : 0.0}});
+  for (size_t w = 0; w < st.steps_by_width.size(); ++w)
+    if (st.steps_by_width[w] > 0)
+      widths[std::to_string(w)] = {{"steps", st.steps_by_width[w]}, {"mean_ms", 1e3 * st.mean_step_seconds(w)}};
+  return {{"verifies", st.verifies},
+          {"plain_steps", st.plain_steps},
+          {"drafted", st.drafted},
+          {"accepted", st.accepted},
+          {"acceptance", st.acceptance()},
+          {"tokens_per_verify", st.tokens_per_verify()},
+          {"replayed", st.replayed},
+          {"acceptance_by_position", by_pos},
+          {"step_time_by_drafts", widths}};
+}
+
 nlohmann::json run_json(const BenchArgs& a, const BudgetRun& r) {
   nlohmann::json j;
   j["backend"] = r.backend;
@@ -47,9 +69,12 @@ nlohmann::json run_json(const BenchArgs& a, const BudgetRun& r) {
   j["bandwidth"] = {{"bytes_per_s", r.bw}, {"how", r.bw_how}};
   j["floor_tps"] = r.floor_tps;
   nlohmann::json rs = nlohmann::json::array();
-  for (const Stat& s : r.stats)
-    rs.push_back({{"test", s.test}, {"n_tokens", s.n_tokens}, {"n_depth", s.depth}, {"reps", a.reps},
-                  {"tps_mean", s.mean()}, {"tps_sd", s.sd()}, {"tps", s.tps}});
+  for (const Stat& s : r.stats) {
+    nlohmann::json row = {{"test", s.test}, {"n_tokens", s.n_tokens}, {"n_depth", s.depth}, {"reps", a.reps},
+                          {"tps_mean", s.mean()}, {"tps_sd", s.sd()}, {"tps", s.tps}};
+    if (s.has_spec) row["spec"] = spec_json(s.spec);
+    rs.push_back(row);
+  }
   j["results"] = rs;
   j["experts"] = r.tel.to_json();
   if (r.tel.hybrid) j["vram_budget_bytes"] = r.tel.budget_bytes;

@@ -8,6 +8,7 @@
 
 #include "cli/backend_choice.h"
 #include "engine/loaded_model.h"
+#include "engine/speculative.h"
 #include "experts/budget_sweep.h"
 #include "experts/telemetry.h"
 #include "util/process_memory.h"
@@ -33,6 +34,8 @@ struct Stat {
   int n_tokens = 0;
   std::vector<double> tps;
   int depth = 0;     // tokens already in the cache when the test ran (-d)
+  bool has_spec = false;
+  SpecStats spec;    // `tgN spec ...` rows: speculation's counts over the repetitions
   double mean() const {
     double s = 0;
     for (double v : tps) s += v;

@@ -54,6 +54,7 @@
 #include "engine/generate.h"
 #include "engine/sampler.h"
 #include "engine/speculative.h"
+#include "cli/draft_setup.h"
 #include "experts/budget_sweep.h"
 #include "util/error.h"
 #include "util/process_memory.h"
@@ -71,7 +72,8 @@ namespace {
 
 // --spec and its options (beside BenchArgs, as --seqs is).
 struct SpecBench {
-  std::vector<std::string> choices;  // ngram, oracle:ALPHA
+  std::vector<std::string> choices;  // ngram, draft, oracle:ALPHA
+  DraftSetup draft;                  // draft: -md, --device-draft, --draft-p-min
   SpecControllerOptions control;
   bool fixed = false;
   std::string rollback = "states";
@@ -277,13 +279,19 @@ BudgetRun measure(const BenchArgs& a, const std::vector<int>& seqs, const SpecBe
     for (const std::string& text : spec.choices) {
       const DraftChoice choice = parse_draft_choice(text);
       Stat s{bench_test_name('t', ng, 0) + " spec " + choice.describe(), ng, {}, 0};
+      s.has_spec = true;
+      OpenDraft draft;  // the draft model, opened once for the repetitions
+      if (choice.kind == DraftChoice::Kind::Model) draft = open_draft(spec.draft, model, be->name(), pool, ctx, sp, true);
       for (int i = 0; i < a.reps; ++i) {
         std::unique_ptr<Drafter> d;
         if (choice.kind == DraftChoice::Kind::Ngram)
           d = std::make_unique<NgramDrafter>();
+        else if (choice.kind == DraftChoice::Kind::Model)
+          d = std::make_unique<ModelDrafter>(*draft.backend, ModelDrafter::Options{sp, spec.draft.p_min, ctx});
         else
           d = std::make_unique<OracleDrafter>(reference, tg_prompt.size(), choice.alpha, c.n_vocab, 1 + i);
         s.tps.push_back(ng / generate_run(d.get(), nullptr, &st));
+        s.spec.add(st.spec);
         std::fprintf(stderr, "moestream: %s (run %d): %s\n", s.test.c_str(), i + 1, st.spec.describe().c_str());
       }
       r.stats.push_back(s);
@@ -344,7 +352,9 @@ void check_bench_flags(const BenchArgs& a) {
 
 int run(const BenchArgs& a, const std::vector<int>& seqs, const SpecBench& spec) {
   check_bench_flags(a);
-  for (const std::string& c : spec.choices) parse_draft_choice(c);
+  bool any_draft = false;
+  for (const std::string& c : spec.choices) any_draft |= parse_draft_choice(c).kind == DraftChoice::Kind::Model;
+  check_draft_flags(spec.draft, any_draft);
   spec.control.validate();
   if (!spec.choices.empty() && first_nonzero(a.n_gen) <= 0) throw Error("--spec needs a tg test (-n N, N > 0)");
   for (int ns : seqs)
@@ -414,9 +424,11 @@ RegisterCommand reg("bench", [](CLI::App& app) {
                   "comma list: 1,4,8,16 (the first -n count of tokens each)")
       ->delimiter(',');
   sub->add_option("--spec", spec->choices,
-                  "also greedy generation through speculative decoding, a comma list of drafters (ngram, "
-                  "oracle:ALPHA: right with probability ALPHA), each a row `tgN spec ...` beside `tgN greedy`")
+                  "also greedy generation through speculative decoding, a comma list of drafters (ngram, draft: "
+                  "the -md model, oracle:ALPHA: right with probability ALPHA), each a row `tgN spec ...` beside "
+                  "`tgN greedy`")
       ->delimiter(',');
+  add_draft_options(*sub, &spec->draft);
   sub->add_option("--draft-max", spec->control.draft_max, "with --spec: drafts per verify at most")
       ->capture_default_str();
   sub->add_flag("--spec-fixed", spec->fixed, "with --spec: always verify --draft-max drafts (no controller)");

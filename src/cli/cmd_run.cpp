@@ -27,6 +27,7 @@
 #include "engine/route_recorder.h"
 #include "engine/sampler.h"
 #include "engine/speculative.h"
+#include "cli/draft_setup.h"
 #include "tokenizer/stream_decoder.h"
 #include "util/bytes.h"
 #include "util/error.h"
@@ -62,6 +63,7 @@ struct RunArgs {
   bool spec_fixed = false;
   std::string spec_rollback = "states";  // --spec-rollback states|replay
   bool draft_flags = false;  // --draft-max, --draft-min or --spec-fixed appeared
+  DraftSetup draft;          // --spec draft: -md, --device-draft, --draft-p-min
 };
 
 uint64_t peak_rss_bytes() {
@@ -131,12 +133,13 @@ void check_run_flags(const RunArgs& r) {
   if (r.sp.repeat_last_n > kMaxCtx)
     throw Error("--repeat-last-n " + std::to_string(r.sp.repeat_last_n) + ": at most " + std::to_string(kMaxCtx));
   check_vram_options(r.vram);
+  check_draft_flags(r.draft, !r.spec.empty() && parse_draft_choice(r.spec).kind == DraftChoice::Kind::Model);
   if (!r.spec.empty()) {
     parse_draft_choice(r.spec);
     r.spec_ctl.validate();
     if (r.bench) throw Error("--spec with --bench: `moestream bench --spec` measures speculative decoding");
   } else if (r.draft_flags) {
-    throw Error("--draft-max, --draft-min, --spec-fixed and --spec-rollback apply with --spec ngram|oracle:ALPHA");
+    throw Error("--draft-max, --draft-min, --spec-fixed and --spec-rollback apply with --spec ngram|draft|oracle:ALPHA");
   }
 }
 
@@ -265,9 +268,11 @@ RegisterCommand reg("run", [](CLI::App& app) {
   sub->add_option("--seed", a->sp.seed, "sampling seed")->capture_default_str();
   sub->add_option("--spec", a->spec,
                   "speculative decoding (docs/speculative.md): ngram (drafts from earlier text of the prompt and "
-                  "output) or oracle:ALPHA (benchmarks: a plain run first, then its own tokens drafted right with "
-                  "probability ALPHA); the output is plain decoding's")
-      ->option_text("ngram|oracle:ALPHA");
+                  "output), draft (a draft model, -md FILE) or oracle:ALPHA (benchmarks: a plain run first, then its "
+                  "own tokens drafted right with probability ALPHA); the output is plain decoding's (greedy: the "
+                  "same tokens; sampled: the same distribution)")
+      ->option_text("ngram|draft|oracle:ALPHA");
+  add_draft_options(*sub, &a->draft);
   auto mark = [a](const std::string&) { a->draft_flags = true; };
   sub->add_option("--draft-max", a->spec_ctl.draft_max, "with --spec: drafts per verify at most")
       ->capture_default_str()
@@ -327,10 +332,14 @@ RegisterCommand reg("run", [](CLI::App& app) {
     // first, with the same sampler and seed (so exactly what speculation
     // will emit), in a cache of its own that is gone before the real one.
     std::unique_ptr<Drafter> drafter;
+    OpenDraft draft;  // --spec draft: the model, its backend and the drafter
+    Drafter* active_drafter = nullptr;
     if (!r.spec.empty()) {
       const DraftChoice choice = parse_draft_choice(r.spec);
       if (choice.kind == DraftChoice::Kind::Ngram) {
         drafter = std::make_unique<NgramDrafter>();
+      } else if (choice.kind == DraftChoice::Kind::Model) {
+        draft = open_draft(r.draft, *model, be->name(), pool, ctx, r.sp, r.quiet);
       } else {
         std::vector<int32_t> reference;
         {
@@ -351,6 +360,7 @@ RegisterCommand reg("run", [](CLI::App& app) {
                                                   r.sp.seed);
       }
     }
+    active_drafter = draft.drafter ? draft.drafter.get() : drafter.get();
     KvCache kv = be->make_cache(ctx, r.kv_type);
     Sampler sampler(r.sp);
     if (!r.quiet)
@@ -371,7 +381,7 @@ RegisterCommand reg("run", [](CLI::App& app) {
     GenerateParams gp;
     gp.n_predict = r.n_predict;
     gp.stop_at_eog = !r.ignore_eos;
-    gp.spec.drafter = drafter.get();
+    gp.spec.drafter = active_drafter;
     gp.spec.control = r.spec_ctl;
     gp.spec.control.adaptive = !r.spec_fixed;
     gp.spec.rollback =
@@ -399,8 +409,8 @@ RegisterCommand reg("run", [](CLI::App& app) {
                    st.n_prompt, st.prompt_seconds, rate_text(st.n_prompt, st.prompt_seconds).c_str(), st.n_generated,
                    st.decode_seconds, rate_text(st.n_generated - 1, st.decode_seconds).c_str(),
                    st.stop_reason.c_str(), format_bytes(peak_rss_bytes()).c_str());
-      if (drafter)
-        std::fprintf(stderr, "moestream: spec %s (K <= %d%s) | %s | decode %s\n", drafter->name().c_str(),
+      if (active_drafter)
+        std::fprintf(stderr, "moestream: spec %s (K <= %d%s) | %s | decode %s\n", active_drafter->name().c_str(),
                      r.spec_ctl.draft_max, r.spec_fixed ? ", fixed" : "", st.spec.describe().c_str(),
                      rate_text(st.n_generated - 1, st.decode_seconds).c_str());
       if (st.stop_reason.rfind("context full", 0) == 0)

@@ -32,7 +32,8 @@ LlamaFlags translate_llama_flags(const std::vector<std::string>& argv,
   const std::vector<std::pair<std::string, std::string>> renames = {
       {"--ctx-size", "--ctx"},     {"-np", "--parallel"},     {"--n-parallel", "--parallel"},
       {"--alias", "--model-name"}, {"--batch-size", "--batch"}, {"-s", "--seed"},
-      {"-to", "--read-timeout"},   {"--timeout", "--read-timeout"}};
+      {"-to", "--read-timeout"},   {"--timeout", "--read-timeout"},
+      {"-md", "--model-draft"},    {"-devd", "--device-draft"}};
   // What is always so here: accepted, with a line saying so.
   const std::vector<std::pair<std::string, std::string>> always = {
       {"--jinja", "the model's Jinja chat template is always used (--chat-template NAME picks a built-in format)"},

@@ -74,8 +74,10 @@ GenerateStats generate(Backend& backend, KvCache& kv, Sampler& sampler, const To
 // `logits` holds the prompt's last row and `history` the prompt. Each step
 // verifies the last sampled token and up to K drafts in one forward (the
 // logits of each, the state after each kept), samples token by token until
-// the first draft that is not the sampled token, and rolls the cache back to
-// the tokens kept. Sets its checkpoint capacity to at least draft_max + 1.
+// the first draft that is not kept (not the sampled token; with the drafter's
+// distributions, rejected by speculative_pick), and rolls the cache back to
+// the tokens kept. The controller is fed each step's whole time (drafting,
+// forward, sampling). Sets its checkpoint capacity to at least draft_max + 1.
 void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const Tokenizer* tok,
                         std::vector<int32_t> history, std::vector<float>& logits, const GenerateParams& params,
                         const std::function<bool(int32_t)>& on_token, GenerateStats& st);

@@ -157,14 +157,10 @@ double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * (1.0 / 90
 
 int32_t Sampler::sample(const float* logits, int32_t n_vocab) { return sample(logits, n_vocab, SampleOptions{}); }
 
-int32_t Sampler::sample(const float* logits, int32_t n_vocab, const SampleOptions& opt) {
-  if (n_vocab <= 0) throw Error("sampling: empty logits");
+bool Sampler::prepare(const float* logits, int32_t n_vocab, bool force) {
   const bool penalised = !recent_.empty() && (params_.repeat_penalty != 1.0f || params_.presence_penalty != 0.0f ||
                                               params_.frequency_penalty != 0.0f);
-  // Plain greedy reads the logits as they are: no copy of the vocabulary's row.
-  if (params_.temperature <= 0 && !penalised && params_.logit_bias.empty() && !opt.allowed && !opt.filter &&
-      !opt.logprobs)
-    return argmax(logits, n_vocab);
+  if (!force && params_.temperature <= 0 && !penalised && params_.logit_bias.empty()) return false;
   work_.assign(logits, logits + n_vocab);
   for (const auto& [id, bias] : params_.logit_bias)
     if (id >= 0 && id < n_vocab) work_[static_cast<size_t>(id)] += bias;
@@ -192,6 +188,13 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab, const SampleOption
       i = j;
     }
   }
+  return true;
+}
+
+int32_t Sampler::sample(const float* logits, int32_t n_vocab, const SampleOptions& opt) {
+  if (n_vocab <= 0) throw Error("sampling: empty logits");
+  // Plain greedy reads the logits as they are: no copy of the vocabulary's row.
+  if (!prepare(logits, n_vocab, opt.allowed || opt.filter || opt.logprobs)) return argmax(logits, n_vocab);
   // The grammar's mask, after the penalties (which must not lift a masked
   // token back): a masked token has no probability at all.
   const uint8_t* allowed = opt.allowed;
@@ -302,10 +305,11 @@ int32_t Sampler::pick() {
   return draw();
 }
 
-// One of ids_ (the candidates, best first) by temperature, top-p and min-p.
-int32_t Sampler::draw() {
-  // Softmax with temperature over the candidates.
-  std::vector<double> p(ids_.size());
+// draw()'s probabilities over ids_ (the candidates, best first): softmax
+// with temperature, then top-p and min-p cut the tail; returns how many of
+// the first candidates they keep.
+size_t Sampler::candidate_probs(std::vector<double>& p) const {
+  p.resize(ids_.size());
   const double mx = work_[ids_[0]];
   double sum = 0;
   for (size_t i = 0; i < ids_.size(); ++i) sum += (p[i] = std::exp((work_[ids_[i]] - mx) / params_.temperature));
@@ -332,7 +336,13 @@ int32_t Sampler::draw() {
     while (n < keep && p[n] >= floor) ++n;
     keep = n;
   }
+  return keep;
+}
 
+// One of ids_ (the candidates, best first) by temperature, top-p and min-p.
+int32_t Sampler::draw() {
+  std::vector<double> p;
+  const size_t keep = candidate_probs(p);
   double kept = 0;
   for (size_t i = 0; i < keep; ++i) kept += p[i];
   const double r = uniform() * kept;
@@ -342,6 +352,42 @@ int32_t Sampler::draw() {
     if (r < cum) return ids_[i];
   }
   return ids_[keep - 1];  // r rounded onto the total
+}
+
+void Sampler::distribution(const float* logits, int32_t n_vocab, std::vector<TokenProb>& out) {
+  if (n_vocab <= 0) throw Error("sampling: empty logits");
+  out.clear();
+  if (!prepare(logits, n_vocab, false)) {
+    out.push_back({argmax(logits, n_vocab), 1.0});
+    return;
+  }
+  if (params_.temperature <= 0) {
+    out.push_back({argmax(work_.data(), n_vocab), 1.0});
+    return;
+  }
+  sorted_best(params_.top_k > 0 ? std::min(params_.top_k, n_vocab) : n_vocab, ids_);
+  std::vector<double> p;
+  const size_t keep = candidate_probs(p);
+  double kept = 0;
+  for (size_t i = 0; i < keep; ++i) kept += p[i];
+  for (size_t i = 0; i < keep; ++i) out.push_back({ids_[i], p[i] / kept});
+}
+
+int32_t Sampler::draw_from(const std::vector<TokenProb>& dist) {
+  if (dist.empty()) throw Error("sampling: an empty distribution");
+  double total = 0;
+  for (const TokenProb& t : dist) total += t.p > 0 ? t.p : 0;
+  if (!(total > 0)) throw Error("sampling: a distribution without mass");
+  const double r = uniform() * total;
+  double cum = 0;
+  int32_t last = dist.front().id;
+  for (const TokenProb& t : dist) {
+    if (!(t.p > 0)) continue;
+    cum += t.p;
+    last = t.id;
+    if (r < cum) return t.id;
+  }
+  return last;  // r rounded onto the total
 }
 
 }  // namespace ms

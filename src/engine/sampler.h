@@ -68,6 +68,12 @@ class TokenFilter {
   virtual const uint8_t* mask() = 0;
 };
 
+// One token's probability in a sampling distribution.
+struct TokenProb {
+  int32_t id = 0;
+  double p = 0;
+};
+
 struct SampleOptions {
   // n_vocab flags, 0 = this token may not come next (constrained sampling:
   // its logit becomes -inf before anything else); nullptr = all allowed.
@@ -96,6 +102,17 @@ class Sampler {
   void accept(int32_t token);
   void reset();  // forgets history and restarts the generator from the seed
 
+  // The distribution sample(logits, n_vocab) draws from, in `out` (the
+  // tokens it may pick, best first, probabilities summing to 1): penalties
+  // and logit bias, then temperature, top-k, top-p and min-p as sample()
+  // applies them; greedy: the argmax with probability 1. Speculative
+  // sampling compares it with the drafter's (speculative.h). Does not touch
+  // the generator.
+  void distribution(const float* logits, int32_t n_vocab, std::vector<TokenProb>& out);
+  // A token drawn from `dist` (non-negative weights, not necessarily
+  // normalised, at least one positive) with this sampler's generator.
+  int32_t draw_from(const std::vector<TokenProb>& dist);  // forgets history and restarts the generator from the seed
+
   const SamplerParams& params() const { return params_; }
 
   // A uniform double in [0, 1) from 53 bits of the generator (exposed for tests).
@@ -110,6 +127,12 @@ class Sampler {
  private:
   int32_t pick();
   int32_t draw();
+  // Penalties and logit bias applied to logits, into work_; false: plain
+  // greedy with nothing to apply (work_ untouched, read the logits).
+  bool prepare(const float* logits, int32_t n_vocab, bool force);
+  // draw()'s candidate probabilities (ids_ order, not normalised) and how
+  // many of ids_ top-p and min-p keep.
+  size_t candidate_probs(std::vector<double>& p) const;
   void sorted_best(int32_t k, std::vector<int32_t>& out) const;
   bool candidates_from_best(TokenFilter& filter);
   void fill_logprobs(int32_t id, const SampleOptions& opt);

@@ -8,7 +8,10 @@
 #include <chrono>
 #include <functional>
 
+#include <unordered_map>
+
 #include "engine/generate.h"
+#include "engine/kv_cache.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -71,10 +74,53 @@ void OracleDrafter::propose(std::span<const int32_t> h, int max_tokens, std::vec
 
 std::string OracleDrafter::name() const { return DraftChoice{DraftChoice::Kind::Oracle, alpha_}.describe(); }
 
+// ---------------------------------------------------------------- the rejection rule
+
+SpecPick speculative_pick(const std::vector<TokenProb>& p, const std::vector<TokenProb>& q, int32_t draft,
+                          Sampler& rng) {
+  if (p.empty()) throw Error("speculative sampling: an empty target distribution");
+  double px = 0, qx = 0;
+  for (const TokenProb& t : p)
+    if (t.id == draft) px += t.p;
+  for (const TokenProb& t : q)
+    if (t.id == draft) qx += t.p;
+  // No q, or one that gives the draft no probability (then the drafter has
+  // not drawn it from q): the point mass it behaves as.
+  const bool point = !(qx > 0);
+  if (point) qx = 1.0;
+  // u < p / q accepts with probability min(1, p / q) (u in [0, 1)).
+  if (px > 0 && rng.uniform() * qx < px) return {draft, true};
+  // The residual max(0, p - q) over p's support (q's mass elsewhere only
+  // lowers what p does not have).
+  std::unordered_map<int32_t, double> qmap;
+  if (point) {
+    qmap[draft] = 1.0;
+  } else {
+    qmap.reserve(q.size());
+    for (const TokenProb& t : q) qmap[t.id] += t.p;
+  }
+  std::vector<TokenProb> residual;
+  residual.reserve(p.size());
+  double mass = 0;
+  for (const TokenProb& t : p) {
+    auto it = qmap.find(t.id);
+    const double r = t.p - (it == qmap.end() ? 0.0 : it->second);
+    if (r > 0) {
+      residual.push_back({t.id, r});
+      mass += r;
+    }
+  }
+  // p == q up to rounding: a rejection then has (almost) no probability, and
+  // p itself is the right law for it.
+  if (!(mass > 1e-12)) return {rng.draw_from(p), false};
+  return {rng.draw_from(residual), false};
+}
+
 // ---------------------------------------------------------------- --spec
 
 std::string DraftChoice::describe() const {
   if (kind == Kind::Ngram) return "ngram";
+  if (kind == Kind::Model) return "draft";
   char buf[48];
   std::snprintf(buf, sizeof buf, "oracle:%g", alpha);
   return buf;
@@ -82,7 +128,8 @@ std::string DraftChoice::describe() const {
 
 DraftChoice parse_draft_choice(const std::string& text) {
   if (text == "ngram") return {DraftChoice::Kind::Ngram, 0};
-  const std::string bad = "--spec " + text + ": expected ngram or oracle:ALPHA with ALPHA in [0, 1] (the oracle "
+  if (text == "draft") return {DraftChoice::Kind::Model, 0};
+  const std::string bad = "--spec " + text + ": expected ngram, draft (with -md FILE) or oracle:ALPHA with ALPHA in [0, 1] (the oracle "
                           "is for benchmarks: it is given the model's own output)";
   if (text.rfind("oracle:", 0) != 0) throw Error(bad);
   const std::string num = text.substr(7);
@@ -102,6 +149,7 @@ void SpecControllerOptions::validate() const {
     throw Error("--draft-min " + std::to_string(draft_min) + ": must be in 1..--draft-max (" +
                 std::to_string(draft_max) + ")");
   if (probe_after < 1 || probe_max < probe_after || retime_every < 2 || !(decay > 0.0 && decay <= 1.0) ||
+      !(probe_budget > 0.0 && probe_budget <= 1.0) ||
       !(min_gain >= 1.0 && min_gain < 10.0))
     throw Error("speculative decoding: invalid controller options");
 }
@@ -114,9 +162,15 @@ SpecController::SpecController(SpecControllerOptions o)
 
 double SpecController::acceptance(int pos) const {
   if (pos < 0 || pos >= opt_.draft_max) return 0;
-  // One pseudo-observation at 1/2: an untried position is worth trying.
-  const size_t i = static_cast<size_t>(pos);
-  return (accepted_[i] + 0.5) / (tried_[i] + 1.0);
+  // One pseudo-observation at the position before's estimate (1/2 for the
+  // first): an untried position is expected to do as the last one reached,
+  // and a few observations decide.
+  double prior = 0.5;
+  for (int i = 0; i <= pos; ++i) {
+    const size_t j = static_cast<size_t>(i);
+    prior = (accepted_[j] + prior) / (tried_[j] + 1.0);
+  }
+  return prior;
 }
 
 double SpecController::expected_tokens(int k) const {
@@ -142,15 +196,18 @@ double SpecController::verify_seconds(int k) const {
   if (above != verify_s_.end() && (k0 > 0 || plain_s_ > 0))
     return t0 + double(k - k0) / double(above->first - k0) * (above->second - t0);
   if (above != verify_s_.end()) return above->second;
-  // Wider than any measured: as cheap as the widest (optimistic, a lower
-  // bound), so that it gets tried; plan() widens at most to 2 k + 1 at a time.
+  // Wider than any measured: the widest, plus what each draft has cost on
+  // average up to it (over plain decoding), so a wider K is chosen only when
+  // its acceptance pays for that: where every draft brings its own experts a
+  // verify's cost grows with its width, and guessing it flat is what made
+  // exploring cost more than it could win.
+  if (k0 > 0 && plain_s_ > 0) return t0 + double(k - k0) * std::max(0.0, (t0 - plain_s_) / double(k0));
   return t0;
 }
 
 // The widest K worth trying now: twice the widest measured plus one, so that
-// where a verify costs much more per token (the CPU, routed experts) finding
-// out costs a verify of 1, then 3, then 7 drafts, not a walk down from the
-// widest.
+// acceptance deep in the chain can be found out in a few steps (1, 3, 7),
+// and each widening is a choice verify_seconds() priced.
 int SpecController::widest_candidate() const {
   const int measured = verify_s_.empty() ? 0 : verify_s_.rbegin()->first;
   return std::min(opt_.draft_max, std::max(opt_.draft_min, 2 * measured + 1));
@@ -194,19 +251,40 @@ int SpecController::plan() {
     on_ = false;
     off_steps_ = 0;
   }
-  if (++off_steps_ < probe_interval_) return 0;
-  // A probe: fresh evidence of acceptance counts for more than the old.
+  // A probe loses what its verify costs beyond the tokens it is expected to
+  // bring: it comes only after enough plain steps that this loss stays
+  // within probe_budget of their time.
+  const int probe_k = argmax_rate();
+  const double loss_steps = std::max(0.0, verify_seconds(probe_k) / plain_s_ - expected_tokens(probe_k));
+  const double due = std::min<double>(opt_.probe_max, std::max<double>(probe_interval_, loss_steps / opt_.probe_budget));
+  if (++off_steps_ < due) return 0;
+  // A probe: fresh evidence of acceptance counts for more than the old; its
+  // width is the one the estimates favour (narrow while they are poor), not
+  // the widest: a probe that finds the drafts still wrong must cost little.
   off_steps_ = 0;
   probe_interval_ = std::min(opt_.probe_max, probe_interval_ * 2);
   for (size_t i = 0; i < tried_.size(); ++i) {
     tried_[i] *= 0.5;
     accepted_[i] *= 0.5;
   }
-  return opt_.draft_max;
+  return probe_k;
 }
 
+namespace {
+// The median of the last few samples (odd count: the middle one; even: the
+// lower middle, the optimistic choice between two).
+double push_median(std::vector<double>& samples, double seconds) {
+  constexpr size_t kKeep = 5;
+  if (samples.size() == kKeep) samples.erase(samples.begin());
+  samples.push_back(seconds);
+  std::vector<double> v = samples;
+  std::sort(v.begin(), v.end());
+  return v[(v.size() - 1) / 2];
+}
+}  // namespace
+
 void SpecController::record_plain(double seconds) {
-  plain_s_ = plain_s_ > 0 ? 0.7 * plain_s_ + 0.3 * seconds : seconds;
+  plain_s_ = push_median(plain_samples_, seconds);
   steps_since_plain_ = 0;
 }
 
@@ -223,8 +301,7 @@ void SpecController::record_verify(int drafted, int accepted, double seconds) {
     tried_[static_cast<size_t>(i)] += 1;
     if (i < accepted) accepted_[static_cast<size_t>(i)] += 1;
   }
-  auto [it, fresh] = verify_s_.try_emplace(drafted, seconds);
-  if (!fresh) it->second = 0.7 * it->second + 0.3 * seconds;
+  verify_s_[drafted] = push_median(verify_samples_[drafted], seconds);
   ++steps_since_plain_;
 }
 
@@ -247,7 +324,46 @@ std::string SpecStats::describe() const {
                 static_cast<long long>(verifies), static_cast<long long>(plain_steps));
   s += buf;
   if (replayed > 0) s += " | " + std::to_string(replayed) + " tokens replayed";
+  std::string widths;
+  for (size_t w = 0; w < steps_by_width.size(); ++w) {
+    if (steps_by_width[w] == 0) continue;
+    std::snprintf(buf, sizeof buf, " %zu:%.3f", w, 1e3 * mean_step_seconds(w));
+    widths += buf;
+  }
+  if (!widths.empty()) s += " | ms per step by drafts:" + widths;
   return s;
+}
+
+void SpecStats::record_width(size_t drafts, double seconds) {
+  if (steps_by_width.size() <= drafts) {
+    steps_by_width.resize(drafts + 1, 0);
+    seconds_by_width.resize(drafts + 1, 0.0);
+  }
+  ++steps_by_width[drafts];
+  seconds_by_width[drafts] += seconds;
+}
+
+void SpecStats::add(const SpecStats& o) {
+  verifies += o.verifies;
+  plain_steps += o.plain_steps;
+  drafted += o.drafted;
+  accepted += o.accepted;
+  emitted += o.emitted;
+  replayed += o.replayed;
+  auto add_to = [](auto& to, const auto& from) {
+    if (to.size() < from.size()) to.resize(from.size());
+    for (size_t i = 0; i < from.size(); ++i) to[i] += from[i];
+  };
+  add_to(tried_at, o.tried_at);
+  add_to(accepted_at, o.accepted_at);
+  add_to(steps_by_width, o.steps_by_width);
+  add_to(seconds_by_width, o.seconds_by_width);
+}
+
+double SpecStats::mean_step_seconds(size_t drafts) const {
+  return drafts < steps_by_width.size() && steps_by_width[drafts] > 0
+             ? seconds_by_width[drafts] / double(steps_by_width[drafts])
+             : 0;
 }
 
 // ---------------------------------------------------------------- the verify loop
@@ -289,18 +405,39 @@ void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const T
   // The rows of `logits` to sample from: row i follows drafts[0..i) (the
   // prompt's one row at first). p0: the cache's length before their forward.
   std::vector<int32_t> drafts, batch;
+  std::vector<std::vector<TokenProb>> q;  // the drafts' distributions (empty: point masses)
+  std::vector<TokenProb> p;
   int64_t p0 = kv.n_past();
-  double fwd_seconds = 0;
   bool after_prompt = true;
+  // A step's time: drafting, the forward, any replay and the sampling (what
+  // speculation must buy back), from its start to the end of its sampling.
+  auto step_start = clock::now();
   for (;;) {
     if (params.n_predict >= 0 && st.n_generated >= params.n_predict) break;
-    // Sample row by row, as plain decoding would, while the drafts match.
+    // Sample row by row, as plain decoding would, while the drafts are kept.
+    // Point-mass drafts: the row's token is sampled as plain decoding samples
+    // it and the draft is kept when it is that token (the rejection rule with
+    // q one-hot: kept with probability p(draft), else a draw from p without
+    // it), so a seed gives plain decoding's very tokens. Drafts with
+    // distributions: speculative_pick().
     const size_t D = drafts.size();
+    const bool with_q = D > 0 && q.size() >= D;
     size_t i = 0;
     int32_t id = -1;
-    bool stop = false;
+    bool stop = false, kept = false;
     for (;; ++i) {
-      id = sampler.sample(logits.data() + i * static_cast<size_t>(V), n_vocab);
+      const float* row = logits.data() + i * static_cast<size_t>(V);
+      check_finite_logits(std::span<const float>(row, static_cast<size_t>(V)),
+                          D == 0 ? "decode step" : "verify step", st.n_generated);
+      if (with_q && i < D) {
+        sampler.distribution(row, n_vocab, p);
+        const SpecPick pick = speculative_pick(p, q[i], drafts[i], sampler);
+        id = pick.token;
+        kept = pick.accepted;
+      } else {
+        id = sampler.sample(row, n_vocab);
+        kept = i < D && id == drafts[i];
+      }
       sampler.accept(id);
       ++st.n_generated;
       history.push_back(id);
@@ -314,14 +451,14 @@ void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const T
       } else if (params.n_predict >= 0 && st.n_generated >= params.n_predict) {
         stop = true;  // "length"
       }
-      if (stop || i >= D || id != drafts[i]) break;
+      if (stop || !kept) break;
     }
     if (D > 0) {
       // Keep the last token fed and the drafts that were emitted (drafts[0..i)):
       // the cache then holds every emitted token but `id`, as after a plain step.
-      fwd_seconds += roll_back(p0 + 1 + static_cast<int64_t>(i));
+      roll_back(p0 + 1 + static_cast<int64_t>(i));
       const size_t evaluated = std::min(D, i + 1);
-      const size_t matched = i + (i < D && id == drafts[i] ? 1 : 0);
+      const size_t matched = i + (kept ? 1 : 0);
       ++ss.verifies;
       ss.drafted += static_cast<int64_t>(evaluated);
       ss.accepted += static_cast<int64_t>(matched);
@@ -330,9 +467,14 @@ void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const T
         ++ss.tried_at[j];
         if (j < matched) ++ss.accepted_at[j];
       }
-      if (!stop) ctl.record_verify(static_cast<int>(D), static_cast<int>(i), fwd_seconds);
+    }
+    const double step_seconds = std::chrono::duration<double>(clock::now() - step_start).count();
+    if (D > 0) {
+      ss.record_width(D, step_seconds);
+      if (!stop) ctl.record_verify(static_cast<int>(D), static_cast<int>(i), step_seconds);
     } else if (!after_prompt) {
-      ctl.record_plain(fwd_seconds);
+      ss.record_width(0, step_seconds);
+      ctl.record_plain(step_seconds);
     }
     after_prompt = false;
     if (stop) break;
@@ -340,12 +482,14 @@ void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const T
       st.stop_reason = "context full (" + std::to_string(kv.ctx()) + " tokens)";
       break;
     }
+    step_start = clock::now();
     // The next forward: `id`, and the drafts that fit the context and the
     // tokens still to generate (a verify emits at most one more than it drafts).
     int64_t k = ctl.plan();
     k = std::min<int64_t>(k, kv.ctx() - kv.n_past() - 1);
     if (params.n_predict >= 0) k = std::min<int64_t>(k, params.n_predict - st.n_generated - 1);
     drafts.clear();
+    q.clear();
     if (k >= co.draft_min) {
       drafter.propose(history, static_cast<int>(k), drafts);
       if (static_cast<int64_t>(drafts.size()) > k) drafts.resize(static_cast<size_t>(k));
@@ -356,17 +500,14 @@ void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const T
           break;
         }
       if (static_cast<int>(drafts.size()) < co.draft_min) drafts.clear();
+      const auto& dq = drafter.draft_distributions();
+      if (!drafts.empty() && dq.size() >= drafts.size()) q.assign(dq.begin(), dq.begin() + static_cast<std::ptrdiff_t>(drafts.size()));
     }
     batch.assign(1, id);
     batch.insert(batch.end(), drafts.begin(), drafts.end());
     p0 = kv.n_past();
     if (!drafts.empty() && !replay) kv.keep_token_states();
-    const auto t0 = clock::now();
     backend.forward(kv, batch, logits, /*all_logits=*/!drafts.empty());
-    fwd_seconds = std::chrono::duration<double>(clock::now() - t0).count();
-    for (size_t r = 0; r < batch.size(); ++r)
-      check_finite_logits(std::span<const float>(logits.data() + r * static_cast<size_t>(V), static_cast<size_t>(V)),
-                          drafts.empty() ? "decode step" : "verify step", st.n_generated);
     if (drafts.empty()) ++ss.plain_steps;
   }
 }

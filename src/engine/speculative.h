@@ -4,27 +4,36 @@
 // all_logits), and the sequence state rolls back past the first rejected
 // draft (KvCache::keep_token_states + truncate, docs/sequence_state.md).
 //
-// The rule is exact for drafters that propose one token per position (a point
-// mass): the sampler draws each emitted token from the target's logits after
-// exactly the tokens plain decoding would have fed it, once per emitted token
-// as plain decoding does, and a draft is kept only when it IS the drawn token.
-// So the output is plain decoding's, token for token, greedy or sampled with
-// the same seed; only the number of forward passes changes.
+// The output is the target's: for drafters that propose one token per
+// position (a point mass) the sampler draws each emitted token from the
+// target's logits after exactly the tokens plain decoding would have fed it,
+// once per emitted token as plain decoding does, and a draft is kept only
+// when it IS the drawn token, so greedy or sampled with a seed the tokens are
+// plain decoding's; drafters that sample (a draft model at a temperature) go
+// through the rejection rule (speculative_pick), whose output has the
+// target's distribution. Only the number of forward passes changes.
 //
-// This header: the drafters (n-gram lookup over the sequence so far; an
-// oracle for tests and benchmarks), the controller that chooses K per step
-// from measured acceptance and verify cost (K = 0: plain decoding), and
-// parsing of `--spec`. The verify loop itself is decode_speculative()
+// This header: the drafters (n-gram lookup over the sequence so far; a draft
+// model; an oracle for tests and benchmarks), the rejection rule, the
+// controller that chooses K per step from measured acceptance and step time
+// (K = 0: plain decoding), and parsing of `--spec`. The verify loop itself is decode_speculative()
 // (generate.h runs it when GenerateParams::spec has a drafter).
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <random>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "engine/sampler.h"
+
 namespace ms {
+
+class Backend;
+class KvCache;
+class Tokenizer;
 
 // Proposes continuations of a sequence.
 class Drafter {
@@ -35,7 +44,75 @@ class Drafter {
   // (cleared first; fewer, or none, when it has no good guess).
   virtual void propose(std::span<const int32_t> history, int max_tokens, std::vector<int32_t>& out) = 0;
   virtual std::string name() const = 0;
+  // The distributions the last propose() drew its drafts from, one per draft
+  // (a drafter that samples: a draft model at a temperature). Empty: each
+  // draft is a point mass, its one guess (the n-gram and oracle drafters, a
+  // greedy draft model). speculative_pick() uses them.
+  virtual const std::vector<std::vector<TokenProb>>& draft_distributions() const {
+    static const std::vector<std::vector<TokenProb>> none;
+    return none;
+  }
 };
+
+// The speculative sampling rule at one position: the drafter drew `draft`
+// from q (empty q: a point mass on `draft`), the target's distribution there
+// is p (Sampler::distribution: the sampler chain applied as plain decoding
+// applies it). The draft is accepted with probability min(1, p(x) / q(x));
+// otherwise the token is drawn from max(0, p - q) normalised. Whatever q is,
+// the token that results is distributed as p (Leviathan et al. 2023, Chen et
+// al. 2023), so speculation leaves the output distribution the target's.
+// Random numbers come from `rng`'s generator.
+struct SpecPick {
+  int32_t token = 0;
+  bool accepted = false;
+};
+SpecPick speculative_pick(const std::vector<TokenProb>& p, const std::vector<TokenProb>& q, int32_t draft,
+                          Sampler& rng);
+
+// A smaller model of the same vocabulary drafts (`--spec draft -md FILE`):
+// its own backend (the CPU's, or the target's GPU) and its own cache, which
+// follows the target's sequence: at each proposal it goes back to the
+// longest prefix it shares with the history (rejected drafts leave it that
+// way) and runs the rest in one forward, then decodes its drafts one at a
+// time. Greedy targets get greedy drafts (point masses); sampled ones get
+// drafts drawn from the draft's distribution under the target's temperature,
+// top-k, top-p and min-p (no penalties), with their distributions for the
+// rejection rule.
+class ModelDrafter : public Drafter {
+ public:
+  struct Options {
+    SamplerParams sampling;  // the target's; temperature 0: greedy drafts
+    // Stop drafting at a token whose draft probability is below this
+    // (--draft-p-min; 0: never). Greedy drafts read the softmax at temperature 1.
+    double p_min = 0;
+    int64_t ctx = 4096;  // the draft cache's length (>= the target's)
+  };
+  // Throws ms::Error when p_min is outside [0, 1] or ctx < 1.
+  ModelDrafter(Backend& draft, Options o);
+  void propose(std::span<const int32_t> history, int max_tokens, std::vector<int32_t>& out) override;
+  std::string name() const override { return "draft"; }
+  const std::vector<std::vector<TokenProb>>& draft_distributions() const override { return dists_; }
+  // Forward passes the draft model ran (tests, stats).
+  int64_t forwards() const { return forwards_; }
+  int64_t n_cached() const;  // tokens the draft cache holds
+
+ private:
+  Backend& be_;
+  Options opt_;
+  std::unique_ptr<KvCache> kv_;
+  std::vector<int32_t> fed_;  // what kv_ holds
+  Sampler sampler_;
+  std::vector<float> logits_;
+  std::vector<std::vector<TokenProb>> dists_;
+  std::vector<TokenProb> dist_;
+  int64_t forwards_ = 0;
+};
+
+// Throws ms::Error unless the draft model can draft for the target: the
+// same vocabulary size and the same token strings (what a token id means),
+// naming the first difference.
+void check_draft_vocab(const Tokenizer& target, const Tokenizer& draft, int64_t target_n_vocab,
+                       int64_t draft_n_vocab);
 
 // Prompt lookup / n-gram drafting: the longest suffix of the history of
 // n_max .. n_min tokens that occurred earlier (the most recent occurrence
@@ -81,11 +158,12 @@ class OracleDrafter : public Drafter {
   std::mt19937_64 rng_;
 };
 
-// `--spec ngram` or `--spec oracle:ALPHA` (ALPHA in [0, 1]).
+// `--spec ngram`, `--spec draft` (with -md FILE) or `--spec oracle:ALPHA`
+// (ALPHA in [0, 1]).
 struct DraftChoice {
-  enum class Kind { Ngram, Oracle } kind = Kind::Ngram;
+  enum class Kind { Ngram, Oracle, Model } kind = Kind::Ngram;
   double alpha = 0;  // oracle
-  std::string describe() const;  // "ngram", "oracle:0.8"
+  std::string describe() const;  // "ngram", "draft", "oracle:0.8"
 };
 // Throws ms::Error naming --spec and the accepted forms.
 DraftChoice parse_draft_choice(const std::string& text);
@@ -95,16 +173,22 @@ struct SpecControllerOptions {
   int draft_max = 8;   // K at most (--draft-max)
   int draft_min = 1;   // fewer drafts than this available: a plain step (--draft-min)
   bool adaptive = true;  // false: always ask for draft_max (tests, fixed-K measurements)
-  // While speculation is off, a probe (a verify of draft_max drafts) after
-  // this many plain steps; the interval doubles after each probe that leaves
-  // it off, up to probe_max, and comes back down when it turns on.
+  // While speculation is off, a probe (a verify of the K the estimates
+  // favour, narrow while they are poor) after this many plain steps; the
+  // interval doubles after each probe that leaves it off, up to probe_max,
+  // and comes back down when it turns on.
   int probe_after = 16;
   int probe_max = 256;
+  // ... and never sooner than a probe's expected loss (its verify's time
+  // beyond the tokens it should bring) is this share of the plain steps'
+  // time before it: probing where verifies are dear must cost little.
+  double probe_budget = 0.02;
   // While on, one plain step every this many steps keeps plain decoding's
   // time current (it is what speculation must beat).
   int retime_every = 64;
-  // Weight left to old acceptance counts per verify (recent steps count most).
-  double decay = 0.97;
+  // Weight left to old acceptance counts per verify (recent steps count
+  // most: a run of rejections turns speculation off within a few verifies).
+  double decay = 0.9;
   // Speculation must promise this many times plain decoding's rate: a
   // marginal estimate is within timing noise, and a wrong one costs.
   double min_gain = 1.05;
@@ -116,11 +200,15 @@ struct SpecControllerOptions {
 // Chooses K per step: the one that maximises expected tokens per second,
 //   E(K) / T(K),  E(K) = 1 + sum_{j=1..K} prod_{i<j} a_i,
 // where a_i is the measured probability that draft i is accepted when drafts
-// 0..i-1 were, and T(K) the measured time of a verify of K+1 tokens
-// (between two measured widths: on the line between them; wider than any:
-// what the widest costs, optimistic so that it gets tried, widening to at
-// most 2 K + 1 at a time). K = 0 when no K beats plain decoding's 1 / T(0);
-// then a probe now and then. Pure bookkeeping: the caller times the passes.
+// 0..i-1 were (a position seldom reached leans on the one before it), and
+// T(K) the measured time of a step that drafts and verifies K (the median of
+// its last few measurements, so one slow step -- a first batched pass, a
+// hiccup -- does not turn speculation off; between two measured widths: on
+// the line between them; wider than any: the widest plus what each draft
+// has cost so far, so widths are tried only when their promise survives that
+// price, at most 2 K + 1 at a time). Speculation starts at the narrowest K,
+// and K = 0 when no K beats plain decoding's 1 / T(0) by min_gain; then a
+// probe now and then. Pure bookkeeping: the caller times the steps.
 class SpecController {
  public:
   explicit SpecController(SpecControllerOptions o = {});
@@ -129,8 +217,8 @@ class SpecController {
   int plan();
   // A plain decode step (one token) took `seconds`.
   void record_plain(double seconds);
-  // A verify of `drafted` drafts (plus the last token) took `seconds`;
-  // the first `accepted` drafts were kept.
+  // A step of `drafted` drafts (drafting, verifying them and the last token,
+  // sampling) took `seconds`; the first `accepted` drafts were kept.
   void record_verify(int drafted, int accepted, double seconds);
 
   // The estimates plan() uses.
@@ -148,8 +236,10 @@ class SpecController {
   int widest_candidate() const;
   SpecControllerOptions opt_;
   std::vector<double> tried_, accepted_;  // decayed counts by draft position
-  std::map<int, double> verify_s_;        // measured time by drafts verified (EMA)
-  double plain_s_ = 0;                    // EMA of a plain step, 0: not measured
+  std::map<int, std::vector<double>> verify_samples_;  // the last few times by drafts verified
+  std::map<int, double> verify_s_;        // their medians
+  std::vector<double> plain_samples_;
+  double plain_s_ = 0;                    // median of the last plain steps, 0: not measured
   bool on_ = true;
   int steps_since_plain_ = 0;  // verify steps since the last plain one
   int off_steps_ = 0;          // plain steps since speculation turned off or last probed
@@ -165,9 +255,18 @@ struct SpecStats {
   int64_t emitted = 0;       // tokens emitted from verify passes (accepted + one each)
   int64_t replayed = 0;      // tokens run again to roll a recurrent state back (SpecDecoding::Rollback::Replay)
   std::vector<int64_t> tried_at, accepted_at;  // by draft position: reached / kept
+  // Steps by drafts verified (index 0: plain steps): how many, and their
+  // total time (drafting, forward, sampling).
+  std::vector<int64_t> steps_by_width;
+  std::vector<double> seconds_by_width;
+  void record_width(size_t drafts, double seconds);
+  // Adds another run's counts (bench's repetitions).
+  void add(const SpecStats& o);
+  double mean_step_seconds(size_t drafts) const;  // 0 when none
   double acceptance() const { return drafted ? double(accepted) / double(drafted) : 0; }
   double tokens_per_verify() const { return verifies ? double(emitted) / double(verifies) : 0; }
-  // "drafted 120, accepted 96 (80.0%) | by position: 0.95 0.90 ... | 2.31 tokens per verify (41 verifies, 3 plain steps)"
+  // "drafted 120, accepted 96 (80.0%) | by position: 0.95 0.90 ... | 2.31 tokens per verify (41 verifies, 3
+  // plain steps) | ms per step by drafts: 0:0.68 3:0.91 ..."
   std::string describe() const;
 };
 

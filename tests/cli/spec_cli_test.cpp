@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <filesystem>
+
 #include "cli_run.h"
 #include "tiny_bench_fixture.h"
 
@@ -94,6 +96,91 @@ TEST_F(BenchSpecCli, RowsPerDrafterBesideGreedy) {
   // Without --spec, the rows bench always printed.
   ASSERT_EQ(run_moestream(bench("-p 0 -n 6 --json"), &out, 120, true), 0) << out;
   EXPECT_EQ(nlohmann::json::parse(out).at("results").size(), 1u);
+}
+
+// `--spec draft -md FILE`: a one-layer model of the same vocabulary drafts
+// for the suite's tiny model; greedy text is plain decoding's, the draft's
+// flags in both spellings, bench's JSON carries speculation's counts.
+class DraftSpecCli : public test::TinyBenchFixture<DraftSpecCli> {
+ public:
+  static constexpr const char* kFilePrefix = "draft_spec_";
+  static void SetUpTestSuite() {
+    TinyBenchFixture::SetUpTestSuite();
+    draft_ = new std::string(*model_ + ".draft.gguf");
+    ThreadPool pool(2);
+    GenOptions g;
+    g.n_layer = 1;
+    g.seed = 9;
+    generate_model(g, *draft_, pool);
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove(*draft_);
+    delete draft_;
+    TinyBenchFixture::TearDownTestSuite();
+  }
+  static std::string run_text(const std::string& extra, std::string* out) {
+    return "run -m \"" + *model_ + "\" -p \"The capital of France\" -n 30 --ignore-eos --backend cpu -t 2 " + extra;
+  }
+  static inline std::string* draft_ = nullptr;
+};
+
+TEST_F(DraftSpecCli, GreedyTextIsPlainDecodingsAndTheSummarySaysDraft) {
+  auto text_of = [](const std::string& extra) {
+    std::string out;
+    EXPECT_EQ(run_moestream(run_text("-q --temp 0 " + extra, nullptr), &out, 120, true), 0) << extra << "\n" << out;
+    return out;
+  };
+  const std::string base = text_of("");
+  ASSERT_GT(base.size(), 10u);
+  const std::string md = " -md \"" + *draft_ + "\"";
+  EXPECT_EQ(text_of("--spec draft" + md), base);
+  EXPECT_EQ(text_of("--spec draft --spec-fixed --draft-max 5 --device-draft cpu" + md), base);
+  EXPECT_EQ(text_of("--spec draft --draft-p-min 0.2 --model-draft \"" + *draft_ + "\" -devd cpu"), base);
+  EXPECT_EQ(text_of("--spec draft --spec-fixed -md \"" + *model_ + "\""), base) << "the model drafting for itself";
+  std::string out;
+  ASSERT_EQ(run_moestream(run_text("--temp 0.8 --seed 4 --spec draft --spec-fixed" + md, nullptr), &out), 0) << out;
+  EXPECT_NE(out.find("spec draft (K <= 8, fixed) | drafted"), std::string::npos) << out;
+  EXPECT_NE(out.find("ms per step by drafts: 0:"), std::string::npos) << out;
+}
+
+TEST_F(DraftSpecCli, BenchJsonCarriesSpeculationsCounts) {
+  std::string out;
+  ASSERT_EQ(run_moestream(bench("-p 0 -n 12 --spec draft,oracle:1 --spec-fixed --draft-max 3 --json -md \"" +
+                                *draft_ + "\""),
+                          &out, 120, true),
+            0)
+      << out;
+  const auto rs = nlohmann::json::parse(out).at("results");
+  ASSERT_EQ(rs.size(), 4u) << out;
+  EXPECT_EQ(rs[2].at("test").get<std::string>(), "tg12 spec draft");
+  EXPECT_FALSE(rs[1].contains("spec")) << "greedy has no drafts";
+  const auto& o = rs[3].at("spec");
+  // oracle:1, K = 3 fixed: 12 tokens after the prompt's one: 3 verifies of 4 tokens.
+  EXPECT_EQ(o.at("verifies").get<int>(), 3) << o.dump();
+  EXPECT_DOUBLE_EQ(o.at("tokens_per_verify").get<double>(), 4.0);
+  ASSERT_EQ(o.at("acceptance_by_position").size(), 3u);
+  EXPECT_EQ(o.at("acceptance_by_position")[2].at("accepted").get<int>(), 3);
+  EXPECT_EQ(o.at("step_time_by_drafts").at("3").at("steps").get<int>(), 3);
+  EXPECT_GT(rs[2].at("spec").at("drafted").get<int>(), 0);
+}
+
+TEST_F(DraftSpecCli, BadDraftFlagsAreErrors) {
+  const std::string md = " -md \"" + *draft_ + "\"";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--spec ngram" + md, "--spec draft"},
+      {"--draft-p-min 0.5", "--spec draft"},
+      {"--spec draft", "-md"},
+      {"--spec draft --draft-p-min 1.5" + md, "--draft-p-min"},
+      {"--spec draft --device-draft tpu" + md, "--device-draft"},
+      {"--spec draft -md /nonexistent/draft.gguf", "/nonexistent/draft.gguf"},
+  };
+  for (const auto& [args, what] : cases) {
+    std::string out;
+    const int rc = run_moestream(run_text(args, nullptr), &out);
+    EXPECT_TRUE(rc != 0 && rc < 124) << args << ": status " << rc << "\n" << out;
+    EXPECT_NE(out.find(what), std::string::npos) << args << "\n" << out;
+    EXPECT_EQ(out.find("internal error"), std::string::npos) << args << "\n" << out;
+  }
 }
 
 }  // namespace

@@ -16,7 +16,10 @@
 
 namespace ms::test {
 
-inline const std::string& tiny_gguf(const std::string& arch, const std::string& quant, uint64_t seed) {
+// n_layer > 0: that many layers instead of the preset's (a draft model: the
+// same vocabulary, fewer layers).
+inline const std::string& tiny_gguf(const std::string& arch, const std::string& quant, uint64_t seed,
+                                    int n_layer = 0) {
   namespace fs = std::filesystem;
   static std::map<std::string, std::string> paths;
   static const fs::path dir = fs::temp_directory_path() / ("moestream_tiny_" + std::to_string(::getpid()));
@@ -26,7 +29,8 @@ inline const std::string& tiny_gguf(const std::string& arch, const std::string& 
       fs::remove_all(dir, ec);
     }
   } cleanup;
-  const std::string key = arch + "-" + quant + "-" + std::to_string(seed);
+  const std::string key =
+      arch + "-" + quant + "-" + std::to_string(seed) + (n_layer > 0 ? "-l" + std::to_string(n_layer) : "");
   if (auto it = paths.find(key); it != paths.end()) return it->second;
   fs::create_directories(dir);
   ThreadPool pool(2);
@@ -35,6 +39,7 @@ inline const std::string& tiny_gguf(const std::string& arch, const std::string& 
   o.preset = "tiny";
   o.quant = quant;
   o.seed = seed;
+  o.n_layer = n_layer;
   const std::string p = (dir / (key + ".gguf")).string();
   generate_model(o, p, pool);
   return paths[key] = p;

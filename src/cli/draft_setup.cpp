@@ -1,0 +1,65 @@
+#include "cli/draft_setup.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "cli/backend_choice.h"
+#include "util/error.h"
+
+namespace ms::cli {
+
+// llama.cpp's -md and -devd reach these as --model-draft and --device-draft
+// (cli/llama_flags.cpp: CLI11 names of one dash are one letter).
+void add_draft_options(CLI::App& sub, DraftSetup* d) {
+  auto mark = [d](const std::string&) { d->given = true; };
+  sub.add_option("--model-draft", d->model,
+                 "with --spec draft: the draft model (a smaller GGUF with the same vocabulary)")
+      ->each(mark);
+  sub.add_option("--device-draft,--draft-device", d->device,
+                 "with --spec draft: where the draft model runs, cpu or gpu (default: where the model runs)")
+      ->check(CLI::IsMember({"cpu", "gpu", "cuda"}))
+      ->each(mark);
+  sub.add_option("--draft-p-min", d->p_min,
+                 "with --spec draft: stop drafting at a token the draft model gives less than this probability "
+                 "(0: never)")
+      ->capture_default_str()
+      ->each(mark);
+}
+
+void check_draft_flags(const DraftSetup& d, bool spec_draft) {
+  if (!spec_draft) {
+    if (d.given) throw Error("-md, --device-draft and --draft-p-min apply with --spec draft");
+    return;
+  }
+  if (d.model.empty()) throw Error("--spec draft needs the draft model: -md FILE (--model-draft)");
+  if (!(d.p_min >= 0.0 && d.p_min <= 1.0)) throw Error("--draft-p-min: must be in [0, 1]");
+}
+
+OpenDraft open_draft(const DraftSetup& d, const LoadedModel& target, const std::string& target_backend,
+                     ThreadPool& pool, int64_t ctx, const SamplerParams& sampling, bool quiet) {
+  OpenDraft o;
+  o.model = LoadedModel::open(d.model);
+  check_draft_vocab(*target.tokenizer, *o.model->tokenizer, target.weights.cfg.n_vocab,
+                    o.model->weights.cfg.n_vocab);
+  BackendSetup bs;
+  const std::string dev = d.device.empty() ? target_backend : d.device;
+  bs.requested = dev == "cpu" ? "cpu" : "cuda";
+  bs.quiet = quiet;
+  bs.ctx = ctx;
+  // The draft is small: every weight resident beside the model's (the
+  // default budget would be read from what the model left free).
+  bs.vram.budget = "full";
+  o.backend = make_backend(bs, o.model->weights, pool);
+  ModelDrafter::Options mo;
+  mo.sampling = sampling;
+  mo.p_min = d.p_min;
+  mo.ctx = ctx;
+  o.drafter = std::make_unique<ModelDrafter>(*o.backend, mo);
+  if (!quiet)
+    std::fprintf(stderr, "moestream: draft model %s | %s | %s\n", d.model.c_str(),
+                 o.model->weights.cfg.describe().c_str(), o.backend->name().c_str());
+  return o;
+}
+
+}  // namespace ms::cli

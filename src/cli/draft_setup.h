@@ -1,0 +1,47 @@
+// `--spec draft`: the draft model's flags (llama.cpp's spellings: -md /
+// --model-draft, -devd / --device-draft, --draft-p-min) and building it: the
+// file opened, its vocabulary checked against the model's, a backend of its
+// own (the CPU's, or the same GPU), and the ModelDrafter over it.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "cpu/thread_pool.h"
+#include "engine/backend.h"
+#include "engine/loaded_model.h"
+#include "engine/sampler.h"
+#include "engine/speculative.h"
+
+namespace CLI {
+class App;
+}
+
+namespace ms::cli {
+
+struct DraftSetup {
+  std::string model;   // -md FILE
+  std::string device;  // cpu | gpu ("": the model's own backend)
+  double p_min = 0;    // --draft-p-min
+  bool given = false;  // any of the flags appeared
+};
+
+// Adds -md/--model-draft, -devd/--device-draft and --draft-p-min.
+void add_draft_options(CLI::App& sub, DraftSetup* d);
+
+// Throws ms::Error for a draft flag without `--spec draft`, `--spec draft`
+// without -md, or a p-min outside [0, 1].
+void check_draft_flags(const DraftSetup& d, bool spec_draft);
+
+struct OpenDraft {
+  std::unique_ptr<LoadedModel> model;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<ModelDrafter> drafter;
+};
+
+// Opens -md FILE for a model whose backend is `target_backend` ("cpu",
+// "cuda"): throws ms::Error when the file is not a model, its vocabulary is
+// not the model's (check_draft_vocab), or the device is not usable.
+OpenDraft open_draft(const DraftSetup& d, const LoadedModel& target, const std::string& target_backend,
+                     ThreadPool& pool, int64_t ctx, const SamplerParams& sampling, bool quiet);
+
+}  // namespace ms::cli

@@ -1,0 +1,103 @@
+// The draft-model drafter and its vocabulary check (engine/speculative.h).
+#include <algorithm>
+#include <cmath>
+
+#include "engine/backend.h"
+#include "engine/kv_cache.h"
+#include "engine/speculative.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace ms {
+
+// ---------------------------------------------------------------- draft model
+
+ModelDrafter::ModelDrafter(Backend& draft, Options o)
+    : be_(draft), opt_(o), sampler_([&] {
+        // The draft's own sampler: the target's cut (temperature, top-k,
+        // top-p, min-p), no penalties (its q is what it draws from), its own
+        // stream of random numbers.
+        SamplerParams sp = o.sampling;
+        sp.repeat_penalty = 1.0f;
+        sp.presence_penalty = sp.frequency_penalty = 0.0f;
+        sp.logit_bias.clear();
+        sp.seed = o.sampling.seed ^ 0x9e3779b97f4a7c15ULL;
+        return sp;
+      }()) {
+  if (!(o.p_min >= 0.0 && o.p_min <= 1.0)) throw Error("--draft-p-min: must be in [0, 1]");
+  if (o.ctx < 1) throw Error("draft model: the context must be >= 1 token");
+  kv_ = std::make_unique<KvCache>(be_.make_cache(o.ctx));
+  // Recurrent draft models go back through checkpoints (one per verify depth).
+  if (kv_->has_recurrent()) kv_->set_checkpoints({66, kv_->checkpoints().options().spacing});
+}
+
+int64_t ModelDrafter::n_cached() const { return kv_->n_past(); }
+
+void ModelDrafter::propose(std::span<const int32_t> h, int max_tokens, std::vector<int32_t>& out) {
+  out.clear();
+  dists_.clear();
+  const int64_t H = static_cast<int64_t>(h.size());
+  if (max_tokens <= 0 || H == 0) return;
+  max_tokens = static_cast<int>(std::min<int64_t>(max_tokens, opt_.ctx - H));
+  if (max_tokens <= 0) return;  // no room for drafts in the draft's context
+  // Back to the longest prefix shared with the history, keeping at least the
+  // last history token to run (its logits are the first draft's).
+  int64_t keep = 0;
+  const int64_t fed = static_cast<int64_t>(fed_.size());
+  while (keep < std::min(fed, H - 1) && fed_[static_cast<size_t>(keep)] == h[static_cast<size_t>(keep)]) ++keep;
+  keep = kv_->restorable_at_or_below(keep);
+  kv_->truncate(keep);
+  fed_.resize(static_cast<size_t>(keep));
+  const int64_t V = be_.config().n_vocab;
+  be_.forward(*kv_, h.subspan(static_cast<size_t>(keep)), logits_);
+  ++forwards_;
+  fed_.insert(fed_.end(), h.begin() + keep, h.end());
+  const bool greedy = opt_.sampling.temperature <= 0;
+  for (int j = 0; j < max_tokens; ++j) {
+    const float* row = logits_.data();
+    int32_t id;
+    double prob;
+    if (greedy) {
+      id = argmax(row, static_cast<int32_t>(V));
+      if (opt_.p_min > 0) {  // softmax at temperature 1 of the argmax
+        double sum = 0;
+        for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - row[id]);
+        prob = 1.0 / sum;
+      } else {
+        prob = 1.0;
+      }
+    } else {
+      sampler_.distribution(row, static_cast<int32_t>(V), dist_);
+      id = sampler_.draw_from(dist_);
+      prob = 0;
+      for (const TokenProb& t : dist_)
+        if (t.id == id) prob = t.p;
+    }
+    if (prob < opt_.p_min) break;
+    out.push_back(id);
+    if (!greedy) dists_.push_back(dist_);
+    if (j + 1 == max_tokens) break;
+    const int32_t one[1] = {id};
+    be_.forward(*kv_, one, logits_);
+    ++forwards_;
+    fed_.push_back(id);
+  }
+}
+
+void check_draft_vocab(const Tokenizer& target, const Tokenizer& draft, int64_t target_n_vocab,
+                       int64_t draft_n_vocab) {
+  if (target_n_vocab != draft_n_vocab)
+    throw Error("draft model: its vocabulary has " + std::to_string(draft_n_vocab) + " tokens, the model's " +
+                std::to_string(target_n_vocab) + " (a draft model must share the model's vocabulary)");
+  const auto& a = target.vocab().tokens;
+  const auto& b = draft.vocab().tokens;
+  if (a.size() != b.size())
+    throw Error("draft model: its tokenizer has " + std::to_string(b.size()) + " tokens, the model's " +
+                std::to_string(a.size()) + " (a draft model must share the model's vocabulary)");
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i])
+      throw Error("draft model: token " + std::to_string(i) + " is \"" + b[i] + "\" in the draft model and \"" +
+                  a[i] + "\" in the model (a draft model must share the model's vocabulary)");
+}
+
+}  // namespace ms
