@@ -148,6 +148,40 @@ void dense_rows(const PerfModel& m, std::vector<Row>& rows) {
       const cuda::Q8Act q = cuda::q8act_view(b.bytes(cuda::q8act_bytes(d, n)), d, n);
       return std::function<void(int, cudaStream_t)>([=](int, cudaStream_t s) { cuda::quantize_q8act(in, d, n, q, s); });
     }});
+    const int heads = m.n_head + m.n_kv;
+    rows.push_back({m.name, "rope", std::to_string(heads) + "x" + std::to_string(m.head_dim) + " q+k heads" + tok,
+                    n * heads * m.head_dim * 8.0, 0, [=](Bufs& b) {
+                      float* qk = b.f(n * heads * m.head_dim);
+                      std::vector<int32_t> p(static_cast<size_t>(n));
+                      std::iota(p.begin(), p.end(), 100);
+                      int32_t* pos = b.up(p);
+                      return std::function<void(int, cudaStream_t)>([=](int, cudaStream_t s) {
+                        cuda::rope(qk, n, heads, m.head_dim, m.n_rot, pos, m.rope_base, RopeScaling(), RopeMode::Neox, s);
+                      });
+                    }});
+    rows.push_back({m.name, "add (residual)", x(n, d) + tok, n * d * 12.0, 0, [=](Bufs& b) {
+      float *a = b.f(n * d), *c = b.f(n * d);
+      return std::function<void(int, cudaStream_t)>([=](int, cudaStream_t s) { cuda::add(a, c, a, n * d, s); });
+    }});
+    const int64_t h = int64_t{m.k} * m.n_ff_exp;
+    rows.push_back({m.name, "silu_mul", x(n, h) + " (k experts' h)" + tok, n * h * 12.0, 0, [=](Bufs& b) {
+      float *g = b.f(n * h), *u = b.f(n * h);
+      return std::function<void(int, cudaStream_t)>([=](int, cudaStream_t s) { cuda::silu_mul(g, u, g, n * h, s); });
+    }});
+    const double emb_row = static_cast<double>(row_bytes(m.embd_type, d));
+    rows.push_back({m.name, "embed_rows", std::string(type_name(m.embd_type)) + " " + x(m.n_vocab, d) + tok,
+                    n * (emb_row + d * 4.0), 0, [=](Bufs& b) {
+                      void* table = b.bytes(static_cast<size_t>(emb_row * m.n_vocab), 0x11);
+                      std::vector<int32_t> ids(static_cast<size_t>(n));
+                      std::mt19937 rng(5);
+                      for (auto& i : ids) i = static_cast<int32_t>(rng() % m.n_vocab);
+                      int32_t* dids = b.up(ids);
+                      float* out = b.f(n * d);
+                      const DType t = m.embd_type;
+                      return std::function<void(int, cudaStream_t)>([=](int, cudaStream_t s) {
+                        cuda::embed_rows(t, table, m.n_vocab, d, dids, n, out, s);
+                      });
+                    }});
     // The attention projections: Wq|Wk|Wv stacked, then Wo with the residual.
     for (auto [what, r, c, res] : {std::tuple<const char*, int64_t, int64_t, bool>{"attn qkv", qkv, d, false}, {"attn out", d, qd, true}}) {
       const double wb = static_cast<double>(row_bytes(m.dense_type, c)) * r;
@@ -355,6 +389,62 @@ void moe_rows(const PerfModel& m, std::vector<Row>& rows) {
       });
     }});
   }
+  // The decode step's two expert launches on their own: gate+up of the k
+  // experts (SwiGLU fused), then down with the weighted sum.
+  rows.push_back({m.name, "matvec_glu", std::string(type_name(m.expert_type)) + " " + x(ff, d) + " x " + std::to_string(k) +
+                                            " experts, 1 token",
+                  2 * gate_b * k, 4.0 * ff * d * k, [=](Bufs& b) {
+                    void* gate = b.bytes(static_cast<size_t>(gate_b * E), 0x11);
+                    void* up = b.bytes(static_cast<size_t>(gate_b * E), 0x11);
+                    int32_t* ids = b.up(random_ids(1, k, E, 11));
+                    float *xin = b.f(d), *y = b.f(k * ff);
+                    cuda::MatvecInput in;
+                    in.f32 = xin;
+                    if (cuda::matvec_takes_q8(m.expert_type)) {
+                      in.q8 = cuda::q8act_view(b.bytes(cuda::q8act_bytes(d, 1)), d, 1);
+                      cuda::quantize_q8act(xin, d, 1, in.q8, nullptr);
+                      MS_CUDA_CHECK(cudaDeviceSynchronize());
+                    }
+                    cuda::MatrixSet g, u;
+                    g.type = u.type = m.expert_type;
+                    g.rows = u.rows = ff;
+                    g.cols = u.cols = d;
+                    g.base = gate;
+                    u.base = up;
+                    g.stride = u.stride = static_cast<int64_t>(gate_b);
+                    cuda::MatvecGroups gr;
+                    gr.max_groups = k;
+                    gr.per_group = 1;
+                    gr.x_div = k;
+                    gr.n_expert = E;
+                    gr.expert = ids;
+                    return std::function<void(int, cudaStream_t)>([=](int, cudaStream_t s) {
+                      cuda::matvec_glu(g, u, in, gr, y, ff, s);
+                    });
+                  }});
+  rows.push_back({m.name, "matvec_combine", std::string(type_name(m.down_type)) + " " + x(d, ff) + " x " + std::to_string(k) +
+                                                " experts, 1 token",
+                  down_b * k, 2.0 * ff * d * k, [=](Bufs& b) {
+                    void* down = b.bytes(static_cast<size_t>(down_b * E), 0x11);
+                    int32_t* ids = b.up(random_ids(1, k, E, 13));
+                    float *h = b.f(k * ff), *wts = b.f(k), *out = b.f(d);
+                    cuda::MatvecInput in;
+                    in.f32 = h;
+                    if (cuda::matvec_takes_q8(m.down_type)) {
+                      in.q8 = cuda::q8act_view(b.bytes(cuda::q8act_bytes(ff, k)), ff, k);
+                      cuda::quantize_q8act(h, ff, k, in.q8, nullptr);
+                      MS_CUDA_CHECK(cudaDeviceSynchronize());
+                    }
+                    cuda::MatrixSet w;
+                    w.type = m.down_type;
+                    w.rows = d;
+                    w.cols = ff;
+                    w.base = down;
+                    w.stride = static_cast<int64_t>(down_b);
+                    return std::function<void(int, cudaStream_t)>([=](int, cudaStream_t s) {
+                      cuda::matvec_combine(w, in, k, ids, E, wts, out, out, s);
+                    });
+                  }});
   rows.push_back({m.name, "moe_combine", std::to_string(k) + " x " + std::to_string(d) + ", 512 tokens",
                   512.0 * d * 4 * (k + 2), 0, [=](Bufs& b) {
                     float *y = b.f(512 * k * d), *w = b.f(512 * k), *out = b.f(512 * d);
@@ -424,6 +514,13 @@ void delta_rows(const PerfModel& m, std::vector<Row>& rows) {
                       float *src = b.f(n * 2 * qd), *dst = b.f(n * qd), *gate = b.f(n * qd);
                       return std::function<void(int, cudaStream_t)>([=](int, cudaStream_t s) {
                         cuda::split_q_gate(src, n, m.n_head, m.head_dim, 0, dst, gate, s);
+                      });
+                    }});
+    rows.push_back({m.name, "scale_rows_sigmoid", x(n, m.n_ff_exp) + " (shared expert gate)" + tok, n * m.n_ff_exp * 8.0, 0,
+                    [=](Bufs& b) {
+                      float *xin = b.f(n * m.n_ff_exp), *score = b.f(n);
+                      return std::function<void(int, cudaStream_t)>([=](int, cudaStream_t s) {
+                        cuda::scale_rows_sigmoid(xin, score, n, m.n_ff_exp, s);
                       });
                     }});
     rows.push_back({m.name, "mul_sigmoid", std::to_string(qd) + tok, n * qd * 12.0, 0, [=](Bufs& b) {

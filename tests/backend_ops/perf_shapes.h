@@ -24,7 +24,8 @@ struct PerfModel {
   RouterMode router_mode = RouterMode::SoftmaxTopK;
   bool renorm = true;
   bool biases = false;  // expert biases and the clamped SwiGLU (gpt-oss)
-  DType dense_type = DType::Q4_K, expert_type = DType::Q4_K, down_type = DType::Q6_K;
+  int64_t n_vocab = 0;
+  DType dense_type = DType::Q4_K, expert_type = DType::Q4_K, down_type = DType::Q6_K, embd_type = DType::Q4_K;
   DeltaNetShape delta;  // n_k_heads 0: no Gated DeltaNet layers
 };
 
@@ -40,6 +41,7 @@ inline const std::vector<PerfModel>& perf_models() {
     q3.n_expert = 128;
     q3.k = 8;
     q3.n_ff_exp = 768;
+    q3.n_vocab = 151936;
     v.push_back(q3);
     PerfModel q35 = q3;
     q35.name = "Qwen3.6-35B-A3B";
@@ -50,6 +52,7 @@ inline const std::vector<PerfModel>& perf_models() {
     q35.rope_base = 1e7f;
     q35.n_expert = 256;
     q35.n_ff_exp = 512;
+    q35.n_vocab = 248320;
     q35.delta.n_k_heads = 16;
     q35.delta.n_v_heads = 32;
     q35.delta.head_k = q35.delta.head_v = 128;
@@ -66,10 +69,12 @@ inline const std::vector<PerfModel>& perf_models() {
     oss.n_expert = 32;
     oss.k = 4;
     oss.n_ff_exp = 2880;
+    oss.n_vocab = 201088;
     oss.router_mode = RouterMode::TopKSoftmax;
     oss.renorm = false;
     oss.biases = true;
     oss.dense_type = DType::Q8_0;
+    oss.embd_type = DType::Q8_0;
     oss.expert_type = oss.down_type = DType::MXFP4;
     v.push_back(oss);
     return v;
