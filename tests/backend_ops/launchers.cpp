@@ -91,7 +91,8 @@ const std::vector<Launcher>& cuda_launchers() {
       {"cuda::decode_qk_prologue", "backend/decode_fused.h", {"qk_prologue_f16/cuda_decode", "qk_prologue_f32/cuda_decode"}, ""},
       {"cuda::rmsnorm_row_q8", "backend/decode_fused.h", {"rms_norm_q8/cuda_row"}, ""},
       {"cuda::router_decode_f32", "backend/decode_fused.h", {"router_decode_f32/cuda"}, ""},
-      {"cuda::batch_qk_prologue", "backend/prefill_fused.h", {"qk_prologue_f16/cuda_batch", "qk_prologue_f32/cuda_batch"}, ""},
+      {"cuda::batch_qk_prologue", "backend/prefill_fused.h",
+       {"qk_prologue_f16/cuda_batch", "qk_prologue_f32/cuda_batch", "qk_prologue_f16/cuda_batch_stacked_row"}, ""},
   };
   return k;
 }

@@ -191,8 +191,12 @@ void add_qk_prologue(Registry& reg) {
       return p;
     };
     op.tol = 1;
-    auto run = [](bool decode) {
-      return [decode](const Case& c, const Problem& p) {
+    // how: 0 decode_qk_prologue on the stacked row; 1 batch_qk_prologue on
+    // separate q, k, v arrays; 2 batch_qk_prologue with q, k, v pointing into
+    // one stacked row (one token: the decode step's form without the
+    // one-token kernel).
+    auto run = [](int how) {
+      return [how](const Case& c, const Problem& p) {
         const AttentionShape s = attention_case_shape(c);
         const int n = static_cast<int>(c.at("n_tok")), hd = s.head_dim, n_rot = static_cast<int>(c.at("n_rot"));
         const int64_t kind = c.at("cache"), elems = int64_t{s.n_kv} * s.ctx * hd;
@@ -208,29 +212,34 @@ void add_qk_prologue(Registry& reg) {
         const float* kn = c.at("norm") ? dkn.as<float>() : nullptr;
         const RopeScaling sc = rope_case_scaling(c);
         const RopeMode mode = static_cast<RopeMode>(c.at("mode"));
+        auto batch = [&](float* q, float* k, const float* v) {
+          if (kind == 0)
+            cuda::batch_qk_prologue(q, k, v, n, s.n_head, s.n_kv, hd, qn, kn, 1e-6f, n_rot, dp.as<int32_t>(), 1e6f, sc,
+                                    mode, kc.as<uint16_t>(), vc.as<uint16_t>(), s.ctx, stream());
+          else
+            cuda::batch_qk_prologue(q, k, v, n, s.n_head, s.n_kv, hd, qn, kn, 1e-6f, n_rot, dp.as<int32_t>(), 1e6f, sc,
+                                    mode, kc.as<float>(), vc.as<float>(), s.ctx, stream());
+        };
         std::vector<float> got;
-        if (decode) {  // one stacked row [q | k | v]
+        if (how != 1) {  // one stacked row [q | k | v]
           std::vector<float> qkv = p.f.at("q");
           qkv.insert(qkv.end(), p.f.at("k").begin(), p.f.at("k").end());
           qkv.insert(qkv.end(), p.f.at("v").begin(), p.f.at("v").end());
           DeviceBuffer d = upload(qkv);
-          if (kind == 0)
-            cuda::decode_qk_prologue(d.as<float>(), s.n_head, s.n_kv, hd, qn, kn, 1e-6f, n_rot, dp.as<int32_t>(), 1e6f,
-                                     sc, mode, kc.as<uint16_t>(), vc.as<uint16_t>(), s.ctx, stream());
-          else
-            cuda::decode_qk_prologue(d.as<float>(), s.n_head, s.n_kv, hd, qn, kn, 1e-6f, n_rot, dp.as<int32_t>(), 1e6f,
-                                     sc, mode, kc.as<float>(), vc.as<float>(), s.ctx, stream());
+          float* row = d.as<float>();
+          if (how == 2) {
+            batch(row, row + qd, row + qd + kvd);
+          } else if (kind == 0) {
+            cuda::decode_qk_prologue(row, s.n_head, s.n_kv, hd, qn, kn, 1e-6f, n_rot, dp.as<int32_t>(), 1e6f, sc, mode,
+                                     kc.as<uint16_t>(), vc.as<uint16_t>(), s.ctx, stream());
+          } else {
+            cuda::decode_qk_prologue(row, s.n_head, s.n_kv, hd, qn, kn, 1e-6f, n_rot, dp.as<int32_t>(), 1e6f, sc, mode,
+                                     kc.as<float>(), vc.as<float>(), s.ctx, stream());
+          }
           got = result(d, static_cast<size_t>(qd + kvd));
         } else {
           DeviceBuffer dq = upload(p.f.at("q")), dk = upload(p.f.at("k")), dv = upload(p.f.at("v"));
-          if (kind == 0)
-            cuda::batch_qk_prologue(dq.as<float>(), dk.as<float>(), dv.as<float>(), n, s.n_head, s.n_kv, hd, qn, kn,
-                                    1e-6f, n_rot, dp.as<int32_t>(), 1e6f, sc, mode, kc.as<uint16_t>(),
-                                    vc.as<uint16_t>(), s.ctx, stream());
-          else
-            cuda::batch_qk_prologue(dq.as<float>(), dk.as<float>(), dv.as<float>(), n, s.n_head, s.n_kv, hd, qn, kn,
-                                    1e-6f, n_rot, dp.as<int32_t>(), 1e6f, sc, mode, kc.as<float>(), vc.as<float>(),
-                                    s.ctx, stream());
+          batch(dq.as<float>(), dk.as<float>(), dv.as<float>());
           got = result(dq, static_cast<size_t>(n * qd));
           const std::vector<float> k = result(dk, static_cast<size_t>(n * kvd));
           got.insert(got.end(), k.begin(), k.end());
@@ -243,10 +252,14 @@ void add_qk_prologue(Registry& reg) {
         return got;
       };
     };
-    Impl d = gpu_impl("cuda_decode", run(true));
-    d.skip_case = [](const Case& c) { return c.at("n_tok") == 1 ? "" : "one token"; };
+    auto one_token = [](const Case& c) { return c.at("n_tok") == 1 ? "" : "one token"; };
+    Impl d = gpu_impl("cuda_decode", run(0));
+    d.skip_case = one_token;
     op.impls.push_back(std::move(d));
-    op.impls.push_back(gpu_impl("cuda_batch", run(false)));
+    op.impls.push_back(gpu_impl("cuda_batch", run(1)));
+    Impl st = gpu_impl("cuda_batch_stacked_row", run(2));
+    st.skip_case = one_token;
+    op.impls.push_back(std::move(st));
     reg.add(std::move(op));
   }
 }
