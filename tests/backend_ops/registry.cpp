@@ -40,6 +40,8 @@ const Registry& registry() {
     register_cpu_ops(reg);
     register_cuda_impls(reg);
     register_cuda_batch_ops(reg);
+    register_cuda_fused_impls(reg);
+    register_cuda_moe_impls(reg);
     return reg;
   }();
   return r;
