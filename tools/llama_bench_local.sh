@@ -60,5 +60,4 @@ if [ -x "$b/llama-server" ]; then
 fi
 echo "" > "$W/nccl_stub.c"
 gcc -shared -fPIC -o "$out/libnccl_stub.so.2" -Wl,-soname,libnccl.so.2 "$W/nccl_stub.c"
-grep -qx '/.llb/' .git/info/exclude 2> /dev/null || echo '/.llb/' >> .git/info/exclude
 echo "wrote $out ($(du -sh "$out" | cut -f1)): llama.cpp $(cat .llama/llama-src.version)"

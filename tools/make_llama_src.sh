@@ -21,5 +21,4 @@ tar cJf .llama/llama-src.tar.xz -C "$tmp/llama.cpp" --exclude=.git --exclude=./m
   --exclude=./examples --exclude=./tests --exclude=./media --exclude=./gguf-py --exclude=./app \
   --exclude=./pocs --exclude=./benches --exclude=./skills .
 echo "$commit (node-llama-cpp $ver)" > .llama/llama-src.version
-grep -qx '/.llama/' .git/info/exclude 2>/dev/null || echo '/.llama/' >> .git/info/exclude
 echo "wrote .llama/llama-src.tar.xz: llama.cpp $commit, $(du -h .llama/llama-src.tar.xz | cut -f1)"
