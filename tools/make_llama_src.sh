@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Packs llama.cpp's source (the release bundled in the `node-llama-cpp` npm
 # package as llama/gitRelease.bundle) into .llama/llama-src.tar.xz (~8 MB),
-# to be carried to the GPU machine (no network there) for
-# tools/llamacpp_sweep.sh. Needs npm and the network here; nothing of it is
-# part of moestream's build.
+# from which tools/llama_bench_local.sh builds llama-bench and llama-server
+# for the GPU machine (no network there; tools/matrix.py runs them). Needs
+# npm and the network here; nothing of it is part of moestream's build.
 #
 #   tools/make_llama_src.sh [node-llama-cpp version]    (default: the registry's latest)
 set -euo pipefail
