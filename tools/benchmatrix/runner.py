@@ -394,7 +394,7 @@ def run_call(ctx, all_cells, selected, on_progress):
     n_groups = sum(len(g) for _, g in plan)
     ctx.log(f"matrix: {len(selected)} cells selected, {len(pend)} to measure in {n_groups} groups over "
             f"{len(plan)} files; {ctx.a.max_seconds:.0f} s for this call")
-    done_groups = 0
+    done_groups = skipped = 0
     stopped = None
     needed = [r for r, _ in plan]
     try:
@@ -414,7 +414,8 @@ def run_call(ctx, all_cells, selected, on_progress):
                 continue
             for g in glist:
                 if ctx.left() - RESERVE_S < estimate(ctx, g):
-                    raise Deadline()
+                    skipped += 1  # a shorter group after it may still fit
+                    continue
                 ctx.log(f"matrix: group {g[0].recipe.key} | {g[0].budget} | {g[0].workload.group} "
                         f"({', '.join(c.workload.name for c in g)}), {ctx.left():.0f} s left")
                 res = run_group(ctx, g, insp)
@@ -424,6 +425,8 @@ def run_call(ctx, all_cells, selected, on_progress):
                 on_progress()
     except Deadline:
         stopped = f"stopped before the time limit ({ctx.left():.0f} s left of --max-seconds {ctx.a.max_seconds:.0f})"
+    if skipped and not stopped:
+        stopped = f"{skipped} groups did not fit in the time left"
     left = len(pending_cells(ctx, selected))
     ctx.log(f"matrix: {done_groups} of {n_groups} groups measured; {left} cells left"
             + (f"; {stopped}: run the same command again" if stopped and left else ""))

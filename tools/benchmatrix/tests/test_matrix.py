@@ -285,6 +285,15 @@ class HarnessCallTest(unittest.TestCase):
         cells = sorted(e["cell"] for e in self.entries().values())
         self.assertEqual(cells, ["qwen3-30b/q4_k_m/full/pp512/uniform", "qwen3-30b/q4_k_m/full/tg128/uniform"])
 
+    def test_a_group_that_does_not_fit_is_left_for_a_later_call_and_the_next_one_runs(self):
+        only = r"qwen3-30b/q4_k_m/(full/serve|65%/(tg128|pp512))/uniform"
+        r = self.call("--only", only, "--max-seconds", "100", "--estimate", "gen=1,short=1,serve=1000")
+        self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+        self.assertIn("1 groups did not fit", r.stdout)
+        self.assertEqual(sorted(e["cell"] for e in self.entries().values()),
+                         ["qwen3-30b/q4_k_m/65%/pp512/uniform", "qwen3-30b/q4_k_m/65%/tg128/uniform"])
+        self.assertEqual(self.calls(["llama-server", "-m"]), [])
+
     def test_dry_run_prints_commands_and_runs_nothing(self):
         r = self.call("--dry-run", "--only", self.ONLY)
         self.assertEqual(r.returncode, 0, r.stderr)
