@@ -92,6 +92,16 @@ def parse_llama_bench(text, wls):
     return out, {"git": commit}
 
 
+def experts_summary(tel):
+    """moestream's expert telemetry without its per-layer lists (the cache stays small)."""
+    if not isinstance(tel, dict):
+        return tel
+    out = {k: v for k, v in tel.items() if k != "layers"}
+    if isinstance(out.get("prefetch"), dict):
+        out["prefetch"] = {k: v for k, v in out["prefetch"].items() if k != "layers"}
+    return out
+
+
 def command_text(cmd):
     """A command as one shell line (arguments with spaces or shell characters quoted)."""
     import shlex

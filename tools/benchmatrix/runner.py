@@ -290,9 +290,10 @@ def group_plan(ctx, cells_of_group, insp, dry=False):
         p.update(ncmoe=n, llama_vram_est=est, llama_over_budget=(b is not None and est > b))
     out_json = os.path.join(ctx.a.work, "ms_bench.json")
     if w0.kind == "serve":
-        port = free_port() if not dry else 0
+        # (a port each: the first server's may linger in TIME_WAIT)
+        port, lport = (free_port(), free_port()) if not dry else (0, 0)
         cmds = {"moestream": en.ms_serve_cmd(ctx.a.moestream, model, b, ctx.a.threads, port),
-                "llama": en.llama_serve_cmd(ls, model, n, ctx.a.threads, port), "port": port}
+                "llama": en.llama_serve_cmd(ls, model, n, ctx.a.threads, lport), "port": port, "lport": lport}
     else:
         cmds = {"moestream": en.ms_bench_cmd(ctx.a.moestream, model, wls, b, ctx.a.threads, ctx.a.reps, out_json),
                 "llama": en.llama_bench_cmd(lb, model, wls, n, full, ctx.a.threads, ctx.a.reps), "out_json": out_json}
@@ -318,7 +319,7 @@ def run_group(ctx, cells_of_group, insp):
                                                              os.path.join(w, "ms_serve.log"))
         if e:
             errs.append("moestream: " + e)
-        ll, ll_extra, e, _, peaks["llama"] = run_server(ctx, cmds["llama"], cmds["port"], wls, True,
+        ll, ll_extra, e, _, peaks["llama"] = run_server(ctx, cmds["llama"], cmds["lport"], wls, True,
                                                          os.path.join(w, "llama_serve.log"))
         if e:
             errs.append("llama.cpp: " + e)
@@ -328,7 +329,7 @@ def run_group(ctx, cells_of_group, insp):
         rc, _, _, peaks["moestream"] = run_proc(ctx, cmds["moestream"], os.path.join(w, "ms.log"), 540)
         try:
             ms, info = en.parse_ms_bench(open(cmds["out_json"]).read(), wls) if rc == 0 else ({}, {})
-            ms_extra = {"experts": info.get("experts")} if info else {}
+            ms_extra = {"experts": en.experts_summary(info.get("experts"))} if info else {}
         except (OSError, ValueError, KeyError) as e:
             rc, ms = rc or 1, {}
             errs.append(f"moestream: unreadable output ({e})")
