@@ -22,6 +22,16 @@ def _budget(e):
             f"{p['fraction'] * p['bytes_real'] / GIB:.1f} GiB of the real {p['bytes_real'] / GIB:.1f})")
 
 
+def _experts(e):
+    """moestream's expert tiers over the run: hit rate and the CPU's share of expert pairs."""
+    x = e.get("experts") or {}
+    p = x.get("pairs") if x.get("hybrid") else None
+    if not p:
+        return ""
+    total = p.get("resident", 0) + p.get("streamed", 0) + p.get("host", 0)
+    return f"; hit {100 * p.get('hit_rate', 0):.0f}%, CPU {100 * p.get('host', 0) / total:.0f}%" if total else ""
+
+
 def _llama_place(e):
     p = e.get("plan") or {}
     if "ncmoe" not in p:
@@ -72,7 +82,7 @@ def write(path, cache, context, matrix_cells, cores=None, only=None):
     L = []
     L.append("# moestream vs llama.cpp, cell by cell (issue #43)\n")
     L.append(f"Written by `tools/matrix.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} from "
-             "bench/results/matrix.json (the same numbers, every repetition, and the budget arithmetic).\n")
+             "matrix.json beside it (the same numbers, every repetition, and the budget arithmetic).\n")
     L.append(f"- machine: {machine}" + (f", {cores} CPU cores" if cores else ""))
     L.append(f"- moestream: {msc}; llama.cpp: {llc}")
     L.append(f"- cells: {len(ok)} measured ({below} below 1.0x), {len(rest)} failed or skipped, {missing} of the "
@@ -100,7 +110,7 @@ def write(path, cache, context, matrix_cells, cores=None, only=None):
     L.append("|---:|---|---:|---:|---:|---|---|---|---|")
     for i, e in enumerate(ok, 1):
         L.append(f"| {i} | {e['cell']} | {_v(e.get('moestream'))} | {_v(e.get('llama'))} | {e['ratio']:.2f}x | "
-                 f"{_budget(e)} | {_llama_place(e)} | {_peaks(e)} | {gid(e)} |")
+                 f"{_budget(e)}{_experts(e)} | {_llama_place(e)} | {_peaks(e)} | {gid(e)} |")
     if rest:
         L.append("\n## Failed or skipped\n")
         L.append("| cell | status | moestream | llama.cpp | why | commands |")
