@@ -120,7 +120,7 @@ def write(path, cache, context, matrix_cells, cores=None, only=None):
             g = gid(e) if e.get("commands") else "-"
             L.append(f"| {e['cell']} | {e['status']} | {_v(e.get('moestream'))} | {_v(e.get('llama'))} | {why} | {g} |")
     L.append("\n## Files\n")
-    L.append("| recipe (`moestream gen` arguments) | layers generated / real | real model bytes |")
+    L.append("| recipe (`moestream gen` arguments) | layers generated / real | tensor bytes: this file / the real model |")
     L.append("|---|---|---|")
     seen = set()
     for e in ok + rest:
@@ -128,9 +128,10 @@ def write(path, cache, context, matrix_cells, cores=None, only=None):
         if r in seen:
             continue
         seen.add(r)
-        br = (e.get("plan") or {}).get("bytes_real")
+        p = e.get("plan") or {}
+        br, fb = p.get("bytes_real"), p.get("file_bytes")
         L.append(f"| `{r}` | {e.get('layers', '?')} / {e.get('full_layers', '?')} | "
-                 f"{'-' if not br else f'{br / GIB:.1f} GiB'} |")
+                 f"{'-' if not br else f'{fb / GIB:.2f} / {br / GIB:.1f} GiB'} |")
     L.append("\n## Commands\n")
     for g, e in groups.values():
         c = e.get("commands") or {}
