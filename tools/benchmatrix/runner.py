@@ -142,7 +142,11 @@ def run_proc(ctx, cmd, log_path, timeout_s):
         raise Deadline()
     t0 = time.monotonic()
     with open(log_path, "w") as err, PeakVram() as pv:
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+        try:
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+        except OSError as e:  # no such engine here: the cells fail, the call goes on
+            err.write(f"cannot start {cmd[0]}: {e}\n")
+            return 127, "", 0.0, None
         try:
             out, _ = p.communicate(timeout=t)
         except subprocess.TimeoutExpired:
@@ -193,7 +197,10 @@ def run_server(ctx, cmd, port, wls, openai_compat, log_path):
         raise Deadline()
     out, extra, err = {}, {}, ""
     with open(log_path, "w") as log, PeakVram() as pv:
-        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as e:
+            return {}, {}, f"cannot start {cmd[0]}: {e}", 0.0, None
         try:
             if not wait_health(port, p, min(300, ctx.left() - RESERVE_S - 30)):
                 if p.poll() is None and ctx.left() - RESERVE_S < 40:

@@ -296,6 +296,17 @@ class HarnessCallTest(unittest.TestCase):
                          ["qwen3-30b/q4_k_m/65%/pp512/uniform", "qwen3-30b/q4_k_m/65%/tg128/uniform"])
         self.assertEqual(self.calls(["llama-server", "-m"]), [])
 
+    def test_a_missing_engine_fails_its_cells_and_the_call_goes_on(self):
+        r = self.call("--only", r"qwen3-30b/q4_k_m/full/(tg128|pp512|serve1)/uniform", "--reps", "1",
+                      "--llama-bin", os.path.join(self.dir, "no-llama-here"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        es = {e["cell"]: e for e in self.entries().values()}
+        self.assertEqual(len(es), 4)
+        for e in es.values():
+            self.assertEqual(e["status"], "failed")
+            self.assertIn("cannot start", e["error"])
+            self.assertGreater(e["moestream"]["mean"], 0)  # moestream's half is kept
+
     def test_dry_run_prints_commands_and_runs_nothing(self):
         r = self.call("--dry-run", "--only", self.ONLY)
         self.assertEqual(r.returncode, 0, r.stderr)
