@@ -87,6 +87,10 @@ def write(path, cache, context, matrix_cells, cores=None, only=None):
     L.append(f"- moestream: {msc}; llama.cpp: {llc}")
     L.append(f"- cells: {len(ok)} measured ({below} below 1.0x), {len(rest)} failed or skipped, {missing} of the "
              f"matrix's {len(ids)} not measured yet on this machine and commits (`tools/matrix.py` resumes them)")
+    L.append("- run (resumes; exit status 3 while cells are left): on the GPU machine, carrying `.llb` "
+             "(tools/llama_bench_local.sh) and a moestream built for sm_90, "
+             "`eval \"$(tools/llb_unpack.sh /tmp/lb)\" && python3 tools/matrix.py --moestream BIN --llama-bin "
+             "/tmp/lb/bin --max-seconds 540 --mirror \"$OUT\"`, then bring `$OUT/matrix.json` back here")
     L.append("")
     L.append("How: both engines run the same generated file in the same call, one after the other, with the same "
              "threads (`moestream gen`: random weights, real shapes and quantization mix; fewer layers than the "
