@@ -13,8 +13,8 @@
 #       and without its MTP block) and writes Hugging Face's logits.
 #   QUANT=1: also builds llama-quantize and llama-imatrix (CPU only) from
 #       .llama/llama-src.tar.xz (tools/make_llama_src.sh) and requantizes each
-#       f32 file to q4_0,q4_K,q5_K,q6_K,q8_0 (QTYPES=...; the full list is
-#       issue_rows_device.sh's QTYPES_ALL); the checkpoints are then widened
+#       f32 file to q4_0,q4_K,q5_K,q6_K,q8_0 (QTYPES=...; QTYPES=all: every
+#       type, the list QTYPES_ALL below); the checkpoints are then widened
 #       (hidden 256) and conditioned (llamacpp_files.py's condition()), and
 #       OUT/conditioning.md measures that.
 #   MS=1: also builds moestream (CUDA, sm_90) and compares its logits on the
@@ -117,11 +117,14 @@ say() { echo "[llamacpp_files $(($(date +%s) - START))s] $*" | tee -a "$OUT/step
 [ -d .llamaconv/conversion ] || { say "no .llamaconv (run 'tools/llamacpp_files.sh pack LLAMA_DIR' here and carry it)"; exit 1; }
 [ -f tools/device_env.sh ] && source tools/device_env.sh
 EXTRA=()
+# Every type llama-quantize makes that moestream reads (QTYPES=all).
+QTYPES_ALL=q4_0,q4_1,q5_0,q5_1,q2_k,q2_k_s,q3_k_s,q3_k_m,q3_k_l,q4_k_s,q4_k_m,q5_k_s,q5_k_m,q6_k,iq4_xs,iq4_nl,iq3_s,iq3_m,iq3_xxs,iq3_xs,iq2_s,iq2_m,iq2_xs,iq2_xxs,iq1_s,iq1_m,tq1_0,tq2_0
 
 LLAMA_PID=
 if [ "${QUANT:-0}" = 1 ]; then
   # LLAMA_BIN: a folder holding llama-quantize (and llama-imatrix) already
-  # built, e.g. the CUDA build of tools/issue_rows_device.sh; else a CPU-only
+  # built (e.g. tools/llb_unpack.sh's, from .llb: it has no llama-quantize
+  # today, so name a folder that does); else a CPU-only
   # build of them here, in the background beside moestream's build.
   LB=${LLAMA_BIN:-/tmp/llama-build-cpu/bin}
   if [ ! -x "$LB/llama-quantize" ] && [ -f .llama/llama-src.tar.xz ]; then
@@ -153,7 +156,9 @@ fi
 if [ "${QUANT:-0}" = 1 ]; then
   [ -n "$LLAMA_PID" ] && { wait "$LLAMA_PID"; say "llama-quantize build done"; }
   if [ -x "$LB/llama-quantize" ]; then
-    EXTRA+=(--quantize "$LB/llama-quantize" --quant-types "${QTYPES:-q4_0,q4_K,q5_K,q6_K,q8_0}")
+    qtypes=${QTYPES:-q4_0,q4_K,q5_K,q6_K,q8_0}
+    [ "$qtypes" = all ] && qtypes=$QTYPES_ALL
+    EXTRA+=(--quantize "$LB/llama-quantize" --quant-types "$qtypes")
     [ -x "$LB/llama-imatrix" ] && EXTRA+=(--imatrix "$LB/llama-imatrix")
   else
     say "QUANT=1 but no llama-quantize (LLAMA_BIN, or .llama/llama-src.tar.xz from tools/make_llama_src.sh); skipping requantization"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine: unpacks .llb/ (tools/llama_bench_local.sh: llama-bench,
 # llama-server and their libraries, xz'd) into DEST/bin and prints the export
-# that makes them run, for the *_device.sh tools' LLAMA_BUILD=DEST:
+# that makes them run, for tools/matrix.py's --llama-bin DEST/bin:
 #
-#   eval "$(tools/llb_unpack.sh /tmp/lb)" && LLAMA_BUILD=/tmp/lb tools/long_context_device.sh ...
+#   eval "$(tools/llb_unpack.sh /tmp/lb)" && python3 tools/matrix.py --llama-bin /tmp/lb/bin ...
 #
 # The CUDA toolkit's lib64 and lib give libcublas and libnccl; where the host
 # has no libnccl.so.2, .llb's empty stand-in is used (ggml-cuda links NCCL

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Packs llama.cpp's source (the release bundled in the `node-llama-cpp` npm
 # package as llama/gitRelease.bundle) into .llama/llama-src.tar.xz (~8 MB),
-# to be carried to the GPU machine (no network there) for
-# tools/llamacpp_sweep.sh. Needs npm and the network here; nothing of it is
-# part of moestream's build.
+# from which tools/llama_bench_local.sh builds llama-bench and llama-server
+# for the GPU machine (no network there; tools/matrix.py runs them). Needs
+# npm and the network here; nothing of it is part of moestream's build.
 #
 #   tools/make_llama_src.sh [node-llama-cpp version]    (default: the registry's latest)
 set -euo pipefail
@@ -21,5 +21,4 @@ tar cJf .llama/llama-src.tar.xz -C "$tmp/llama.cpp" --exclude=.git --exclude=./m
   --exclude=./examples --exclude=./tests --exclude=./media --exclude=./gguf-py --exclude=./app \
   --exclude=./pocs --exclude=./benches --exclude=./skills .
 echo "$commit (node-llama-cpp $ver)" > .llama/llama-src.version
-grep -qx '/.llama/' .git/info/exclude 2>/dev/null || echo '/.llama/' >> .git/info/exclude
 echo "wrote .llama/llama-src.tar.xz: llama.cpp $commit, $(du -h .llama/llama-src.tar.xz | cut -f1)"
