@@ -81,11 +81,12 @@ class OracleDrafter : public Drafter {
   std::mt19937_64 rng_;
 };
 
-// `--spec ngram` or `--spec oracle:ALPHA` (ALPHA in [0, 1]).
+// `--spec ngram`, `--spec oracle:ALPHA` (ALPHA in [0, 1]) or `--spec mtp`
+// (the model's MTP block: MtpDrafter, engine/speculative_mtp.h).
 struct DraftChoice {
-  enum class Kind { Ngram, Oracle } kind = Kind::Ngram;
+  enum class Kind { Ngram, Oracle, Mtp } kind = Kind::Ngram;
   double alpha = 0;  // oracle
-  std::string describe() const;  // "ngram", "oracle:0.8"
+  std::string describe() const;  // "ngram", "oracle:0.8", "mtp"
 };
 // Throws ms::Error naming --spec and the accepted forms.
 DraftChoice parse_draft_choice(const std::string& text);
