@@ -486,14 +486,26 @@ KvCache CpuBackend::make_mtp_cache(int64_t ctx, KvType type) const {
 // (shared_head_norm, else the model's output norm) and the output head.
 void CpuBackend::forward_mtp(KvCache& kv, std::span<const float> hidden, std::span<const int32_t> tokens,
                              std::vector<float>& logits, std::vector<float>& hidden_out) {
+  const ModelConfig& c = w_.cfg;
+  std::vector<float>& last = mtp_last_;
+  forward_mtp_block(kv, hidden, tokens, last);
+  const MtpWeights& b = w_.mtp.front();
+  const TensorView& head_norm = b.shared_head_norm ? b.shared_head_norm : w_.output_norm;
+  const TensorView& head = b.shared_head_head ? b.shared_head_head : w_.output;
+  hidden_out.resize(static_cast<size_t>(c.n_embd));
+  rmsnorm(last.data(), head_norm.f32(), hidden_out.data(), c.n_embd, c.rms_eps);
+  logits.resize(static_cast<size_t>(c.n_vocab));
+  project(pool_, hidden_out.data(), 1, c.n_embd, {{&head, logits.data()}});
+}
+
+void CpuBackend::forward_mtp_block(KvCache& kv, std::span<const float> hidden, std::span<const int32_t> tokens,
+                                   std::vector<float>& last_row) {
   check_mtp_inputs(w_, kv, hidden, tokens);
   const ModelConfig& c = w_.cfg;
   const MtpWeights& m = w_.mtp.front();
   const int64_t D = c.n_embd, V = c.n_vocab;
   const int il = c.n_layer;  // the block runs as the layer after the main stack
   const TensorView& emb = m.embed_tokens ? m.embed_tokens : w_.token_embd;
-  const TensorView& head_norm = m.shared_head_norm ? m.shared_head_norm : w_.output_norm;
-  const TensorView& head = m.shared_head_head ? m.shared_head_head : w_.output;
   const int64_t n = static_cast<int64_t>(tokens.size());
   mtp_in_.resize(static_cast<size_t>(std::min<int64_t>(n, opt_.max_batch) * 2 * D));
   kv.begin_forward();
@@ -521,12 +533,7 @@ void CpuBackend::forward_mtp(KvCache& kv, std::span<const float> hidden, std::sp
     spans_ = nullptr;
     kv.advance(nb);
     done += nb;
-    if (done == n) {
-      hidden_out.resize(static_cast<size_t>(D));
-      rmsnorm(h_.data() + static_cast<int64_t>(nb - 1) * D, head_norm.f32(), hidden_out.data(), D, c.rms_eps);
-      logits.resize(static_cast<size_t>(V));
-      project(pool_, hidden_out.data(), 1, D, {{&head, logits.data()}});
-    }
+    if (done == n) last_row.assign(h_.begin() + static_cast<int64_t>(nb - 1) * D, h_.begin() + static_cast<int64_t>(nb) * D);
   }
   kv.end_forward(n);
 }

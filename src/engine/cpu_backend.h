@@ -87,6 +87,11 @@ class CpuBackend : public Backend, private LayerBlocks {
   KvCache make_mtp_cache(int64_t ctx, KvType type = KvType::F16) const override;
   void forward_mtp(KvCache& kv, std::span<const float> hidden, std::span<const int32_t> tokens,
                    std::vector<float>& logits, std::vector<float>& hidden_out) override;
+  // forward_mtp without the head: last_row receives the last pair's output
+  // before the head norm (n_embd floats). For a device that runs the head
+  // itself (the CUDA backend).
+  void forward_mtp_block(KvCache& kv, std::span<const float> hidden, std::span<const int32_t> tokens,
+                         std::vector<float>& last_row);
 
   // How often each expert was chosen since the last reset: [layer][expert].
   const std::vector<uint64_t>& expert_counts() const { return expert_counts_; }
@@ -132,7 +137,7 @@ class CpuBackend : public Backend, private LayerBlocks {
   RouteHook route_hook_;
   HiddenHook hidden_hook_;
   std::vector<BlockCall> mtp_calls_;  // the MTP block's blocks (a full-attention layer's)
-  std::vector<float> mtp_in_, hidden_rows_;  // [n][2 n_embd] eh_proj's input; the hook's rows
+  std::vector<float> mtp_in_, hidden_rows_, mtp_last_;  // [n][2 n_embd] eh_proj's input; the hook's rows
   bool route_hook_hidden_ = false;
 
   // The batch the blocks run on (set by forward_spans).
