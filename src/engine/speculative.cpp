@@ -348,8 +348,11 @@ void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const T
     k = std::min<int64_t>(k, kv.ctx() - kv.n_past() - 1);
     if (params.n_predict >= 0) k = std::min<int64_t>(k, params.n_predict - st.n_generated - 1);
     drafts.clear();
+    double draft_seconds = 0;  // a drafter that runs a model (MTP) costs time the controller must see
     if (k >= co.draft_min) {
+      const auto td = clock::now();
       drafter.propose(history, static_cast<int>(k), drafts);
+      draft_seconds = std::chrono::duration<double>(clock::now() - td).count();
       if (static_cast<int64_t>(drafts.size()) > k) drafts.resize(static_cast<size_t>(k));
       // A drafter's token outside the vocabulary ends its proposal there.
       for (size_t j = 0; j < drafts.size(); ++j)
@@ -365,7 +368,7 @@ void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const T
     if (!drafts.empty() && !replay) kv.keep_token_states();
     const auto t0 = clock::now();
     backend.forward(kv, batch, logits, /*all_logits=*/!drafts.empty());
-    fwd_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+    fwd_seconds = std::chrono::duration<double>(clock::now() - t0).count() + (drafts.empty() ? 0 : draft_seconds);
     for (size_t r = 0; r < batch.size(); ++r)
       check_finite_logits(std::span<const float>(logits.data() + r * static_cast<size_t>(V), static_cast<size_t>(V)),
                           drafts.empty() ? "decode step" : "verify step", st.n_generated);
