@@ -55,6 +55,7 @@
 #include "engine/sampler.h"
 #include "engine/speculative.h"
 #include "cli/draft_setup.h"
+#include "engine/speculative_mtp.h"
 #include "experts/budget_sweep.h"
 #include "util/error.h"
 #include "util/process_memory.h"
@@ -253,8 +254,13 @@ BudgetRun measure(const BenchArgs& a, const std::vector<int>& seqs, const SpecBe
     const int ng = first_nonzero(a.n_gen);
     SamplerParams sp;
     sp.temperature = 0;
-    auto generate_run = [&](Drafter* d, std::vector<int32_t>* out, GenerateStats* st) {
+    auto generate_run = [&](Drafter* d, std::vector<int32_t>* out, GenerateStats* st, bool mtp = false) {
       KvCache kv = be->make_cache(ctx, a.kv_type);
+      std::unique_ptr<Drafter> mtp_drafter;  // watches this cache's forwards
+      if (mtp) {
+        mtp_drafter = std::make_unique<MtpDrafter>(*be, kv, a.kv_type);
+        d = mtp_drafter.get();
+      }
       Sampler sampler(sp);
       GenerateParams gp;
       gp.n_predict = ng + 1;
@@ -284,13 +290,14 @@ BudgetRun measure(const BenchArgs& a, const std::vector<int>& seqs, const SpecBe
       if (choice.kind == DraftChoice::Kind::Model) draft = open_draft(spec.draft, model, be->name(), pool, ctx, sp, true);
       for (int i = 0; i < a.reps; ++i) {
         std::unique_ptr<Drafter> d;
+        const bool mtp = choice.kind == DraftChoice::Kind::Mtp;
         if (choice.kind == DraftChoice::Kind::Ngram)
           d = std::make_unique<NgramDrafter>();
         else if (choice.kind == DraftChoice::Kind::Model)
           d = std::make_unique<ModelDrafter>(*draft.backend, ModelDrafter::Options{sp, spec.draft.p_min, ctx});
-        else
+        else if (!mtp)
           d = std::make_unique<OracleDrafter>(reference, tg_prompt.size(), choice.alpha, c.n_vocab, 1 + i);
-        s.tps.push_back(ng / generate_run(d.get(), nullptr, &st));
+        s.tps.push_back(ng / generate_run(d.get(), nullptr, &st, mtp));
         s.spec.add(st.spec);
         std::fprintf(stderr, "moestream: %s (run %d): %s\n", s.test.c_str(), i + 1, st.spec.describe().c_str());
       }
@@ -371,6 +378,9 @@ int run(const BenchArgs& a, const std::vector<int>& seqs, const SpecBench& spec)
   if (sweep && !a.record_routes.empty())
     throw Error("--record-routes takes one --vram budget (the routes are the same at every budget)");
   auto model = LoadedModel::open(path);
+  for (const std::string& c : spec.choices)
+    if (parse_draft_choice(c).kind == DraftChoice::Kind::Mtp && model->weights.mtp.empty())
+      throw Error(path + ": " + kNoMtpBlock);
   const ModelInfo mi = model_info(path, *model);
   ThreadPool pool(a.threads, a.vram.tuning.spin_us);
   report_thread_shortfall(pool, false);
@@ -424,9 +434,9 @@ RegisterCommand reg("bench", [](CLI::App& app) {
                   "comma list: 1,4,8,16 (the first -n count of tokens each)")
       ->delimiter(',');
   sub->add_option("--spec", spec->choices,
-                  "also greedy generation through speculative decoding, a comma list of drafters (ngram, draft: "
-                  "the -md model, oracle:ALPHA: right with probability ALPHA), each a row `tgN spec ...` beside "
-                  "`tgN greedy`")
+                  "also greedy generation through speculative decoding, a comma list of drafters (ngram, "
+                  "mtp: the model's MTP block, draft: the -md model, oracle:ALPHA: right with probability ALPHA), "
+                  "each a row `tgN spec ...` beside `tgN greedy`")
       ->delimiter(',');
   add_draft_options(*sub, &spec->draft);
   sub->add_option("--draft-max", spec->control.draft_max, "with --spec: drafts per verify at most")

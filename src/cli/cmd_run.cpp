@@ -28,6 +28,7 @@
 #include "engine/sampler.h"
 #include "engine/speculative.h"
 #include "cli/draft_setup.h"
+#include "engine/speculative_mtp.h"
 #include "tokenizer/stream_decoder.h"
 #include "util/bytes.h"
 #include "util/error.h"
@@ -139,7 +140,7 @@ void check_run_flags(const RunArgs& r) {
     r.spec_ctl.validate();
     if (r.bench) throw Error("--spec with --bench: `moestream bench --spec` measures speculative decoding");
   } else if (r.draft_flags) {
-    throw Error("--draft-max, --draft-min, --spec-fixed and --spec-rollback apply with --spec ngram|draft|oracle:ALPHA");
+    throw Error("--draft-max, --draft-min, --spec-fixed and --spec-rollback apply with --spec ngram|mtp|draft|oracle:ALPHA");
   }
 }
 
@@ -268,10 +269,11 @@ RegisterCommand reg("run", [](CLI::App& app) {
   sub->add_option("--seed", a->sp.seed, "sampling seed")->capture_default_str();
   sub->add_option("--spec", a->spec,
                   "speculative decoding (docs/speculative.md): ngram (drafts from earlier text of the prompt and "
-                  "output), draft (a draft model, -md FILE) or oracle:ALPHA (benchmarks: a plain run first, then its "
-                  "own tokens drafted right with probability ALPHA); the output is plain decoding's (greedy: the "
-                  "same tokens; sampled: the same distribution)")
-      ->option_text("ngram|draft|oracle:ALPHA");
+                  "output), mtp (the model's own MTP block: Qwen3.5/3.6 files that carry it), draft (a draft "
+                  "model, -md FILE) or oracle:ALPHA (benchmarks: a plain run first, then its own tokens drafted "
+                  "right with probability ALPHA); the output is plain decoding's (greedy: the same tokens; sampled: "
+                  "the same distribution)")
+      ->option_text("ngram|mtp|draft|oracle:ALPHA");
   add_draft_options(*sub, &a->draft);
   auto mark = [a](const std::string&) { a->draft_flags = true; };
   sub->add_option("--draft-max", a->spec_ctl.draft_max, "with --spec: drafts per verify at most")
@@ -298,6 +300,7 @@ RegisterCommand reg("run", [](CLI::App& app) {
     if (r.bench) return run_bench(r, path);
     auto model = LoadedModel::open(path, r.no_mmap);
     const ModelConfig& c = model->weights.cfg;
+    if (r.spec == "mtp" && model->weights.mtp.empty()) throw Error(path + ": " + kNoMtpBlock);
     ThreadPool pool(r.threads, r.vram.tuning.spin_us);
     report_thread_shortfall(pool, r.quiet);
     const Tokenizer& tok = *model->tokenizer;
@@ -334,12 +337,14 @@ RegisterCommand reg("run", [](CLI::App& app) {
     std::unique_ptr<Drafter> drafter;
     OpenDraft draft;  // --spec draft: the model, its backend and the drafter
     Drafter* active_drafter = nullptr;
+    const DraftChoice choice = r.spec.empty() ? DraftChoice{} : parse_draft_choice(r.spec);
     if (!r.spec.empty()) {
-      const DraftChoice choice = parse_draft_choice(r.spec);
       if (choice.kind == DraftChoice::Kind::Ngram) {
         drafter = std::make_unique<NgramDrafter>();
       } else if (choice.kind == DraftChoice::Kind::Model) {
         draft = open_draft(r.draft, *model, be->name(), pool, ctx, r.sp, r.quiet);
+      } else if (choice.kind == DraftChoice::Kind::Mtp) {
+        // Made with the sequence's cache below: it watches that cache's forwards.
       } else {
         std::vector<int32_t> reference;
         {
@@ -360,8 +365,9 @@ RegisterCommand reg("run", [](CLI::App& app) {
                                                   r.sp.seed);
       }
     }
-    active_drafter = draft.drafter ? draft.drafter.get() : drafter.get();
     KvCache kv = be->make_cache(ctx, r.kv_type);
+    if (!r.spec.empty() && choice.kind == DraftChoice::Kind::Mtp) drafter = std::make_unique<MtpDrafter>(*be, kv, r.kv_type);
+    active_drafter = draft.drafter ? draft.drafter.get() : drafter.get();
     Sampler sampler(r.sp);
     if (!r.quiet)
       std::fprintf(stderr, "moestream: %s | %s: %s | ctx %lld%s | %s\n", c.describe().c_str(), be->name().c_str(),

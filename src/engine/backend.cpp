@@ -38,4 +38,43 @@ void Backend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<float>& 
   }
 }
 
+const char* const kNoMtpBlock =
+    "the model has no MTP block (no blk.N.nextn.* tensors, nextn_predict_layers 0): --spec mtp needs a Qwen3.5/3.6 "
+    "file converted with its MTP weights";
+
+namespace {
+[[noreturn]] void no_mtp(const Backend& b) {
+  throw Error("the " + b.name() + " backend cannot run a model's MTP block (speculative decoding with --spec mtp)");
+}
+}  // namespace
+
+void Backend::set_hidden_hook(HiddenHook hook) {
+  if (hook) no_mtp(*this);
+}
+
+KvCache Backend::make_mtp_cache(int64_t, KvType) const { no_mtp(*this); }
+
+void Backend::forward_mtp(KvCache&, std::span<const float>, std::span<const int32_t>, std::vector<float>&,
+                          std::vector<float>&) {
+  no_mtp(*this);
+}
+
+void check_mtp_inputs(const ModelWeights& w, const KvCache& kv, std::span<const float> hidden,
+                      std::span<const int32_t> tokens) {
+  const ModelConfig& c = w.cfg;
+  if (w.mtp.empty()) throw Error(kNoMtpBlock);
+  if (tokens.empty()) throw Error("forward_mtp: no tokens");
+  if (hidden.size() != tokens.size() * static_cast<size_t>(c.n_embd))
+    throw Error("forward_mtp: " + std::to_string(hidden.size()) + " hidden floats for " +
+                std::to_string(tokens.size()) + " tokens of n_embd " + std::to_string(c.n_embd));
+  if (kv.n_layer() != c.n_layer_mtp)
+    throw Error("forward_mtp: the cache has " + std::to_string(kv.n_layer()) + " layers, not the model's " +
+                std::to_string(c.n_layer_mtp) + " MTP blocks (make it with make_mtp_cache)");
+  kv.check_room(static_cast<int64_t>(tokens.size()));
+  for (int32_t id : tokens)
+    if (id < 0 || id >= c.n_vocab)
+      throw Error("token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(c.n_vocab) +
+                  " tokens)");
+}
+
 }  // namespace ms

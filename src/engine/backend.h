@@ -55,9 +55,26 @@ struct SeqTokens {
   size_t logit_rows() const { return all_logits ? tokens.size() : (want_logits ? 1 : 0); }
 };
 
+// The final hidden state of a forward's tokens: for each token, the vector
+// the output head reads (the last layer's output after the output norm),
+// whether or not its logits were asked for. What an MTP drafter
+// (engine/speculative_mtp.h) is fed. Host memory valid during the call only.
+struct HiddenEvent {
+  const KvCache* kv = nullptr;  // the sequence the tokens were appended to
+  int64_t pos0 = 0;             // the position of the first of them
+  int n = 0;
+  const float* rows = nullptr;  // [n][n_embd]
+};
+using HiddenHook = std::function<void(const HiddenEvent&)>;
+
 // forward_seqs' checks, for backends that override it (throws ms::Error as
 // forward_seqs documents).
 void check_seq_tokens(std::span<const SeqTokens> seqs, int64_t n_vocab);
+// The error for a model without an MTP block.
+extern const char* const kNoMtpBlock;
+// forward_mtp's checks (throws ms::Error as forward_mtp documents).
+void check_mtp_inputs(const ModelWeights& w, const KvCache& kv, std::span<const float> hidden,
+                      std::span<const int32_t> tokens);
 
 class Backend {
  public:
@@ -106,6 +123,30 @@ class Backend {
   // back after every router (and the FFN input with want_hidden), so it may
   // run slower while one is set. Overrides repeat the default.
   virtual void set_route_hook(RouteHook hook, bool want_hidden = false) = 0;
+
+  // ---- multi-token prediction (the MTP block of Qwen3.5/3.6 files;
+  // docs/speculative.md, "The MTP drafter"). Backends without it keep these
+  // defaults: supports_mtp() false, the others throw ms::Error saying so.
+  virtual bool supports_mtp() const { return false; }
+  // Installs `hook`, called after each forward batch (forward, forward_seqs)
+  // once per sequence in it with the hidden states of its tokens (HiddenEvent),
+  // on the calling thread; null removes it. A device backend copies them back
+  // only while one is set.
+  virtual void set_hidden_hook(HiddenHook hook);
+  // A cache for the MTP block's own attention (one layer per MTP block),
+  // positions as the sequence's: entry p holds the pair (hidden of token p,
+  // token p + 1).
+  virtual KvCache make_mtp_cache(int64_t ctx, KvType type = KvType::F16) const;
+  // Runs the first MTP block over n pairs (hidden[i] of n_embd floats, the
+  // target's or the block's own output; tokens[i], the token after the one
+  // hidden[i] belongs to) at positions kv.n_past() .. and appends them to kv.
+  // logits: n_vocab floats for the last pair (the prediction of the token
+  // after tokens[n-1]); hidden_out: that pair's output state (after the
+  // block's head norm, as fed back for the next drafted token). Throws
+  // ms::Error for a model without an MTP block, sizes that do not match, a
+  // token outside the vocabulary or a full cache, before computing anything.
+  virtual void forward_mtp(KvCache& kv, std::span<const float> hidden, std::span<const int32_t> tokens,
+                           std::vector<float>& logits, std::vector<float>& hidden_out);
 };
 
 }  // namespace ms

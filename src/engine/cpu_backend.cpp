@@ -11,6 +11,7 @@
 #include "cpu/matvec.h"
 #include "cpu/matvec_many.h"
 #include "cpu/ops.h"
+#include "model/tensor_table.h"
 #include "util/error.h"
 
 namespace ms {
@@ -76,6 +77,7 @@ CpuBackend::CpuBackend(const ModelWeights& w, ThreadPool& pool, Options opt)
                       (ex.has_bias() ? "" : "out") + " biases, which the '" + c.arch_name + "' recipe does not ask for");
       }
     }
+  if (!w_.mtp.empty()) mtp_calls_ = mtp_blocks(plan);
   const size_t B = static_cast<size_t>(opt_.max_batch);
   const size_t D = static_cast<size_t>(c.n_embd);
   const size_t q_dim = static_cast<size_t>(c.n_head) * c.head_dim, kv_dim = static_cast<size_t>(c.n_head_kv) * c.head_dim;
@@ -226,6 +228,7 @@ void CpuBackend::forward_spans(const std::vector<Span>& spans, const int32_t* to
   n_ = n;
   for (int il = 0; il < c.n_layer; ++il) recipe_.layer(*this, c, il);
   spans_ = nullptr;
+  if (hidden_hook_) emit_hidden(spans);
   for (const Span& sp : spans) sp.kv->advance(sp.n);
   if (!logits || out_rows.empty()) return;
   // The output head over the rows asked for only.
@@ -236,11 +239,27 @@ void CpuBackend::forward_spans(const std::vector<Span>& spans, const int32_t* to
   project(pool_, x_.data(), m, D, {{&w_.output, logits}});
 }
 
+void CpuBackend::emit_hidden(const std::vector<Span>& spans) {
+  const int64_t D = w_.cfg.n_embd;
+  for (const Span& sp : spans) {
+    hidden_rows_.resize(static_cast<size_t>(sp.n * D));
+    for (int t = 0; t < sp.n; ++t)
+      rmsnorm(h_.data() + static_cast<int64_t>(sp.t0 + t) * D, w_.output_norm.f32(), hidden_rows_.data() + t * D, D,
+              w_.cfg.rms_eps);
+    hidden_hook_({sp.kv, sp.pos0, sp.n, hidden_rows_.data()});
+  }
+}
+
+const LayerWeights& CpuBackend::layer_weights(int il) const {
+  const int n = w_.cfg.n_layer;
+  return il < n ? w_.layers[static_cast<size_t>(il)] : w_.mtp[static_cast<size_t>(il - n)].layer;
+}
+
 void CpuBackend::attention(int il, const AttentionBlock& b) {
   const std::vector<Span>& spans = *spans_;
   const int n = n_;
   const ModelConfig& c = w_.cfg;
-  const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
+  const LayerWeights& L = layer_weights(il);
   const int64_t D = c.n_embd, hd = c.head_dim;
   const int64_t q_dim = c.n_head * hd, kv_dim = c.n_head_kv * hd;
   for (int t = 0; t < n; ++t) rmsnorm(h_.data() + t * D, L.attn_norm.f32(), x_.data() + t * D, D, c.rms_eps);
@@ -280,6 +299,7 @@ void CpuBackend::attention(int il, const AttentionBlock& b) {
   // Each sequence's tokens against its own cache.
   for (const Span& sp : spans) {
     KvCache& kv = *sp.kv;
+    const int kl = cache_layer(il);
     const AttentionShape s{c.n_head, c.n_head_kv, c.head_dim, kv.ctx(), 1.0f / std::sqrt(static_cast<float>(hd))};
     AttentionExtras extras;
     extras.sinks = b.sinks ? L.attn_sinks.f32() : nullptr;
@@ -290,16 +310,16 @@ void CpuBackend::attention(int il, const AttentionBlock& b) {
     float* att = att_.data() + sp.t0 * q_dim;
     switch (kv.type()) {
       case KvType::F32:
-        kv_store(s, k, v, sp.n, sp.pos0, kv.k_f32(il), kv.v_f32(il));
-        ms::attention(pool_, s, q, kv.k_f32(il), kv.v_f32(il), sp.n, sp.pos0, att, extras);
+        kv_store(s, k, v, sp.n, sp.pos0, kv.k_f32(kl), kv.v_f32(kl));
+        ms::attention(pool_, s, q, kv.k_f32(kl), kv.v_f32(kl), sp.n, sp.pos0, att, extras);
         break;
       case KvType::Q8_0:
-        kv_store(s, k, v, sp.n, sp.pos0, kv.k_q8(il), kv.v_q8(il));
-        ms::attention(pool_, s, q, kv.k_q8(il), kv.v_q8(il), sp.n, sp.pos0, att, extras);
+        kv_store(s, k, v, sp.n, sp.pos0, kv.k_q8(kl), kv.v_q8(kl));
+        ms::attention(pool_, s, q, kv.k_q8(kl), kv.v_q8(kl), sp.n, sp.pos0, att, extras);
         break;
       case KvType::F16:
-        kv_store(s, k, v, sp.n, sp.pos0, kv.k_f16(il), kv.v_f16(il));
-        ms::attention(pool_, s, q, kv.k_f16(il), kv.v_f16(il), sp.n, sp.pos0, att, extras);
+        kv_store(s, k, v, sp.n, sp.pos0, kv.k_f16(kl), kv.v_f16(kl));
+        ms::attention(pool_, s, q, kv.k_f16(kl), kv.v_f16(kl), sp.n, sp.pos0, att, extras);
         break;
     }
   }
@@ -319,7 +339,7 @@ void CpuBackend::linear_attention(int il, const LinearAttentionBlock&) {
   const std::vector<Span>& spans = *spans_;
   const int n = n_;
   const ModelConfig& c = w_.cfg;
-  const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
+  const LayerWeights& L = layer_weights(il);
   const int64_t D = c.n_embd;
   const DeltaNetShape s{c.lin.n_k_heads, c.lin.n_v_heads, c.lin.head_k, c.lin.head_v};
   const int64_t CD = s.conv_dim(), VD = s.value_dim(), nv = s.n_v_heads;
@@ -378,7 +398,7 @@ void CpuBackend::linear_attention(int il, const LinearAttentionBlock&) {
 
 void CpuBackend::shared_expert(int il, int n) {
   const ModelConfig& c = w_.cfg;
-  const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
+  const LayerWeights& L = layer_weights(il);
   const int64_t D = c.n_embd, F = c.n_ff_shexp;
   project(pool_, x_.data(), n, D,
           {{&L.shexp_gate, sh_gate_.data()}, {&L.shexp_up, sh_up_.data()}, {&L.shexp_router, sh_score_.data()}});
@@ -392,7 +412,7 @@ void CpuBackend::shared_expert(int il, int n) {
 void CpuBackend::dense_ffn(int il, const DenseFfnBlock&) {
   const int n = n_;
   const ModelConfig& c = w_.cfg;
-  const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
+  const LayerWeights& L = layer_weights(il);
   const int64_t D = c.n_embd, F = c.n_ff;
   for (int t = 0; t < n; ++t) rmsnorm(h_.data() + t * D, L.ffn_norm.f32(), x_.data() + t * D, D, c.rms_eps);
   project(pool_, x_.data(), n, D, {{&L.ffn_gate, ff_gate_.data()}, {&L.ffn_up, ff_up_.data()}});
@@ -429,7 +449,7 @@ struct CpuBackend::HostTier final : MoeTiers {
 void CpuBackend::moe_ffn(int il, const MoeFfnBlock& b) {
   const int n = n_;
   const ModelConfig& c = w_.cfg;
-  const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
+  const LayerWeights& L = layer_weights(il);
   const int64_t D = c.n_embd;
   for (int t = 0; t < n; ++t) rmsnorm(h_.data() + t * D, L.ffn_norm.f32(), x_.data() + t * D, D, c.rms_eps);
   const int E = c.n_expert, k = c.n_expert_used;
@@ -438,9 +458,10 @@ void CpuBackend::moe_ffn(int il, const MoeFfnBlock& b) {
   for (int t = 0; t < n; ++t) {
     router_topk_ref(router_logits_.data() + static_cast<int64_t>(t) * E, E, k, b.router_mode, b.renorm,
                     route_ids_.data() + t * k, route_w_.data() + t * k);
-    for (int j = 0; j < k; ++j) ++expert_counts_[static_cast<size_t>(il) * E + route_ids_[t * k + j]];
+    if (il < c.n_layer)
+      for (int j = 0; j < k; ++j) ++expert_counts_[static_cast<size_t>(il) * E + route_ids_[t * k + j]];
   }
-  if (route_hook_)
+  if (route_hook_ && il < c.n_layer)
     route_hook_({il, n, k, route_ids_.data(), route_w_.data(), route_hook_hidden_ ? x_.data() : nullptr});
   // The engine's MoE step with every expert on the host tier: grouped by
   // expert, computed into each pair's row, combined.
@@ -448,6 +469,74 @@ void CpuBackend::moe_ffn(int il, const MoeFfnBlock& b) {
   HostTier tier(*this, il);
   moe_step_->run(0, il, n, tier);
   if (b.shared_expert) shared_expert(il, n);
+}
+
+}  // namespace ms
+
+namespace ms {
+
+KvCache CpuBackend::make_mtp_cache(int64_t ctx, KvType type) const {
+  const ModelConfig& c = w_.cfg;
+  if (w_.mtp.empty()) throw Error(kNoMtpBlock);
+  return KvCache(c.n_layer_mtp, c.n_head_kv, c.head_dim, ctx, type);
+}
+
+// Pair i: e = embedding of tokens[i], u = eh_proj [rmsnorm(e, enorm) | rmsnorm(hidden_i, hnorm)],
+// then the block's attention (its own cache, position pos0 + i) and MoE FFN
+// as a main-stack full-attention layer runs them, then the head norm
+// (shared_head_norm, else the model's output norm) and the output head.
+void CpuBackend::forward_mtp(KvCache& kv, std::span<const float> hidden, std::span<const int32_t> tokens,
+                             std::vector<float>& logits, std::vector<float>& hidden_out) {
+  const ModelConfig& c = w_.cfg;
+  std::vector<float>& last = mtp_last_;
+  forward_mtp_block(kv, hidden, tokens, last);
+  const MtpWeights& b = w_.mtp.front();
+  const TensorView& head_norm = b.shared_head_norm ? b.shared_head_norm : w_.output_norm;
+  const TensorView& head = b.shared_head_head ? b.shared_head_head : w_.output;
+  hidden_out.resize(static_cast<size_t>(c.n_embd));
+  rmsnorm(last.data(), head_norm.f32(), hidden_out.data(), c.n_embd, c.rms_eps);
+  logits.resize(static_cast<size_t>(c.n_vocab));
+  project(pool_, hidden_out.data(), 1, c.n_embd, {{&head, logits.data()}});
+}
+
+void CpuBackend::forward_mtp_block(KvCache& kv, std::span<const float> hidden, std::span<const int32_t> tokens,
+                                   std::vector<float>& last_row) {
+  check_mtp_inputs(w_, kv, hidden, tokens);
+  const ModelConfig& c = w_.cfg;
+  const MtpWeights& m = w_.mtp.front();
+  const int64_t D = c.n_embd, V = c.n_vocab;
+  const int il = c.n_layer;  // the block runs as the layer after the main stack
+  const TensorView& emb = m.embed_tokens ? m.embed_tokens : w_.token_embd;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  mtp_in_.resize(static_cast<size_t>(std::min<int64_t>(n, opt_.max_batch) * 2 * D));
+  kv.begin_forward();
+  for (int64_t done = 0; done < n;) {
+    const int nb = static_cast<int>(std::min<int64_t>(opt_.max_batch, n - done));
+    const int64_t pos0 = kv.n_past();
+    for (int t = 0; t < nb; ++t) {
+      float* in = mtp_in_.data() + static_cast<int64_t>(t) * 2 * D;
+      embed_row(emb.type, emb.data, V, D, tokens[static_cast<size_t>(done + t)], tmp_.data());
+      rmsnorm(tmp_.data(), m.enorm.f32(), in, D, c.rms_eps);
+      rmsnorm(hidden.data() + (done + t) * D, m.hnorm.f32(), in + D, D, c.rms_eps);
+      rope_table(rope_cs_.data() + static_cast<int64_t>(t) * c.n_rot, c.n_rot, pos0 + t, c.rope_base, c.rope_scaling);
+    }
+    project(pool_, mtp_in_.data(), nb, 2 * D, {{&m.eh_proj, h_.data()}});
+    const std::vector<Span> spans{{&kv, pos0, 0, nb}};
+    span_entries_.assign(1, {});
+    spans_ = &spans;
+    n_ = nb;
+    for (const BlockCall& call : mtp_calls_) {
+      if (const auto* a = std::get_if<AttentionBlock>(&call)) attention(il, *a);
+      else if (const auto* f = std::get_if<MoeFfnBlock>(&call)) moe_ffn(il, *f);
+      else if (const auto* d = std::get_if<DenseFfnBlock>(&call)) dense_ffn(il, *d);
+      else throw Error("forward_mtp: the MTP block asks for a block other than attention and FFN");
+    }
+    spans_ = nullptr;
+    kv.advance(nb);
+    done += nb;
+    if (done == n) last_row.assign(h_.begin() + static_cast<int64_t>(nb - 1) * D, h_.begin() + static_cast<int64_t>(nb) * D);
+  }
+  kv.end_forward(n);
 }
 
 }  // namespace ms

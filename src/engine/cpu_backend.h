@@ -79,6 +79,20 @@ class CpuBackend : public Backend, private LayerBlocks {
     route_hook_hidden_ = want_hidden;
   }
 
+  // The MTP block (Backend::forward_mtp): the same attention and MoE blocks
+  // as a main-stack layer, run as layer n_layer (its experts through the same
+  // executor), against its own one-layer cache. The route hook does not see it.
+  bool supports_mtp() const override { return !w_.mtp.empty(); }
+  void set_hidden_hook(HiddenHook hook) override { hidden_hook_ = std::move(hook); }
+  KvCache make_mtp_cache(int64_t ctx, KvType type = KvType::F16) const override;
+  void forward_mtp(KvCache& kv, std::span<const float> hidden, std::span<const int32_t> tokens,
+                   std::vector<float>& logits, std::vector<float>& hidden_out) override;
+  // forward_mtp without the head: last_row receives the last pair's output
+  // before the head norm (n_embd floats). For a device that runs the head
+  // itself (the CUDA backend).
+  void forward_mtp_block(KvCache& kv, std::span<const float> hidden, std::span<const int32_t> tokens,
+                         std::vector<float>& last_row);
+
   // How often each expert was chosen since the last reset: [layer][expert].
   const std::vector<uint64_t>& expert_counts() const { return expert_counts_; }
   void reset_expert_counts() { std::fill(expert_counts_.begin(), expert_counts_.end(), 0); }
@@ -103,6 +117,12 @@ class CpuBackend : public Backend, private LayerBlocks {
   void dense_ffn(int il, const DenseFfnBlock& b) override;
   void moe_ffn(int il, const MoeFfnBlock& b) override;
   void shared_expert(int il, int n);
+  // Layer il's weights: the main stack's, or (il >= n_layer) MTP block il - n_layer's.
+  const LayerWeights& layer_weights(int il) const;
+  // Its layer in the cache it runs against (an MTP block's own cache starts at 0).
+  int cache_layer(int il) const { return il < w_.cfg.n_layer ? il : il - w_.cfg.n_layer; }
+  // Hands each span's final hidden states (after the output norm) to the hook.
+  void emit_hidden(const std::vector<Span>& spans);
   struct HostTier;
 
   const ModelWeights& w_;
@@ -115,6 +135,9 @@ class CpuBackend : public Backend, private LayerBlocks {
   const Recipe& recipe_;
   std::vector<uint64_t> expert_counts_;
   RouteHook route_hook_;
+  HiddenHook hidden_hook_;
+  std::vector<BlockCall> mtp_calls_;  // the MTP block's blocks (a full-attention layer's)
+  std::vector<float> mtp_in_, hidden_rows_, mtp_last_;  // [n][2 n_embd] eh_proj's input; the hook's rows
   bool route_hook_hidden_ = false;
 
   // The batch the blocks run on (set by forward_spans).

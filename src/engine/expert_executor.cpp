@@ -27,6 +27,8 @@ std::vector<ExpertFfnWeights> expert_ffn_layers(const ModelWeights& w) {
   std::vector<ExpertFfnWeights> layers;
   layers.reserve(w.layers.size());
   for (const LayerWeights& L : w.layers) layers.push_back(expert_ffn_weights(L.experts));
+  // The MTP blocks follow the main stack (layer n_layer + j), as in the file.
+  for (const MtpWeights& m : w.mtp) layers.push_back(expert_ffn_weights(m.layer.experts));
   return layers;
 }
 

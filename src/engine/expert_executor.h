@@ -18,7 +18,8 @@ namespace ms {
 // A layer's routed experts as the CPU expert FFN takes them (a view of `ex`:
 // valid while `ex` is).
 ExpertFfnWeights expert_ffn_weights(const ExpertWeights& ex);
-// Every layer's, indexed by layer (dense layers: no experts).
+// Every layer's, indexed by layer (dense layers: no experts), then the MTP
+// blocks' (index n_layer + j).
 std::vector<ExpertFfnWeights> expert_ffn_layers(const ModelWeights& w);
 
 // Computes experts on the CPU from the mapped weights: ExpertFfn

@@ -121,6 +121,7 @@ SpecPick speculative_pick(const std::vector<TokenProb>& p, const std::vector<Tok
 std::string DraftChoice::describe() const {
   if (kind == Kind::Ngram) return "ngram";
   if (kind == Kind::Model) return "draft";
+  if (kind == Kind::Mtp) return "mtp";
   char buf[48];
   std::snprintf(buf, sizeof buf, "oracle:%g", alpha);
   return buf;
@@ -129,8 +130,9 @@ std::string DraftChoice::describe() const {
 DraftChoice parse_draft_choice(const std::string& text) {
   if (text == "ngram") return {DraftChoice::Kind::Ngram, 0};
   if (text == "draft") return {DraftChoice::Kind::Model, 0};
-  const std::string bad = "--spec " + text + ": expected ngram, draft (with -md FILE) or oracle:ALPHA with ALPHA in [0, 1] (the oracle "
-                          "is for benchmarks: it is given the model's own output)";
+  if (text == "mtp") return {DraftChoice::Kind::Mtp, 0};
+  const std::string bad = "--spec " + text + ": expected ngram, mtp, draft (with -md FILE) or oracle:ALPHA with ALPHA in "
+                          "[0, 1] (the oracle is for benchmarks: it is given the model's own output)";
   if (text.rfind("oracle:", 0) != 0) throw Error(bad);
   const std::string num = text.substr(7);
   if (num.empty()) throw Error(bad);

@@ -158,12 +158,13 @@ class OracleDrafter : public Drafter {
   std::mt19937_64 rng_;
 };
 
-// `--spec ngram`, `--spec draft` (with -md FILE) or `--spec oracle:ALPHA`
+// `--spec ngram`, `--spec draft` (with -md FILE), `--spec mtp` (the model's
+// MTP block: MtpDrafter, engine/speculative_mtp.h) or `--spec oracle:ALPHA`
 // (ALPHA in [0, 1]).
 struct DraftChoice {
-  enum class Kind { Ngram, Oracle, Model } kind = Kind::Ngram;
+  enum class Kind { Ngram, Oracle, Model, Mtp } kind = Kind::Ngram;
   double alpha = 0;  // oracle
-  std::string describe() const;  // "ngram", "draft", "oracle:0.8"
+  std::string describe() const;  // "ngram", "draft", "mtp", "oracle:0.8"
 };
 // Throws ms::Error naming --spec and the accepted forms.
 DraftChoice parse_draft_choice(const std::string& text);

@@ -1,9 +1,13 @@
 // `run --spec` and `bench --spec` (CPU, the tiny models): the text with
 // speculative decoding is plain decoding's (greedy and sampled with a seed),
 // the summary reports what speculation did, bench adds `tgN greedy` and one
-// `tgN spec ...` row per drafter, and bad values are errors naming the flag.
+// `tgN spec ...` row per drafter, and bad values are errors naming the flag;
+// --spec mtp on a tiny qwen35moe (its MTP block), refused on a model without one.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -11,6 +15,8 @@
 #include <filesystem>
 
 #include "cli_run.h"
+#include "cpu/thread_pool.h"
+#include "engine/synthetic_model.h"
 #include "tiny_bench_fixture.h"
 
 namespace ms {
@@ -66,6 +72,8 @@ TEST(SpecCli, BadValuesAreErrorsNamingTheFlag) {
       {"bench -p 0 -n 2 --spec oracle:x", "--spec"},
       {"bench -p 0 -n 2 --spec ngram --draft-max 0", "--draft-max"},
       {"bench -p 8 -n 0 --spec ngram", "--spec"},
+      {"run -p hi -n 2 --spec mtp", "no MTP block"},  // the default tiny model is a qwen3moe
+      {"bench -p 0 -n 2 --spec mtp", "no MTP block"},
   };
   for (const auto& [args, flag] : cases) {
     std::string out;
@@ -181,6 +189,47 @@ TEST_F(DraftSpecCli, BadDraftFlagsAreErrors) {
     EXPECT_NE(out.find(what), std::string::npos) << args << "\n" << out;
     EXPECT_EQ(out.find("internal error"), std::string::npos) << args << "\n" << out;
   }
+}
+
+// --spec mtp on a tiny qwen35moe, which carries an MTP block: the text is
+// plain decoding's, and bench adds its row.
+class MtpSpecCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = new std::string(
+        (std::filesystem::temp_directory_path() / ("spec_mtp_" + std::to_string(::getpid()) + ".gguf")).string());
+    ThreadPool pool(2);
+    GenOptions g;
+    g.arch = "qwen35moe";
+    generate_model(g, *model_, pool);
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove(*model_);
+    delete model_;
+  }
+  static inline std::string* model_ = nullptr;
+};
+
+TEST_F(MtpSpecCli, TextIsPlainDecodingsAndBenchHasItsRow) {
+  const std::string m = "-m \"" + *model_ + "\" ";
+  const std::string base = text(m + "--temp 0");
+  ASSERT_GT(base.size(), 10u);
+  EXPECT_EQ(text(m + "--temp 0 --spec mtp --spec-fixed --draft-max 3"), base);
+  EXPECT_EQ(text(m + "--temp 0 --spec mtp"), base);
+  std::string out;
+  ASSERT_EQ(run_moestream("run " + m + "-p hi -n 12 --ignore-eos --temp 0 --backend cpu -t 2 --spec mtp --spec-fixed "
+                          "--draft-max 2",
+                          &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("spec mtp (K <= 2, fixed) | drafted "), std::string::npos) << out;
+  ASSERT_EQ(run_moestream("bench " + m + "--backend cpu -t 2 -r 1 --bandwidth 10 -p 0 -n 6 --spec mtp --json", &out,
+                          120, true),
+            0)
+      << out;
+  const auto rs = nlohmann::json::parse(out).at("results");
+  ASSERT_EQ(rs.size(), 3u) << out;
+  EXPECT_EQ(rs[2].at("test").get<std::string>(), "tg6 spec mtp");
 }
 
 }  // namespace

@@ -108,6 +108,7 @@ struct RefModel {
   std::vector<std::vector<std::vector<double>>> conv_in;
   std::vector<std::vector<double>> S;
   int64_t pos = 0;
+  std::vector<double> last_hidden;  // step()'s token's final hidden state (after the output norm)
 
   explicit RefModel(const GgufFile& f) {
     arch = f.get_string("general.architecture");
@@ -136,69 +137,72 @@ struct RefModel {
     V = embd.rows;
     out_norm = load(f, "output_norm.weight");
     out = f.find_tensor("output.weight") ? load(f, "output.weight") : embd;
-    for (int il = 0; il < n_layer; ++il) {
-      const std::string b = "blk." + std::to_string(il) + ".";
-      // Dense tensors by the tensor table's spelling (model/tensor_table.h);
-      // absent ones load empty. Routed experts by their layouts' names.
-      auto name = [&](TensorView LayerWeights::*field) { return layer_tensor_name(il, field, arch_info(arch)); };
-      Layer L;
-      L.attn_norm = load(f, name(&LayerWeights::attn_norm));
-      L.wq = load(f, name(&LayerWeights::wq));
-      L.wk = load(f, name(&LayerWeights::wk));
-      L.wv = load(f, name(&LayerWeights::wv));
-      L.wo = load(f, name(&LayerWeights::wo));
-      L.bq = load(f, name(&LayerWeights::bq));
-      L.bk = load(f, name(&LayerWeights::bk));
-      L.bv = load(f, name(&LayerWeights::bv));
-      L.qn = load(f, name(&LayerWeights::q_norm));
-      L.kn = load(f, name(&LayerWeights::k_norm));
-      L.ffn_norm = load(f, name(&LayerWeights::ffn_norm));
-      L.qkv = load(f, name(&LayerWeights::ssm_qkv));
-      L.z = load(f, name(&LayerWeights::ssm_z));
-      L.beta = load(f, name(&LayerWeights::ssm_beta));
-      L.alpha = load(f, name(&LayerWeights::ssm_alpha));
-      L.a = load(f, name(&LayerWeights::ssm_a));
-      L.dt = load(f, name(&LayerWeights::ssm_dt));
-      L.conv = load(f, name(&LayerWeights::ssm_conv));
-      L.snorm = load(f, name(&LayerWeights::ssm_norm));
-      L.sout = load(f, name(&LayerWeights::ssm_out));
-      L.sh_gate = load(f, name(&LayerWeights::shexp_gate));
-      L.sh_up = load(f, name(&LayerWeights::shexp_up));
-      L.sh_down = load(f, name(&LayerWeights::shexp_down));
-      L.sh_router = load(f, name(&LayerWeights::shexp_router));
-      if (n_expert) {
-        L.router = load(f, name(&LayerWeights::router));
-        for (int e = 0; e < n_expert; ++e) {
-          if (f.find_tensor(b + "ffn_gate_exps.weight")) {
-            L.eg.push_back(load(f, b + "ffn_gate_exps.weight", e));
-            L.eu.push_back(load(f, b + "ffn_up_exps.weight", e));
-          } else if (f.find_tensor(b + "ffn_gate_up_exps.weight")) {
-            Mat gu = load(f, b + "ffn_gate_up_exps.weight", e);
-            Mat g, u;
-            g.rows = u.rows = gu.rows / 2;
-            g.cols = u.cols = gu.cols;
-            g.w.assign(gu.w.begin(), gu.w.begin() + g.rows * g.cols);
-            u.w.assign(gu.w.begin() + g.rows * g.cols, gu.w.end());
-            L.eg.push_back(g);
-            L.eu.push_back(u);
-          } else {
-            L.eg.push_back(load(f, b + "ffn_gate." + std::to_string(e) + ".weight"));
-            L.eu.push_back(load(f, b + "ffn_up." + std::to_string(e) + ".weight"));
-          }
-          L.ed.push_back(f.find_tensor(b + "ffn_down_exps.weight") ? load(f, b + "ffn_down_exps.weight", e)
-                                                                   : load(f, b + "ffn_down." + std::to_string(e) + ".weight"));
-        }
-      } else {
-        L.gate = load(f, name(&LayerWeights::ffn_gate));
-        L.up = load(f, name(&LayerWeights::ffn_up));
-        L.down = load(f, name(&LayerWeights::ffn_down));
-      }
-      layers.push_back(std::move(L));
-    }
+    for (int il = 0; il < n_layer; ++il) layers.push_back(load_layer(f, il));
     K.assign(n_layer, {});
     Vc.assign(n_layer, {});
     conv_in.assign(n_layer, {});
     S.assign(n_layer, std::vector<double>(static_cast<size_t>(nv) * dk * dv, 0.0));
+  }
+
+  // Block il's tensors (il >= n_layer: an MTP block's layer).
+  Layer load_layer(const GgufFile& f, int il) const {
+    const std::string b = "blk." + std::to_string(il) + ".";
+    // Dense tensors by the tensor table's spelling (model/tensor_table.h);
+    // absent ones load empty. Routed experts by their layouts' names.
+    auto name = [&](TensorView LayerWeights::*field) { return layer_tensor_name(il, field, arch_info(arch)); };
+    Layer L;
+    L.attn_norm = load(f, name(&LayerWeights::attn_norm));
+    L.wq = load(f, name(&LayerWeights::wq));
+    L.wk = load(f, name(&LayerWeights::wk));
+    L.wv = load(f, name(&LayerWeights::wv));
+    L.wo = load(f, name(&LayerWeights::wo));
+    L.bq = load(f, name(&LayerWeights::bq));
+    L.bk = load(f, name(&LayerWeights::bk));
+    L.bv = load(f, name(&LayerWeights::bv));
+    L.qn = load(f, name(&LayerWeights::q_norm));
+    L.kn = load(f, name(&LayerWeights::k_norm));
+    L.ffn_norm = load(f, name(&LayerWeights::ffn_norm));
+    L.qkv = load(f, name(&LayerWeights::ssm_qkv));
+    L.z = load(f, name(&LayerWeights::ssm_z));
+    L.beta = load(f, name(&LayerWeights::ssm_beta));
+    L.alpha = load(f, name(&LayerWeights::ssm_alpha));
+    L.a = load(f, name(&LayerWeights::ssm_a));
+    L.dt = load(f, name(&LayerWeights::ssm_dt));
+    L.conv = load(f, name(&LayerWeights::ssm_conv));
+    L.snorm = load(f, name(&LayerWeights::ssm_norm));
+    L.sout = load(f, name(&LayerWeights::ssm_out));
+    L.sh_gate = load(f, name(&LayerWeights::shexp_gate));
+    L.sh_up = load(f, name(&LayerWeights::shexp_up));
+    L.sh_down = load(f, name(&LayerWeights::shexp_down));
+    L.sh_router = load(f, name(&LayerWeights::shexp_router));
+    if (n_expert) {
+      L.router = load(f, name(&LayerWeights::router));
+      for (int e = 0; e < n_expert; ++e) {
+        if (f.find_tensor(b + "ffn_gate_exps.weight")) {
+          L.eg.push_back(load(f, b + "ffn_gate_exps.weight", e));
+          L.eu.push_back(load(f, b + "ffn_up_exps.weight", e));
+        } else if (f.find_tensor(b + "ffn_gate_up_exps.weight")) {
+          Mat gu = load(f, b + "ffn_gate_up_exps.weight", e);
+          Mat g, u;
+          g.rows = u.rows = gu.rows / 2;
+          g.cols = u.cols = gu.cols;
+          g.w.assign(gu.w.begin(), gu.w.begin() + g.rows * g.cols);
+          u.w.assign(gu.w.begin() + g.rows * g.cols, gu.w.end());
+          L.eg.push_back(g);
+          L.eu.push_back(u);
+        } else {
+          L.eg.push_back(load(f, b + "ffn_gate." + std::to_string(e) + ".weight"));
+          L.eu.push_back(load(f, b + "ffn_up." + std::to_string(e) + ".weight"));
+        }
+        L.ed.push_back(f.find_tensor(b + "ffn_down_exps.weight") ? load(f, b + "ffn_down_exps.weight", e)
+                                                                 : load(f, b + "ffn_down." + std::to_string(e) + ".weight"));
+      }
+    } else {
+      L.gate = load(f, name(&LayerWeights::ffn_gate));
+      L.up = load(f, name(&LayerWeights::ffn_up));
+      L.down = load(f, name(&LayerWeights::ffn_down));
+    }
+    return L;
   }
 
   // Every matrix stored in a block format takes its input rounded by r (the
@@ -292,6 +296,62 @@ struct RefModel {
     return mul(L.sout, o);
   }
 
+  // Softmax attention of x at position p against the layer's cache (Kc, Vv:
+  // [pos][kv_dim], this token's appended), through the output projection.
+  std::vector<double> attend(const Layer& L, std::vector<std::vector<double>>& Kc,
+                             std::vector<std::vector<double>>& Vv, const std::vector<double>& x, int64_t p) const {
+    auto q = mul(L.wq, x), kk = mul(L.wk, x), v = mul(L.wv, x);
+    std::vector<double> gate;
+    if (gated_attn) {  // [q | gate] per head
+      std::vector<double> qq;
+      for (int hh = 0; hh < n_head; ++hh) {
+        qq.insert(qq.end(), q.begin() + 2 * hh * hd, q.begin() + (2 * hh + 1) * hd);
+        gate.insert(gate.end(), q.begin() + (2 * hh + 1) * hd, q.begin() + (2 * hh + 2) * hd);
+      }
+      q = qq;
+    }
+    if (!L.bq.empty())
+      for (size_t i = 0; i < q.size(); ++i) q[i] += L.bq.w[i];
+    if (!L.bk.empty())
+      for (size_t i = 0; i < kk.size(); ++i) kk[i] += L.bk.w[i];
+    if (!L.bv.empty())
+      for (size_t i = 0; i < v.size(); ++i) v[i] += L.bv.w[i];
+    if (!L.qn.empty()) {
+      for (int hh = 0; hh < n_head; ++hh) {
+        std::vector<double> s(q.begin() + hh * hd, q.begin() + (hh + 1) * hd);
+        s = norm(s, L.qn, eps);
+        std::copy(s.begin(), s.end(), q.begin() + hh * hd);
+      }
+      for (int hh = 0; hh < n_kv; ++hh) {
+        std::vector<double> s(kk.begin() + hh * hd, kk.begin() + (hh + 1) * hd);
+        s = norm(s, L.kn, eps);
+        std::copy(s.begin(), s.end(), kk.begin() + hh * hd);
+      }
+    }
+    rope(q, n_head, p);
+    rope(kk, n_kv, p);
+    Kc.push_back(kk);
+    Vv.push_back(v);
+    std::vector<double> att(static_cast<size_t>(n_head) * hd, 0.0);
+    for (int hh = 0; hh < n_head; ++hh) {
+      const int g = hh / (n_head / n_kv);
+      std::vector<double> sc(Kc.size());
+      double mx = -1e300;
+      for (size_t j = 0; j < sc.size(); ++j) {
+        double d = 0;
+        for (int i = 0; i < hd; ++i) d += q[hh * hd + i] * Kc[j][g * hd + i];
+        sc[j] = d / std::sqrt(static_cast<double>(hd));
+        mx = std::max(mx, sc[j]);
+      }
+      double sum = 0;
+      for (double& s : sc) sum += (s = std::exp(s - mx));
+      for (size_t j = 0; j < sc.size(); ++j)
+        for (int i = 0; i < hd; ++i) att[hh * hd + i] += sc[j] / sum * Vv[j][g * hd + i];
+    }
+    for (size_t i = 0; i < gate.size(); ++i) att[i] *= sigmoid(gate[i]);
+    return mul(L.wo, att);
+  }
+
   // One token at the next position; returns its logits.
   std::vector<double> step(int32_t token) {
     std::vector<double> h(embd.w.begin() + token * D, embd.w.begin() + (token + 1) * D);
@@ -304,61 +364,13 @@ struct RefModel {
         moe_ffn(L, h);
         continue;
       }
-      auto q = mul(L.wq, x), kk = mul(L.wk, x), v = mul(L.wv, x);
-      std::vector<double> gate;
-      if (gated_attn) {  // [q | gate] per head
-        std::vector<double> qq;
-        for (int hh = 0; hh < n_head; ++hh) {
-          qq.insert(qq.end(), q.begin() + 2 * hh * hd, q.begin() + (2 * hh + 1) * hd);
-          gate.insert(gate.end(), q.begin() + (2 * hh + 1) * hd, q.begin() + (2 * hh + 2) * hd);
-        }
-        q = qq;
-      }
-      if (!L.bq.empty())
-        for (size_t i = 0; i < q.size(); ++i) q[i] += L.bq.w[i];
-      if (!L.bk.empty())
-        for (size_t i = 0; i < kk.size(); ++i) kk[i] += L.bk.w[i];
-      if (!L.bv.empty())
-        for (size_t i = 0; i < v.size(); ++i) v[i] += L.bv.w[i];
-      if (!L.qn.empty()) {
-        for (int hh = 0; hh < n_head; ++hh) {
-          std::vector<double> s(q.begin() + hh * hd, q.begin() + (hh + 1) * hd);
-          s = norm(s, L.qn, eps);
-          std::copy(s.begin(), s.end(), q.begin() + hh * hd);
-        }
-        for (int hh = 0; hh < n_kv; ++hh) {
-          std::vector<double> s(kk.begin() + hh * hd, kk.begin() + (hh + 1) * hd);
-          s = norm(s, L.kn, eps);
-          std::copy(s.begin(), s.end(), kk.begin() + hh * hd);
-        }
-      }
-      rope(q, n_head, pos);
-      rope(kk, n_kv, pos);
-      K[il].push_back(kk);
-      Vc[il].push_back(v);
-      std::vector<double> att(static_cast<size_t>(n_head) * hd, 0.0);
-      for (int hh = 0; hh < n_head; ++hh) {
-        const int g = hh / (n_head / n_kv);
-        std::vector<double> sc(K[il].size());
-        double mx = -1e300;
-        for (size_t j = 0; j < sc.size(); ++j) {
-          double d = 0;
-          for (int i = 0; i < hd; ++i) d += q[hh * hd + i] * K[il][j][g * hd + i];
-          sc[j] = d / std::sqrt(static_cast<double>(hd));
-          mx = std::max(mx, sc[j]);
-        }
-        double sum = 0;
-        for (double& s : sc) sum += (s = std::exp(s - mx));
-        for (size_t j = 0; j < sc.size(); ++j)
-          for (int i = 0; i < hd; ++i) att[hh * hd + i] += sc[j] / sum * Vc[il][j][g * hd + i];
-      }
-      for (size_t i = 0; i < gate.size(); ++i) att[i] *= sigmoid(gate[i]);
-      auto o = mul(L.wo, att);
+      auto o = attend(L, K[il], Vc[il], x, pos);
       for (int64_t i = 0; i < D; ++i) h[i] += o[i];
       moe_ffn(L, h);
     }
     ++pos;
-    return mul(out, norm(h, out_norm, eps));
+    last_hidden = norm(h, out_norm, eps);
+    return mul(out, last_hidden);
   }
 
   // h += the layer's FFN (dense, or routed experts plus any shared expert).

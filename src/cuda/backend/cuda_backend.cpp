@@ -17,6 +17,7 @@
 #include "cuda/attention.h"
 #include "cuda/backend/cuda_backend_impl.h"
 #include "cuda/backend/device_state_store.h"
+#include "cuda/backend/mtp_on_host.h"
 #include "cuda/device.h"
 #include "cuda/expert_ffn.h"
 #include "cuda/matvec.h"
@@ -577,6 +578,7 @@ void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vec
     // token by token through the decode step, each state copied after it.
     for (int64_t i = 0; i < n; ++i) {
       m.decode(tokens[static_cast<size_t>(i)], kv.n_past(), logits.data() + (all_logits ? i * V : 0));
+      emit_hidden(kv, kv.n_past(), 1);
       kv.advance(1);
       const int e = kv.reserve_checkpoint(kv.n_past());
       if (e >= 0) kv.state_store()->save(e);
@@ -586,6 +588,7 @@ void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vec
   }
   if (n == 1) {
     m.decode(tokens[0], kv.n_past(), logits.data());
+    emit_hidden(kv, kv.n_past(), 1);
     kv.advance(1);
     kv.end_forward(1);
     return;
@@ -601,6 +604,7 @@ void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vec
     const bool last = done + nb == n;
     float* out = all_logits ? logits.data() + done * V : (last ? logits.data() : nullptr);
     m.prefill(tokens.data() + done, nb, kv.n_past(), out, all_logits);
+    emit_hidden(kv, kv.n_past(), nb);
     kv.advance(nb);
     done += nb;
   }
