@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "engine/cpu_backend.h"
+#include "cuda/launch_defaults.h"
 #include "experts/cost_model.h"
 #include "experts/pass_size.h"
 #include "experts/policy.h"
@@ -160,8 +161,9 @@ void add_tuning_options(CLI::App& sub, TuningSetup* t) {
       ->option_text("0|1|2")
       ->group(g);
   sub.add_option("--gemm-min-batch", t->gemm_min_batch,
-                 "CUDA: rows from which dense projections and the output head take the tensor-core matmul "
-                 "instead of the several-vector matvec (0: the default)")
+                 "CUDA: rows from which dense projections, the output head and the routed experts take the "
+                 "tensor-core matmul instead of the several-vector matvec (0: the default, " +
+                     std::to_string(cuda::kGemmMinTokens) + "; at least 2)")
       ->check(CLI::Range(0, 4096))
       ->option_text("N")
       ->group(g);

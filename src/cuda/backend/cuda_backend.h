@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "cpu/thread_pool.h"
+#include "cuda/launch_defaults.h"
 #include "engine/backend.h"
 #include "experts/profile.h"
 #include "experts/telemetry.h"
@@ -73,7 +74,10 @@ class CudaBackend : public Backend {
     double pass_link_share = 0;
     double pass_memory_share = 0;
     bool even_passes = false;
-    int gemm_min_batch = 16;     // batches of at least this many tokens use the tensor-core matmul
+    // Batches of at least this many tokens take the tensor-core matmul:
+    // dense projections, the head and the routed experts (all-resident and
+    // pinned layers through ExpertWeights::gemm_min_tokens; the tiered step).
+    int gemm_min_batch = cuda::kGemmMinTokens;
     bool use_graph = true;       // replay decode steps from a captured CUDA graph
     // decode: q/k norm + rope + cache append in one launch (decode_fused.h);
     // the experts' down projection + weighted sum in one (matvec.h)

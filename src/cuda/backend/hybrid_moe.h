@@ -92,7 +92,7 @@ struct HybridMoeOptions {
   // rows, compact output) hold one chunk, not the pass. The same kernels on
   // fewer rows a launch; each pair's output still lands at its pair index.
   int chunk_rows = kHybridChunkRows;
-  int gemm_min_batch = 16;        // tensor-core matmul from this many tokens
+  int gemm_min_batch = cuda::kGemmMinTokens;  // tensor-core matmul from this many tokens
   std::string cost_overrides;     // "pcie_gbps=20,..." after measuring (tests, what-if runs)
   bool verbose_steps = false;     // one stderr line per forward pass, and the start-up's stages
   // Diagnostics (stderr): the gated serve's host time per part, at exit;

@@ -427,6 +427,7 @@ experts:
     ex.down_bias = L.exp_down_b;
   }
   ex.fused_decode = opt.fused_decode;
+  ex.gemm_min_tokens = opt.gemm_min_batch;
   ex.clamped_swiglu = b.act.kind == GluActivation::Kind::ClampedSwiGLU;
   ex.alpha = b.act.alpha;
   ex.limit = b.act.limit;
