@@ -10,7 +10,6 @@
 #include "engine/cpu_backend.h"
 #include "cuda/launch_defaults.h"
 #include "experts/cost_model.h"
-#include "experts/pass_size.h"
 #include "experts/policy.h"
 #include "experts/profile.h"
 #include "model/hparams.h"
@@ -26,24 +25,6 @@
 
 namespace ms::cli {
 namespace {
-
-// A share in [0.01, 1] (CLI::Range lets NaN through: its comparisons are false).
-CLI::Validator share_range() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (end == text.c_str() || *end != '\0' || !(v >= 0.01 && v <= 1.0)) return "must be a number in [0.01, 1]";
-        return {};
-      },
-      "FLOAT in [0.01 - 1]");
-}
-
-std::string share_text(double share) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f", share);
-  return buf;
-}
 
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
@@ -166,22 +147,6 @@ void add_tuning_options(CLI::App& sub, TuningSetup* t) {
                      std::to_string(cuda::kGemmMinTokens) + "; at least 2)")
       ->check(CLI::Range(0, 4096))
       ->option_text("N")
-      ->group(g);
-  sub.add_option("--pass-link-share", t->pass_link_share,
-                 "tiered prompts, -b 0: the link's target share of a pass's compute when choosing the pass "
-                 "(default " + share_text(PassSizeInputs{}.stream_share) + ")")
-      ->check(share_range())
-      ->option_text("F")
-      ->group(g);
-  sub.add_option("--pass-memory-share", t->pass_memory_share,
-                 "tiered prompts, -b 0: the most of the VRAM left for expert slots and buffers that a pass's "
-                 "buffers may take (default " + share_text(PassSizeInputs{}.memory_share) + ")")
-      ->check(share_range())
-      ->option_text("F")
-      ->group(g);
-  sub.add_flag("--even-passes", t->even_passes,
-               "tiered prompts, -b 0: shrink the chosen pass to an even share of the context in as many passes "
-               "(smaller buffers, a larger expert cache for decode)")
       ->group(g);
   sub.add_option("--spin-us", t->spin_us,
                  "microseconds idle CPU worker threads spin before they sleep (default " +
@@ -310,9 +275,6 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
   o.hybrid_profile = t.hybrid_profile;
   o.link_timeline = t.link_timeline;
   if (t.gemm_min_batch > 0) o.gemm_min_batch = t.gemm_min_batch;
-  o.pass_link_share = t.pass_link_share;
-  o.pass_memory_share = t.pass_memory_share;
-  o.even_passes = t.even_passes;
   o.vram_budget = vram;
   o.vram_full = vram_full;
   o.policy = s.vram.policy;

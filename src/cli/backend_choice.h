@@ -46,10 +46,6 @@ struct TuningSetup {
   bool hybrid_profile = false; // --hybrid-profile
   int link_timeline = 0;       // --link-timeline N (0..2)
   int gemm_min_batch = 0;      // --gemm-min-batch N (0: the backend's default)
-  // The tiered prompt pass's rule (experts/pass_size.h; 0: its default)
-  double pass_link_share = 0;    // --pass-link-share F
-  double pass_memory_share = 0;  // --pass-memory-share F
-  bool even_passes = false;      // --even-passes
   // CPU thread pool
   int spin_us = -1;            // --spin-us N (-1: ThreadPool::kDefaultSpinUs)
 };

@@ -24,7 +24,7 @@ const std::vector<std::string> kFlags = {
     "--no-graph",     "--no-fuse-decode",  "--no-fuse-prefill", "--no-pdl",          "--step-timing",
     "--no-gated",     "--no-prompt-stage", "--prompt-cpu",      "--no-stage-gap",    "--no-staged-hits",
     "--no-pinned-prompt", "--transit-slots", "--hybrid-profile", "--link-timeline", "--spin-us",
-    "--gemm-min-batch", "--pass-link-share", "--pass-memory-share", "--even-passes"};
+    "--gemm-min-batch"};
 
 TEST(TuningFlags, HelpListsThemUnderTheirHeading) {
   for (const char* cmd : {"run", "serve", "bench", "logits"}) {
@@ -49,10 +49,6 @@ TEST(TuningFlags, BadValuesAreErrorsNamingTheFlag) {
       {"run -p hi -n 1 --backend cpu --spin-us 100000000", "--spin-us"},
       {"bench -p 1 -n 1 --backend cpu --spin-us x", "--spin-us"},
       {"run -p hi -n 1 --backend cpu --no-graph=maybe", "--no-graph"},
-      {"run -p hi -n 1 --backend cpu --pass-link-share 0", "--pass-link-share"},
-      {"run -p hi -n 1 --backend cpu --pass-link-share nan", "--pass-link-share"},
-      {"bench -p 1 -n 1 --backend cpu --pass-memory-share 1.5", "--pass-memory-share"},
-      {"run -p hi -n 1 --backend cpu --even-passes=maybe", "--even-passes"},
   };
   for (const auto& [args, flag] : cases) {
     std::string out;
@@ -78,7 +74,6 @@ TEST(TuningFlags, CpuGreedyTextDoesNotDependOnThem) {
   EXPECT_EQ(greedy_text("--backend cpu -t 2 --spin-us 0"), base);
   EXPECT_EQ(greedy_text("--backend cpu -t 2 --spin-us 50000 --no-graph --no-pdl --transit-slots 4 --prompt-cpu"),
             base);
-  EXPECT_EQ(greedy_text("--backend cpu -t 2 --pass-link-share 0.3 --pass-memory-share 0.2 --even-passes"), base);
 }
 
 #ifdef MOESTREAM_HAVE_CUDA

@@ -68,12 +68,6 @@ class CudaBackend : public Backend {
     // streaming of the cold experts stays a small share of its compute,
     // bounded by the VRAM its buffers may take and by the context.
     int max_batch = 0;
-    // That choice's rule (PassSizeInputs; 0: its defaults): the link's target
-    // share of a pass, the share of memory its buffers may take, and an even
-    // share of the context (even_context).
-    double pass_link_share = 0;
-    double pass_memory_share = 0;
-    bool even_passes = false;
     // Batches of at least this many tokens take the tensor-core matmul:
     // dense projections, the head and the routed experts (all-resident and
     // pinned layers through ExpertWeights::gemm_min_tokens; the tiered step).

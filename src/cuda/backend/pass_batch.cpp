@@ -137,9 +137,6 @@ int CudaBackend::Impl::choose_batch(const VramPlan& plan, int64_t kv_ctx) {
     in.link_gbps = measure_link_gbps(stream);
   }
   in.compute_s_per_token = estimate_prompt_s_per_token(active_weights(w));
-  if (opt.pass_link_share > 0) in.stream_share = opt.pass_link_share;
-  if (opt.pass_memory_share > 0) in.memory_share = opt.pass_memory_share;
-  in.even_context = opt.even_passes;
   pass = choose_chunked_pass_size(in, whole, chunked);
   return pass.tokens;
 }
