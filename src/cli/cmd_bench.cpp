@@ -362,7 +362,7 @@ int run(const BenchArgs& a, const std::vector<int>& seqs, const SpecBench& spec)
     throw Error("--record-routes takes one --vram budget (the routes are the same at every budget)");
   auto model = LoadedModel::open(path);
   const ModelInfo mi = model_info(path, *model);
-  ThreadPool pool(a.threads, a.vram.tuning.spin_us);
+  ThreadPool pool(a.threads, a.vram.spin_us);
   report_thread_shortfall(pool, false);
   std::vector<BudgetRun> runs;
   for (size_t i = 0; i < budgets.size(); ++i) {
