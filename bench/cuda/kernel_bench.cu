@@ -465,12 +465,12 @@ int main(int argc, char** argv) {
         }
         const size_t sbn = expert_ffn_scratch_bytes(ew, nt, k);
         DeviceBuffer scr(sbn);
-        const int saved = expert_ffn_gemm_min_tokens();
         for (int gemm : {0, 1}) {
           if (nt == 512 && !gemm) continue;
-          expert_ffn_set_gemm_min_tokens(gemm ? 2 : 0);
+          ExpertWeights path = ew;
+          path.gemm_min_tokens = gemm ? 2 : 0;
           const double us = time_us(s, [&](int) {
-            expert_ffn(ew, bx.as<float>(), nullptr, nt, k, dbids.as<int32_t>(), dbw.as<float>(), bout.as<float>(),
+            expert_ffn(path, bx.as<float>(), nullptr, nt, k, dbids.as<int32_t>(), dbw.as<float>(), bout.as<float>(),
                        bout.as<float>(), scr.get(), sbn, s);
           });
           if (nt == 512) ffn512_us = us;
@@ -478,7 +478,6 @@ int main(int argc, char** argv) {
           std::printf("| expert FFN, %d tokens, k=8, Q4_K (grouped, %s) | %.1f (%.1f TFLOPS) |\n", nt,
                       gemm ? "int8 GEMM" : "matvec", us, flop / us * 1e-6);
         }
-        expert_ffn_set_gemm_min_tokens(saved);
       }
       std::fflush(stdout);
 

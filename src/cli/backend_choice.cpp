@@ -9,7 +9,6 @@
 
 #include "engine/cpu_backend.h"
 #include "experts/cost_model.h"
-#include "experts/pass_size.h"
 #include "experts/policy.h"
 #include "experts/profile.h"
 #include "model/hparams.h"
@@ -25,24 +24,6 @@
 
 namespace ms::cli {
 namespace {
-
-// A share in [0.01, 1] (CLI::Range lets NaN through: its comparisons are false).
-CLI::Validator share_range() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (end == text.c_str() || *end != '\0' || !(v >= 0.01 && v <= 1.0)) return "must be a number in [0.01, 1]";
-        return {};
-      },
-      "FLOAT in [0.01 - 1]");
-}
-
-std::string share_text(double share) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f", share);
-  return buf;
-}
 
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
@@ -86,114 +67,113 @@ void add_kv_type_option(CLI::App& sub, KvType* type) {
       ->option_text("f16|f32|q8_0");
 }
 
-void add_vram_options(CLI::App& sub, VramSetup* v, bool steps) {
-  sub.add_option("--vram", v->budget,
-                 "VRAM budget for the CUDA backend: 8G, 8000M, full (every expert resident); default: free device "
-                 "memory less 512 MiB. Routed experts that do not fit stay in host RAM and are streamed or run on the CPU")
-      ->option_text("BYTES|full");
-  std::string names;
-  for (const std::string& n : policy_names()) names += (names.empty() ? "" : ", ") + n;
-  sub.add_option("--policy", v->policy,
-                 "expert cache policy: " + names + "; default: " + engine_default_policy(false) +
-                     " (whole layers in VRAM), or " + engine_default_policy(true) + " with --profile")
-      ->option_text("NAME");
-  sub.add_option("--profile", v->profile, "expert access profile (moestream trace profile): hottest experts start resident")
-      ->option_text("FILE");
-  sub.add_option("--host-pin", v->host_pin,
-                 "how streamed experts reach the GPU: copy (a page-locked copy of the experts in RAM, made at "
-                 "start-up: full link rate, no CPU work), staging (a ring of pinned buffers the CPU fills: no second "
-                 "copy in RAM) or register (page-lock the mapped file in place: minutes of start-up for a large "
-                 "file); auto = copy when the experts take at most half the available RAM, else staging")
-      ->check(CLI::IsMember({"auto", "copy", "register", "staging"}))
-      ->option_text("auto|copy|register|staging");
-  sub.add_option("--prefetch", v->prefetch,
-                 "copy the experts predicted for the next tiered layer (its router applied to the current hidden "
-                 "state) while this one computes: next (every predicted cold expert), auto (as many as the link "
-                 "carries in a layer's time), off")
-      ->check(CLI::IsMember({"off", "next", "auto"}))
-      ->option_text("off|next|auto");
-  sub.add_option("--cost", v->cost, "override measured cost-model figures, e.g. pcie_gbps=20,cpu_gbps=30")
-      ->option_text("NAME=VALUE,...");
-  if (steps) sub.add_flag("--verbose-steps", v->verbose_steps, "one line per forward pass: where experts ran, times");
-  add_tuning_options(sub, &v->tuning);
-}
+namespace {
 
-void add_tuning_options(CLI::App& sub, TuningSetup* t) {
+void add_tuning_options(CLI::App& sub, VramSetup* v) {
   const std::string g = tuning_group();
+  CudaOptions& o = v->cuda;
+  TieredOptions& t = o.tiered;
   auto off = [&](const char* name, bool* field, const std::string& help) {
     sub.add_flag_callback(name, [field] { *field = false; }, help)->group(g);
   };
-  off("--no-graph", &t->graph, "CUDA: decode without replaying a captured CUDA graph per token");
-  off("--no-fuse-decode", &t->fuse_decode,
+  off("--no-graph", &o.use_graph, "CUDA: decode without replaying a captured CUDA graph per token");
+  off("--no-fuse-decode", &o.fused_decode,
       "CUDA: decode without the fused kernels (q/k norm + RoPE + KV append, one-row RMSNorm + Q8, router + top-k, "
       "expert down + weighted sum)");
-  off("--no-fuse-prefill", &t->fuse_prefill, "CUDA: prompt passes without the fused q/k norm + RoPE + KV append");
-  off("--no-pdl", &t->pdl, "CUDA: no programmatic dependent launch (sm_90+)");
-  sub.add_flag("--step-timing", t->step_timing,
+  off("--no-fuse-prefill", &o.fused_prefill, "CUDA: prompt passes without the fused q/k norm + RoPE + KV append");
+  off("--no-pdl", &o.pdl, "CUDA: no programmatic dependent launch (sm_90+)");
+  sub.add_flag("--step-timing", o.step_timing,
                "CUDA: time every decode step (GPU, the call, the caller's gap) and print the means at exit")
       ->group(g);
-  off("--no-gated", &t->gated,
+  off("--no-gated", &t.gated,
       "tiered decode: a host round trip per tiered layer instead of one graph that checks residency on the GPU");
-  off("--no-prompt-stage", &t->prompt_stage,
+  off("--no-prompt-stage", &t.step.prompt_stage,
       "tiered prompts: copy a layer's cold experts when its routes are known, not ahead while earlier layers compute");
-  sub.add_flag("--prompt-cpu", t->prompt_cpu,
+  sub.add_flag("--prompt-cpu", t.step.prompt_cpu,
                "tiered prompts: give the CPU a share of the cold experts also where the link would carry them all")
       ->group(g);
-  off("--no-stage-gap", &t->stage_gap,
+  off("--no-stage-gap", &t.step.stage_gap,
       "tiered decode with --prefetch auto: ignore the queued copies and the GPU-only stretch when sizing staging");
-  off("--no-staged-hits", &t->staged_hits,
+  off("--no-staged-hits", &t.step.staged_hits,
       "tiered decode: a layer whose experts are all resident or staged still waits for the host");
-  off("--no-pinned-prompt", &t->pinned_prompt,
+  off("--no-pinned-prompt", &t.pinned_prompt_kernels,
       "tiered prompts: layers whose experts stay in VRAM go through the tiered step, not the all-resident kernels");
-  sub.add_option("--transit-slots", t->transit_slots,
+  sub.add_option("--transit-slots", t.transit_slots,
                  "tiered: slots per pool for experts streamed without being kept (0: chosen from the pass size; "
                  "else at most " + std::to_string(kMaxTransitSlots) + ", taken as an even count of at least 2)")
       ->check(CLI::Range(uint32_t{0}, kMaxTransitSlots))
       ->option_text("N")
       ->group(g);
-  sub.add_flag("--hybrid-profile", t->hybrid_profile,
+  sub.add_flag("--hybrid-profile", t.serve_profile,
                "tiered decode: profile the host's serving of the gated step, printed at exit")
       ->group(g);
-  sub.add_option("--link-timeline", t->link_timeline,
+  sub.add_option("--link-timeline", t.link_timeline,
                  "tiered prompts: how long the PCIe link idled, printed per pass (1) and also per planned layer (2)")
       ->check(CLI::Range(0, 2))
       ->option_text("0|1|2")
       ->group(g);
-  sub.add_option("--gemm-min-batch", t->gemm_min_batch,
-                 "CUDA: rows from which dense projections and the output head take the tensor-core matmul "
-                 "instead of the several-vector matvec (0: the default)")
+  sub.add_option_function<int>(
+         "--gemm-min-batch", [&o](int n) { o.gemm_min_batch = n > 0 ? n : cuda::kGemmMinTokens; },
+         "CUDA: rows from which dense projections, the output head and the routed experts take the tensor-core "
+         "matmul instead of the several-vector matvec (0: the default, " +
+             std::to_string(cuda::kGemmMinTokens) + "; at least 2)")
       ->check(CLI::Range(0, 4096))
       ->option_text("N")
       ->group(g);
-  sub.add_option("--expert-gemm-min-batch", t->expert_gemm_min_batch,
-                 "CUDA: tokens from which the routed experts of a pass take the int8 tensor-core GEMM instead of "
-                 "the several-vector matvec (0: never; default 16)")
-      ->check(CLI::Range(0, 1 << 20))
-      ->option_text("N")
-      ->group(g);
-  sub.add_option("--pass-link-share", t->pass_link_share,
-                 "tiered prompts, -b 0: the link's target share of a pass's compute when choosing the pass "
-                 "(default " + share_text(PassSizeInputs{}.stream_share) + ")")
-      ->check(share_range())
-      ->option_text("F")
-      ->group(g);
-  sub.add_option("--pass-memory-share", t->pass_memory_share,
-                 "tiered prompts, -b 0: the most of the VRAM left for expert slots and buffers that a pass's "
-                 "buffers may take (default " + share_text(PassSizeInputs{}.memory_share) + ")")
-      ->check(share_range())
-      ->option_text("F")
-      ->group(g);
-  sub.add_flag("--even-passes", t->even_passes,
-               "tiered prompts, -b 0: shrink the chosen pass to an even share of the context in as many passes "
-               "(smaller buffers, a larger expert cache for decode)")
-      ->group(g);
-  sub.add_option("--spin-us", t->spin_us,
+  sub.add_option("--spin-us", v->spin_us,
                  "microseconds idle CPU worker threads spin before they sleep (default " +
                      std::to_string(ThreadPool::kDefaultSpinUs) + "; at most " +
                      std::to_string(ThreadPool::kMaxSpinUs) + ")")
       ->check(CLI::Range(0, ThreadPool::kMaxSpinUs))
       ->option_text("N")
       ->group(g);
+}
+
+}  // namespace
+
+void add_vram_options(CLI::App& sub, VramSetup* v, bool steps) {
+  TieredOptions& t = v->cuda.tiered;
+  sub.add_option("--vram", v->budget,
+                 "VRAM budget for the CUDA backend: 8G, 8000M, full (every expert resident); default: free device "
+                 "memory less 512 MiB. Routed experts that do not fit stay in host RAM and are streamed or run on the CPU")
+      ->option_text("BYTES|full");
+  std::string names;
+  for (const std::string& n : policy_names()) names += (names.empty() ? "" : ", ") + n;
+  sub.add_option("--policy", t.policy,
+                 "expert cache policy: " + names + "; default: " + engine_default_policy(false) +
+                     " (whole layers in VRAM), or " + engine_default_policy(true) + " with --profile")
+      ->option_text("NAME");
+  sub.add_option("--profile", v->profile, "expert access profile (moestream trace profile): hottest experts start resident")
+      ->option_text("FILE");
+  sub.add_option_function<std::string>(
+         "--host-pin", [&t](const std::string& name) { t.host_pin = cuda::parse_host_pin(name); },
+         "how streamed experts reach the GPU: copy (a page-locked copy of the experts in RAM, made at "
+         "start-up: full link rate, no CPU work), staging (a ring of pinned buffers the CPU fills: no second "
+         "copy in RAM) or register (page-lock the mapped file in place: minutes of start-up for a large "
+         "file); auto = copy when the experts take at most half the available RAM, else staging")
+      ->check(CLI::IsMember({"auto", "copy", "register", "staging"}))
+      ->option_text("auto|copy|register|staging");
+  sub.add_option_function<std::string>(
+         "--prefetch", [&t](const std::string& name) { t.step.prefetch = parse_decode_prefetch(name); },
+         "copy the experts predicted for the next tiered layer (its router applied to the current hidden "
+         "state) while this one computes: next (every predicted cold expert), auto (as many as the link "
+         "carries in a layer's time), off")
+      ->check(CLI::IsMember({"off", "next", "auto"}))
+      ->option_text("off|next|auto");
+  sub.add_option_function<std::string>(
+         "--cost",
+         [&t](const std::string& list) {
+           try {
+             t.step.cost = CostOverrides::parse(list);
+           } catch (const Error& e) {
+             throw Error("--cost " + list + ": " + e.what());
+           }
+         },
+         "override measured cost-model figures, e.g. pcie_gbps=20,cpu_gbps=30")
+      ->option_text("NAME=VALUE,...");
+  if (steps)
+    sub.add_flag("--verbose-steps", t.verbose_steps, "one line per forward pass: where experts ran, times");
+  add_tuning_options(sub, v);
 }
 
 uint64_t parse_vram(const std::string& text, bool* full) {
@@ -227,20 +207,26 @@ std::vector<std::string> parse_vram_list(const std::string& text) {
 void check_vram_options(const VramSetup& v) {
   bool full = false;
   parse_vram(v.budget, &full);
+  const std::string& policy = v.cuda.tiered.policy;
   const std::vector<std::string> names = policy_names();
-  if (v.policy != "default" && std::find(names.begin(), names.end(), v.policy) == names.end()) {
+  if (policy != "default" && std::find(names.begin(), names.end(), policy) == names.end()) {
     std::string list = "default";
     for (const std::string& n : names) list += ", " + n;
-    throw Error("--policy " + v.policy + ": unknown expert cache policy (one of: " + list + ")");
+    throw Error("--policy " + policy + ": unknown expert cache policy (one of: " + list + ")");
   }
-  if (!v.cost.empty()) {
-    CostModel probe;
-    try {
-      probe.apply_overrides(v.cost);
-    } catch (const Error& e) {
-      throw Error("--cost " + v.cost + ": " + e.what());
-    }
-  }
+}
+
+CudaOptions cuda_options(const BackendSetup& s) {
+  CudaOptions o = s.vram.cuda;
+  o.vram_budget = parse_vram(s.vram.budget, &o.vram_full);
+  // The device cache is allocated, and the VRAM budget planned, for this type
+  // now (q8_0: 34/64 of f16's bytes); make_cache could switch it later.
+  o.kv_f32 = s.kv_type == KvType::F32;
+  o.kv_type = s.kv_type;
+  if (s.ctx > 0) o.ctx = s.ctx;
+  if (s.max_batch > 0) o.max_batch = s.max_batch;
+  o.n_seq = std::max(1, s.n_seq);
+  return o;
 }
 
 int max_threads() {
@@ -273,8 +259,8 @@ void report_thread_shortfall(const ThreadPool& pool, bool quiet) {
 }
 
 std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights& w, ThreadPool& pool) {
-  bool vram_full = false;
-  const uint64_t vram = parse_vram(s.vram.budget, &vram_full);
+  bool full = false;
+  parse_vram(s.vram.budget, &full);  // a typo in --vram is an error on every build, whichever backend runs
   if (s.requested == "cpu") {
     if (!s.vram.budget.empty() && !s.quiet)
       std::fprintf(stderr, "moestream: --vram applies to the CUDA backend; the CPU backend ignores it\n");
@@ -289,43 +275,8 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
     if (!s.quiet) std::fprintf(stderr, "moestream: no usable CUDA device (%s); running on the CPU\n", why.c_str());
     return make_cpu(s, w, pool);
   }
-  CudaBackend::Options o;
-  // The device cache is allocated, and the VRAM budget planned, for this type
-  // now (q8_0: 34/64 of f16's bytes); make_cache could switch it later.
-  o.kv_f32 = s.kv_type == KvType::F32;
-  o.kv_type = s.kv_type;
-  if (s.ctx > 0) o.ctx = s.ctx;
-  if (s.max_batch > 0) o.max_batch = s.max_batch;
-  o.n_seq = std::max(1, s.n_seq);
-  // The tuning flags (TuningSetup says which option each one sets).
-  const TuningSetup& t = s.vram.tuning;
-  o.use_graph = t.graph;
-  o.fused_decode = t.fuse_decode;
-  o.fused_prefill = t.fuse_prefill;
-  o.pdl = t.pdl;
-  o.step_timing = t.step_timing;
-  o.gated_decode = t.gated;
-  o.prompt_stage = t.prompt_stage;
-  o.prompt_cpu = t.prompt_cpu;
-  o.stage_gap = t.stage_gap;
-  o.staged_hits = t.staged_hits;
-  o.pinned_prompt_kernels = t.pinned_prompt;
-  o.transit_slots = t.transit_slots;
-  o.hybrid_profile = t.hybrid_profile;
-  o.link_timeline = t.link_timeline;
-  if (t.gemm_min_batch > 0) o.gemm_min_batch = t.gemm_min_batch;
-  o.expert_gemm_min_batch = t.expert_gemm_min_batch;
-  o.pass_link_share = t.pass_link_share;
-  o.pass_memory_share = t.pass_memory_share;
-  o.even_passes = t.even_passes;
-  o.vram_budget = vram;
-  o.vram_full = vram_full;
-  o.policy = s.vram.policy;
-  o.host_pin = s.vram.host_pin;
-  o.prefetch = s.vram.prefetch;
-  o.cost_overrides = s.vram.cost;
-  o.verbose_steps = s.vram.verbose_steps;
-  o.cpu_pool = &pool;
+  CudaOptions o = cuda_options(s);
+  o.tiered.pool = &pool;
   ExpertProfile profile;
   if (!s.vram.profile.empty()) {
     profile = ExpertProfile::load(s.vram.profile);
@@ -333,7 +284,7 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
       throw Error("--profile " + s.vram.profile + ": made for " + std::to_string(profile.n_layer) + " layers x " +
                   std::to_string(profile.n_expert) + " experts, this model has " + std::to_string(w.cfg.n_layer) +
                   " x " + std::to_string(w.cfg.n_expert));
-    o.profile = &profile;
+    o.tiered.profile = &profile;
   }
   try {
     auto be = std::make_unique<CudaBackend>(w, o);
@@ -346,7 +297,6 @@ std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights&
     return make_cpu(s, w, pool);
   }
 #else
-  (void)vram;  // checked above: a typo in --vram is an error on every build
   if (s.requested == "cuda")
     throw Error("--backend cuda: this build has no CUDA backend (built without nvcc or with -DMOESTREAM_CUDA=OFF); "
                 "use --backend cpu");

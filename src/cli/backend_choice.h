@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cpu/thread_pool.h"
+#include "cuda/backend/cuda_options.h"
 #include "engine/backend.h"
 #include "model/context_plan.h"
 #include "model/weights.h"
@@ -23,57 +24,24 @@ class App;
 
 namespace ms::cli {
 
-// The tuning flags ("Tuning" in --help): switches of measured choices, for
-// A/B runs and debugging. The defaults are the measured best
-// (bench/results/cuda_bench.md, hybrid_bench.md, cpu_bench.md); each field
-// sets the CudaBackend::Options (cuda/backend/cuda_backend.h) or ThreadPool
-// option of the same meaning.
-struct TuningSetup {
-  // CUDA backend
-  bool graph = true;           // --no-graph: decode without CUDA graph replay
-  bool fuse_decode = true;     // --no-fuse-decode
-  bool fuse_prefill = true;    // --no-fuse-prefill
-  bool pdl = true;             // --no-pdl
-  bool step_timing = false;    // --step-timing
-  // The tiered step (`--vram` below the model's size)
-  bool gated = true;           // --no-gated
-  bool prompt_stage = true;    // --no-prompt-stage
-  bool prompt_cpu = false;     // --prompt-cpu
-  bool stage_gap = true;       // --no-stage-gap
-  bool staged_hits = true;     // --no-staged-hits
-  bool pinned_prompt = true;   // --no-pinned-prompt
-  uint32_t transit_slots = 0;  // --transit-slots N (0: chosen)
-  bool hybrid_profile = false; // --hybrid-profile
-  int link_timeline = 0;       // --link-timeline N (0..2)
-  int gemm_min_batch = 0;      // --gemm-min-batch N (0: the backend's default)
-  int expert_gemm_min_batch = -1;  // --expert-gemm-min-batch N (-1: the default; 0: never)
-  // The tiered prompt pass's rule (experts/pass_size.h; 0: its default)
-  double pass_link_share = 0;    // --pass-link-share F
-  double pass_memory_share = 0;  // --pass-memory-share F
-  bool even_passes = false;      // --even-passes
-  // CPU thread pool
-  int spin_us = -1;            // --spin-us N (-1: ThreadPool::kDefaultSpinUs)
-};
-
-// The heading of the tuning flags in --help.
+// The heading of the tuning flags in --help: switches of measured choices,
+// for A/B runs and debugging. The defaults are the measured best
+// (bench/results/cuda_bench.md, hybrid_bench.md, cpu_bench.md).
 inline const char* tuning_group() { return "Tuning (defaults are measured best)"; }
-
-// Adds the tuning flags to a command, under tuning_group().
-void add_tuning_options(CLI::App& sub, TuningSetup* t);
 // The most transit slots --transit-slots takes (per slot pool).
 constexpr uint32_t kMaxTransitSlots = 4096;
 
-// `--vram` and the options of tiered experts (CUDA backend), and the tuning
-// flags of the commands that take --vram.
+// `--vram`, the options of tiered experts (CUDA backend) and the tuning
+// flags of the commands that run a model. The flags bind straight to the
+// typed options (cuda/backend/cuda_options.h); names (--host-pin, --prefetch,
+// --cost) are parsed into their types when the command line is.
 struct VramSetup {
-  std::string budget;        // "" (free memory less a margin), "full", or bytes ("8G", "8000M")
-  std::string policy = "default";
-  std::string host_pin = "auto";
-  std::string prefetch = "auto";  // off | next | auto (experts of the next planned layer, copied ahead)
-  std::string profile;       // --profile FILE: initial placement, hottest first
-  std::string cost;          // --cost name=value,...: override measured figures
-  bool verbose_steps = false;
-  TuningSetup tuning;
+  std::string budget;   // "" (free memory less a margin), "full", or bytes ("8G", "8000M")
+  std::string profile;  // --profile FILE: initial placement, hottest first (loaded by make_backend)
+  // The CUDA backend's options as the flags set them; cuda_options() adds
+  // the budget and the sizes of BackendSetup.
+  CudaOptions cuda;
+  int spin_us = -1;     // --spin-us N: the CPU pool's (-1: ThreadPool::kDefaultSpinUs)
 };
 
 struct BackendSetup {
@@ -99,8 +67,9 @@ inline const char* backend_help() { return "cpu or cuda (default: cuda when buil
 // Adds `--kv-type f16|f32|q8_0` to a command, stored in *type (default F16).
 void add_kv_type_option(CLI::App& sub, KvType* type);
 
-// Adds --vram, --policy, --profile, --host-pin, --cost (and --verbose-steps
-// when `steps`) to a command, and the tuning flags (add_tuning_options).
+// Adds --vram, --policy, --profile, --host-pin, --prefetch, --cost (and
+// --verbose-steps when `steps`) to a command, and the tuning flags (under
+// tuning_group()), all bound to *v.
 void add_vram_options(CLI::App& sub, VramSetup* v, bool steps);
 // "8G" / "8000M" / "full" / "" checked; throws ms::Error with the accepted forms.
 uint64_t parse_vram(const std::string& text, bool* full);
@@ -108,10 +77,18 @@ uint64_t parse_vram(const std::string& text, bool* full);
 // names the bad item); one item (or "") gives a list of one.
 std::vector<std::string> parse_vram_list(const std::string& text);
 
-// --vram, --policy and --cost checked before a model is opened, on either
-// backend (a typo used to be taken silently by the CPU backend, which
-// ignores them). Throws ms::Error naming the flag and what it accepts.
+// --vram and --policy checked before a model is opened, on either backend
+// (a typo used to be taken silently by the CPU backend, which ignores them;
+// --host-pin, --prefetch and --cost are checked as they are parsed). Throws
+// ms::Error naming the flag and what it accepts.
 void check_vram_options(const VramSetup& v);
+
+// The CUDA backend's options for a setup: the flags' (setup.vram.cuda) with
+// the budget parsed (throws as parse_vram) and the context, pass size,
+// sequences and KV type of the setup. The profile and the CPU pool are
+// make_backend's to add (they need the model and the pool). Pure: the seam
+// tests/cli/tuning_flags_test.cpp checks every flag through.
+CudaOptions cuda_options(const BackendSetup& setup);
 
 // Upper bounds of the size flags: more threads than this many per core only
 // cost (and 100000 used to exhaust the machine's processes); a batch or a

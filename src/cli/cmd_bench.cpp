@@ -382,7 +382,7 @@ int run(const BenchArgs& a, const std::vector<int>& seqs, const SpecBench& spec)
     if (parse_draft_choice(c).kind == DraftChoice::Kind::Mtp && model->weights.mtp.empty())
       throw Error(path + ": " + kNoMtpBlock);
   const ModelInfo mi = model_info(path, *model);
-  ThreadPool pool(a.threads, a.vram.tuning.spin_us);
+  ThreadPool pool(a.threads, a.vram.spin_us);
   report_thread_shortfall(pool, false);
   std::vector<BudgetRun> runs;
   for (size_t i = 0; i < budgets.size(); ++i) {

@@ -232,7 +232,7 @@ RegisterCommand reg("logits", [](CLI::App& app) {
     if (prompt.empty()) throw Error("the prompt is empty after tokenization");
     if (static_cast<int64_t>(prompt.size()) > kMaxCtx)
       throw Error("the prompt has " + std::to_string(prompt.size()) + " tokens; at most " + std::to_string(kMaxCtx));
-    ThreadPool pool(a->threads, a->vram.tuning.spin_us);
+    ThreadPool pool(a->threads, a->vram.spin_us);
     report_thread_shortfall(pool, false);
     const int64_t n = static_cast<int64_t>(prompt.size());
     BackendSetup bs;

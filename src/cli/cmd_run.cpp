@@ -176,7 +176,7 @@ std::vector<int32_t> synthetic_prompt(int n, int32_t n_vocab) {
 int run_bench(const RunArgs& r, const std::string& path) {
   auto model = LoadedModel::open(path, r.no_mmap);
   const ModelWeights& w = model->weights;
-  ThreadPool pool(r.threads, r.vram.tuning.spin_us);
+  ThreadPool pool(r.threads, r.vram.spin_us);
   report_thread_shortfall(pool, r.quiet);
   CpuBackend::Options bo;
   if (r.batch > 0) bo.max_batch = r.batch;
@@ -301,7 +301,7 @@ RegisterCommand reg("run", [](CLI::App& app) {
     auto model = LoadedModel::open(path, r.no_mmap);
     const ModelConfig& c = model->weights.cfg;
     if (r.spec == "mtp" && model->weights.mtp.empty()) throw Error(path + ": " + kNoMtpBlock);
-    ThreadPool pool(r.threads, r.vram.tuning.spin_us);
+    ThreadPool pool(r.threads, r.vram.spin_us);
     report_thread_shortfall(pool, r.quiet);
     const Tokenizer& tok = *model->tokenizer;
 

@@ -153,7 +153,7 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     const std::string path = model_path_or_default(r.model, r.model_given, r.quiet);
     auto model = LoadedModel::open(path);
     const ModelConfig& c = model->weights.cfg;
-    ThreadPool pool(r.threads, r.vram.tuning.spin_us);
+    ThreadPool pool(r.threads, r.vram.spin_us);
     BackendSetup bs;
     bs.requested = r.backend;
     bs.max_batch = r.batch;

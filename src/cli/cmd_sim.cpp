@@ -23,10 +23,11 @@ namespace {
 
 struct SimArgs {
   std::string trace, vram, slots, fraction, dense = "0", policy = "default", pools = "global", prefetch = "none";
-  std::string prefetch_count = "auto", profile, pin_layers, cost, cost_file, csv, plot;
+  std::string profile, pin_layers, cost, cost_file, csv, plot;
   double pin_fraction = 0.5, halflife = -1, margin = -1, pcie_gbps = 0, cpu_gbps = 0;
   uint32_t transit_slots = 16;
-  bool json = false, layers = false, warm_start = false, prompt_cpu = false, gated = false;
+  bool json = false, layers = false, warm_start = false, gated = false;
+  StepTuning step;  // --prefetch-count, --prompt-cpu: the scheduler's choices, as the engine's
 };
 
 void write_file(const std::string& path, const std::string& text) {
@@ -94,11 +95,14 @@ RegisterCommand reg("sim", [](CLI::App& app) {
       ->capture_default_str();
   sim->add_option("--prefetch", a->prefetch, "none, oracle (perfect next layer), predicted (the trace's next-layer predictions)")
       ->capture_default_str();
-  sim->add_option("--prefetch-count", a->prefetch_count,
-                  "Predicted experts staged per layer step: auto (the link against the CPU, as the engine) or next (every cold one)")
-      ->capture_default_str();
+  sim->add_option_function<std::string>(
+         "--prefetch-count", [a](const std::string& v) { a->step.prefetch = parse_decode_prefetch(v); },
+         "Predicted experts staged per layer step: auto (the link against the CPU, as the engine; default) or next "
+         "(every cold one)")
+      ->check(CLI::IsMember({"auto", "next"}))
+      ->option_text("auto|next");
   sim->add_flag("--warm-start", a->warm_start, "Fill the cache before the first step as the engine does (Belady starts empty)");
-  sim->add_flag("--prompt-cpu", a->prompt_cpu, "Staged prompt passes give the CPU a share too (the engine's --prompt-cpu)");
+  sim->add_flag("--prompt-cpu", a->step.prompt_cpu, "Staged prompt passes give the CPU a share too (the engine's --prompt-cpu)");
   sim->add_flag("--gated", a->gated,
                 "Decode tokens take the gated plan, as the engine's gated decode: a layer found resident or staged plans "
                 "without admitting, and stages after its CPU experts");
@@ -151,11 +155,8 @@ RegisterCommand reg("sim", [](CLI::App& app) {
     if (a->cpu_gbps > 0) base.cost.cpu_gbps = a->cpu_gbps;
     if (!a->cost.empty()) base.cost.apply_overrides(a->cost);
     base.prefetch = parse_prefetch_mode(a->prefetch);
-    if (a->prefetch_count != "auto" && a->prefetch_count != "next")
-      throw Error("--prefetch-count must be auto or next, got '" + a->prefetch_count + "'");
-    base.prefetch_count = a->prefetch_count;
     base.warm_start = a->warm_start;
-    base.prompt_cpu = a->prompt_cpu;
+    base.step = a->step;
     base.gated = a->gated;
     base.transit_slots = a->transit_slots;
     if (a->halflife >= 0) base.policy_options.decay_halflife_steps = a->halflife;

@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
     app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const ms::Error& e) {  // a value parsed into its type as the flag is read (--cost)
+    std::fprintf(stderr, "moestream: error: %s\n", e.what());
+    return 1;
   }
   try {
     for (auto& [sub, run] : runners)

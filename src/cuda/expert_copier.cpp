@@ -11,14 +11,6 @@
 
 namespace ms::cuda {
 
-HostPin parse_host_pin(const std::string& s) {
-  if (s == "auto" || s.empty()) return HostPin::Auto;
-  if (s == "copy") return HostPin::Copy;
-  if (s == "register") return HostPin::Register;
-  if (s == "staging") return HostPin::Staging;
-  throw Error("--host-pin " + s + ": expected auto, copy, register or staging");
-}
-
 namespace {
 uint64_t physical_ram() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);

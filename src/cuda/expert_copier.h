@@ -30,12 +30,9 @@
 
 #include "cpu/thread_pool.h"
 #include "cuda/device.h"
+#include "cuda/host_pin.h"
 
 namespace ms::cuda {
-
-enum class HostPin { Auto, Copy, Register, Staging };
-// "auto", "copy", "register", "staging"; throws ms::Error otherwise.
-HostPin parse_host_pin(const std::string& s);
 
 // One expert as the copier sees it: its three matrices in the model's
 // mapping, and where each goes inside a slot of `slot_bytes`.

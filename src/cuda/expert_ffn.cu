@@ -1,12 +1,11 @@
 // Routed-expert FFN: device-side grouping by expert, then gate/up (SwiGLU
 // fused) -> down -> weighted sum, all on one stream with no host round trip.
 //
-// Batches of at least gemm_min_tokens tokens take the int8 tensor-core GEMM
+// Batches of at least ExpertWeights::gemm_min_tokens tokens take the int8 tensor-core GEMM
 // (gemm_q8.cu) over (row tile, expert group, vector tile) grids: gate and up
 // in one launch -> SwiGLU + Q8 quantization (one kernel) -> down -> combine.
 // Smaller batches and decode take the multi-vector matvec.
 #include <algorithm>
-#include <atomic>
 #include <string>
 
 #include "cuda/common.cuh"
@@ -104,8 +103,6 @@ __global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* __r
 }
 
 size_t al(size_t v) { return (v + 255) & ~size_t{255}; }
-
-std::atomic<int> g_gemm_min_tokens{16};
 
 bool device_has_int8_mma() {
   static const bool yes = [] {
@@ -255,9 +252,6 @@ void grouped_rows_ffn(const ExpertWeights& w, const GroupedRows& a, cudaStream_t
 
 size_t expert_ffn_scratch_bytes(const ExpertWeights& w, int n_tokens, int k) { return layout(w, n_tokens, k).total; }
 
-void expert_ffn_set_gemm_min_tokens(int n) { g_gemm_min_tokens.store(n); }
-int expert_ffn_gemm_min_tokens() { return g_gemm_min_tokens.load(); }
-
 void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n_tokens, int k, const int32_t* ids,
                 const float* weights, const float* residual, float* out, void* scratch, size_t scratch_bytes,
                 cudaStream_t stream, const HostRows* host) {
@@ -294,7 +288,7 @@ void expert_ffn(const ExpertWeights& w, const float* x, const Q8Act* x_q8, int n
   MatvecGroups g;
   g.n_expert = w.n_expert;  // clamps ids into range on the device
   auto* gi = reinterpret_cast<int32_t*>(s + L.groups);
-  const int min_tok = g_gemm_min_tokens.load();
+  const int min_tok = w.gemm_min_tokens;
   // vector tile: 64 when experts average 48+ pairs, else 32
   const int active = std::min(pairs, w.n_expert);
   // Pairs spread thin over the experts (decode steps of several sequences:

@@ -10,8 +10,8 @@
 // the Q8 of h, then down with the weighted sum (fixed order, deterministic)
 // in one launch (matvec_combine; k <= 8 and no host rows, else down, then the sum).
 // Several tokens: the (token, slot) pairs are grouped by expert on the device
-// first. Batches of at least expert_ffn_gemm_min_tokens() tokens (default 16)
-// with int8-GEMM weight types (gemm.h) on sm_80+ run each expert's tokens
+// first. Batches of at least ExpertWeights::gemm_min_tokens tokens
+// (cuda::kGemmMinTokens unless the caller says otherwise) with int8-GEMM weight types (gemm.h) on sm_80+ run each expert's tokens
 // through the int8 tensor-core GEMM: gate+up in one launch over (row tile,
 // expert, token tile), SwiGLU + Q8 quantization in one kernel, down, combine
 // (4 launches after the grouping, whatever the number of experts). Smaller
@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "cuda/expert_gate.h"
+#include "cuda/launch_defaults.h"
 #include "cuda/matvec.h"
 
 namespace ms::cuda {
@@ -50,15 +51,13 @@ struct ExpertWeights {
   // One token: the weighted sum in the down launch (matvec_combine); false:
   // down, then moe_combine (same bits; the backend's --no-fuse-decode).
   bool fused_decode = true;
+  // Batches of at least this many tokens take the int8 GEMM path (<= 0:
+  // never); the backend sets it from its Options::gemm_min_batch.
+  int gemm_min_tokens = kGemmMinTokens;
   bool biased_or_clamped() const { return gate_bias || up_bias || down_bias || clamped_swiglu; }
 };
 
 size_t expert_ffn_scratch_bytes(const ExpertWeights& w, int n_tokens, int k);
-
-// Batches of at least n tokens take the GEMM path (n <= 0: never). Process-wide;
-// for benchmarks and tests comparing the two paths.
-void expert_ffn_set_gemm_min_tokens(int n);
-int expert_ffn_gemm_min_tokens();
 
 // x [n_tokens][d_model] f32 (the normalised FFN input); x_q8 (optional) the same
 // already quantized (e.g. by rmsnorm), used when gate/up take Q8. ids, weights:

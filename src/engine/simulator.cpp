@@ -62,9 +62,8 @@ StepSchedulerOptions scheduler_options(const TraceHeader& h, const SimOptions& o
   rc.policy_options = opts.policy_options;
   rc.transit_slots = opts.transit_slots;
   rc.cost = opts.cost;
-  so.prefetch = opts.prefetch == PrefetchMode::None ? "off" : opts.prefetch_count;
-  so.prompt_stage = opts.prompt_stage;
-  so.prompt_cpu = opts.prompt_cpu;
+  so.tuning = opts.step;
+  if (opts.prefetch == PrefetchMode::None) so.tuning.prefetch = DecodePrefetch::Off;
   return so;
 }
 

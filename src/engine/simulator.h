@@ -18,6 +18,7 @@
 #include "experts/cost_model.h"
 #include "experts/policy.h"
 #include "experts/pools.h"
+#include "experts/step_scheduler.h"
 #include "experts/trace.h"
 
 namespace ms {
@@ -34,11 +35,13 @@ struct SimOptions {
   // Where a decode step's predictions of the next tiered layer come from
   // (none: no staging); the scheduler stages them into its banks.
   PrefetchMode prefetch = PrefetchMode::None;
-  std::string prefetch_count = "auto";  // the scheduler's count: auto (link vs CPU balance) | next (all cold)
   float prefetch_min_confidence = 0;
   uint32_t transit_slots = 16;      // per pool (prompt stages take at most these)
-  bool prompt_stage = true;         // the scheduler's prompt staging (StepSchedulerOptions)
-  bool prompt_cpu = false;
+  // The scheduler's choices, as the engine takes them: step.prefetch is the
+  // count staged (auto: the link against the CPU; next: every cold one;
+  // ignored when `prefetch` above is None), step.cost stays empty (`cost`
+  // above is the model).
+  StepTuning step;
   // Fill the cache before the first step as the engine does; off by default
   // so that hit rates compare with Belady's MIN, which starts empty.
   bool warm_start = false;

@@ -1,6 +1,7 @@
 #include "experts/cost_model.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -59,6 +60,46 @@ void CostModel::apply_overrides(const std::string& list) {
   m.apply_overrides_unchecked(list);
   m.validate();
   *this = m;
+}
+
+void CostModel::apply(const CostOverrides& overrides) {
+  CostModel m = *this;  // all or nothing
+  for (const auto& [f, v] : overrides.figures) m.*f = v;
+  m.validate();
+  *this = m;
+}
+
+CostOverrides CostOverrides::parse(const std::string& list) {
+  CostOverrides o;
+  CostModel probe;  // names and values checked as apply_overrides checks them
+  probe.apply_overrides(list);
+  size_t at = 0;
+  while (at < list.size()) {
+    size_t end = list.find(',', at);
+    if (end == std::string::npos) end = list.size();
+    const std::string item = list.substr(at, end - at);
+    at = end + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    o.figures.emplace_back(field(item.substr(0, eq)), std::strtod(item.c_str() + eq + 1, nullptr));
+  }
+  return o;
+}
+
+bool CostOverrides::sets(double CostModel::*figure) const {
+  return std::any_of(figures.begin(), figures.end(), [&](const auto& p) { return p.first == figure; });
+}
+
+std::string CostOverrides::text() const {
+  std::string s;
+  for (const auto& [f, v] : figures)
+    for (const auto& [n, g] : kFields)
+      if (g == f) {
+        char buf[64];
+        std::snprintf(buf, sizeof(buf), "%.17g", v);
+        s += std::string(s.empty() ? "" : ",") + n + "=" + buf;
+      }
+  return s;
 }
 
 void CostModel::apply_overrides_unchecked(const std::string& list) {

@@ -4,10 +4,14 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
 namespace ms {
+
+struct CostOverrides;
 
 struct CostModel {
   double pcie_gbps = 25;        // pinned host->device copies (PCIe 4 x16 desktop; the GPU machine's: bench/results/hybrid_bench.md, "Run 5", H2D column)
@@ -40,12 +44,30 @@ struct CostModel {
   // "pcie_gbps=55,cpu_gbps=92": overrides by name; throws ms::Error on an
   // unknown name or a non-positive value.
   void apply_overrides(const std::string& list);
+  void apply(const CostOverrides& overrides);  // the same, parsed
   void apply_json(const nlohmann::json& j);  // same names as keys
   nlohmann::json to_json() const;
   void validate() const;
 
  private:
   void apply_overrides_unchecked(const std::string& list);
+};
+
+// Cost-model figures given by name (`--cost pcie_gbps=20,cpu_gflops=7`),
+// parsed once where they enter (the CLI): each replaces the measured or
+// default figure of its name wherever a CostModel is made.
+struct CostOverrides {
+  std::vector<std::pair<double CostModel::*, double>> figures;  // in the order given
+
+  // "name=value,...": throws ms::Error naming the bad item and, for an
+  // unknown name, the known ones; a value the model refuses (zero rate,
+  // negative overhead, NaN) is an error here too. "" gives none.
+  static CostOverrides parse(const std::string& list);
+  bool empty() const { return figures.empty(); }
+  // Whether the figure is among them.
+  bool sets(double CostModel::*figure) const;
+  // "pcie_gbps=20,cpu_gflops=7" (round-trips through parse).
+  std::string text() const;
 };
 
 }  // namespace ms

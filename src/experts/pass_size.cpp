@@ -42,14 +42,6 @@ void validate(const PassSizeInputs& in) {
 
 }  // namespace
 
-int even_share_of_context(int b, int64_t ctx) {
-  if (b < 1 || ctx <= b) return b;
-  const int64_t passes = (ctx + b - 1) / b;
-  const int64_t even = (ctx + passes - 1) / passes;  // <= b
-  const int64_t rounded = (even + kRound - 1) / kRound * kRound;
-  return static_cast<int>(rounded <= b ? rounded : even);
-}
-
 double estimate_prompt_s_per_token(double active_weights, double tflops) {
   if (!(active_weights > 0) || !(tflops > 0)) throw Error("prompt compute estimate: weights and rate must be positive");
   return 2.0 * active_weights / (tflops * 1e12);
@@ -81,7 +73,6 @@ PassSize choose_pass_size(const PassSizeInputs& in) {
       by_memory = fit64 < in.resident_tokens;
     }
     r.tokens = std::min(want, upper);
-    r.chosen_tokens = r.tokens;
     r.bound = r.tokens < want ? PassSize::Bound::Context
               : by_memory     ? PassSize::Bound::Memory
                               : PassSize::Bound::Resident;
@@ -135,8 +126,6 @@ PassSize choose_pass_size(const PassSizeInputs& in) {
     }
   }
   b = std::max(b, least);  // no room at all: the least pass (the buffers come out of the reserve)
-  r.chosen_tokens = b;
-  if (in.even_context) b = even_share_of_context(b, in.ctx);
   r.tokens = b;
   r.bound = bound;
   r.cold_bytes = cold_at(in, r.tokens);
@@ -146,9 +135,6 @@ PassSize choose_pass_size(const PassSizeInputs& in) {
           format_bytes(static_cast<uint64_t>(r.cold_bytes)) + ") stream once per pass" +
           fmt(" in %.3f s at %.0f GB/s, %.0f%% of", r.link_s, in.link_gbps, 100.0 * r.link_s / r.compute_s) +
           fmt(" the pass's ~%.3f s of compute (est.); ", r.compute_s);
-  if (r.tokens != r.chosen_tokens)
-    r.why += "an even share of the context (" + std::to_string(in.ctx) + ") in the passes that " +
-             std::to_string(r.chosen_tokens) + " would take; ";
   switch (bound) {
     case PassSize::Bound::Floor: r.why += "the floor size already keeps streaming small"; break;
     case PassSize::Bound::Link:

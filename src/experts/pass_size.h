@@ -54,20 +54,12 @@ struct PassSizeInputs {
   int resident_tokens = 8192;
   int min_tokens = 16;            // the least a pass may be (memory permitting or not)
   int max_tokens = 16384;         // the largest batch the CLI accepts
-  // Tiered, with a context: a pass chosen shorter than the context becomes
-  // the context's share of as many passes (ctx / ceil(ctx / B), rounded up to
-  // 64 where that stays within B). The backend splits every input into
-  // equal passes already, so a prompt that fills the context takes the same
-  // passes, while the buffers sized for them are smaller and decode's cache
-  // larger; a prompt between the two sizes takes two passes instead of one.
-  bool even_context = false;
 };
 
 struct PassSize {
   int tokens = 0;
   // What the choice was bounded by.
   enum class Bound { Resident, Floor, Link, Memory, Context, Largest } bound = Bound::Floor;
-  int chosen_tokens = 0;  // before even_context made it an even share of the context (else tokens)
   double cold_bytes = 0;  // at `tokens`
   double link_s = 0;      // cold_bytes over the link, once per pass
   double compute_s = 0;   // the pass's compute (tokens x compute_s_per_token)
@@ -108,11 +100,6 @@ struct BufferLine {
 // target share, the shorter pass (the nearer to the smallest that truly
 // does); otherwise the longer (more tokens per cold expert streamed).
 PassSize choose_chunked_pass_size(const PassSizeInputs& in, const BufferLine& whole, const BufferLine& chunked);
-
-// PassSizeInputs::even_context's size: the least pass that still covers ctx
-// in as many passes as b does (rounded up to a multiple of 64 where that
-// stays <= b). b itself where b >= ctx or b < 1.
-int even_share_of_context(int b, int64_t ctx);
 
 // Throws ms::Error on inputs that make no sense (negative or zero rates for a
 // tiered model, floor above max, ...).

@@ -13,16 +13,30 @@ namespace {
 ResidencyConfig rounded(const StepSchedulerOptions& o) {
   ResidencyConfig rc = o.residency;
   rc.transit_slots = StepScheduler::transit_slots(rc.transit_slots);
-  rc.stage_bank = StepScheduler::stage_bank(rc.k, o.prefetch);
+  rc.stage_bank = StepScheduler::stage_bank(rc.k, o.tuning.prefetch);
   return rc;
 }
 
 }  // namespace
 
-uint32_t StepScheduler::stage_bank(uint32_t k, const std::string& prefetch) {
-  if (prefetch == "off") return 0;
-  if (prefetch == "next" || prefetch == "auto") return k;
-  throw Error("--prefetch " + prefetch + ": use off, next or auto");
+DecodePrefetch parse_decode_prefetch(const std::string& name) {
+  if (name == "off") return DecodePrefetch::Off;
+  if (name == "next") return DecodePrefetch::Next;
+  if (name == "auto") return DecodePrefetch::Auto;
+  throw Error("prefetch mode '" + name + "': use off, next or auto");
+}
+
+const char* decode_prefetch_name(DecodePrefetch p) {
+  switch (p) {
+    case DecodePrefetch::Off: return "off";
+    case DecodePrefetch::Next: return "next";
+    case DecodePrefetch::Auto: return "auto";
+  }
+  return "?";
+}
+
+uint32_t StepScheduler::stage_bank(uint32_t k, DecodePrefetch prefetch) {
+  return prefetch == DecodePrefetch::Off ? 0 : k;
 }
 
 uint32_t StepScheduler::transit_slots(uint32_t asked) { return std::max<uint32_t>(2, asked & ~1u); }
@@ -71,8 +85,8 @@ void StepScheduler::set_measured_cost(const CostProbe& p) {
   // In the cost model's flops (its flops_per_byte cancels out in cpu_s).
   prompt_cpu_gflops_ = p.batch_s > 0 ? p.batch_weight_bytes * m.flops_per_byte / p.batch_s / 1e9 : 0;
   if (p.hbm_s > 0) m.gpu_hbm_gbps = p.hbm_bytes / p.hbm_s / 1e9;
-  if (!opt_.cost_overrides.empty()) m.apply_overrides(opt_.cost_overrides);
-  if (opt_.cost_overrides.find("cpu_gflops") != std::string::npos) prompt_cpu_gflops_ = 0;  // the user's figure
+  m.apply(opt_.tuning.cost);
+  if (opt_.tuning.cost.sets(&CostModel::cpu_gflops)) prompt_cpu_gflops_ = 0;  // the user's figure
   m.validate();
   set_cost(m);
 }
@@ -93,7 +107,7 @@ std::vector<std::pair<ExpertKey, SlotRef>> StepScheduler::initial_placement(bool
   first_tiered_ = next;
   prompt_stage_min_ = 0;
   const double share = double(opt_.residency.k) / double(res_.n_expert());
-  if (opt_.prompt_stage && first_tiered_ >= 0 && share < 1.0 && res_.transit_slots() >= 2 * wave_experts())
+  if (opt_.tuning.prompt_stage && first_tiered_ >= 0 && share < 1.0 && res_.transit_slots() >= 2 * wave_experts())
     prompt_stage_min_ = std::max(2, static_cast<int>(std::ceil(std::log(0.05) / std::log(1.0 - share))));
   return out;
 }
@@ -120,7 +134,7 @@ bool StepScheduler::begin_pass(int n_tokens, bool gated) {
   prompt.cpu_start_us = prompt_cpu_start_s_ * 1e6;
   if (prompt_cpu_gflops_ > 0) prompt.cpu_gflops = prompt_cpu_gflops_;
   res_.set_cost(prompt);
-  if (!opt_.prompt_cpu && prompt_copies_win(first_tiered_, n_tokens)) res_.set_host_tier(false);
+  if (!opt_.tuning.prompt_cpu && prompt_copies_win(first_tiered_, n_tokens)) res_.set_host_tier(false);
   prompt_cost_set_ = true;
   return true;
 }
@@ -136,7 +150,7 @@ void StepScheduler::end_pass() {
 const LayerSchedule& StepScheduler::plan_layer(uint64_t step, uint32_t layer, std::span<const ExpertKey> keys,
                                                std::span<const uint32_t> tokens, bool gated_layer, bool may_admit) {
   LayerSchedule& s = sched_;
-  const double backlog = gated_layer && opt_.stage_gap ? link_backlog_s() : -1.0;
+  const double backlog = gated_layer && opt_.tuning.stage_gap ? link_backlog_s() : -1.0;
   const StepPlan& sp = res_.plan(step, layer, keys, tokens, backlog, may_admit);
   s.plan = &sp;
   s.from_prompt_stage = sp.staged_bank == StagePlan::kTransitBank;
@@ -178,20 +192,20 @@ DecodeStage StepScheduler::stage_decode(uint64_t step, uint32_t layer, std::span
   uint32_t cap = res_.stage_bank();
   uint32_t cold = 0;  // predicted and not resident
   for (ExpertKey k : predicted) cold += !res_.resident(k);
-  if (opt_.prefetch == "auto") {
+  if (opt_.tuning.prefetch == DecodePrefetch::Auto) {
     // Staged copies run in the background, but the link has only its
     // bandwidth; the experts not staged run on the CPU after the layer's
     // fixed host cost. In the gated step the link starts behind its backlog,
     // and the layer's routes come a measured stretch later.
     const uint64_t bytes = res_.bytes_of(layer * res_.n_expert());
-    const bool gap_known = gated_pass_ && opt_.stage_gap;
+    const bool gap_known = gated_pass_ && opt_.tuning.stage_gap;
     const double gap = gap_known ? route_gap_s_[layer] : 0.0;
     const double backlog = gap_known ? link_backlog_s() : 0.0;
     cap = decode_stage_count(cold, gap, backlog, min_overhead_s_, cost_.copy_s(bytes), cost_.cpu_s(bytes, 1));
     if (gated_pass_) staging_.gap_sum_s += gap, staging_.staged_sum += cap, ++staging_.stagings;
   }
   out.plan = &res_.stage(step, layer, predicted, cap);
-  out.publish = gated_pass_ && opt_.staged_hits && out.plan->copies.size() == size_t{cold};
+  out.publish = gated_pass_ && opt_.tuning.staged_hits && out.plan->copies.size() == size_t{cold};
   return out;
 }
 

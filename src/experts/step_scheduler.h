@@ -34,17 +34,19 @@
 
 namespace ms {
 
-struct StepSchedulerOptions {
-  // Slots, policy, cost model, profile. transit_slots as asked (the
-  // scheduler rounds it: transit_slots()); stage_bank is set from prefetch.
-  ResidencyConfig residency;
-  // Weight bytes of one expert per layer (gate + up + down, unaligned); empty:
-  // residency.slot_bytes. The link-vs-CPU choice of prompts compares these.
-  std::vector<uint64_t> expert_bytes;
-  // Decode: the experts predicted for the next tiered layer are staged while
-  // this layer computes. off | next (every predicted cold expert) | auto (as
-  // many as the link carries before the CPU would finish the rest).
-  std::string prefetch = "auto";
+// Decode: the experts predicted for the next tiered layer are staged while
+// this layer computes: Off, Next (every predicted cold expert) or Auto (as
+// many as the link carries before the CPU would finish the rest).
+enum class DecodePrefetch { Off, Next, Auto };
+// "off" | "next" | "auto"; throws ms::Error naming the valid ones.
+DecodePrefetch parse_decode_prefetch(const std::string& name);
+const char* decode_prefetch_name(DecodePrefetch p);
+
+// The scheduler's choices that a user tunes (--prefetch, --cost and the
+// tiered step's tuning flags): the CLI fills one, the CUDA backend holds it
+// (TieredOptions::step) and hands it here unchanged.
+struct StepTuning {
+  DecodePrefetch prefetch = DecodePrefetch::Auto;
   // Passes that route nearly every expert copy each tiered layer's cold
   // experts before its routes are known (while earlier layers compute).
   bool prompt_stage = true;
@@ -60,7 +62,18 @@ struct StepSchedulerOptions {
   // Gated decode: a layer whose routed experts are all resident or staged
   // goes on without the host; false: such a layer waits for it (A/B runs).
   bool staged_hits = true;
-  std::string cost_overrides;  // "pcie_gbps=20,..." applied over the probe's figures
+  CostOverrides cost;  // figures applied over the probe's
+};
+
+struct StepSchedulerOptions {
+  // Slots, policy, cost model, profile. transit_slots as asked (the
+  // scheduler rounds it: transit_slots()); stage_bank is set from
+  // tuning.prefetch.
+  ResidencyConfig residency;
+  // Weight bytes of one expert per layer (gate + up + down, unaligned); empty:
+  // residency.slot_bytes. The link-vs-CPU choice of prompts compares these.
+  std::vector<uint64_t> expert_bytes;
+  StepTuning tuning;
 };
 
 // What the mechanism measured at start-up; each pair is bytes and seconds
@@ -115,9 +128,8 @@ class StepScheduler {
   // only when some expert runs on the CPU.
   static constexpr int kEagerInputTokens = 64;
 
-  // Staging slots per bank (two banks per pool) for a prefetch mode; throws
-  // ms::Error for an unknown mode.
-  static uint32_t stage_bank(uint32_t k, const std::string& prefetch);
+  // Staging slots per bank (two banks per pool) for a prefetch mode.
+  static uint32_t stage_bank(uint32_t k, DecodePrefetch prefetch);
   // Transit slots per pool for the count asked: even (waves take half each), at least 2.
   static uint32_t transit_slots(uint32_t asked);
   // Transit slots per pool when none is asked (asked 0): passes of fewer than
@@ -139,7 +151,7 @@ class StepScheduler {
   static uint32_t choose_transit_slots(uint32_t asked, int max_tokens, int n_expert,
                                        const std::function<bool(uint32_t)>& fits);
 
-  // Throws ms::Error for a bad policy name, prefetch mode or empty model.
+  // Throws ms::Error for a bad policy name or an empty model.
   explicit StepScheduler(const StepSchedulerOptions& opt);
 
   ExpertResidency& residency() { return res_; }

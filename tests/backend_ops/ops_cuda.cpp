@@ -669,7 +669,7 @@ void add_delta_impls(Registry& reg) {
 // Variants: the experts addressed by a device table of pointers (as expert
 // slots are) or by base + stride; x handed over already quantized (x_q8, as
 // rmsnorm makes it) or not; the int8 GEMM path from 2 tokens instead of
-// expert_ffn_gemm_min_tokens() (restored after); one token's separate
+// cuda::kGemmMinTokens (ExpertWeights::gemm_min_tokens); one token's separate
 // launches instead of the fused decode ones (ExpertWeights::fused_decode).
 struct FfnVariant {
   bool table = false, x_q8 = false, gemm_from_2 = false, unfused = false;
@@ -685,6 +685,7 @@ std::vector<float> run_expert_ffn(const Case& c, const Problem& p, FfnVariant v)
   cuda::ExpertWeights w;
   w.n_expert = n_expert;
   w.fused_decode = !v.unfused;
+  if (v.gemm_from_2) w.gemm_min_tokens = 2;
   w.gate = dense_matrix(gt, d_ff, d_model, dg.get());
   w.up = dense_matrix(gt, d_ff, d_model, du.get());
   w.down = dense_matrix(dt, d_model, d_ff, dd.get());
@@ -718,13 +719,9 @@ std::vector<float> run_expert_ffn(const Case& c, const Problem& p, FfnVariant v)
   const float* res = p.f.at("res").empty() ? nullptr : dres.as<float>();
   const size_t sb = cuda::expert_ffn_scratch_bytes(w, n_tok, k);
   DeviceBuffer scratch(sb + 256), out = poisoned_dev(static_cast<size_t>(n_tok * d_model));
-  const int saved = cuda::expert_ffn_gemm_min_tokens();
-  if (v.gemm_from_2) cuda::expert_ffn_set_gemm_min_tokens(2);
   cuda::expert_ffn(w, dx.as<float>(), v.x_q8 ? &xq : nullptr, n_tok, k, di.as<int32_t>(), dw.as<float>(), res,
                    out.as<float>(), scratch.get(), sb, stream());
-  std::vector<float> got = result(out, static_cast<size_t>(n_tok * d_model));
-  cuda::expert_ffn_set_gemm_min_tokens(saved);
-  return got;
+  return result(out, static_cast<size_t>(n_tok * d_model));
 }
 
 void add_expert_ffn_impl(Registry& reg) {

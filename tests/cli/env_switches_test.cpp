@@ -78,7 +78,7 @@ TEST(EnvSwitches, SourcesReadOnlyTheListedVariables) {
       EXPECT_TRUE(kMoestreamVariables.count(r.name))
           << r.where << ": " << r.name
           << " is not a listed environment variable; make it a typed option with a CLI flag (see "
-             "src/cli/backend_choice.h, TuningSetup), or add it to the list here and to the README's "
+             "src/cli/backend_choice.h and src/cuda/backend/cuda_options.h), or add it to the list here and to the README's "
              "\"Environment\" section";
     else if (!r.name.empty())
       EXPECT_TRUE(kSystemVariables.count(r.name)) << r.where << ": reads " << r.name << ", which is not listed here";

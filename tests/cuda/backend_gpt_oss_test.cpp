@@ -121,8 +121,8 @@ double rms(const std::vector<float>& v) {
 
 CudaBackend::Options tiered_options(uint64_t budget, const std::string& policy = "default") {
   CudaBackend::Options o = options(false, budget);
-  o.policy = policy;
-  o.cpu_pool = &pool();
+  o.tiered.policy = policy;
+  o.tiered.pool = &pool();
   return o;
 }
 
@@ -217,8 +217,8 @@ TEST_P(GptOssTiered, EachTierAloneAndTheUngatedDecodeMatch) {
   for (const Mode& mode : {Mode{"cpu only", "pcie_gbps=0.0001", true}, Mode{"pcie only", "cpu_gbps=0.0001", true},
                            Mode{"pcie only, ungated", "cpu_gbps=0.0001", false}, Mode{"default, ungated", "", false}}) {
     CudaBackend::Options o = tiered_options(min_budget);
-    o.cost_overrides = mode.cost;
-    o.gated_decode = mode.gated;
+    o.tiered.step.cost = CostOverrides::parse(mode.cost);
+    o.tiered.gated = mode.gated;
     CudaBackend be(m.weights, o);
     const std::string what = std::string("gpt-oss ") + GetParam().quant + " " + mode.name;
     EXPECT_GE(lockstep(ref, be, prompt, 32, GetParam().tol, what), 28) << what;

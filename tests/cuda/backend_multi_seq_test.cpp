@@ -178,7 +178,7 @@ CudaBackend::Options options(KvType kt, int n_seq, uint64_t budget = 0, int max_
   o.max_batch = max_batch;
   if (budget > 0) {
     o.vram_budget = budget;
-    o.cpu_pool = &pool();
+    o.tiered.pool = &pool();
   } else {
     o.vram_full = true;
   }

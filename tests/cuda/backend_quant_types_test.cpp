@@ -150,8 +150,8 @@ TEST_P(CudaBackendQuantType, TieredExpertsMatchCpu) {
     CudaBackend::Options o;
     o.ctx = 128;
     o.vram_budget = p.minimum_bytes;
-    o.cpu_pool = &pool();
-    o.cost_overrides = on_cpu ? "pcie_gbps=0.0001" : "cpu_gbps=0.0001";
+    o.tiered.pool = &pool();
+    o.tiered.step.cost = CostOverrides::parse(on_cpu ? "pcie_gbps=0.0001" : "cpu_gbps=0.0001");
     CudaBackend gpu(m->w, o);
     const std::string what = "experts " + quant + (on_cpu ? ", tiered, cold on the CPU" : ", tiered, cold streamed");
     expect_logits_close(cpu, gpu, m->w.cfg.n_vocab, what);

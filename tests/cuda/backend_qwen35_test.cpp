@@ -237,7 +237,7 @@ TEST(Qwen35Cuda, HybridAtTheMinimumBudgetMatchesAllResident) {
     CudaBackend::Options tight;
     tight.ctx = kCtx;
     tight.vram_budget = need.minimum_bytes;
-    tight.cpu_pool = &pool();
+    tight.tiered.pool = &pool();
     CudaBackend ref(m.weights, full), be(m.weights, tight);
     ASSERT_FALSE(ref.expert_telemetry().hybrid);
     {

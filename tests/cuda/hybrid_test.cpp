@@ -57,8 +57,8 @@ CudaBackend::Options budget_options(uint64_t budget, const std::string& policy =
   CudaBackend::Options o;
   o.ctx = kCtx;
   o.vram_budget = budget;
-  o.policy = policy;
-  o.cpu_pool = &pool();
+  o.tiered.policy = policy;
+  o.tiered.pool = &pool();
   return o;
 }
 
@@ -151,8 +151,8 @@ TEST_P(Hybrid, EachTierAloneGivesTheSameTokens) {
   for (const Mode& mode : {Mode{"cpu only", "pcie_gbps=0.0001", "auto"}, Mode{"pcie only", "cpu_gbps=0.0001", "auto"},
                            Mode{"staging ring", "cpu_gbps=0.0001", "staging"}}) {
     CudaBackend::Options o = budget_options(min_budget);
-    o.cost_overrides = mode.cost;
-    o.host_pin = mode.pin;
+    o.tiered.step.cost = CostOverrides::parse(mode.cost);
+    o.tiered.host_pin = cuda::parse_host_pin(mode.pin);
     CudaBackend be(m.weights, o);
     const std::string what = std::string(GetParam().arch) + " " + GetParam().quant + " " + mode.name;
     if (exact) EXPECT_EQ(greedy(be, prompt, 64, kCtx), want) << what;
@@ -192,8 +192,8 @@ TEST_P(Hybrid, PrefetchOnAndOffGiveTheSameTokens) {
         const std::string what = std::string(GetParam().arch) + " " + GetParam().quant + " budget " +
                                  std::to_string(b >> 10) + " KiB policy " + pol + " prefetch " + mode;
         CudaBackend::Options o = budget_options(b, pol);
-        o.prefetch = mode;
-        o.cost_overrides = "cpu_gbps=0.0001";  // cold experts stream (the CPU tier has its own tests)
+        o.tiered.step.prefetch = parse_decode_prefetch(mode);
+        o.tiered.step.cost = CostOverrides::parse("cpu_gbps=0.0001");  // cold experts stream (the CPU tier has its own tests)
         CudaBackend be(m.weights, o);
         if (exact) EXPECT_EQ(greedy(be, prompt, 48, kCtx), want) << what;
         else EXPECT_GE(lockstep(ref, be, prompt, 48, what), 42) << what;
@@ -235,7 +235,7 @@ TEST_P(Hybrid, GatedAndRoundTripDecodeGiveTheSameTokens) {
         const std::string what = std::string(GetParam().arch) + " " + GetParam().quant + " budget " +
                                  std::to_string(b >> 10) + " KiB policy " + pol + (gated ? " gated" : " round trip");
         CudaBackend::Options o = budget_options(b, pol);
-        o.gated_decode = gated;
+        o.tiered.gated = gated;
         CudaBackend be(m.weights, o);
         if (exact) EXPECT_EQ(greedy(be, prompt, 48, kCtx), want) << what;
         else EXPECT_GE(lockstep(ref, be, prompt, 48, what), 42) << what;
@@ -273,10 +273,10 @@ TEST_P(Hybrid, PromptStagingOnAndOffGiveTheSameTokens) {
                                    std::to_string(b >> 10) + " KiB policy " + pol + " transit " +
                                    std::to_string(transit) + (stage ? " staged" : " not staged");
           CudaBackend::Options o = budget_options(b, pol);
-          o.prompt_stage = stage;
-          o.transit_slots = transit;
-          o.prefetch = "off";                    // stage_bytes: the prompt's alone
-          o.cost_overrides = "cpu_gbps=0.0001";  // cold experts stream
+          o.tiered.step.prompt_stage = stage;
+          o.tiered.transit_slots = transit;
+          o.tiered.step.prefetch = DecodePrefetch::Off;                    // stage_bytes: the prompt's alone
+          o.tiered.step.cost = CostOverrides::parse("cpu_gbps=0.0001");  // cold experts stream
           CudaBackend be(m.weights, o);
           if (exact) EXPECT_EQ(greedy(be, prompt, 24, kCtx), want) << what;
           else EXPECT_GE(lockstep(ref, be, prompt, 24, what), 20) << what;
@@ -302,10 +302,10 @@ TEST_P(Hybrid, StagedPromptsGiveTheCpuNoShareUnlessAsked) {
   for (bool cpu : {false, true}) {
     const std::string what = std::string(GetParam().arch) + " " + GetParam().quant + (cpu ? " prompt_cpu" : "");
     CudaBackend::Options o = budget_options(budgets(m)[0]);
-    o.prompt_cpu = cpu;
-    o.transit_slots = 4;
-    o.prefetch = "off";
-    o.cost_overrides = "pcie_gbps=50,cpu_gbps=50,cpu_gflops=1000,copy_overhead_us=10,cpu_overhead_us=20";
+    o.tiered.step.prompt_cpu = cpu;
+    o.tiered.transit_slots = 4;
+    o.tiered.step.prefetch = DecodePrefetch::Off;
+    o.tiered.step.cost = CostOverrides::parse("pcie_gbps=50,cpu_gbps=50,cpu_gflops=1000,copy_overhead_us=10,cpu_overhead_us=20");
     CudaBackend be(m.weights, o);
     {
       KvCache kv = be.make_cache(kCtx);
@@ -391,7 +391,7 @@ TEST(HybridQwen30bShape, GreedyMatchesAllResidentAtEveryBudgetAndPolicy) {
     }
   // And every cold expert on the CPU, at the minimum budget.
   CudaBackend::Options o = budget_options(needs(*m).minimum_bytes);
-  o.cost_overrides = "pcie_gbps=0.0001";
+  o.tiered.step.cost = CostOverrides::parse("pcie_gbps=0.0001");
   CudaBackend be(m->weights, o);
   EXPECT_GE(lockstep(ref, be, prompt, 64, "qwen3-30b-a3b shape, cpu only"), 60);
   EXPECT_GT(be.expert_telemetry().all().host, 0u);

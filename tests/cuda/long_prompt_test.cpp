@@ -86,8 +86,8 @@ CudaBackend::Options cold_options(uint64_t budget, int max_batch) {
   o.ctx = kCtx;
   o.vram_budget = budget;
   o.max_batch = max_batch;
-  o.cpu_pool = &pool();
-  o.cost_overrides = "cpu_gbps=0.0001";  // cold experts stream: the GPU computes every expert
+  o.tiered.pool = &pool();
+  o.tiered.step.cost = CostOverrides::parse("cpu_gbps=0.0001");  // cold experts stream: the GPU computes every expert
   return o;
 }
 
@@ -196,10 +196,10 @@ TEST(LongPrompt, PinnedLayersOfALongPassRunInSubBatches) {
   const std::vector<float> want = all_resident_logits(m->weights, prompt, false);
   const uint64_t budget = minimum_budget(*m) + all_expert_bytes(m->weights) * 3 / 4;
   CudaBackend::Options o = cold_options(budget, kPass);
-  o.pinned_batch_cap = 512;
+  o.tiered.pinned_batch_cap = 512;
   // The ring this budget was sized with (the chosen one, half of a layer's
   // experts, takes enough of it from the cache that no layer is pinned).
-  o.transit_slots = 48;
+  o.tiered.transit_slots = 48;
   CudaBackend be(m->weights, o);
   const std::string what = "qwen3-30b-a3b shape, 3/4 of the experts' bytes over the minimum, one pass of " +
                            std::to_string(be.max_batch()) + " tokens, pinned sub-batches of 512";

@@ -58,7 +58,7 @@ TEST_P(CudaRollback, EveryPositionThenDecodingEqualsAFreshRun) {
     const ModelHParams hp = inspect_hparams(*m.file);
     o.vram_budget = vram_needs(split_weights(*m.file), hp, 128 * o.n_seq).minimum_bytes +
                     hp.recurrent_state_bytes() * static_cast<uint64_t>(o.n_seq);
-    o.cpu_pool = &pool;
+    o.tiered.pool = &pool;
   } else {
     o.vram_full = true;
   }

@@ -35,7 +35,7 @@ StepSchedulerOptions options(uint32_t cache_slots, uint32_t transit, const std::
   c.pool_bytes = cache_slots * kSlot;
   c.transit_slots = transit;
   c.policy = policy;
-  o.prefetch = "off";
+  o.tuning.prefetch = DecodePrefetch::Off;
   return o;
 }
 

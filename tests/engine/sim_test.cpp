@@ -120,11 +120,9 @@ TEST(Sim, PrefetchModes) {
   EXPECT_THROW(simulate(plain, build_access_sequence(plain), o), Error);
   // "next" stages every predicted cold expert, auto balances the link against the CPU.
   o.prefetch = PrefetchMode::Oracle;
-  o.prefetch_count = "next";
+  o.step.prefetch = DecodePrefetch::Next;
   const SimResult all = simulate(t, seq, o);
   EXPECT_GE(all.prefetched, oracle.prefetched);
-  o.prefetch_count = "sometimes";
-  EXPECT_THROW(simulate(t, seq, o), Error);
 }
 
 // Prompt passes that route nearly every expert stage each tiered layer's
@@ -135,7 +133,7 @@ TEST(Sim, PromptPassesTakeTheSchedulersStage) {
   SimOptions o;
   o.capacity.value = 0.25;
   const SimResult on = simulate(t, seq, o);
-  o.prompt_stage = false;
+  o.step.prompt_stage = false;
   const SimResult off = simulate(t, seq, o);
   EXPECT_GT(on.prompt_staged, 0u);
   EXPECT_GT(on.staged, 0u);

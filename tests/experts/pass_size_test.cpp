@@ -310,38 +310,6 @@ TEST(PassSize, RandomInputsKeepEveryBound) {
   }
 }
 
-TEST(PassSize, AnEvenShareOfTheContextKeepsThePassCount) {
-  EXPECT_EQ(even_share_of_context(16178, 32896), 11008);  // 3 passes either way; 64-rounded, within 16178
-  EXPECT_EQ(even_share_of_context(8192, 8192), 8192);      // the context in one pass: unchanged
-  EXPECT_EQ(even_share_of_context(9000, 8192), 9000);
-  EXPECT_EQ(even_share_of_context(4096, 12288), 4096);     // already even
-  EXPECT_EQ(even_share_of_context(100, 150), 75);          // rounding up would pass b: the exact share
-  EXPECT_EQ(even_share_of_context(0, 150), 0);
-  for (int b : {16, 63, 64, 100, 512, 777, 4096, 16178, 16384})
-    for (int64_t ctx : {int64_t{1}, int64_t{511}, int64_t{4096}, int64_t{32896}, int64_t{262144}, int64_t{1} << 30}) {
-      const int e = even_share_of_context(b, ctx);
-      ASSERT_LE(e, b) << b << " " << ctx;
-      ASSERT_GE(e, 1);
-      ASSERT_EQ((ctx + e - 1) / e, (ctx + b - 1) / b) << "the same passes cover the context: b " << b << " ctx " << ctx;
-    }
-  // Through choose_pass_size: a tiered pass shorter than the context.
-  PassSizeInputs in = qwen30b_10g();
-  in.ctx = 32896;
-  const PassSize plain = choose_pass_size(in);
-  in.even_context = true;
-  const PassSize even = choose_pass_size(in);
-  ASSERT_LT(plain.tokens, in.ctx) << plain.why;
-  EXPECT_EQ(even.chosen_tokens, plain.tokens);
-  EXPECT_EQ(even.tokens, even_share_of_context(plain.tokens, in.ctx)) << even.why;
-  if (even.tokens != plain.tokens) EXPECT_NE(even.why.find("even share of the context"), std::string::npos) << even.why;
-  // Every expert resident: buffers take no cache, nothing changes.
-  in.tiered = false;
-  in.even_context = false;
-  const int resident = choose_pass_size(in).tokens;
-  in.even_context = true;
-  EXPECT_EQ(choose_pass_size(in).tokens, resident);
-}
-
 TEST(PassSize, NonsenseInputsAreClearErrors) {
   PassSizeInputs in = qwen30b_10g();
   in.link_gbps = 0;

@@ -38,6 +38,37 @@ TEST(CostModel, OverridesAndJson) {
   EXPECT_EQ(CostModel::for_quant("nonsense").flops_per_byte, CostModel().flops_per_byte);
 }
 
+// --cost parsed once (CostOverrides): the figures named, in order, applied
+// as the string form applies them; bad items are errors naming them.
+TEST(CostModel, OverridesParseOnce) {
+  const CostOverrides o = CostOverrides::parse("pcie_gbps=55,,cpu_overhead_us=0");
+  ASSERT_EQ(o.figures.size(), 2u);
+  EXPECT_TRUE(o.sets(&CostModel::pcie_gbps));
+  EXPECT_TRUE(o.sets(&CostModel::cpu_overhead_us));
+  EXPECT_FALSE(o.sets(&CostModel::cpu_gflops));
+  CostModel typed, text;
+  typed.apply(o);
+  text.apply_overrides("pcie_gbps=55,cpu_overhead_us=0");
+  EXPECT_EQ(typed.to_json(), text.to_json());
+  EXPECT_EQ(CostOverrides::parse(o.text()).text(), o.text());
+  EXPECT_TRUE(CostOverrides::parse("").empty());
+  for (const char* bad : {"pcie=1", "pcie_gbps=fast", "pcie_gbps=0", "cpu_gbps=nan", "pcie_gbps"}) {
+    try {
+      CostOverrides::parse(bad);
+      ADD_FAILURE() << bad << ": no error";
+    } catch (const Error& e) {
+      const std::string name = std::string(bad).substr(0, std::string(bad).find('='));
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << bad << ": " << e.what();
+    }
+  }
+  try {
+    CostOverrides::parse("warp_speed=9");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("known: pcie_gbps"), std::string::npos) << e.what();
+  }
+}
+
 TEST(SplitCold, OneTokenBalancesPcieAndCpu) {
   const CostModel c = simple_cost();
   // 13 identical cold experts, one token each: stream s, compute 13-s on the

@@ -81,15 +81,27 @@ TEST(StepScheduler, TransitRingIsLargerForPromptsWhereTheBudgetHasRoom) {
 }
 
 TEST(StepScheduler, StageBankFollowsThePrefetchMode) {
-  EXPECT_EQ(StepScheduler::stage_bank(8, "off"), 0u);
-  EXPECT_EQ(StepScheduler::stage_bank(8, "next"), 8u);
-  EXPECT_EQ(StepScheduler::stage_bank(8, "auto"), 8u);
-  EXPECT_THROW(StepScheduler::stage_bank(8, "sometimes"), Error);
+  EXPECT_EQ(StepScheduler::stage_bank(8, DecodePrefetch::Off), 0u);
+  EXPECT_EQ(StepScheduler::stage_bank(8, DecodePrefetch::Next), 8u);
+  EXPECT_EQ(StepScheduler::stage_bank(8, DecodePrefetch::Auto), 8u);
   StepSchedulerOptions o = options(8 * kSlot);
-  o.prefetch = "off";
+  o.tuning.prefetch = DecodePrefetch::Off;
   EXPECT_EQ(StepScheduler(o).residency().stage_bank(), 0u);
-  o.prefetch = "bogus";
-  EXPECT_THROW(StepScheduler{o}, Error);
+}
+
+// The modes by name (the CLI's --prefetch): each round-trips; a bad name is
+// an error that lists the good ones.
+TEST(StepScheduler, PrefetchModesParseByName) {
+  for (DecodePrefetch p : {DecodePrefetch::Off, DecodePrefetch::Next, DecodePrefetch::Auto})
+    EXPECT_EQ(parse_decode_prefetch(decode_prefetch_name(p)), p);
+  try {
+    parse_decode_prefetch("sometimes");
+    FAIL() << "no error for a bad mode";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("sometimes"), std::string::npos) << what;
+    EXPECT_NE(what.find("off, next or auto"), std::string::npos) << what;
+  }
 }
 
 TEST(StepScheduler, WaveExpertsAreHalfTheTransitSlotsUpToEight) {
@@ -124,15 +136,14 @@ TEST(StepScheduler, MeasuredCostFromTheProbeThenOverrides) {
   EXPECT_DOUBLE_EQ(s.cost().pcie_gbps, CostModel().pcie_gbps);
   EXPECT_EQ(s.prompt_cpu_gflops(), 0);
   // Overrides win; a cpu_gflops override replaces the batch figure.
-  o.cost_overrides = "pcie_gbps=20,cpu_gflops=7";
+  o.tuning.cost = CostOverrides::parse("pcie_gbps=20,cpu_gflops=7");
   StepScheduler t(o);
   t.set_measured_cost(p);
   EXPECT_DOUBLE_EQ(t.cost().pcie_gbps, 20);
   EXPECT_DOUBLE_EQ(t.cost().cpu_gflops, 7);
   EXPECT_EQ(t.prompt_cpu_gflops(), 0);
-  o.cost_overrides = "warp_speed=9";
-  StepScheduler bad(o);
-  EXPECT_THROW(bad.set_measured_cost(p), Error);
+  // A bad figure never gets this far: parsing it is the error.
+  EXPECT_THROW(CostOverrides::parse("warp_speed=9"), Error);
 }
 
 TEST(StepScheduler, PromptStagingThresholdAndTieredLayers) {
@@ -151,7 +162,7 @@ TEST(StepScheduler, PromptStagingThresholdAndTieredLayers) {
   EXPECT_TRUE(s.stages_prompt(23));
   // Off by option.
   StepSchedulerOptions o = options(8 * kSlot);
-  o.prompt_stage = false;
+  o.tuning.prompt_stage = false;
   StepScheduler off(o);
   off.initial_placement();
   EXPECT_EQ(off.prompt_stage_min(), 0);
@@ -199,7 +210,7 @@ TEST(StepScheduler, PromptCopiesWinWhenTheLinkBeatsTheCpuAtThePassTokens) {
 TEST(StepScheduler, StagedPromptsGiveTheCpuNoShareUnlessAsked) {
   for (bool prompt_cpu : {false, true}) {
     StepSchedulerOptions o = options(2 * kSlot, 2, "layers");  // nothing admitted: every cold expert is split
-    o.prompt_cpu = prompt_cpu;
+    o.tuning.prompt_cpu = prompt_cpu;
     StepScheduler s(o);
     s.initial_placement();
     CostModel c;
@@ -350,7 +361,7 @@ TEST(StepScheduler, DecodeStagingCountByPrefetchMode) {
   for (uint32_t e = 28; e < 32; ++e) predicted.push_back(1 * kExperts + e);  // cold after the spread
   // next: every predicted cold expert (a bank holds k).
   StepSchedulerOptions o = options(4 * kSlot);
-  o.prefetch = "next";
+  o.tuning.prefetch = DecodePrefetch::Next;
   StepScheduler next(o);
   next.initial_placement();
   DecodeStage d = next.stage_decode(1, 1, predicted);
@@ -358,7 +369,7 @@ TEST(StepScheduler, DecodeStagingCountByPrefetchMode) {
   EXPECT_EQ(d.plan->copies.size(), 4u);
   EXPECT_FALSE(d.publish);  // not a gated pass
   // auto: decode_stage_count's balance of link and CPU.
-  o.prefetch = "auto";
+  o.tuning.prefetch = DecodePrefetch::Auto;
   StepScheduler a(o);
   a.initial_placement();
   const CostModel& c = a.cost();
@@ -380,7 +391,7 @@ TEST(StepScheduler, DecodeStagingCountByPrefetchMode) {
   EXPECT_EQ(a.staging_stats().stagings, 1u);
   a.end_pass();
   // staged_hits off: never published.
-  o.staged_hits = false;
+  o.tuning.staged_hits = false;
   StepScheduler nh(o);
   nh.initial_placement();
   nh.begin_pass(1, true);
@@ -439,7 +450,7 @@ TEST(StepScheduler, LinkBacklogCountsQueuedCopies) {
 TEST(StepScheduler, GatedPlansCountTheLinkBacklog) {
   for (bool gap : {true, false}) {
     StepSchedulerOptions o = options(2 * kSlot, 8, "layers");
-    o.stage_gap = gap;
+    o.tuning.stage_gap = gap;
     StepScheduler s(o);
     CostModel c;
     c.pcie_gbps = 10;

@@ -129,7 +129,7 @@ void CudaBackend::Impl::make_hybrid(const VramPlan& plan) {
   const uint64_t fixed = plan.dense_bytes + plan.kv_bytes + plan.reserve_bytes / 2;
   // Bytes beyond `fixed` that the step's buffers with `transit` slots take.
   auto over_with = [&](uint32_t transit) {
-    const uint32_t extra = transit + 2 * HybridMoe::stage_bank(c, opt.prefetch);
+    const uint32_t extra = transit + 2 * HybridMoe::stage_bank(c, opt.tiered.step.prefetch);
     const uint64_t used = weight_bytes() + kv.bytes() + act_arena.capacity() +
                           HybridMoe::buffer_bytes(c, B, extra, largest, sizes.size());
     return used > fixed ? used - fixed : 0;
@@ -137,34 +137,21 @@ void CudaBackend::Impl::make_hybrid(const VramPlan& plan) {
   // Prompt-sized passes take the larger transit ring where the budget has
   // room for it (it comes out of the cache slots).
   const uint32_t transit = StepScheduler::choose_transit_slots(
-      opt.transit_slots, B, c.n_expert, [&](uint32_t t) { return over_with(t) <= plan.room; });
+      opt.tiered.transit_slots, B, c.n_expert, [&](uint32_t t) { return over_with(t) <= plan.room; });
   const uint64_t over = over_with(transit);
-  HybridMoeOptions ho;
-  ho.pool_bytes = plan.room - std::min(plan.room, over);
+  HybridMoeOptions ho(opt.tiered);
+  if (ho.policy == "default") ho.policy = engine_default_policy(ho.profile != nullptr);
   ho.transit_slots = transit;
-  ho.prompt_stage = opt.prompt_stage;
-  ho.prompt_cpu = opt.prompt_cpu;
-  ho.stage_gap = opt.stage_gap;
-  ho.staged_hits = opt.staged_hits;
-  ho.prefetch = opt.prefetch;
-  ho.gated = opt.gated_decode;
-  ho.policy = opt.policy == "default" ? engine_default_policy(opt.profile != nullptr) : opt.policy;
-  ho.host_pin = opt.host_pin;
-  ho.profile = opt.profile;
+  ho.pool_bytes = plan.room - std::min(plan.room, over);
   ho.max_tokens = B;
   ho.gemm_min_batch = opt.gemm_min_batch;
-  ho.cost_overrides = opt.cost_overrides;
-  ho.verbose_steps = opt.verbose_steps;
-  ho.serve_profile = opt.hybrid_profile;
-  ho.link_timeline = opt.link_timeline;
-  ho.pool = opt.cpu_pool;
   // gpt-oss: the slot tables point at the experts' biases, resident with the
   // dense weights (in weight_bytes() above; the plan counts them as dense).
   for (int il = 0; il < c.n_layer; ++il)
     ho.expert_bias.push_back(cuda::expert_bias(weights.layer(il), moe_blocks[static_cast<size_t>(il)]));
   hybrid = std::make_unique<HybridMoe>(w, ho, stream);
   // Pinned layers run the all-resident expert kernels, in the step's scratch.
-  exp_scratch = hybrid->scratch(exp_scratch_bytes, opt.pinned_prompt_kernels);
+  exp_scratch = hybrid->scratch(exp_scratch_bytes, opt.tiered.pinned_prompt_kernels);
 }
 
 void CudaBackend::Impl::check_types() const {
@@ -344,7 +331,6 @@ CudaBackend::CudaBackend(const ModelWeights& w, Options opt) : impl_(std::make_u
   if (opt.n_seq > 1) m.slots = std::make_shared<SeqSlotPool>(opt.n_seq);
   m.B = std::max(1, opt.max_batch);
   m.opt.gemm_min_batch = std::max(2, opt.gemm_min_batch);
-  if (opt.expert_gemm_min_batch >= 0) cuda::expert_ffn_set_gemm_min_tokens(opt.expert_gemm_min_batch);
   m.check_types();
   cuda::prepare_quant_tables();  // IQ lookup tables on the device before any graph capture
   m.stream_owner = std::make_unique<cuda::Stream>();

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "cpu/thread_pool.h"
+#include "cuda/backend/cuda_options.h"
 #include "engine/backend.h"
 #include "experts/profile.h"
 #include "experts/telemetry.h"
@@ -55,91 +56,9 @@ namespace ms {
 
 class CudaBackend : public Backend {
  public:
-  struct Options {
-    int device = 0;
-    int64_t ctx = 0;             // device KV capacity in tokens per sequence (0: min(model context, 4096))
-    // Sequence states on the device (serve's --parallel): caches that may be
-    // live at once, each with its own K/V (ctx positions) and recurrent state.
-    int n_seq = 1;
-    // Prompt tokens per forward pass (longer inputs are split into passes of
-    // equal size). 0: chosen from the budget (experts/pass_size.h): up to
-    // 8192 when every expert is resident; tiered, the smallest pass whose once-per-pass
-    // streaming of the cold experts stays a small share of its compute,
-    // bounded by the VRAM its buffers may take and by the context.
-    int max_batch = 0;
-    // That choice's rule (PassSizeInputs; 0: its defaults): the link's target
-    // share of a pass, the share of memory its buffers may take, and an even
-    // share of the context (even_context).
-    double pass_link_share = 0;
-    double pass_memory_share = 0;
-    bool even_passes = false;
-    int gemm_min_batch = 16;     // batches of at least this many tokens use the tensor-core matmul
-    // Routed experts: batches of at least this many tokens take the int8
-    // GEMM (0: never, the multi-vector matvec; -1: leave the process-wide
-    // setting, cuda::expert_ffn_set_gemm_min_tokens, as it is). A/B of the
-    // two prompt paths (--expert-gemm-min-batch).
-    int expert_gemm_min_batch = -1;
-    bool use_graph = true;       // replay decode steps from a captured CUDA graph
-    // decode: q/k norm + rope + cache append in one launch (decode_fused.h);
-    // the experts' down projection + weighted sum in one (matvec.h)
-    bool fused_decode = true;
-    // Batches: q/k norms, RoPE and the cache append in one launch (prefill_fused.h).
-    bool fused_prefill = true;
-    // Programmatic dependent launch where the device has it (sm_90+;
-    // cuda::set_pdl_allowed: it applies to the whole process).
-    bool pdl = true;
-    // Decode: time each step (GPU, forward() call, the caller's gap between
-    // steps) and print the means to stderr when the backend goes (debugging
-    // and profiling; two events per step).
-    bool step_timing = false;
-    // The device KV cache in f32 (KvType::F32): keys and values exactly as
-    // computed (parity with f32 references), twice the bytes of the default
-    // f16. make_cache switches it to the type asked for.
-    bool kv_f32 = false;
-    // The device KV cache's type when kv_f32 is false (Q8_0: 34/64 of f16's
-    // bytes): the cache is allocated, and the VRAM budget planned, for it.
-    KvType kv_type = KvType::F16;
-
-    // ---- VRAM budget (what `--vram` sets)
-    // Bytes of device memory this backend may use (weights, KV cache,
-    // activations, expert slots; the CUDA context comes out of the reserve
-    // model/tensor_roles.h counts). 0: free memory minus kAutoMargin. When the
-    // whole model fits the budget, every expert is resident (the fused,
-    // graph-replayed path); otherwise routed experts are tiered: VRAM slots,
-    // PCIe streaming and the CPU (hybrid_moe.h). A budget below the dense
-    // weights + KV + reserve throws, naming the minimum.
-    uint64_t vram_budget = 0;
-    bool vram_full = false;           // every expert resident, whatever the budget (`--vram full`)
-    std::string policy = "default";   // expert cache policy (experts/policy.h)
-    std::string host_pin = "auto";    // auto | register | staging (cuda/expert_copier.h)
-    const ExpertProfile* profile = nullptr;  // initial placement: hottest first
-    // Per slot pool, for streamed-not-kept experts; 0: chosen
-    // (StepScheduler::choose_transit_slots: a small ring when passes are
-    // small, else the lead a prompt's copies may take over its compute,
-    // prompt staging, hybrid_moe.h).
-    uint32_t transit_slots = 0;
-    bool prompt_stage = true;         // false: a prompt's copies start at each layer's routes (A/B runs)
-    // Pinned layers take the all-resident expert kernels on prompt batches
-    // too, in the hybrid step's idle buffers; false: only up to the decode
-    // scratch, larger batches through HybridMoe::run (A/B runs).
-    bool pinned_prompt_kernels = true;
-    // At most this many tokens per launch of those kernels (0: as many as
-    // the lent scratch holds; tests and A/B runs of the sub-batched pass).
-    int pinned_batch_cap = 0;
-    bool prompt_cpu = false;          // staged prompt passes give the CPU a share too (HybridMoeOptions)
-    bool stage_gap = true;            // decode staging fills the GPU-only stretch (HybridMoeOptions)
-    bool staged_hits = true;          // gated layers with every expert resident or staged skip the host (HybridMoeOptions)
-    std::string prefetch = "auto";    // off | next | auto: experts of the next tiered layer copied ahead (decode)
-    // Hybrid decode as one graph that checks residency on the GPU and waits
-    // for the host only on a miss (hybrid_moe.h); false: a round trip per
-    // tiered layer (A/B runs, tests).
-    bool gated_decode = true;
-    std::string cost_overrides;       // CostModel figures replacing the measured ones
-    bool verbose_steps = false;       // one stderr line per forward pass (hybrid)
-    bool hybrid_profile = false;      // the gated step's host-side profile, printed at exit (HybridMoeOptions)
-    int link_timeline = 0;            // prompt passes' link idle time: 0 off, 1 per pass, 2 per layer too (HybridMoeOptions)
-    ThreadPool* cpu_pool = nullptr;   // CPU experts (hybrid); null: the backend makes one
-  };
+  // The backend's options (cuda_options.h: the tiered step's are
+  // Options::tiered, the scheduler's Options::tiered.step).
+  using Options = CudaOptions;
   // Margin left free when no budget is given.
   static constexpr uint64_t kAutoMargin = 512ull << 20;
   struct MemoryUse {
@@ -191,25 +110,9 @@ class CudaBackend : public Backend {
   // Where experts ran (hybrid is false when every expert is resident).
   ExpertTelemetry expert_telemetry() const override;
 
-  // MTP drafting (Backend; mtp_on_host.cpp). The hidden hook gets forward()'s
-  // final hidden rows (copied back and normed on the host; forward_seqs does
-  // not call it). The MTP block's layer runs on the CPU, a CpuBackend over
-  // the same mapped weights (eh_proj, attention, experts; not yet on the
-  // device), its output head on the device.
-  bool supports_mtp() const override;
-  void set_hidden_hook(HiddenHook hook) override;
-  KvCache make_mtp_cache(int64_t ctx, KvType type = KvType::F16) const override;
-  void forward_mtp(KvCache& kv, std::span<const float> hidden, std::span<const int32_t> tokens,
-                   std::vector<float>& logits, std::vector<float>& hidden_out) override;
-
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  struct MtpOnHost;
-  mutable std::unique_ptr<MtpOnHost> mtp_;  // made at the first MTP call
-  MtpOnHost& mtp_host() const;
-  // The hook's event for rows 0..n-1 of the last pass (positions pos0..).
-  void emit_hidden(const KvCache& kv, int64_t pos0, int n);
 };
 
 }  // namespace ms

@@ -51,7 +51,7 @@ uint64_t HybridMoe::slot_bytes(const ExpertWeights& e) {
   return cuda::SlotGeometry::of(e.gate_bytes(), e.up_bytes(), e.down_bytes()).slot_bytes;
 }
 
-uint32_t HybridMoe::stage_bank(const ModelConfig& c, const std::string& prefetch) {
+uint32_t HybridMoe::stage_bank(const ModelConfig& c, DecodePrefetch prefetch) {
   return StepScheduler::stage_bank(static_cast<uint32_t>(c.n_expert_used), prefetch);
 }
 
@@ -104,12 +104,7 @@ void HybridMoe::Impl::make_slots() {
   rc.transit_slots = opt.transit_slots;
   rc.policy = opt.policy;
   rc.profile = opt.profile;
-  so.prefetch = opt.prefetch;
-  so.prompt_stage = opt.prompt_stage;
-  so.prompt_cpu = opt.prompt_cpu;
-  so.stage_gap = opt.stage_gap;
-  so.staged_hits = opt.staged_hits;
-  so.cost_overrides = opt.cost_overrides;
+  so.tuning = opt.step;
   geom.resize(static_cast<size_t>(c.n_layer));
   for (int l = 0; l < c.n_layer; ++l) {
     const ExpertWeights& e = w.layers[static_cast<size_t>(l)].experts;
@@ -161,7 +156,7 @@ void HybridMoe::Impl::make_copier() {
       src.push_back(x);
     }
   }
-  copier = std::make_unique<cuda::ExpertCopier>(std::move(src), cuda::parse_host_pin(opt.host_pin), pool);
+  copier = std::make_unique<cuda::ExpertCopier>(std::move(src), opt.host_pin, pool);
   // The CPU experts read the pinned copy when there is one: the mapping's
   // pages may then leave the page cache, and both readers share one copy.
   host_w = w;
@@ -528,7 +523,7 @@ HybridMoe::HybridMoe(const ModelWeights& w, const HybridMoeOptions& opt, cudaStr
   tl.cpu_gbps = m.sched->cost().cpu_gbps;
   tl.gpu_gbps = m.sched->cost().gpu_hbm_gbps;
   tl.layers.resize(static_cast<size_t>(c.n_layer));
-  tl.prefetch_mode = opt.prefetch;
+  tl.prefetch_mode = decode_prefetch_name(opt.step.prefetch);
   tl.prefetch_layers.resize(static_cast<size_t>(c.n_layer));
 }
 

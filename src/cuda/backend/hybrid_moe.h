@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "cpu/thread_pool.h"
+#include "cuda/backend/cuda_options.h"
 #include "cuda/expert_bias.h"
 #include "cuda/expert_ffn.h"
 #include "cuda/matvec.h"
@@ -72,19 +73,13 @@ struct HybridPrediction {
 // 16384 rows give ~32 experts a launch, as many blocks as the device holds.
 inline constexpr int kHybridChunkRows = 16384;
 
-struct HybridMoeOptions {
+// The tiered step's options as the backend hands them over: the user's
+// (TieredOptions, with the policy resolved and transit_slots chosen) and the
+// sizes the backend worked out.
+struct HybridMoeOptions : TieredOptions {
+  HybridMoeOptions() = default;
+  explicit HybridMoeOptions(const TieredOptions& t) : TieredOptions(t) {}
   uint64_t pool_bytes = 0;        // VRAM for cache slots (0: every cold expert streams or runs on the CPU)
-  uint32_t transit_slots = 16;    // per slot pool, for experts streamed without being kept
-  std::string policy = "default";
-  std::string host_pin = "auto";  // cuda::HostPin
-  // The scheduler's choices (StepSchedulerOptions says what each does):
-  std::string prefetch = "auto";  // off | next | auto: decode staging of the next tiered layer's prediction
-  bool gated = true;              // decode may take the gated step (gated_decode())
-  bool prompt_stage = true;       // long passes copy each tiered layer's cold experts ahead
-  bool prompt_cpu = false;        // staged prompt passes give the CPU a share too (measured slower)
-  bool stage_gap = true;          // gated staging counts the link's backlog and the stretch before the routes
-  bool staged_hits = true;        // gated layers with every expert resident or staged skip the host
-  const ExpertProfile* profile = nullptr;
   int max_tokens = 512;           // tokens per forward chunk
   // Rows per chunk of the device step (HybridMoe::kChunkRows; 0: none): a
   // pass of more (token, expert) rows runs its waves in chunks of at most
@@ -92,15 +87,7 @@ struct HybridMoeOptions {
   // rows, compact output) hold one chunk, not the pass. The same kernels on
   // fewer rows a launch; each pair's output still lands at its pair index.
   int chunk_rows = kHybridChunkRows;
-  int gemm_min_batch = 16;        // tensor-core matmul from this many tokens
-  std::string cost_overrides;     // "pcie_gbps=20,..." after measuring (tests, what-if runs)
-  bool verbose_steps = false;     // one stderr line per forward pass, and the start-up's stages
-  // Diagnostics (stderr): the gated serve's host time per part, at exit;
-  // the link timeline of prompt passes (0 off, 1 a line per pass, 2 also a
-  // line per planned layer).
-  bool serve_profile = false;
-  int link_timeline = 0;
-  ThreadPool* pool = nullptr;     // CPU experts (null: one of hardware threads)
+  int gemm_min_batch = cuda::kGemmMinTokens;  // tensor-core matmul from this many tokens
   // Per layer (gpt-oss): the experts' biases in device memory (resident, by
   // expert id) and their activation, carried by the slot tables; empty: none.
   std::vector<cuda::ExpertBias> expert_bias;
@@ -121,9 +108,9 @@ class HybridMoe {
                                uint64_t largest_slot, size_t n_pools, int chunk_rows = kHybridChunkRows);
   // Slot bytes of one expert of layer L (gate|up|down, aligned).
   static uint64_t slot_bytes(const ExpertWeights& e);
-  // Staging slots per bank (two banks per slot pool) for a prefetch mode;
-  // throws ms::Error for an unknown mode (StepScheduler::stage_bank).
-  static uint32_t stage_bank(const ModelConfig& c, const std::string& prefetch);
+  // Staging slots per bank (two banks per slot pool) for a prefetch mode
+  // (StepScheduler::stage_bank).
+  static uint32_t stage_bank(const ModelConfig& c, DecodePrefetch prefetch);
 
   HybridMoe(const ModelWeights& w, const HybridMoeOptions& opt, cudaStream_t compute);
   ~HybridMoe();

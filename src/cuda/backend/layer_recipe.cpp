@@ -337,7 +337,7 @@ int CudaBackend::Impl::pinned_batch(int il, int n) const {
   if (!hybrid || !hybrid->layer_pinned(il)) return 0;
   const cuda::ExpertWeights ew = hybrid->weights(il);
   auto fits = [&](int m) { return cuda::expert_ffn_scratch_bytes(ew, m, c.n_expert_used) <= exp_scratch_bytes; };
-  const int cap = opt.pinned_batch_cap > 0 ? std::min(n, opt.pinned_batch_cap) : n;
+  const int cap = opt.tiered.pinned_batch_cap > 0 ? std::min(n, opt.tiered.pinned_batch_cap) : n;
   if (fits(cap)) return cap;
   int m = cap;
   while (m > kMinPinnedBatch && !fits(m)) m = (m + 1) / 2;
@@ -444,6 +444,7 @@ experts:
     ex.down_bias = L.exp_down_b;
   }
   ex.fused_decode = opt.fused_decode;
+  ex.gemm_min_tokens = opt.gemm_min_batch;
   ex.clamped_swiglu = b.act.kind == GluActivation::Kind::ClampedSwiGLU;
   ex.alpha = b.act.alpha;
   ex.limit = b.act.limit;

@@ -104,8 +104,9 @@ int CudaBackend::Impl::choose_batch(const VramPlan& plan, int64_t kv_ctx) {
   // in it), as two lines (experts/pass_size.h, BufferLine): every row with
   // its own buffer rows (exact while a pass fills no chunk), and from the
   // pass that fills the step's row chunk on, the chunk's rows a fixed cost.
-  const uint32_t transit = opt.transit_slots > 0 ? opt.transit_slots : StepScheduler::prompt_transit(c.n_expert);
-  const uint32_t extra = transit + 2 * HybridMoe::stage_bank(c, opt.prefetch);
+  const uint32_t transit =
+      opt.tiered.transit_slots > 0 ? opt.tiered.transit_slots : StepScheduler::prompt_transit(c.n_expert);
+  const uint32_t extra = transit + 2 * HybridMoe::stage_bank(c, opt.tiered.step.prefetch);
   auto pass_bytes = [&](int b, int chunk_rows) {
     const int keep = B;
     B = b;
@@ -129,17 +130,14 @@ int CudaBackend::Impl::choose_batch(const VramPlan& plan, int64_t kv_ctx) {
   in.room_bytes = avail > 0 ? static_cast<uint64_t>(avail) : 0;
   in.slot_cap_bytes = static_cast<int64_t>(plan.room);  // the reserve's half takes buffers, never slots
   in.expert_bytes = expert_bytes;
-  CostModel given;
-  if (opt.cost_overrides.find("pcie_gbps") != std::string::npos) {
-    given.apply_overrides(opt.cost_overrides);
+  if (opt.tiered.step.cost.sets(&CostModel::pcie_gbps)) {
+    CostModel given;
+    given.apply(opt.tiered.step.cost);
     in.link_gbps = given.pcie_gbps;
   } else {
     in.link_gbps = measure_link_gbps(stream);
   }
   in.compute_s_per_token = estimate_prompt_s_per_token(active_weights(w));
-  if (opt.pass_link_share > 0) in.stream_share = opt.pass_link_share;
-  if (opt.pass_memory_share > 0) in.memory_share = opt.pass_memory_share;
-  in.even_context = opt.even_passes;
   pass = choose_chunked_pass_size(in, whole, chunked);
   return pass.tokens;
 }
