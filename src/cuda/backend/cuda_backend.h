@@ -110,9 +110,25 @@ class CudaBackend : public Backend {
   // Where experts ran (hybrid is false when every expert is resident).
   ExpertTelemetry expert_telemetry() const override;
 
+  // MTP drafting (Backend; mtp_on_host.cpp). The hidden hook gets forward()'s
+  // final hidden rows (copied back and normed on the host; forward_seqs does
+  // not call it). The MTP block's layer runs on the CPU, a CpuBackend over
+  // the same mapped weights (eh_proj, attention, experts; not yet on the
+  // device), its output head on the device.
+  bool supports_mtp() const override;
+  void set_hidden_hook(HiddenHook hook) override;
+  KvCache make_mtp_cache(int64_t ctx, KvType type = KvType::F16) const override;
+  void forward_mtp(KvCache& kv, std::span<const float> hidden, std::span<const int32_t> tokens,
+                   std::vector<float>& logits, std::vector<float>& hidden_out) override;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  struct MtpOnHost;
+  mutable std::unique_ptr<MtpOnHost> mtp_;  // made at the first MTP call
+  MtpOnHost& mtp_host() const;
+  // The hook's event for rows 0..n-1 of the last pass (positions pos0..).
+  void emit_hidden(const KvCache& kv, int64_t pos0, int n);
 };
 
 }  // namespace ms
