@@ -1,9 +1,4 @@
-// Decode attention, split-K over the KV sequence (flash-decoding), for a
-// batch of query rows each on its own slot and length (attention.h
-// DecodeRows): every kernel below has the row as its last grid dimension and
-// finds the row's cache and length through decode_fast::RowArgs, so one
-// token of one sequence, one token each of several and a verify batch of
-// several tokens of one sequence are the same launches.
+// Decode attention, split-K over the KV sequence (flash-decoding).
 //
 // Fast path (head_dim 64, 128 or 256, G = n_head/n_kv in {1,2,4,8,16}):
 // block (split, kv head) of 4 warps covers one chunk of the sequence for all
@@ -20,8 +15,8 @@
 // chunk length comes from the device kv_len, so a captured graph stays
 // balanced as the sequence grows. The splits are merged
 //   out = sum_s o_s 2^(m_s-M) / sum_s l_s 2^(m_s-M)
-// by the last block of each (row, KV head) to finish (up to 8 splits: one
-// launch) or by a second kernel (block per query head and row).
+// by the last block of each KV head to finish (up to 8 splits: one launch)
+// or by a second kernel (block per query head).
 //
 // Long contexts over f16 and q8_0 caches (more than decode_long::kMinLen
 // visible positions, shapes decode_long::usable takes): the tensor-core
@@ -75,25 +70,14 @@ __device__ __forceinline__ int window_start(int kv_len, int window) {
 // Positions the splits have to cover, for sizing launches from max_kv_len.
 int visible_len(int max_kv_len, int window) { return window > 0 ? std::min(max_kv_len, window) : max_kv_len; }
 
-using decode_fast::RowArgs;
-using decode_fast::row_kv_len;
-
-// Block (split, kv head, row).
 template <class T>
 __global__ void __launch_bounds__(kThreads) attn_decode_split_kernel(
-    const float* __restrict__ q, const T* __restrict__ kb, const T* __restrict__ vb, RowArgs rows, int n_kv,
-    int group, int hd, int64_t ctx, float scale, int window, int n_split_max, float* __restrict__ part_o,
-    float2* __restrict__ part_ml) {
+    const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc, int n_kv, int group,
+    int hd, int64_t ctx, int max_kv_len, const int32_t* __restrict__ kv_len_dev, float scale, int window,
+    int n_split_max, float* __restrict__ part_o, float2* __restrict__ part_ml) {
   extern __shared__ float sh[];
-  const int split = blockIdx.x, kvh = blockIdx.y, row = blockIdx.z;
-  int64_t off = 0;
-  const int kv_len = row_kv_len(rows, row, off);
-  const int64_t n_head = static_cast<int64_t>(n_kv) * group;
-  q += row * n_head * hd;
-  const T* kc = kb + off;
-  const T* vc = vb + off;
-  part_o += row * n_head * n_split_max * hd;
-  part_ml += row * n_head * n_split_max;
+  const int split = blockIdx.x, kvh = blockIdx.y;
+  const int kv_len = kv_len_dev ? min(__ldg(kv_len_dev), max_kv_len) : max_kv_len;
   const int t0 = window_start(kv_len, window) + split * kSplit;
   if (t0 >= kv_len) return;
   const int len = min(kSplit, kv_len - t0);
@@ -190,17 +174,12 @@ __global__ void __launch_bounds__(kThreads) attn_decode_split_kernel(
   if (tid < group) part_ml[static_cast<int64_t>(h0 + tid) * n_split_max + split] = make_float2(ml[2 * tid], ml[2 * tid + 1]);
 }
 
-// Block (query head, row).
 __global__ void __launch_bounds__(kThreads) attn_decode_merge_kernel(
-    const float* __restrict__ part_o, const float2* __restrict__ part_ml, int hd, RowArgs rows,
-    const float* __restrict__ sinks, int window, int n_split_max, float* __restrict__ out) {
-  const int h = blockIdx.x, row = blockIdx.y;
-  const int64_t n_head = gridDim.x;
-  int64_t off = 0;
-  const int kv_len = row_kv_len(rows, row, off);
-  part_o += row * n_head * n_split_max * hd;
-  part_ml += row * n_head * n_split_max;
-  out += row * n_head * hd;
+    const float* __restrict__ part_o, const float2* __restrict__ part_ml, int hd, int max_kv_len,
+    const int32_t* __restrict__ kv_len_dev, const float* __restrict__ sinks, int window, int n_split_max,
+    float* __restrict__ out) {
+  const int h = blockIdx.x;
+  const int kv_len = kv_len_dev ? min(__ldg(kv_len_dev), max_kv_len) : max_kv_len;
   const int ns = n_splits(kv_len - window_start(kv_len, window));
   const float2* mlh = part_ml + static_cast<int64_t>(h) * n_split_max;
   float M = -FLT_MAX;
@@ -235,7 +214,8 @@ void check_shape(const AttentionShape& s) {
 
 
 // ------------------------------------------------------------------ fast path
-// The kernels' bodies are attention_decode_fast.cuh's device functions.
+// The kernels' bodies are attention_decode_fast.cuh's device functions
+// (shared with attention_multi.cu).
 using decode_fast::fast_ok;
 using decode_fast::fast_splits;
 using decode_fast::kFastWarps;
@@ -245,48 +225,36 @@ using decode_fast::kMergeThreads;
 using decode_fast::kSplitHeadsMaxLen;
 using decode_fast::split_heads;
 
-// Up to this many rows the fused merge's counters (one per row and KV head)
-// have their fixed place at the start of the scratch; larger batches run the
-// merge kernel.
-constexpr int kFusedMaxRows = 256;
-
-// Block (split, kv head, row): the partials of its chunk of the row's
-// positions. counters (n_split <= kFuseMaxSplits): one per (row, KV head),
-// zero on entry and on exit; the block that counts last merges (out). Null:
-// partials only.
+// Block (split, kv head): the partials of its chunk. counters (n_split <=
+// kFuseMaxSplits): one per KV head, zero on entry and on exit; the block that
+// counts last merges (out). Null: partials only.
 template <class T, int G, int HD, bool SPLIT>
 __global__ void __launch_bounds__(kFastWarps * 32) attn_decode_fast_kernel(
-    const float* __restrict__ q, const T* __restrict__ kb, const T* __restrict__ vb, RowArgs rows, int64_t ctx,
-    float scale_log2, const float* __restrict__ sinks, int window, int n_split, float* __restrict__ part_o,
-    float2* __restrict__ part_ml, unsigned int* counters, float* __restrict__ out) {
-  const int row = blockIdx.z;
-  const int64_t n_head = static_cast<int64_t>(gridDim.y) * G;
-  int64_t off = 0;
-  const int kv_len = row_kv_len(rows, row, off);
-  // programmatic dependent launch: q (and the rows' own K, V rows) come from the kernel before
+    const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc, int64_t ctx,
+    int max_kv_len, const int32_t* __restrict__ kv_len_dev, float scale_log2, const float* __restrict__ sinks,
+    int window, int n_split, float* __restrict__ part_o, float2* __restrict__ part_ml, unsigned int* counters,
+    float* __restrict__ out) {
+  const int kv_len = kv_len_dev ? max(0, min(__ldg(kv_len_dev), max_kv_len)) : max_kv_len;
+  // programmatic dependent launch: q (and this step's K, V row) come from the kernel before
   dev::pdl_wait();
   dev::pdl_trigger();
-  float* po = part_o + row * n_head * n_split * HD;
-  float2* pml = part_ml + row * n_head * n_split;
-  decode_fast::split_partials<T, G, HD, SPLIT>(q + row * n_head * HD, kb + off, vb + off, ctx, kv_len, scale_log2,
-                                               window, n_split, blockIdx.x, blockIdx.y, po, pml);
+  decode_fast::split_partials<T, G, HD, SPLIT>(q, kc, vc, ctx, kv_len, scale_log2, window, n_split, blockIdx.x,
+                                               blockIdx.y, part_o, part_ml);
   if (counters == nullptr) return;
-  // The last of this (row, KV head)'s blocks merges the splits.
-  if (!dev::last_block_to_arrive(counters + static_cast<int64_t>(row) * gridDim.y + blockIdx.y, gridDim.x)) return;
-  decode_fast::merge_splits_in_block<G, HD>(po, pml, blockIdx.y * G, n_split, sinks, out + row * n_head * HD);
+  // The last of this KV head's blocks merges the splits.
+  if (!dev::last_block_to_arrive(counters + blockIdx.y, gridDim.x)) return;
+  decode_fast::merge_splits_in_block<G, HD>(part_o, part_ml, blockIdx.y * G, n_split, sinks, out);
 }
 
-// Block per (query head, row).
+// Block per query head.
 __global__ void __launch_bounds__(kMergeThreads) attn_decode_fast_merge_kernel(const float* __restrict__ part_o,
                                                                                 const float2* __restrict__ part_ml,
                                                                                 int hd, int n_split,
                                                                                 const float* __restrict__ sinks,
                                                                                 float* __restrict__ out) {
-  const int64_t row = blockIdx.y, n_head = gridDim.x;
   dev::pdl_wait();  // the partials come from the kernel before
   dev::pdl_trigger();
-  decode_fast::merge_head(part_o + row * n_head * n_split * hd, part_ml + row * n_head * n_split, hd, n_split, sinks,
-                          out + row * n_head * hd, blockIdx.x);
+  decode_fast::merge_head(part_o, part_ml, hd, n_split, sinks, out, blockIdx.x);
 }
 
 struct FastOut {
@@ -297,34 +265,37 @@ struct FastOut {
 };
 
 template <class T, int G, int HD>
-void launch_fast(const AttentionShape& s, const float* q, const T* kb, const T* vb, const RowArgs& rows, int n_rows,
-                 int len, int n_split, const FastOut& o, const AttentionExtras& x, cudaStream_t stream) {
-  const dim3 grid(n_split, s.n_kv, n_rows);
+void launch_fast(const AttentionShape& s, const float* q, const T* kc, const T* vc, int max_kv_len,
+                 const int32_t* kv_len, int n_split, const FastOut& o, const AttentionExtras& x, cudaStream_t stream) {
+  const dim3 grid(n_split, s.n_kv);
   const float sl = s.scale * kLog2e;
   if constexpr (G * HD <= 4096) {
-    if (split_heads(G, HD, len)) {
-      MS_CUDA_CHECK(launch_pdl(attn_decode_fast_kernel<T, G, HD, true>, grid, dim3(kFastWarps * 32), 0, stream, q, kb,
-                               vb, rows, s.ctx, sl, x.sinks, x.window, n_split, o.part_o, o.part_ml, o.counters,
-                               o.out));
+    if (split_heads(G, HD, visible_len(max_kv_len, x.window))) {
+      MS_CUDA_CHECK(launch_pdl(attn_decode_fast_kernel<T, G, HD, true>, grid, dim3(kFastWarps * 32), 0, stream, q, kc,
+                               vc, s.ctx, max_kv_len, kv_len, sl, x.sinks, x.window, n_split, o.part_o, o.part_ml,
+                               o.counters, o.out));
     } else if constexpr (G * HD <= 2048) {
       MS_CUDA_CHECK(launch_pdl(attn_decode_fast_kernel<T, G, HD, false>, grid, dim3(kFastWarps * 32), 0, stream, q,
-                               kb, vb, rows, s.ctx, sl, x.sinks, x.window, n_split, o.part_o, o.part_ml, o.counters,
-                               o.out));
+                               kc, vc, s.ctx, max_kv_len, kv_len, sl, x.sinks, x.window, n_split, o.part_o,
+                               o.part_ml, o.counters, o.out));
     }
   }
 }
 
 template <class T, int G>
-void launch_fast_g(const AttentionShape& s, const float* q, const T* kb, const T* vb, const RowArgs& rows,
-                   int n_rows, int len, int n_split, const FastOut& o, const AttentionExtras& x,
+void launch_fast_g(const AttentionShape& s, const float* q, const T* kc, const T* vc, int max_kv_len,
+                   const int32_t* kv_len, int n_split, const FastOut& o, const AttentionExtras& x,
                    cudaStream_t stream) {
   switch (s.head_dim) {
-    case 64: launch_fast<T, G, 64>(s, q, kb, vb, rows, n_rows, len, n_split, o, x, stream); break;
-    case 128: launch_fast<T, G, 128>(s, q, kb, vb, rows, n_rows, len, n_split, o, x, stream); break;
-    case 256: launch_fast<T, G, 256>(s, q, kb, vb, rows, n_rows, len, n_split, o, x, stream); break;
+    case 64: launch_fast<T, G, 64>(s, q, kc, vc, max_kv_len, kv_len, n_split, o, x, stream); break;
+    case 128: launch_fast<T, G, 128>(s, q, kc, vc, max_kv_len, kv_len, n_split, o, x, stream); break;
+    case 256: launch_fast<T, G, 256>(s, q, kc, vc, max_kv_len, kv_len, n_split, o, x, stream); break;
     default: break;
   }
 }
+
+// P*V gives each lane head_dim/32 dims (2, 4 or 8), read with one or two vector loads.
+bool fast_dims_ok(int hd) { return hd == 64 || hd == 128 || hd == 256; }
 
 int sm_count() {
   static int n = [] {
@@ -336,83 +307,58 @@ int sm_count() {
   return n;
 }
 
+}  // namespace
+
+namespace {
+
 size_t align256(size_t v) { return (v + 255) & ~size_t{255}; }
 
 // Scratch: the fused merge's counters first (a fixed place, whatever the
-// split and row counts, so they stay zero between calls of different
-// shapes), then the partial outputs [row][n_head][n_split][head_dim] and
-// their {m, l}.
+// split count, so they stay zero between calls of different lengths), then
+// the partial outputs [n_head][n_split][head_dim] and their {m, l}.
 struct Scratch {
   unsigned int* counters;
   float* part_o;
   float2* part_ml;
 };
-size_t counters_bytes(const AttentionShape& s) {
-  return align256(sizeof(unsigned int) * std::max(s.n_kv, 1) * static_cast<size_t>(kFusedMaxRows));
+size_t counters_bytes(const AttentionShape& s) { return align256(sizeof(unsigned int) * std::max(s.n_kv, 1)); }
+size_t partials_bytes(const AttentionShape& s, int ns) {
+  return align256(sizeof(float) * s.n_head * static_cast<size_t>(ns) * s.head_dim) +
+         sizeof(float2) * s.n_head * static_cast<size_t>(ns);
 }
-size_t partials_bytes(const AttentionShape& s, int64_t rows_splits) {
-  return align256(sizeof(float) * s.n_head * static_cast<size_t>(rows_splits) * s.head_dim) +
-         sizeof(float2) * s.n_head * static_cast<size_t>(rows_splits);
-}
-Scratch scratch_layout(const AttentionShape& s, int64_t rows_splits, void* base) {
+Scratch scratch_layout(const AttentionShape& s, int ns, void* base) {
   char* b = static_cast<char*>(base);
   Scratch r;
   r.counters = reinterpret_cast<unsigned int*>(b);
   r.part_o = reinterpret_cast<float*>(b + counters_bytes(s));
   r.part_ml = reinterpret_cast<float2*>(b + counters_bytes(s) +
-                                        align256(sizeof(float) * s.n_head * static_cast<size_t>(rows_splits) *
-                                                 s.head_dim));
+                                        align256(sizeof(float) * s.n_head * static_cast<size_t>(ns) * s.head_dim));
   return r;
-}
-
-// The fast path's splits for n_rows rows of `len` visible positions.
-int fast_row_splits(const AttentionShape& s, int n_rows, int len) {
-  return fast_splits(s.n_head / s.n_kv, s.head_dim, s.n_kv, len, sm_count(), n_rows);
 }
 
 }  // namespace
 
-int attention_decode_splits(const AttentionShape& s, int n_rows, int span) {
-  if (s.n_kv <= 0 || s.n_head % s.n_kv != 0 || !fast_ok(s)) return n_splits(std::max(span, 1));
-  return fast_row_splits(s, std::max(n_rows, 1), std::max(span, 1));
-}
-
-size_t attention_decode_scratch_bytes(const AttentionShape& s, int max_kv_len, int max_rows) {
+size_t attention_decode_scratch_bytes(const AttentionShape& s, int max_kv_len) {
   const int len = max_kv_len > 0 ? max_kv_len : 1;
-  const bool shape = s.n_kv > 0 && s.n_head % s.n_kv == 0;
-  // The most (rows x splits) of any call within the sizing. Each geometry's
-  // split count grows with the length (a shorter call may take the other
-  // geometry), and falls as rows are added.
-  // The generic path (shapes the fast path does not take) keeps its split
-  // count per row.
-  int64_t most = 1;
-  for (int r = 1; r <= std::max(max_rows, 1); ++r) {
-    int64_t per = n_splits(len);
-    if (shape && fast_ok(s)) {
-      per = std::max<int64_t>({fast_row_splits(s, r, len), fast_row_splits(s, r, std::min(len, kSplitHeadsMaxLen)),
-                               decode_long::max_splits(s, len, r)});
-    }
-    most = std::max(most, r * per);
-  }
-  return counters_bytes(s) + partials_bytes(s, most);
+  const int group = s.n_kv > 0 && s.n_head % s.n_kv == 0 ? s.n_head / s.n_kv : 1;
+  const int n_kv = s.n_kv > 0 ? s.n_kv : 1;
+  // Each geometry's split count grows with the length; a shorter call may take the other geometry.
+  const int generic = n_splits(len), fast_long = fast_splits(group, s.head_dim, n_kv, len, sm_count()),
+            fast_short = fast_splits(group, s.head_dim, n_kv, std::min(len, kSplitHeadsMaxLen), sm_count());
+  const int long_ctx = decode_long::max_splits(s, len);
+  return counters_bytes(s) + std::max({partials_bytes(s, generic), partials_bytes(s, fast_long),
+                                       partials_bytes(s, fast_short), partials_bytes(s, long_ctx)});
 }
 
 namespace {
 
 template <class T>
-void decode_impl(const AttentionShape& s, const float* q, const T* kb, const T* vb, const DecodeRows& rows,
-                 int max_kv_len, float* out, void* scratch, cudaStream_t stream, const AttentionExtras& x) {
+void decode_impl(const AttentionShape& s, const float* q, const T* kc, const T* vc, int max_kv_len,
+                 const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream, const AttentionExtras& x) {
   check_shape(s);
   if (max_kv_len <= 0 || max_kv_len > s.ctx)
     throw Error("attention_decode: max_kv_len " + std::to_string(max_kv_len) + " outside 1.." + std::to_string(s.ctx));
   if (x.window < 0) throw Error("attention_decode: sliding window " + std::to_string(x.window) + " must be >= 0");
-  const int n = rows.n;
-  if (n <= 0) return;
-  if (n > 65535) throw Error("attention_decode: " + std::to_string(n) + " rows (at most 65535)");
-  if (rows.n_slots <= 0 || rows.slot_stride < 0)
-    throw Error("attention_decode: " + std::to_string(rows.n_slots) + " slots of stride " +
-                std::to_string(rows.slot_stride));
-  const RowArgs ra{rows.slots, rows.kv_len, rows.slot_stride, rows.n_slots, max_kv_len};
   const int group = s.n_head / s.n_kv;
   // With a window the splits cover at most `window` positions (within the
   // scratch sized for max_kv_len: fewer splits of either geometry).
@@ -421,67 +367,68 @@ void decode_impl(const AttentionShape& s, const float* q, const T* kb, const T* 
     // Long contexts over f16 and q8_0 caches: the tensor-core kernel
     // (attention_decode_long.cu), then the merge kernel over its splits.
     using Ext = std::conditional_t<std::is_same_v<T, __half>, uint16_t, T>;  // its launcher's element type
-    const auto* ke = reinterpret_cast<const Ext*>(kb);
-    const auto* ve = reinterpret_cast<const Ext*>(vb);
+    const auto* ke = reinterpret_cast<const Ext*>(kc);
+    const auto* ve = reinterpret_cast<const Ext*>(vc);
     if (len > decode_long::kMinLen && decode_long::usable(s, ke, ve)) {
-      const int ns = decode_long::splits(s, len, std::is_same_v<T, BlockQ8_0>, n);
-      const Scratch sc = scratch_layout(s, static_cast<int64_t>(n) * ns, scratch);
-      decode_long::launch(s, q, ke, ve, rows, max_kv_len, x.window, ns, sc.part_o, sc.part_ml, stream);
-      decode_long::merge(s, n, sc.part_o, sc.part_ml, ns, x.sinks, out, stream);
+      const int ns = decode_long::splits(s, len, std::is_same_v<T, BlockQ8_0>);
+      const Scratch sc = scratch_layout(s, ns, scratch);
+      decode_long::launch(s, q, ke, ve, max_kv_len, kv_len, x.window, ns, sc.part_o, sc.part_ml, stream);
+      decode_long::merge(s, sc.part_o, sc.part_ml, ns, x.sinks, out, stream);
       return;
     }
   }
-  if (fast_ok(s)) {
-    const int ns = fast_row_splits(s, n, len);
-    const Scratch sc = scratch_layout(s, static_cast<int64_t>(n) * ns, scratch);
-    const bool fused = ns <= kFuseMaxSplits && n <= kFusedMaxRows;
+  if (fast_ok(s) && fast_dims_ok(s.head_dim)) {
+    const int ns = fast_splits(group, s.head_dim, s.n_kv, len, sm_count());
+    const Scratch sc = scratch_layout(s, ns, scratch);
+    const bool fused = ns <= kFuseMaxSplits;
     const FastOut o{sc.part_o, sc.part_ml, fused ? sc.counters : nullptr, out};
     switch (group) {
-      case 1: launch_fast_g<T, 1>(s, q, kb, vb, ra, n, len, ns, o, x, stream); break;
-      case 2: launch_fast_g<T, 2>(s, q, kb, vb, ra, n, len, ns, o, x, stream); break;
-      case 4: launch_fast_g<T, 4>(s, q, kb, vb, ra, n, len, ns, o, x, stream); break;
-      case 8: launch_fast_g<T, 8>(s, q, kb, vb, ra, n, len, ns, o, x, stream); break;
-      case 16: launch_fast_g<T, 16>(s, q, kb, vb, ra, n, len, ns, o, x, stream); break;
+      case 1: launch_fast_g<T, 1>(s, q, kc, vc, max_kv_len, kv_len, ns, o, x, stream); break;
+      case 2: launch_fast_g<T, 2>(s, q, kc, vc, max_kv_len, kv_len, ns, o, x, stream); break;
+      case 4: launch_fast_g<T, 4>(s, q, kc, vc, max_kv_len, kv_len, ns, o, x, stream); break;
+      case 8: launch_fast_g<T, 8>(s, q, kc, vc, max_kv_len, kv_len, ns, o, x, stream); break;
+      case 16: launch_fast_g<T, 16>(s, q, kc, vc, max_kv_len, kv_len, ns, o, x, stream); break;
       default: break;
     }
     MS_CUDA_CHECK_LAUNCH();
     if (fused) return;
-    MS_CUDA_CHECK(launch_pdl(attn_decode_fast_merge_kernel, dim3(s.n_head, n), dim3(kMergeThreads),
-                             sizeof(float) * (ns + kMergeThreads), stream, static_cast<const float*>(sc.part_o),
-                             static_cast<const float2*>(sc.part_ml), s.head_dim, ns, x.sinks, out));
+    MS_CUDA_CHECK(launch_pdl(attn_decode_fast_merge_kernel, dim3(s.n_head), dim3(kMergeThreads),
+                             sizeof(float) * (ns + kMergeThreads), stream, sc.part_o, sc.part_ml, s.head_dim, ns,
+                             x.sinks, out));
     return;
   }
   const int ns = n_splits(len);
-  const Scratch sc = scratch_layout(s, static_cast<int64_t>(n) * ns, scratch);
+  const Scratch sc = scratch_layout(s, ns, scratch);
   const size_t smem = split_smem_bytes(group, s.head_dim);
-  attn_decode_split_kernel<T><<<dim3(ns, s.n_kv, n), kThreads, smem, stream>>>(
-      q, kb, vb, ra, s.n_kv, group, s.head_dim, s.ctx, s.scale, x.window, ns, sc.part_o, sc.part_ml);
+  attn_decode_split_kernel<T><<<dim3(ns, s.n_kv), kThreads, smem, stream>>>(q, kc, vc, s.n_kv, group, s.head_dim,
+                                                                           s.ctx, max_kv_len, kv_len, s.scale,
+                                                                           x.window, ns, sc.part_o, sc.part_ml);
   MS_CUDA_CHECK_LAUNCH();
-  attn_decode_merge_kernel<<<dim3(s.n_head, n), kThreads, 0, stream>>>(sc.part_o, sc.part_ml, s.head_dim, ra,
-                                                                       x.sinks, x.window, ns, out);
+  attn_decode_merge_kernel<<<s.n_head, kThreads, 0, stream>>>(sc.part_o, sc.part_ml, s.head_dim, max_kv_len, kv_len,
+                                                              x.sinks, x.window, ns, out);
   MS_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void attention_decode(const AttentionShape& s, const float* q, const uint16_t* k_base, const uint16_t* v_base,
-                      const DecodeRows& rows, int max_kv_len, float* out, void* scratch, cudaStream_t stream,
+void attention_decode(const AttentionShape& s, const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
+                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream,
                       const AttentionExtras& x) {
-  decode_impl(s, q, reinterpret_cast<const __half*>(k_base), reinterpret_cast<const __half*>(v_base), rows,
-              max_kv_len, out, scratch, stream, x);
+  decode_impl(s, q, reinterpret_cast<const __half*>(k_cache), reinterpret_cast<const __half*>(v_cache), max_kv_len,
+              kv_len, out, scratch, stream, x);
 }
 
-void attention_decode(const AttentionShape& s, const float* q, const float* k_base, const float* v_base,
-                      const DecodeRows& rows, int max_kv_len, float* out, void* scratch, cudaStream_t stream,
+void attention_decode(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache,
+                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream,
                       const AttentionExtras& x) {
-  decode_impl(s, q, k_base, v_base, rows, max_kv_len, out, scratch, stream, x);
+  decode_impl(s, q, k_cache, v_cache, max_kv_len, kv_len, out, scratch, stream, x);
 }
 
-void attention_decode(const AttentionShape& s, const float* q, const BlockQ8_0* k_base, const BlockQ8_0* v_base,
-                      const DecodeRows& rows, int max_kv_len, float* out, void* scratch, cudaStream_t stream,
+void attention_decode(const AttentionShape& s, const float* q, const BlockQ8_0* k_cache, const BlockQ8_0* v_cache,
+                      int max_kv_len, const int32_t* kv_len, float* out, void* scratch, cudaStream_t stream,
                       const AttentionExtras& x) {
   check_q8_0_head_dim("attention_decode", s.head_dim);
-  decode_impl(s, q, k_base, v_base, rows, max_kv_len, out, scratch, stream, x);
+  decode_impl(s, q, k_cache, v_cache, max_kv_len, kv_len, out, scratch, stream, x);
 }
 
 }  // namespace ms::cuda

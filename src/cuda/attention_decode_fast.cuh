@@ -1,7 +1,8 @@
 // The fast path of decode attention (split-K over positions, flash-decoding)
-// as device functions for attention_decode.cu's kernels, and where a row of
-// a decode batch finds its cache and length (RowArgs, read by the long
-// kernel of attention_decode_long.cu too).
+// as device functions, shared by the single-sequence kernels
+// (attention_decode.cu) and the multi-sequence ones (attention_multi.cu), so
+// both run the same arithmetic: a row of a multi-sequence launch gives the
+// bits of attention_decode when both use the same split count.
 //
 // Block (split, KV head) of 4 warps covers one chunk of the positions for all
 // G query heads of its KV head; partial outputs with their {max, sum} (log2
@@ -19,26 +20,6 @@
 #include "cuda/kv_elem.cuh"
 
 namespace ms::cuda::decode_fast {
-
-// Row r of a decode batch (attention.h DecodeRows): its slot's cache at
-// slot * slot_stride units of the element type, its visible length clamped
-// to max_kv_len; a row whose slot is out of range sees no position.
-struct RowArgs {
-  const int32_t* slots;   // null: slot 0
-  const int32_t* kv_len;  // null: max_kv_len
-  int64_t slot_stride;
-  int n_slots;
-  int max_kv_len;
-};
-__device__ __forceinline__ int row_kv_len(const RowArgs& a, int r, int64_t& off) {
-  const int slot = a.slots ? __ldg(a.slots + r) : 0;
-  if (slot < 0 || slot >= a.n_slots) {
-    off = 0;
-    return 0;
-  }
-  off = static_cast<int64_t>(slot) * a.slot_stride;
-  return a.kv_len ? max(0, min(__ldg(a.kv_len + r), a.max_kv_len)) : a.max_kv_len;
-}
 
 // The first position the query (at kv_len - 1) sees.
 __device__ __forceinline__ int window_start(int kv_len, int window) {
@@ -67,8 +48,8 @@ inline bool split_heads(int group, int hd, int max_kv_len) { return max_kv_len <
 
 // Splits per KV head: one block step of positions each (split heads: up to
 // ~8 blocks per SM) or up to ~2 blocks per SM (long contexts: fewer partial
-// outputs to write and merge). n_rows (a decode batch's rows, each its own
-// blocks) share the device's blocks.
+// outputs to write and merge). n_rows (attention_decode_multi's rows, each
+// its own blocks) share the device's blocks.
 inline int fast_splits(int group, int hd, int n_kv, int max_kv_len, int n_sm, int n_rows = 1) {
   const bool split = split_heads(group, hd, max_kv_len);
   const int per_block = pos_ways(group, split) * kTile;  // positions a block covers in one step

@@ -36,7 +36,6 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "cuda/attention_decode_fast.cuh"
 #include "cuda/common.cuh"
 #include "cuda/device.h"
 #include "cuda/mma_ptx.cuh"
@@ -168,12 +167,11 @@ __device__ __forceinline__ void dequant_tile(const BlockQ8_0* head, int p0, int 
 //   A (q or p): rows g / g+8 = head g's hi / lo, columns 2t, 2t+1 (+8);
 //   S: c0,c1 hi and c2,c3 lo of head g at positions 2t, 2t+1 of an n8 step;
 //   O: c0,c1 hi and c2,c3 lo of head g at dims 2t, 2t+1 of an n8 step.
-// Row blockIdx.z of the batch: its slot's cache and its length (RowArgs).
 template <class T, int MT, int HD>
 __global__ void __launch_bounds__(kThreads) decode_long_kernel(
-    const float* __restrict__ q, const T* __restrict__ kb, const T* __restrict__ vb, int group, int64_t ctx,
-    decode_fast::RowArgs rows, float scale_log2, int window, int fresh, int n_split, float* __restrict__ part_o,
-    float2* __restrict__ part_ml) {
+    const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc, int group, int64_t ctx,
+    int max_kv_len, const int32_t* __restrict__ kv_len_dev, float scale_log2, int window, int n_split,
+    float* __restrict__ part_o, float2* __restrict__ part_ml) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using Lay = Layout<T, HD>;
   constexpr int KC = HD / 16, DT = HD / 8, S = Lay::kStages;
@@ -187,17 +185,7 @@ __global__ void __launch_bounds__(kThreads) decode_long_kernel(
   const int split = blockIdx.x, kvh = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int gq = lane / 4, tq = lane % 4;
-  const int row = blockIdx.z;
-  int64_t off = 0;
-  const int kv_len = decode_fast::row_kv_len(rows, row, off);
-  const T* kc = kb + off;
-  const T* vc = vb + off;
-  {
-    const int64_t n_head = static_cast<int64_t>(gridDim.y) * group;
-    q += row * n_head * HD;
-    part_o += row * n_head * n_split * HD;
-    part_ml += row * n_head * n_split;
-  }
+  const int kv_len = kv_len_dev ? max(0, min(__ldg(kv_len_dev), max_kv_len)) : max_kv_len;
   const int start = window > 0 ? max(0, kv_len - window) : 0;
   const int chunk = ((kv_len - start + n_split - 1) / n_split + kBlockStep - 1) / kBlockStep * kBlockStep;
   const int t0 = start + split * chunk, t1 = min(kv_len, t0 + chunk);
@@ -226,14 +214,12 @@ __global__ void __launch_bounds__(kThreads) decode_long_kernel(
   };
   // The first tiles go out before q is read and before the wait for the
   // kernel before (programmatic dependent launch: it may still be running).
-  // That kernel may write q and the K and V rows of the batch's own tokens:
-  // at most the last `fresh` positions a row sees (its own row, and in a
-  // verify batch those of the sequence's tokens before it; fresh = the
-  // batch's rows), nothing else this kernel reads: a tile holding one waits
-  // (it is among the last of its split, so the ones after it wait too). The
-  // lengths were written before the step's kernels began.
+  // That kernel may write q and this step's own K and V row (kv_len - 1),
+  // nothing else this kernel reads: a tile holding that row waits (it is the
+  // last of its split, so the ones after it are empty). kv_len itself was
+  // written before the step's kernels began.
   int pre = 0;
-  while (pre < S - 1 && (pre >= my_tiles || tile_pos(pre) + kTile <= kv_len - fresh)) issue(pre++);
+  while (pre < S - 1 && (pre >= my_tiles || tile_pos(pre) + kTile <= kv_len - 1)) issue(pre++);
   dev::pdl_wait();
   dev::pdl_trigger();
 
@@ -411,12 +397,6 @@ __global__ void __launch_bounds__(kMergeWarps * 32) merge_kernel(const float* __
   dev::pdl_trigger();
   const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int d = blockIdx.y * 32 + lane;
-  {
-    const int64_t row = blockIdx.z, n_head = gridDim.x;
-    part_o += row * n_head * n_split * hd;
-    part_ml += row * n_head * n_split;
-    out += row * n_head * hd;
-  }
   const float2* ml = part_ml + static_cast<int64_t>(h) * n_split;
   const float sink = sinks ? __ldg(sinks + h) * kLog2e : kNegBig;
   float M = sink;
@@ -509,31 +489,31 @@ bool device_ok() {
   return v;
 }
 
-int splits_for(const AttentionShape& s, int len, int blocks_sm, int n_rows) {
+int splits_for(const AttentionShape& s, int len, int blocks_sm) {
   const int by_len = (std::max(len, 1) + kBlockStep - 1) / kBlockStep;
-  const int by_sm = static_cast<int>(static_cast<int64_t>(blocks_sm) * sm_count() / (static_cast<int64_t>(s.n_kv) * std::max(n_rows, 1)));
+  const int by_sm = blocks_sm * sm_count() / s.n_kv;
   return std::max(1, std::min(by_len, by_sm));
 }
 
 template <class T>
-int splits_t(const AttentionShape& s, int len, int n_rows) {
+int splits_t(const AttentionShape& s, int len) {
   int n = 1;
   dispatch(s, [&](auto mt, auto hd) {
-    n = splits_for(s, len, blocks_per_sm<T, decltype(mt)::value, decltype(hd)::value>(), n_rows);
+    n = splits_for(s, len, blocks_per_sm<T, decltype(mt)::value, decltype(hd)::value>());
   });
   return n;
 }
 
 template <class T>
-void launch_impl(const AttentionShape& s, const float* q, const T* kc, const T* vc, const DecodeRows& rows,
-                 int max_kv_len, int window, int n_split, float* part_o, float2* part_ml, cudaStream_t stream) {
-  const decode_fast::RowArgs ra{rows.slots, rows.kv_len, rows.slot_stride, rows.n_slots, max_kv_len};
+void launch_impl(const AttentionShape& s, const float* q, const T* kc, const T* vc, int max_kv_len,
+                 const int32_t* kv_len, int window, int n_split, float* part_o, float2* part_ml,
+                 cudaStream_t stream) {
   dispatch(s, [&](auto mt, auto hd) {
     constexpr int MT = decltype(mt)::value, HD = decltype(hd)::value;
     blocks_per_sm<T, MT, HD>();  // the shared-memory opt-in
     constexpr int smem = Layout<T, HD>::template smem<MT>();
-    MS_CUDA_CHECK(launch_pdl(decode_long_kernel<T, MT, HD>, dim3(n_split, s.n_kv, rows.n), dim3(kThreads), smem,
-                             stream, q, kc, vc, s.n_head / s.n_kv, s.ctx, ra, s.scale * kLog2e, window, rows.n,
+    MS_CUDA_CHECK(launch_pdl(decode_long_kernel<T, MT, HD>, dim3(n_split, s.n_kv), dim3(kThreads), smem, stream, q,
+                             kc, vc, s.n_head / s.n_kv, s.ctx, max_kv_len, kv_len, s.scale * kLog2e, window,
                              n_split, part_o, part_ml));
   });
 }
@@ -551,31 +531,31 @@ bool usable(const AttentionShape& s, const BlockQ8_0* k_cache, const BlockQ8_0* 
   return shape_ok(s) && device_ok();
 }
 
-int splits(const AttentionShape& s, int len, bool q8_0, int n_rows) {
-  return q8_0 ? splits_t<BlockQ8_0>(s, len, n_rows) : splits_t<__half>(s, len, n_rows);
+int splits(const AttentionShape& s, int len, bool q8_0) {
+  return q8_0 ? splits_t<BlockQ8_0>(s, len) : splits_t<__half>(s, len);
 }
 
-int max_splits(const AttentionShape& s, int len, int n_rows) {
+int max_splits(const AttentionShape& s, int len) {
   if (s.n_kv <= 0) return 1;
-  return splits_for(s, len, kMaxBlocksPerSm, n_rows);
+  return splits_for(s, len, kMaxBlocksPerSm);
 }
 
-void launch(const AttentionShape& s, const float* q, const uint16_t* k_base, const uint16_t* v_base,
-            const DecodeRows& rows, int max_kv_len, int window, int n_split, float* part_o, float2* part_ml,
+void launch(const AttentionShape& s, const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
+            int max_kv_len, const int32_t* kv_len, int window, int n_split, float* part_o, float2* part_ml,
             cudaStream_t stream) {
-  launch_impl(s, q, reinterpret_cast<const __half*>(k_base), reinterpret_cast<const __half*>(v_base), rows,
-              max_kv_len, window, n_split, part_o, part_ml, stream);
+  launch_impl(s, q, reinterpret_cast<const __half*>(k_cache), reinterpret_cast<const __half*>(v_cache), max_kv_len,
+              kv_len, window, n_split, part_o, part_ml, stream);
 }
 
-void launch(const AttentionShape& s, const float* q, const BlockQ8_0* k_base, const BlockQ8_0* v_base,
-            const DecodeRows& rows, int max_kv_len, int window, int n_split, float* part_o, float2* part_ml,
+void launch(const AttentionShape& s, const float* q, const BlockQ8_0* k_cache, const BlockQ8_0* v_cache,
+            int max_kv_len, const int32_t* kv_len, int window, int n_split, float* part_o, float2* part_ml,
             cudaStream_t stream) {
-  launch_impl(s, q, k_base, v_base, rows, max_kv_len, window, n_split, part_o, part_ml, stream);
+  launch_impl(s, q, k_cache, v_cache, max_kv_len, kv_len, window, n_split, part_o, part_ml, stream);
 }
 
-void merge(const AttentionShape& s, int n_rows, const float* part_o, const float2* part_ml, int n_split,
-           const float* sinks, float* out, cudaStream_t stream) {
-  MS_CUDA_CHECK(launch_pdl(merge_kernel, dim3(s.n_head, s.head_dim / 32, n_rows), dim3(kMergeWarps * 32), 0, stream, part_o,
+void merge(const AttentionShape& s, const float* part_o, const float2* part_ml, int n_split, const float* sinks,
+           float* out, cudaStream_t stream) {
+  MS_CUDA_CHECK(launch_pdl(merge_kernel, dim3(s.n_head, s.head_dim / 32), dim3(kMergeWarps * 32), 0, stream, part_o,
                            part_ml, s.head_dim, n_split, sinks, out));
 }
 

@@ -17,35 +17,15 @@ constexpr int kRowsPerBlock = 4;  // warps per block in the recurrence
 
 __device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); }
 
-// This thread's (or warp's) tokens [t0, t1) of a batch, within its
-// sequence's tokens [s0, s1), and that sequence's state at base + off.
-// Several sequences (m.slots): the unit at token blockIdx-index t serves a
-// sequence whose first token in the batch is t (false elsewhere, and for a
-// slot out of range), walking all its tokens.
-struct TokenRun {
-  int64_t t0, t1, s0, s1, off;
-};
-__device__ __forceinline__ bool sequence_run(const SlotMap& m, int n, int t, TokenRun& r) {
-  const int slot = __ldg(m.slots + t);
-  if (slot < 0 || slot >= m.n_slots || (t > 0 && __ldg(m.slots + t - 1) == slot)) return false;
-  int e = t + 1;
-  while (e < n && __ldg(m.slots + e) == slot) ++e;
-  r = {t, e, t, e, static_cast<int64_t>(slot) * m.stride};
-  return true;
-}
-
-// Thread per (channel, run of tokens). One sequence: runs of kConvTokens
-// tokens; a prompt's tokens are independent given the inputs before them, so
-// the threads of one channel each rebuild their window from x (the first run
-// from `window`) and the grid covers channels x tokens. (One thread per
-// channel walking all n tokens left a 35B layer's 8192 channels at 64
-// blocks, two warps per SM, each waiting on one load per token.) Several
-// sequences: a run is a sequence's tokens in the batch (one for a decode
-// step, a few for a verify). The sum runs in the order of the reference (the
-// newest tap first, then the window oldest first), so the results do not
-// depend on the split. The first run of a sequence is the only reader of its
-// window, and it writes the new window after its reads (kConvTokens >=
-// taps - 1).
+// Thread per (channel, run of kConvTokens tokens): a prompt's tokens are
+// independent given the inputs before them, so the threads of one channel
+// each rebuild their window from x (the first run from `window`) and the grid
+// covers channels x tokens. (One thread per channel walking all n tokens left
+// a 35B layer's 8192 channels at 64 blocks, two warps per SM, each waiting on
+// one load per token.) The sum runs in the order of the reference (the newest
+// tap first, then the window oldest first), so the results do not depend on
+// the split. The first run of a channel is the only reader of `window`, and
+// it writes the new window after its reads (kConvTokens >= taps - 1).
 constexpr int kConvTokens = 16;
 constexpr int kConvThreads = 128;
 static_assert(kConvTokens >= kMaxTaps - 1, "only a channel's first run may read the old window");
@@ -53,50 +33,39 @@ static_assert(kConvTokens >= kMaxTaps - 1, "only a channel's first run may read 
 template <int kTaps>
 __global__ void __launch_bounds__(kConvThreads)
     conv1d_silu_kernel(const float* __restrict__ x, int64_t ld_x, int n, int64_t channels,
-                       const float* __restrict__ w, float* window_base, float* __restrict__ out, SlotMap m) {
+                       const float* __restrict__ w, float* window, float* __restrict__ out) {
   constexpr int kHist = kTaps - 1;
   const int64_t c = blockIdx.y * static_cast<int64_t>(kConvThreads) + threadIdx.x;
   if (c >= channels) return;
-  TokenRun r;
-  if (m.slots == nullptr) {
-    const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kConvTokens;
-    r = {t0, t0 + kConvTokens < n ? t0 + kConvTokens : n, 0, n, 0};
-  } else if (!sequence_run(m, n, static_cast<int>(blockIdx.x), r)) {
-    return;
-  }
-  float* window = window_base + r.off;
-  // Input tau of this channel: x from the sequence's first token, the carried window before it.
-  auto input = [&](int64_t tau) {
-    return tau >= r.s0 ? x[tau * ld_x + c] : window[(tau - r.s0 + kHist) * channels + c];
-  };
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kConvTokens;
+  // Input tau of this channel: x from token 0, the carried window before it.
+  auto input = [&](int64_t tau) { return tau >= 0 ? x[tau * ld_x + c] : window[(tau + kHist) * channels + c]; };
   float wc[kTaps], win[kHist];
 #pragma unroll
   for (int j = 0; j < kTaps; ++j) wc[j] = w[c * kTaps + j];
 #pragma unroll
-  for (int j = 0; j < kHist; ++j) win[j] = input(r.t0 - kHist + j);
-  for (int64_t b = r.t0; b < r.t1; b += kConvTokens) {
-    const int64_t left = r.t1 - b;
-    const int count = left < kConvTokens ? static_cast<int>(left) : kConvTokens;
-    float in[kConvTokens];
+  for (int j = 0; j < kHist; ++j) win[j] = input(t0 - kHist + j);
+  const int64_t left = n - t0;
+  const int count = left < kConvTokens ? static_cast<int>(left) : kConvTokens;
+  float in[kConvTokens];
 #pragma unroll
-    for (int i = 0; i < kConvTokens; ++i) in[i] = i < count ? x[(b + i) * ld_x + c] : 0.f;  // loads up front
+  for (int i = 0; i < kConvTokens; ++i) in[i] = i < count ? x[(t0 + i) * ld_x + c] : 0.f;  // loads up front
 #pragma unroll
-    for (int i = 0; i < kConvTokens; ++i) {
-      if (i < count) {
-        float acc = wc[kHist] * in[i];
+  for (int i = 0; i < kConvTokens; ++i) {
+    if (i < count) {
+      float acc = wc[kHist] * in[i];
 #pragma unroll
-        for (int j = 0; j < kHist; ++j) acc += wc[j] * win[j];
-        out[(b + i) * channels + c] = silu(acc);
-      }
-#pragma unroll
-      for (int j = 0; j + 1 < kHist; ++j) win[j] = win[j + 1];
-      win[kHist - 1] = in[i];
+      for (int j = 0; j < kHist; ++j) acc += wc[j] * win[j];
+      out[(t0 + i) * channels + c] = silu(acc);
     }
+#pragma unroll
+    for (int j = 0; j + 1 < kHist; ++j) win[j] = win[j + 1];
+    win[kHist - 1] = in[i];
   }
-  if (r.t0 == r.s0) {  // the new window: the last kHist inputs (old window entries too when fewer tokens)
+  if (blockIdx.x == 0) {  // the new window: the last kHist inputs (old window entries too when n < kHist)
     float next[kHist];
 #pragma unroll
-    for (int j = 0; j < kHist; ++j) next[j] = input(r.s1 - kHist + j);
+    for (int j = 0; j < kHist; ++j) next[j] = input(static_cast<int64_t>(n) - kHist + j);
 #pragma unroll
     for (int j = 0; j < kHist; ++j) window[j * channels + c] = next[j];
   }
@@ -104,17 +73,16 @@ __global__ void __launch_bounds__(kConvThreads)
 
 template <int kTaps>
 void launch_conv(const float* x, int64_t ld_x, int n, int64_t channels, const float* w, float* window, float* out,
-                 const SlotMap& m, cudaStream_t stream) {
-  const unsigned runs = m.slots ? static_cast<unsigned>(n) : static_cast<unsigned>((n + kConvTokens - 1) / kConvTokens);
-  const dim3 grid(runs, static_cast<unsigned>((channels + kConvThreads - 1) / kConvThreads));
-  conv1d_silu_kernel<kTaps><<<grid, kConvThreads, 0, stream>>>(x, ld_x, n, channels, w, window, out, m);
+                 cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((n + kConvTokens - 1) / kConvTokens),
+                  static_cast<unsigned>((channels + kConvThreads - 1) / kConvThreads));
+  conv1d_silu_kernel<kTaps><<<grid, kConvThreads, 0, stream>>>(x, ld_x, n, channels, w, window, out);
 }
 
 template <int... kTaps>
 void launch_conv_taps(std::integer_sequence<int, kTaps...>, int taps, const float* x, int64_t ld_x, int n,
-                      int64_t channels, const float* w, float* window, float* out, const SlotMap& m,
-                      cudaStream_t stream) {
-  ((taps == kTaps + 2 ? launch_conv<kTaps + 2>(x, ld_x, n, channels, w, window, out, m, stream) : void()), ...);
+                      int64_t channels, const float* w, float* window, float* out, cudaStream_t stream) {
+  ((taps == kTaps + 2 ? launch_conv<kTaps + 2>(x, ld_x, n, channels, w, window, out, stream) : void()), ...);
 }
 
 // Block per (token, q-or-k head): l2 norm of head_k values.
@@ -140,20 +108,15 @@ __global__ void gates_kernel(const float* alpha, const float* b, const float* ss
   beta[i] = 1.f / (1.f + __expf(-b[i]));
 }
 
-// Warp per (state row (value head h, value channel c), sequence): the row
-// stays in registers (lane l holds elements l, l + 32, ...) across the
-// sequence's tokens. Several sequences: grid row y serves the sequence whose
-// first token is y.
+// Warp per state row (value head h, value channel c): the row stays in
+// registers (lane l holds elements l, l + 32, ...) across the n tokens.
 __global__ void __launch_bounds__(32 * kRowsPerBlock)
     delta_rule_kernel(const float* __restrict__ qkv, int64_t ld, const float* __restrict__ g,
-                      const float* __restrict__ beta, int n, int n_k, int n_v, int head_k, int head_v, float* S_base,
-                      float* out, SlotMap m) {
+                      const float* __restrict__ beta, int n, int n_k, int n_v, int head_k, int head_v, float* S,
+                      float* out) {
   const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   if (row >= static_cast<int64_t>(n_v) * head_v) return;
-  TokenRun r{0, n, 0, n, 0};
-  if (m.slots != nullptr && !sequence_run(m, n, static_cast<int>(blockIdx.y), r)) return;
-  float* S = S_base + r.off;
   const int h = static_cast<int>(row / head_v), c = static_cast<int>(row % head_v), kh = h % n_k;
   const int64_t key_dim = static_cast<int64_t>(n_k) * head_k, value_dim = static_cast<int64_t>(n_v) * head_v;
   float* Sr = S + row * head_k;
@@ -163,7 +126,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
     const int i = lane + 32 * j;
     s[j] = i < head_k ? Sr[i] : 0.f;
   }
-  for (int64_t t = r.t0; t < r.t1; ++t) {
+  for (int t = 0; t < n; ++t) {
     const float* q = qkv + t * ld + static_cast<int64_t>(kh) * head_k;
     const float* k = q + key_dim;
     const float v = qkv[t * ld + 2 * key_dim + static_cast<int64_t>(h) * head_v + c];
@@ -209,23 +172,17 @@ __global__ void gated_rmsnorm_kernel(const float* x, const float* __restrict__ z
 
 unsigned blocks(int64_t items, int per_block) { return static_cast<unsigned>((items + per_block - 1) / per_block); }
 
-void check_slots(const char* who, const SlotMap& m) {
-  if (m.n_slots <= 0 || m.stride < 0)
-    throw Error(std::string(who) + ": " + std::to_string(m.n_slots) + " slots of stride " + std::to_string(m.stride));
-}
-
 }  // namespace
 
 void conv1d_silu(const float* x, int64_t ld_x, int n, int64_t channels, const float* w, int taps, float* window,
-                 float* out, cudaStream_t stream, const SlotMap& slots) {
+                 float* out, cudaStream_t stream) {
   if (taps < 2 || taps > kMaxTaps) throw Error("conv1d_silu: " + std::to_string(taps) + " taps (2..16 supported)");
   if (n <= 0 || channels <= 0) return;
   if ((channels + kConvThreads - 1) / kConvThreads > 65535)
     throw Error("conv1d_silu: " + std::to_string(channels) + " channels (at most " +
                 std::to_string(65535 * kConvThreads) + ")");
-  check_slots("conv1d_silu", slots);
   launch_conv_taps(std::make_integer_sequence<int, kMaxTaps - 1>{}, taps, x, ld_x, n, channels, w, window, out,
-                   slots, stream);
+                   stream);
   MS_CUDA_CHECK_LAUNCH();
 }
 
@@ -246,18 +203,14 @@ void delta_gates(const float* alpha, const float* b, const float* ssm_a, const f
 }
 
 void delta_rule(const float* qkv, int64_t ld, const float* g, const float* beta, int n, const DeltaNetShape& s,
-                float* S, float* out, cudaStream_t stream, const SlotMap& slots) {
+                float* S, float* out, cudaStream_t stream) {
   if (s.head_k > kMaxHeadK || s.head_k <= 0 || s.n_k_heads <= 0 || s.n_v_heads % s.n_k_heads != 0)
     throw Error("delta_rule (CUDA): unsupported shape (head_k " + std::to_string(s.head_k) + " must be 1..256, value "
                 "heads a multiple of key heads)");
   if (n <= 0) return;
-  check_slots("delta_rule (CUDA)", slots);
-  if (slots.slots != nullptr && n > 65535)
-    throw Error("delta_rule (CUDA): at most 65535 tokens of several sequences per call, not " + std::to_string(n));
   const int64_t rows = static_cast<int64_t>(s.n_v_heads) * s.head_v;
-  const dim3 grid(blocks(rows, kRowsPerBlock), slots.slots ? static_cast<unsigned>(n) : 1u);
-  delta_rule_kernel<<<grid, 32 * kRowsPerBlock, 0, stream>>>(qkv, ld, g, beta, n, s.n_k_heads, s.n_v_heads, s.head_k,
-                                                             s.head_v, S, out, slots);
+  delta_rule_kernel<<<blocks(rows, kRowsPerBlock), 32 * kRowsPerBlock, 0, stream>>>(
+      qkv, ld, g, beta, n, s.n_k_heads, s.n_v_heads, s.head_k, s.head_v, S, out);
   MS_CUDA_CHECK_LAUNCH();
 }
 

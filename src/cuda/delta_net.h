@@ -16,26 +16,14 @@
 #include <cstdint>
 
 #include "cpu/delta_net.h"  // DeltaNetShape (plain C++)
-#include "cuda/slot_map.h"
 
 namespace ms::cuda {
 
-// The conv step and the recurrence take any batch of tokens (issue #41):
-// one sequence (slots default: every token on the state given), or several
-// (slot_map.h: token t on the state at base + slots[t] * stride floats), as
-// one token each (a decode step of several sequences), several tokens of one
-// (a verify batch) or a mix. The tokens of one sequence must be contiguous
-// in the batch and in order: a sequence's tokens are walked in order by one
-// thread (conv) or warp (recurrence) per channel or state row, the
-// sequences in parallel. A token whose slot is outside [0, n_slots) is
-// skipped (its output rows are left as they were).
-
 // out[t][c] = silu(sum_j w[c][j] * in[t - (taps-1) + j][c]) for n tokens, the
-// inputs before a sequence's first token from its `window`, which then holds
-// its last taps - 1 inputs. x rows have stride ld_x; out is [n][channels].
-// taps in 2..16.
+// inputs before token 0 from `window`, which then holds the last taps - 1
+// inputs. x rows have stride ld_x; out is [n][channels]. taps in 2..16.
 void conv1d_silu(const float* x, int64_t ld_x, int n, int64_t channels, const float* w, int taps, float* window,
-                 float* out, cudaStream_t stream, const SlotMap& slots = {});
+                 float* out, cudaStream_t stream);
 
 // In place on n rows [q | k | v] (stride ld): q and k l2-normalised per key
 // head (x / sqrt(sum x^2 + eps)), q also scaled by 1/sqrt(head_k).
@@ -45,13 +33,12 @@ void delta_prepare_qk(float* qkv, int64_t ld, int n, const DeltaNetShape& s, flo
 void delta_gates(const float* alpha, const float* b, const float* ssm_a, const float* dt_bias, int n, int n_v,
                  float* g, float* beta, cudaStream_t stream);
 
-// The recurrence over n tokens (prepared qkv rows of stride ld; g, beta
-// [n][n_v]); each sequence's S updated; out [n][value_dim]. Every row of S
+// The recurrence over n tokens of one sequence (prepared qkv rows of stride
+// ld; g, beta [n][n_v]); S updated; out [n][value_dim]. Every row of S
 // evolves on its own (it reads only k, q and its own value channel), so a
-// warp keeps one row in registers for all of a sequence's tokens.
-// head_k <= 256.
+// warp keeps one row in registers for all n tokens. head_k <= 256.
 void delta_rule(const float* qkv, int64_t ld, const float* g, const float* beta, int n, const DeltaNetShape& s,
-                float* S, float* out, cudaStream_t stream, const SlotMap& slots = {});
+                float* S, float* out, cudaStream_t stream);
 
 // The same recurrence in the chunked (WY) form of src/cpu/delta_net.h, for
 // prompts: chunks of 64 tokens, each a few small matrix products on the

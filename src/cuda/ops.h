@@ -12,7 +12,6 @@
 #include <cstdint>
 
 #include "cuda/matvec.h"
-#include "cuda/slot_map.h"
 #include "model/rope_router.h"  // RopeMode, RouterMode: ms::, shared with model/ and cpu/
 #include "quant/blocks.h"
 #include "quant/types.h"
@@ -65,18 +64,16 @@ void embed_rows(DType t, const void* table, int64_t n_vocab, int64_t n, const in
 
 // KV cache of one layer: k_cache, v_cache = [n_kv][ctx][head_dim] of f16
 // (raw bits, rounded to nearest even) or f32 (stored exactly). Writes the f32
-// rows k, v = [n_tokens][n_kv][head_dim] at positions[t] of token t's slot
-// (slot_map.h: the caches of several sequences at k_cache + slot * stride;
-// the default, one sequence); positions outside [0, ctx) and slots outside
-// [0, n_slots) are skipped.
+// rows k, v = [n_tokens][n_kv][head_dim] at positions[t]; positions outside
+// [0, ctx) are skipped.
 void kv_append(const float* k, const float* v, int n_tokens, int n_kv, int head_dim, const int32_t* positions,
-               uint16_t* k_cache, uint16_t* v_cache, int64_t ctx, cudaStream_t stream, const SlotMap& slots = {});
+               uint16_t* k_cache, uint16_t* v_cache, int64_t ctx, cudaStream_t stream);
 void kv_append(const float* k, const float* v, int n_tokens, int n_kv, int head_dim, const int32_t* positions,
-               float* k_cache, float* v_cache, int64_t ctx, cudaStream_t stream, const SlotMap& slots = {});
+               float* k_cache, float* v_cache, int64_t ctx, cudaStream_t stream);
 // q8_0 cache ([n_kv][ctx][head_dim/32] blocks; head_dim a multiple of 32):
 // each block of 32 quantized as the CPU cache does (quantize_row_act Q8_0:
 // d = amax/127 stored as f16, q = round(x / d) with the f32 d).
 void kv_append(const float* k, const float* v, int n_tokens, int n_kv, int head_dim, const int32_t* positions,
-               BlockQ8_0* k_cache, BlockQ8_0* v_cache, int64_t ctx, cudaStream_t stream, const SlotMap& slots = {});
+               BlockQ8_0* k_cache, BlockQ8_0* v_cache, int64_t ctx, cudaStream_t stream);
 
 }  // namespace ms::cuda

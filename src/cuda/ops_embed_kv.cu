@@ -1,6 +1,5 @@
 // Embedding rows (dequantised from the table's own format) and KV cache appends
-// (f16, f32, q8_0) for any batch of tokens: each token on its sequence's slot
-// (slot_map.h) at its position.
+// (f16, f32, q8_0).
 #include <string>
 
 #include "cuda/device.h"
@@ -26,28 +25,18 @@ __global__ void embed_kernel(const uint8_t* __restrict__ table, int64_t n_vocab,
   }
 }
 
-// The offset of token t's slot (units of the cache's element type), or -1
-// when the token writes nothing (slot or position out of range).
-__device__ __forceinline__ int64_t slot_offset(const SlotMap& m, int t, int32_t pos, int64_t ctx) {
-  const int32_t slot = m.slots ? __ldg(m.slots + t) : 0;
-  if (slot < 0 || slot >= m.n_slots || pos < 0 || pos >= ctx) return -1;
-  return static_cast<int64_t>(slot) * m.stride;
-}
-
 // One thread per element; f32 -> T (f16: round-to-nearest-even; f32: as is).
 template <class T>
 __global__ void kv_append_kernel(const float* __restrict__ k, const float* __restrict__ v, int n_kv, int head_dim,
-                                 const int32_t* __restrict__ positions, T* k_cache, T* v_cache, int64_t ctx,
-                                 SlotMap m) {
+                                 const int32_t* __restrict__ positions, T* k_cache, T* v_cache, int64_t ctx) {
   const int t = blockIdx.y;
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= n_kv * head_dim) return;
   const int32_t pos = positions[t];
-  const int64_t off = slot_offset(m, t, pos, ctx);
-  if (off < 0) return;
+  if (pos < 0 || pos >= ctx) return;
   const int h = idx / head_dim, d = idx % head_dim;
   const int64_t src = static_cast<int64_t>(t) * n_kv * head_dim + idx;
-  const int64_t dst = off + (static_cast<int64_t>(h) * ctx + pos) * head_dim + d;
+  const int64_t dst = (static_cast<int64_t>(h) * ctx + pos) * head_dim + d;
   k_cache[dst] = dev::KvElem<T>::from_float(k[src]);
   v_cache[dst] = dev::KvElem<T>::from_float(v[src]);
 }
@@ -59,17 +48,16 @@ __global__ void kv_append_kernel(const float* __restrict__ k, const float* __res
 // +-127 (ggml's reference rounds ties away from zero: rare ties differ by 1).
 __global__ void kv_append_q8_0_kernel(const float* __restrict__ k, const float* __restrict__ v, int n_kv,
                                       int head_dim, const int32_t* __restrict__ positions, BlockQ8_0* k_cache,
-                                      BlockQ8_0* v_cache, int64_t ctx, SlotMap m) {
+                                      BlockQ8_0* v_cache, int64_t ctx) {
   const int t = blockIdx.y;
   const int per_head = head_dim / QK;
   const int blk = blockIdx.x * (kThreads / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (blk >= n_kv * per_head) return;
   const int32_t pos = positions[t];
-  const int64_t off = slot_offset(m, t, pos, ctx);
-  if (off < 0) return;
+  if (pos < 0 || pos >= ctx) return;
   const int h = blk / per_head, b = blk % per_head;
   const int64_t src = static_cast<int64_t>(t) * n_kv * head_dim + static_cast<int64_t>(blk) * QK + lane;
-  const int64_t dst = off + (static_cast<int64_t>(h) * ctx + pos) * per_head + b;
+  const int64_t dst = (static_cast<int64_t>(h) * ctx + pos) * per_head + b;
   for (int which = 0; which < 2; ++which) {
     const float x = (which == 0 ? k : v)[src];
     BlockQ8_0& out = (which == 0 ? k_cache : v_cache)[dst];
@@ -81,20 +69,14 @@ __global__ void kv_append_q8_0_kernel(const float* __restrict__ k, const float* 
   }
 }
 
-void check_append(int n_tokens, const SlotMap& m) {
-  if (n_tokens > 65535) throw Error("kv_append: at most 65535 tokens per call, not " + std::to_string(n_tokens));
-  if (m.n_slots <= 0 || m.stride < 0)
-    throw Error("kv_append: " + std::to_string(m.n_slots) + " slots of stride " + std::to_string(m.stride));
-}
-
 template <class T>
 void kv_append_impl(const float* k, const float* v, int n_tokens, int n_kv, int head_dim, const int32_t* positions,
-                    T* k_cache, T* v_cache, int64_t ctx, cudaStream_t stream, const SlotMap& m) {
-  if (n_tokens <= 0 || n_kv <= 0) return;
-  check_append(n_tokens, m);
+                    T* k_cache, T* v_cache, int64_t ctx, cudaStream_t stream) {
+  if (n_tokens <= 0) return;
+  if (n_tokens > 65535) throw Error("kv_append: at most 65535 tokens per call");
   const int per_token = n_kv * head_dim;
   const dim3 grid(static_cast<unsigned>((per_token + kThreads - 1) / kThreads), static_cast<unsigned>(n_tokens));
-  kv_append_kernel<T><<<grid, kThreads, 0, stream>>>(k, v, n_kv, head_dim, positions, k_cache, v_cache, ctx, m);
+  kv_append_kernel<T><<<grid, kThreads, 0, stream>>>(k, v, n_kv, head_dim, positions, k_cache, v_cache, ctx);
   MS_CUDA_CHECK_LAUNCH();
 }
 
@@ -145,26 +127,25 @@ void embed_rows(DType t, const void* table, int64_t n_vocab, int64_t n, const in
 }
 
 void kv_append(const float* k, const float* v, int n_tokens, int n_kv, int head_dim, const int32_t* positions,
-               uint16_t* k_cache, uint16_t* v_cache, int64_t ctx, cudaStream_t stream, const SlotMap& slots) {
+               uint16_t* k_cache, uint16_t* v_cache, int64_t ctx, cudaStream_t stream) {
   kv_append_impl(k, v, n_tokens, n_kv, head_dim, positions, reinterpret_cast<__half*>(k_cache),
-                 reinterpret_cast<__half*>(v_cache), ctx, stream, slots);
+                 reinterpret_cast<__half*>(v_cache), ctx, stream);
 }
 
 void kv_append(const float* k, const float* v, int n_tokens, int n_kv, int head_dim, const int32_t* positions,
-               float* k_cache, float* v_cache, int64_t ctx, cudaStream_t stream, const SlotMap& slots) {
-  kv_append_impl(k, v, n_tokens, n_kv, head_dim, positions, k_cache, v_cache, ctx, stream, slots);
+               float* k_cache, float* v_cache, int64_t ctx, cudaStream_t stream) {
+  kv_append_impl(k, v, n_tokens, n_kv, head_dim, positions, k_cache, v_cache, ctx, stream);
 }
 
 void kv_append(const float* k, const float* v, int n_tokens, int n_kv, int head_dim, const int32_t* positions,
-               BlockQ8_0* k_cache, BlockQ8_0* v_cache, int64_t ctx, cudaStream_t stream, const SlotMap& slots) {
-  if (n_tokens <= 0 || n_kv <= 0) return;
+               BlockQ8_0* k_cache, BlockQ8_0* v_cache, int64_t ctx, cudaStream_t stream) {
+  if (n_tokens <= 0) return;
   if (head_dim <= 0 || head_dim % QK != 0)
     throw Error("kv_append: a q8_0 KV cache needs head_dim a multiple of 32, not " + std::to_string(head_dim));
-  check_append(n_tokens, slots);
+  if (n_tokens > 65535) throw Error("kv_append: at most 65535 tokens per call");
   const int blocks = n_kv * (head_dim / QK), per_tb = kThreads / 32;
   const dim3 grid(static_cast<unsigned>((blocks + per_tb - 1) / per_tb), static_cast<unsigned>(n_tokens));
-  kv_append_q8_0_kernel<<<grid, kThreads, 0, stream>>>(k, v, n_kv, head_dim, positions, k_cache, v_cache, ctx,
-                                                       slots);
+  kv_append_q8_0_kernel<<<grid, kThreads, 0, stream>>>(k, v, n_kv, head_dim, positions, k_cache, v_cache, ctx);
   MS_CUDA_CHECK_LAUNCH();
 }
 

@@ -39,7 +39,6 @@ const Registry& registry() {
     register_quant_ops(reg);
     register_cpu_ops(reg);
     register_cuda_impls(reg);
-    register_cuda_batch_ops(reg);
     register_cuda_fused_impls(reg);
     register_cuda_moe_impls(reg);
     return reg;

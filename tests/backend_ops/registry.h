@@ -82,7 +82,6 @@ const Registry& registry();
 void register_quant_ops(Registry& r);
 void register_cpu_ops(Registry& r);
 void register_cuda_impls(Registry& r);  // no-op in a build without CUDA
-void register_cuda_batch_ops(Registry& r);  // ops_cuda_batch.cpp; no-op without CUDA
 void register_cuda_fused_impls(Registry& r);  // ops_cuda_fused.cpp (no-op without CUDA)
 void register_cuda_moe_impls(Registry& r);    // ops_cuda_moe.cpp (no-op without CUDA)
 

@@ -531,8 +531,8 @@ TEST(CudaAttention, PrefillWideWindowIsThePlainResult) {
   neg.window = -1;
   EXPECT_THROW(attention_prefill(as, nullptr, static_cast<const uint16_t*>(nullptr), nullptr, 1, 0, nullptr, s, neg),
                Error);
-  EXPECT_THROW(attention_decode(as, nullptr, static_cast<const uint16_t*>(nullptr),
-                                static_cast<const uint16_t*>(nullptr), 1, nullptr, nullptr, nullptr, s, neg),
+  EXPECT_THROW(attention_decode(as, nullptr, static_cast<const uint16_t*>(nullptr), nullptr, 1, nullptr, nullptr,
+                                nullptr, s, neg),
                Error);
 }
 

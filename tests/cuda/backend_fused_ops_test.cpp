@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include "cuda/backend/decode_fused.h"
-#include "cuda/backend/prefill_fused.h"
 #include "cuda/ops.h"
 #include "cuda_test_util.h"
 
@@ -91,9 +90,8 @@ TEST(CudaBackendFusedOps, QkPrologueMatchesSeparateOps) {
     kv_append(qa + qd, qa + qd + kvd, 1, p.n_kv, p.hd, dpos.as<int32_t>(), kc_a.as<uint16_t>(), vc_a.as<uint16_t>(),
               ctx, s);
     // Fused.
-    batch_qk_prologue(b.as<float>(), b.as<float>() + qd, b.as<float>() + qd + kvd, 1, p.n_head, p.n_kv, p.hd, qnorm,
-                      knorm, 1e-6f, p.n_rot, dpos.as<int32_t>(), 1e6f, 1.f, p.mode, kc_b.as<uint16_t>(),
-                      vc_b.as<uint16_t>(), ctx, s);
+    decode_qk_prologue(b.as<float>(), p.n_head, p.n_kv, p.hd, qnorm, knorm, 1e-6f, p.n_rot, dpos.as<int32_t>(), 1e6f,
+                       1.f, p.mode, kc_b.as<uint16_t>(), vc_b.as<uint16_t>(), ctx, s);
     s.synchronize();
     const auto ra = download<float>(a.get(), qd + kvd), rb = download<float>(b.get(), qd + kvd);
     for (int64_t i = 0; i < qd + kvd; ++i) ASSERT_NEAR(rb[i], ra[i], 2e-5f * (1.f + std::fabs(ra[i]))) << i;
@@ -129,9 +127,8 @@ TEST(CudaBackendFusedOps, QkPrologueF32CacheMatchesSeparateOps) {
     }
     rope(qa, 1, p.n_head + p.n_kv, p.hd, p.n_rot, dpos.as<int32_t>(), 1e6f, 1.f, p.mode, s);
     kv_append(qa + qd, qa + qd + kvd, 1, p.n_kv, p.hd, dpos.as<int32_t>(), kc_a.as<float>(), vc_a.as<float>(), ctx, s);
-    batch_qk_prologue(b.as<float>(), b.as<float>() + qd, b.as<float>() + qd + kvd, 1, p.n_head, p.n_kv, p.hd, qnorm,
-                      knorm, 1e-6f, p.n_rot, dpos.as<int32_t>(), 1e6f, 1.f, p.mode, kc_b.as<float>(), vc_b.as<float>(),
-                      ctx, s);
+    decode_qk_prologue(b.as<float>(), p.n_head, p.n_kv, p.hd, qnorm, knorm, 1e-6f, p.n_rot, dpos.as<int32_t>(), 1e6f,
+                       1.f, p.mode, kc_b.as<float>(), vc_b.as<float>(), ctx, s);
     s.synchronize();
     const auto ra = download<float>(a.get(), qd + kvd), rb = download<float>(b.get(), qd + kvd);
     for (int64_t i = 0; i < qd + kvd; ++i) ASSERT_NEAR(rb[i], ra[i], 2e-5f * (1.f + std::fabs(ra[i]))) << i;

@@ -252,9 +252,8 @@ TEST(CudaOps, RopeYarnMatchesCpu) {
       // The decode prologue: one token at the last position, q|k|v in one row.
       std::vector<float> qkv = random_floats(static_cast<size_t>((n_head + 2 * n_kv) * hd), rng);
       DeviceBuffer dqkv = upload(qkv), dlast = upload(std::vector<int32_t>{pos.back()});
-      float* row = dqkv.as<float>();
-      batch_qk_prologue(row, row + n_head * hd, row + (n_head + n_kv) * hd, 1, n_head, n_kv, hd, nullptr, nullptr,
-                        1e-6f, n_rot, dlast.as<int32_t>(), 1e6f, sc, mode, kc.as<float>(), vc.as<float>(), ctx, s);
+      decode_qk_prologue(dqkv.as<float>(), n_head, n_kv, hd, nullptr, nullptr, 1e-6f, n_rot, dlast.as<int32_t>(), 1e6f,
+                         sc, mode, kc.as<float>(), vc.as<float>(), ctx, s);
       std::vector<float> qk(qkv.begin(), qkv.begin() + (n_head + n_kv) * hd);
       ms::rope_ref(qk.data(), n_head + n_kv, hd, n_rot, pos.back(), 1e6f, sc, mode);
       expect_near_all(download<float>(dqkv.get(), qk.size()), std::vector<double>(qk.begin(), qk.end()), 1e-5, 1e-5,

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda/attention.h"
+#include "cuda/attention_multi.h"
 #include "cuda/backend/cuda_backend_impl.h"
 #include "cuda/backend/device_state_store.h"
 #include "cuda/backend/mtp_on_host.h"
@@ -193,22 +194,16 @@ void CudaBackend::Impl::layout_activations(cuda::Layout& L) {
   step_in = L.take_n<int32_t>(4);
   run_kv_len = L.take_n<int32_t>(b);
   row_slot = L.take_n<int32_t>(b);
-  row_kv_len = L.take_n<int32_t>(b);
-  // A rows pass: one token each of up to n_seq sequences, or verify batches
-  // of a few tokens each (kRowRunMax).
-  multi_rows = opt.n_seq > 1 ? std::min(B, opt.n_seq * kRowRunMax) : 1;
-  // Every row of a rows pass has its own split partials in the scratch. The
-  // generic path's shapes split each row's context into fixed chunks, so at
-  // long contexts that grows with the rows: past kMaxRowsScratch, passes of
-  // several sequences run per sequence instead.
-  constexpr size_t kMaxRowsScratch = size_t{128} << 20;
-  if (multi_rows > 1 &&
-      cuda::attention_decode_scratch_bytes(attn_shape(), static_cast<int>(kv.ctx()), multi_rows) > kMaxRowsScratch)
-    multi_rows = 1;
+  if (opt.n_seq > 1 && cuda::attention_decode_multi_supported(attn_shape())) {
+    // A pass of one token per sequence has at most n_seq rows.
+    multi_rows = std::min(B, opt.n_seq);
+    multi_attn_scratch =
+        L.take(cuda::attention_decode_multi_scratch_bytes(attn_shape(), multi_rows, static_cast<int>(kv.ctx())));
+  }
   router_counter = L.take_n<uint32_t>(1);
   logits = L.take_n<float>(static_cast<size_t>(kLogitRows) * c.n_vocab);
   xq8 = cuda::q8act_view(L.take(cuda::q8act_bytes(c.n_embd, B)), c.n_embd, B);
-  attn_scratch = L.take(cuda::attention_decode_scratch_bytes(attn_shape(), static_cast<int>(kv.ctx()), multi_rows));
+  attn_scratch = L.take(cuda::attention_decode_scratch_bytes(attn_shape(), static_cast<int>(kv.ctx())));
   // An attention block's per-token buffers and a Gated DeltaNet block's are
   // never live together: a layer is one kind, and a block's buffers are dead
   // once it has added its output to h (one stream). In a model of both kinds
@@ -282,7 +277,7 @@ void CudaBackend::Impl::allocate_activations() {
   layout_activations(bind);
   // router_counter and the attention scratch's counters start at 0 (the constructor syncs after this)
   MS_CUDA_CHECK(cudaMemset(act_arena.base(), 0, act_arena.capacity()));
-  host_in = cuda::PinnedBuffer(sizeof(int32_t) * 5 * static_cast<size_t>(B) + 64);
+  host_in = cuda::PinnedBuffer(sizeof(int32_t) * 4 * static_cast<size_t>(B) + 64);
   host_logits = cuda::PinnedBuffer(sizeof(float) * kLogitRows * static_cast<size_t>(c.n_vocab));
   copy_done.clear();
   for (int i = 0; i < kCopyChunks; ++i) copy_done.emplace_back(false);
@@ -306,7 +301,8 @@ void CudaBackend::Impl::set_kv_type(KvType type) {
   MS_CUDA_CHECK(cudaStreamSynchronize(stream));
   graph.reset();
   for (auto& g : hybrid_graphs) g->reset();
-  seq_graphs.clear();
+  seq_graph.reset();
+  seq_graph_key.clear();
   kv.reallocate(type);
 }
 
@@ -370,7 +366,7 @@ void CudaBackend::set_route_hook(RouteHook hook, bool want_hidden) {
 int64_t CudaBackend::ctx_capacity() const { return impl_->kv.ctx(); }
 int CudaBackend::max_batch() const { return impl_->B; }
 std::string CudaBackend::batch_reason() const { return impl_->pass.why; }
-int CudaBackend::graph_captures() const { return impl_->graph.captures() + impl_->seq_captures; }
+int CudaBackend::graph_captures() const { return impl_->graph.captures() + impl_->seq_graph.captures(); }
 uint64_t CudaBackend::pinned_split_passes() const { return impl_->pinned_splits; }
 std::string CudaBackend::device_description() const { return cuda::describe(impl_->info); }
 std::string CudaBackend::device_name() const { return impl_->info.name; }
@@ -455,9 +451,16 @@ static void check_device_cache(const KvCache& kv, const cuda::DeviceKvCache& dev
                 " (a later make_cache switched it; the device holds one cache)");
 }
 
-// The decode graphs read the step's slot from the device (step_in[3]): a
-// step of another sequence replays them.
-void CudaBackend::Impl::select_slot(int slot) { cur_slot = slot; }
+void CudaBackend::Impl::select_slot(int slot) {
+  cur_slot = slot;
+  if (slot == graph_slot) return;
+  // The decode graphs hold the K/V (and recurrent state) addresses of the
+  // slot they were captured for.
+  MS_CUDA_CHECK(cudaStreamSynchronize(stream));
+  graph.reset();
+  for (auto& g : hybrid_graphs) g->reset();
+  graph_slot = slot;
+}
 
 void CudaBackend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<float>& logits) {
   Impl& m = *impl_;

@@ -23,7 +23,6 @@
 #include "cuda/backend/resident_experts.h"
 #include "cuda/device.h"
 #include "cuda/matvec.h"
-#include "cuda/slot_map.h"
 #include "engine/moe_step.h"
 #include "experts/pass_size.h"
 #include "model/recipe.h"
@@ -63,31 +62,15 @@ struct CudaBackend::Impl final : LayerBlocks {
   uint32_t* router_counter = nullptr;
   int32_t *tok = nullptr, *pos = nullptr, *route_ids = nullptr, *step_in = nullptr;
   // Multi-sequence passes: per run, its attention length (pos0 + n), for
-  // the decode attention of one-token runs taken per run.
+  // the decode attention of one-token runs.
   int32_t* run_kv_len = nullptr;
-  // Per row of a multi-sequence pass, its slot and attention length (pos +
-  // 1): a rows pass (rows_pass) runs the attention prologue, the decode
-  // attention and the recurrence of all its rows in one launch each, the
-  // kernels reading these on the device (src/cuda/slot_map.h, attention.h
-  // DecodeRows). attn_scratch holds up to multi_rows rows.
+  // Per row of a multi-sequence pass, its slot (the multi-row kernels of
+  // src/cuda/attention_multi.h and kv_multi.h read it on the device); the
+  // multi-row decode attention's scratch, for up to multi_rows rows (null
+  // when n_seq is 1 or the shape is not served: a launch per sequence then).
   int32_t* row_slot = nullptr;
-  int32_t* row_kv_len = nullptr;
-  int multi_rows = 1;
-  // This pass is a rows pass: every run at most kRowRunMax tokens (one token
-  // each of several sequences, verify batches), n <= multi_rows; rows_span
-  // bounds the rows' attention lengths (a decode span).
-  static constexpr int kRowRunMax = 16;
-  bool rows_pass = false;
-  int rows_span = 0;
-  // The decode step of one sequence: its slot on the device (step_in[3]),
-  // read by the attention and recurrence launches so that the decode graphs
-  // hold no slot's addresses (null outside the decode step).
-  const int32_t* decode_slot = nullptr;
-  struct DecodeSlotScope {  // sets decode_slot for one step's enqueue, clears it even on a throw
-    Impl& m;
-    DecodeSlotScope(Impl& impl, const int32_t* p) : m(impl) { m.decode_slot = p; }
-    ~DecodeSlotScope() { m.decode_slot = nullptr; }
-  };
+  void* multi_attn_scratch = nullptr;
+  int multi_rows = 0;
   cuda::Q8Act xq8, attq8, ffq8;
   // Gated attention (arch->attn_output_gate): Wq's [q | gate] rows (decode:
   // the stacked Wq|Wk|Wv row), and the gates split from them.
@@ -123,9 +106,11 @@ struct CudaBackend::Impl final : LayerBlocks {
 
   // Sequence states (Options::n_seq): the pool make_cache draws from when
   // there is more than one; the slot the pass being enqueued runs on (single
-  // sequence passes: forward(); the decode step uploads it as step_in[3]).
+  // sequence passes: forward()); the slot the decode graphs were captured for
+  // (they hold its K/V addresses).
   std::shared_ptr<SeqSlotPool> slots;
   int cur_slot = 0;
+  int graph_slot = 0;
   // One entry's rows in a multi-sequence pass: rows row0 .. row0+n-1 of the
   // pass, at positions pos0 .. of slot `slot`.
   struct SeqRun {
@@ -152,23 +137,14 @@ struct CudaBackend::Impl final : LayerBlocks {
   cuda::DecodeGraph graph;
   // Hybrid decode: per layer, its attention and the FFN's norm + router.
   std::vector<std::unique_ptr<cuda::DecodeGraph>> hybrid_graphs;
-  // Multi-sequence rows passes (all experts resident): the layers replayed
-  // from a graph captured for the pass's shape bucket {rows, decode span}
-  // (the key of seq_graphs), not for which slots are in it: slots, tokens,
-  // positions and attention lengths come from device memory, uploaded before
-  // each launch, so a join or a leave that keeps the row count and span
-  // replays a graph. A few shapes are kept (decode steps and the short
-  // prompt or verify passes between them alternate); a new one past
-  // kSeqGraphs drops the least recently used.
-  static constexpr size_t kSeqGraphs = 8;
-  struct SeqGraph {
-    int n = 0, span = 0;
-    uint64_t used = 0;  // the pass count when last launched
-    std::unique_ptr<cuda::DecodeGraph> graph;
-  };
-  std::vector<SeqGraph> seq_graphs;
-  uint64_t seq_passes = 0;
-  int seq_captures = 0;
+  // Multi-sequence steps of one token per sequence (all experts resident):
+  // the layers replayed from a graph captured for the step's shape, its
+  // runs' (slot, decode span) in order (seq_graph_key); re-captured when a
+  // sequence joins, leaves or outgrows its span (every kGraphKvStep
+  // positions). Tokens, positions and attention lengths come from device
+  // memory, uploaded before each launch.
+  cuda::DecodeGraph seq_graph;
+  std::vector<int> seq_graph_key;
   bool seq_graph_ok = true;  // false after a failed capture: direct launches from then on
   // Hybrid decode with prefetch: per layer, the next layer whose MoE step is
   // planned on the host (-1: none), whose router the span's end applies to
@@ -232,12 +208,12 @@ struct CudaBackend::Impl final : LayerBlocks {
   void small_projection(const cuda::DevMat& m, int n, float* y);
   void check_hybrid_arch() const;
   void prologue(int il, int slot, int n, float* qp, float* kp, float* vp, const int32_t* positions, bool one_qkv,
-                RopeMode rm, const cuda::SlotMap& slots = {});
+                RopeMode rm);
   void attend(int il, const AttentionBlock& b, int slot, int row0, int n, const int32_t* positions, bool decode,
               int max_kv_len, const int32_t* kv_len, int pos0, bool one_qkv, float* qp, float* kp, float* vp);
-  // A rows pass: the prologue and the decode attention of all its rows in
-  // one launch each, on the rows' slots.
-  void attend_decode_rows(int il, const AttentionBlock& b, int n, const int32_t* positions, float* qp, float* kp,
+  // A multi-sequence pass of one token per sequence: the prologue and the
+  // decode attention of all its rows in one launch each, when they can be.
+  bool attend_decode_rows(int il, const AttentionBlock& b, int n, const int32_t* positions, float* qp, float* kp,
                           float* vp);
   void router_logits_rows(const cuda::DevMat& R, int n);
   // Router R on the FFN input x of n tokens: top-k ids and weights.
@@ -264,7 +240,7 @@ struct CudaBackend::Impl final : LayerBlocks {
   void prefill(const int32_t* tokens, int n, int64_t pos0, float* out, bool all);
   void prefill_batch(const int32_t* tokens, int n, int64_t pos0, float* out, bool all);
   // ---- several sequences (forward_seqs)
-  void select_slot(int slot);  // cur_slot (the decode graphs read it on the device: they stay)
+  void select_slot(int slot);  // cur_slot, dropping decode graphs captured for another
   // One pass over `runs` (tokens: n of them, in run order): logits of the
   // rows `want` (ascending) into out, one n_vocab row each.
   void run_seqs(const int32_t* tokens, int n, const std::vector<int>& want, float* out);

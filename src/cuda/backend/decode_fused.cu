@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cuda/backend/decode_fused.h"
+#include "cuda/backend/head_prologue.cuh"
 #include "cuda/common.cuh"
 #include "cuda/last_block.cuh"
 #include "cuda/pdl.cuh"
@@ -19,6 +20,30 @@
 
 namespace ms::cuda {
 namespace {
+
+// One block per head: q heads, then k heads, then v heads. T: the cache's
+// element type (__half or float).
+template <class T>
+__global__ void __launch_bounds__(kHeadPrologueThreads)
+    qk_prologue_kernel(float* qkv, int n_head, int n_kv, int hd, const float* __restrict__ q_norm,
+                       const float* __restrict__ k_norm, float eps, int n_rot, const int32_t* __restrict__ position,
+                       double log2_base, RopeScaling scaling, bool neox, T* k_cache, T* v_cache, int64_t ctx) {
+  // Launched with programmatic dependent launch (pdl.cuh), as the matvecs
+  // around it: qkv is the previous kernel's output.
+  dev::pdl_wait();
+  dev::pdl_trigger();
+  const int b = blockIdx.x;
+  const int pos = __ldg(position);
+  const bool pos_ok = pos >= 0 && pos < ctx;
+  float* row = qkv + static_cast<int64_t>(b) * hd;
+  if (b >= n_head + n_kv) {  // v head: cache only
+    if (pos_ok) dev::head_store_v(row, hd, v_cache, b - n_head - n_kv, pos, ctx);
+    return;
+  }
+  const bool is_q = b < n_head;
+  dev::head_norm_rope(row, hd, is_q ? q_norm : k_norm, eps, n_rot, pos, log2_base, scaling, neox,
+                      is_q || !pos_ok ? static_cast<T*>(nullptr) : k_cache, b - n_head, ctx);
+}
 
 constexpr int kRowThreads = 1024;
 
@@ -120,6 +145,36 @@ void rmsnorm_row_q8(const float* x, const float* w, float* out, int64_t n, float
                  : per <= 4 ? rmsnorm_row_q8_kernel<4>
                             : rmsnorm_row_q8_kernel<8>;
   MS_CUDA_CHECK(launch_pdl(kernel, dim3(1), dim3(kRowThreads), 0, stream, x, w, out, nn, eps, q8.q, ds));
+}
+
+namespace {
+
+template <class T>
+void qk_prologue_impl(float* qkv, int n_head, int n_kv, int head_dim, const float* q_norm, const float* k_norm,
+                      float eps, int n_rot, const int32_t* position, float theta_base, RopeScaling scaling, RopeMode mode,
+                      T* k_cache, T* v_cache, int64_t ctx, cudaStream_t stream) {
+  if (n_head <= 0 || n_kv <= 0) return;
+  check_head_prologue_args("decode_qk_prologue", head_dim, n_rot);
+  MS_CUDA_CHECK(launch_pdl(qk_prologue_kernel<T>, dim3(n_head + 2 * n_kv), dim3(kHeadPrologueThreads), 0, stream, qkv,
+                           n_head, n_kv, head_dim, q_norm, k_norm, eps, n_rot, position,
+                           std::log2(static_cast<double>(theta_base)), scaling, mode == RopeMode::Neox, k_cache,
+                           v_cache, ctx));
+}
+
+}  // namespace
+
+void decode_qk_prologue(float* qkv, int n_head, int n_kv, int head_dim, const float* q_norm, const float* k_norm,
+                        float eps, int n_rot, const int32_t* position, float theta_base, RopeScaling scaling,
+                        RopeMode mode, uint16_t* k_cache, uint16_t* v_cache, int64_t ctx, cudaStream_t stream) {
+  qk_prologue_impl(qkv, n_head, n_kv, head_dim, q_norm, k_norm, eps, n_rot, position, theta_base, scaling, mode,
+                   reinterpret_cast<__half*>(k_cache), reinterpret_cast<__half*>(v_cache), ctx, stream);
+}
+
+void decode_qk_prologue(float* qkv, int n_head, int n_kv, int head_dim, const float* q_norm, const float* k_norm,
+                        float eps, int n_rot, const int32_t* position, float theta_base, RopeScaling scaling,
+                        RopeMode mode, float* k_cache, float* v_cache, int64_t ctx, cudaStream_t stream) {
+  qk_prologue_impl(qkv, n_head, n_kv, head_dim, q_norm, k_norm, eps, n_rot, position, theta_base, scaling, mode,
+                   k_cache, v_cache, ctx, stream);
 }
 
 }  // namespace ms::cuda

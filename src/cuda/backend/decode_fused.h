@@ -11,8 +11,18 @@
 
 namespace ms::cuda {
 
-// The attention prologue of one token is batch_qk_prologue (prefill_fused.h)
-// with n = 1 and q, k, v pointing into the stacked q|k|v row.
+// The attention prologue of one token. qkv = [n_head q heads | n_kv k heads |
+// n_kv v heads] of head_dim floats each (one stacked Wq|Wk|Wv product).
+//   q, k heads: RMSNorm over the head with q_norm / k_norm (null: none), then
+//               RoPE at position[0] (as rope()), in place;
+//   k, v heads: written to the cache (f16 or f32) at position[0] (as kv_append()).
+// Equals rmsnorm + rmsnorm + rope + rope + kv_append of ops.h, in one launch.
+void decode_qk_prologue(float* qkv, int n_head, int n_kv, int head_dim, const float* q_norm, const float* k_norm,
+                        float eps, int n_rot, const int32_t* position, float theta_base, RopeScaling scaling,
+                        RopeMode mode, uint16_t* k_cache, uint16_t* v_cache, int64_t ctx, cudaStream_t stream);
+void decode_qk_prologue(float* qkv, int n_head, int n_kv, int head_dim, const float* q_norm, const float* k_norm,
+                        float eps, int n_rot, const int32_t* position, float theta_base, RopeScaling scaling,
+                        RopeMode mode, float* k_cache, float* v_cache, int64_t ctx, cudaStream_t stream);
 
 // RMSNorm of one row of n floats (n a multiple of 32, at most 8192) with its
 // Q8 quantization, as rmsnorm(x, w, out, 1, n, eps, stream, &q8) of ops.h

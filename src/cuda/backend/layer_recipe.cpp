@@ -16,6 +16,7 @@
 #include <variant>
 
 #include "cuda/attention.h"
+#include "cuda/attention_multi.h"
 #include "cuda/backend/cuda_backend_impl.h"
 #include "cuda/backend/decode_fused.h"
 #include "cuda/backend/prefill_fused.h"
@@ -23,6 +24,7 @@
 #include "cuda/expert_ffn.h"
 #include "cuda/gemm.h"
 #include "cuda/gated_ops.h"
+#include "cuda/kv_multi.h"
 #include "cuda/matvec.h"
 #include "cuda/ops.h"
 #include "util/error.h"
@@ -148,12 +150,12 @@ void CudaBackend::Impl::attention_block(int il, const AttentionBlock& b, int n, 
   if (block_pass.runs == nullptr) {
     attend(il, b, block_pass.slot, 0, n, positions, decode, max_kv_len, kv_len, pos0, one_qkv, qp, kp, vp);
   } else {
-    // Several sequences: a rows pass in one launch each on the rows' slots;
-    // else each run's rows against its own slot (prompt chunks: the prefill
-    // attention; one token: the decode attention, as forward()).
+    // Several sequences: each run's rows against its own slot (prompt chunks:
+    // the prefill attention; one token: the decode attention, as forward()).
     const std::vector<SeqRun>& rs = *block_pass.runs;
-    if (rows_pass) attend_decode_rows(il, b, n, positions, qp, kp, vp);
-    for (size_t i = 0; i < rs.size() && !rows_pass; ++i) {
+    const bool rows_done = !one_qkv && static_cast<int>(rs.size()) == n &&
+                           attend_decode_rows(il, b, n, positions, qp, kp, vp);
+    for (size_t i = 0; i < rs.size() && !rows_done; ++i) {
       const SeqRun& r = rs[i];
       attend(il, b, r.slot, r.row0, r.n, positions + r.row0, r.n == 1, cuda::decode_kv_span(r.pos0, kv_ctx),
              run_kv_len + i, static_cast<int>(r.pos0), one_qkv, qp, kp, vp);
@@ -165,16 +167,19 @@ void CudaBackend::Impl::attention_block(int il, const AttentionBlock& b, int n, 
   if (b.output_bias) cuda::add_row_bias(h, L.bo, n, c.n_embd, s);
 }
 
-// A rows pass of n rows (row t: slot row_slot[t], attention length
-// row_kv_len[t]; one token each of several sequences, or a verify batch's
-// tokens of one sequence with increasing lengths): the q/k prologue with
-// the cache appends of every row, then the decode attention of every row,
-// one launch each (a q8_0 cache or biases: the prologue's separate
-// launches), reading slots and lengths on the device: the launches do not
-// depend on which slots are in the pass.
-void CudaBackend::Impl::attend_decode_rows(int il, const AttentionBlock& b, int n, const int32_t* positions,
+// n rows, one token of a different sequence each (row t: slot row_slot[t],
+// attention length run_kv_len[t]): the q/k prologue and the decode
+// attention in one launch each (src/cuda/kv_multi.h, attention_multi.h).
+// False (nothing launched) where those kernels do not serve this layer: the
+// caller then runs a launch pair per sequence.
+bool CudaBackend::Impl::attend_decode_rows(int il, const AttentionBlock& b, int n, const int32_t* positions,
                                            float* qp, float* kp, float* vp) {
   const cuda::DevLayer& L = weights.layer(il);
+  if (multi_attn_scratch == nullptr || n > multi_rows || L.bq || !opt.fused_prefill ||
+      (L.q_norm == nullptr) != (L.k_norm == nullptr))
+    return false;
+  int span = 0;
+  for (const SeqRun& r : runs) span = std::max(span, cuda::decode_kv_span(r.pos0, kv.ctx()));
   const cuda::AttentionShape shape = attn_shape();
   cuda::AttentionExtras extras;
   extras.sinks = b.sinks ? L.attn_sinks : nullptr;
@@ -182,28 +187,17 @@ void CudaBackend::Impl::attend_decode_rows(int il, const AttentionBlock& b, int 
   kv.with_layer(il, 0, [&](auto* kc, auto* vc) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(kc)>>;
     const auto stride = static_cast<int64_t>(kv.slot_stride() / sizeof(T));
-    const cuda::SlotMap slots{row_slot, stride, kv.n_seq()};
-    if (!L.bq && opt.fused_prefill && (L.q_norm == nullptr) == (L.k_norm == nullptr))
-      cuda::batch_qk_prologue(qp, kp, vp, n, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps,
-                              c.n_rot, positions, c.rope_base, c.rope_scaling, b.rope_mode, kc, vc, kv.ctx(), stream,
-                              slots);
-    else
-      prologue(il, 0, n, qp, kp, vp, positions, false, b.rope_mode, slots);
-    cuda::DecodeRows rows;
-    rows.n = n;
-    rows.slots = row_slot;
-    rows.kv_len = row_kv_len;
-    rows.slot_stride = stride;
-    rows.n_slots = kv.n_seq();
-    cuda::attention_decode(shape, qp, kc, vc, rows, rows_span, att, attn_scratch, stream, extras);
+    cuda::batch_qk_prologue_multi(qp, kp, vp, n, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps,
+                                  c.n_rot, row_slot, positions, c.rope_base, c.rope_scaling, b.rope_mode, kc, vc,
+                                  stride, kv.n_seq(), kv.ctx(), stream);
+    cuda::attention_decode_multi(shape, qp, kc, vc, stride, kv.n_seq(), n, row_slot, run_kv_len, span, att,
+                                 multi_attn_scratch, stream, extras);
   });
+  return true;
 }
 
 // Rows row0 .. row0+n-1 of q/k/v (one sequence, at slot `slot`): q/k norms,
-// rope, the cache append, then attention into the same rows of att. The
-// decode step (decode_slot set) finds its slot on the device instead, so its
-// graph holds no slot's addresses (a later step of another sequence replays
-// it).
+// rope, the cache append, then attention into the same rows of att.
 void CudaBackend::Impl::attend(int il, const AttentionBlock& b, int slot, int row0, int n, const int32_t* positions,
                                bool decode, int max_kv_len, const int32_t* kv_len, int pos0, bool one_qkv, float* qp,
                                float* kp, float* vp) {
@@ -216,44 +210,38 @@ void CudaBackend::Impl::attend(int il, const AttentionBlock& b, int slot, int ro
   vp += row0 * kvd;
   float* out = att + row0 * qd;
   const bool fusable_cache = kv.type() != KvType::Q8_0;
-  const bool on_device = decode && decode_slot != nullptr;
-  const int base = on_device ? 0 : slot;
+  if (one_qkv && !L.bq && opt.fused_decode && fusable_cache) {
+    kv.with_layer(il, slot, [&](auto* kc, auto* vc) {
+      if constexpr (fused_prologue_cache<decltype(kc)>)
+        cuda::decode_qk_prologue(qkv, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps, c.n_rot,
+                                 positions, c.rope_base, c.rope_scaling, b.rope_mode, kc, vc, kv_ctx, s);
+    });
+  } else if (!one_qkv && !L.bq && opt.fused_prefill && fusable_cache &&
+             (L.q_norm == nullptr) == (L.k_norm == nullptr)) {
+    kv.with_layer(il, slot, [&](auto* kc, auto* vc) {
+      if constexpr (fused_prologue_cache<decltype(kc)>)
+        cuda::batch_qk_prologue(qp, kp, vp, n, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps,
+                                c.n_rot, positions, c.rope_base, c.rope_scaling, b.rope_mode, kc, vc, kv_ctx,
+                                s);
+    });
+  } else {
+    prologue(il, slot, n, qp, kp, vp, positions, one_qkv, b.rope_mode);
+  }
   const cuda::AttentionShape shape = attn_shape();
   cuda::AttentionExtras extras;  // gpt-oss: sinks, and the window on its sliding layers
   extras.sinks = b.sinks ? L.attn_sinks : nullptr;
   extras.window = b.window;
-  kv.with_layer(il, base, [&](auto* kc, auto* vc) {
-    using T = std::remove_cv_t<std::remove_pointer_t<decltype(kc)>>;
-    cuda::SlotMap slots;
-    if (on_device) slots = {decode_slot, static_cast<int64_t>(kv.slot_stride() / sizeof(T)), kv.n_seq()};
-    // The fused prologue: one launch (decode: q, k, v adjacent in the stacked row).
-    const bool fused = fusable_cache && !L.bq &&
-                       (one_qkv ? opt.fused_decode
-                                : opt.fused_prefill && (L.q_norm == nullptr) == (L.k_norm == nullptr));
-    if (!fused) {
-      prologue(il, base, n, qp, kp, vp, positions, one_qkv, b.rope_mode, slots);
-    } else if constexpr (fused_prologue_cache<decltype(kc)>) {
-      cuda::batch_qk_prologue(qp, kp, vp, n, c.n_head, c.n_head_kv, c.head_dim, L.q_norm, L.k_norm, c.rms_eps,
-                              c.n_rot, positions, c.rope_base, c.rope_scaling, b.rope_mode, kc, vc, kv_ctx, s, slots);
-    }
-    if (decode) {
-      cuda::DecodeRows rows;
-      rows.kv_len = kv_len;
-      rows.slots = slots.slots;
-      rows.slot_stride = slots.stride;
-      rows.n_slots = slots.n_slots;
-      cuda::attention_decode(shape, qp, kc, vc, rows, max_kv_len, out, attn_scratch, s, extras);
-    } else {
+  kv.with_layer(il, slot, [&](const auto* kc, const auto* vc) {
+    if (decode)
+      cuda::attention_decode(shape, qp, kc, vc, max_kv_len, kv_len, out, attn_scratch, s, extras);
+    else
       cuda::attention_prefill(shape, qp, kc, vc, n, pos0, out, s, extras);
-    }
   });
 }
 
 // Biases, q/k norms, rope and the cache append as separate launches.
-// slots: the rows' slots (a rows pass; `slot` is then 0) or the default, one
-// sequence at `slot`.
 void CudaBackend::Impl::prologue(int il, int slot, int n, float* qp, float* kp, float* vp,
-                                 const int32_t* positions, bool one_qkv, RopeMode rm, const cuda::SlotMap& slots) {
+                                 const int32_t* positions, bool one_qkv, RopeMode rm) {
   cudaStream_t s = stream;
   const cuda::DevLayer& L = weights.layer(il);
   const int64_t hd = c.head_dim;
@@ -278,7 +266,7 @@ void CudaBackend::Impl::prologue(int il, int slot, int n, float* qp, float* kp, 
     cuda::rope(kp, n, c.n_head_kv, c.head_dim, c.n_rot, positions, c.rope_base, c.rope_scaling, rm, s);
   }
   kv.with_layer(il, slot, [&](auto* kc, auto* vc) {
-    cuda::kv_append(kp, vp, n, c.n_head_kv, c.head_dim, positions, kc, vc, kv.ctx(), s, slots);
+    cuda::kv_append(kp, vp, n, c.n_head_kv, c.head_dim, positions, kc, vc, kv.ctx(), s);
   });
 }
 
@@ -507,7 +495,6 @@ void CudaBackend::Impl::copy_logits(float* dst, int m) {
 void CudaBackend::Impl::enqueue_decode(int max_kv_len) {
   const cuda::DevMat& embd = weights.token_embd;
   cuda::embed_rows(embd.type, embd.data, c.n_vocab, c.n_embd, step_in, 1, h, stream);
-  const DecodeSlotScope on_device(*this, step_in + 3);
   block_pass = {1, step_in + 1, true, max_kv_len, step_in + 2, 0, FfnPart::All, cur_slot};
   for (int il = 0; il < c.n_layer; ++il) run_layer(il);
   head(0, 1);
@@ -531,7 +518,6 @@ void CudaBackend::Impl::enqueue_hybrid_decode(int max_kv_len) {
     const bool last_whole = pinned_experts(last, 1);
     cuda::DecodeGraph& g = *hybrid_graphs[static_cast<size_t>(first)];
     auto span = [&] {
-      const DecodeSlotScope on_device(*this, step_in + 3);
       for (int il = first; il <= last; ++il) {
         if (il == 0) {
           const cuda::DevMat& embd = weights.token_embd;
@@ -567,7 +553,7 @@ void CudaBackend::Impl::decode(int32_t token, int64_t p, float* out) {
   in[0] = token;
   in[1] = static_cast<int32_t>(p);
   in[2] = static_cast<int32_t>(p + 1);
-  in[3] = cur_slot;  // the step's launches read their slot here (decode_slot)
+  in[3] = 0;
   MS_CUDA_CHECK(cudaMemcpyAsync(step_in, in, 4 * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
   const int max_kv = cuda::decode_kv_span(p, kv.ctx());
   const bool use_graph = opt.use_graph && !route_hook && (!hybrid || gated);
@@ -667,43 +653,29 @@ void CudaBackend::Impl::run_seqs(const int32_t* tokens, int n, const std::vector
   for (size_t i = 0; i < runs.size(); ++i) in[2 * B + static_cast<int>(i)] = static_cast<int32_t>(runs[i].pos0 + runs[i].n);
   for (const SeqRun& r : runs)
     for (int t = 0; t < r.n; ++t) in[3 * B + r.row0 + t] = r.slot;
-  // A rows pass: every run a few tokens (one each of several sequences, or
-  // verify batches); each row attends to the positions up to its own.
-  rows_pass = n <= multi_rows;
-  rows_span = 0;
-  for (const SeqRun& r : runs) {
-    rows_pass = rows_pass && r.n <= kRowRunMax;
-    rows_span = std::max(rows_span, cuda::decode_kv_span(r.pos0 + r.n - 1, kv.ctx()));
-    for (int t = 0; t < r.n; ++t) in[4 * B + r.row0 + t] = static_cast<int32_t>(r.pos0 + t + 1);
-  }
   MS_CUDA_CHECK(cudaMemcpyAsync(tok, in, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream));
   MS_CUDA_CHECK(cudaMemcpyAsync(pos, in + B, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream));
   MS_CUDA_CHECK(
       cudaMemcpyAsync(run_kv_len, in + 2 * B, sizeof(int32_t) * runs.size(), cudaMemcpyHostToDevice, stream));
   MS_CUDA_CHECK(cudaMemcpyAsync(row_slot, in + 3 * B, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream));
-  MS_CUDA_CHECK(cudaMemcpyAsync(row_kv_len, in + 4 * B, sizeof(int32_t) * n, cudaMemcpyHostToDevice, stream));
   if (hybrid) hybrid->begin_pass(n);
-  // A rows pass with every expert resident: nothing in the layers talks to
-  // the host, and every launch reads slots, positions and lengths on the
-  // device, so the layers replay from a graph captured for the pass's shape
-  // bucket {rows, span} (the decode graph's reasoning, for several
-  // sequences): a join or a leave that keeps both replays it.
+  // One token per sequence with every expert resident: nothing in the
+  // layers talks to the host, so they replay from a graph captured for this
+  // shape (the decode graph's reasoning, for several sequences).
+  bool decode_only = true;
+  for (const SeqRun& r : runs) decode_only = decode_only && r.n == 1;
   bool replayed = false;
-  if (rows_pass && opt.use_graph && seq_graph_ok && !route_hook && !hybrid) {
-    ++seq_passes;
-    SeqGraph* hit = nullptr;
-    for (SeqGraph& g : seq_graphs)
-      if (g.n == n && g.span == rows_span) hit = &g;
-    if (hit == nullptr) {
-      if (seq_graphs.size() >= kSeqGraphs)
-        seq_graphs.erase(std::min_element(seq_graphs.begin(), seq_graphs.end(),
-                                          [](const SeqGraph& a, const SeqGraph& b) { return a.used < b.used; }));
-      SeqGraph g{n, rows_span, 0, std::make_unique<cuda::DecodeGraph>()};
+  if (decode_only && opt.use_graph && seq_graph_ok && !route_hook && !hybrid) {
+    std::vector<int> key;
+    for (const SeqRun& r : runs) {
+      key.push_back(r.slot);
+      key.push_back(cuda::decode_kv_span(r.pos0, kv.ctx()));
+    }
+    if (key != seq_graph_key || !seq_graph.ready(0)) {
+      seq_graph_key.clear();
       try {
-        g.graph->capture(stream, 0, [&] { enqueue_seq_layers(n); });
-        ++seq_captures;
-        seq_graphs.push_back(std::move(g));
-        hit = &seq_graphs.back();
+        seq_graph.capture(stream, 0, [&] { enqueue_seq_layers(n); });
+        seq_graph_key = key;
       } catch (const Error& e) {
         cudaGetLastError();
         seq_graph_ok = false;
@@ -711,9 +683,8 @@ void CudaBackend::Impl::run_seqs(const int32_t* tokens, int n, const std::vector
                      "steps without graphs\n", e.what());
       }
     }
-    if (hit != nullptr) {
-      hit->used = seq_passes;
-      hit->graph->launch(stream);
+    if (!seq_graph_key.empty()) {
+      seq_graph.launch(stream);
       replayed = true;
     }
   }

@@ -14,10 +14,10 @@
 #include "cpu/delta_net.h"
 #include "cuda/backend/cuda_backend_impl.h"
 #include "cuda/delta_net.h"
+#include "cuda/delta_net_multi.h"
 #include "cuda/gated_ops.h"
 #include "cuda/matvec.h"
 #include "cuda/ops.h"
-#include "cuda/slot_map.h"
 #include "util/error.h"
 
 namespace ms {
@@ -89,25 +89,18 @@ void CudaBackend::Impl::linear_attention_block(int il, int n) {
     cuda::delta_rule_prompt(lin_conv + r * CD, CD, lin_g + r * nv, lin_beta + r * nv, nr, sh,
                             kv.delta_state(il, slot), lin_out + r * VD, s);
   };
-  if (block_pass.runs == nullptr && decode_slot != nullptr) {
-    // The decode step: its slot on the device (decode_slot), so the decode
-    // graph holds no slot's state addresses.
-    const cuda::SlotMap slots{decode_slot, static_cast<int64_t>(kv.recurrent_slot_stride() / sizeof(float)),
-                              kv.n_seq()};
-    cuda::conv1d_silu(lin_qkv, CD, n, CD, L.ssm_conv, c.lin.conv_kernel, kv.conv_state(il, 0), lin_conv, s, slots);
-    cuda::delta_prepare_qk(lin_conv, CD, n, sh, kL2NormEps, s);
-    cuda::delta_rule(lin_conv, CD, lin_g, lin_beta, n, sh, kv.delta_state(il, 0), lin_out, s, slots);
-  } else if (block_pass.runs == nullptr) {
+  if (block_pass.runs == nullptr) {
     recur(block_pass.slot, 0, n);
-  } else if (rows_pass) {
-    // A rows pass (one token each of several sequences, verify batches): the
-    // conv and the recurrence of every row in one launch each, row t on the
-    // state of slot row_slot[t] (src/cuda/slot_map.h; a sequence's rows walked
-    // in order, the sequences in parallel).
-    const cuda::SlotMap slots{row_slot, static_cast<int64_t>(kv.recurrent_slot_stride() / sizeof(float)), kv.n_seq()};
-    cuda::conv1d_silu(lin_qkv, CD, n, CD, L.ssm_conv, c.lin.conv_kernel, kv.conv_state(il, 0), lin_conv, s, slots);
+  } else if (static_cast<int>(block_pass.runs->size()) == n && n > 1) {
+    // One token per sequence: the conv and the recurrence of every row in
+    // one launch each (src/cuda/delta_net_multi.h: row t on slot
+    // row_slot[t], the same formulas as the one-token kernels).
+    const auto stride = static_cast<int64_t>(kv.recurrent_slot_stride() / sizeof(float));
+    cuda::conv1d_silu_multi(lin_qkv, CD, n, CD, L.ssm_conv, c.lin.conv_kernel, kv.conv_state(il, 0), stride,
+                            kv.n_seq(), row_slot, lin_conv, s);
     cuda::delta_prepare_qk(lin_conv, CD, n, sh, kL2NormEps, s);
-    cuda::delta_rule(lin_conv, CD, lin_g, lin_beta, n, sh, kv.delta_state(il, 0), lin_out, s, slots);
+    cuda::delta_rule_multi(lin_conv, CD, lin_g, lin_beta, n, sh, kv.delta_state(il, 0), stride, kv.n_seq(), row_slot,
+                           lin_out, s);
   } else {
     for (const SeqRun& run : *block_pass.runs) recur(run.slot, run.row0, run.n);
   }

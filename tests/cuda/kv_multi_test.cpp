@@ -1,6 +1,5 @@
-// KV appends and the fused attention prologue with a slot per row
-// (src/cuda/slot_map.h: one token each of several sequences) against the
-// same launchers with one sequence (no slots), run row by row
+// Per-row slot + position KV appends and the fused attention prologue
+// (src/cuda/kv_multi.h) against the single-sequence kernels run row by row
 // on each row's slot (kv_append, batch_qk_prologue: the same bits) and the
 // CPU's cache store (kv_store) for f16 and f32: rows of distinct random
 // slots at random positions (some outside the cache, one slot out of range:
@@ -18,6 +17,7 @@
 
 #include "cpu/attention.h"
 #include "cuda/backend/prefill_fused.h"
+#include "cuda/kv_multi.h"
 #include "cuda/ops.h"
 #include "cuda_test_util.h"
 
@@ -68,15 +68,15 @@ void check_append(int n, int n_kv, int hd, std::mt19937& rng, cudaStream_t s) {
   DeviceBuffer dk = upload(k), dv = upload(v), dslots = upload(r.slots), dpos = upload(r.pos);
   DeviceBuffer mk(units * sizeof(T)), mv(units * sizeof(T)), sk(units * sizeof(T)), sv(units * sizeof(T));
   for (DeviceBuffer* b : {&mk, &mv, &sk, &sv}) poison(b->get(), units * sizeof(T));
-  kv_append(dk.as<float>(), dv.as<float>(), n, n_kv, hd, dpos.as<int32_t>(), mk.as<T>(), mv.as<T>(), ctx, s,
-            SlotMap{dslots.as<int32_t>(), stride, n_slots});
+  kv_append_multi(dk.as<float>(), dv.as<float>(), n, n_kv, hd, dslots.as<int32_t>(), dpos.as<int32_t>(), mk.as<T>(),
+                  mv.as<T>(), stride, n_slots, ctx, s);
   for (int t = 0; t < n; ++t) {
     if (r.slots[t] >= n_slots) continue;
     const int64_t off = r.slots[t] * stride;
     kv_append(dk.as<float>() + static_cast<int64_t>(t) * n_kv * hd, dv.as<float>() + static_cast<int64_t>(t) * n_kv * hd,
               1, n_kv, hd, dpos.as<int32_t>() + t, sk.as<T>() + off, sv.as<T>() + off, ctx, s);
   }
-  const std::string what = "kv_append with slots n " + std::to_string(n) + " n_kv " + std::to_string(n_kv) + " hd " +
+  const std::string what = "kv_append_multi n " + std::to_string(n) + " n_kv " + std::to_string(n_kv) + " hd " +
                            std::to_string(hd) + " bytes/unit " + std::to_string(sizeof(T));
   expect_same_cache<T>(mk, sk, units, what + " (k)");
   expect_same_cache<T>(mv, sv, units, what + " (v)");
@@ -98,7 +98,7 @@ void check_append(int n, int n_kv, int hd, std::mt19937& rng, cudaStream_t s) {
   }
 }
 
-TEST(CudaKvSlots, AppendEqualsSingleAppendPerRow) {
+TEST(CudaKvMulti, AppendEqualsSingleAppendPerRow) {
   MS_REQUIRE_GPU();
   std::mt19937 rng(41);
   Stream s;
@@ -133,9 +133,9 @@ void check_prologue(int n, int n_head, int n_kv, int hd, int n_rot, RopeMode mod
   DeviceBuffer dslots = upload(r.slots), dpos = upload(r.pos);
   DeviceBuffer mk(units * sizeof(T)), mv(units * sizeof(T)), sk(units * sizeof(T)), sv(units * sizeof(T));
   for (DeviceBuffer* b : {&mk, &mv, &sk, &sv}) poison(b->get(), units * sizeof(T));
-  batch_qk_prologue(dq.as<float>(), dk.as<float>(), dv.as<float>(), n, n_head, n_kv, hd, dqn.as<float>(),
-                    dkn.as<float>(), 1e-6f, n_rot, dpos.as<int32_t>(), 10000.f, sc, mode, mk.as<T>(), mv.as<T>(), ctx,
-                    s, SlotMap{dslots.as<int32_t>(), stride, n_slots});
+  batch_qk_prologue_multi(dq.as<float>(), dk.as<float>(), dv.as<float>(), n, n_head, n_kv, hd, dqn.as<float>(),
+                          dkn.as<float>(), 1e-6f, n_rot, dslots.as<int32_t>(), dpos.as<int32_t>(), 10000.f, sc, mode,
+                          mk.as<T>(), mv.as<T>(), stride, n_slots, ctx, s);
   // single: fresh copies of the inputs, a row at a time
   DeviceBuffer q1 = upload(q), k1 = upload(k);
   const size_t fsize = static_cast<size_t>(n_kv) * ctx * hd;  // an f32 scratch cache for the q8_0 case
@@ -158,7 +158,7 @@ void check_prologue(int n, int n_head, int n_kv, int hd, int n_rot, RopeMode mod
                         dpos.as<int32_t>() + t, 10000.f, sc, mode, kc, vc, ctx, s);
     }
   }
-  const std::string what = "prologue with slots n " + std::to_string(n) + " heads " + std::to_string(n_head) + "/" +
+  const std::string what = "prologue_multi n " + std::to_string(n) + " heads " + std::to_string(n_head) + "/" +
                            std::to_string(n_kv) + " hd " + std::to_string(hd) + " bytes/unit " +
                            std::to_string(sizeof(T));
   const auto a = download<float>(dq.get(), q.size()), b = download<float>(q1.get(), q.size());
@@ -169,7 +169,7 @@ void check_prologue(int n, int n_head, int n_kv, int hd, int n_rot, RopeMode mod
   expect_same_cache<T>(mv, sv, units, what + " (v cache)");
 }
 
-TEST(CudaKvSlots, PrologueEqualsSingleProloguePerRow) {
+TEST(CudaKvMulti, PrologueEqualsSingleProloguePerRow) {
   MS_REQUIRE_GPU();
   std::mt19937 rng(42);
   Stream s;
@@ -182,15 +182,15 @@ TEST(CudaKvSlots, PrologueEqualsSingleProloguePerRow) {
   }
 }
 
-TEST(CudaKvSlots, BadArgumentsAreRefused) {
+TEST(CudaKvMulti, BadArgumentsAreRefused) {
   MS_REQUIRE_GPU();
   Stream s;
   DeviceBuffer buf(4096);
-  EXPECT_THROW(kv_append(buf.as<float>(), buf.as<float>(), 1, 1, 48, buf.as<int32_t>(), buf.as<BlockQ8_0>(),
-                         buf.as<BlockQ8_0>(), 4, s, SlotMap{buf.as<int32_t>(), 10, 1}),
+  EXPECT_THROW(kv_append_multi(buf.as<float>(), buf.as<float>(), 1, 1, 48, buf.as<int32_t>(), buf.as<int32_t>(),
+                               buf.as<BlockQ8_0>(), buf.as<BlockQ8_0>(), 10, 1, 4, s),
                Error);
-  EXPECT_THROW(kv_append(buf.as<float>(), buf.as<float>(), 1, 1, 64, buf.as<int32_t>(), buf.as<float>(),
-                         buf.as<float>(), 4, s, SlotMap{buf.as<int32_t>(), 10, 0}),
+  EXPECT_THROW(kv_append_multi(buf.as<float>(), buf.as<float>(), 1, 1, 64, buf.as<int32_t>(), buf.as<int32_t>(),
+                               buf.as<float>(), buf.as<float>(), 10, 0, 4, s),
                Error);
 }
 

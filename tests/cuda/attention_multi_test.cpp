@@ -1,14 +1,10 @@
-// Decode attention over a batch of rows on their own slots and lengths
-// (src/cuda/attention.h DecodeRows) against the scalar CPU reference
-// (src/cpu/attention.h attention_ref, run on each row's slot alone) and
-// against the batch of one (no slots) run row by row: rows of different
-// slots and lengths (1, tile and split edges, 1023/1024/1025, a few
-// thousand), GQA ratios, shapes of the fast and the generic path, f16/f32/
-// q8_0 caches, sinks and a sliding window; verify batches (rows of one slot
-// with increasing lengths, each attending causally up to its own position)
-// and mixes. Every cache position no row of a slot may read (past its
-// sequence's length, and all of the unused slots) holds NaN, and outputs
-// start as NaN.
+// Multi-sequence decode attention (src/cuda/attention_multi.h) against the
+// scalar CPU reference (src/cpu/attention.h attention_ref, run on each row's
+// slot alone) and against the single-sequence kernel (attention_decode) run
+// row by row: rows of different slots and lengths (1, tile and split edges,
+// 1023/1024/1025, a few thousand), GQA ratios, f16/f32/q8_0 caches, sinks and
+// a sliding window. Every cache position a row must not read (past its length,
+// and all of the unused slots) holds NaN, and outputs start as NaN.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +18,7 @@
 
 #include "cpu/attention.h"
 #include "cuda/attention.h"
+#include "cuda/attention_multi.h"
 #include "cuda_test_util.h"
 
 namespace ms::cuda::test {
@@ -86,28 +83,18 @@ Slots make_slots(Kv type, int n_slots, int n_kv, int hd, int64_t ctx, const std:
   return c;
 }
 
-void run_rows(const AttentionShape& as, const float* q, const Slots& c, int n_rows, const int32_t* slots,
+void run_multi(const AttentionShape& as, const float* q, const Slots& c, int n_rows, const int32_t* slots,
                const int32_t* lens, int max_span, float* out, void* scratch, cudaStream_t s,
                const AttentionExtras& x) {
-  DecodeRows rows;
-  rows.n = n_rows;
-  rows.slots = slots;
-  rows.kv_len = lens;
-  rows.slot_stride = c.stride;
-  rows.n_slots = c.n_slots;
   if (c.type == Kv::F16)
-    attention_decode(as, q, c.dk.as<uint16_t>(), c.dv.as<uint16_t>(), rows, max_span, out, scratch, s, x);
+    attention_decode_multi(as, q, c.dk.as<uint16_t>(), c.dv.as<uint16_t>(), c.stride, c.n_slots, n_rows, slots, lens,
+                           max_span, out, scratch, s, x);
   else if (c.type == Kv::F32)
-    attention_decode(as, q, c.dk.as<float>(), c.dv.as<float>(), rows, max_span, out, scratch, s, x);
+    attention_decode_multi(as, q, c.dk.as<float>(), c.dv.as<float>(), c.stride, c.n_slots, n_rows, slots, lens,
+                           max_span, out, scratch, s, x);
   else
-    attention_decode(as, q, c.dk.as<BlockQ8_0>(), c.dv.as<BlockQ8_0>(), rows, max_span, out, scratch, s, x);
-}
-
-// A zero-filled scratch for up to n_rows rows of max_span positions.
-DeviceBuffer rows_scratch(const AttentionShape& as, int n_rows, int max_span) {
-  DeviceBuffer b(attention_decode_scratch_bytes(as, max_span, n_rows));
-  device_fill(b.get(), 0, b.size());
-  return b;
+    attention_decode_multi(as, q, c.dk.as<BlockQ8_0>(), c.dv.as<BlockQ8_0>(), c.stride, c.n_slots, n_rows, slots,
+                           lens, max_span, out, scratch, s, x);
 }
 
 // attention_decode on slot `slot` alone.
@@ -148,10 +135,6 @@ struct Case {
   std::vector<int> lens;  // one per row
   int window = 0;
   bool sinks = false;
-  // The sequence of each row (empty: a sequence per row). Rows of one
-  // sequence share its slot (a verify batch: increasing lengths); the slot
-  // holds the longest of their lengths.
-  std::vector<int> seq = {};
 };
 
 // Rows compared bit for bit with attention_decode so far (a test asserts
@@ -164,21 +147,13 @@ void check_case(const Case& cs, Kv type, std::mt19937& rng, cudaStream_t s) {
   const Shape sh = cs.sh;
   if (type == Kv::Q8_0 && sh.hd % QK != 0) return;
   const int n_rows = static_cast<int>(cs.lens.size());
-  std::vector<int> seq = cs.seq;
-  if (seq.empty()) {
-    seq.resize(n_rows);
-    std::iota(seq.begin(), seq.end(), 0);
-  }
-  const int n_seqs = *std::max_element(seq.begin(), seq.end()) + 1;
-  const int n_slots = n_seqs + 3;
-  std::vector<int32_t> seq_slot(n_slots), slot_of(n_rows);
-  std::iota(seq_slot.begin(), seq_slot.end(), 0);
-  std::shuffle(seq_slot.begin(), seq_slot.end(), rng);
+  const int n_slots = n_rows + 3;
+  std::vector<int32_t> slot_of(n_slots);
+  std::iota(slot_of.begin(), slot_of.end(), 0);
+  std::shuffle(slot_of.begin(), slot_of.end(), rng);
+  slot_of.resize(n_rows);
   std::vector<int> slot_len(n_slots, 0);
-  for (int t = 0; t < n_rows; ++t) {
-    slot_of[t] = seq_slot[seq[t]];
-    slot_len[slot_of[t]] = std::max(slot_len[slot_of[t]], cs.lens[t]);
-  }
+  for (int t = 0; t < n_rows; ++t) slot_len[slot_of[t]] = cs.lens[t];
   const Slots c = make_slots(type, n_slots, sh.n_kv, sh.hd, cs.ctx, slot_len, rng);
   const int max_span = *std::max_element(cs.lens.begin(), cs.lens.end());
   const AttentionShape as{sh.n_head, sh.n_kv, sh.hd, cs.ctx, 1.f / std::sqrt(float(sh.hd))};
@@ -195,9 +170,9 @@ void check_case(const Case& cs, Kv type, std::mt19937& rng, cudaStream_t s) {
   rx.window = cs.window;
   rx.sinks = cs.sinks ? sinks.data() : nullptr;
 
-  DeviceBuffer scratch = rows_scratch(as, n_rows, max_span);
+  DeviceBuffer scratch(attention_decode_multi_scratch_bytes(as, n_rows, max_span));
   DeviceBuffer out = poisoned(row_floats * n_rows);
-  run_rows(as, dq.as<float>(), c, n_rows, dslots.as<int32_t>(), dlens.as<int32_t>(), max_span, out.as<float>(),
+  run_multi(as, dq.as<float>(), c, n_rows, dslots.as<int32_t>(), dlens.as<int32_t>(), max_span, out.as<float>(),
             scratch.get(), s, x);
   const auto got = download<float>(out.get(), row_floats * n_rows);
 
@@ -206,8 +181,8 @@ void check_case(const Case& cs, Kv type, std::mt19937& rng, cudaStream_t s) {
   device_fill(single_scratch.get(), 0, single_scratch.size());
   DeviceBuffer single_out = poisoned(row_floats);
   const bool same_splits =
-      attention_decode_splits(as, n_rows, std::min(max_span, cs.window > 0 ? cs.window : max_span)) ==
-      attention_decode_splits(as, 1, std::min(max_span, cs.window > 0 ? cs.window : max_span));
+      attention_decode_multi_splits(as, n_rows, std::min(max_span, cs.window > 0 ? cs.window : max_span)) ==
+      attention_decode_multi_splits(as, 1, std::min(max_span, cs.window > 0 ? cs.window : max_span));
   const int visible = cs.window > 0 ? std::min(max_span, cs.window) : max_span;
   // attention_decode takes the tensor-core kernel past 1024 visible positions over f16 and q8_0
   const bool same_math = same_splits && (type == Kv::F32 || visible <= 1024);
@@ -245,12 +220,9 @@ void check_case(const Case& cs, Kv type, std::mt19937& rng, cudaStream_t s) {
   }
 }
 
-// The last two: shapes of the generic path (head_dim 80 and 96, 3 query
-// heads per KV head).
-const Shape kShapes[] = {{32, 4, 128}, {8, 8, 64}, {16, 1, 256}, {16, 2, 128}, {64, 4, 64}, {16, 8, 256},
-                         {6, 2, 80},   {12, 4, 96}};
+const Shape kShapes[] = {{32, 4, 128}, {8, 8, 64}, {16, 1, 256}, {16, 2, 128}, {64, 4, 64}, {16, 8, 256}};
 
-TEST(CudaAttentionRows, ShortRowsMatchReferenceAndSingleKernel) {
+TEST(CudaAttentionMulti, ShortRowsMatchReferenceAndSingleKernel) {
   MS_REQUIRE_GPU();
   std::mt19937 rng(31);
   Stream s;
@@ -265,7 +237,7 @@ TEST(CudaAttentionRows, ShortRowsMatchReferenceAndSingleKernel) {
   EXPECT_GT(g_bit_checks - before, 200);
 }
 
-TEST(CudaAttentionRows, ManyRowsAcrossThe1024Edge) {
+TEST(CudaAttentionMulti, ManyRowsAcrossThe1024Edge) {
   MS_REQUIRE_GPU();
   std::mt19937 rng(32);
   Stream s;
@@ -280,7 +252,7 @@ TEST(CudaAttentionRows, ManyRowsAcrossThe1024Edge) {
     }
 }
 
-TEST(CudaAttentionRows, LongRowsMatchReference) {
+TEST(CudaAttentionMulti, LongRowsMatchReference) {
   MS_REQUIRE_GPU();
   std::mt19937 rng(33);
   Stream s;
@@ -293,7 +265,7 @@ TEST(CudaAttentionRows, LongRowsMatchReference) {
 
 // gpt-oss: 64 heads of 64 over 8 KV heads, sinks, and a 128-position window
 // on lengths below, at and past it.
-TEST(CudaAttentionRows, SinksAndSlidingWindow) {
+TEST(CudaAttentionMulti, SinksAndSlidingWindow) {
   MS_REQUIRE_GPU();
   std::mt19937 rng(34);
   Stream s;
@@ -304,29 +276,9 @@ TEST(CudaAttentionRows, SinksAndSlidingWindow) {
   }
 }
 
-// Verify batches: several rows of one sequence with increasing lengths (its
-// tokens, their K/V rows in the cache, each attending to the positions up to
-// its own; the positions past a row's length hold the later rows' keys, not
-// NaN, so a row that read them would be off the reference), alone and mixed
-// with one-token rows of other sequences, at short and long lengths (the
-// long kernel past 1024), with a window and sinks.
-TEST(CudaAttentionRows, VerifyAndMixedBatches) {
-  MS_REQUIRE_GPU();
-  std::mt19937 rng(37);
-  Stream s;
-  for (Kv type : {Kv::F16, Kv::F32, Kv::Q8_0})
-    for (const Shape& sh : {Shape{32, 4, 128}, Shape{64, 8, 64}, Shape{6, 2, 80}}) {
-      check_case({sh, 300, {1, 2, 3, 4, 5}, 0, false, {0, 0, 0, 0, 0}}, type, rng, s);
-      check_case({sh, 300, {40, 41, 42, 7, 200, 201, 1}, 0, false, {0, 0, 0, 1, 2, 2, 3}}, type, rng, s);
-      check_case({sh, 2100, {1020, 1021, 1022, 1023, 1024, 1025, 1026, 2100, 9}, 0, true, {0, 0, 0, 0, 0, 0, 0, 1, 2}},
-                 type, rng, s);
-      check_case({sh, 2100, {126, 127, 128, 129, 130, 1500, 1501}, 128, true, {0, 0, 0, 0, 0, 1, 1}}, type, rng, s);
-    }
-}
-
 // Rows that read nothing (a slot out of range, a length of 0) get zeros; bad
 // host arguments are refused by name.
-TEST(CudaAttentionRows, EmptyRowsAndBadArguments) {
+TEST(CudaAttentionMulti, EmptyRowsAndBadArguments) {
   MS_REQUIRE_GPU();
   std::mt19937 rng(35);
   Stream s;
@@ -337,35 +289,30 @@ TEST(CudaAttentionRows, EmptyRowsAndBadArguments) {
   const auto q = random_floats(row_floats * 4, rng);
   DeviceBuffer dq = upload(q), dslots = upload(std::vector<int32_t>{3, -1, 1, 0});
   DeviceBuffer dlens = upload(std::vector<int32_t>{10, 10, 0, 10});
-  DeviceBuffer scratch = rows_scratch(as, 4, 64);
+  DeviceBuffer scratch(attention_decode_multi_scratch_bytes(as, 4, 64));
   DeviceBuffer out = poisoned(row_floats * 4);
-  run_rows(as, dq.as<float>(), c, 4, dslots.as<int32_t>(), dlens.as<int32_t>(), 64, out.as<float>(), scratch.get(),
+  run_multi(as, dq.as<float>(), c, 4, dslots.as<int32_t>(), dlens.as<int32_t>(), 64, out.as<float>(), scratch.get(),
             s, {});
   const auto got = download<float>(out.get(), row_floats * 4);
   for (size_t i = 0; i < 3 * row_floats; ++i) ASSERT_EQ(got[i], 0.f) << i;
   for (size_t i = 3 * row_floats; i < 4 * row_floats; ++i) ASSERT_TRUE(std::isfinite(got[i])) << i;
-  auto call = [&](int max_span, int n_slots, int n_rows, const AttentionShape& shape) {
-    DecodeRows rows;
-    rows.n = n_rows;
-    rows.slots = dslots.as<int32_t>();
-    rows.kv_len = dlens.as<int32_t>();
-    rows.slot_stride = c.stride;
-    rows.n_slots = n_slots;
-    attention_decode(shape, dq.as<float>(), c.dk.as<uint16_t>(), c.dv.as<uint16_t>(), rows, max_span, out.as<float>(),
-                     scratch.get(), s);
+  auto call = [&](int max_span, int n_slots, const AttentionShape& shape) {
+    attention_decode_multi(shape, dq.as<float>(), c.dk.as<uint16_t>(), c.dv.as<uint16_t>(), c.stride, n_slots, 4,
+                           dslots.as<int32_t>(), dlens.as<int32_t>(), max_span, out.as<float>(), scratch.get(), s);
   };
-  EXPECT_THROW(call(65, 3, 4, as), Error);
-  EXPECT_THROW(call(0, 3, 4, as), Error);
-  EXPECT_THROW(call(64, 0, 4, as), Error);
-  EXPECT_THROW(call(64, 3, 65536, as), Error);
-  EXPECT_THROW(call(64, 3, 4, AttentionShape{6, 4, 80, 64, 0.1f}), Error);  // n_head not a multiple of n_kv
+  EXPECT_THROW(call(65, 3, as), Error);
+  EXPECT_THROW(call(0, 3, as), Error);
+  EXPECT_THROW(call(64, 0, as), Error);
+  EXPECT_THROW(call(64, 3, AttentionShape{6, 2, 80, 64, 0.1f}), Error);
+  EXPECT_FALSE(attention_decode_multi_supported(AttentionShape{6, 2, 80, 64, 0.1f}));
+  EXPECT_TRUE(attention_decode_multi_supported(as));
 }
 
-// Not a check: prints the time of one launch of n rows against the batch of
-// one looped over the rows (Qwen3-30B-A3B's attention
+// Not a check: prints the time of one multi-row launch against the
+// single-sequence kernel looped over the rows (Qwen3-30B-A3B's attention
 // shape, f16 and q8_0 caches). Run with --gtest_also_run_disabled_tests; the
 // figures go to bench/results/ by hand, with the GPU named.
-TEST(CudaAttentionRows, DISABLED_PrintTimings) {
+TEST(CudaAttentionMulti, DISABLED_PrintTimings) {
   MS_REQUIRE_GPU();
   std::mt19937 rng(36);
   Stream s;
@@ -380,12 +327,11 @@ TEST(CudaAttentionRows, DISABLED_PrintTimings) {
         std::vector<int32_t> slots(n_rows), lens(n_rows);
         for (int t = 0; t < n_rows; ++t) { slots[t] = t; lens[t] = span - (t * 37) % (span / 2); }
         DeviceBuffer dq = upload(random_floats(row_floats * n_rows, rng)), dslots = upload(slots), dlens = upload(lens);
-        DeviceBuffer out(row_floats * n_rows * sizeof(float));
-        DeviceBuffer scratch = rows_scratch(as, n_rows, span);
+        DeviceBuffer out(row_floats * n_rows * sizeof(float)), scratch(attention_decode_multi_scratch_bytes(as, n_rows, span));
         DeviceBuffer single_scratch(attention_decode_scratch_bytes(as, span));
         device_fill(single_scratch.get(), 0, single_scratch.size());
-        auto batch = [&] {
-          run_rows(as, dq.as<float>(), c, n_rows, dslots.as<int32_t>(), dlens.as<int32_t>(), span, out.as<float>(),
+        auto multi = [&] {
+          run_multi(as, dq.as<float>(), c, n_rows, dslots.as<int32_t>(), dlens.as<int32_t>(), span, out.as<float>(),
                     scratch.get(), s, {});
         };
         auto loop = [&] {
@@ -408,9 +354,9 @@ TEST(CudaAttentionRows, DISABLED_PrintTimings) {
           cudaEventDestroy(b);
           return ms * 1000.f / 50;
         };
-        const float tm = time_us(batch), tl = time_us(loop);
+        const float tm = time_us(multi), tl = time_us(loop);
         std::printf("TIMING attention %s heads 32/4 hd 128 rows %d span %d (lens span-(37t mod span/2)): "
-                    "rows %.1f us, one row x rows %.1f us\n",
+                    "multi %.1f us, attention_decode x rows %.1f us\n",
                     kv_name(type), n_rows, span, tm, tl);
       }
 }
