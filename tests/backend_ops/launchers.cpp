@@ -10,6 +10,11 @@
 namespace ms::backend_ops {
 
 const std::vector<Launcher>& cuda_launchers() {
+  // The *_multi kernels (several sequences' rows in one launch) are being
+  // merged into the single-sequence kernels; their cases come with that work.
+  static const char* kMulti = "the *_multi kernels are being merged into the single kernels (issue #41); "
+                              "their cases come with that change (ops_cuda_batch.cpp). "
+                              "tests/cuda/*_multi_test.cpp compare them with the single kernels";
   static const std::vector<Launcher> k = {
       // ops.h
       {"cuda::rmsnorm", "ops.h", {"rms_norm/cuda", "rms_norm_q8/cuda"}, ""},
@@ -57,7 +62,8 @@ const std::vector<Launcher>& cuda_launchers() {
        {"attention_decode_f16/cuda", "attention_decode_q8_0/cuda", "attention_extras_f16/cuda_decode"}, ""},
       {"cuda::decode_long::merge", "attention_decode_long.h",
        {"attention_decode_f16/cuda", "attention_extras_q8_0/cuda_decode"}, ""},
-      // delta_net.h
+      {"cuda::attention_decode_multi", "attention_multi.h", {}, kMulti},
+      // delta_net.h, delta_net_multi.h
       {"cuda::conv1d_silu", "delta_net.h", {"delta_conv1d_silu/cuda"}, ""},
       {"cuda::delta_prepare_qk", "delta_net.h", {"delta_prepare_qk/cuda"}, ""},
       {"cuda::delta_gates", "delta_net.h", {"delta_gates/cuda"}, ""},
@@ -65,9 +71,14 @@ const std::vector<Launcher>& cuda_launchers() {
       {"cuda::delta_rule_chunked", "delta_net.h", {"delta_rule_chunked/cuda", "delta_rule_chunked/cuda_tf32"}, ""},
       {"cuda::delta_rule_prompt", "delta_net.h", {"delta_rule_token/cuda_prompt", "delta_rule_chunked/cuda_prompt"}, ""},
       {"cuda::gated_rmsnorm", "delta_net.h", {"gated_rmsnorm/cuda"}, ""},
+      {"cuda::conv1d_silu_multi", "delta_net_multi.h", {}, kMulti},
+      {"cuda::delta_rule_multi", "delta_net_multi.h", {}, kMulti},
       // gemm.h
       {"cuda::matmul", "gemm.h", {"dot_q8_q4_K/cuda_matmul_int8", "vec_dot_bf16/cuda_matmul_f32"}, ""},
       {"cuda::matmul_stacked", "gemm.h", {"dot_q8_q4_K/cuda_matmul_stacked", "vec_dot_f16/cuda_matmul_stacked"}, ""},
+      // kv_multi.h
+      {"cuda::kv_append_multi", "kv_multi.h", {}, kMulti},
+      {"cuda::batch_qk_prologue_multi", "kv_multi.h", {}, kMulti},
       // matvec.h
       {"cuda::quantize_q8act", "matvec.h", {"quantize_gpu_q8/cuda"}, ""},
       {"cuda::matvec", "matvec.h",
@@ -76,7 +87,8 @@ const std::vector<Launcher>& cuda_launchers() {
       {"cuda::matvec_glu", "matvec.h", {"matvec_glu_q8/cuda"}, ""},
       {"cuda::matvec_combine", "matvec.h", {"matvec_combine/cuda", "expert_ffn_gpu_q8/cuda"}, ""},
       {"cuda::linear", "matvec.h", {"dot_q8_q6_K/cuda_matvec", "vec_dot_f32/cuda_matvec"}, ""},
-      // backend/decode_fused.h, backend/prefill_fused.h (the one-token prologue is batch_qk_prologue)
+      // backend/decode_fused.h, backend/prefill_fused.h
+      {"cuda::decode_qk_prologue", "backend/decode_fused.h", {"qk_prologue_f16/cuda_decode", "qk_prologue_f32/cuda_decode"}, ""},
       {"cuda::rmsnorm_row_q8", "backend/decode_fused.h", {"rms_norm_q8/cuda_row"}, ""},
       {"cuda::router_decode_f32", "backend/decode_fused.h", {"router_decode_f32/cuda"}, ""},
       {"cuda::batch_qk_prologue", "backend/prefill_fused.h",

@@ -3,7 +3,7 @@
 // has none, from the same *_ref pieces), on random inputs, odd sizes and
 // NaN-poisoned outputs:
 //   rms_norm_q8            rmsnorm with its Q8 output, rmsnorm_row_q8 (decode_fused.h)
-//   qk_prologue_<cache>    batch_qk_prologue (prefill_fused.h), also on one stacked q|k|v row
+//   qk_prologue_<cache>    decode_qk_prologue, batch_qk_prologue (decode_fused.h, prefill_fused.h)
 //   router_decode_f32      the one-launch router (decode_fused.h)
 //   matvec_combine         k experts' matvec with the weighted sum (matvec.h)
 //   matvec_groups          matvec over expert groups: lists, x_div, a device table
@@ -191,8 +191,10 @@ void add_qk_prologue(Registry& reg) {
       return p;
     };
     op.tol = 1;
-    // how: 1 batch_qk_prologue on separate q, k, v arrays; 2 with q, k, v
-    // pointing into one stacked row (one token: the decode step's form).
+    // how: 0 decode_qk_prologue on the stacked row; 1 batch_qk_prologue on
+    // separate q, k, v arrays; 2 batch_qk_prologue with q, k, v pointing into
+    // one stacked row (one token: the decode step's form without the
+    // one-token kernel).
     auto run = [](int how) {
       return [how](const Case& c, const Problem& p) {
         const AttentionShape s = attention_case_shape(c);
@@ -225,7 +227,15 @@ void add_qk_prologue(Registry& reg) {
           qkv.insert(qkv.end(), p.f.at("v").begin(), p.f.at("v").end());
           DeviceBuffer d = upload(qkv);
           float* row = d.as<float>();
-          batch(row, row + qd, row + qd + kvd);
+          if (how == 2) {
+            batch(row, row + qd, row + qd + kvd);
+          } else if (kind == 0) {
+            cuda::decode_qk_prologue(row, s.n_head, s.n_kv, hd, qn, kn, 1e-6f, n_rot, dp.as<int32_t>(), 1e6f, sc, mode,
+                                     kc.as<uint16_t>(), vc.as<uint16_t>(), s.ctx, stream());
+          } else {
+            cuda::decode_qk_prologue(row, s.n_head, s.n_kv, hd, qn, kn, 1e-6f, n_rot, dp.as<int32_t>(), 1e6f, sc, mode,
+                                     kc.as<float>(), vc.as<float>(), s.ctx, stream());
+          }
           got = result(d, static_cast<size_t>(qd + kvd));
         } else {
           DeviceBuffer dq = upload(p.f.at("q")), dk = upload(p.f.at("k")), dv = upload(p.f.at("v"));
@@ -243,6 +253,9 @@ void add_qk_prologue(Registry& reg) {
       };
     };
     auto one_token = [](const Case& c) { return c.at("n_tok") == 1 ? "" : "one token"; };
+    Impl d = gpu_impl("cuda_decode", run(0));
+    d.skip_case = one_token;
+    op.impls.push_back(std::move(d));
     op.impls.push_back(gpu_impl("cuda_batch", run(1)));
     Impl st = gpu_impl("cuda_batch_stacked_row", run(2));
     st.skip_case = one_token;

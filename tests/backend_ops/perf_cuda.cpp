@@ -229,7 +229,7 @@ void attention_rows(const PerfModel& m, std::vector<Row>& rows) {
   const std::string heads = std::to_string(m.n_head) + "/" + std::to_string(m.n_kv) + "x" + std::to_string(m.head_dim);
   const RopeMode mode = RopeMode::Neox;
   // The prologue: q/k norm + RoPE + the f16 cache append, one token and a prompt.
-  rows.push_back({m.name, "batch_qk_prologue", heads + " f16 cache, one token (stacked row)", (qd + 2 * kvd) * 8.0 + kvd * 4.0, 0, [=](Bufs& b) {
+  rows.push_back({m.name, "decode_qk_prologue", heads + " f16 cache", (qd + 2 * kvd) * 8.0 + kvd * 4.0, 0, [=](Bufs& b) {
     const int64_t ctx = 4096;
     float* qkv = b.f(qd + 2 * kvd);
     float *qn = b.f(m.head_dim), *kn = b.f(m.head_dim);
@@ -237,8 +237,8 @@ void attention_rows(const PerfModel& m, std::vector<Row>& rows) {
     auto* vc = static_cast<uint16_t*>(b.bytes(kvd * ctx * 2, 0x11));
     int32_t* pos = b.up(std::vector<int32_t>{4000});
     return std::function<void(int, cudaStream_t)>([=](int, cudaStream_t st) {
-      cuda::batch_qk_prologue(qkv, qkv + qd, qkv + qd + kvd, 1, m.n_head, m.n_kv, m.head_dim, qn, kn, 1e-6f, m.n_rot, pos,
-                              m.rope_base, RopeScaling(), mode, kc, vc, ctx, st);
+      cuda::decode_qk_prologue(qkv, m.n_head, m.n_kv, m.head_dim, qn, kn, 1e-6f, m.n_rot, pos, m.rope_base, RopeScaling(),
+                               mode, kc, vc, ctx, st);
     });
   }});
   rows.push_back({m.name, "batch_qk_prologue", heads + " f16 cache, 512 tokens", 512 * ((qd + kvd) * 8.0 + kvd * 8.0), 0, [=](Bufs& b) {
