@@ -144,7 +144,7 @@ TEST(CudaMtp, GreedyIsPlainDecodingsTiered) {
   CudaBackend::Options o{.ctx = 128};
   const ModelHParams hp = inspect_hparams(*m.file);
   o.vram_budget = vram_needs(split_weights(*m.file), hp, 128).minimum_bytes + hp.recurrent_state_bytes();
-  o.cpu_pool = &pool;
+  o.tiered.pool = &pool;
   CudaBackend gpu(m.weights, o);
   ASSERT_TRUE(gpu.expert_telemetry().hybrid);
   expect_greedy_identical(gpu, m.weights.cfg.n_vocab);

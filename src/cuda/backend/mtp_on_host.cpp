@@ -36,7 +36,7 @@ CpuBackend& host_block(CudaBackend::Options& opt, const ModelWeights& w, std::un
                        std::unique_ptr<CpuBackend>& cpu) {
   if (w.mtp.empty()) throw Error(kNoMtpBlock);
   if (!cpu) {
-    ThreadPool* pool = opt.cpu_pool;
+    ThreadPool* pool = opt.tiered.pool;
     if (!pool) pool = (own = std::make_unique<ThreadPool>()).get();
     cpu = std::make_unique<CpuBackend>(w, *pool);
   }
