@@ -29,6 +29,19 @@ double CostModel::* field(const std::string& name) {
   throw Error("unknown cost model figure '" + name + "' (known: " + names + ")");
 }
 
+// Calls f(item) for each non-empty item of a comma list ("a=1,,b=2").
+template <class F>
+void for_each_item(const std::string& list, F&& f) {
+  size_t at = 0;
+  while (at < list.size()) {
+    size_t end = list.find(',', at);
+    if (end == std::string::npos) end = list.size();
+    const std::string item = list.substr(at, end - at);
+    at = end + 1;
+    if (!item.empty()) f(item);
+  }
+}
+
 }  // namespace
 
 CostModel CostModel::for_quant(const std::string& quant_name) {
@@ -73,16 +86,10 @@ CostOverrides CostOverrides::parse(const std::string& list) {
   CostOverrides o;
   CostModel probe;  // names and values checked as apply_overrides checks them
   probe.apply_overrides(list);
-  size_t at = 0;
-  while (at < list.size()) {
-    size_t end = list.find(',', at);
-    if (end == std::string::npos) end = list.size();
-    const std::string item = list.substr(at, end - at);
-    at = end + 1;
-    if (item.empty()) continue;
+  for_each_item(list, [&](const std::string& item) {
     const size_t eq = item.find('=');
     o.figures.emplace_back(field(item.substr(0, eq)), std::strtod(item.c_str() + eq + 1, nullptr));
-  }
+  });
   return o;
 }
 
@@ -103,13 +110,7 @@ std::string CostOverrides::text() const {
 }
 
 void CostModel::apply_overrides_unchecked(const std::string& list) {
-  size_t at = 0;
-  while (at < list.size()) {
-    size_t end = list.find(',', at);
-    if (end == std::string::npos) end = list.size();
-    const std::string item = list.substr(at, end - at);
-    at = end + 1;
-    if (item.empty()) continue;
+  for_each_item(list, [&](const std::string& item) {
     const size_t eq = item.find('=');
     if (eq == std::string::npos) throw Error("cost override '" + item + "' must look like name=value (e.g. pcie_gbps=55)");
     const std::string value = item.substr(eq + 1);
@@ -117,7 +118,7 @@ void CostModel::apply_overrides_unchecked(const std::string& list) {
     const double v = std::strtod(value.c_str(), &stop);
     if (value.empty() || *stop != '\0') throw Error("cost override '" + item + "': '" + value + "' is not a number");
     this->*field(item.substr(0, eq)) = v;
-  }
+  });
 }
 
 void CostModel::apply_json(const nlohmann::json& j) {
