@@ -221,7 +221,8 @@ TEST(Sim, TheStepPlansAsTheSchedulerAlone) {
       rc.policy_options = o.policy_options;
       rc.transit_slots = o.transit_slots;
       rc.cost = o.cost;
-      sopt.prefetch = oracle ? o.prefetch_count : "off";
+      sopt.tuning = o.step;
+      if (!oracle) sopt.tuning.prefetch = DecodePrefetch::Off;
       StepScheduler sched(sopt);
       sched.set_cost(o.cost);
       sched.initial_placement(false);
