@@ -211,8 +211,10 @@ Value Binary::apply(const Value& a, const Value& b) const {
     const Value& s = a.is_str() ? a : b;
     const Value& n = a.is_str() ? b : a;
     const int64_t times = std::max<int64_t>(as_int(n, "a repeat count"), 0);
+    // Nothing to repeat: '' * 10**9 must not loop a billion times to build "".
+    if (s.str().empty() || times == 0) return Value(Json(std::string()));
     // The size before the loop: 'x' * 10**9 fails at once.
-    if (!s.str().empty() && static_cast<uint64_t>(times) > SIZE_MAX / s.str().size()) check_text_size(SIZE_MAX);
+    if (static_cast<uint64_t>(times) > SIZE_MAX / s.str().size()) check_text_size(SIZE_MAX);
     check_text_size(s.str().size() * static_cast<size_t>(times));
     std::string out;
     out.reserve(s.str().size() * static_cast<size_t>(times));

@@ -170,6 +170,15 @@ TEST(JinjaLimits, HugeStringRepetitionFailsBeforeAllocating) {
   EXPECT_EQ(jinja::Template("{{ 'ab' * 3 }}|{{ 'x' * -1 }}").render(Json::object()), "ababab|");
 }
 
+// The empty string repeated is empty whatever the count: found by fuzz_jinja,
+// which saw '' * 1e9 append nothing a billion times until its timeout.
+TEST(JinjaLimits, RepeatingTheEmptyStringAHugeNumberOfTimesIsEmptyAtOnce) {
+  EXPECT_EQ(jinja::Template("x{{ '' * 1e9 }}{{ ('ab' * 6)|replace('a', 'xyz') }}").render(Json::object()),
+            "x" + repeat("xyzb", 6));
+  EXPECT_EQ(jinja::Template("[{{ 1000000000000000000 * '' }}]").render(Json::object()), "[]");
+  EXPECT_EQ(jinja::Template("[{{ 'abc' * 0 }}]").render(Json::object()), "[]");
+}
+
 TEST(JinjaLimits, StringDoublingInALoopStops) {
   expect_limit(
       "{% set ns = namespace(s='x') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
