@@ -71,7 +71,7 @@ fi
 if want bench; then
   "$MS" bench -m "$MODEL" --backend cuda -p 512 -n 128 -r 3 > "$OUT/bench.md" 2> /tmp/b.err; cat "$OUT/bench.md" >> "$S"
   # Variants: VARIANTS="label|ENV=1 ENV2=0|bench args;..." (default below: tuning flags, `--help`'s "Tuning")
-  V=${VARIANTS:-"timing||--step-timing -p 0 -n 128 -r 3;nopdl||--no-pdl -p 512 -n 128 -r 3;nofuseprefill||--no-fuse-prefill -p 512 -n 0 -r 3;nofusedecode||--no-fuse-decode -p 0 -n 128 -r 3"}
+  V=${VARIANTS:-"timing||--step-timing -p 0 -n 128 -r 3;nofuseprefill||--no-fuse-prefill -p 512 -n 0 -r 3;nofusedecode||--no-fuse-decode -p 0 -n 128 -r 3"}
   IFS=';' read -ra VS <<< "$V"
   for v in "${VS[@]}"; do
     IFS='|' read -r label envs args <<< "$v"

@@ -81,7 +81,6 @@ void add_tuning_options(CLI::App& sub, VramSetup* v) {
       "CUDA: decode without the fused kernels (q/k norm + RoPE + KV append, one-row RMSNorm + Q8, router + top-k, "
       "expert down + weighted sum)");
   off("--no-fuse-prefill", &o.fused_prefill, "CUDA: prompt passes without the fused q/k norm + RoPE + KV append");
-  off("--no-pdl", &o.pdl, "CUDA: no programmatic dependent launch (sm_90+)");
   sub.add_flag("--step-timing", o.step_timing,
                "CUDA: time every decode step (GPU, the call, the caller's gap) and print the means at exit")
       ->group(g);

@@ -229,12 +229,6 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
   return *this;
 }
 
-namespace {
-std::atomic<bool> g_pdl_allowed{true};
-}  // namespace
-
-void set_pdl_allowed(bool on) { g_pdl_allowed.store(on, std::memory_order_relaxed); }
-
 bool pdl_enabled() {
   static const bool capable = [] {
     int dev = 0, major = 0;
@@ -242,7 +236,7 @@ bool pdl_enabled() {
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
     return major >= 9;
   }();
-  return capable && g_pdl_allowed.load(std::memory_order_relaxed);
+  return capable;
 }
 
 }  // namespace ms::cuda

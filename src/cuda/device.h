@@ -43,10 +43,6 @@ DeviceInfo device_info(int device);
 std::string describe(const DeviceInfo& info);
 // Free device memory now, in bytes (cudaMemGetInfo on the current device).
 size_t free_device_bytes();
-// Programmatic dependent launch (cuda/pdl.cuh's launch_pdl) is on where the
-// device is sm_90+; false turns it off for the whole process
-// (CudaBackend::Options::pdl, `--no-pdl`: A/B runs, bench/results/cuda_bench.md).
-void set_pdl_allowed(bool on);
 
 // ---------------------------------------------------------------- arena
 // One cudaMalloc per purpose (weights, KV cache, activations, expert slots),

@@ -37,8 +37,10 @@ __device__ __forceinline__ void prefetch_l2(const void* p, long long bytes, int 
 }
 }  // namespace dev
 
-// Whether launch_pdl asks for programmatic serialization (the device is
-// sm_90+ and set_pdl_allowed(false) was not called). Defined in device.cpp.
+// Whether launch_pdl asks for programmatic serialization: the device is
+// sm_90+ (a fact of the hardware, not a setting: PDL measured faster on
+// every run, bench/results/cuda_bench.md, so there is no switch to turn it
+// off). Defined in device.cpp.
 bool pdl_enabled();
 
 // Returns the launch's error (check it with MS_CUDA_CHECK).

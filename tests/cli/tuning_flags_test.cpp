@@ -6,7 +6,7 @@
 // bad values are errors in the binary too (no model run, no crash); the
 // CPU's greedy text does
 // not depend on them (they choose how, not what, is computed); on a GPU,
-// --no-graph and --no-pdl keep the greedy text bit for bit, the unfused
+// --no-graph keeps the greedy text bit for bit, the unfused
 // paths run, and --step-timing prints its summary (only when asked).
 #include <gtest/gtest.h>
 
@@ -30,7 +30,7 @@ using test::run_moestream;
 
 const char* kHeading = "Tuning (defaults are measured best)";
 const std::vector<std::string> kFlags = {
-    "--no-graph",     "--no-fuse-decode",  "--no-fuse-prefill", "--no-pdl",          "--step-timing",
+    "--no-graph",     "--no-fuse-decode",  "--no-fuse-prefill", "--step-timing",
     "--no-gated",     "--no-prompt-stage", "--prompt-cpu",      "--no-stage-gap",    "--no-staged-hits",
     "--no-pinned-prompt", "--transit-slots", "--hybrid-profile", "--link-timeline", "--spin-us",
     "--gemm-min-batch"};
@@ -62,7 +62,6 @@ const std::vector<FlagCase>& flag_cases() {
       {"--no-graph", [](const Parsed& p) { return !p.opt.use_graph; }},
       {"--no-fuse-decode", [](const Parsed& p) { return !p.opt.fused_decode; }},
       {"--no-fuse-prefill", [](const Parsed& p) { return !p.opt.fused_prefill; }},
-      {"--no-pdl", [](const Parsed& p) { return !p.opt.pdl; }},
       {"--step-timing", [](const Parsed& p) { return p.opt.step_timing; }},
       {"--no-gated", [](const Parsed& p) { return !p.opt.tiered.gated; }},
       {"--no-prompt-stage", [](const Parsed& p) { return !p.opt.tiered.step.prompt_stage; }},
@@ -234,7 +233,7 @@ TEST(TuningFlags, CpuGreedyTextDoesNotDependOnThem) {
   ASSERT_FALSE(base.empty());
   // The CUDA-only ones are taken (and ignored) by the CPU backend too.
   EXPECT_EQ(greedy_text("--backend cpu -t 2 --spin-us 0"), base);
-  EXPECT_EQ(greedy_text("--backend cpu -t 2 --spin-us 50000 --no-graph --no-pdl --transit-slots 4 --prompt-cpu"),
+  EXPECT_EQ(greedy_text("--backend cpu -t 2 --spin-us 50000 --no-graph --transit-slots 4 --prompt-cpu"),
             base);
 }
 
@@ -243,9 +242,8 @@ TEST(TuningFlags, CudaSwitchesKeepTheGreedyTextAndStepTimingReports) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const std::string base = greedy_text("--backend cuda");
   ASSERT_FALSE(base.empty());
-  // Graph replay and PDL change scheduling only: the same bits, so the same text.
-  for (const char* flags : {"--no-graph", "--no-pdl", "--no-graph --no-pdl"})
-    EXPECT_EQ(greedy_text(std::string("--backend cuda ") + flags), base) << flags;
+  // Graph replay changes scheduling only: the same bits, so the same text.
+  EXPECT_EQ(greedy_text("--backend cuda --no-graph"), base);
   // The unfused kernels round differently (within the tolerance
   // CudaBackend.FusedDecodeMatchesSeparateOps checks), so a near tie may
   // change a token: here they must run and produce text.

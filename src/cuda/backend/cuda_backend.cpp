@@ -316,7 +316,6 @@ CudaBackend::CudaBackend(const ModelWeights& w, Options opt) : impl_(std::make_u
     throw Error("CUDA backend: device " + std::to_string(opt.device) + " does not exist (" + std::to_string(n_dev) +
                 " found)");
   MS_CUDA_CHECK(cudaSetDevice(opt.device));
-  cuda::set_pdl_allowed(opt.pdl);
   m.info = cuda::device_info(opt.device);
   const ModelConfig& c = w.cfg;
   const int64_t kv_ctx = opt.ctx > 0 ? opt.ctx : std::min<int64_t>(c.n_ctx_train > 0 ? c.n_ctx_train : 4096, 4096);

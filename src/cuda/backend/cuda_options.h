@@ -75,9 +75,6 @@ struct CudaOptions {
   bool fused_decode = true;
   // Batches: q/k norms, RoPE and the cache append in one launch (prefill_fused.h).
   bool fused_prefill = true;
-  // Programmatic dependent launch where the device has it (sm_90+;
-  // cuda::set_pdl_allowed: it applies to the whole process).
-  bool pdl = true;
   // Decode: time each step (GPU, forward() call, the caller's gap between
   // steps) and print the means to stderr when the backend goes (debugging
   // and profiling; two events per step).
