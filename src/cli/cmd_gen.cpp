@@ -35,7 +35,7 @@ RegisterCommand reg("gen", [](CLI::App& app) {
                   "Zipf exponent S of expert popularity (0: uniform routing)")->capture_default_str();
   sub->add_option("--router-locality", opt->router_locality,
                   "fraction of a token's experts the previous token chose too, as decoding measures it "
-                  "(0: independent tokens; qwen3moe; docs/traces.md)")
+                  "(0: independent tokens; every MoE architecture; docs/traces.md)")
       ->capture_default_str();
   sub->add_option("--seed", opt->seed, "random seed (same seed, same file)")->capture_default_str();
   sub->add_option("--layout", opt->layout, "expert tensors: stacked | merged | per-expert")->capture_default_str();

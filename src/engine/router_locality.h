@@ -37,18 +37,30 @@
 #include <vector>
 
 #include "experts/locality_model.h"  // topk_repeat_fraction, the window
+#include "model/rope_router.h"       // RopeScaling
 
 namespace ms {
 
 struct LocalityDesign {
   double locality = 0;          // P asked for
-  int ctx_channels = 0;         // m: residual channels [1, 1 + m) hold the context
+  int ctx_channels = 0;         // m: residual channels [1, 1 + m) hold the context (head dims [0, m))
   int tok_channels = 0;         // the next ones hold only the token's embedding (what routers read of the token)
   std::vector<int> rope_dims;   // head dims (first of their NeoX pair) the context head's q and k use
-  float qk_norm_gain = 1;       // q_norm and k_norm weight on those dims
+  // q and k of the context head on each of those dims, after q/k norm where
+  // the architecture has one (then as the norm's weight): the score's
+  // amplitude, divided by the RoPE scaling's mscale, which multiplies both.
+  float qk_norm_gain = 1;
+  // The rms of the attention input at layer 0 (the constant channel, the
+  // embedding): what the constant channel reads as after attn_norm, for
+  // architectures whose q and k have no norm (q = w * that).
+  double attn_input_rms = 1;
   float out_scale = 1;          // attn_output weight from head 0 dim j to channel 1 + j
   float router_ctx_std = 0;     // router weights on the context channels
   float router_tok_std = 0;     // router weights on the token channels (zero on the rest)
+  // Routers of layers before the context head's (a hybrid's linear layers,
+  // gpt-oss's first short-window layer) have no context to read: the token
+  // part alone, with the whole logit variance.
+  float router_tok_std_alone = 0;
   double rho = 0;               // share of the logit variance the context carries
   double ctx_lag1 = 0;          // correlation of the context with itself one token later
   double max_locality = 0;      // the largest P this shape reaches (rho = 1); 0 when P = 0
@@ -59,6 +71,7 @@ struct LocalityShape {
   double skew = 0;              // Zipf exponent of the static bias (it changes the overlap)
   int head_dim = 0, n_rot = 0;
   double rope_base = 0;
+  RopeScaling rope_scaling;     // YaRN/linear: each pair's frequency and mscale as the model applies them
   int64_t n_embd = 0;
 };
 

@@ -16,6 +16,7 @@
 #include "engine/synthetic_vocab.h"
 #include "format/gguf.h"
 #include "model/recipe.h"
+#include "model/rope_yarn.h"
 #include "model/tensor_table.h"
 #include "quant/quant.h"
 #include "tokenizer/vocab.h"
@@ -72,6 +73,7 @@ struct Plan {
   int64_t merged_ff = 0;    // > 0: gate rows [0, F) then up rows [F, 2F) per expert
   float stddev = 0;
   bool zero_row0 = false;   // rows writing to the constant channel (and the context channels, with locality)
+  char bias_of = 0;         // 'q', 'k', 'v': the attention's bias of that projection; 'r': the router's (gpt-oss)
   uint64_t nbytes() const { return static_cast<uint64_t>(row_bytes(type, shape[0])) * rows(); }
   int64_t rows() const {
     int64_t r = 1;
@@ -87,23 +89,44 @@ struct RouterBias {
   // filler tokens), so the tiny model's random text reads as words.
   std::vector<float> output_col0;
   // --router-locality (engine/router_locality.h): channels [1, ctx_end) hold
-  // the context that layer 0's head 0 writes; empty without locality.
+  // the context that head 0 of layer ctx_layer writes; empty without locality.
   int64_t ctx_end = 1;
   int64_t tok_end = 1;  // [ctx_end, tok_end): the embedding alone, what routers read of the token
   int64_t head_dim = 0;
+  // The first layer with softmax attention over a window of tens of tokens
+  // or more: 0, but for a hybrid's linear layers and gpt-oss's short windows.
+  int ctx_layer = 0;
+  // Where the context head's constant q and k come from: the q/k norms'
+  // weight (qwen3moe, qwen35moe), a weight on the constant channel (no norm:
+  // Mixtral), or the q/k biases (gpt-oss, exact whatever the input's scale).
+  enum class QkFrom { Norm, Weight, Bias } qk_from = QkFrom::Norm;
+  float qk_value = 1;   // on each window dim: that weight, or that bias
+  bool gated_q = false;  // attn_q holds [q | output gate] per head (qwen35moe)
+  // The residual's rms at the context layer's input over layer 0's: attn_norm
+  // divides v by it, so the context head's output rows make up for it.
+  float ctx_growth = 1;
   LocalityDesign loc;
   std::vector<uint8_t> window_dim;  // [head_dim]: the context head's q and k use this dim
   std::vector<float> value_rows;    // [head_dim][token channels]: orthonormal rows of the context head's v
   bool locality() const { return ctx_end > 1; }
+  bool context_layer(const Plan& p) const { return locality() && p.layer == ctx_layer; }
   // Rows gen builds by hand (not from a row pool): the zeroed rows of the
-  // residual writers and layer 0's context head.
+  // residual writers and the context head.
   bool custom_row(const Plan& p, int64_t row) const {
     if (p.zero_row0 && row < tok_end) return true;
-    if (!locality() || p.layer != 0) return false;
-    if (p.role == kAttnQ || p.role == kAttnK || p.role == kAttnV) return row < head_dim;
+    if (!context_layer(p)) return false;
+    if (p.role == kAttnQ) return row < (gated_q ? 2 : 1) * head_dim;
+    if (p.role == kAttnK || p.role == kAttnV) return row < head_dim;
     return false;
   }
 };
+
+// The output gate of the context head (qwen35moe) reads the constant channel
+// with this weight: sigmoid of the gate is then within 1e-3 of 1.
+constexpr float kOpenGateWeight = 4.0f;
+// The context head's sink logit (gpt-oss): far below any score, so the
+// head's weights stay the window's.
+constexpr float kClosedSinkLogit = -30.0f;
 
 // n orthonormal rows of length m (n <= m), by Gram-Schmidt on uniform random rows.
 std::vector<float> orthonormal_rows(int64_t n, int64_t m, uint64_t key) {
@@ -125,15 +148,28 @@ std::vector<float> orthonormal_rows(int64_t n, int64_t m, uint64_t key) {
   return std::vector<float>(q.begin(), q.end());
 }
 
-// Layer 0's context head (router_locality.h): q and k read only the constant
-// channel on the window's dims, v skips it, and attn_output copies the head
-// into the context channels.
+// The context head (router_locality.h): q and k are constant on the
+// window's dims (from the constant channel, or from their biases), v skips
+// the constant channel, and attn_output copies the head into the context
+// channels.
 void fill_context_head_row(const Plan& p, int64_t row, const RouterBias& rb, float* out) {
   const int64_t n = p.shape[0];
-  if ((p.role == kAttnQ || p.role == kAttnK || p.role == kAttnV) && row >= rb.head_dim) return;
-  if (p.role == kAttnQ || p.role == kAttnK) {
+  const int64_t hd = rb.head_dim;
+  if (p.role == kAttnQ && row >= (rb.gated_q ? 2 : 1) * hd) return;
+  if ((p.role == kAttnK || p.role == kAttnV) && row >= hd) return;
+  if (p.role == kAttnQ && row >= hd) {  // head 0's output gate: open
     std::fill(out, out + n, 0.0f);
-    if (rb.window_dim[static_cast<size_t>(row)]) out[0] = 1.0f;
+    out[0] = kOpenGateWeight;
+  } else if (p.role == kAttnQ || p.role == kAttnK) {
+    std::fill(out, out + n, 0.0f);
+    if (rb.window_dim[static_cast<size_t>(row)] && rb.qk_from != RouterBias::QkFrom::Bias) out[0] = rb.qk_value;
+  } else if (p.role == kBias && (p.bias_of == 'q' || p.bias_of == 'k' || p.bias_of == 'v')) {  // head 0's elements
+    for (int64_t i = 0; i < std::min(n, hd); ++i)
+      out[i] = p.bias_of != 'v' && rb.qk_from == RouterBias::QkFrom::Bias && rb.window_dim[static_cast<size_t>(i)]
+                   ? rb.qk_value
+                   : 0.0f;
+  } else if (p.role == kSinks) {
+    out[0] = kClosedSinkLogit;
   } else if (p.role == kAttnV) {
     // The token channels only, through an orthogonal matrix: the context is
     // then an isotropic average, and every expert's share of it is the same
@@ -141,10 +177,10 @@ void fill_context_head_row(const Plan& p, int64_t row, const RouterBias& rb, flo
     // times the design's context share).
     std::fill(out, out + n, 0.0f);
     const int64_t m = rb.tok_end - rb.ctx_end;
-    std::copy_n(rb.value_rows.data() + row * m, m, out + rb.ctx_end);
+    if (row < rb.ctx_end - 1) std::copy_n(rb.value_rows.data() + row * m, m, out + rb.ctx_end);
   } else if (p.role == kAttnO && row >= 1 && row < rb.ctx_end) {
     std::fill(out, out + n, 0.0f);
-    out[row - 1] = rb.loc.out_scale;
+    out[row - 1] = rb.loc.out_scale * rb.ctx_growth;
   }
 }
 
@@ -154,7 +190,7 @@ void fill_row(const Plan& p, int64_t r, uint64_t seed, const RouterBias& rb, flo
     std::fill(out, out + n, 1.0f);
     // Layer 0's q/k norms set the context head's window amplitude (the
     // other heads see the same gain on those few dims; it is near 1).
-    if (p.role == kQkNorm && p.layer == 0 && rb.locality() && n == rb.head_dim)
+    if (p.role == kQkNorm && rb.context_layer(p) && rb.qk_from == RouterBias::QkFrom::Norm && n == rb.head_dim)
       for (int64_t i = 0; i < n; ++i)
         if (rb.window_dim[static_cast<size_t>(i)]) out[i] = rb.loc.qk_norm_gain;
     return;
@@ -165,7 +201,7 @@ void fill_row(const Plan& p, int64_t r, uint64_t seed, const RouterBias& rb, flo
     role = row < p.merged_ff ? kGate : kUp;
     row %= p.merged_ff;
   }
-  if (p.zero_row0 && row < rb.tok_end && !(row > 0 && row < rb.ctx_end && rb.locality() && p.layer == 0 && p.role == kAttnO)) {
+  if (p.zero_row0 && row < rb.tok_end && !(row > 0 && row < rb.ctx_end && rb.context_layer(p) && p.role == kAttnO)) {
     std::fill(out, out + n, 0.0f);
     return;
   }
@@ -182,6 +218,13 @@ void fill_row(const Plan& p, int64_t r, uint64_t seed, const RouterBias& rb, flo
   if (role == kEmbd) out[0] = kChannel;
   if (rb.locality()) {
     if (role == kEmbd || role == kOutput) std::fill(out + 1, out + rb.ctx_end, 0.0f);
+    // Biases that add to the residual (gpt-oss) leave the context and token
+    // channels alone, as the output projections' rows do.
+    if (role == kResBias) std::fill(out, out + std::min(n, rb.tok_end), 0.0f);
+    // The static skew is --router-skew's (the design counts it); a random
+    // router bias (gpt-oss) would add more, growing with depth as the
+    // normalised logits shrink.
+    if (p.bias_of == 'r') std::fill(out, out + n, 0.0f);
     // Token pairs (2j, 2j+1) have opposite token channels, so those channels
     // average to zero over the vocabulary: a mean would be a constant part of
     // every token's router input and of the context's average (static skew
@@ -199,11 +242,14 @@ void fill_row(const Plan& p, int64_t r, uint64_t seed, const RouterBias& rb, flo
       for (int64_t i = 1; i < rb.ctx_end; ++i) ctx2 += double(out[i]) * out[i];
       for (int64_t i = rb.ctx_end; i < rb.tok_end; ++i) tok2 += double(out[i]) * out[i];
       const double m_ctx = double(rb.ctx_end - 1), m_tok = double(rb.tok_end - rb.ctx_end);
-      const float ctx = ctx2 > 0 ? static_cast<float>(rb.loc.router_ctx_std * std::sqrt(m_ctx / ctx2)) : 0.0f;
-      const float tok = tok2 > 0 ? static_cast<float>(rb.loc.router_tok_std * std::sqrt(m_tok / tok2)) : 0.0f;
+      // Before the context head's layer there is no context to read.
+      const bool has_ctx = p.layer >= rb.ctx_layer;
+      const double tok_std = has_ctx ? rb.loc.router_tok_std : rb.loc.router_tok_std_alone;
+      const float ctx = has_ctx && ctx2 > 0 ? static_cast<float>(rb.loc.router_ctx_std * std::sqrt(m_ctx / ctx2)) : 0.0f;
+      const float tok = tok2 > 0 ? static_cast<float>(tok_std * std::sqrt(m_tok / tok2)) : 0.0f;
       for (int64_t i = 1; i < n; ++i) out[i] *= i < rb.ctx_end ? ctx : i < rb.tok_end ? tok : 0.0f;
     }
-    if (p.layer == 0) fill_context_head_row(p, row, rb, out);
+    if (rb.context_layer(p)) fill_context_head_row(p, row, rb, out);
   }
   if (role == kRouter) out[0] = rb.per_layer[static_cast<size_t>(p.layer)][static_cast<size_t>(row)];
   if (role == kOutput && !rb.output_col0.empty()) out[0] += rb.output_col0[static_cast<size_t>(row)];
@@ -217,6 +263,7 @@ struct Draw {
   Role role = kNorm;
   float stddev = 0;
   bool zero_row0 = false;
+  char bias_of = 0;  // Plan::bias_of
 };
 
 Draw draw_of_field(TensorView LayerWeights::*f, const GenShape& s, float res_scale, float inv_d, float down_std) {
@@ -230,7 +277,9 @@ Draw draw_of_field(TensorView LayerWeights::*f, const GenShape& s, float res_sca
   if (f == &W::wv || f == &W::ssm_z) return {kAttnV, inv_d};
   if (f == &W::wo) return {kAttnO, res_scale / std::sqrt(static_cast<float>(q_dim)), true};
   if (f == &W::ssm_out) return {kAttnO, res_scale / std::sqrt(static_cast<float>(value_dim)), true};
-  if (f == &W::bq || f == &W::bk || f == &W::bv) return {kBias, 0.02f};
+  if (f == &W::bq) return {kBias, 0.02f, false, 'q'};
+  if (f == &W::bk) return {kBias, 0.02f, false, 'k'};
+  if (f == &W::bv) return {kBias, 0.02f, false, 'v'};
   if (f == &W::bo) return {kResBias, 0.02f};
   if (f == &W::attn_sinks) return {kSinks, 1.0f};
   if (f == &W::ssm_beta || f == &W::ssm_alpha || f == &W::shexp_router) return {kSmallF32, inv_d};
@@ -241,7 +290,7 @@ Draw draw_of_field(TensorView LayerWeights::*f, const GenShape& s, float res_sca
   if (f == &W::ffn_down) return {kDown, down_std, true};
   if (f == &W::shexp_down) return {kDown, res_scale / std::sqrt(static_cast<float>(s.n_ff_shexp)), true};
   if (f == &W::router) return {kRouter, inv_d};
-  if (f == &W::router_b) return {kBias, 0.1f};
+  if (f == &W::router_b) return {kBias, 0.1f, false, 'r'};
   throw Error("gen: no way to draw a tensor the tensor table lists (a new field in model/tensor_table.cpp?)");
 }
 
@@ -491,6 +540,19 @@ ModelConfig gen_model_config(const GenShape& s) {
   return c;
 }
 
+namespace {
+
+// The layer whose head 0 is --router-locality's context head: the first with
+// softmax attention whose window (if any) spans the context's tens of tokens.
+int context_head_layer(const ModelConfig& c) {
+  constexpr int64_t kMinWindow = 128;
+  for (int il = 0; il < c.n_layer; ++il)
+    if (!c.is_linear(il) && (!c.is_swa(il) || c.n_swa >= kMinWindow)) return il;
+  throw Error("gen: --router-locality: no layer has softmax attention over a long enough window");
+}
+
+}  // namespace
+
 GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadPool& pool) {
   GenShape s = gen_preset(opt.arch, opt.preset);
   if (opt.n_layer > 0) s.n_layer = opt.n_layer;
@@ -505,9 +567,6 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
   if (!(opt.router_skew >= 0.0) || opt.router_skew > 16.0) throw Error("gen: --router-skew must be in [0, 16]");
   if (!(opt.router_locality >= 0.0 && opt.router_locality <= 1.0))
     throw Error("gen: --router-locality must be in [0, 1]");
-  if (opt.router_locality > 0 && s.gguf_arch != "qwen3moe")
-    throw Error("gen: --router-locality is built for qwen3moe (its q/k norms fix the context head's window), not " +
-                s.gguf_arch);
   const std::string layout = lower(opt.layout);
   if (layout != "stacked" && layout != "merged" && layout != "per-expert")
     throw Error("gen: unknown --layout '" + opt.layout + "' (stacked, merged, per-expert)");
@@ -556,6 +615,7 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
     const Draw d = draw_of(t, s, res_scale, inv_d, down_std);
     Plan& p = add(t.name, t.shape, d.role, t.layer, d.stddev);
     p.zero_row0 = d.zero_row0;
+    p.bias_of = d.bias_of;
     p.expert0 = std::max(t.expert, 0);  // a per-expert matrix draws as its expert
     if (t.kind == LayerTensorSpec::Kind::Expert && t.part == ExpertPart::GateUp) p.merged_ff = s.n_ff_exp;
   }
@@ -602,14 +662,54 @@ GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadP
     ls.head_dim = s.head_dim;
     ls.n_rot = s.n_rot > 0 ? s.n_rot : s.head_dim;
     ls.rope_base = s.rope_base;
+    if (s.yarn_factor > 0) {  // as the loader reads the file's rope.scaling keys (model/rope_scaling.h)
+      YarnParams y;
+      y.factor = s.yarn_factor;
+      y.n_rot = ls.n_rot;
+      y.n_ctx_orig = s.yarn_orig_ctx;
+      y.theta_base = s.rope_base;
+      ls.rope_scaling = yarn_scaling(y);
+    }
     ls.n_embd = s.n_embd;
     rb.loc = design_router_locality(opt.router_locality, ls);
+    rb.ctx_layer = context_head_layer(cfg);
+    const auto has = [&](TensorView LayerWeights::*f) {
+      return std::any_of(table.begin(), table.end(), [&](const LayerTensorSpec& t) {
+        return t.kind == LayerTensorSpec::Kind::Dense && t.field == f && t.layer == rb.ctx_layer;
+      });
+    };
+    const double per_dim = std::sqrt(static_cast<double>(s.head_dim) / static_cast<double>(rb.loc.rope_dims.size())) *
+                           rb.loc.qk_norm_gain;  // q and k on a window dim, as the norm would leave them
+    if (has(&LayerWeights::q_norm)) {
+      rb.qk_from = RouterBias::QkFrom::Norm;
+      rb.qk_value = 1.0f;
+    } else if (has(&LayerWeights::bq)) {
+      rb.qk_from = RouterBias::QkFrom::Bias;
+      rb.qk_value = static_cast<float>(per_dim);
+    } else {  // the constant channel after attn_norm reads kChannel / rms
+      rb.qk_from = RouterBias::QkFrom::Weight;
+      rb.qk_value = static_cast<float>(per_dim * rb.loc.attn_input_rms / kChannel);
+    }
+    for (const Plan& p : plans)
+      if (p.role == kAttnQ && p.layer == rb.ctx_layer) rb.gated_q = p.rows() == 2 * int64_t{s.n_head} * s.head_dim;
+    // The layers before it grow the residual: a linear-attention layer's
+    // output is RMS-normalised (not an average of values, as attention's is)
+    // and adds about kLinearLayerVariance x res_scale^2 per channel, which
+    // dominates; fitted on the tiny hybrid (its fourth layer then repeats at
+    // the asked rate). gpt-oss's first layer adds too little to count.
+    constexpr double kLinearLayerVariance = 2.2;
+    int linear_before = 0;
+    for (int il = 0; il < rb.ctx_layer; ++il) linear_before += cfg.is_linear(il) ? 1 : 0;
+    rb.ctx_growth = static_cast<float>(
+        std::sqrt(1.0 + kLinearLayerVariance * linear_before * double(res_scale) * res_scale));
     rb.ctx_end = 1 + rb.loc.ctx_channels;
     rb.tok_end = rb.ctx_end + rb.loc.tok_channels;
     rb.head_dim = s.head_dim;
     rb.window_dim.assign(static_cast<size_t>(s.head_dim), 0);
-    for (int i : rb.loc.rope_dims) rb.window_dim[static_cast<size_t>(i)] = 1;  // NeoX: dim i is the pair's first
-    rb.value_rows = orthonormal_rows(s.head_dim, rb.loc.tok_channels, row_key(opt.seed, 0, 98, 0, 0));
+    // Pair i's first dim: i (NeoX, halves) or 2i (adjacent pairs: llama, Mixtral).
+    for (int i : rb.loc.rope_dims)
+      rb.window_dim[static_cast<size_t>(cfg.arch->rope_mode == RopeMode::Neox ? i : 2 * i)] = 1;
+    rb.value_rows = orthonormal_rows(rb.loc.ctx_channels, rb.loc.tok_channels, row_key(opt.seed, 0, 98, 0, 0));
   }
 
   const Vocab vocab = make_synthetic_vocab(static_cast<int32_t>(V));

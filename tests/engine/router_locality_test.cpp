@@ -38,8 +38,9 @@ std::string tmp_path(const std::string& name, const std::string& ext) {
 // Four layers and 500 decode tokens: the context drifts over tens of tokens,
 // so a run measures only a few independent stretches of it. Over model seeds
 // 5..12 this measured 0.275..0.315 for P = 0.3 and 0.545..0.608 for 0.6.
-GenOptions small_model(double locality, uint64_t seed) {
+GenOptions small_model(double locality, uint64_t seed, const std::string& arch = "qwen3moe") {
   GenOptions g;
+  g.arch = arch;
   g.preset = "tiny";
   g.n_layer = 4;
   g.n_expert = 32;
@@ -102,6 +103,36 @@ TEST(RouterLocality, DecodeRepeatsThePreviousTokensExpertsAtTheAskedRate) {
   }
 }
 
+// The other MoE architectures: the context head in the first layer with
+// softmax attention over a long window (a hybrid's first attention layer,
+// gpt-oss's first full layer of the tiny preset), its q and k from the q/k
+// norms, a weight on the constant channel (Mixtral: no norms) or the biases
+// (gpt-oss, whose YaRN turns the window's frequencies). Routers before that
+// layer have no context: the hybrid's three linear layers of four route
+// independently, so its rate is the mix (1 P, 3 chance) -- the tiny preset's
+// layers, not the real model's 1 in 4 with 40 layers.
+TEST(RouterLocality, EveryMoeArchitectureRepeatsAtTheAskedRate) {
+  struct Case {
+    const char* arch;
+    size_t context_layer;  // the first layer whose router reads the context
+  };
+  for (const Case c : {Case{"mixtral", 0}, Case{"gpt-oss", 1}, Case{"qwen35moe", 3}}) {
+    for (const double P : {0.3, 0.6}) {
+      const TraceStats st = run_and_measure(small_model(P, 7, c.arch), 256, 500, 1);
+      ASSERT_EQ(st.layers.size(), 4u) << c.arch;
+      double with_context = 0;
+      for (size_t l = 0; l < st.layers.size(); ++l) {
+        const double r = st.layers[l].repeat_prob;
+        std::printf("%s locality %.2f, layer %zu: previous token %.3f\n", c.arch, P, l, r);
+        if (l < c.context_layer) EXPECT_NEAR(r, 4.0 / 32, 0.04) << c.arch << " layer " << l << ": by chance";
+        else with_context += r;
+      }
+      with_context /= static_cast<double>(st.layers.size() - c.context_layer);
+      EXPECT_NEAR(with_context, P, 0.05) << c.arch << " at " << P;
+    }
+  }
+}
+
 TEST(RouterLocality, WithoutItTokensRouteIndependently) {
   const TraceStats st = run_and_measure(small_model(0.0, 7), 64, 500, 1);
   // k / n_expert = 4 / 32 by chance.
@@ -144,9 +175,12 @@ TEST(RouterLocality, DesignAndBadValues) {
   GenOptions g = small_model(1.5, 1);
   EXPECT_THROW(generate_model(g, p, pool), Error);
   g = small_model(0.45, 1);
-  g.arch = "mixtral";
-  EXPECT_THROW(generate_model(g, p, pool), Error);  // qwen3moe only
+  g.arch = "qwen3";  // dense: no routers
+  EXPECT_THROW(generate_model(g, p, pool), Error);
   EXPECT_FALSE(fs::exists(p));
+  s.n_embd = 60;  // under 4 x 16 channels for the context and the token
+  s.rope_base = 1e6;
+  EXPECT_THROW(design_router_locality(0.45, s), Error);
   // The file says what it was made with.
   generate_model(small_model(0.45, 1), p, pool);
   auto f = GgufFile::open(p);

@@ -19,7 +19,7 @@ class Arch:
     layers: int         # layers generated (fewer: cheaper gen, load and runs; see budget.py for the scaling)
     depth: int          # the depth of the tg-at-depth workload
     quant: str          # the core quantization (gpt-oss: its native mxfp4 experts)
-    locality: bool      # gen --router-locality exists for this architecture (qwen3moe only)
+    locality: bool      # tiered cells also run under gen --router-locality
     note: str = ""
 
 
@@ -30,10 +30,10 @@ class Arch:
 # its MTP layer; gpt-oss keeps pairs (sliding + full attention).
 ARCHS = {
     "qwen3-30b": Arch("qwen3moe", "qwen3-30b-a3b", 48, 12, 32768, "q4_k_m", True),
-    "qwen3.6-35b": Arch("qwen35moe", "qwen3.6-35b-a3b", 40, 8, 32768, "q4_k_m", False, "with its MTP layer"),
-    "gpt-oss-20b": Arch("gpt-oss", "gpt-oss-20b", 24, 12, 32768, "mxfp4_moe", False),
-    "gpt-oss-120b": Arch("gpt-oss", "gpt-oss-120b", 36, 4, 32768, "mxfp4_moe", False),
-    "mixtral-8x7b": Arch("mixtral", "mixtral-8x7b", 32, 8, 16384, "q4_k_m", False, "depth 16384: its context is 32768"),
+    "qwen3.6-35b": Arch("qwen35moe", "qwen3.6-35b-a3b", 40, 8, 32768, "q4_k_m", True, "with its MTP layer"),
+    "gpt-oss-20b": Arch("gpt-oss", "gpt-oss-20b", 24, 12, 32768, "mxfp4_moe", True),
+    "gpt-oss-120b": Arch("gpt-oss", "gpt-oss-120b", 36, 4, 32768, "mxfp4_moe", True),
+    "mixtral-8x7b": Arch("mixtral", "mixtral-8x7b", 32, 8, 16384, "q4_k_m", True, "depth 16384: its context is 32768"),
 }
 
 # The quantization sweep on the Qwen3-30B-A3B shape (llama-quantize's presets;

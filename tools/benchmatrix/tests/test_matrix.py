@@ -57,17 +57,18 @@ class CellsTest(unittest.TestCase):
         self.assertTrue(all(c.arch == cl.QUANT_ARCH and c.workload.group == "short" for c in quant))
         self.assertEqual({c.quant for c in quant}, set(cl.QUANT_TYPES))
 
-    def test_locality_router_only_for_tiered_qwen3moe_cells(self):
+    def test_locality_router_only_for_tiered_cells(self):
         loc = [c for c in cl.expand() if c.router == "locality"]
         self.assertTrue(loc)
         for c in loc:
             self.assertTrue(cl.ARCHS[c.arch].locality)
             self.assertNotEqual(c.budget, "full")
             self.assertIn("--router-locality", c.recipe.gen_args())
-        # every tiered uniform qwen3-30b cell has its locality twin
+        # every tiered uniform cell of every architecture has its locality twin
         ids = {c.id for c in cl.expand()}
+        self.assertEqual({c.arch for c in loc}, set(cl.ARCHS))
         for c in cl.expand():
-            if c.arch == "qwen3-30b" and c.budget != "full" and c.router == "uniform":
+            if c.budget != "full" and c.router == "uniform" and c.quant == cl.ARCHS[c.arch].quant:
                 self.assertIn(c.id.replace("/uniform", "/locality"), ids)
 
     def test_recipes_and_groups(self):
