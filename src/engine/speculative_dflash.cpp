@@ -25,34 +25,18 @@ void DFlashDrafter::on_hidden(const HiddenEvent& e) {
   if (e.kv != target_ || e.n <= 0 || !e.layer_rows || int64_t{e.n_layer_rows} * fwd_.config().n_embd != F_) return;
   // The target went back below what the context holds: so does the context.
   if (e.pos0 < fwd_.context_len()) fwd_.truncate(e.pos0);
-  // Rows from e.pos0 on replace what was there (a rolled-back verify's).
-  if (e.pos0 < rows_pos0_ || e.pos0 > rows_end()) {
-    rows_.clear();
-    rows_pos0_ = e.pos0;
-  } else {
-    rows_.resize(static_cast<size_t>((e.pos0 - rows_pos0_) * F_));
-  }
-  rows_.insert(rows_.end(), e.layer_rows, e.layer_rows + int64_t{e.n} * F_);
+  // A gap (positions the hook never saw) leaves the context where it is.
+  if (e.pos0 != fwd_.context_len() || e.pos0 + e.n > target_->ctx()) return;
+  fwd_.add_context(std::span<const float>(e.layer_rows, static_cast<size_t>(int64_t{e.n} * F_)), e.n);
 }
 
 void DFlashDrafter::propose(std::span<const int32_t> h, int max_tokens, std::vector<int32_t>& out) {
   out.clear();
   const int64_t N = target_->n_past();  // the position of h.back(), the last sampled token
   if (max_tokens <= 0 || h.empty()) return;
+  // Positions past N are a verify's rejected drafts (or a stop's leftovers).
   if (fwd_.context_len() > N) fwd_.truncate(N);
-  const int64_t L = fwd_.context_len();
-  if (L < N) {
-    if (L < rows_pos0_ || rows_end() < N) return;  // rows the hook never saw
-    const auto first = static_cast<size_t>((L - rows_pos0_) * F_);
-    fwd_.add_context(std::span<const float>(rows_.data() + first, static_cast<size_t>((N - L) * F_)),
-                     static_cast<int>(N - L));
-  }
-  // Fused rows are not needed again (a rerun below N sends new ones).
-  const int64_t drop = std::min(N, rows_end()) - rows_pos0_;
-  if (drop > 0) {
-    rows_.erase(rows_.begin(), rows_.begin() + drop * F_);
-    rows_pos0_ += drop;
-  }
+  if (fwd_.context_len() < N) return;  // positions the hook never saw
   const int k = std::min(max_tokens, fwd_.config().block_size - 1);
   block_.assign(static_cast<size_t>(k) + 1, fwd_.config().mask_token);
   block_[0] = h.back();

@@ -4,18 +4,19 @@
 //
 //   - every forward of the target hands it the residual stream entering the
 //     target layers the drafter reads (Backend::set_hidden_layers and the
-//     hidden hook), kept until fused into the drafter's context;
+//     hidden hook), which it fuses into its context at once (no rows are
+//     kept: a long prompt costs the drafter's K/V, not its features);
 //   - at a proposal with the target's cache at N positions (the last sampled
-//     token, not yet run, goes at N), the rows of positions the context does
-//     not hold yet are fused and appended (they are committed: the verify
-//     that produced them kept them), then one pass over the block
-//     [last sampled, mask x K] at positions N .. N+K drafts K tokens, the
-//     argmax at each (greedy point masses; the verify keeps the output the
-//     target's, whatever it proposes).
+//     token, not yet run, goes at N), the context is cut back to N (the
+//     positions of a verify's rejected drafts go), then one pass over the
+//     block [last sampled, mask x K] at positions N .. N+K drafts K tokens,
+//     the argmax at each (greedy point masses; the verify keeps the output
+//     the target's, whatever it proposes).
 // A target forward at a position below the context's end (a rollback and a
 // rerun, a replayed recurrent state, a new prompt in the same cache) cuts
-// the context back there; rows it has not seen (a prompt run before this
-// drafter existed) leave it without drafts until the cache starts over.
+// the context back there; positions it never saw (a prompt run before this
+// drafter existed, a forward past a gap) leave it without drafts until the
+// target goes back below them.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -51,15 +52,11 @@ class DFlashDrafter : public Drafter {
 
  private:
   void on_hidden(const HiddenEvent& e);
-  int64_t rows_end() const { return rows_pos0_ + static_cast<int64_t>(rows_.size()) / F_; }
 
   Backend& be_;
   const KvCache* target_;
   DFlashForward fwd_;
   int64_t F_;  // feature values per position: target layers x n_embd
-  // The target's layer inputs of positions [rows_pos0_, rows_end()).
-  std::vector<float> rows_;
-  int64_t rows_pos0_ = 0;
   std::vector<int32_t> block_;
   std::vector<float> logits_;
   int64_t passes_ = 0;

@@ -1,6 +1,7 @@
 // `run --spec dflash -md FILE` and `bench --spec dflash` (CPU, the tiny
-// qwen3moe and a `gen --arch dflash` drafter): greedy text is plain
-// decoding's in llama.cpp's spellings too (draft-dflash, --spec-draft-model),
+// qwen3moe and a `gen --arch dflash` drafter): greedy text, and sampled text
+// with a seed, is plain decoding's, in llama.cpp's spellings too
+// (draft-dflash, --spec-draft-model),
 // bench adds its row, and misuse is an error naming what is wrong.
 #include <gtest/gtest.h>
 
@@ -43,7 +44,10 @@ class DFlashCli : public test::TinyBenchFixture<DFlashCli> {
 TEST_F(DFlashCli, GreedyTextIsPlainDecodingsAndBenchHasItsRow) {
   auto text_of = [](const std::string& extra) {
     std::string out;
-    EXPECT_EQ(run_moestream(run_args("-q --temp 0 " + extra), &out, 120, true), 0) << extra << "\n" << out;
+    EXPECT_EQ(run_moestream(run_args(std::string("-q ") + (extra.find("--temp") == std::string::npos ? "--temp 0 " : "") + extra),
+                            &out, 120, true),
+              0)
+        << extra << "\n" << out;
     return out;
   };
   const std::string base = text_of("");
@@ -52,6 +56,9 @@ TEST_F(DFlashCli, GreedyTextIsPlainDecodingsAndBenchHasItsRow) {
   EXPECT_EQ(text_of("--spec dflash" + md), base);
   EXPECT_EQ(text_of("--spec draft-dflash --spec-fixed --draft-max 6" + md), base);
   EXPECT_EQ(text_of("--spec dflash --spec-fixed --spec-draft-model \"" + *drafter_ + "\""), base);
+  // Sampled with a seed: drafts are point masses, the draws are plain decoding's.
+  const std::string sampled = text_of("--temp 0.9 --seed 5");
+  EXPECT_EQ(text_of("--temp 0.9 --seed 5 --spec dflash --spec-fixed --draft-max 4" + md), sampled);
   std::string out;
   ASSERT_EQ(run_moestream(run_args("--temp 0 --spec dflash --spec-fixed --draft-max 3" + md), &out), 0) << out;
   EXPECT_NE(out.find("spec dflash (K <= 3, fixed) | drafted"), std::string::npos) << out;

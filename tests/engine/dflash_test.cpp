@@ -452,13 +452,20 @@ TEST(DFlashSpec, DrafterFollowsTheTargetBack) {
     dr.propose(std::span<const int32_t>(seq.data(), 11), 20, out);
     EXPECT_EQ(out.size(), 15u) << "block_size - 1 at most";
     EXPECT_EQ(dr.context_len(), 10);
+    // A verify's positions past what the target keeps are cut at the next proposal.
+    const int32_t verify[3] = {seq[10], out[0], out[1]};
+    be.forward(kv, verify, logits, true);
+    EXPECT_EQ(dr.context_len(), 13);
+    kv.truncate(11);
+    dr.propose(std::span<const int32_t>(seq.data(), 12), 2, out);
+    EXPECT_EQ(dr.context_len(), 11);
     kv.truncate(6);
     seq[6] = 123;  // a different continuation
     be.forward(kv, std::span<const int32_t>(seq.data() + 6, 2), logits);
-    EXPECT_EQ(dr.context_len(), 6);
+    EXPECT_EQ(dr.context_len(), 8) << "cut back to 6, positions 6 and 7 fused anew";
     dr.propose(std::span<const int32_t>(seq.data(), 9), 4, out);
     EXPECT_EQ(dr.context_len(), 8);
-    EXPECT_EQ(dr.passes(), 2);
+    EXPECT_EQ(dr.passes(), 3);
   }
   KvCache kv2 = be.make_cache(64);
   DFlashDrafter fresh(be, kv2, d.w, m->weights, pool);
