@@ -114,16 +114,17 @@ struct Rewrite {
       if (t.name == n) return t;
     throw Error("no tensor " + n);
   }
+  void write(const std::string& path) const {
+    GgufWriter w(path);
+    for (const auto& [k, v] : kv) w.set(k, v);
+    for (const T& t : tensors) w.add_tensor(t.name, t.type, t.shape);
+    for (const T& t : tensors) w.write_tensor_data(t.bytes.data(), t.bytes.size());
+    w.finish();
+  }
   // Binds the result; returns the error (empty: it bound).
   std::string bind_error() const {
     const std::string path = testing::TempDir() + "dflash_bad_" + std::to_string(::getpid()) + ".gguf";
-    {
-      GgufWriter w(path);
-      for (const auto& [k, v] : kv) w.set(k, v);
-      for (const T& t : tensors) w.add_tensor(t.name, t.type, t.shape);
-      for (const T& t : tensors) w.write_tensor_data(t.bytes.data(), t.bytes.size());
-      w.finish();
-    }
+    write(path);
     std::string err;
     try {
       auto f = GgufFile::open(path);
@@ -382,6 +383,47 @@ TEST(DFlashForward, BlockMatchesTheReference) {
   EXPECT_THROW(fwd.draft_block(std::vector<int32_t>{1, 512}, logits), Error);
   EXPECT_THROW(fwd.add_context(std::span<const float>(feats.data(), 5), 1), Error);
   EXPECT_THROW(fwd.add_context(std::span<const float>(feats.data(), static_cast<size_t>(9 * F)), 9), Error) << "past ctx";
+}
+
+// A drafter with its own embeddings (and so, tied, its own output head):
+// those are used instead of the target's.
+TEST(DFlashForward, OwnEmbeddingsAndHeadAreUsed) {
+  auto m = LoadedModel::open(test::tiny_gguf("qwen3moe", "f32", 41));
+  testref::RefModel target(*m->file);
+  Rewrite r;
+  std::vector<float> embd(512 * 256);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+  for (float& x : embd) x = u(rng);
+  r.tensors.push_back({"token_embd.weight", DType::F32, {256, 512},
+                       {reinterpret_cast<uint8_t*>(embd.data()), reinterpret_cast<uint8_t*>(embd.data() + embd.size())}});
+  const std::string path = testing::TempDir() + "dflash_own_" + std::to_string(::getpid()) + ".gguf";
+  r.write(path);
+  auto f = GgufFile::open(path);
+  const DFlashWeights w = bind_dflash(*f);
+  EXPECT_EQ(w.cfg.n_vocab, 512);
+  ASSERT_TRUE(w.token_embd);
+  EXPECT_EQ(w.output.data, w.token_embd.data) << "tied";
+  testref::RefModel own_target = target;  // the reference reads the drafter's own table for both
+  own_target.embd = testref::load(*f, "token_embd.weight");
+  own_target.out = own_target.embd;
+  RefDFlash ref(*f, w.cfg, own_target);
+  std::vector<float> feat(512);
+  for (float& x : feat) x = u(rng) * 10;
+  ref.context(std::vector<double>(feat.begin(), feat.end()));
+  const std::vector<int32_t> block = {33, 508, 508};
+  const auto want = ref.block(block);
+  ThreadPool pool(2);
+  DFlashForward fwd(w, m->weights, pool, 16, KvType::F32);
+  fwd.add_context(feat, 1);
+  std::vector<float> logits;
+  fwd.draft_block(block, logits);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_LT(rel_rms(logits.data() + i * 512, want[i]), 1e-4) << "row " << i;
+  // Its own vocabulary must be the target's.
+  ModelConfig bigger = m->weights.cfg;
+  bigger.n_vocab = 600;
+  EXPECT_THROW(check_dflash_fits(w.cfg, bigger), Error);
+  std::remove(path.c_str());
 }
 
 struct SpecRun {
