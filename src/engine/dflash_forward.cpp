@@ -15,19 +15,23 @@ void mm(ThreadPool& pool, const TensorView& w, const float* x, int n, float* y) 
   matmul(pool, w.type, w.data, w.rows, w.cols, x, n, y);
 }
 
+// The checks run before the cache is sized from the drafter's shapes.
+const DFlashWeights& fitted(const DFlashWeights& w, const ModelWeights& target, int64_t ctx) {
+  check_dflash_fits(w.cfg, target.cfg);
+  if (ctx < 1 || ctx > (int64_t{1} << 24)) throw Error("DFlash drafter: context of " + std::to_string(ctx) + " positions");
+  return w;
+}
+
 }  // namespace
 
 DFlashForward::DFlashForward(const DFlashWeights& w, const ModelWeights& target, ThreadPool& pool, int64_t ctx,
                              KvType type)
-    : w_(w),
+    : w_(fitted(w, target, ctx)),
       pool_(pool),
       embd_(w.token_embd ? w.token_embd : target.token_embd),
       head_(w.output ? w.output : target.output),
       n_vocab_(target.cfg.n_vocab),
-      kv_(w.cfg.n_layer, w.cfg.n_head_kv, w.cfg.head_dim, ctx + kDFlashMaxBlock, type) {
-  check_dflash_fits(w.cfg, target.cfg);
-  if (ctx < 1) throw Error("DFlash drafter: context must be at least 1 position");
-}
+      kv_(w.cfg.n_layer, w.cfg.n_head_kv, w.cfg.head_dim, ctx + kDFlashMaxBlock, type) {}
 
 void DFlashForward::keys_values(int il, const float* x, int n, int64_t pos0) {
   const DFlashConfig& c = w_.cfg;

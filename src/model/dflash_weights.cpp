@@ -128,6 +128,11 @@ DFlashWeights bind_dflash(const GgufFile& f) {
   const int64_t def_rot = c.head_dim;
   c.n_rot = static_cast<int>(int_in(f, P + "rope.dimension_count", 2, c.head_dim, &def_rot));
   if (c.n_rot % 2 != 0) throw Error(f.path() + ": rope.dimension_count must be even");
+  // The cache is sized from these times the context: bounded by the hidden
+  // size (published drafters: q n_embd wide, k/v a quarter of it).
+  if (int64_t{c.n_head} * c.head_dim > 4 * c.n_embd)
+    throw Error(f.path() + ": attention heads " + std::to_string(c.n_head) + " x " + std::to_string(c.head_dim) +
+                " are over 4 times the hidden size " + std::to_string(c.n_embd));
   c.n_ff = int_in(f, P + "feed_forward_length", 1, 1 << 20);
   const int64_t def_ctx = 0;
   c.n_ctx_train = int_in(f, P + "context_length", 0, int64_t{1} << 32, &def_ctx);

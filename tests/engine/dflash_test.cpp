@@ -157,6 +157,7 @@ TEST(DFlashLoad, BadFilesAreErrorsNamingWhatIsWrong) {
       {[](Rewrite& r) { r.set("dflash.block_count", GgufValue::of_u32(1u << 30)); }, "block_count"},
       {[](Rewrite& r) { r.set("dflash.attention.head_count_kv", GgufValue::of_u32(3)); }, "head_count"},
       {[](Rewrite& r) { r.set("dflash.embedding_length", GgufValue::of_u32(0)); }, "embedding_length"},
+      {[](Rewrite& r) { r.set("dflash.attention.head_count", GgufValue::of_u32(64)); }, "over 4 times the hidden size"},
       {[](Rewrite& r) { r.set("general.architecture", GgufValue::of_string("qwen3")); }, "not 'dflash'"},
       {[](Rewrite& r) { r.set("dflash.attention.sliding_window", GgufValue::of_u32(512)); }, "variant"},
       {[](Rewrite& r) { r.set("dflash.hidden_act", GgufValue::of_string("gelu")); }, "gelu"},
