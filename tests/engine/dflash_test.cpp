@@ -6,7 +6,7 @@
 // drafter's forward against a straightforward float64 implementation of the
 // equations written here (non-causal, causal, shared K/V); greedy output
 // with --spec dflash identical to plain decoding for K = 1..8 on qwen3moe
-// and qwen35moe; the drafter following the target back.
+// and qwen35moe (and with a replayed rollback); the drafter following the target back.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -435,7 +435,7 @@ struct SpecRun {
 };
 
 SpecRun generate_with(Backend& be, const ModelWeights& tw, const DFlashWeights* dw, ThreadPool& pool,
-                      const std::vector<int32_t>& prompt, int k, int n_predict) {
+                      const std::vector<int32_t>& prompt, int k, int n_predict, bool replay = false) {
   KvCache kv = be.make_cache(128, KvType::F32);
   std::unique_ptr<DFlashDrafter> d;
   if (dw) d = std::make_unique<DFlashDrafter>(be, kv, *dw, tw, pool);
@@ -448,6 +448,7 @@ SpecRun generate_with(Backend& be, const ModelWeights& tw, const DFlashWeights* 
   gp.spec.drafter = d.get();
   gp.spec.control.draft_max = k;
   gp.spec.control.adaptive = false;
+  if (replay) gp.spec.rollback = SpecDecoding::Rollback::Replay;
   SpecRun r;
   r.st = generate(be, kv, sampler, nullptr, prompt, gp, [&](int32_t id) {
     r.tokens.push_back(id);
@@ -475,6 +476,10 @@ TEST(DFlashSpec, GreedyOutputIsPlainDecodingsForEveryK) {
       EXPECT_GE(spec.st.spec.drafted, spec.st.spec.verifies) << arch << ", K = " << k;
       EXPECT_EQ(spec.passes, spec.st.spec.verifies) << arch << ", K = " << k << ": one block pass per verify";
     }
+    // A hybrid rolled back by replaying the kept tokens: the replay's rows
+    // replace the verify's in the drafter's context.
+    const SpecRun replayed = generate_with(be, m->weights, &d.w, pool, prompt, 5, 40, true);
+    EXPECT_EQ(replayed.tokens, plain.tokens) << arch << ", replay";
   }
 }
 
