@@ -40,6 +40,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,7 @@
 #include "engine/sampler.h"
 #include "engine/speculative.h"
 #include "cli/draft_setup.h"
+#include "engine/speculative_dflash.h"
 #include "engine/speculative_mtp.h"
 #include "experts/budget_sweep.h"
 #include "util/error.h"
@@ -254,11 +256,16 @@ BudgetRun measure(const BenchArgs& a, const std::vector<int>& seqs, const SpecBe
     const int ng = first_nonzero(a.n_gen);
     SamplerParams sp;
     sp.temperature = 0;
-    auto generate_run = [&](Drafter* d, std::vector<int32_t>* out, GenerateStats* st, bool mtp = false) {
+    // mtp, dflash: drafters that watch this cache's forwards, made with it.
+    auto generate_run = [&](Drafter* d, std::vector<int32_t>* out, GenerateStats* st, bool mtp = false,
+                            const DFlashWeights* dflash = nullptr) {
       KvCache kv = be->make_cache(ctx, a.kv_type);
-      std::unique_ptr<Drafter> mtp_drafter;  // watches this cache's forwards
+      std::unique_ptr<Drafter> mtp_drafter;
       if (mtp) {
         mtp_drafter = std::make_unique<MtpDrafter>(*be, kv, a.kv_type);
+        d = mtp_drafter.get();
+      } else if (dflash) {
+        mtp_drafter = std::make_unique<DFlashDrafter>(*be, kv, *dflash, model.weights, pool);
         d = mtp_drafter.get();
       }
       Sampler sampler(sp);
@@ -288,6 +295,8 @@ BudgetRun measure(const BenchArgs& a, const std::vector<int>& seqs, const SpecBe
       s.has_spec = true;
       OpenDraft draft;  // the draft model, opened once for the repetitions
       if (choice.kind == DraftChoice::Kind::Model) draft = open_draft(spec.draft, model, be->name(), pool, ctx, sp, true);
+      OpenDFlash dflash;
+      if (choice.kind == DraftChoice::Kind::DFlash) dflash = open_dflash(spec.draft, model, true);
       for (int i = 0; i < a.reps; ++i) {
         std::unique_ptr<Drafter> d;
         const bool mtp = choice.kind == DraftChoice::Kind::Mtp;
@@ -295,9 +304,9 @@ BudgetRun measure(const BenchArgs& a, const std::vector<int>& seqs, const SpecBe
           d = std::make_unique<NgramDrafter>();
         else if (choice.kind == DraftChoice::Kind::Model)
           d = std::make_unique<ModelDrafter>(*draft.backend, ModelDrafter::Options{sp, spec.draft.p_min, ctx});
-        else if (!mtp)
+        else if (!mtp && choice.kind != DraftChoice::Kind::DFlash)
           d = std::make_unique<OracleDrafter>(reference, tg_prompt.size(), choice.alpha, c.n_vocab, 1 + i);
-        s.tps.push_back(ng / generate_run(d.get(), nullptr, &st, mtp));
+        s.tps.push_back(ng / generate_run(d.get(), nullptr, &st, mtp, dflash.weights.get()));
         s.spec.add(st.spec);
         std::fprintf(stderr, "moestream: %s (run %d): %s\n", s.test.c_str(), i + 1, st.spec.describe().c_str());
       }
@@ -359,9 +368,16 @@ void check_bench_flags(const BenchArgs& a) {
 
 int run(const BenchArgs& a, const std::vector<int>& seqs, const SpecBench& spec) {
   check_bench_flags(a);
-  bool any_draft = false;
-  for (const std::string& c : spec.choices) any_draft |= parse_draft_choice(c).kind == DraftChoice::Kind::Model;
-  check_draft_flags(spec.draft, any_draft);
+  // The drafter file (-md) is read by draft or dflash (one of them per run).
+  std::optional<DraftChoice> file_choice;
+  for (const std::string& c : spec.choices) {
+    const DraftChoice dc = parse_draft_choice(c);
+    if (!dc.needs_file()) continue;
+    if (file_choice && file_choice->kind != dc.kind)
+      throw Error("--spec: draft and dflash both read -md FILE; bench one of them at a time");
+    file_choice = dc;
+  }
+  check_draft_flags(spec.draft, file_choice ? &*file_choice : nullptr);
   spec.control.validate();
   if (!spec.choices.empty() && first_nonzero(a.n_gen) <= 0) throw Error("--spec needs a tg test (-n N, N > 0)");
   for (int ns : seqs)
@@ -435,7 +451,7 @@ RegisterCommand reg("bench", [](CLI::App& app) {
       ->delimiter(',');
   sub->add_option("--spec", spec->choices,
                   "also greedy generation through speculative decoding, a comma list of drafters (ngram, "
-                  "mtp: the model's MTP block, draft: the -md model, oracle:ALPHA: right with probability ALPHA), "
+                  "mtp: the model's MTP block, draft: the -md model, dflash: the -md DFlash drafter, oracle:ALPHA: right with probability ALPHA), "
                   "each a row `tgN spec ...` beside `tgN greedy`")
       ->delimiter(',');
   add_draft_options(*sub, &spec->draft);

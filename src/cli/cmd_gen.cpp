@@ -21,7 +21,7 @@ RegisterCommand reg("gen", [](CLI::App& app) {
   auto out = std::make_shared<std::string>();
   auto threads = std::make_shared<int>(0);
   auto quiet = std::make_shared<bool>(false);
-  sub->add_option("--arch", opt->arch, "qwen3moe | qwen35moe | mixtral | gpt-oss | qwen3 | qwen2 | llama (dense)")
+  sub->add_option("--arch", opt->arch, "qwen3moe | qwen35moe | mixtral | gpt-oss | qwen3 | qwen2 | llama (dense) | dflash (a DFlash drafter for the tiny targets)")
       ->capture_default_str();
   sub->add_option("--preset", opt->preset,
                   "tiny | qwen3-30b-a3b | qwen3.6-35b-a3b | mixtral-8x7b | gpt-oss-20b | gpt-oss-120b")

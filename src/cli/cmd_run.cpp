@@ -28,6 +28,7 @@
 #include "engine/sampler.h"
 #include "engine/speculative.h"
 #include "cli/draft_setup.h"
+#include "engine/speculative_dflash.h"
 #include "engine/speculative_mtp.h"
 #include "tokenizer/stream_decoder.h"
 #include "util/bytes.h"
@@ -134,7 +135,10 @@ void check_run_flags(const RunArgs& r) {
   if (r.sp.repeat_last_n > kMaxCtx)
     throw Error("--repeat-last-n " + std::to_string(r.sp.repeat_last_n) + ": at most " + std::to_string(kMaxCtx));
   check_vram_options(r.vram);
-  check_draft_flags(r.draft, !r.spec.empty() && parse_draft_choice(r.spec).kind == DraftChoice::Kind::Model);
+  {
+    const DraftChoice choice = r.spec.empty() ? DraftChoice{} : parse_draft_choice(r.spec);
+    check_draft_flags(r.draft, r.spec.empty() ? nullptr : &choice);
+  }
   if (!r.spec.empty()) {
     parse_draft_choice(r.spec);
     r.spec_ctl.validate();
@@ -270,7 +274,7 @@ RegisterCommand reg("run", [](CLI::App& app) {
   sub->add_option("--spec", a->spec,
                   "speculative decoding (docs/speculative.md): ngram (drafts from earlier text of the prompt and "
                   "output), mtp (the model's own MTP block: Qwen3.5/3.6 files that carry it), draft (a draft "
-                  "model, -md FILE) or oracle:ALPHA (benchmarks: a plain run first, then its own tokens drafted "
+                  "model, -md FILE), dflash (a DFlash block drafter, -md FILE; CPU backend) or oracle:ALPHA (benchmarks: a plain run first, then its own tokens drafted "
                   "right with probability ALPHA); the output is plain decoding's (greedy: the same tokens; sampled: "
                   "the same distribution)")
       ->option_text("ngram|mtp|draft|oracle:ALPHA");
@@ -336,6 +340,7 @@ RegisterCommand reg("run", [](CLI::App& app) {
     // will emit), in a cache of its own that is gone before the real one.
     std::unique_ptr<Drafter> drafter;
     OpenDraft draft;  // --spec draft: the model, its backend and the drafter
+    OpenDFlash dflash;  // --spec dflash: the drafter's file and weights
     Drafter* active_drafter = nullptr;
     const DraftChoice choice = r.spec.empty() ? DraftChoice{} : parse_draft_choice(r.spec);
     if (!r.spec.empty()) {
@@ -345,6 +350,8 @@ RegisterCommand reg("run", [](CLI::App& app) {
         draft = open_draft(r.draft, *model, be->name(), pool, ctx, r.sp, r.quiet);
       } else if (choice.kind == DraftChoice::Kind::Mtp) {
         // Made with the sequence's cache below: it watches that cache's forwards.
+      } else if (choice.kind == DraftChoice::Kind::DFlash) {
+        dflash = open_dflash(r.draft, *model, r.quiet);  // the drafter too is made with the cache
       } else {
         std::vector<int32_t> reference;
         {
@@ -367,6 +374,8 @@ RegisterCommand reg("run", [](CLI::App& app) {
     }
     KvCache kv = be->make_cache(ctx, r.kv_type);
     if (!r.spec.empty() && choice.kind == DraftChoice::Kind::Mtp) drafter = std::make_unique<MtpDrafter>(*be, kv, r.kv_type);
+    if (!r.spec.empty() && choice.kind == DraftChoice::Kind::DFlash)
+      drafter = std::make_unique<DFlashDrafter>(*be, kv, *dflash.weights, model->weights, pool);
     active_drafter = draft.drafter ? draft.drafter.get() : drafter.get();
     Sampler sampler(r.sp);
     if (!r.quiet)

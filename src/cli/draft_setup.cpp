@@ -13,8 +13,9 @@ namespace ms::cli {
 // (cli/llama_flags.cpp: CLI11 names of one dash are one letter).
 void add_draft_options(CLI::App& sub, DraftSetup* d) {
   auto mark = [d](const std::string&) { d->given = true; };
-  sub.add_option("--model-draft", d->model,
-                 "with --spec draft: the draft model (a smaller GGUF with the same vocabulary)")
+  sub.add_option("--model-draft,--spec-draft-model", d->model,
+                 "with --spec draft: the draft model (a smaller GGUF with the same vocabulary); with --spec dflash: "
+                 "the DFlash drafter (GGUF architecture dflash)")
       ->each(mark);
   sub.add_option("--device-draft,--draft-device", d->device,
                  "with --spec draft: where the draft model runs, cpu or gpu (default: where the model runs)")
@@ -27,13 +28,32 @@ void add_draft_options(CLI::App& sub, DraftSetup* d) {
       ->each(mark);
 }
 
-void check_draft_flags(const DraftSetup& d, bool spec_draft) {
-  if (!spec_draft) {
-    if (d.given) throw Error("-md, --device-draft and --draft-p-min apply with --spec draft");
+void check_draft_flags(const DraftSetup& d, const DraftChoice* spec) {
+  if (!spec || !spec->needs_file()) {
+    if (d.given) throw Error("-md, --device-draft and --draft-p-min apply with --spec draft or --spec dflash");
     return;
   }
-  if (d.model.empty()) throw Error("--spec draft needs the draft model: -md FILE (--model-draft)");
+  const std::string what = spec->describe();
+  if (d.model.empty()) throw Error("--spec " + what + " needs the drafter: -md FILE (--model-draft)");
   if (!(d.p_min >= 0.0 && d.p_min <= 1.0)) throw Error("--draft-p-min: must be in [0, 1]");
+  if (spec->kind == DraftChoice::Kind::DFlash) {
+    if (d.p_min != 0) throw Error("--draft-p-min applies with --spec draft (the DFlash drafter drafts greedily)");
+    if (!d.device.empty() && d.device != "cpu")
+      throw Error("--device-draft " + d.device + ": the DFlash drafter runs on the CPU (with the CPU backend)");
+  }
+}
+
+OpenDFlash open_dflash(const DraftSetup& d, const LoadedModel& target, bool quiet) {
+  OpenDFlash o;
+  o.file = GgufFile::open(d.model);
+  o.weights = std::make_unique<DFlashWeights>(bind_dflash(*o.file));
+  try {
+    check_dflash_fits(o.weights->cfg, target.weights.cfg);
+  } catch (const Error& e) {
+    throw Error(d.model + ": " + e.what());
+  }
+  if (!quiet) std::fprintf(stderr, "moestream: DFlash drafter %s | %s\n", d.model.c_str(), o.weights->cfg.describe().c_str());
+  return o;
 }
 
 OpenDraft open_draft(const DraftSetup& d, const LoadedModel& target, const std::string& target_backend,

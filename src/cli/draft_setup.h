@@ -1,7 +1,9 @@
 // `--spec draft`: the draft model's flags (llama.cpp's spellings: -md /
-// --model-draft, -devd / --device-draft, --draft-p-min) and building it: the
-// file opened, its vocabulary checked against the model's, a backend of its
-// own (the CPU's, or the same GPU), and the ModelDrafter over it.
+// --model-draft / --spec-draft-model, -devd / --device-draft, --draft-p-min)
+// and building it: the file opened, its vocabulary checked against the
+// model's, a backend of its own (the CPU's, or the same GPU), and the
+// ModelDrafter over it. `--spec dflash` reads its drafter from -md too
+// (open_dflash).
 #pragma once
 #include <memory>
 #include <string>
@@ -11,6 +13,8 @@
 #include "engine/loaded_model.h"
 #include "engine/sampler.h"
 #include "engine/speculative.h"
+#include "format/gguf.h"
+#include "model/dflash_weights.h"
 
 namespace CLI {
 class App;
@@ -28,9 +32,10 @@ struct DraftSetup {
 // Adds -md/--model-draft, -devd/--device-draft and --draft-p-min.
 void add_draft_options(CLI::App& sub, DraftSetup* d);
 
-// Throws ms::Error for a draft flag without `--spec draft`, `--spec draft`
-// without -md, or a p-min outside [0, 1].
-void check_draft_flags(const DraftSetup& d, bool spec_draft);
+// Throws ms::Error for a draft flag without `--spec draft` or `dflash`, either
+// without -md, a p-min outside [0, 1], or (dflash) a p-min or a device other
+// than the CPU. `spec` is the --spec choice, if any.
+void check_draft_flags(const DraftSetup& d, const DraftChoice* spec);
 
 struct OpenDraft {
   std::unique_ptr<LoadedModel> model;
@@ -43,5 +48,14 @@ struct OpenDraft {
 // not the model's (check_draft_vocab), or the device is not usable.
 OpenDraft open_draft(const DraftSetup& d, const LoadedModel& target, const std::string& target_backend,
                      ThreadPool& pool, int64_t ctx, const SamplerParams& sampling, bool quiet);
+
+// `--spec dflash`: the drafter file, bound and checked against the model
+// (check_dflash_fits). The DFlashDrafter itself is made with the sequence's
+// cache, whose forwards it watches.
+struct OpenDFlash {
+  std::unique_ptr<GgufFile> file;
+  std::unique_ptr<DFlashWeights> weights;
+};
+OpenDFlash open_dflash(const DraftSetup& d, const LoadedModel& target, bool quiet);
 
 }  // namespace ms::cli

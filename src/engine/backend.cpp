@@ -52,6 +52,11 @@ void Backend::set_hidden_hook(HiddenHook hook) {
   if (hook) no_mtp(*this);
 }
 
+void Backend::set_hidden_layers(std::vector<int> layers) {
+  if (!layers.empty())
+    throw Error("the " + name() + " backend cannot hand out layer inputs (the DFlash drafter runs on the CPU backend)");
+}
+
 KvCache Backend::make_mtp_cache(int64_t, KvType) const { no_mtp(*this); }
 
 void Backend::forward_mtp(KvCache&, std::span<const float>, std::span<const int32_t>, std::vector<float>&,

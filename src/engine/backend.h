@@ -64,6 +64,11 @@ struct HiddenEvent {
   int64_t pos0 = 0;             // the position of the first of them
   int n = 0;
   const float* rows = nullptr;  // [n][n_embd]
+  // With Backend::set_hidden_layers: [n][n_layer_rows][n_embd], the residual
+  // stream entering each layer asked for (in the order asked), before its
+  // norm -- what a DFlash drafter (engine/speculative_dflash.h) reads.
+  int n_layer_rows = 0;
+  const float* layer_rows = nullptr;
 };
 using HiddenHook = std::function<void(const HiddenEvent&)>;
 
@@ -133,6 +138,10 @@ class Backend {
   // on the calling thread; null removes it. A device backend copies them back
   // only while one is set.
   virtual void set_hidden_hook(HiddenHook hook);
+  // Which layers' inputs the hidden hook also carries (HiddenEvent::
+  // layer_rows; ids in 0 .. n_layer-1; empty: none). The default throws
+  // ms::Error for a non-empty list: a backend that cannot hand them out.
+  virtual void set_hidden_layers(std::vector<int> layers);
   // A cache for the MTP block's own attention (one layer per MTP block),
   // positions as the sequence's: entry p holds the pair (hidden of token p,
   // token p + 1).

@@ -226,7 +226,15 @@ void CpuBackend::forward_spans(const std::vector<Span>& spans, const int32_t* to
       for (int t = 0; t < spans[i].n; ++t) span_entries_[i].push_back(spans[i].kv->reserve_checkpoint(spans[i].pos0 + t + 1));
   spans_ = &spans;
   n_ = n;
-  for (int il = 0; il < c.n_layer; ++il) recipe_.layer(*this, c, il);
+  const size_t nl = hidden_hook_ ? hidden_layers_.size() : 0;
+  if (nl) layer_rows_.resize(static_cast<size_t>(n) * nl * static_cast<size_t>(D));
+  for (int il = 0; il < c.n_layer; ++il) {
+    for (size_t j = 0; j < nl; ++j)  // the residual stream entering layer il
+      if (hidden_layers_[j] == il)
+        for (int t = 0; t < n; ++t)
+          std::copy_n(h_.data() + t * D, D, layer_rows_.data() + (t * nl + j) * static_cast<size_t>(D));
+    recipe_.layer(*this, c, il);
+  }
   spans_ = nullptr;
   if (hidden_hook_) emit_hidden(spans);
   for (const Span& sp : spans) sp.kv->advance(sp.n);
@@ -246,8 +254,18 @@ void CpuBackend::emit_hidden(const std::vector<Span>& spans) {
     for (int t = 0; t < sp.n; ++t)
       rmsnorm(h_.data() + static_cast<int64_t>(sp.t0 + t) * D, w_.output_norm.f32(), hidden_rows_.data() + t * D, D,
               w_.cfg.rms_eps);
-    hidden_hook_({sp.kv, sp.pos0, sp.n, hidden_rows_.data()});
+    const int nl = static_cast<int>(hidden_layers_.size());
+    const float* lr = nl ? layer_rows_.data() + static_cast<size_t>(sp.t0) * nl * static_cast<size_t>(D) : nullptr;
+    hidden_hook_({sp.kv, sp.pos0, sp.n, hidden_rows_.data(), nl, lr});
   }
+}
+
+void CpuBackend::set_hidden_layers(std::vector<int> layers) {
+  for (int l : layers)
+    if (l < 0 || l >= w_.cfg.n_layer)
+      throw Error("hidden layer " + std::to_string(l) + " is outside the model's " + std::to_string(w_.cfg.n_layer) +
+                  " layers");
+  hidden_layers_ = std::move(layers);
 }
 
 const LayerWeights& CpuBackend::layer_weights(int il) const {

@@ -84,6 +84,8 @@ class CpuBackend : public Backend, private LayerBlocks {
   // executor), against its own one-layer cache. The route hook does not see it.
   bool supports_mtp() const override { return !w_.mtp.empty(); }
   void set_hidden_hook(HiddenHook hook) override { hidden_hook_ = std::move(hook); }
+  // Throws ms::Error for a layer id outside 0 .. n_layer-1.
+  void set_hidden_layers(std::vector<int> layers) override;
   KvCache make_mtp_cache(int64_t ctx, KvType type = KvType::F16) const override;
   void forward_mtp(KvCache& kv, std::span<const float> hidden, std::span<const int32_t> tokens,
                    std::vector<float>& logits, std::vector<float>& hidden_out) override;
@@ -137,6 +139,8 @@ class CpuBackend : public Backend, private LayerBlocks {
   RouteHook route_hook_;
   HiddenHook hidden_hook_;
   std::vector<BlockCall> mtp_calls_;  // the MTP block's blocks (a full-attention layer's)
+  std::vector<int> hidden_layers_;  // set_hidden_layers
+  std::vector<float> layer_rows_;   // [n_][hidden_layers_.size()][n_embd] of the batch being run
   std::vector<float> mtp_in_, hidden_rows_, mtp_last_;  // [n][2 n_embd] eh_proj's input; the hook's rows
   bool route_hook_hidden_ = false;
 

@@ -122,6 +122,7 @@ std::string DraftChoice::describe() const {
   if (kind == Kind::Ngram) return "ngram";
   if (kind == Kind::Model) return "draft";
   if (kind == Kind::Mtp) return "mtp";
+  if (kind == Kind::DFlash) return "dflash";
   char buf[48];
   std::snprintf(buf, sizeof buf, "oracle:%g", alpha);
   return buf;
@@ -131,7 +132,8 @@ DraftChoice parse_draft_choice(const std::string& text) {
   if (text == "ngram") return {DraftChoice::Kind::Ngram, 0};
   if (text == "draft") return {DraftChoice::Kind::Model, 0};
   if (text == "mtp") return {DraftChoice::Kind::Mtp, 0};
-  const std::string bad = "--spec " + text + ": expected ngram, mtp, draft (with -md FILE) or oracle:ALPHA with ALPHA in "
+  if (text == "dflash" || text == "draft-dflash") return {DraftChoice::Kind::DFlash, 0};
+  const std::string bad = "--spec " + text + ": expected ngram, mtp, draft or dflash (with -md FILE) or oracle:ALPHA with ALPHA in "
                           "[0, 1] (the oracle is for benchmarks: it is given the model's own output)";
   if (text.rfind("oracle:", 0) != 0) throw Error(bad);
   const std::string num = text.substr(7);

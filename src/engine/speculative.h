@@ -159,12 +159,15 @@ class OracleDrafter : public Drafter {
 };
 
 // `--spec ngram`, `--spec draft` (with -md FILE), `--spec mtp` (the model's
-// MTP block: MtpDrafter, engine/speculative_mtp.h) or `--spec oracle:ALPHA`
-// (ALPHA in [0, 1]).
+// MTP block: MtpDrafter, engine/speculative_mtp.h), `--spec dflash` (also
+// llama.cpp's spelling draft-dflash; with -md FILE, a DFlash block drafter:
+// engine/speculative_dflash.h) or `--spec oracle:ALPHA` (ALPHA in [0, 1]).
 struct DraftChoice {
-  enum class Kind { Ngram, Oracle, Model, Mtp } kind = Kind::Ngram;
+  enum class Kind { Ngram, Oracle, Model, Mtp, DFlash } kind = Kind::Ngram;
+  // The kinds that read a drafter file (-md FILE).
+  bool needs_file() const { return kind == Kind::Model || kind == Kind::DFlash; }
   double alpha = 0;  // oracle
-  std::string describe() const;  // "ngram", "draft", "mtp", "oracle:0.8"
+  std::string describe() const;  // "ngram", "draft", "mtp", "dflash", "oracle:0.8"
 };
 // Throws ms::Error naming --spec and the accepted forms.
 DraftChoice parse_draft_choice(const std::string& text);

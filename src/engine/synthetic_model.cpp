@@ -1,4 +1,5 @@
 #include "engine/synthetic_model.h"
+#include "engine/synthetic_dflash.h"
 
 #include <algorithm>
 #include <cctype>
@@ -554,6 +555,7 @@ int context_head_layer(const ModelConfig& c) {
 }  // namespace
 
 GenResult generate_model(const GenOptions& opt, const std::string& path, ThreadPool& pool) {
+  if (opt.arch == "dflash") return generate_dflash(opt, path);  // a drafter, not a target
   GenShape s = gen_preset(opt.arch, opt.preset);
   if (opt.n_layer > 0) s.n_layer = opt.n_layer;
   if (opt.n_ctx > 0) s.n_ctx = opt.n_ctx;

@@ -29,6 +29,8 @@ std::string supported_arch_names() {
 const ArchInfo& arch_info(const std::string& name) {
   for (const ArchInfo& a : all_archs())
     if (name == a.name) return a;
+  if (name == "dflash")  // a drafter, not a model (model/dflash_weights.h)
+    throw Error("architecture 'dflash' is a DFlash drafter, not a model to run: use it as --spec dflash -md FILE");
   throw Error("unknown architecture '" + name + "': moestream runs " + supported_arch_names() +
               " (Mixtral is 'llama' with experts)");
 }

@@ -109,6 +109,7 @@ struct RefModel {
   std::vector<std::vector<double>> S;
   int64_t pos = 0;
   std::vector<double> last_hidden;  // step()'s token's final hidden state (after the output norm)
+  std::vector<std::vector<double>> last_layer_inputs;  // [layer]: the residual stream entering it (step()'s token)
 
   explicit RefModel(const GgufFile& f) {
     arch = f.get_string("general.architecture");
@@ -355,8 +356,10 @@ struct RefModel {
   // One token at the next position; returns its logits.
   std::vector<double> step(int32_t token) {
     std::vector<double> h(embd.w.begin() + token * D, embd.w.begin() + (token + 1) * D);
+    last_layer_inputs.clear();
     for (int il = 0; il < n_layer; ++il) {
       const Layer& L = layers[il];
+      last_layer_inputs.push_back(h);
       auto x = norm(h, L.attn_norm, eps);
       if (L.linear()) {
         const auto o = delta_net(il, x);

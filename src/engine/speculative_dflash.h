@@ -1,0 +1,65 @@
+// The DFlash drafter (`--spec dflash -md FILE`, docs/speculative.md): a
+// block drafter conditioned on the target's hidden states
+// (model/dflash_weights.h, engine/dflash_forward.h).
+//
+//   - every forward of the target hands it the residual stream entering the
+//     target layers the drafter reads (Backend::set_hidden_layers and the
+//     hidden hook), which it fuses into its context at once (no rows are
+//     kept: a long prompt costs the drafter's K/V, not its features);
+//   - at a proposal with the target's cache at N positions (the last sampled
+//     token, not yet run, goes at N), the context is cut back to N (the
+//     positions of a verify's rejected drafts go), then one pass over the
+//     block [last sampled, mask x K] at positions N .. N+K drafts K tokens,
+//     the argmax at each (greedy point masses; the verify keeps the output
+//     the target's, whatever it proposes).
+// A target forward at a position below the context's end (a rollback and a
+// rerun, a replayed recurrent state, a new prompt in the same cache) cuts
+// the context back there; positions it never saw (a prompt run before this
+// drafter existed, a forward past a gap) leave it without drafts until the
+// target goes back below them.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/dflash_forward.h"
+#include "engine/speculative.h"
+
+namespace ms {
+
+class DFlashDrafter : public Drafter {
+ public:
+  // Drafts for the sequence whose cache is `target` (history[0] at position
+  // target.n_past() - (history.size() - 1) when propose is called), watching
+  // backend's forwards (hook and hidden layers installed here, removed by the
+  // destructor: one drafter per backend at a time). w and target_w must
+  // outlive it. Throws ms::Error when the drafter does not fit the target or
+  // the backend cannot hand out layer inputs.
+  DFlashDrafter(Backend& backend, const KvCache& target, const DFlashWeights& w, const ModelWeights& target_w,
+                ThreadPool& pool, KvType type = KvType::F16);
+  ~DFlashDrafter() override;
+  DFlashDrafter(const DFlashDrafter&) = delete;
+  DFlashDrafter& operator=(const DFlashDrafter&) = delete;
+
+  // Up to min(max_tokens, block_size - 1) drafts.
+  void propose(std::span<const int32_t> history, int max_tokens, std::vector<int32_t>& out) override;
+  std::string name() const override { return "dflash"; }
+
+  int64_t passes() const { return passes_; }  // block passes so far
+  int64_t context_len() const { return fwd_.context_len(); }
+
+ private:
+  void on_hidden(const HiddenEvent& e);
+
+  Backend& be_;
+  const KvCache* target_;
+  DFlashForward fwd_;
+  int64_t F_;  // feature values per position: target layers x n_embd
+  std::vector<int32_t> block_;
+  std::vector<float> logits_;
+  int64_t passes_ = 0;
+};
+
+}  // namespace ms
