@@ -163,7 +163,7 @@ void CpuBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vect
   const int64_t V = w_.cfg.n_vocab;
   logits.resize(static_cast<size_t>((all_logits ? n : 1) * V));
   std::vector<int> rows;
-  if (kv.reserve(n) != PageStatus::Ok) kv.check_room(n);  // throws the shortage, before any work
+  kv.reserve_or_throw(n);  // pages for the pass, before any work
   kv.begin_forward();
   for (int64_t done = 0; done < n;) {
     const int nb = static_cast<int>(std::min<int64_t>(opt_.max_batch, n - done));
@@ -210,8 +210,10 @@ void CpuBackend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<float
     const int64_t n = static_cast<int64_t>(seqs[i].tokens.size());
     if (seqs[i].kv->reserve(n) == PageStatus::Ok) continue;
     for (size_t j = 0; j < i; ++j) seqs[j].kv->release_unwritten();
-    seqs[i].kv->check_room(n);  // throws the shortage
-    throw Error("KV pages exhausted");
+    const KvPages& p = seqs[i].kv->pages();
+    throw Error("KV pages exhausted: the step's sequences need more pages than the " + std::to_string(p.free_pages()) +
+                " of " + std::to_string(p.n_pages()) + " free (pages of " + std::to_string(p.layout().page_tokens) +
+                " tokens; --ctx is the tokens all sequences share)");
   }
   for (const SeqTokens& s : seqs) s.kv->begin_forward();
   for (const SeqTokens& s : seqs) {
@@ -553,7 +555,7 @@ void CpuBackend::forward_mtp_block(KvCache& kv, std::span<const float> hidden, s
   const TensorView& emb = m.embed_tokens ? m.embed_tokens : w_.token_embd;
   const int64_t n = static_cast<int64_t>(tokens.size());
   mtp_in_.resize(static_cast<size_t>(std::min<int64_t>(n, opt_.max_batch) * 2 * D));
-  if (kv.reserve(n) != PageStatus::Ok) kv.check_room(n);  // throws the shortage, before any work
+  kv.reserve_or_throw(n);  // pages for the pass, before any work
   kv.begin_forward();
   for (int64_t done = 0; done < n;) {
     const int nb = static_cast<int>(std::min<int64_t>(opt_.max_batch, n - done));

@@ -186,6 +186,12 @@ PageStatus KvCache::reserve(int64_t n) {
   return kv_.pages->reserve(kv_.table, n_past_, n);
 }
 
+void KvCache::reserve_or_throw(int64_t n) {
+  if (reserve(n) == PageStatus::Ok) return;
+  check_room(n);  // says how many pages are short
+  throw Error("KV pages exhausted: " + std::to_string(n) + " more tokens do not fit the pool");
+}
+
 void KvCache::release_unwritten() {
   if (paged()) kv_.pages->truncate(kv_.table, n_past_);
 }
@@ -255,7 +261,7 @@ void KvCache::check_room(int64_t n) const {
 
 void KvCache::advance(int64_t n) {
   check_room(n);
-  if (reserve(n) != PageStatus::Ok) check_room(n);  // throws the shortage
+  reserve_or_throw(n);  // a no-op when the backend reserved them before writing
   n_past_ += n;
 }
 
@@ -325,7 +331,7 @@ void KvCache::copy_rows_from(const KvCache& src) {
   const int64_t n = src.n_past_;
   n_past_ = 0;  // fresh pages: rows this cache shares with another must not be written
   release_unwritten();
-  if (reserve(n) != PageStatus::Ok) check_room(n);
+  reserve_or_throw(n);
   const KvPageLayout &ls = src.kv_.pages->layout(), &ld = kv_.pages->layout();
   const int64_t row = ls.row_bytes;
   for (int64_t j = 0; j < n;) {

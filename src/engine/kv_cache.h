@@ -197,6 +197,8 @@ class KvCache {
   int64_t pages_needed(int64_t n) const { return kv_.pages->pages_needed(kv_.table, n_past_, n); }
   // Takes them (all or none): Exhausted when the pool is short, nothing changed.
   PageStatus reserve(int64_t n);
+  // The same, throwing check_room's ms::Error when the pool is short.
+  void reserve_or_throw(int64_t n);
   // Gives back the pages past n_past (reserved for a pass that did not run).
   void release_unwritten();
 
