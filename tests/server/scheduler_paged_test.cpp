@@ -1,7 +1,8 @@
 // The scheduler on a backend with paged KV (the CPU: Backend::paged_kv): the
 // slots share one pool of --ctx tokens; jobs whose answers together outgrow
 // it still each get what they get alone (the newest gives its pages back and
-// re-reads, without sending text again); a prompt past the per-request limit
+// re-reads, without sending text again); idle slots' cached prompts give
+// their pages back first; a prompt past the per-request limit
 // fails naming it; a backend without paged KV keeps a context per slot.
 #include <gtest/gtest.h>
 
@@ -140,6 +141,32 @@ TEST(SchedulerPaged, JobsOutgrowingThePoolEachGetWhatTheyGetAlone) {
   EXPECT_EQ(ub.n_prompt, static_cast<int>(pb.size())) << "the re-read is not counted as prompt";
   EXPECT_GE(sched.preemptions(), 1) << "both answers could not be held at once";
   EXPECT_LE(sched.kv_pages()->used_pages(), 8);
+}
+
+TEST(SchedulerPaged, IdleSlotsCachedPromptsGiveTheirPagesToANewJob) {
+  Tiny t;
+  Scheduler::Options o;
+  o.parallel = 2;
+  o.ctx = 64;  // 8 pages of 8
+  o.kv_page_tokens = 8;
+  Scheduler sched(*t.be, t.tok(), o);
+  // B shares no first token with A (no BOS): it goes to the slot A never
+  // used (the least recently used), so A's cached tokens must give way.
+  const auto pa = t.encode("Once upon a time"), pb = t.tok().encode("The experts of the", false, true);
+  ASSERT_NE(pa[0], pb[0]);
+  const int n = 40;
+  std::string ta, tb;
+  EXPECT_EQ(wait(sched.submit(greedy_job(pa, n)), &ta).finish_reason, "length");
+  const int32_t held = sched.kv_pages()->used_pages();
+  EXPECT_EQ(held, static_cast<int32_t>((pa.size() + n - 1 + 7) / 8)) << "the idle slot keeps its tokens' pages";
+  ASSERT_GT(static_cast<int>(pb.size()) + n, 8 * (8 - held)) << "B does not fit beside A's cached tokens";
+  const Update ub = wait(sched.submit(greedy_job(pb, n)), &tb);
+  EXPECT_EQ(ub.finish_reason, "length") << ub.error;
+  EXPECT_EQ(tb, t.reference(pb, n));
+  EXPECT_EQ(ta, t.reference(pa, n));
+  EXPECT_EQ(sched.preemptions(), 0) << "an idle cache is given back before a running job";
+  EXPECT_EQ(sched.kv_pages()->used_pages(), static_cast<int32_t>((pb.size() + n - 1 + 7) / 8))
+      << "A's cached tokens were given back";
 }
 
 TEST(SchedulerPaged, APromptPastThePerRequestLimitFailsNamingIt) {
