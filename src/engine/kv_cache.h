@@ -11,7 +11,7 @@
 //    holds one page of its whole context (the contiguous layout above, which
 //    k_f16() etc. hand out); caches made on a shared KvPages take pages of a
 //    few tokens as they grow, and a fork shares the prefix's pages (copy on
-//    write). Attention reads rows through the block table (k_rows()).
+//    write). Attention reads rows through the block table (rows_f16() etc.).
 //  - recurrent (linear-attention) layers of hybrids: a fixed-size f32 state,
 //    whatever the sequence length: the conv window (the last conv_kernel - 1
 //    inputs of the causal conv) and the delta-rule state matrix. All zeros
@@ -172,7 +172,7 @@ class KvCache {
   const float* k_f32(int layer) const { return const_cast<KvCache*>(this)->k_f32(layer); }
   const float* v_f32(int layer) const { return const_cast<KvCache*>(this)->v_f32(layer); }
   // (These hand out one contiguous block: caches made alone. A cache on a
-  // shared pool throws ms::Error; its rows are read through k_rows().)
+  // shared pool throws ms::Error; its rows are read through rows_f16() etc.)
   // Q8_0: [n_kv][ctx][head_dim / 32] blocks per layer for K, the same for V.
   BlockQ8_0* k_q8(int layer) { return elems<BlockQ8_0>(KvType::Q8_0, layer, false); }
   BlockQ8_0* v_q8(int layer) { return elems<BlockQ8_0>(KvType::Q8_0, layer, true); }
