@@ -42,6 +42,7 @@ struct ServeArgs {
   std::string model_name;
   VramSetup vram;  // --vram and the tiered-expert options (CUDA backend)
   int64_t ctx = 0;
+  int64_t ctx_per_request = 0;
   int parallel = 1;
   int threads = 0;
   int batch = 0;  // 0: chosen (batch_help)
@@ -86,7 +87,12 @@ RegisterCommand reg("serve", [](CLI::App& app) {
   sub->add_option("--api-key", a->api_key,
                   "require 'Authorization: Bearer KEY' on every route but /health (default: $MOESTREAM_API_KEY, "
                   "else none)");
-  sub->add_option("-c,--ctx", a->ctx, "context per request slot in tokens (0: the model's trained context where the slots' KV caches fit, else the largest that does)");
+  sub->add_option("-c,--ctx", a->ctx,
+                  "KV cache tokens: on the CPU backend shared by all slots (pages; 0: the model's trained context "
+                  "where it fits, else the largest that does); on the CUDA backend per slot, as before");
+  sub->add_option("--ctx-per-request", a->ctx_per_request,
+                  "CPU backend: the most tokens one request may hold, prompt and answer (0: all of --ctx)")
+      ->capture_default_str();
   sub->add_option("--parallel", a->parallel,
                   "request slots, decoded together in one forward pass with prompt chunks beside them (each has "
                   "its own KV cache, counted by the --ctx / --vram planning; both backends)")
@@ -160,11 +166,14 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     bs.quiet = r.quiet;
     bs.kv_type = r.kv_type;
     bs.vram = r.vram;
-    // Per slot: --ctx 0 is the model's context where the --parallel slots'
-    // KV caches fit (on the CUDA backend, beside the weights in the budget).
+    // The CPU backend pages its KV (Backend::paged_kv): --ctx is one pool all
+    // slots share, planned as one context. The CUDA backend (until its
+    // kernels read pages) reserves --ctx per slot: --ctx 0 is the model's
+    // context where the --parallel slots' KV caches fit beside the weights.
+    const bool shared_kv = !will_use_cuda(bs);
     bs.n_seq = r.parallel;
-    const int64_t ctx = plan_context(bs, model->weights, r.ctx, 0, r.parallel).ctx;
-    if (r.ctx == 0 && r.parallel > 1) {
+    const int64_t ctx = plan_context(bs, model->weights, r.ctx, 0, shared_kv ? 1 : r.parallel).ctx;
+    if (!shared_kv && r.ctx == 0 && r.parallel > 1) {
       // The slots' caches left so little context per slot that --parallel is
       // the problem: the explicit check's error names how many slots fit.
       const int64_t floor = std::min<int64_t>(kMinAutoSlotCtx, std::max<int64_t>(c.n_ctx_train, 2));
@@ -180,6 +189,7 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     server::Scheduler::Options so;
     so.parallel = r.parallel;  // the scheduler caps it at be->max_sequences() (CUDA: n_seq, = --parallel)
     so.ctx = ctx;
+    so.ctx_per_request = r.ctx_per_request;
     so.kv_type = r.kv_type;
     // A step's prompt chunk also bounds how long the other streams wait for
     // their next token. An all-resident backend's pass is long for prompt
@@ -209,11 +219,13 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     server::HttpServer http(sched, *model->tokenizer, chat, metrics, ho);
     const int port = http.bind();
     if (!r.quiet)
-      std::fprintf(stderr, "moestream: %s\n", context_cost_line(model->weights, r.kv_type, ctx, parallel).c_str());
+      std::fprintf(stderr, "moestream: %s\n",
+                   context_cost_line(model->weights, r.kv_type, ctx, sched.kv_pages() ? 1 : parallel).c_str());
     if (!r.quiet)
-      std::fprintf(stderr, "moestream: %s | %s: %s | ctx %lld x %d slots%s | chat template: %s%s\n",
+      std::fprintf(stderr, "moestream: %s | %s: %s | ctx %lld %s %d slots%s | chat template: %s%s\n",
                    c.describe().c_str(), be->name().c_str(), backend_device(*be, pool).c_str(),
-                   static_cast<long long>(ctx), parallel, capped.c_str(), chat.description().c_str(),
+                   static_cast<long long>(ctx), sched.kv_pages() ? "shared by" : "x", parallel, capped.c_str(),
+                   chat.description().c_str(),
                    r.api_key.empty() ? "" : " | API key required");
     // The line tests and scripts wait for (stable format).
     std::fprintf(stderr, "moestream: listening on http://%s:%d\n", r.host.c_str(), port);

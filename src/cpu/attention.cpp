@@ -102,36 +102,36 @@ void check_extras(const AttentionExtras& x) {
   if (x.window < 0) throw Error("attention: sliding window " + std::to_string(x.window) + " must be >= 0");
 }
 
-// One (token, head): scores over the n_keys rows at k_rows / v_rows, softmax
-// (with the sink's term in the denominator when there is one), weighted V sum.
+// One (token, head): scores over the keys of positions j0 .. j1-1 (rows of
+// KV head kh), softmax (with the sink's term in the denominator when there is
+// one), weighted V sum. The same operations in the same order whatever the
+// rows' pages: a paged cache gives the contiguous one's results bit for bit.
 template <typename T>
-void attend_one(const AttentionShape& s, const RowKernels<T>& rk, const float* q, const T* k_rows, const T* v_rows,
-                int64_t n_keys, const float* sink, float* scores, float* out) {
+void attend_one(const AttentionShape& s, const RowKernels<T>& rk, const float* q, const KvRows<T>& k,
+                const KvRows<T>& v, int kh, int64_t j0, int64_t j1, const float* sink, float* scores, float* out) {
   const int d = s.head_dim;
-  const int64_t ru = row_units(k_rows, d);
   float mx = -INFINITY;
-  for (int64_t j = 0; j < n_keys; ++j) {
-    scores[j] = rk.dot(q, k_rows + j * ru, d) * s.scale;
-    mx = std::max(mx, scores[j]);
-  }
+  k.for_rows(kh, j0, j1, [&](int64_t j, const T* row) {
+    scores[j - j0] = rk.dot(q, row, d) * s.scale;
+    mx = std::max(mx, scores[j - j0]);
+  });
   if (sink) mx = std::max(mx, *sink);
   float sum = 0;
-  for (int64_t j = 0; j < n_keys; ++j) {
+  for (int64_t j = 0; j < j1 - j0; ++j) {
     scores[j] = std::exp(scores[j] - mx);
     sum += scores[j];
   }
   if (sink) sum += std::exp(*sink - mx);
   std::fill(out, out + d, 0.0f);
   const float inv = 1.0f / sum;
-  for (int64_t j = 0; j < n_keys; ++j) rk.axpy(scores[j] * inv, v_rows + j * ru, out, d);
+  v.for_rows(kh, j0, j1, [&](int64_t j, const T* row) { rk.axpy(scores[j - j0] * inv, row, out, d); });
 }
 
 template <typename T>
-void attention_ref_impl(const AttentionShape& s, const float* q, const T* k_cache, const T* v_cache, int n_tokens,
-                        int64_t pos0, float* out, const AttentionExtras& x) {
+void attention_ref_impl(const AttentionShape& s, const float* q, const KvRows<T>& k_cache, const KvRows<T>& v_cache,
+                        int n_tokens, int64_t pos0, float* out, const AttentionExtras& x) {
   check_extras(x);
   const int d = s.head_dim;
-  const int64_t ru = row_units(k_cache, d);
   const int group = s.n_head / s.n_kv;
   std::vector<double> scores;
   for (int t = 0; t < n_tokens; ++t) {
@@ -139,11 +139,11 @@ void attention_ref_impl(const AttentionShape& s, const float* q, const T* k_cach
     scores.assign(static_cast<size_t>(kv_len), 0.0);
     for (int h = 0; h < s.n_head; ++h) {
       const float* qh = q + (static_cast<int64_t>(t) * s.n_head + h) * d;
-      const int64_t kv_base = static_cast<int64_t>(h / group) * s.ctx * ru;
+      const int kh = h / group;
       double mx = -INFINITY;
       for (int64_t j = j0; j < kv_len; ++j) {
         double dot = 0;
-        for (int i = 0; i < d; ++i) dot += static_cast<double>(qh[i]) * elem(k_cache + kv_base + j * ru, i);
+        for (int i = 0; i < d; ++i) dot += static_cast<double>(qh[i]) * elem(k_cache.row(kh, j), i);
         scores[j] = dot * s.scale;
         mx = std::max(mx, scores[j]);
       }
@@ -154,7 +154,7 @@ void attention_ref_impl(const AttentionShape& s, const float* q, const T* k_cach
       float* oh = out + (static_cast<int64_t>(t) * s.n_head + h) * d;
       for (int i = 0; i < d; ++i) {
         double acc = 0;
-        for (int64_t j = j0; j < kv_len; ++j) acc += scores[j] * elem(v_cache + kv_base + j * ru, i);
+        for (int64_t j = j0; j < kv_len; ++j) acc += scores[j] * elem(v_cache.row(kh, j), i);
         oh[i] = static_cast<float>(acc / sum);
       }
     }
@@ -162,12 +162,11 @@ void attention_ref_impl(const AttentionShape& s, const float* q, const T* k_cach
 }
 
 template <typename T>
-void attention_impl(ThreadPool& pool, const AttentionShape& s, const float* q, const T* k_cache, const T* v_cache,
-                    int n_tokens, int64_t pos0, float* out, const AttentionExtras& x) {
+void attention_impl(ThreadPool& pool, const AttentionShape& s, const float* q, const KvRows<T>& k_cache,
+                    const KvRows<T>& v_cache, int n_tokens, int64_t pos0, float* out, const AttentionExtras& x) {
   check_extras(x);
-  const RowKernels<T>& rk = row_kernels(k_cache);
+  const RowKernels<T>& rk = row_kernels(static_cast<const T*>(nullptr));
   const int d = s.head_dim;
-  const int64_t ru = row_units(k_cache, d);
   const int group = s.n_head / s.n_kv;
   const int64_t n_items = static_cast<int64_t>(n_tokens) * s.n_head;
   const int64_t max_len = x.window > 0 ? std::min<int64_t>(x.window, pos0 + n_tokens) : pos0 + n_tokens;
@@ -180,9 +179,7 @@ void attention_impl(ThreadPool& pool, const AttentionShape& s, const float* q, c
       const int64_t item = next.fetch_add(1, std::memory_order_relaxed);
       if (item >= n_items) break;
       const int t = static_cast<int>(item / s.n_head), h = static_cast<int>(item % s.n_head);
-      const int64_t first = first_key(x, pos0 + t);
-      const int64_t rows = static_cast<int64_t>(h / group) * s.ctx * ru + first * ru;
-      attend_one(s, rk, q + item * d, k_cache + rows, v_cache + rows, pos0 + t + 1 - first,
+      attend_one(s, rk, q + item * d, k_cache, v_cache, h / group, first_key(x, pos0 + t), pos0 + t + 1,
                  x.sinks ? x.sinks + h : nullptr, scores.data(), out + item * d);
     }
   };
@@ -194,53 +191,54 @@ void attention_impl(ThreadPool& pool, const AttentionShape& s, const float* q, c
 
 // Calls store_row(src, dst) for k and v of every (token, KV head).
 template <typename T, typename StoreRow>
-void kv_store_impl(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0, T* k_cache,
-                   T* v_cache, StoreRow store_row) {
+void kv_store_impl(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0,
+                   const KvRows<T>& k_cache, const KvRows<T>& v_cache, StoreRow store_row) {
   const int d = s.head_dim;
-  const int64_t ru = row_units(k_cache, d);
   for (int t = 0; t < n_tokens; ++t)
     for (int h = 0; h < s.n_kv; ++h) {
       const int64_t src = (static_cast<int64_t>(t) * s.n_kv + h) * d;
-      const int64_t dst = (static_cast<int64_t>(h) * s.ctx + pos0 + t) * ru;
-      store_row(k + src, k_cache + dst);
-      store_row(v + src, v_cache + dst);
+      store_row(k + src, k_cache.row(h, pos0 + t));
+      store_row(v + src, v_cache.row(h, pos0 + t));
     }
+}
+
+// The pointer overloads' contiguous [n_kv][ctx] caches, as one page.
+template <typename T>
+KvRows<T> flat(const T* cache, const AttentionShape& s) {
+  return contiguous_rows(const_cast<T*>(cache), s.ctx, row_units(cache, s.head_dim));
 }
 
 }  // namespace
 
-void attention_ref(const AttentionShape& s, const float* q, const uint16_t* k_cache, const uint16_t* v_cache,
-                   int n_tokens, int64_t pos0, float* out, const AttentionExtras& x) {
-  attention_ref_impl(s, q, k_cache, v_cache, n_tokens, pos0, out, x);
-}
+#define MS_ATTENTION_OVERLOADS(T)                                                                                   \
+  void attention_ref(const AttentionShape& s, const float* q, const T* k_cache, const T* v_cache, int n_tokens,   \
+                     int64_t pos0, float* out, const AttentionExtras& x) {                                        \
+    attention_ref_impl(s, q, flat(k_cache, s), flat(v_cache, s), n_tokens, pos0, out, x);                         \
+  }                                                                                                               \
+  void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const T* k_cache, const T* v_cache,    \
+                 int n_tokens, int64_t pos0, float* out, const AttentionExtras& x) {                              \
+    attention_impl(pool, s, q, flat(k_cache, s), flat(v_cache, s), n_tokens, pos0, out, x);                       \
+  }                                                                                                               \
+  void attention_ref(const AttentionShape& s, const float* q, const KvRows<T>& k_cache, const KvRows<T>& v_cache, \
+                     int n_tokens, int64_t pos0, float* out, const AttentionExtras& x) {                          \
+    attention_ref_impl(s, q, k_cache, v_cache, n_tokens, pos0, out, x);                                           \
+  }                                                                                                               \
+  void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const KvRows<T>& k_cache,             \
+                 const KvRows<T>& v_cache, int n_tokens, int64_t pos0, float* out, const AttentionExtras& x) {    \
+    attention_impl(pool, s, q, k_cache, v_cache, n_tokens, pos0, out, x);                                         \
+  }                                                                                                               \
+  void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0, T* k_cache,  \
+                T* v_cache) {                                                                                     \
+    kv_store(s, k, v, n_tokens, pos0, flat(k_cache, s), flat(v_cache, s));                                        \
+  }
 
-void attention_ref(const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache, int n_tokens,
-                   int64_t pos0, float* out, const AttentionExtras& x) {
-  attention_ref_impl(s, q, k_cache, v_cache, n_tokens, pos0, out, x);
-}
-
-void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const uint16_t* k_cache,
-               const uint16_t* v_cache, int n_tokens, int64_t pos0, float* out, const AttentionExtras& x) {
-  attention_impl(pool, s, q, k_cache, v_cache, n_tokens, pos0, out, x);
-}
-
-void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const float* k_cache, const float* v_cache,
-               int n_tokens, int64_t pos0, float* out, const AttentionExtras& x) {
-  attention_impl(pool, s, q, k_cache, v_cache, n_tokens, pos0, out, x);
-}
-
-void attention_ref(const AttentionShape& s, const float* q, const BlockQ8_0* k_cache, const BlockQ8_0* v_cache,
-                   int n_tokens, int64_t pos0, float* out, const AttentionExtras& x) {
-  attention_ref_impl(s, q, k_cache, v_cache, n_tokens, pos0, out, x);
-}
-
-void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const BlockQ8_0* k_cache,
-               const BlockQ8_0* v_cache, int n_tokens, int64_t pos0, float* out, const AttentionExtras& x) {
-  attention_impl(pool, s, q, k_cache, v_cache, n_tokens, pos0, out, x);
-}
+MS_ATTENTION_OVERLOADS(uint16_t)
+MS_ATTENTION_OVERLOADS(float)
+MS_ATTENTION_OVERLOADS(BlockQ8_0)
+#undef MS_ATTENTION_OVERLOADS
 
 void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0,
-              uint16_t* k_cache, uint16_t* v_cache) {
+              const KvRows<uint16_t>& k_cache, const KvRows<uint16_t>& v_cache) {
   const int d = s.head_dim;
   if (cpu_features().avx2)
     kv_store_impl(s, k, v, n_tokens, pos0, k_cache, v_cache,
@@ -251,15 +249,15 @@ void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tok
     });
 }
 
-void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0, float* k_cache,
-              float* v_cache) {
+void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0,
+              const KvRows<float>& k_cache, const KvRows<float>& v_cache) {
   const int d = s.head_dim;
   kv_store_impl(s, k, v, n_tokens, pos0, k_cache, v_cache,
                 [d](const float* src, float* dst) { std::copy(src, src + d, dst); });
 }
 
 void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0,
-              BlockQ8_0* k_cache, BlockQ8_0* v_cache) {
+              const KvRows<BlockQ8_0>& k_cache, const KvRows<BlockQ8_0>& v_cache) {
   const int d = s.head_dim;
   kv_store_impl(s, k, v, n_tokens, pos0, k_cache, v_cache,
                 [d](const float* src, BlockQ8_0* dst) { quantize_row_act(DType::Q8_0, src, dst, d); });

@@ -16,6 +16,7 @@
 #pragma once
 #include <cstdint>
 
+#include "cpu/kv_rows.h"
 #include "quant/blocks.h"
 
 namespace ms {
@@ -61,6 +62,25 @@ void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const 
 void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const BlockQ8_0* k_cache,
                const BlockQ8_0* v_cache, int n_tokens, int64_t pos0, float* out, const AttentionExtras& x = {});
 
+// The same over rows in pages (KvRows: a paged KV cache's block table; the
+// pointer overloads above are the one-page case, s.ctx then unused): the
+// same operations in the same order, so the results are bit-equal to a
+// contiguous cache holding the same rows.
+void attention_ref(const AttentionShape& s, const float* q, const KvRows<uint16_t>& k_cache,
+                   const KvRows<uint16_t>& v_cache, int n_tokens, int64_t pos0, float* out, const AttentionExtras& x = {});
+void attention_ref(const AttentionShape& s, const float* q, const KvRows<float>& k_cache, const KvRows<float>& v_cache,
+                   int n_tokens, int64_t pos0, float* out, const AttentionExtras& x = {});
+void attention_ref(const AttentionShape& s, const float* q, const KvRows<BlockQ8_0>& k_cache,
+                   const KvRows<BlockQ8_0>& v_cache, int n_tokens, int64_t pos0, float* out,
+                   const AttentionExtras& x = {});
+void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const KvRows<uint16_t>& k_cache,
+               const KvRows<uint16_t>& v_cache, int n_tokens, int64_t pos0, float* out, const AttentionExtras& x = {});
+void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const KvRows<float>& k_cache,
+               const KvRows<float>& v_cache, int n_tokens, int64_t pos0, float* out, const AttentionExtras& x = {});
+void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const KvRows<BlockQ8_0>& k_cache,
+               const KvRows<BlockQ8_0>& v_cache, int n_tokens, int64_t pos0, float* out,
+               const AttentionExtras& x = {});
+
 // Writes f32 rows k, v [n_tokens][n_kv][head_dim] into the cache at positions
 // pos0 .. pos0+n_tokens-1 (the caller checks they are < ctx): rounded to
 // nearest-even halves, copied exactly, or quantized to q8_0 per block of 32
@@ -71,5 +91,12 @@ void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tok
               float* k_cache, float* v_cache);
 void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0,
               BlockQ8_0* k_cache, BlockQ8_0* v_cache);
+
+void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0,
+              const KvRows<uint16_t>& k_cache, const KvRows<uint16_t>& v_cache);
+void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0,
+              const KvRows<float>& k_cache, const KvRows<float>& v_cache);
+void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0,
+              const KvRows<BlockQ8_0>& k_cache, const KvRows<BlockQ8_0>& v_cache);
 
 }  // namespace ms

@@ -82,4 +82,12 @@ void check_mtp_inputs(const ModelWeights& w, const KvCache& kv, std::span<const 
                   " tokens)");
 }
 
+std::shared_ptr<KvPages> Backend::make_kv_pages(int64_t, KvType, int32_t) const {
+  throw Error("the " + name() + " backend keeps each sequence's keys and values in one region (no shared pages)");
+}
+
+KvCache Backend::make_paged_cache(std::shared_ptr<KvPages>, int64_t, KvType) const {
+  throw Error("the " + name() + " backend keeps each sequence's keys and values in one region (no shared pages)");
+}
+
 }  // namespace ms

@@ -92,6 +92,21 @@ class Backend {
   // for parity checks; a backend that cannot hold them throws ms::Error.
   // Overrides repeat the default (defaults bind to the static type).
   virtual KvCache make_cache(int64_t ctx, KvType type = KvType::F16) const = 0;
+  // Paged KV (docs/sequence_state.md, "Pages"): whether this backend's caches
+  // can take their keys and values from one pool of pages shared by all
+  // sequences (make_kv_pages, make_paged_cache), so that a server's --ctx is
+  // the tokens all of its slots share. CPU: yes. CUDA: not yet -- its kernels
+  // read a device sequence state's K/V as one contiguous region, so each
+  // cache reserves its whole context (make_cache) until they read through
+  // block tables. Overrides repeat the default.
+  virtual bool paged_kv() const { return false; }
+  // A pool of room for total_tokens positions in pages of page_tokens, for
+  // caches of this backend. Throws ms::Error when !paged_kv().
+  virtual std::shared_ptr<KvPages> make_kv_pages(int64_t total_tokens, KvType type, int32_t page_tokens) const;
+  // A cache of up to ctx tokens whose K/V take pages of `pages` (made by this
+  // backend's make_kv_pages with the same type) as it grows; a fork of two
+  // such caches shares the prefix's pages. Throws ms::Error when !paged_kv().
+  virtual KvCache make_paged_cache(std::shared_ptr<KvPages> pages, int64_t ctx, KvType type) const;
   virtual const ModelConfig& config() const = 0;
   // Several sequences in one step: each entry's tokens are appended to its
   // own cache at its own positions. logits receives n_vocab floats for each

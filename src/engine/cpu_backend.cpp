@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <variant>
+#include <climits>
 #include <string>
 
 #include "cpu/attention.h"
@@ -115,14 +116,40 @@ CpuBackend::CpuBackend(const ModelWeights& w, ThreadPool& pool, Options opt)
   }
 }
 
-KvCache CpuBackend::make_cache(int64_t ctx, KvType type) const {
+RecurrentLayout CpuBackend::recurrent_layout() const {
   const ModelConfig& c = w_.cfg;
-  if (c.linear_layer.empty()) return KvCache(c.n_layer, c.n_head_kv, c.head_dim, ctx, type);
   RecurrentLayout rec;
+  if (c.linear_layer.empty()) {
+    rec.recurrent.assign(static_cast<size_t>(c.n_layer), false);
+    return rec;
+  }
   rec.recurrent = c.linear_layer;
   rec.conv_elems = static_cast<int64_t>(c.lin.conv_kernel - 1) * c.lin.conv_dim();
   rec.state_elems = static_cast<int64_t>(c.lin.n_v_heads) * c.lin.head_v * c.lin.head_k;
-  return KvCache(c.n_layer, c.n_head_kv, c.head_dim, ctx, type, rec);
+  return rec;
+}
+
+KvCache CpuBackend::make_cache(int64_t ctx, KvType type) const {
+  const ModelConfig& c = w_.cfg;
+  return KvCache(c.n_layer, c.n_head_kv, c.head_dim, ctx, type, recurrent_layout());
+}
+
+std::shared_ptr<KvPages> CpuBackend::make_kv_pages(int64_t total_tokens, KvType type, int32_t page_tokens) const {
+  const ModelConfig& c = w_.cfg;
+  check_kv_head_dim(type, c.head_dim);
+  if (total_tokens < 1 || page_tokens < 1)
+    throw Error("KV pages: the pool needs at least one token in pages of at least one (got " +
+                std::to_string(total_tokens) + " tokens, pages of " + std::to_string(page_tokens) + ")");
+  const int64_t n_pages = (total_tokens + page_tokens - 1) / page_tokens;
+  if (n_pages > INT32_MAX) throw Error("KV pages: " + std::to_string(total_tokens) + " tokens are too many");
+  return std::make_shared<KvPages>(
+      KvCache::page_layout(c.n_layer, c.n_head_kv, c.head_dim, type, recurrent_layout(), page_tokens),
+      static_cast<int32_t>(n_pages));
+}
+
+KvCache CpuBackend::make_paged_cache(std::shared_ptr<KvPages> pages, int64_t ctx, KvType type) const {
+  const ModelConfig& c = w_.cfg;
+  return KvCache(c.n_layer, c.n_head_kv, c.head_dim, ctx, type, recurrent_layout(), std::move(pages));
 }
 
 void CpuBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vector<float>& logits, bool all_logits) {
@@ -136,6 +163,7 @@ void CpuBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vect
   const int64_t V = w_.cfg.n_vocab;
   logits.resize(static_cast<size_t>((all_logits ? n : 1) * V));
   std::vector<int> rows;
+  kv.reserve_or_throw(n);  // pages for the pass, before any work
   kv.begin_forward();
   for (int64_t done = 0; done < n;) {
     const int nb = static_cast<int>(std::min<int64_t>(opt_.max_batch, n - done));
@@ -176,6 +204,17 @@ void CpuBackend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<float
     batch.clear();
     rows.clear();
   };
+  // Every entry's pages before any work: entries on one shared pool may fit
+  // alone (check_seq_tokens) but not together.
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(seqs[i].tokens.size());
+    if (seqs[i].kv->reserve(n) == PageStatus::Ok) continue;
+    for (size_t j = 0; j < i; ++j) seqs[j].kv->release_unwritten();
+    const KvPages& p = seqs[i].kv->pages();
+    throw Error("KV pages exhausted: the step's sequences need more pages than the " + std::to_string(p.free_pages()) +
+                " of " + std::to_string(p.n_pages()) + " free (pages of " + std::to_string(p.layout().page_tokens) +
+                " tokens; --ctx is the tokens all sequences share)");
+  }
   for (const SeqTokens& s : seqs) s.kv->begin_forward();
   for (const SeqTokens& s : seqs) {
     const size_t total = s.tokens.size();
@@ -327,18 +366,25 @@ void CpuBackend::attention(int il, const AttentionBlock& b) {
     const float* v = v_.data() + sp.t0 * kv_dim;
     float* att = att_.data() + sp.t0 * q_dim;
     switch (kv.type()) {
-      case KvType::F32:
-        kv_store(s, k, v, sp.n, sp.pos0, kv.k_f32(kl), kv.v_f32(kl));
-        ms::attention(pool_, s, q, kv.k_f32(kl), kv.v_f32(kl), sp.n, sp.pos0, att, extras);
+      // Rows through the block table (their pages were reserved before the pass).
+      case KvType::F32: {
+        const KvRows<float> kr = kv.rows_f32(kl, false), vr = kv.rows_f32(kl, true);
+        kv_store(s, k, v, sp.n, sp.pos0, kr, vr);
+        ms::attention(pool_, s, q, kr, vr, sp.n, sp.pos0, att, extras);
         break;
-      case KvType::Q8_0:
-        kv_store(s, k, v, sp.n, sp.pos0, kv.k_q8(kl), kv.v_q8(kl));
-        ms::attention(pool_, s, q, kv.k_q8(kl), kv.v_q8(kl), sp.n, sp.pos0, att, extras);
+      }
+      case KvType::Q8_0: {
+        const KvRows<BlockQ8_0> kr = kv.rows_q8(kl, false), vr = kv.rows_q8(kl, true);
+        kv_store(s, k, v, sp.n, sp.pos0, kr, vr);
+        ms::attention(pool_, s, q, kr, vr, sp.n, sp.pos0, att, extras);
         break;
-      case KvType::F16:
-        kv_store(s, k, v, sp.n, sp.pos0, kv.k_f16(kl), kv.v_f16(kl));
-        ms::attention(pool_, s, q, kv.k_f16(kl), kv.v_f16(kl), sp.n, sp.pos0, att, extras);
+      }
+      case KvType::F16: {
+        const KvRows<uint16_t> kr = kv.rows_f16(kl, false), vr = kv.rows_f16(kl, true);
+        kv_store(s, k, v, sp.n, sp.pos0, kr, vr);
+        ms::attention(pool_, s, q, kr, vr, sp.n, sp.pos0, att, extras);
         break;
+      }
     }
   }
   if (gated)  // the output gate: att *= sigmoid(gate)
@@ -527,6 +573,7 @@ void CpuBackend::forward_mtp_block(KvCache& kv, std::span<const float> hidden, s
   const TensorView& emb = m.embed_tokens ? m.embed_tokens : w_.token_embd;
   const int64_t n = static_cast<int64_t>(tokens.size());
   mtp_in_.resize(static_cast<size_t>(std::min<int64_t>(n, opt_.max_batch) * 2 * D));
+  kv.reserve_or_throw(n);  // pages for the pass, before any work
   kv.begin_forward();
   for (int64_t done = 0; done < n;) {
     const int nb = static_cast<int>(std::min<int64_t>(opt_.max_batch, n - done));

@@ -66,6 +66,10 @@ class CpuBackend : public Backend, private LayerBlocks {
 
   // F16 or F32 keys/values (attention runs over either).
   KvCache make_cache(int64_t ctx, KvType type = KvType::F16) const override;
+  // K/V in pages of a shared pool: attention reads rows through each cache's block table.
+  bool paged_kv() const override { return true; }
+  std::shared_ptr<KvPages> make_kv_pages(int64_t total_tokens, KvType type, int32_t page_tokens) const override;
+  KvCache make_paged_cache(std::shared_ptr<KvPages> pages, int64_t ctx, KvType type) const override;
   const ModelWeights& weights() const { return w_; }
   const ModelConfig& config() const override { return w_.cfg; }
   std::string name() const override { return "cpu"; }
@@ -121,6 +125,7 @@ class CpuBackend : public Backend, private LayerBlocks {
   void shared_expert(int il, int n);
   // Layer il's weights: the main stack's, or (il >= n_layer) MTP block il - n_layer's.
   const LayerWeights& layer_weights(int il) const;
+  RecurrentLayout recurrent_layout() const;  // every layer listed (none recurrent: all false)
   // Its layer in the cache it runs against (an MTP block's own cache starts at 0).
   int cache_layer(int il) const { return il < w_.cfg.n_layer ? il : il - w_.cfg.n_layer; }
   // Hands each span's final hidden states (after the output norm) to the hook.

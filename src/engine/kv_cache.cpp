@@ -1,6 +1,8 @@
 #include "engine/kv_cache.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstring>
 #include <string>
 
 #include "util/bytes.h"
@@ -67,15 +69,14 @@ void SeqSlotPool::release(int index) noexcept {
 }
 
 KvCache::KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type)
-    : n_layer_(n_layer), n_kv_(n_kv), head_dim_(head_dim), ctx_(ctx), type_(type) {
-  if (n_layer <= 0 || n_kv <= 0 || head_dim <= 0 || ctx <= 0)
-    throw Error("KV cache: layers, heads, head size and context must be positive");
-  check_kv_head_dim(type, head_dim);
-  half_layer_bytes_ = static_cast<int64_t>(n_kv) * ctx * kv_row_bytes(type, head_dim);
-  allocate_kv(n_layer);
-}
+    : KvCache(n_layer, n_kv, head_dim, ctx, type,
+              RecurrentLayout{std::vector<bool>(static_cast<size_t>(std::max(n_layer, 0)), false)}) {}
 
 KvCache::KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type, const RecurrentLayout& rec)
+    : KvCache(n_layer, n_kv, head_dim, ctx, type, rec, nullptr) {}
+
+KvCache::KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type, const RecurrentLayout& rec,
+                 std::shared_ptr<KvPages> pages)
     : n_layer_(n_layer), n_kv_(n_kv), head_dim_(head_dim), ctx_(ctx), type_(type) {
   if (n_layer <= 0 || n_kv <= 0 || head_dim <= 0 || ctx <= 0)
     throw Error("KV cache: layers, heads, head size and context must be positive");
@@ -84,7 +85,6 @@ KvCache::KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type, 
                 std::to_string(n_layer));
   if (rec.conv_elems < 0 || rec.state_elems < 0) throw Error("KV cache: negative recurrent state size");
   check_kv_head_dim(type, head_dim);
-  half_layer_bytes_ = static_cast<int64_t>(n_kv) * ctx * kv_row_bytes(type, head_dim);
   conv_elems_ = rec.conv_elems;
   state_elems_ = rec.state_elems;
   int n_kv_layers = 0, n_rec = 0;
@@ -93,9 +93,30 @@ KvCache::KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type, 
     rec_slot_.push_back(r ? n_rec : -1);
     (r ? n_rec : n_kv_layers) += 1;
   }
+  if (n_rec == 0) {  // attention only: layer i is K/V layer i
+    kv_slot_.clear();
+    rec_slot_.clear();
+  }
   has_recurrent_ = n_rec > 0;
   n_rec_ = n_rec;
-  allocate_kv(n_kv_layers);
+  if (!pages) {
+    // Alone: one page of the whole context (the contiguous layout), held for life.
+    if (ctx > INT32_MAX) throw Error("KV cache: a context of " + std::to_string(ctx) + " tokens is too large");
+    kv_.pages = std::make_shared<KvPages>(page_layout(n_layer, n_kv, head_dim, type, rec, static_cast<int32_t>(ctx)),
+                                          1, true);
+    kv_.pages->reserve(kv_.table, 0, 1);
+  } else {
+    if (pages->is_private()) throw Error("KV cache: a cache's own pages cannot be shared");
+    const KvPageLayout want = page_layout(n_layer, n_kv, head_dim, type, rec, pages->layout().page_tokens);
+    if (!(pages->layout() == want))
+      throw Error("KV cache: the page pool was made for another model or KV type (" +
+                  std::to_string(pages->layout().n_layers) + " attention layers, " +
+                  std::to_string(pages->layout().n_kv) + " KV heads, rows of " +
+                  std::to_string(pages->layout().row_bytes) + " bytes; this cache needs " +
+                  std::to_string(want.n_layers) + ", " + std::to_string(want.n_kv) + ", " +
+                  std::to_string(want.row_bytes) + ")");
+    kv_.pages = std::move(pages);
+  }
   const uint64_t rec_total = static_cast<uint64_t>(n_rec) * static_cast<uint64_t>(conv_elems_ + state_elems_);
   try {
     rec_.assign(static_cast<size_t>(rec_total), 0.0f);
@@ -104,16 +125,80 @@ KvCache::KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type, 
   }
 }
 
-void KvCache::allocate_kv(int n_attn_layers) {
-  const uint64_t total = 2 * static_cast<uint64_t>(half_layer_bytes_) * static_cast<uint64_t>(n_attn_layers);
-  const KvType type = type_;
-  const int64_t ctx = ctx_;
-  try {
-    data_.resize(static_cast<size_t>(total));  // zero pages, not touched here
-  } catch (const std::bad_alloc&) {
-    throw Error("KV cache: cannot allocate " + format_bytes(total) + " (" + kv_type_name(type) +
-                ") for a context of " + std::to_string(ctx) + " tokens; use a smaller --ctx");
+KvPageLayout KvCache::page_layout(int n_layer, int n_kv, int head_dim, KvType type, const RecurrentLayout& rec,
+                                  int32_t page_tokens) {
+  int n_attn = n_layer;
+  if (!rec.recurrent.empty()) n_attn = static_cast<int>(std::count(rec.recurrent.begin(), rec.recurrent.end(), false));
+  return KvPageLayout{n_attn, n_kv, kv_row_bytes(type, head_dim), page_tokens};
+}
+
+KvCache::PageRef& KvCache::PageRef::operator=(const PageRef& o) {
+  if (this == &o) return *this;
+  reset();
+  if (!o.pages) return *this;
+  if (o.pages->is_private()) {
+    pages = o.pages->clone();
+    table = o.table;
+  } else {
+    pages = o.pages;
+    pages->share(o.table, static_cast<int64_t>(o.table.size()) * pages->layout().page_tokens, table);
   }
+  return *this;
+}
+
+KvCache::PageRef& KvCache::PageRef::operator=(PageRef&& o) noexcept {
+  if (this != &o) {
+    reset();
+    pages = std::move(o.pages);
+    table = std::move(o.table);
+    o.table.clear();
+  }
+  return *this;
+}
+
+void KvCache::PageRef::reset() noexcept {
+  if (pages && !table.empty()) {
+    try {
+      pages->truncate(table, 0);
+    } catch (...) {  // only a bookkeeping bug throws here, and a destructor must not
+    }
+  }
+  table.clear();
+  pages.reset();
+}
+
+uint64_t KvCache::kv_bytes() const {
+  if (!kv_.pages) return 0;
+  return paged() ? kv_.table.size() * kv_.pages->page_bytes() : kv_.pages->bytes();
+}
+
+const std::byte* KvCache::row(int layer, bool values, int head, int64_t pos) const {
+  const int slot = attn_slot(layer);
+  const KvPageLayout& l = kv_.pages->layout();
+  if (head < 0 || head >= n_kv_ || pos < 0 || pos >= static_cast<int64_t>(kv_.table.size()) * l.page_tokens)
+    throw Error("KV cache: no row for head " + std::to_string(head) + " at position " + std::to_string(pos));
+  return kv_.pages->page(kv_.table[static_cast<size_t>(pos / l.page_tokens)]) +
+         l.offset(slot, values, head, pos % l.page_tokens);
+}
+
+PageStatus KvCache::reserve(int64_t n) {
+  if (!paged()) return PageStatus::Ok;  // its own page holds the whole context
+  return kv_.pages->reserve(kv_.table, n_past_, n);
+}
+
+void KvCache::reserve_or_throw(int64_t n) {
+  if (reserve(n) == PageStatus::Ok) return;
+  check_room(n);  // says how many pages are short
+  throw Error("KV pages exhausted: " + std::to_string(n) + " more tokens do not fit the pool");
+}
+
+void KvCache::release_unwritten() {
+  if (paged()) kv_.pages->truncate(kv_.table, n_past_);
+}
+
+void KvCache::not_contiguous() const {
+  throw Error("KV cache: its keys and values lie in pages of " + std::to_string(kv_.pages->layout().page_tokens) +
+              " tokens (a shared pool), not in one block; read them by rows");
 }
 
 void KvCache::wrong_type(KvType want) const {
@@ -143,6 +228,7 @@ float* KvCache::snap_elems(int layer, int entry, int64_t offset) {
 
 void KvCache::clear() {
   n_past_ = 0;
+  release_unwritten();
   std::fill(rec_.begin(), rec_.end(), 0.0f);
   ckpt_.clear();
 }
@@ -163,10 +249,19 @@ void KvCache::check_room(int64_t n) const {
   if (n_past_ + n > ctx_)
     throw Error("context full (" + std::to_string(ctx_) + " tokens): " + std::to_string(n_past_) +
                 " used, " + std::to_string(n) + " more requested; start a new sequence or use a larger --ctx");
+  if (paged()) {
+    const int64_t need = pages_needed(n), free = kv_.pages->free_pages();
+    if (need > free)
+      throw Error("KV pages exhausted: " + std::to_string(n) + " more tokens need " + std::to_string(need) +
+                  " pages of " + std::to_string(kv_.pages->layout().page_tokens) + " tokens, " +
+                  std::to_string(free) + " of " + std::to_string(kv_.pages->n_pages()) +
+                  " are free (--ctx is the tokens all sequences share)");
+  }
 }
 
 void KvCache::advance(int64_t n) {
   check_room(n);
+  reserve_or_throw(n);  // a no-op when the backend reserved them before writing
   n_past_ += n;
 }
 
@@ -184,6 +279,7 @@ void KvCache::truncate(int64_t n) {
   if (has_recurrent_ && n != n_past_) restore_checkpoint(ckpt_.find(n));
   ckpt_.drop_after(n);
   n_past_ = n;
+  release_unwritten();
 }
 
 void KvCache::set_checkpoints(CheckpointOptions o) {
@@ -229,19 +325,39 @@ void KvCache::restore_checkpoint(int entry) {
 
 void KvCache::set_state_store(std::shared_ptr<StateStore> store) { store_.p = std::move(store); }
 
+// The written rows of src into this cache's pages (two pools), a run of
+// rows that are consecutive in both at a time.
+void KvCache::copy_rows_from(const KvCache& src) {
+  const int64_t n = src.n_past_;
+  n_past_ = 0;  // fresh pages: rows this cache shares with another must not be written
+  release_unwritten();
+  reserve_or_throw(n);
+  const KvPageLayout &ls = src.kv_.pages->layout(), &ld = kv_.pages->layout();
+  const int64_t row = ls.row_bytes;
+  for (int64_t j = 0; j < n;) {
+    const int64_t run = std::min({ls.page_tokens - j % ls.page_tokens, ld.page_tokens - j % ld.page_tokens, n - j});
+    const std::byte* ps = src.kv_.pages->page(src.kv_.table[static_cast<size_t>(j / ls.page_tokens)]);
+    std::byte* pd = kv_.pages->page(kv_.table[static_cast<size_t>(j / ld.page_tokens)]);
+    for (int l = 0; l < ls.n_layers; ++l)
+      for (bool values : {false, true})
+        for (int h = 0; h < n_kv_; ++h)
+          std::memcpy(pd + ld.offset(l, values, h, j % ld.page_tokens), ps + ls.offset(l, values, h, j % ls.page_tokens),
+                      static_cast<size_t>(run * row));
+    j += run;
+  }
+}
+
 void KvCache::copy_from(const KvCache& src) {
   if (src.n_layer_ != n_layer_ || src.n_kv_ != n_kv_ || src.head_dim_ != head_dim_ || src.ctx_ != ctx_ ||
       src.type_ != type_ || src.rec_slot_ != rec_slot_ || src.conv_elems_ != conv_elems_ ||
       src.state_elems_ != state_elems_)
     throw Error("KV cache: a fork needs two caches of the same model, context and type");
-  // K/V: the written rows only ([layer][K|V][n_kv][ctx][row]).
-  const int64_t row = kv_row_bytes(type_, head_dim_);
-  const int64_t rows_bytes = src.n_past_ * row;
-  if (rows_bytes > 0)
-    for (int64_t block = 0; block < static_cast<int64_t>(data_.size()) / (ctx_ * row); ++block) {
-      const int64_t off = block * ctx_ * row;
-      std::copy_n(src.data_.begin() + off, rows_bytes, data_.begin() + off);
-    }
+  if (paged() && src.kv_.pages == kv_.pages) {
+    // One pool: share the prefix's pages, copy nothing (copy on write later).
+    kv_.pages->share(src.kv_.table, src.n_past_, kv_.table);
+  } else {
+    copy_rows_from(src);
+  }
   rec_ = src.rec_;
   if (snap_.size() != src.snap_.size() || ckpt_.capacity() != src.ckpt_.capacity()) snap_.resize(src.snap_.size());
   std::copy(src.snap_.begin(), src.snap_.end(), snap_.begin());

@@ -6,8 +6,12 @@
 //    head_dim/32 blocks of ggml's block_q8_0 (an f16 scale d, then 32 int8;
 //    d = amax/127, q = round(x/d), as llama.cpp's `-ctk/-ctv q8_0`): 34 bytes
 //    per 32 elements, 53% of f16, for long contexts. Q8_0 needs head_dim a
-//    multiple of 32. Sized once to the context; running past it is an error,
-//    never a silent wrap.
+//    multiple of 32. Running past the context is an error, never a silent
+//    wrap. The rows lie in pages (engine/kv_pages.h): a cache made alone
+//    holds one page of its whole context (the contiguous layout above, which
+//    k_f16() etc. hand out); caches made on a shared KvPages take pages of a
+//    few tokens as they grow, and a fork shares the prefix's pages (copy on
+//    write). Attention reads rows through the block table (rows_f16() etc.).
 //  - recurrent (linear-attention) layers of hybrids: a fixed-size f32 state,
 //    whatever the sequence length: the conv window (the last conv_kernel - 1
 //    inputs of the causal conv) and the delta-rule state matrix. All zeros
@@ -32,6 +36,8 @@
 #include <utility>
 #include <vector>
 
+#include "cpu/kv_rows.h"
+#include "engine/kv_pages.h"
 #include "engine/state_checkpoints.h"
 #include "quant/blocks.h"
 
@@ -62,32 +68,6 @@ struct RecurrentLayout {
   std::vector<bool> recurrent;  // [n_layer]: no K/V for these layers
   int64_t conv_elems = 0;       // per recurrent layer: (conv_kernel - 1) * conv_dim
   int64_t state_elems = 0;      // per recurrent layer: n_v_heads * head_k * head_v
-};
-
-// Memory for the K/V bytes that the kernel hands out as zero pages on first
-// touch (calloc of a large block maps fresh pages): a cache sized for the
-// model's whole context costs resident memory only for the positions
-// written so far. Default construction leaves calloc's zeros untouched.
-template <class T>
-struct ZeroPagesAllocator {
-  using value_type = T;
-  ZeroPagesAllocator() = default;
-  template <class U>
-  ZeroPagesAllocator(const ZeroPagesAllocator<U>&) noexcept {}
-  T* allocate(size_t n) {
-    void* p = std::calloc(n, sizeof(T));
-    if (p == nullptr) throw std::bad_alloc();
-    return static_cast<T*>(p);
-  }
-  void deallocate(T* p, size_t) noexcept { std::free(p); }
-  template <class U>
-  void construct(U*) noexcept {}
-  template <class U, class... A>
-  void construct(U* p, A&&... a) {
-    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
-  }
-  template <class U>
-  bool operator==(const ZeroPagesAllocator<U>&) const noexcept { return true; }
 };
 
 // A backend's claim on one of its device sequence states (CudaBackend with
@@ -166,6 +146,14 @@ class KvCache {
   KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type = KvType::F16);
   // A hybrid's cache: K/V for the layers that are not recurrent only.
   KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type, const RecurrentLayout& rec);
+  // A cache whose K/V rows take pages of `pages` (shared with other caches)
+  // as it grows: up to ctx positions, if the pool has the pages. Throws
+  // ms::Error when the pool's layout is not this model's (layers, heads, row).
+  KvCache(int n_layer, int n_kv, int head_dim, int64_t ctx, KvType type, const RecurrentLayout& rec,
+          std::shared_ptr<KvPages> pages);
+  // The page layout of a cache of this geometry (what a shared pool needs).
+  static KvPageLayout page_layout(int n_layer, int n_kv, int head_dim, KvType type, const RecurrentLayout& rec,
+                                  int32_t page_tokens);
 
   int n_layer() const { return n_layer_; }
   int64_t ctx() const { return ctx_; }
@@ -183,11 +171,36 @@ class KvCache {
   float* v_f32(int layer) { return elems<float>(KvType::F32, layer, true); }
   const float* k_f32(int layer) const { return const_cast<KvCache*>(this)->k_f32(layer); }
   const float* v_f32(int layer) const { return const_cast<KvCache*>(this)->v_f32(layer); }
+  // (These hand out one contiguous block: caches made alone. A cache on a
+  // shared pool throws ms::Error; its rows are read through rows_f16() etc.)
   // Q8_0: [n_kv][ctx][head_dim / 32] blocks per layer for K, the same for V.
   BlockQ8_0* k_q8(int layer) { return elems<BlockQ8_0>(KvType::Q8_0, layer, false); }
   BlockQ8_0* v_q8(int layer) { return elems<BlockQ8_0>(KvType::Q8_0, layer, true); }
   const BlockQ8_0* k_q8(int layer) const { return const_cast<KvCache*>(this)->k_q8(layer); }
   const BlockQ8_0* v_q8(int layer) const { return const_cast<KvCache*>(this)->v_q8(layer); }
+
+  // One layer's K or V rows through the block table, typed as above (what
+  // attention reads; valid until the table changes: reserve, truncate, fork).
+  KvRows<uint16_t> rows_f16(int layer, bool values) { return rows<uint16_t>(KvType::F16, layer, values); }
+  KvRows<float> rows_f32(int layer, bool values) { return rows<float>(KvType::F32, layer, values); }
+  KvRows<BlockQ8_0> rows_q8(int layer, bool values) { return rows<BlockQ8_0>(KvType::Q8_0, layer, values); }
+  // The bytes of one row (kv_row_bytes of them); throws ms::Error for a
+  // position past the pages held.
+  const std::byte* row(int layer, bool values, int head, int64_t pos) const;
+
+  // Pages (engine/kv_pages.h). paged(): on a shared pool (else the cache's
+  // own single page). Pages held, the table, and the pool.
+  bool paged() const { return kv_.pages && !kv_.pages->is_private(); }
+  const PageTable& page_table() const { return kv_.table; }
+  const KvPages& pages() const { return *kv_.pages; }
+  // New pages n more tokens would take (copies of shared ones included).
+  int64_t pages_needed(int64_t n) const { return kv_.pages->pages_needed(kv_.table, n_past_, n); }
+  // Takes them (all or none): Exhausted when the pool is short, nothing changed.
+  PageStatus reserve(int64_t n);
+  // The same, throwing check_room's ms::Error when the pool is short.
+  void reserve_or_throw(int64_t n);
+  // Gives back the pages past n_past (reserved for a pass that did not run).
+  void release_unwritten();
 
   // Recurrent layers (hybrids): their f32 conv window and delta-rule state.
   // Throws ms::Error for a layer that is not recurrent.
@@ -198,9 +211,11 @@ class KvCache {
   int64_t conv_elems() const { return conv_elems_; }
   int64_t state_elems() const { return state_elems_; }
 
-  // Throws ms::Error "context full (N tokens)" when n more tokens do not fit.
+  // Throws ms::Error "context full (N tokens)" when n more tokens do not fit,
+  // and "KV pages exhausted" when the pool lacks the pages for them.
   void check_room(int64_t n) const;
-  // Records that positions n_past .. n_past+n-1 were written (checks room).
+  // Records that positions n_past .. n_past+n-1 were written (checks room;
+  // reserves their pages if that was not done before the writes).
   void advance(int64_t n);
   // Whether truncate(n) is possible: any n <= n_past for attention-only
   // caches; with recurrent layers n_past (keep all), 0 (start over) and the
@@ -243,12 +258,17 @@ class KvCache {
   StateStore* state_store() const { return store_.get(); }
 
   // A fork: this cache takes src's positions, K/V rows, recurrent state and
-  // checkpoints (host-kept ones; a device backend copies its own first).
+  // checkpoints (host-kept ones; a device backend copies its own first). On
+  // one shared pool the rows are not copied: this cache holds src's pages
+  // (copy on write of a partly filled last page when either side appends).
   // Throws ms::Error when the two differ in layers, heads, context or type.
   void copy_from(const KvCache& src);
 
-  // Host bytes: K/V, the recurrent state and host-kept checkpoints.
-  uint64_t bytes() const { return data_.size() + (rec_.size() + snap_.size()) * sizeof(float); }
+  // Host bytes: K/V, the recurrent state and host-kept checkpoints. K/V: all
+  // of a cache's own pool; on a shared pool the pages held (a page shared by
+  // a fork counts in each holder).
+  uint64_t bytes() const { return kv_bytes() + (rec_.size() + snap_.size()) * sizeof(float); }
+  uint64_t kv_bytes() const;
 
   // Which of the backend's device sequence states this cache runs on (set by
   // a backend's make_cache; a copied cache holds none: SeqSlot).
@@ -256,33 +276,56 @@ class KvCache {
   void set_device_slot(SeqSlot slot) { slot_ = std::move(slot); }
 
  private:
+  int attn_slot(int layer) const {
+    const int slot = kv_slot_.empty() ? layer : kv_slot_[static_cast<size_t>(layer)];
+    if (slot < 0) not_attention(layer);
+    return slot;
+  }
+  // Every offset is a multiple of the row size, so of T's (halves, floats,
+  // 34-byte blocks of one byte alignment).
   template <typename T>
   T* elems(KvType want, int layer, bool values) {
     if (type_ != want) wrong_type(want);
-    const int slot = kv_slot_.empty() ? layer : kv_slot_[static_cast<size_t>(layer)];
-    if (slot < 0) not_attention(layer);
-    // Every offset is a multiple of the row size, so of T's (halves, floats,
-    // 34-byte blocks of one byte alignment).
-    return reinterpret_cast<T*>(data_.data() + static_cast<int64_t>(slot) * 2 * half_layer_bytes_ +
-                                (values ? half_layer_bytes_ : 0));
+    const int slot = attn_slot(layer);
+    if (paged()) not_contiguous();
+    return reinterpret_cast<T*>(kv_.pages->page(kv_.table[0]) + kv_.pages->layout().offset(slot, values, 0, 0));
   }
+  template <typename T>
+  KvRows<T> rows(KvType want, int layer, bool values) {
+    if (type_ != want) wrong_type(want);
+    const KvPageLayout& l = kv_.pages->layout();
+    const int64_t u = static_cast<int64_t>(sizeof(T));
+    return KvRows<T>{reinterpret_cast<T*>(kv_.pages->page(0) + l.offset(attn_slot(layer), values, 0, 0)),
+                     kv_.table.data(), l.page_tokens, l.page_bytes() / u, l.head_bytes() / u, l.row_bytes / u};
+  }
+  void copy_rows_from(const KvCache& src);
+  [[noreturn]] void not_contiguous() const;
   float* rec_elems(int layer, int64_t offset);
   float* snap_elems(int layer, int entry, int64_t offset);
   void save_checkpoint(int entry);
   void restore_checkpoint(int entry);
   [[noreturn]] void wrong_type(KvType want) const;
   [[noreturn]] void not_attention(int layer) const;
-  void allocate_kv(int n_attn_layers);
 
   int n_layer_;
   int n_kv_ = 0, head_dim_ = 0;
   int64_t ctx_;
   KvType type_;
-  int64_t half_layer_bytes_;  // bytes of one layer's keys (its values take as many)
   int64_t n_past_ = 0;
-  // Raw bytes: a byte array may hold objects of any type, and calloc aligns
-  // it for float. Zero until written (see ZeroPagesAllocator).
-  std::vector<std::byte, ZeroPagesAllocator<std::byte>> data_;
+  // The pool of K/V pages this cache takes rows from, and its block table. A
+  // copy of the cache clones a private pool and shares a shared one's pages
+  // (a fork, copy on write); the table's pages go back when the cache goes.
+  struct PageRef {
+    std::shared_ptr<KvPages> pages;
+    PageTable table;
+    PageRef() = default;
+    PageRef(const PageRef& o) { *this = o; }
+    PageRef& operator=(const PageRef& o);
+    PageRef(PageRef&& o) noexcept : pages(std::move(o.pages)), table(std::move(o.table)) { o.table.clear(); }
+    PageRef& operator=(PageRef&& o) noexcept;
+    ~PageRef() { reset(); }
+    void reset() noexcept;
+  } kv_;
   // Hybrids: per layer, its index among the K/V layers or among the
   // recurrent ones (-1: the other kind). Empty for attention-only caches.
   std::vector<int> kv_slot_, rec_slot_;

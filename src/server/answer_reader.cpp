@@ -15,8 +15,8 @@ std::vector<int32_t> chat_prompt(const ChatServing& s, CompletionRequest& r, Too
   if (ids.empty()) throw ApiError(400, "the prompt is empty after tokenization");
   if (check_room && static_cast<int64_t>(ids.size()) >= s.sched.ctx())
     throw ApiError(400,
-                   "this model's context is " + std::to_string(s.sched.ctx()) + " tokens (--ctx) and the input takes " +
-                       std::to_string(ids.size()) +
+                   "a request may hold " + std::to_string(s.sched.ctx()) + " tokens (" + s.sched.ctx_limit_name() +
+                       ") and the input takes " + std::to_string(ids.size()) +
                        " tokens, leaving no room for the answer; shorten it or restart with a larger --ctx",
                    "invalid_request_error", "messages", "context_length_exceeded");
   for (const auto& [id, bias] : r.sampling.logit_bias)

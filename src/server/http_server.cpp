@@ -314,8 +314,8 @@ struct HttpServer::Impl {
       if (ids.empty()) throw ApiError(400, "the prompt is empty after tokenization");
       if (static_cast<int64_t>(ids.size()) >= sched.ctx())
         throw ApiError(400,
-                       "this model's context is " + std::to_string(sched.ctx()) + " tokens (--ctx) and the " +
-                           (is_chat ? "messages" : "prompt") + " take " + std::to_string(ids.size()) +
+                       "a request may hold " + std::to_string(sched.ctx()) + " tokens (" + sched.ctx_limit_name() +
+                           ") and the " + (is_chat ? "messages" : "prompt") + " take " + std::to_string(ids.size()) +
                            " tokens, leaving no room for the answer; shorten them or restart with a larger --ctx",
                        "invalid_request_error", is_chat ? "messages" : "prompt", "context_length_exceeded");
       for (const auto& [id, bias] : r.sampling.logit_bias)

@@ -109,6 +109,7 @@ struct Scheduler::Slot {
   std::unique_ptr<ThinkSplitter> think;
   std::unique_ptr<HarmonyParser> harmony;  // harmony jobs: in place of dec and think
   size_t prefilled = 0;  // prompt tokens in kv
+  size_t n_prompt = 0;   // the job's prompt as submitted (a preempted job re-reads more: preempt())
   int n_cached = 0;
   int n_generated = 0;
   // Its logits: this row of step_logits_ (set by the step that ran its last
@@ -145,21 +146,37 @@ Scheduler::Scheduler(Backend& backend, const Tokenizer& tok, Options opt, Metric
     requested_parallel_ = opt_.parallel;
     opt_.parallel = max_seq;
   }
+  request_ctx_ = opt_.ctx;
+  if (be_.paged_kv()) {
+    if (opt_.ctx_per_request < 0 || opt_.ctx_per_request > opt_.ctx)
+      throw Error("--ctx-per-request " + std::to_string(opt_.ctx_per_request) + " must be in 0..--ctx (" +
+                  std::to_string(opt_.ctx) + ": the tokens all slots share; 0: all of them)");
+    if (opt_.ctx_per_request > 0) request_ctx_ = opt_.ctx_per_request;
+    if (request_ctx_ < 2) throw Error("--ctx-per-request must be at least 2 tokens");
+    kv_pages_ = be_.make_kv_pages(opt_.ctx, opt_.kv_type, std::max(1, opt_.kv_page_tokens));
+  }
+  auto mib = [](uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; };
   for (int i = 0; i < opt_.parallel; ++i) {
-    slots_.push_back(std::make_unique<Slot>(be_.make_cache(opt_.ctx, opt_.kv_type)));
+    slots_.push_back(std::make_unique<Slot>(kv_pages_ ? be_.make_paged_cache(kv_pages_, request_ctx_, opt_.kv_type)
+                                                      : be_.make_cache(opt_.ctx, opt_.kv_type)));
     slots_.back()->index = i;
     // Hybrids: recurrent-state checkpoints, so that the prompt cache can
     // return a slot to a shared prefix (each prompt chunk's end is one).
     slots_.back()->kv.set_checkpoints(opt_.checkpoints);
-    const uint64_t per_slot = std::max<uint64_t>(1, slots_[0]->kv.bytes());
-    if (i == 0 && opt_.max_kv_bytes > 0 && per_slot * static_cast<uint64_t>(opt_.parallel) > opt_.max_kv_bytes) {
-      auto mib = [](uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; };
-      throw Error("--parallel " + std::to_string(opt_.parallel) + " needs " +
-                  mib(per_slot * static_cast<uint64_t>(opt_.parallel)) + " of KV cache (" + mib(per_slot) +
-                  " per slot at --ctx " + std::to_string(opt_.ctx) + ") but " + mib(opt_.max_kv_bytes) +
-                  " of memory are free for it: at most " + std::to_string(opt_.max_kv_bytes / per_slot) +
-                  " slots fit (or lower --ctx)");
-    }
+    if (i > 0 || opt_.max_kv_bytes == 0) continue;
+    // Paged: the shared pool, and per slot its recurrent state (hybrids).
+    const uint64_t per_slot = slots_[0]->kv.bytes();  // paged: no pages yet, the recurrent state only
+    const uint64_t pool = kv_pages_ ? kv_pages_->bytes() : 0;
+    if (pool + per_slot * static_cast<uint64_t>(opt_.parallel) <= opt_.max_kv_bytes) continue;
+    if (kv_pages_)
+      throw Error("--ctx " + std::to_string(opt_.ctx) + " needs " + mib(pool) + " of KV cache (shared by the slots)" +
+                  (per_slot > 0 ? " and " + mib(per_slot) + " per slot of recurrent state" : std::string()) +
+                  " but " + mib(opt_.max_kv_bytes) + " of memory are free for it: lower --ctx or --parallel");
+    throw Error("--parallel " + std::to_string(opt_.parallel) + " needs " +
+                mib(per_slot * static_cast<uint64_t>(opt_.parallel)) + " of KV cache (" + mib(per_slot) +
+                " per slot at --ctx " + std::to_string(opt_.ctx) + ") but " + mib(opt_.max_kv_bytes) +
+                " of memory are free for it: at most " + std::to_string(opt_.max_kv_bytes / std::max<uint64_t>(1, per_slot)) +
+                " slots fit (or lower --ctx)");
   }
   try {
     worker_ = std::thread([this] { run(); });
@@ -244,6 +261,49 @@ size_t Scheduler::queue_depth() const {
 
 int Scheduler::active_slots() const { return active_; }
 
+std::string Scheduler::ctx_limit_name() const {
+  if (!kv_pages_) return "--ctx " + std::to_string(opt_.ctx) + " (per slot)";
+  if (request_ctx_ < opt_.ctx) return "--ctx-per-request " + std::to_string(request_ctx_);
+  return "--ctx " + std::to_string(opt_.ctx) + " (shared by " + std::to_string(opt_.parallel) + " slots)";
+}
+
+// Paged KV: idle slots' cached tokens give their pages back, least recently
+// used first, until `need` pages are free (or none is left to give).
+void Scheduler::evict_idle(int64_t need, const Slot* spare) {
+  if (!kv_pages_ || kv_pages_->free_pages() >= need) return;
+  std::vector<Slot*> idle;
+  for (auto& sl : slots_)
+    if (!sl->req && sl.get() != spare && !sl->kv.page_table().empty()) idle.push_back(sl.get());
+  std::sort(idle.begin(), idle.end(), [](const Slot* a, const Slot* b) { return a->last_used < b->last_used; });
+  for (Slot* s : idle) {
+    if (kv_pages_->free_pages() >= need) break;
+    s->kv.clear();
+    s->tokens.clear();
+  }
+}
+
+// Paged KV, pages short: the job gives its pages back and re-reads what its
+// cache held (its prompt; a decoding job: the prompt and the answer so far,
+// with the token sampled for this step) when pages free, then samples on
+// from there. Its sampler, decoder and grammar state stay: what it sent is
+// not sent again.
+void Scheduler::preempt(Slot& s) {
+  std::vector<int32_t> replay;
+  if (s.prefilled < s.job.prompt.size()) {
+    replay = std::move(s.job.prompt);
+  } else {
+    replay = std::move(s.tokens);
+    replay.push_back(s.next);
+  }
+  s.kv.clear();
+  s.tokens.clear();
+  s.job.prompt = std::move(replay);
+  s.prefilled = 0;
+  s.logits_row = Slot::kNoRow;
+  s.pick = Slot::Pick{};
+  ++preemptions_;
+}
+
 void Scheduler::admit() {
   std::lock_guard lk(m_);
   while (!queue_.empty()) {
@@ -281,11 +341,20 @@ void Scheduler::admit() {
     // A recurrent state (hybrid models) returns to a shorter prefix only
     // through a checkpoint: keep the longest prefix one holds (else none).
     keep = static_cast<size_t>(s.kv.restorable_at_or_below(static_cast<int64_t>(keep)));
+    s.kv.truncate(static_cast<int64_t>(keep));
+    s.tokens.resize(keep);
+    if (kv_pages_) {
+      // Paged KV: the pages of the rest of its prompt and its first answer
+      // token (a later choice: its first own page), else it waits for them.
+      const int64_t need =
+          leader ? 1 : s.kv.pages_needed(static_cast<int64_t>(front.prompt.size() - keep) + 1);
+      evict_idle(need, &s);
+      if (kv_pages_->free_pages() < need) break;
+    }
     s.job = std::move(queue_.front().first);
     s.req = std::move(queue_.front().second);
     queue_.pop_front();
-    s.kv.truncate(static_cast<int64_t>(keep));
-    s.tokens.resize(keep);
+    s.n_prompt = s.job.prompt.size();
     s.prefilled = keep;
     s.n_cached = static_cast<int>(keep);
     s.n_generated = 0;
@@ -343,7 +412,7 @@ void Scheduler::finish(Slot& s, const std::string& reason, const std::string& er
       s.req->post(tail, "");
     }
   }
-  const int n_prompt = static_cast<int>(s.job.prompt.size());
+  const int n_prompt = static_cast<int>(s.n_prompt);
   if (metrics_) {
     metrics_->tokens(n_prompt, s.n_cached, s.n_generated);
     if (reason == "cancelled") metrics_->cancelled();
@@ -517,13 +586,63 @@ size_t step_prompt_budget(int prefill_chunk, size_t n_decode) {
   return std::max(floor, chunk > n_decode ? chunk - n_decode : 0);
 }
 
-void Scheduler::step() {
-  struct Entry {
-    Slot* slot;
-    std::span<const int32_t> tokens;
-    bool prompt;       // a prompt chunk (else one decode token)
-    bool want_logits;  // a decode token, or the chunk that ends the prompt
+struct Scheduler::Entry {
+  Slot* slot;
+  std::span<const int32_t> tokens;
+  bool prompt;       // a prompt chunk (else one decode token)
+  bool want_logits;  // a decode token, or the chunk that ends the prompt
+};
+
+// Paged KV: the step's entries take their pages -- decode tokens first (idle
+// slots' caches, then the most recently admitted jobs give theirs back:
+// preempt), then prompt chunks in admission order, each cut to what the
+// free pages hold (none: it waits). When nothing at all could run, the most
+// recently admitted job gives its pages back for the others.
+void Scheduler::fit_pages(std::vector<Entry>& entries) {
+  if (!kv_pages_) return;
+  auto drop = [&](const Slot* s) {
+    std::erase_if(entries, [s](const Entry& e) { return e.slot == s; });
   };
+  auto newest_busy = [&]() -> Slot* {
+    Slot* v = nullptr;
+    for (auto& sl : slots_)
+      if (sl->req && !sl->fork_of && !sl->kv.page_table().empty() && (!v || sl->admitted > v->admitted)) v = sl.get();
+    return v;
+  };
+  for (;;) {
+    int64_t need = 0;
+    for (const Entry& e : entries) need += e.prompt ? 0 : e.slot->kv.pages_needed(1);
+    evict_idle(need, nullptr);
+    if (need <= kv_pages_->free_pages()) break;
+    Slot* v = newest_busy();
+    if (!v) break;  // the backend reports the shortage
+    preempt(*v);
+    drop(v);
+  }
+  for (const Entry& e : entries)
+    if (!e.prompt) e.slot->kv.reserve(1);
+  std::vector<const Slot*> waiting;
+  for (Entry& e : entries) {
+    if (!e.prompt) continue;
+    KvCache& kv = e.slot->kv;
+    int64_t n = static_cast<int64_t>(e.tokens.size());
+    evict_idle(kv.pages_needed(n), e.slot);
+    while (n > 0 && kv.pages_needed(n) > kv_pages_->free_pages()) --n;
+    if (n == 0 || kv.reserve(n) != PageStatus::Ok) {
+      waiting.push_back(e.slot);
+      continue;
+    }
+    e.tokens = e.tokens.first(static_cast<size_t>(n));
+    e.want_logits = e.slot->prefilled + static_cast<size_t>(n) == e.slot->job.prompt.size();
+  }
+  for (const Slot* s : waiting) drop(s);
+  if (entries.empty() && !waiting.empty()) {
+    Slot* v = newest_busy();
+    if (v && v->admitted > waiting.front()->admitted) preempt(*v);
+  }
+}
+
+void Scheduler::step() {
   std::vector<Entry> entries;
   std::vector<Slot*> prefilling, decoding;
   // Decoding slots sample their next token (cancelled jobs end here).
@@ -539,7 +658,7 @@ void Scheduler::step() {
       // A prompt longer than the slot's context ends before any chunk of it runs.
       if (static_cast<int64_t>(s.job.prompt.size()) > s.kv.ctx()) {
         fail(s, "the prompt has " + std::to_string(s.job.prompt.size()) + " tokens, more than the context of " +
-                    std::to_string(s.kv.ctx()) + " tokens per slot");
+                    std::to_string(s.kv.ctx()) + " tokens a request may hold (" + ctx_limit_name() + ")");
         continue;
       }
       prefilling.push_back(&s);
@@ -562,6 +681,7 @@ void Scheduler::step() {
     entries.push_back({s, std::span<const int32_t>(prompt.data() + s->prefilled, n), true,
                        s->prefilled + n == prompt.size()});
   }
+  fit_pages(entries);
   // Each entry checked on its own first: one that cannot run (a prompt past
   // its context, a token outside the vocabulary) fails its request only.
   const int64_t V = be_.config().n_vocab;

@@ -24,6 +24,21 @@
 // Slots: --parallel, capped by the backend's max_sequences() when it has one
 // (parallel() says what was kept, requested_parallel() what was asked).
 //
+// KV memory (Options::ctx). A backend with paged KV (Backend::paged_kv(): the
+// CPU) gives every slot's cache pages of ONE pool of ctx tokens, as
+// llama-server's unified KV: --ctx is the tokens all slots share, and one
+// request may hold up to ctx_per_request of them (0: all ctx). A job is
+// admitted when the pages for its prompt (and its first answer token) are
+// free -- idle slots' cached prompts give theirs back first, least recently
+// used first -- and otherwise waits in the queue until pages free. When a
+// step's decode tokens need pages that no idle slot can give back (or no
+// entry of the step can go on at all), the most recently admitted job gives
+// its pages back and later re-reads what it had (its prompt and the answer
+// so far, which is not sent again) before it goes on sampling: the earliest
+// admitted jobs always progress. A backend without paged KV (CUDA, until its
+// kernels read through block tables) gives each slot a cache of ctx tokens
+// of its own, as before.
+//
 // Prompt cache: a slot keeps the tokens its KV cache holds after a request.
 // A new job takes the free slot whose tokens share the longest prefix with
 // its prompt and prefills only the rest, so a multi-turn chat re-reads only
@@ -151,7 +166,11 @@ class Scheduler {
  public:
   struct Options {
     int parallel = 1;         // slots (sequences decoded in turn)
-    int64_t ctx = 4096;       // tokens per slot
+    // Paged KV: tokens of KV all slots share; else tokens per slot (see above).
+    int64_t ctx = 4096;
+    // Paged KV: the most tokens one request may hold, prompt and answer (0: ctx).
+    int64_t ctx_per_request = 0;
+    int32_t kv_page_tokens = 64;  // paged KV: positions per page
     KvType kv_type = KvType::F16;  // each slot's cache: f16, f32 or q8_0 (max_kv_bytes counts its real bytes)
     int prefill_chunk = 512;  // tokens per step (decodes first, then prompt chunks: step_prompt_budget)
     // The slots' KV caches together may take at most this many bytes (0: no
@@ -180,7 +199,16 @@ class Scheduler {
   // Cancels every job, queued or running, and joins the worker.
   void stop();
 
-  int64_t ctx() const { return opt_.ctx; }
+  // The most tokens one request may hold (prompt and answer): a prompt of
+  // ctx() tokens or more can never be served.
+  int64_t ctx() const { return request_ctx_; }
+  // "--ctx 8192 (shared by 4 slots)", "--ctx-per-request 2048", "--ctx 4096
+  // (per slot)": the flag behind ctx(), for error messages.
+  std::string ctx_limit_name() const;
+  // Paged KV: the pool all slots share (null without paged KV).
+  const KvPages* kv_pages() const { return kv_pages_.get(); }
+  // Paged KV: how many times a job gave its pages back for others (preempt).
+  int preemptions() const { return preemptions_; }
   int parallel() const { return opt_.parallel; }
   // The --parallel asked for, when the backend's max_sequences() capped it (else parallel()).
   int requested_parallel() const { return requested_parallel_ > 0 ? requested_parallel_ : opt_.parallel; }
@@ -201,6 +229,10 @@ class Scheduler {
   void fail(Slot& s, const std::string& what);
   void finish(Slot& s, const std::string& reason, const std::string& error = "");
   void emit_harmony(Slot& s, HarmonyParser::Out o);
+  void evict_idle(int64_t need, const Slot* spare);
+  void preempt(Slot& s);
+  struct Entry;
+  void fit_pages(std::vector<Entry>& entries);
 
   Backend& be_;
   const Tokenizer& tok_;
@@ -215,6 +247,9 @@ class Scheduler {
   uint64_t clock_ = 0;
   std::atomic<int> active_{0};
   int requested_parallel_ = 0;  // set when max_sequences() capped opt_.parallel
+  int64_t request_ctx_ = 0;     // ctx()
+  std::shared_ptr<KvPages> kv_pages_;  // paged KV: the slots' pool
+  std::atomic<int> preemptions_{0};
   std::vector<float> step_logits_;  // the last step's logit rows (each slot that wanted logits: its row)
   // Picks the decoding slots' tokens side by side (pick_tokens); made with the
   // first step that has several.

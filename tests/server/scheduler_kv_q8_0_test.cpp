@@ -1,5 +1,5 @@
-// serve --kv-type q8_0: the slot-fits-in-memory check counts the q8_0
-// caches' real bytes (34/64 of f16's K/V), so more slots fit the same memory;
+// serve --kv-type q8_0: the fits-in-memory check counts the q8_0 pool's real
+// bytes (34/64 of f16's K/V), so more tokens fit the same memory;
 // and a q8_0 slot generates what generate() gives on a q8_0 cache.
 #include <gtest/gtest.h>
 
@@ -49,24 +49,23 @@ std::string refused(const TinyModel& t, const Scheduler::Options& o) {
   return "";
 }
 
-TEST(SchedulerKvQ8_0, MoreSlotsFitTheSameMemory) {
+// The CPU backend's slots share one pool of --ctx tokens (paged KV): a q8_0
+// pool holds more tokens in the same memory.
+TEST(SchedulerKvQ8_0, AQ8_0PoolHoldsMoreTokensInTheSameMemory) {
   TinyModel t;
   Scheduler::Options o;
-  o.ctx = 128;
-  const uint64_t f16_slot = t.be->make_cache(o.ctx).bytes();
-  const uint64_t q8_slot = t.be->make_cache(o.ctx, KvType::Q8_0).bytes();
-  EXPECT_EQ(q8_slot * 64, f16_slot * 34);
-  o.max_kv_bytes = f16_slot * 3 + f16_slot / 2;  // 3 f16 slots, 6 q8_0 slots (3.5 * 64 / 34 = 6.6)
-  const uint64_t q8_fit = o.max_kv_bytes / q8_slot;
-  ASSERT_EQ(q8_fit, 6u);
-  o.parallel = 100000;
-  o.kv_type = KvType::Q8_0;
-  const std::string why = refused(t, o);
-  EXPECT_NE(why.find("at most 6 slots fit"), std::string::npos) << why;
-  o.parallel = 6;
+  o.parallel = 4;
+  const uint64_t f16_128 = t.be->make_cache(128).bytes();
+  const uint64_t q8_128 = t.be->make_cache(128, KvType::Q8_0).bytes();
+  EXPECT_EQ(q8_128 * 64, f16_128 * 34);
+  o.max_kv_bytes = f16_128 * 3 + f16_128 / 2;  // 448 f16 tokens, 843 q8_0 tokens
+  o.ctx = 448;
   EXPECT_EQ(refused(t, o), "");
-  o.kv_type = KvType::F16;
-  EXPECT_NE(refused(t, o).find("at most 3 slots fit"), std::string::npos);
+  o.ctx = 768;
+  const std::string why = refused(t, o);
+  EXPECT_NE(why.find("--ctx 768 needs"), std::string::npos) << why;
+  o.kv_type = KvType::Q8_0;
+  EXPECT_EQ(refused(t, o), "");
 }
 
 TEST(SchedulerKvQ8_0, ASlotGeneratesWhatAQ8_0CacheGives) {

@@ -461,23 +461,7 @@ TEST(Scheduler, ShutdownCancelsOpenJobs) {
 
 // --parallel 100000 (issue #28): slots whose KV caches do not fit are
 // refused before they are allocated, naming how many fit.
-TEST(Scheduler, SlotsWhoseKvCachesDoNotFitAreRefusedNamingHowManyFit) {
-  Tiny t;
-  Scheduler::Options o;
-  o.ctx = 128;
-  o.parallel = 100000;
-  const uint64_t per_slot = t.be->make_cache(o.ctx).bytes();
-  o.max_kv_bytes = per_slot * 3 + per_slot / 2;
-  try {
-    Scheduler s(*t.be, t.tok(), o);
-    FAIL() << "100000 slots were accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--parallel 100000"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("at most 3 slots fit"), std::string::npos) << e.what();
-  }
-  o.parallel = 3;
-  EXPECT_NO_THROW(Scheduler(*t.be, t.tok(), o));
-}
+// (Slots whose KV caches do not fit: scheduler_paged_test.cpp, per slot and shared.)
 
 TEST(Scheduler, ReasoningGoesToItsOwnFieldWhenAsked) {
   Tiny t;
