@@ -204,8 +204,16 @@ class StepScheduler {
   // Plans layer's step from its routes (keys ascending, tokens per key).
   // gated_layer: a gated decode layer (the link's backlog counts, with
   // stage_gap). may_admit false: no slot changes (the GPU already ran it).
+  // certain: a speculative verify's certain tokens per key (empty: all; see
+  // ExpertResidency::plan).
   const LayerSchedule& plan_layer(uint64_t step, uint32_t layer, std::span<const ExpertKey> keys,
-                                  std::span<const uint32_t> tokens, bool gated_layer = false, bool may_admit = true);
+                                  std::span<const uint32_t> tokens, bool gated_layer = false, bool may_admit = true,
+                                  std::span<const uint32_t> certain = {});
+  // A verify's accepted drafts: their uses of one layer step at `step` count
+  // in the cache policy's statistics now (CachePolicy::credit).
+  void credit(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses) {
+    res_.credit(step, keys, uses);
+  }
   // One decode token whose experts are all on the GPU (none on the CPU, every
   // streamed one in its own transit slot) takes the all-resident kernels
   // over the slot table, when they take this layer (kernels_take_layer).
