@@ -546,6 +546,11 @@ void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vec
   Impl& m = *impl_;
   const ModelConfig& c = m.c;
   const int64_t n = static_cast<int64_t>(tokens.size());
+  // A verify's drafts (mark_drafts, for this forward only): its last `drafts`
+  // tokens. Only the token-by-token verify below plans them as drafts; a
+  // verify that runs as one pass (replay rollback) plans every token certain.
+  const int64_t drafts = m.hybrid ? std::min<int64_t>(pending_drafts_, n - 1) : 0;
+  pending_drafts_ = 0;
   if (n == 0) throw Error("forward: no tokens");
   check_device_cache(kv, m.kv);
   const int slot = slot_of(kv, m.opt.n_seq);
@@ -563,9 +568,20 @@ void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vec
   if (kv.n_past() == 0) m.kv.zero_recurrent(slot, m.stream);
   kv.begin_forward();
   if (kv.token_states_wanted()) {
+    // The passes after this forward are certain again, even if it throws.
+    struct CertainAfter {
+      HybridMoe* h;
+      ~CertainAfter() {
+        if (h) h->set_draft_ranks({});
+      }
+    } certain_after{drafts > 0 ? m.hybrid.get() : nullptr};
     // Every token's state kept (a verify batch, a test of every position):
     // token by token through the decode step, each state copied after it.
     for (int64_t i = 0; i < n; ++i) {
+      if (drafts > 0) {
+        const int32_t rank[1] = {static_cast<int32_t>(std::max<int64_t>(0, i - (n - 1 - drafts)))};
+        m.hybrid->set_draft_ranks(rank);
+      }
       m.decode(tokens[static_cast<size_t>(i)], kv.n_past(), logits.data() + (all_logits ? i * V : 0));
       emit_hidden(kv, kv.n_past(), 1);
       kv.advance(1);
@@ -598,6 +614,14 @@ void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vec
     done += nb;
   }
   kv.end_forward(n);
+}
+
+void CudaBackend::mark_drafts(const KvCache&, int n_drafts) {
+  if (impl_->hybrid) pending_drafts_ = std::max(0, n_drafts);
+}
+
+void CudaBackend::confirm_drafts(const KvCache&, int accepted) {
+  if (impl_->hybrid) impl_->hybrid->confirm_drafts(accepted);
 }
 
 void CudaBackend::fork(const KvCache& src, KvCache& dst) {
