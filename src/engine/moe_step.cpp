@@ -184,6 +184,7 @@ void MoeStep::note_drafts(uint64_t step, int n) {
   if (static_cast<int>(draft_rank_.size()) != n)
     throw Error("MoE step: draft ranks for " + std::to_string(draft_rank_.size()) + " tokens, but the pass has " +
                 std::to_string(n));
+  if (!sched_->options().tuning.draft_credit) return;  // every token counts when routed
   t_.certain.resize(t_.keys.size());
   for (size_t i = 0; i < t_.keys.size(); ++i) {
     const int e = static_cast<int>(t_.keys[i] % static_cast<ExpertKey>(n_expert_));

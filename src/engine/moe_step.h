@@ -90,7 +90,8 @@ class MoeStep {
   // teach the cache policy before they are known to be kept.
   // The draft rank of each token of the passes from now on (0: certain, the
   // token fed; r > 0: the r-th draft of the verify), or empty: every token
-  // certain. The plans then count the certain tokens only
+  // certain. The plans then count the certain tokens only (unless the
+  // scheduler's StepTuning::draft_credit is off)
   // (CachePolicy::access_speculative) and keep the drafts' routes for
   // confirm_drafts(). run() throws ms::Error for a pass whose token count is
   // not the ranks'.

@@ -141,6 +141,7 @@ SpecSimResult simulate_speculative(const Trace& trace, const SimOptions& opts, c
   rc.cost = opts.cost;
   so.tuning = opts.step;
   so.tuning.prefetch = DecodePrefetch::Off;
+  so.tuning.draft_credit = spec.exclude_rejected;
 
   SpecSimResult r;
   Replay rp(h, so, opts.cost, opts.warm_start, r);
@@ -170,13 +171,13 @@ SpecSimResult simulate_speculative(const Trace& trace, const SimOptions& opts, c
       rows.clear();
       for (size_t j = 0; j <= a; ++j) rows.push_back(&passes[t + j].rows[0]);
       for (size_t j = a; j < K; ++j) rows.push_back(&passes[any(rng)].rows[0]);
-      if (K > 0 && spec.exclude_rejected) {
+      if (K > 0) {  // the engine's verify marks its drafts; the scheduler's draft_credit decides
         ranks.resize(K + 1);
         for (size_t j = 0; j <= K; ++j) ranks[j] = int32_t(j);
         rp.step.set_draft_ranks(ranks);
       }
       rp.forward(rows, true, a + 1);
-      if (K > 0 && spec.exclude_rejected) rp.step.confirm_drafts(int(a));
+      if (K > 0) rp.step.confirm_drafts(int(a));
       ++r.decode_passes;
       r.drafted += K;
       r.accepted += a;
@@ -190,7 +191,7 @@ SpecSimResult simulate_speculative(const Trace& trace, const SimOptions& opts, c
 
 std::string spec_table_header() {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%-12s %-10s %-20s %8s %8s %9s %9s %10s %10s %10s\n", "policy", "capacity", "mode",
+  std::snprintf(buf, sizeof buf, "%-12s %-16s %-20s %8s %8s %9s %9s %10s %10s %10s\n", "policy", "capacity", "mode",
                 "tok/pass", "hit", "own hit", "admit/tok", "MB/tok", "host/tok", "tok/s");
   return buf;
 }
@@ -198,7 +199,7 @@ std::string spec_table_header() {
 std::string spec_table_row(const std::string& mode, const SpecSimResult& r) {
   const double tok = double(std::max<uint64_t>(1, r.emitted));
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%-12s %-10s %-20s %8.2f %7.1f%% %8.1f%% %9.2f %10.2f %10.2f %10.1f\n",
+  std::snprintf(buf, sizeof buf, "%-12s %-16s %-20s %8.2f %7.1f%% %8.1f%% %9.2f %10.2f %10.2f %10.1f\n",
                 r.policy.c_str(), r.capacity.c_str(), mode.c_str(),
                 double(r.emitted) / double(std::max<uint64_t>(1, r.decode_passes)), 100 * r.hit_rate(),
                 100 * r.kept_hit_rate(), double(r.admitted) / tok, double(r.pcie_bytes) / tok / 1e6,

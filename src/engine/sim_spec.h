@@ -13,9 +13,11 @@
 // token), as decode_speculative does. Prompt passes run as in `moestream
 // sim`. Decode passes must be one token each (a single-sequence trace).
 //
-// Modes (SpecRouteCount): every routed token counts in the policy (before
-// issue #42), or the drafts are marked (MoeStep::set_draft_ranks) and the
-// accepted ones credited after the verify (confirm_drafts).
+// The verifies mark their drafts (MoeStep::set_draft_ranks) and confirm the
+// accepted ones (confirm_drafts) as the engine's do; the scheduler's
+// StepTuning::draft_credit then decides: the accepted drafts' routes count
+// once confirmed and the rejected ones' never, or every routed token counts
+// when routed (before issue #42).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,7 +30,9 @@ struct SpecSimOptions {
   double alpha = 0.8;  // a draft is right with this probability
   int draft_max = 4;   // drafts per verify (0: plain decoding)
   uint64_t seed = 1;
-  bool exclude_rejected = true;  // false: every token's route counts in the policy
+  // StepTuning::draft_credit (the engine's --no-draft-credit when false):
+  // false, every token's route counts in the policy when routed.
+  bool exclude_rejected = true;
 };
 
 struct SpecSimResult {

@@ -62,6 +62,11 @@ struct StepTuning {
   // Gated decode: a layer whose routed experts are all resident or staged
   // goes on without the host; false: such a layer waits for it (A/B runs).
   bool staged_hits = true;
+  // Speculative verifies (issue #42): a draft token's experts count in the
+  // cache policy only once the draft is accepted (MoeStep::set_draft_ranks,
+  // confirm_drafts); false: every routed token counts when routed (A/B runs:
+  // bench/results/spec_policy_sim.md compares both).
+  bool draft_credit = true;
   CostOverrides cost;  // figures applied over the probe's
 };
 

@@ -15,7 +15,7 @@ constexpr int kExperts = 16, kTopK = 2;
 constexpr uint64_t kSlot = 1u << 20;
 
 // One MoE layer, 4 cache slots, LRU: which expert goes is easy to tell.
-StepSchedulerOptions one_layer_lru() {
+StepSchedulerOptions one_layer_lru(bool draft_credit = true) {
   StepSchedulerOptions o;
   ResidencyConfig& c = o.residency;
   c.n_layer = 1;
@@ -27,6 +27,7 @@ StepSchedulerOptions one_layer_lru() {
   c.policy = "lru";
   o.tuning.prefetch = DecodePrefetch::Off;
   o.tuning.prompt_stage = false;
+  o.tuning.draft_credit = draft_credit;
   return o;
 }
 
@@ -43,7 +44,8 @@ class RouteTiers : public MoeTiers {
 };
 
 struct Verifier {
-  StepScheduler sched{one_layer_lru()};
+  explicit Verifier(bool draft_credit = true) : sched(one_layer_lru(draft_credit)) {}
+  StepScheduler sched;
   MoeStep step{kExperts, kTopK, &sched};
   RouteTiers tiers;
   uint64_t pass = 0;
@@ -125,6 +127,17 @@ TEST(MoeStepSpeculative, WithoutRanksDraftsEvictAndAreAdmitted) {
     EXPECT_EQ(r.resident(0), ranked);  // evicted for the draft's experts when unranked
     EXPECT_TRUE(r.resident(2));
   }
+  // StepTuning::draft_credit off: ranked drafts count when routed, as unranked ones.
+  Verifier off(false);
+  off.sched.initial_placement(false);
+  off.forward({0, 1});
+  const int32_t ranks[2] = {0, 1};
+  off.step.set_draft_ranks(ranks);
+  off.forward({2, 3, 6, 7});
+  EXPECT_TRUE(off.resident(6));
+  EXPECT_FALSE(off.resident(0));
+  EXPECT_EQ(off.step.pending_draft_pairs(), 0u);
+  off.step.confirm_drafts(1);  // credits nothing: nothing was held back
 }
 
 TEST(MoeStepSpeculative, RanksMustMatchThePass) {
