@@ -94,9 +94,9 @@ class CudaBackend : public Backend {
   // with want_hidden, the FFN input rows) are copied back and the stream
   // synchronised; while a hook is set, decode steps run without the graph.
   void set_route_hook(RouteHook hook, bool want_hidden = false) override;
-  // Tiered experts (issue #42): a verify's drafts (run token by token, as a
-  // verify keeping its token states is) plan as drafts; confirm_drafts
-  // credits the kept ones. Without tiered experts: nothing.
+  // Tiered experts (issue #42): the next forward's drafts plan as drafts
+  // (token by token where it keeps token states, else in its passes);
+  // confirm_drafts credits the kept ones. Without tiered experts: nothing.
   void mark_drafts(const KvCache& kv, int n_drafts) override;
   void confirm_drafts(const KvCache& kv, int accepted) override;
 
