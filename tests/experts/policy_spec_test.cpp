@@ -108,23 +108,24 @@ TEST(SpeculativeAccess, RejectedDraftsLeaveThePolicyAsWithoutThem) {
 // An expert that only drafts chose is served (a hit when resident), never
 // admitted, and protected in its step; its recency is not refreshed.
 TEST(SpeculativeAccess, DraftOnlyExpertIsProtectedButNotRefreshed) {
-  auto p = make_policy("lru", 2, opts());
+  auto p = make_policy("lru", 3, opts());
   AccessResult r;
-  const ExpertKey k1[1] = {1}, k2[1] = {2};
-  p->access(0, k1, {}, r);
-  p->access(1, k2, {}, r);  // recency: 2, 1
-  // Step 2: a certain token needs 3, a draft needs 1 (resident) and 5 (not).
-  const ExpertKey keys[3] = {1, 3, 5};
+  for (ExpertKey k : {1u, 2u, 3u}) {
+    const ExpertKey one[1] = {k};
+    p->access(k, one, {}, r);  // recency: 3 2 1
+  }
+  // Step 4: a certain token needs 4, a draft needs 1 (resident, the LRU) and 5.
+  const ExpertKey keys[3] = {1, 4, 5};
   const uint32_t uses[3] = {1, 1, 1}, certain[3] = {0, 1, 0};
-  p->access_speculative(2, keys, uses, certain, r);
+  p->access_speculative(4, keys, uses, certain, r);
   EXPECT_EQ(r.hits, (std::vector<ExpertKey>{1}));
-  EXPECT_EQ(r.misses, (std::vector<ExpertKey>{3, 5}));
-  EXPECT_EQ(r.admitted, (std::vector<ExpertKey>{3}));
+  EXPECT_EQ(r.misses, (std::vector<ExpertKey>{4, 5}));
+  EXPECT_EQ(r.admitted, (std::vector<ExpertKey>{4}));
   EXPECT_EQ(r.evicted, (std::vector<ExpertKey>{2}));  // 1 was the LRU, but in use
   EXPECT_FALSE(p->contains(5));
-  // 1 was not refreshed by the draft: it goes next.
-  const ExpertKey k4[1] = {4};
-  p->access(3, k4, {}, r);
+  // 1 was not refreshed by the draft (recency 4 3 1): it goes next, not 3.
+  const ExpertKey k6[1] = {6};
+  p->access(5, k6, {}, r);
   EXPECT_EQ(r.evicted, (std::vector<ExpertKey>{1}));
 }
 
