@@ -42,6 +42,7 @@ int run_spec_sim(const Trace& trace, const SweepOptions& so, const SimArgs& a) {
   const DraftChoice dc = parse_draft_choice(a.spec);
   if (dc.kind != DraftChoice::Kind::Oracle) throw Error("sim --spec takes oracle:ALPHA only (the trace has no tokens to draft from)");
   if (a.json || !a.csv.empty() || !a.plot.empty()) throw Error("sim --spec prints a table only (no --json, --csv, --plot)");
+  check_spec_sim(so.base, {.alpha = dc.alpha, .draft_max = a.draft_max});
   const TraceHeader& h = trace.header;
   std::printf("trace %s: %s, %u layers x %u experts, k=%u; verifies of %d drafts, each right with p=%.2f (seed %llu)\n\n",
               a.trace.c_str(), h.model.c_str(), h.n_layer, h.n_expert, h.k, a.draft_max, dc.alpha,

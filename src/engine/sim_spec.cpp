@@ -119,11 +119,16 @@ struct Replay {
 
 }  // namespace
 
-SpecSimResult simulate_speculative(const Trace& trace, const SimOptions& opts, const SpecSimOptions& spec) {
+void check_spec_sim(const SimOptions& opts, const SpecSimOptions& spec) {
   if (!(spec.alpha >= 0 && spec.alpha <= 1)) throw Error("--spec oracle:ALPHA: ALPHA must be in [0, 1]");
-  if (spec.draft_max < 0 || spec.draft_max > 64) throw Error("--draft-max must be in 0..64");
+  if (spec.draft_max < 0 || spec.draft_max > 64)
+    throw Error("--draft-max must be in 0..64, got " + std::to_string(spec.draft_max));
   if (opts.prefetch != PrefetchMode::None || opts.gated)
     throw Error("--spec replays verifies without decode prefetch or the gated plan (drop --prefetch and --gated)");
+}
+
+SpecSimResult simulate_speculative(const Trace& trace, const SimOptions& opts, const SpecSimOptions& spec) {
+  check_spec_sim(opts, spec);
   const TraceHeader& h = trace.header;
   const std::vector<Pass> passes = passes_of(trace);
 

@@ -57,6 +57,9 @@ struct SpecSimResult {
 // whose decode passes hold more than one token, alpha outside [0, 1] or
 // draft_max outside 0..64.
 SpecSimResult simulate_speculative(const Trace& trace, const SimOptions& opts, const SpecSimOptions& spec);
+// simulate_speculative's checks of its options alone (the CLI runs them
+// before printing anything).
+void check_spec_sim(const SimOptions& opts, const SpecSimOptions& spec);
 
 // "plain / all routes / rejected excluded" rows of one policy and capacity.
 std::string spec_table_header();
