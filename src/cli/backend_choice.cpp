@@ -95,6 +95,9 @@ void add_tuning_options(CLI::App& sub, VramSetup* v) {
       "tiered decode with --prefetch auto: ignore the queued copies and the GPU-only stretch when sizing staging");
   off("--no-staged-hits", &t.step.staged_hits,
       "tiered decode: a layer whose experts are all resident or staged still waits for the host");
+  off("--no-draft-credit", &t.step.draft_credit,
+      "tiered speculative decoding: a verify's draft tokens' experts count in the cache policy when routed, not only "
+      "once the draft is accepted");
   off("--no-pinned-prompt", &t.pinned_prompt_kernels,
       "tiered prompts: layers whose experts stay in VRAM go through the tiered step, not the all-resident kernels");
   sub.add_option("--transit-slots", t.transit_slots,

@@ -13,6 +13,8 @@
 
 #include "cli/commands.h"
 #include "experts/profile.h"
+#include "engine/sim_spec.h"
+#include "engine/speculative.h"
 #include "engine/sweep.h"
 #include "experts/trace.h"
 #include "util/bytes.h"
@@ -28,7 +30,41 @@ struct SimArgs {
   uint32_t transit_slots = 16;
   bool json = false, layers = false, warm_start = false, gated = false;
   StepTuning step;  // --prefetch-count, --prompt-cpu: the scheduler's choices, as the engine's
+  std::string spec;  // --spec oracle:ALPHA
+  int draft_max = 4;
+  uint64_t spec_seed = 1;
 };
+
+// --spec: per capacity, layout and policy, plain decoding, then verifies
+// whose every route counts, then verifies whose rejected drafts' routes
+// never count (issue #42).
+int run_spec_sim(const Trace& trace, const SweepOptions& so, const SimArgs& a) {
+  const DraftChoice dc = parse_draft_choice(a.spec);
+  if (dc.kind != DraftChoice::Kind::Oracle) throw Error("sim --spec takes oracle:ALPHA only (the trace has no tokens to draft from)");
+  if (a.json || !a.csv.empty() || !a.plot.empty()) throw Error("sim --spec prints a table only (no --json, --csv, --plot)");
+  check_spec_sim(so.base, {.alpha = dc.alpha, .draft_max = a.draft_max});
+  const TraceHeader& h = trace.header;
+  std::printf("trace %s: %s, %u layers x %u experts, k=%u; verifies of %d drafts, each right with p=%.2f (seed %llu)\n\n",
+              a.trace.c_str(), h.model.c_str(), h.n_layer, h.n_expert, h.k, a.draft_max, dc.alpha,
+              static_cast<unsigned long long>(a.spec_seed));
+  std::fputs(spec_table_header().c_str(), stdout);
+  for (const CapacitySpec& cap : so.capacities)
+    for (bool per_layer : so.layouts)
+      for (const std::string& policy : so.policies) {
+        SimOptions o = so.base;
+        o.capacity = cap;
+        o.capacity.per_layer = per_layer;
+        o.policy = policy;
+        SpecSimOptions s{.alpha = dc.alpha, .draft_max = 0, .seed = a.spec_seed, .exclude_rejected = true};
+        std::fputs(spec_table_row("plain", simulate_speculative(trace, o, s)).c_str(), stdout);
+        s.draft_max = a.draft_max;
+        s.exclude_rejected = false;
+        std::fputs(spec_table_row("spec, all routes", simulate_speculative(trace, o, s)).c_str(), stdout);
+        s.exclude_rejected = true;
+        std::fputs(spec_table_row("spec, rejected out", simulate_speculative(trace, o, s)).c_str(), stdout);
+      }
+  return 0;
+}
 
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path);
@@ -121,6 +157,11 @@ RegisterCommand reg("sim", [](CLI::App& app) {
   sim->add_flag("--layers", a->layers, "Also print the hit rate of each layer");
   sim->add_option("--csv", a->csv, "Write the results as CSV");
   sim->add_option("--plot", a->plot, "Write hit rate vs capacity as an SVG chart");
+  sim->add_option("--spec", a->spec,
+                  "oracle:ALPHA: replay decode as speculative verifies (drafts right with p=ALPHA), plain vs every route "
+                  "counted vs rejected drafts' routes left out of the policy");
+  sim->add_option("--draft-max", a->draft_max, "--spec: drafts per verify")->capture_default_str();
+  sim->add_option("--spec-seed", a->spec_seed, "--spec: seed of the drafts' acceptance")->capture_default_str();
 
   return [a]() -> int {
     check_sim_flags(*a);
@@ -172,6 +213,7 @@ RegisterCommand reg("sim", [](CLI::App& app) {
       for (ExpertKey k : p.hottest(p.counts.size())) base.policy_options.pinned.push_back(k);
     }
     so.policies = parse_policy_list(a->policy, !base.policy_options.pinned.empty());
+    if (!a->spec.empty()) return run_spec_sim(trace, so, *a);
 
     const std::vector<SweepRow> rows = run_sweep(trace, so);
     const bool single = rows.size() == 1;

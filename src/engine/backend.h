@@ -144,6 +144,25 @@ class Backend {
   // run slower while one is set. Overrides repeat the default.
   virtual void set_route_hook(RouteHook hook, bool want_hidden = false) = 0;
 
+  // ---- a speculative verify's experts (issue #42; docs/speculative.md,
+  // "Experts of a verify"): drafts that are rejected must not teach an
+  // expert cache's policy. Defaults: nothing (a backend without an expert
+  // cache, as the CPU's).
+  // The next forward of kv's sequence verifies drafts: its last n_drafts
+  // tokens are drafts (the token before them is the one fed). A backend with
+  // an expert cache counts only the fed token's experts in its policy's
+  // statistics (it still computes every token's).
+  virtual void mark_drafts(const KvCache& kv, int n_drafts) {
+    (void)kv;
+    (void)n_drafts;
+  }
+  // That verify was sampled: its first `accepted` drafts were kept (their
+  // routes now count); the others' routes never do.
+  virtual void confirm_drafts(const KvCache& kv, int accepted) {
+    (void)kv;
+    (void)accepted;
+  }
+
   // ---- multi-token prediction (the MTP block of Qwen3.5/3.6 files;
   // docs/speculative.md, "The MTP drafter"). Backends without it keep these
   // defaults: supports_mtp() false, the others throw ms::Error saying so.

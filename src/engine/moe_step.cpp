@@ -178,6 +178,51 @@ void MoeStep::build_chunked_rows(const LayerSchedule& ls) {
   t_.groups = static_cast<int>(t_.group_offset.size());
 }
 
+void MoeStep::note_drafts(uint64_t step, int n) {
+  t_.certain.clear();
+  if (draft_rank_.empty()) return;
+  if (static_cast<int>(draft_rank_.size()) != n)
+    throw Error("MoE step: draft ranks for " + std::to_string(draft_rank_.size()) + " tokens, but the pass has " +
+                std::to_string(n));
+  if (!sched_->options().tuning.draft_credit) return;  // every token counts when routed
+  t_.certain.resize(t_.keys.size());
+  for (size_t i = 0; i < t_.keys.size(); ++i) {
+    const int e = static_cast<int>(t_.keys[i] % static_cast<ExpertKey>(n_expert_));
+    uint32_t c = 0;
+    for (int32_t q = t_.start[static_cast<size_t>(e)]; q < t_.start[static_cast<size_t>(e) + 1]; ++q) {
+      const int32_t rank = draft_rank_[static_cast<size_t>(t_.by_expert[static_cast<size_t>(q)] / k_)];
+      if (rank <= 0) ++c;
+      else draft_uses_.push_back({step, t_.keys[i], rank});
+    }
+    t_.certain[i] = c;
+  }
+}
+
+void MoeStep::confirm_drafts(int accepted) {
+  std::vector<DraftUse>& u = draft_uses_;
+  u.erase(std::remove_if(u.begin(), u.end(), [&](const DraftUse& d) { return d.rank > accepted; }), u.end());
+  std::sort(u.begin(), u.end(), [](const DraftUse& a, const DraftUse& b) {
+    return a.step != b.step ? a.step < b.step : a.key < b.key;
+  });
+  // One credit per layer step: the keys of one step and layer, ascending.
+  std::vector<ExpertKey> keys;
+  std::vector<uint32_t> uses;
+  const auto E = static_cast<ExpertKey>(n_expert_);
+  for (size_t i = 0; i < u.size();) {
+    keys.clear();
+    uses.clear();
+    size_t j = i;
+    for (; j < u.size() && u[j].step == u[i].step && u[j].key / E == u[i].key / E; ++j) {
+      if (!keys.empty() && keys.back() == u[j].key) ++uses.back();
+      else keys.push_back(u[j].key), uses.push_back(1);
+    }
+    if (sched_) sched_->credit(u[i].step, keys, uses);
+    i = j;
+  }
+  u.clear();
+  draft_rank_.clear();
+}
+
 MoeShare MoeStep::host_share(int layer) const {
   MoeShare s;
   s.tier = Tier::Host;
@@ -219,6 +264,7 @@ void MoeStep::run(uint64_t step, int layer, int n, MoeTiers& tiers) {
   const MoeRoutes r = tiers.fetch_routes(layer, n, with_input);
   const auto t_plan = r.arrived != Clock::time_point{} ? r.arrived : Clock::now();
   group(layer, r.ids, n);
+  if (sched_) note_drafts(step, n);
   if (!sched_) {
     split(layer, nullptr, true, nullptr);
     tiers.compute_share(host_share(layer));
@@ -231,7 +277,7 @@ void MoeStep::run(uint64_t step, int layer, int n, MoeTiers& tiers) {
   }
 
   // ---- plan
-  const LayerSchedule& ls = sched_->plan_layer(step, static_cast<uint32_t>(layer), t_.keys, t_.tokens);
+  const LayerSchedule& ls = sched_->plan_layer(step, static_cast<uint32_t>(layer), t_.keys, t_.tokens, false, true, t_.certain);
   const StepPlan& sp = *ls.plan;
   split(layer, &ls, false, &tiers);
   tiers.planned(layer, ls, t_);
@@ -296,7 +342,7 @@ void MoeStep::run_gated(uint64_t step, int layer, const MoeRoutes& r, MoeTiers& 
   // ---- plan: a layer the device found present with some expert staged
   // must not admit (its cache slots may be read by the layers after).
   const LayerSchedule& ls =
-      sched_->plan_layer(step, static_cast<uint32_t>(layer), t_.keys, t_.tokens, true, !(r.present && r.staged));
+      sched_->plan_layer(step, static_cast<uint32_t>(layer), t_.keys, t_.tokens, true, !(r.present && r.staged), t_.certain);
   const StepPlan& sp = *ls.plan;
   if (r.present)  // the device went on: the plan must hold every expert where it found them, copying none
     for (size_t i = 0; i < sp.plan.experts.size(); ++i) {

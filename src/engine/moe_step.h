@@ -17,6 +17,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "cpu/expert_ffn.h"
@@ -42,6 +43,9 @@ struct MoeStepTables {
   std::vector<int32_t> by_expert;  // pair indices grouped by expert, in pair order
   std::vector<ExpertKey> keys;     // routed experts, ascending (the scheduler's input)
   std::vector<uint32_t> tokens;    // pairs per key
+  // A speculative verify (MoeStep::set_draft_ranks): of tokens[i], the
+  // certain ones (the token fed, not a draft); empty: every token certain.
+  std::vector<uint32_t> certain;
   // Device rows in wave order.
   int rows = 0, groups = 0;
   std::vector<int32_t> token_of_row, pair_of_row;  // [rows]
@@ -82,6 +86,24 @@ class MoeStep {
 
   const MoeStepTables& tables() const { return t_; }
 
+  // ---- a speculative verify (issue #42): the draft tokens' routes must not
+  // teach the cache policy before they are known to be kept.
+  // The draft rank of each token of the passes from now on (0: certain, the
+  // token fed; r > 0: the r-th draft of the verify), or empty: every token
+  // certain. The plans then count the certain tokens only (unless the
+  // scheduler's StepTuning::draft_credit is off)
+  // (CachePolicy::access_speculative) and keep the drafts' routes for
+  // confirm_drafts(). run() throws ms::Error for a pass whose token count is
+  // not the ranks'.
+  void set_draft_ranks(std::span<const int32_t> ranks) { draft_rank_.assign(ranks.begin(), ranks.end()); }
+  // The verify is sampled: drafts 1..accepted were kept. Their routes of each
+  // layer step since the ranks were set count in the policy's statistics now
+  // (StepScheduler::credit, at the step they were routed); the rejected
+  // drafts' never do. Clears the ranks and the kept routes.
+  void confirm_drafts(int accepted);
+  // Draft routes kept for confirm_drafts() (pairs).
+  size_t pending_draft_pairs() const { return draft_uses_.size(); }
+
   // Measured host times go to the scheduler (its overhead and prompt-CPU
   // delay figures); off for a replay (`moestream sim`), whose wall time is
   // not the engine's.
@@ -118,6 +140,8 @@ class MoeStep {
   // The host tier's share (t_'s host work).
   MoeShare host_share(int layer) const;
   void build_chunked_rows(const LayerSchedule& ls);
+  // t_.certain from the draft ranks, and the drafts' pairs into draft_uses_.
+  void note_drafts(uint64_t step, int n);
 
   int n_expert_, k_;
   StepScheduler* sched_;
@@ -126,6 +150,13 @@ class MoeStep {
   std::vector<size_t> device_experts_;  // a fused decode's device-tier experts (kept: no allocation per token)
   int chunk_rows_ = 0;
   bool report_times_ = true;
+  struct DraftUse {
+    uint64_t step;
+    ExpertKey key;
+    int32_t rank;
+  };
+  std::vector<int32_t> draft_rank_;     // per token of a pass (empty: all certain)
+  std::vector<DraftUse> draft_uses_;    // the drafts' pairs since set_draft_ranks
 };
 
 }  // namespace ms

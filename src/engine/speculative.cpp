@@ -463,6 +463,7 @@ void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const T
       roll_back(p0 + 1 + static_cast<int64_t>(i));
       const size_t evaluated = std::min(D, i + 1);
       const size_t matched = i + (kept ? 1 : 0);
+      backend.confirm_drafts(kv, static_cast<int>(matched));
       ++ss.verifies;
       ss.drafted += static_cast<int64_t>(evaluated);
       ss.accepted += static_cast<int64_t>(matched);
@@ -511,6 +512,7 @@ void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const T
     batch.insert(batch.end(), drafts.begin(), drafts.end());
     p0 = kv.n_past();
     if (!drafts.empty() && !replay) kv.keep_token_states();
+    if (!drafts.empty()) backend.mark_drafts(kv, static_cast<int>(drafts.size()));
     backend.forward(kv, batch, logits, /*all_logits=*/!drafts.empty());
     if (drafts.empty()) ++ss.plain_steps;
   }

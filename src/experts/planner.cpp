@@ -72,10 +72,10 @@ Planner::Planner(const CostModel& cost, std::vector<uint64_t> expert_bytes, uint
 
 ExpertPlan Planner::plan(uint64_t step, uint32_t layer, std::span<const ExpertKey> keys,
                          std::span<const uint32_t> tokens, CachePolicy& cache,
-                         std::span<const ExpertKey> staged, double link_busy_s) {
+                         std::span<const ExpertKey> staged, double link_busy_s, std::span<const uint32_t> certain) {
   ExpertPlan p;
   p.layer = layer;
-  cache.access(step, keys, tokens, result_);
+  cache.access_speculative(step, keys, tokens, certain, result_);
   for (ExpertKey e : result_.evicted)
     if (in_sorted(keys, e)) throw std::logic_error("planner: the cache evicted an expert of the current working set");
   p.admitted = result_.admitted;

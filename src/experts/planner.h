@@ -77,9 +77,14 @@ class Planner {
   // outside the cache (prefetch): streamed with no copy left to do, so they
   // cost GPU time only. The cache still sees them as misses. `link_busy_s`:
   // time the link spends on other copies meanwhile (split_cold).
+  // `certain` (a speculative verify, issue #42; empty: all): of tokens[i],
+  // the tokens whose route is certain; the cache counts those only
+  // (CachePolicy::access_speculative), and an expert only drafts chose is
+  // placed as any cold one the cache does not admit (streamed or host).
   // Throws std::logic_error if the cache evicts a key of `keys` (a bug).
   ExpertPlan plan(uint64_t step, uint32_t layer, std::span<const ExpertKey> keys, std::span<const uint32_t> tokens,
-                  CachePolicy& cache, std::span<const ExpertKey> staged = {}, double link_busy_s = 0);
+                  CachePolicy& cache, std::span<const ExpertKey> staged = {}, double link_busy_s = 0,
+                  std::span<const uint32_t> certain = {});
 
   const CostModel& cost() const { return cost_; }
   void set_cost(const CostModel& cost) { cost_ = cost; }

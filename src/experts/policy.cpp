@@ -12,6 +12,30 @@ namespace ms {
 // (bench/results/policy_sim.md, tools/policy_sweep.sh).
 const char* default_policy_name() { return "adaptive"; }
 
+void CachePolicy::access_speculative(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses,
+                                     std::span<const uint32_t> certain, AccessResult& out) {
+  if (certain.empty()) return access(step, keys, uses, keys, out);
+  if (certain.size() != keys.size() || (!uses.empty() && uses.size() != keys.size()))
+    throw Error("CachePolicy::access_speculative: " + std::to_string(keys.size()) + " keys, " +
+                std::to_string(uses.size()) + " use counts and " + std::to_string(certain.size()) + " certain counts");
+  spec_keys_.clear();
+  spec_uses_.clear();
+  spec_drafts_only_.clear();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint32_t u = uses.empty() ? 1 : uses[i];
+    if (certain[i] > u)
+      throw Error("CachePolicy::access_speculative: expert " + std::to_string(keys[i]) + " has " +
+                  std::to_string(certain[i]) + " certain uses of " + std::to_string(u));
+    if (certain[i] > 0) spec_keys_.push_back(keys[i]), spec_uses_.push_back(certain[i]);
+    else spec_drafts_only_.push_back(keys[i]);
+  }
+  access(step, spec_keys_, spec_uses_, keys, out);
+  if (spec_drafts_only_.empty()) return;
+  for (ExpertKey k : spec_drafts_only_) (contains(k) ? out.hits : out.misses).push_back(k);
+  std::sort(out.hits.begin(), out.hits.end());
+  std::sort(out.misses.begin(), out.misses.end());
+}
+
 const char* engine_default_policy(bool have_profile) { return have_profile ? "adaptive" : "layers"; }
 
 std::vector<std::string> policy_names() {

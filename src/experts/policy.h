@@ -35,8 +35,30 @@ class CachePolicy {
   // One layer step at forward pass `step`: `keys` are the distinct experts it
   // needs, sorted ascending; `uses[i]` how many tokens chose keys[i]. Fills
   // `out` (cleared first).
+  void access(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses, AccessResult& out) {
+    access(step, keys, uses, keys, out);
+  }
+  // The same, where the statistics (recency, scores) count `keys` and `uses`
+  // only, while `protect` (sorted, holding every key of `keys`) is the step's
+  // whole working set: none of it is evicted. `out` covers `keys` only.
   virtual void access(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses,
-                      AccessResult& out) = 0;
+                      std::span<const ExpertKey> protect, AccessResult& out) = 0;
+  // A speculative verify's layer step (issue #42): of uses[i], certain[i]
+  // tokens are certain (the token fed), the rest drafts that may be rejected.
+  // The statistics count the certain uses only, and an expert only drafts
+  // chose is served as it is (a hit when resident, else a miss the caller
+  // bypasses): never admitted on their account, never evicting for it, but
+  // protected in this step like the rest. Empty `certain`: every use is
+  // certain (access()). Throws ms::Error when certain[i] > uses[i] or the
+  // sizes differ.
+  void access_speculative(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses,
+                          std::span<const uint32_t> certain, AccessResult& out);
+  // Adds uses that access_speculative() left out -- drafts accepted once the
+  // verify is sampled -- to the statistics as uses at `step` (the verify's),
+  // as if they had been certain then. Admits and evicts nothing (the step
+  // is over). Rejected drafts are never credited, so their routes teach the
+  // policy nothing. `keys` sorted ascending, `uses` per key (empty: 1 each).
+  virtual void credit(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses) = 0;
   // Offers an expert predicted to be needed soon (with confidence 0..1). The
   // policy may refuse. Never evicts a key of `protect` (sorted ascending).
   // Returns whether it is now resident; a victim is appended to `evicted`.
@@ -61,6 +83,10 @@ class CachePolicy {
  protected:
   size_t capacity_;
   bool admit_ = true;
+
+ private:
+  std::vector<ExpertKey> spec_keys_, spec_drafts_only_;  // access_speculative's split (kept: no allocation per step)
+  std::vector<uint32_t> spec_uses_;
 };
 
 inline bool in_sorted(std::span<const ExpertKey> keys, ExpertKey k) {

@@ -35,19 +35,22 @@ class AdaptivePolicy final : public CachePolicy {
     leader_ = kStartLeader;
   }
   std::string name() const override { return "adaptive"; }
+  using CachePolicy::access;
 
-  void access(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses, AccessResult& out) override {
+  void access(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses,
+              std::span<const ExpertKey> protect, AccessResult& out) override {
     settle();
     // The leader's shadow first: it also updates the scores the real cache
     // uses. The other shadows only matter to the next choice of leader, so
     // they wait for settle() (the step's decisions do not depend on them).
     const double decay = std::pow(perf_decay_, double(keys.size()));
-    shadow_access(leader_, step, keys, uses, decay);
+    shadow_access(leader_, step, keys, uses, protect, decay);
     pending_ = true;
     pending_step_ = step;
     pending_decay_ = decay;
     pending_keys_.assign(keys.begin(), keys.end());
     pending_uses_.assign(uses.begin(), uses.end());
+    pending_protect_.assign(protect.begin(), protect.end());
     const LfuDecayPolicy& lead = *shadows_[leader_];
     out.clear();
     for (ExpertKey k : keys) {
@@ -64,7 +67,7 @@ class AdaptivePolicy final : public CachePolicy {
     });
     // (The shadows above admit as usual: they model each half-life's cache.)
     for (ExpertKey k : out.misses)
-      if (admit_ && make_room(lead.log_score(k), keys, out.evicted))
+      if (admit_ && make_room(lead.log_score(k), protect, out.evicted))
         insert(k, lead.log_score(k)), out.admitted.push_back(k);
     std::sort(out.misses.begin(), out.misses.end());
   }
@@ -74,8 +77,19 @@ class AdaptivePolicy final : public CachePolicy {
     if (!pending_) return;
     pending_ = false;
     for (size_t j = 0; j < shadows_.size(); ++j)
-      if (j != leader_) shadow_access(j, pending_step_, pending_keys_, pending_uses_, pending_decay_);
+      if (j != leader_) shadow_access(j, pending_step_, pending_keys_, pending_uses_, pending_protect_, pending_decay_);
     pick_leader();
+  }
+
+  // Every shadow's scores take the accepted drafts' uses (not its hit count:
+  // the half-lives are judged on certain accesses), then the residents move
+  // by the leader's.
+  void credit(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses) override {
+    settle();
+    for (auto& s : shadows_) s->credit(step, keys, uses);
+    const LfuDecayPolicy& lead = *shadows_[leader_];
+    for (ExpertKey k : keys)
+      if (resident_[k]) reorder(k, lead.log_score(k));
   }
 
   bool prefetch(uint64_t step, ExpertKey key, float confidence, std::span<const ExpertKey> protect,
@@ -102,8 +116,8 @@ class AdaptivePolicy final : public CachePolicy {
 
  private:
   void shadow_access(size_t j, uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses,
-                     double decay) {
-    shadows_[j]->access(step, keys, uses, shadow_out_);
+                     std::span<const ExpertKey> protect, double decay) {
+    shadows_[j]->access(step, keys, uses, protect, shadow_out_);
     perf_[j] = perf_[j] * decay + double(shadow_out_.hits.size());
   }
   void insert(ExpertKey k, double score) {
@@ -155,7 +169,7 @@ class AdaptivePolicy final : public CachePolicy {
   bool pending_ = false;
   uint64_t pending_step_ = 0;
   double pending_decay_ = 1;
-  std::vector<ExpertKey> pending_keys_;
+  std::vector<ExpertKey> pending_keys_, pending_protect_;
   std::vector<uint32_t> pending_uses_;
 };
 

@@ -19,8 +19,11 @@ class LayersPolicy final : public CachePolicy {
   LayersPolicy(size_t capacity, uint32_t n_keys, std::string name)
       : CachePolicy(capacity), in_(n_keys, 0), name_(std::move(name)) {}
   std::string name() const override { return name_; }
+  using CachePolicy::access;
 
-  void access(uint64_t, std::span<const ExpertKey> keys, std::span<const uint32_t>, AccessResult& out) override {
+  // Evicts nothing, so `protect` changes nothing.
+  void access(uint64_t, std::span<const ExpertKey> keys, std::span<const uint32_t>, std::span<const ExpertKey>,
+              AccessResult& out) override {
     out.clear();
     for (ExpertKey k : keys) {
       if (in_.at(k)) {
@@ -35,6 +38,7 @@ class LayersPolicy final : public CachePolicy {
       }
     }
   }
+  void credit(uint64_t, std::span<const ExpertKey>, std::span<const uint32_t>) override {}  // no statistics
   bool prefetch(uint64_t, ExpertKey key, float, std::span<const ExpertKey>, std::vector<ExpertKey>&) override {
     if (in_.at(key)) return true;
     if (size_ >= capacity_) return false;  // never evicts

@@ -37,31 +37,29 @@ class LfuDecayPolicy : public CachePolicy {
         log_margin_(std::log2(1.0 + std::max(0.0, margin))) {}
   std::string name() const override { return halflife_ > 0 ? "lfu-decay" : "lfu"; }
 
-  void access(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses, AccessResult& out) override {
+  using CachePolicy::access;
+  void access(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses,
+              std::span<const ExpertKey> protect, AccessResult& out) override {
     out.clear();
     const double now = clock(step);
     for (size_t i = 0; i < keys.size(); ++i) {
       const ExpertKey k = keys[i];
-      // Each token that chose the expert counts: a prompt batch teaches the
-      // popularity of a layer's experts at once.
-      const double add = now + (uses.empty() ? 0.0 : std::log2(double(std::max<uint32_t>(1, uses[i]))));
-      if (resident_[k]) {
-        out.hits.push_back(k);
-        order_.erase({score_[k], k});
-        score_[k] = log2_add(score_[k], add);
-        order_.insert({score_[k], k});
-      } else {
-        score_[k] = log2_add(score_[k], add);
-        out.misses.push_back(k);
-      }
+      (resident_[k] ? out.hits : out.misses).push_back(k);
+      count(now, k, uses.empty() ? 1 : uses[i]);
     }
     // Best-scored misses claim slots first (ties: lower key, deterministic).
     std::sort(out.misses.begin(), out.misses.end(), [&](ExpertKey a, ExpertKey b) {
       return score_[a] != score_[b] ? score_[a] > score_[b] : a < b;
     });
     for (ExpertKey k : out.misses)
-      if (admit_ && make_room(score_[k], keys, out.evicted)) insert(k), out.admitted.push_back(k);
+      if (admit_ && make_room(score_[k], protect, out.evicted)) insert(k), out.admitted.push_back(k);
     std::sort(out.misses.begin(), out.misses.end());
+  }
+
+  // Accepted drafts' uses add to the scores as at the verify's step.
+  void credit(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses) override {
+    const double now = clock(step);
+    for (size_t i = 0; i < keys.size(); ++i) count(now, keys[i], uses.empty() ? 1 : uses[i]);
   }
 
   bool prefetch(uint64_t step, ExpertKey key, float confidence, std::span<const ExpertKey> protect,
@@ -89,6 +87,18 @@ class LfuDecayPolicy : public CachePolicy {
 
  private:
   double clock(uint64_t step) const { return halflife_ > 0 ? double(step) / halflife_ : 0.0; }
+  // `uses` tokens chose k at time `now`: each counts (a prompt batch teaches
+  // the popularity of a layer's experts at once); a resident k moves up.
+  void count(double now, ExpertKey k, uint32_t uses) {
+    const double add = now + std::log2(double(std::max<uint32_t>(1, uses)));
+    if (!resident_[k]) {
+      score_[k] = log2_add(score_[k], add);
+      return;
+    }
+    order_.erase({score_[k], k});
+    score_[k] = log2_add(score_[k], add);
+    order_.insert({score_[k], k});
+  }
   void insert(ExpertKey k) {
     resident_[k] = 1;
     order_.insert({score_[k], k});

@@ -12,8 +12,10 @@ class LruPolicy final : public CachePolicy {
  public:
   LruPolicy(size_t capacity, uint32_t n_keys) : CachePolicy(capacity), list_(n_keys) {}
   std::string name() const override { return "lru"; }
+  using CachePolicy::access;
 
-  void access(uint64_t, std::span<const ExpertKey> keys, std::span<const uint32_t>, AccessResult& out) override {
+  void access(uint64_t, std::span<const ExpertKey> keys, std::span<const uint32_t>, std::span<const ExpertKey> protect,
+              AccessResult& out) override {
     out.clear();
     for (ExpertKey k : keys) {
       if (list_.contains(k)) {
@@ -24,10 +26,16 @@ class LruPolicy final : public CachePolicy {
       }
     }
     for (ExpertKey k : out.misses)
-      if (admit_ && make_room(keys, out.evicted)) {
+      if (admit_ && make_room(protect, out.evicted)) {
         list_.push_front(k);
         out.admitted.push_back(k);
       }
+  }
+
+  // An accepted draft's use makes its expert recent, as a hit would.
+  void credit(uint64_t, std::span<const ExpertKey> keys, std::span<const uint32_t>) override {
+    for (ExpertKey k : keys)
+      if (list_.contains(k)) list_.move_to_front(k);
   }
 
   bool prefetch(uint64_t, ExpertKey key, float, std::span<const ExpertKey> protect,

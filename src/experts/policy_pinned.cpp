@@ -16,9 +16,11 @@ class PinnedPolicy final : public CachePolicy {
     for (ExpertKey k : pinned) pinned_[k] = 1;
   }
   std::string name() const override { return "pinned+" + dynamic_->name(); }
+  using CachePolicy::access;
 
+  // (Pinned experts keep no statistics: only their first certain use loads them.)
   void access(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses,
-              AccessResult& out) override {
+              std::span<const ExpertKey> protect, AccessResult& out) override {
     out.clear();
     dyn_keys_.clear();
     dyn_uses_.clear();
@@ -38,7 +40,7 @@ class PinnedPolicy final : public CachePolicy {
         out.admitted.push_back(k);
       }
     }
-    dynamic_->access(step, dyn_keys_, dyn_uses_, dyn_out_);
+    dynamic_->access(step, dyn_keys_, dyn_uses_, protect, dyn_out_);
     const auto append = [](std::vector<ExpertKey>& to, const std::vector<ExpertKey>& from) {
       to.insert(to.end(), from.begin(), from.end());
       std::sort(to.begin(), to.end());
@@ -47,6 +49,14 @@ class PinnedPolicy final : public CachePolicy {
     append(out.misses, dyn_out_.misses);
     append(out.admitted, dyn_out_.admitted);
     append(out.evicted, dyn_out_.evicted);
+  }
+
+  void credit(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses) override {
+    dyn_keys_.clear();
+    dyn_uses_.clear();
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (!pinned_[keys[i]]) dyn_keys_.push_back(keys[i]), dyn_uses_.push_back(uses.empty() ? 1 : uses[i]);
+    dynamic_->credit(step, dyn_keys_, dyn_uses_);
   }
 
   bool prefetch(uint64_t step, ExpertKey key, float confidence, std::span<const ExpertKey> protect,

@@ -14,32 +14,25 @@ class SlruPolicy final : public CachePolicy {
       : CachePolicy(capacity), probation_(n_keys), protected_(n_keys),
         protected_cap_(static_cast<size_t>(double(capacity) * protected_fraction)) {}
   std::string name() const override { return "slru"; }
+  using CachePolicy::access;
 
-  void access(uint64_t, std::span<const ExpertKey> keys, std::span<const uint32_t>, AccessResult& out) override {
+  void access(uint64_t, std::span<const ExpertKey> keys, std::span<const uint32_t>, std::span<const ExpertKey> protect,
+              AccessResult& out) override {
     out.clear();
     for (ExpertKey k : keys) {
-      if (protected_.contains(k)) {
-        out.hits.push_back(k);
-        protected_.move_to_front(k);
-      } else if (probation_.contains(k)) {
-        out.hits.push_back(k);
-        probation_.unlink(k);
-        protected_.push_front(k);
-        // Over its share: the protected segment's tail goes back on probation.
-        if (protected_.size() > protected_cap_) {
-          const ExpertKey d = protected_.back();
-          protected_.unlink(d);
-          probation_.push_front(d);
-        }
-      } else {
-        out.misses.push_back(k);
-      }
+      if (touch(k)) out.hits.push_back(k);
+      else out.misses.push_back(k);
     }
     for (ExpertKey k : out.misses)
-      if (admit_ && make_room(keys, out.evicted)) {
+      if (admit_ && make_room(protect, out.evicted)) {
         probation_.push_front(k);
         out.admitted.push_back(k);
       }
+  }
+
+  // An accepted draft's use counts as a hit would: a second use promotes.
+  void credit(uint64_t, std::span<const ExpertKey> keys, std::span<const uint32_t>) override {
+    for (ExpertKey k : keys) touch(k);
   }
 
   bool prefetch(uint64_t, ExpertKey key, float, std::span<const ExpertKey> protect,
@@ -60,6 +53,24 @@ class SlruPolicy final : public CachePolicy {
   }
 
  private:
+  // A use of k: a resident one moves up (probation -> protected); false when
+  // k is not resident.
+  bool touch(ExpertKey k) {
+    if (protected_.contains(k)) {
+      protected_.move_to_front(k);
+      return true;
+    }
+    if (!probation_.contains(k)) return false;
+    probation_.unlink(k);
+    protected_.push_front(k);
+    // Over its share: the protected segment's tail goes back on probation.
+    if (protected_.size() > protected_cap_) {
+      const ExpertKey d = protected_.back();
+      protected_.unlink(d);
+      probation_.push_front(d);
+    }
+    return true;
+  }
   static bool evict_from(KeyList& list, std::span<const ExpertKey> protect, std::vector<ExpertKey>& evicted) {
     for (ExpertKey k = list.back(); k != KeyList::kNone; k = list.prev(k)) {
       if (in_sorted(protect, k)) continue;

@@ -159,21 +159,39 @@ size_t PooledCache::pool_index(ExpertKey key) const {
   return size_t(pool_of_layer_[layer]);
 }
 
-void PooledCache::access(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses,
-                         AccessResult& out) {
-  out.clear();
-  if (keys.empty()) return;
+size_t PooledCache::to_local(std::span<const ExpertKey> keys, std::vector<ExpertKey>& local, const char* what) const {
   const size_t p = pool_index(keys.front());
+  local.clear();
+  for (ExpertKey k : keys) {
+    if (pool_index(k) != p) throw Error(std::string("PooledCache::") + what + ": one call must hold experts of one pool");
+    local.push_back(to_local(k));
+  }
+  return p;
+}
+
+void PooledCache::access(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses,
+                         std::span<const ExpertKey> protect, AccessResult& out) {
+  out.clear();
+  if (protect.empty()) return;
+  // keys may be empty (a speculative step whose experts only drafts chose);
+  // protect holds them all.
+  const size_t p = to_local(protect, local_protect_, "access");
   local_keys_.clear();
   for (ExpertKey k : keys) {
     if (pool_index(k) != p) throw Error("PooledCache::access: one access must hold experts of one pool");
     local_keys_.push_back(to_local(k));
   }
-  pools_[p]->access(step, local_keys_, uses, out);
+  pools_[p]->access(step, local_keys_, uses, local_protect_, out);
   to_global(p, out.hits);
   to_global(p, out.misses);
   to_global(p, out.admitted);
   to_global(p, out.evicted);
+}
+
+void PooledCache::credit(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses) {
+  if (keys.empty()) return;
+  const size_t p = to_local(keys, local_keys_, "credit");
+  pools_[p]->credit(step, local_keys_, uses);
 }
 
 void PooledCache::settle() {

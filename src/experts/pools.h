@@ -51,8 +51,11 @@ class PooledCache final : public CachePolicy {
  public:
   PooledCache(const PoolLayout& layout, uint32_t n_expert, const std::string& policy, const PolicyOptions& opts);
   std::string name() const override { return name_; }
+  using CachePolicy::access;
+  // keys and protect: experts of one pool (one layer step).
   void access(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses,
-              AccessResult& out) override;
+              std::span<const ExpertKey> protect, AccessResult& out) override;
+  void credit(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses) override;
   bool prefetch(uint64_t step, ExpertKey key, float confidence, std::span<const ExpertKey> protect,
                 std::vector<ExpertKey>& evicted) override;
   void settle() override;
@@ -64,6 +67,8 @@ class PooledCache final : public CachePolicy {
 
  private:
   size_t pool_index(ExpertKey key) const;
+  // The pool of `keys` (all of one pool; throws ms::Error otherwise), made local into `local`.
+  size_t to_local(std::span<const ExpertKey> keys, std::vector<ExpertKey>& local, const char* what) const;
   ExpertKey to_local(ExpertKey key) const {
     return local_layer_[key / n_expert_] * n_expert_ + key % n_expert_;
   }

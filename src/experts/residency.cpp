@@ -226,7 +226,8 @@ const StagePlan& ExpertResidency::stage_transit(uint64_t step, uint32_t layer, s
 }
 
 const StepPlan& ExpertResidency::plan(uint64_t step, uint32_t layer, std::span<const ExpertKey> keys,
-                                      std::span<const uint32_t> tokens, double link_backlog_s, bool may_admit) {
+                                      std::span<const uint32_t> tokens, double link_backlog_s, bool may_admit,
+                                      std::span<const uint32_t> certain) {
   StepPlan& p = plan_;
   // What was staged for this layer step (prefetch), if anything.
   Bank* bank = nullptr;
@@ -247,7 +248,7 @@ const StepPlan& ExpertResidency::plan(uint64_t step, uint32_t layer, std::span<c
                                ? double(last_stage_bytes_) / (planner_.cost().pcie_gbps * 1e9)
                                : 0.0;
   cache_.set_admission(may_admit);
-  p.plan = planner_.plan(step, layer, keys, tokens, cache_, staged_keys, link_busy);
+  p.plan = planner_.plan(step, layer, keys, tokens, cache_, staged_keys, link_busy, certain);
   cache_.set_admission(true);
   p.staged_bank = -1;
   p.prediction = PredictionOutcome{};

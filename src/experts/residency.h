@@ -155,8 +155,15 @@ class ExpertResidency {
   // staged bank assumes the link also carries about as much staging again.
   // may_admit false: the policy admits (and so evicts) nothing in this
   // step; the plan changes no slot (a step the GPU already ran).
+  // certain: a speculative verify's certain tokens per key (Planner::plan;
+  // empty: every token certain).
   const StepPlan& plan(uint64_t step, uint32_t layer, std::span<const ExpertKey> keys,
-                       std::span<const uint32_t> tokens, double link_backlog_s = -1, bool may_admit = true);
+                       std::span<const uint32_t> tokens, double link_backlog_s = -1, bool may_admit = true,
+                       std::span<const uint32_t> certain = {});
+  // A verify's accepted drafts' uses of one layer step (CachePolicy::credit).
+  void credit(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses) {
+    cache_.credit(step, keys, uses);
+  }
 
   // Stages the experts predicted for `layer`'s step `step` (most confident
   // first; at most `max_experts`, and at most a bank): those not resident go

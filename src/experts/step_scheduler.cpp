@@ -148,10 +148,11 @@ void StepScheduler::end_pass() {
 }
 
 const LayerSchedule& StepScheduler::plan_layer(uint64_t step, uint32_t layer, std::span<const ExpertKey> keys,
-                                               std::span<const uint32_t> tokens, bool gated_layer, bool may_admit) {
+                                               std::span<const uint32_t> tokens, bool gated_layer, bool may_admit,
+                                               std::span<const uint32_t> certain) {
   LayerSchedule& s = sched_;
   const double backlog = gated_layer && opt_.tuning.stage_gap ? link_backlog_s() : -1.0;
-  const StepPlan& sp = res_.plan(step, layer, keys, tokens, backlog, may_admit);
+  const StepPlan& sp = res_.plan(step, layer, keys, tokens, backlog, may_admit, certain);
   s.plan = &sp;
   s.from_prompt_stage = sp.staged_bank == StagePlan::kTransitBank;
   s.bank = s.from_prompt_stage ? -1 : sp.staged_bank;

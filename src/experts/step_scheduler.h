@@ -62,6 +62,11 @@ struct StepTuning {
   // Gated decode: a layer whose routed experts are all resident or staged
   // goes on without the host; false: such a layer waits for it (A/B runs).
   bool staged_hits = true;
+  // Speculative verifies (issue #42): a draft token's experts count in the
+  // cache policy only once the draft is accepted (MoeStep::set_draft_ranks,
+  // confirm_drafts); false: every routed token counts when routed (A/B runs:
+  // bench/results/spec_policy_sim.md compares both).
+  bool draft_credit = true;
   CostOverrides cost;  // figures applied over the probe's
 };
 
@@ -204,8 +209,16 @@ class StepScheduler {
   // Plans layer's step from its routes (keys ascending, tokens per key).
   // gated_layer: a gated decode layer (the link's backlog counts, with
   // stage_gap). may_admit false: no slot changes (the GPU already ran it).
+  // certain: a speculative verify's certain tokens per key (empty: all; see
+  // ExpertResidency::plan).
   const LayerSchedule& plan_layer(uint64_t step, uint32_t layer, std::span<const ExpertKey> keys,
-                                  std::span<const uint32_t> tokens, bool gated_layer = false, bool may_admit = true);
+                                  std::span<const uint32_t> tokens, bool gated_layer = false, bool may_admit = true,
+                                  std::span<const uint32_t> certain = {});
+  // A verify's accepted drafts: their uses of one layer step at `step` count
+  // in the cache policy's statistics now (CachePolicy::credit).
+  void credit(uint64_t step, std::span<const ExpertKey> keys, std::span<const uint32_t> uses) {
+    res_.credit(step, keys, uses);
+  }
   // One decode token whose experts are all on the GPU (none on the CPU, every
   // streamed one in its own transit slot) takes the all-resident kernels
   // over the slot table, when they take this layer (kernels_take_layer).

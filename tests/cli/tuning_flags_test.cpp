@@ -32,8 +32,8 @@ const char* kHeading = "Tuning (defaults are measured best)";
 const std::vector<std::string> kFlags = {
     "--no-graph",     "--no-fuse-decode",  "--no-fuse-prefill", "--step-timing",
     "--no-gated",     "--no-prompt-stage", "--prompt-cpu",      "--no-stage-gap",    "--no-staged-hits",
-    "--no-pinned-prompt", "--transit-slots", "--hybrid-profile", "--link-timeline", "--spin-us",
-    "--gemm-min-batch"};
+    "--no-draft-credit", "--no-pinned-prompt", "--transit-slots", "--hybrid-profile", "--link-timeline",
+    "--spin-us", "--gemm-min-batch"};
 
 // ---------------------------------------------------------------- in process
 struct Parsed {
@@ -68,6 +68,7 @@ const std::vector<FlagCase>& flag_cases() {
       {"--prompt-cpu", [](const Parsed& p) { return p.opt.tiered.step.prompt_cpu; }},
       {"--no-stage-gap", [](const Parsed& p) { return !p.opt.tiered.step.stage_gap; }},
       {"--no-staged-hits", [](const Parsed& p) { return !p.opt.tiered.step.staged_hits; }},
+      {"--no-draft-credit", [](const Parsed& p) { return !p.opt.tiered.step.draft_credit; }},
       {"--no-pinned-prompt", [](const Parsed& p) { return !p.opt.tiered.pinned_prompt_kernels; }},
       {"--transit-slots 6", [](const Parsed& p) { return p.opt.tiered.transit_slots == 6; }},
       {"--hybrid-profile", [](const Parsed& p) { return p.opt.tiered.serve_profile; }},

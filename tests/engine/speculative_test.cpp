@@ -618,6 +618,8 @@ class ScriptedBackend : public Backend {
     const int64_t n = static_cast<int64_t>(tokens.size());
     kv.check_room(n);
     widest = std::max(widest, n);
+    if (pending_mark >= 0 && n != pending_mark + 1) ++mark_mismatches;
+    pending_mark = -1;
     std::vector<int32_t>& seq = seqs_[&kv];
     seq.resize(static_cast<size_t>(kv.n_past()));
     const size_t V = static_cast<size_t>(cfg_.n_vocab);
@@ -634,7 +636,15 @@ class ScriptedBackend : public Backend {
   const ModelConfig& config() const override { return cfg_; }
   std::string name() const override { return "scripted"; }
   void set_route_hook(RouteHook, bool) override {}
+  void mark_drafts(const KvCache&, int n_drafts) override {
+    marks.push_back(n_drafts);
+    pending_mark = n_drafts;
+  }
+  void confirm_drafts(const KvCache&, int accepted) override { confirms.push_back(accepted); }
   int64_t widest = 0;
+  // The verify hooks (issue #42): drafts marked before each verify's forward, acceptance after.
+  std::vector<int> marks, confirms;
+  int pending_mark = -1, mark_mismatches = 0;
 
  private:
   int32_t next(const std::vector<int32_t>& seq) const {
@@ -682,6 +692,36 @@ TEST(SpecEog, EndsOnTheEndOfGenerationTokenAsPlainDecodingDoes) {
     EXPECT_EQ(o.st.stop_reason, "eog");
     EXPECT_EQ(o.n_past, want.n_past);
   }
+}
+
+// Each verify tells the backend its drafts before its forward and how many
+// were kept after (an expert cache keeps rejected routes out of its policy).
+TEST(SpecHooks, VerifiesMarkTheirDraftsAndConfirmTheAccepted) {
+  auto m = LoadedModel::open(test::tiny_gguf("qwen3moe", "q8_0", 41));
+  const Tokenizer& tok = *m->tokenizer;
+  ScriptedBackend be(tok, 1000);
+  const std::vector<int32_t> prompt = {11, 12, 13, 14};
+  GenerateParams plain;
+  plain.n_predict = 40;
+  plain.stop_at_eog = false;
+  const Out want = run(be, &tok, prompt, plain, greedy());
+  EXPECT_TRUE(be.marks.empty());
+  OracleDrafter oracle(want.tokens, prompt.size(), 0.6, be.config().n_vocab, 5);
+  const Out g = run(be, &tok, prompt, spec_params(&oracle, 4, 40), greedy());
+  EXPECT_EQ(g.tokens, want.tokens);
+  ASSERT_GT(g.st.spec.verifies, 3);
+  EXPECT_EQ(be.marks.size(), static_cast<size_t>(g.st.spec.verifies));
+  EXPECT_EQ(be.confirms.size(), be.marks.size());
+  EXPECT_EQ(be.mark_mismatches, 0);
+  int64_t accepted = 0, marked = 0;
+  for (size_t i = 0; i < be.confirms.size(); ++i) {
+    EXPECT_LE(be.confirms[i], be.marks[i]);
+    accepted += be.confirms[i];
+    marked += be.marks[i];
+  }
+  EXPECT_EQ(accepted, g.st.spec.accepted);
+  EXPECT_GT(accepted, 0);
+  EXPECT_LT(accepted, marked);  // alpha 0.6: some drafts were rejected
 }
 
 TEST(SpecEog, NeverVerifiesPastTheContext) {

@@ -545,6 +545,11 @@ void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vec
   Impl& m = *impl_;
   const ModelConfig& c = m.c;
   const int64_t n = static_cast<int64_t>(tokens.size());
+  // A verify's drafts (mark_drafts, for this forward only): its last `drafts`
+  // tokens, ranks 1.. (the tokens before: 0, certain).
+  const int64_t drafts = m.hybrid ? std::min<int64_t>(pending_drafts_, n - 1) : 0;
+  pending_drafts_ = 0;
+  const auto rank_of = [&](int64_t i) { return static_cast<int32_t>(std::max<int64_t>(0, i - (n - 1 - drafts))); };
   if (n == 0) throw Error("forward: no tokens");
   check_device_cache(kv, m.kv);
   const int slot = slot_of(kv, m.opt.n_seq);
@@ -561,10 +566,21 @@ void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vec
   // CPU does the same at position 0). Outside any graph: a plain async memset.
   if (kv.n_past() == 0) m.kv.zero_recurrent(slot, m.stream);
   kv.begin_forward();
+  // The passes after this forward are certain again, even if it throws.
+  struct CertainAfter {
+    HybridMoe* h;
+    ~CertainAfter() {
+      if (h) h->set_draft_ranks({});
+    }
+  } certain_after{drafts > 0 ? m.hybrid.get() : nullptr};
   if (kv.token_states_wanted()) {
     // Every token's state kept (a verify batch, a test of every position):
     // token by token through the decode step, each state copied after it.
     for (int64_t i = 0; i < n; ++i) {
+      if (drafts > 0) {
+        const int32_t rank[1] = {rank_of(i)};
+        m.hybrid->set_draft_ranks(rank);
+      }
       m.decode(tokens[static_cast<size_t>(i)], kv.n_past(), logits.data() + (all_logits ? i * V : 0));
       emit_hidden(kv, kv.n_past(), 1);
       kv.advance(1);
@@ -591,12 +607,25 @@ void CudaBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vec
     const int nb = static_cast<int>(std::min<int64_t>(per_pass, n - done));
     const bool last = done + nb == n;
     float* out = all_logits ? logits.data() + done * V : (last ? logits.data() : nullptr);
+    if (drafts > 0) {  // a verify as one pass (attention-only models, or replay rollback)
+      std::vector<int32_t> ranks(static_cast<size_t>(nb));
+      for (int t = 0; t < nb; ++t) ranks[static_cast<size_t>(t)] = rank_of(done + t);
+      m.hybrid->set_draft_ranks(ranks);
+    }
     m.prefill(tokens.data() + done, nb, kv.n_past(), out, all_logits);
     emit_hidden(kv, kv.n_past(), nb);
     kv.advance(nb);
     done += nb;
   }
   kv.end_forward(n);
+}
+
+void CudaBackend::mark_drafts(const KvCache&, int n_drafts) {
+  if (impl_->hybrid) pending_drafts_ = std::max(0, n_drafts);
+}
+
+void CudaBackend::confirm_drafts(const KvCache&, int accepted) {
+  if (impl_->hybrid) impl_->hybrid->confirm_drafts(accepted);
 }
 
 void CudaBackend::fork(const KvCache& src, KvCache& dst) {

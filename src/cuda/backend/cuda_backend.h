@@ -94,6 +94,11 @@ class CudaBackend : public Backend {
   // with want_hidden, the FFN input rows) are copied back and the stream
   // synchronised; while a hook is set, decode steps run without the graph.
   void set_route_hook(RouteHook hook, bool want_hidden = false) override;
+  // Tiered experts (issue #42): the next forward's drafts plan as drafts
+  // (token by token where it keeps token states, else in its passes);
+  // confirm_drafts credits the kept ones. Without tiered experts: nothing.
+  void mark_drafts(const KvCache& kv, int n_drafts) override;
+  void confirm_drafts(const KvCache& kv, int accepted) override;
 
   int64_t ctx_capacity() const;
   int max_batch() const;               // prompt tokens per pass, as chosen or given
@@ -124,6 +129,7 @@ class CudaBackend : public Backend {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  int pending_drafts_ = 0;  // mark_drafts' count, for the next forward
   struct MtpOnHost;
   mutable std::unique_ptr<MtpOnHost> mtp_;  // made at the first MTP call
   MtpOnHost& mtp_host() const;

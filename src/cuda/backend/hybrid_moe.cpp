@@ -561,6 +561,10 @@ void HybridMoe::begin_pass(int n_tokens, bool gated) {
   m.pass_cpu_s = 0;
 }
 
+void HybridMoe::set_draft_ranks(std::span<const int32_t> ranks) { impl_->moe_step->set_draft_ranks(ranks); }
+
+void HybridMoe::confirm_drafts(int accepted) { impl_->moe_step->confirm_drafts(accepted); }
+
 void HybridMoe::end_pass() {
   Impl& m = *impl_;
   MS_CUDA_CHECK(cudaStreamSynchronize(m.stream));

@@ -39,6 +39,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,12 @@ class HybridMoe {
   // a decode step of the gated kind follows (enqueue_gated, serve_gated).
   void begin_pass(int n_tokens, bool gated = false);
   void end_pass();
+  // A speculative verify (Backend::mark_drafts; MoeStep::set_draft_ranks):
+  // the draft rank of each token of the passes from now on (0: certain;
+  // empty: all certain). confirm_drafts: the first `accepted` drafts were
+  // kept (their routes count in the policy now, the rest never).
+  void set_draft_ranks(std::span<const int32_t> ranks);
+  void confirm_drafts(int accepted);
 
   // Gated decode (cuda/expert_gate.h): the whole step is one captured graph
   // in which each tiered layer checks its experts' residency on the GPU and
