@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -19,6 +20,7 @@
 
 #include "cli/backend_choice.h"
 #include "cli/commands.h"
+#include "cli/draft_setup.h"
 #include "cpu/thread_pool.h"
 #include "cli/model_path.h"
 #include "engine/loaded_model.h"
@@ -26,6 +28,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
+#include "server/spec_drafters.h"
 #include "util/error.h"
 
 namespace ms::cli {
@@ -52,6 +55,7 @@ struct ServeArgs {
   int64_t max_requests = 128;
   int read_timeout = 10;
   std::vector<std::string> cors_origins;
+  SpecFlags specf;  // --spec and its controller flags (shared with `run`: cli/draft_setup.h)
 };
 
 // The least context per slot that --ctx 0 accepts for --parallel > 1 slots
@@ -113,6 +117,11 @@ RegisterCommand reg("serve", [](CLI::App& app) {
   sub->add_option("--cors-origin", a->cors_origins,
                   "allow browser requests from this origin (repeatable; * for any): answers CORS preflight and "
                   "sets Access-Control-Allow-Origin (default: no CORS)");
+  add_spec_options(*sub, &a->specf,
+                   "speculative decoding in every slot (docs/speculative.md): ngram (drafts from earlier text of "
+                   "the prompt and output) or oracle:ALPHA (benchmarks: a plain run of each request first, then its "
+                   "own tokens drafted right with probability ALPHA); the answers are plain decoding's. mtp and "
+                   "draft run with `moestream run` only");
   sub->add_flag("-q,--quiet", a->quiet, "no start-up lines and no access log");
   return [a]() -> int {
     ServeArgs& r = *a;
@@ -132,6 +141,13 @@ RegisterCommand reg("serve", [](CLI::App& app) {
       if (o.empty() || o.find_first_of(" \t\r\n,") != std::string::npos)
         throw Error("--cors-origin '" + o + "': give one origin per flag, e.g. https://example.com, or *");
     check_size_flags(r.ctx, r.threads, r.batch);
+    const std::optional<DraftChoice> spec = check_spec_flags(r.specf, "--draft-max, --draft-min and --spec-fixed");
+    // A drafter with state of its own per sequence (the MTP block's cache, a
+    // draft model's cache) is not kept per slot yet.
+    if (spec && (spec->kind == DraftChoice::Kind::Mtp || spec->kind == DraftChoice::Kind::Model))
+      throw Error("serve --spec " + spec->describe() +
+                  ": not supported by the server yet (it supports ngram and oracle:ALPHA); --spec " +
+                  spec->describe() + " runs with `moestream run`");
     if (r.port < 0 || r.port > 65535) throw Error("--port must be in 0..65535");
     if (r.max_body < 1) throw Error("--max-body must be at least 1 byte, got " + std::to_string(r.max_body));
     // Before the model is opened: a typo in the budget is reported at once.
@@ -189,6 +205,12 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     so.prefill_chunk = r.batch > 0 ? r.batch : backend_max_batch(*be);
     if (r.batch == 0 && !be->expert_telemetry().hybrid) so.prefill_chunk = std::min(so.prefill_chunk, kServePromptChunk);
     so.max_kv_bytes = available_ram() / 10 * 9;  // the slots' KV caches must fit in memory
+    if (spec) {
+      so.spec.control = r.specf.controller();
+      so.spec.make_drafter = spec->kind == DraftChoice::Kind::Ngram
+                                 ? server::ngram_drafters()
+                                 : server::oracle_drafters(*be, *model->tokenizer, ctx, r.kv_type, spec->alpha);
+    }
     server::Scheduler sched(*be, *model->tokenizer, so, &metrics);
     const int parallel = sched.parallel();  // --parallel, or the backend's max_sequences() if fewer
     const std::string capped =
@@ -215,6 +237,9 @@ RegisterCommand reg("serve", [](CLI::App& app) {
                    c.describe().c_str(), be->name().c_str(), backend_device(*be, pool).c_str(),
                    static_cast<long long>(ctx), parallel, capped.c_str(), chat.description().c_str(),
                    r.api_key.empty() ? "" : " | API key required");
+    if (!r.quiet && spec)
+      std::fprintf(stderr, "moestream: speculative decoding: %s (K <= %d%s) in every slot\n",
+                   spec->describe().c_str(), r.specf.control.draft_max, r.specf.fixed ? ", fixed" : "");
     // The line tests and scripts wait for (stable format).
     std::fprintf(stderr, "moestream: listening on http://%s:%d\n", r.host.c_str(), port);
     std::fflush(stderr);

@@ -49,6 +49,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -60,6 +61,7 @@
 #include "engine/backend.h"
 #include "engine/generate.h"
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 #include "grammar/token_mask.h"
 #include "server/metrics.h"
 #include "server/structured_output.h"
@@ -163,6 +165,17 @@ class Scheduler {
     // tokens (KvCache::set_checkpoints; host memory, counted in the KV bytes
     // on the CPU). Capacity 0: such a slot reuses all of its cache or none.
     CheckpointOptions checkpoints{4, 256};
+    // Speculative decoding (`serve --spec`, docs/speculative.md): each
+    // decoding slot's token goes into the step with up to K drafts, verified
+    // in the same forward_seqs as the other slots' decodes and prompt chunks.
+    struct Spec {
+      // The drafter of a job (called on the worker thread when the job first
+      // decodes; null, or a null result: the job decodes plainly). Drafters
+      // must propose point masses (no draft_distributions): the ngram and
+      // oracle drafters.
+      std::function<std::unique_ptr<Drafter>(const Job&)> make_drafter;
+      SpecControllerOptions control;
+    } spec;
   };
   Scheduler(Backend& backend, const Tokenizer& tok, Options opt, Metrics* metrics = nullptr);
   ~Scheduler();  // stop()
@@ -195,6 +208,11 @@ class Scheduler {
   void publish_experts();
   void step();
   bool sample_next(Slot& s);
+  bool emit_token(Slot& s, int32_t id, const StepLogprobs& lp, int64_t n_kept);
+  void roll_back(Slot& s, int64_t n);
+  void record_spec(Slot& s, size_t drafted, size_t emitted, bool kept, bool ended);
+  void plan_drafts(const std::vector<Slot*>& decoding, size_t reserve);
+  void propose_drafts(Slot& s, int64_t k);
   void pick_token(Slot& s);
   void pick_tokens(const std::vector<Slot*>& slots);
   std::span<const float> logits_of(const Slot& s) const;
@@ -215,6 +233,7 @@ class Scheduler {
   uint64_t clock_ = 0;
   std::atomic<int> active_{0};
   int requested_parallel_ = 0;  // set when max_sequences() capped opt_.parallel
+  double last_step_seconds_ = 0;  // the previous step's time (speculation's controllers)
   std::vector<float> step_logits_;  // the last step's logit rows (each slot that wanted logits: its row)
   // Picks the decoding slots' tokens side by side (pick_tokens); made with the
   // first step that has several.
