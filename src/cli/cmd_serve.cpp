@@ -119,9 +119,9 @@ RegisterCommand reg("serve", [](CLI::App& app) {
                   "sets Access-Control-Allow-Origin (default: no CORS)");
   add_spec_options(*sub, &a->specf,
                    "speculative decoding in every slot (docs/speculative.md): ngram (drafts from earlier text of "
-                   "the prompt and output) or oracle:ALPHA (benchmarks: a plain run of each request first, then its "
-                   "own tokens drafted right with probability ALPHA); the answers are plain decoding's. mtp and "
-                   "draft run with `moestream run` only");
+                   "the prompt and output), mtp (the model's own MTP block: Qwen3.5/3.6 files that carry it) or "
+                   "oracle:ALPHA (benchmarks: a plain run of each request first, then its own tokens drafted right "
+                   "with probability ALPHA); the answers are plain decoding's. draft runs with `moestream run` only");
   sub->add_flag("-q,--quiet", a->quiet, "no start-up lines and no access log");
   return [a]() -> int {
     ServeArgs& r = *a;
@@ -142,12 +142,10 @@ RegisterCommand reg("serve", [](CLI::App& app) {
         throw Error("--cors-origin '" + o + "': give one origin per flag, e.g. https://example.com, or *");
     check_size_flags(r.ctx, r.threads, r.batch);
     const std::optional<DraftChoice> spec = check_spec_flags(r.specf, "--draft-max, --draft-min and --spec-fixed");
-    // A drafter with state of its own per sequence (the MTP block's cache, a
-    // draft model's cache) is not kept per slot yet.
-    if (spec && (spec->kind == DraftChoice::Kind::Mtp || spec->kind == DraftChoice::Kind::Model))
-      throw Error("serve --spec " + spec->describe() +
-                  ": not supported by the server yet (it supports ngram and oracle:ALPHA); --spec " +
-                  spec->describe() + " runs with `moestream run`");
+    // A draft model (its backend and a draft cache per slot) is not served yet.
+    if (spec && spec->kind == DraftChoice::Kind::Model)
+      throw Error("serve --spec draft: not supported by the server yet (it supports ngram, mtp and oracle:ALPHA); "
+                  "--spec draft runs with `moestream run`");
     if (r.port < 0 || r.port > 65535) throw Error("--port must be in 0..65535");
     if (r.max_body < 1) throw Error("--max-body must be at least 1 byte, got " + std::to_string(r.max_body));
     // Before the model is opened: a typo in the budget is reported at once.
@@ -169,6 +167,8 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     const std::string path = model_path_or_default(r.model, r.model_given, r.quiet);
     auto model = LoadedModel::open(path);
     const ModelConfig& c = model->weights.cfg;
+    if (spec && spec->kind == DraftChoice::Kind::Mtp && model->weights.mtp.empty())
+      throw Error(path + ": " + kNoMtpBlock);
     ThreadPool pool(r.threads, r.vram.spin_us);
     BackendSetup bs;
     bs.requested = r.backend;
@@ -207,8 +207,9 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     so.max_kv_bytes = available_ram() / 10 * 9;  // the slots' KV caches must fit in memory
     if (spec) {
       so.spec.control = r.specf.controller();
-      so.spec.make_drafter = spec->kind == DraftChoice::Kind::Ngram
-                                 ? server::ngram_drafters()
+      so.spec.make_drafter = spec->kind == DraftChoice::Kind::Ngram ? server::ngram_drafters()
+                             : spec->kind == DraftChoice::Kind::Mtp
+                                 ? server::mtp_drafters(*be, r.kv_type)
                                  : server::oracle_drafters(*be, *model->tokenizer, ctx, r.kv_type, spec->alpha);
     }
     server::Scheduler sched(*be, *model->tokenizer, so, &metrics);

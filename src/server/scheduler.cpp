@@ -550,6 +550,7 @@ void Scheduler::step() {
       continue;
     }
     if (s.fork_of) continue;  // waits for choice 0's prompt (fork_choices)
+    make_drafter(s);
     if (s.prefilled < s.job.prompt.size()) {
       // A prompt longer than the slot's context ends before any chunk of it runs.
       if (static_cast<int64_t>(s.job.prompt.size()) > s.kv.ctx()) {

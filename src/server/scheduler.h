@@ -39,6 +39,12 @@
 // on); cancel() from the client side (a disconnect) frees the slot at the
 // worker's next turn.
 //
+// Speculative decoding (Options::spec, `serve --spec`; scheduler_spec.cpp):
+// a decoding slot's entry is its token and up to K drafts, verified in the
+// same step as everything else; the next turn samples its rows through the
+// per-token path while the drafts match and truncates its cache to what was
+// emitted, so every answer is plain decoding's.
+//
 // Choices (`n`): the n jobs of one request are admitted together; choice 0
 // prefills, the others wait in their slots and take its state by a fork when
 // its prompt is in (one prefill for all), then decode as sequences of the
@@ -169,11 +175,12 @@ class Scheduler {
     // decoding slot's token goes into the step with up to K drafts, verified
     // in the same forward_seqs as the other slots' decodes and prompt chunks.
     struct Spec {
-      // The drafter of a job (called on the worker thread when the job first
-      // decodes; null, or a null result: the job decodes plainly). Drafters
-      // must propose point masses (no draft_distributions): the ngram and
-      // oracle drafters.
-      std::function<std::unique_ptr<Drafter>(const Job&)> make_drafter;
+      // The drafter of a job in the slot whose cache is the second argument
+      // (called on the worker thread at the job's first step, before its
+      // prompt runs; null, or a null result or a throw: the job decodes
+      // plainly). Drafters must propose point masses (no
+      // draft_distributions): the ngram, oracle and MTP drafters.
+      std::function<std::unique_ptr<Drafter>(const Job&, const KvCache&)> make_drafter;
       SpecControllerOptions control;
     } spec;
   };
@@ -213,6 +220,7 @@ class Scheduler {
   void record_spec(Slot& s, size_t drafted, size_t emitted, bool kept, bool ended);
   void plan_drafts(const std::vector<Slot*>& decoding, size_t reserve);
   void propose_drafts(Slot& s, int64_t k);
+  void make_drafter(Slot& s);
   void pick_token(Slot& s);
   void pick_tokens(const std::vector<Slot*>& slots);
   std::span<const float> logits_of(const Slot& s) const;

@@ -26,15 +26,7 @@ void Scheduler::plan_drafts(const std::vector<Slot*>& going, size_t reserve) {
   std::vector<std::pair<Slot*, int64_t>> want;
   for (Slot* sp : going) {
     Slot& s = *sp;
-    if (!s.spec_ready) {
-      s.spec_ready = true;
-      try {
-        s.drafter = opt_.spec.make_drafter(s.job);
-      } catch (const std::exception&) {
-        s.drafter.reset();  // no drafter (an oracle's reference run failed): the job decodes plainly
-      }
-      if (s.drafter) s.ctl = std::make_unique<SpecController>(opt_.spec.control);
-    }
+    make_drafter(s);
     if (!s.drafter) continue;
     // K as the controller plans it, within the context (the feed holds
     // s.next and the drafts) and the tokens still to generate (a verify
@@ -57,6 +49,19 @@ void Scheduler::plan_drafts(const std::vector<Slot*>& going, size_t reserve) {
     const int64_t k = std::min(want[j].second, cap);
     if (k >= opt_.spec.control.draft_min) propose_drafts(*want[j].first, k);
   }
+}
+
+// Once per job, at its first step (an MTP drafter must see the prompt's
+// forwards).
+void Scheduler::make_drafter(Slot& s) {
+  if (s.spec_ready || !opt_.spec.make_drafter) return;
+  s.spec_ready = true;
+  try {
+    s.drafter = opt_.spec.make_drafter(s.job, s.kv);
+  } catch (const std::exception&) {
+    s.drafter.reset();  // no drafter (an oracle's reference run failed): the job decodes plainly
+  }
+  if (s.drafter) s.ctl = std::make_unique<SpecController>(opt_.spec.control);
 }
 
 void Scheduler::propose_drafts(Slot& s, int64_t k) {

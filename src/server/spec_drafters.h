@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "engine/backend.h"
+#include "engine/kv_cache.h"
 #include "engine/speculative.h"
 #include "server/scheduler.h"
 
@@ -15,10 +16,19 @@ class Tokenizer;
 
 namespace ms::server {
 
-using DrafterFactory = std::function<std::unique_ptr<Drafter>(const Job&)>;
+using DrafterFactory = std::function<std::unique_ptr<Drafter>(const Job&, const KvCache&)>;
 
 // --spec ngram: an NgramDrafter per job (it keeps no state between calls).
 DrafterFactory ngram_drafters();
+
+// --spec mtp: an MtpDrafter per job over the slot's cache (the model's MTP
+// block, engine/speculative_mtp.h), each with its own MTP cache. One hidden
+// hook on the backend (installed here; the backend keeps it) hands every
+// forward's hidden states to the live drafters, each keeping its own
+// sequence's. The CUDA backend's forward_seqs hands out none yet: its drafts
+// then come from the tokens alone (exact still, and rarely right).
+// Throws ms::Error when the backend cannot run the block.
+DrafterFactory mtp_drafters(Backend& be, KvType kv_type);
 
 // --spec oracle:ALPHA (tests and benchmarks): each job's reference is a
 // plain run of its prompt first (generate(), the job's sampler and seed, its

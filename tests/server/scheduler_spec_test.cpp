@@ -1,7 +1,7 @@
 // Speculative decoding in the scheduler (`serve --spec`, issue #42): on the
 // tiny models (CPU backend), the answers of several requests decoding
 // together are plain decoding's -- text, usage, finish reason, logprobs --
-// with the n-gram and oracle drafters, greedy and seeded; max_tokens and stop
+// with the n-gram, oracle and MTP drafters, greedy and seeded, with a grammar; max_tokens and stop
 // strings hold exactly, and a slot's cache is left as plain decoding leaves
 // it (the next request's prompt cache reads it); verifies of several slots
 // share steps within the step's token budget; /metrics counts them.
@@ -21,6 +21,7 @@
 #include "grammar/json_schema.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
+#include "engine/speculative_mtp.h"
 #include "server/spec_drafters.h"
 #include "tiny_model_util.h"
 
@@ -286,7 +287,7 @@ TEST(SchedulerSpec, GrammarJobsAreThePlainOnes) {
   std::map<std::vector<int32_t>, std::vector<int32_t>> refs;
   for (size_t i = 0; i < jobs.size(); ++i) refs[jobs[i].prompt] = t.tok().encode(plain[i].text, false, true);
   const int64_t V = t.be->config().n_vocab;
-  DrafterFactory from_answers = [&](const Job& j) -> std::unique_ptr<Drafter> {
+  DrafterFactory from_answers = [&](const Job& j, const KvCache&) -> std::unique_ptr<Drafter> {
     return std::make_unique<OracleDrafter>(refs.at(j.prompt), j.prompt.size(), 0.8, V, j.sampling.seed);
   };
   Metrics m;
@@ -296,8 +297,8 @@ TEST(SchedulerSpec, GrammarJobsAreThePlainOnes) {
 }
 
 // A hybrid (qwen35moe): the rejected drafts' recurrent state goes back
-// through the verify's token states.
-TEST(SchedulerSpec, HybridGreedyAnswersAreThePlainOnes) {
+// through the verify's token states; its MTP block drafts too.
+TEST(SchedulerSpec, HybridGreedyAnswersAreThePlainOnesWithOracleNgramAndMtp) {
   test::TinyCpuModel t("sched_spec35_", "qwen35moe");
   const std::vector<Job> jobs = three_jobs(t.tok());
   const std::vector<Answer> plain = serve(*t.be, t.tok(), jobs, base_options());
@@ -307,6 +308,43 @@ TEST(SchedulerSpec, HybridGreedyAnswersAreThePlainOnes) {
   const std::string text = m.render();
   EXPECT_LT(metric(text, "moestream_spec_accepted_tokens_total"), metric(text, "moestream_spec_drafted_tokens_total"));
   expect_same(plain, serve(*t.be, t.tok(), jobs, with_spec(base_options(), ngram_drafters())), "qwen35moe ngram");
+  // The model's MTP block: a drafter per slot, fed its own sequence's hidden
+  // states out of the steps' shared forwards.
+  Metrics mm;
+  expect_same(plain, serve(*t.be, t.tok(), jobs, with_spec(base_options(), mtp_drafters(*t.be, KvType::F16), 3), &mm),
+              "qwen35moe mtp");
+  EXPECT_GT(metric(mm.render(), "moestream_spec_verifies_total"), 0);
+}
+
+// The tiny MTP block has random weights (its drafts are seldom right), so
+// the routing of the hidden states is checked directly: two slots' drafters
+// over one backend, their sequences run in one forward_seqs, each propose
+// what a lone drafter of its sequence proposes.
+TEST(SchedulerSpec, MtpDraftersOfSlotsEachReadTheirOwnSequence) {
+  test::TinyCpuModel t("sched_spec_mtp_", "qwen35moe");
+  const std::vector<std::vector<int32_t>> prompts = {t.tok().encode("Once upon a time there", true, true),
+                                                     t.tok().encode("The experts of the village", true, true)};
+  auto head = [](const std::vector<int32_t>& p) { return std::span<const int32_t>(p.data(), p.size() - 1); };
+  std::vector<std::vector<int32_t>> alone(2);
+  for (size_t i = 0; i < 2; ++i) {
+    KvCache kv = t.be->make_cache(128);
+    MtpDrafter d(*t.be, kv);
+    std::vector<float> logits;
+    t.be->forward(kv, head(prompts[i]), logits);
+    d.propose(prompts[i], 3, alone[i]);
+    ASSERT_EQ(alone[i].size(), 3u);
+  }
+  const DrafterFactory f = mtp_drafters(*t.be, KvType::F16);
+  KvCache a = t.be->make_cache(128), b = t.be->make_cache(128);
+  std::unique_ptr<Drafter> da = f(Job{}, a), db = f(Job{}, b);
+  const std::vector<SeqTokens> step = {{&a, head(prompts[0]), true}, {&b, head(prompts[1]), true}};
+  std::vector<float> logits;
+  t.be->forward_seqs(step, logits);
+  std::vector<int32_t> out;
+  da->propose(prompts[0], 3, out);
+  EXPECT_EQ(out, alone[0]);
+  db->propose(prompts[1], 3, out);
+  EXPECT_EQ(out, alone[1]);
 }
 
 // A step carries at most prefill_chunk tokens: the decode tokens, a quarter

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """`moestream serve --spec` end to end with the built-in tiny model (issue #42):
 three concurrent greedy requests get the answers a plain server gives, with
---spec ngram and --spec oracle:1; /metrics counts the verifies; the drafters
-the server does not support (mtp, draft) and controller flags without --spec
-are refused at start with a message naming what is supported.
+--spec ngram and --spec oracle:1; /metrics counts the verifies; --spec draft
+(not served yet), --spec mtp on a model without an MTP block and controller
+flags without --spec are refused at start with a message naming why.
 
 No timing assertions beyond hang guards.
 usage: serve_spec_test.py PATH/TO/moestream
@@ -118,8 +118,30 @@ def main():
         finally:
             s.stop()
 
-    for args, needle in ((["--spec", "mtp"], "it supports ngram and oracle:ALPHA"),
-                         (["--spec", "draft", "-md", "x.gguf"], "it supports ngram and oracle:ALPHA"),
+    # --spec mtp on a tiny qwen35moe, which carries an MTP block.
+    q35 = os.path.join(os.environ.get("TMPDIR", "/tmp"), "serve_spec_q35_%d.gguf" % os.getpid())
+    r = subprocess.run([MOESTREAM, "gen", "--arch", "qwen35moe", "-q", "-t", "2", "-o", q35],
+                       capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0, "gen qwen35moe: %s" % r.stderr[-300:])
+    try:
+        runs = {}
+        for name, spec in (("plain", []), ("mtp", ["--spec", "mtp", "--spec-fixed", "--draft-max", "3"])):
+            s = Server("-m", q35, *spec)
+            try:
+                runs[name] = answers(s)
+                if name == "mtp":
+                    st, text = s.request("GET", "/metrics")
+                    check(metric(text, "moestream_spec_verifies_total") > 0, "mtp: verifies counted")
+            finally:
+                s.stop()
+        check(all(a[0] == 200 for a in runs["plain"]) and runs["mtp"] == runs["plain"],
+              "--spec mtp: the plain server's answers\n  want %r\n  got  %r" % (runs["plain"], runs["mtp"]))
+    finally:
+        if os.path.exists(q35):
+            os.remove(q35)
+
+    for args, needle in ((["--spec", "mtp"], "no MTP block"),  # the default tiny model is a qwen3moe
+                         (["--spec", "draft", "-md", "x.gguf"], "it supports ngram, mtp and oracle:ALPHA"),
                          (["--draft-max", "4"], "apply with --spec"),
                          (["--spec", "ngram", "--draft-max", "0"], "--draft-max"),
                          (["--spec", "bogus"], "--spec")):
