@@ -433,7 +433,6 @@ bool Scheduler::sample_next(Slot& s) {
       if (!kept) break;
     }
   } catch (const std::exception& e) {
-    s.logits_row = row0;
     if (s.req) fail(s, e.what());
     return false;
   }
@@ -550,7 +549,6 @@ void Scheduler::step() {
       continue;
     }
     if (s.fork_of) continue;  // waits for choice 0's prompt (fork_choices)
-    make_drafter(s);
     if (s.prefilled < s.job.prompt.size()) {
       // A prompt longer than the slot's context ends before any chunk of it runs.
       if (static_cast<int64_t>(s.job.prompt.size()) > s.kv.ctx()) {
@@ -558,9 +556,11 @@ void Scheduler::step() {
                     std::to_string(s.kv.ctx()) + " tokens per slot");
         continue;
       }
+      make_drafter(s);  // before the prompt runs: an MTP drafter reads its forwards
       prefilling.push_back(&s);
       continue;
     }
+    make_drafter(s);
     decoding.push_back(&s);
   }
   pick_tokens(decoding);

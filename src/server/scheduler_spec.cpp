@@ -26,7 +26,6 @@ void Scheduler::plan_drafts(const std::vector<Slot*>& going, size_t reserve) {
   std::vector<std::pair<Slot*, int64_t>> want;
   for (Slot* sp : going) {
     Slot& s = *sp;
-    make_drafter(s);
     if (!s.drafter) continue;
     // K as the controller plans it, within the context (the feed holds
     // s.next and the drafts) and the tokens still to generate (a verify
