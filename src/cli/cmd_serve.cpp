@@ -205,6 +205,11 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     so.prefill_chunk = r.batch > 0 ? r.batch : backend_max_batch(*be);
     if (r.batch == 0 && !be->expert_telemetry().hybrid) so.prefill_chunk = std::min(so.prefill_chunk, kServePromptChunk);
     so.max_kv_bytes = available_ram() / 10 * 9;  // the slots' KV caches must fit in memory
+    // CUDA's forward_seqs hands out no hidden states yet: its MTP drafters
+    // would never propose, and the server would decode plainly unannounced.
+    if (spec && spec->kind == DraftChoice::Kind::Mtp && be->name() == "cuda")
+      throw Error("serve --spec mtp: the CUDA backend's batched steps do not hand out the hidden states the MTP "
+                  "block reads yet (docs/speculative.md); use --spec ngram, or --backend cpu");
     if (spec) {
       so.spec.control = r.specf.controller();
       so.spec.make_drafter = spec->kind == DraftChoice::Kind::Ngram ? server::ngram_drafters()

@@ -25,8 +25,8 @@ DrafterFactory ngram_drafters();
 // block, engine/speculative_mtp.h), each with its own MTP cache. One hidden
 // hook on the backend (installed here; the backend keeps it) hands every
 // forward's hidden states to the live drafters, each keeping its own
-// sequence's. The CUDA backend's forward_seqs hands out none yet: its drafts
-// then come from the tokens alone (exact still, and rarely right).
+// sequence's. The CUDA backend's forward_seqs hands out none yet (its
+// drafters would not propose; `serve` refuses --spec mtp there).
 // Throws ms::Error when the backend cannot run the block.
 DrafterFactory mtp_drafters(Backend& be, KvType kv_type);
 
