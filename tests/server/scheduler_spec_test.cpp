@@ -215,6 +215,18 @@ TEST(SchedulerSpec, SeededSamplingIsThePlainOneWithPointMassDrafts) {
               "oracle:0.8 at temperature 0.9");
   EXPECT_GT(metric(m.render(), "moestream_spec_accepted_tokens_total"), 0);
   expect_same(plain, serve(*t.be, t.tok(), jobs, with_spec(base_options(), ngram_drafters())), "ngram at temperature 0.9");
+  // `n` choices: one prefill forked into the other slots, each choice then
+  // speculating with its own seed.
+  auto choices = [&](Scheduler::Options o) {
+    Scheduler sched(*t.be, t.tok(), o);
+    std::vector<Answer> out;
+    for (auto& r : sched.submit_choices(jobs[0], 3)) out.push_back(wait(r));
+    return out;
+  };
+  const std::vector<Answer> plain_choices = choices(base_options());
+  EXPECT_NE(plain_choices[0].text, plain_choices[1].text);  // the seeds differ
+  expect_same(plain_choices, choices(with_spec(base_options(), oracle_drafters(*t.be, t.tok(), 256, KvType::F16, 0.8))),
+              "3 choices, oracle:0.8");
 }
 
 // Drafts past max_tokens or a stop string are never emitted, and the slot's
