@@ -184,7 +184,8 @@ std::string Metrics::render() const {
     std::snprintf(line, sizeof line, "moestream_slot_tokens_per_second{slot=\"%d\"} %.17g\n", slot, rate);
     out += line;
   }
-  metric("moestream_spec_verifies_total", "counter", "speculative verifies (one slot's token and its drafts in a step)");
+  metric("moestream_spec_verifies_total", "counter",
+         "speculative verifies (one slot's token and its drafts in a step)");
   value("moestream_spec_verifies_total", static_cast<double>(spec_verifies_));
   metric("moestream_spec_drafted_tokens_total", "counter", "draft tokens fed to verifies");
   value("moestream_spec_drafted_tokens_total", static_cast<double>(spec_drafted_));

@@ -571,7 +571,8 @@ void Scheduler::step() {
   }
   // Drafts within the step's budget (a quarter of it stays for prompts when
   // some wait); each slot feeds its token and its drafts.
-  plan_drafts(going, prefilling.empty() ? 0 : std::max<size_t>(1, static_cast<size_t>(std::max(1, opt_.prefill_chunk)) / 4));
+  const size_t prompt_reserve = std::max<size_t>(1, static_cast<size_t>(std::max(1, opt_.prefill_chunk)) / 4);
+  plan_drafts(going, prefilling.empty() ? 0 : prompt_reserve);
   size_t n_decode = 0;
   for (Slot* s : going) {
     s->decoded = true;

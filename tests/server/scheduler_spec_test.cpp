@@ -160,6 +160,11 @@ std::vector<Job> three_jobs(const Tokenizer& tok, float temperature = 0) {
   return jobs;
 }
 
+// --spec oracle:ALPHA's drafters, references in a 256-token cache.
+DrafterFactory oracle(test::TinyCpuModel& t, double alpha) {
+  return oracle_drafters(*t.be, t.tok(), 256, KvType::F16, alpha);
+}
+
 struct Tiny : test::TinyCpuModel {
   Tiny() : TinyCpuModel("sched_spec_") {}
 };
@@ -175,8 +180,8 @@ TEST(SchedulerSpec, GreedyAnswersOfThreeSlotsAreThePlainOnes) {
   };
   const std::vector<Case> cases = {
       {"ngram", ngram_drafters()},
-      {"oracle:1", oracle_drafters(*t.be, t.tok(), 256, KvType::F16, 1.0)},
-      {"oracle:0.5", oracle_drafters(*t.be, t.tok(), 256, KvType::F16, 0.5)},
+      {"oracle:1", oracle(t, 1.0)},
+      {"oracle:0.5", oracle(t, 0.5)},
   };
   for (const Case& c : cases) {
     CountingBackend counting(*t.be);
@@ -211,10 +216,11 @@ TEST(SchedulerSpec, SeededSamplingIsThePlainOneWithPointMassDrafts) {
   const std::vector<Job> jobs = three_jobs(t.tok(), 0.9f);
   const std::vector<Answer> plain = serve(*t.be, t.tok(), jobs, base_options());
   Metrics m;
-  expect_same(plain, serve(*t.be, t.tok(), jobs, with_spec(base_options(), oracle_drafters(*t.be, t.tok(), 256, KvType::F16, 0.8)), &m),
+  expect_same(plain, serve(*t.be, t.tok(), jobs, with_spec(base_options(), oracle(t, 0.8)), &m),
               "oracle:0.8 at temperature 0.9");
   EXPECT_GT(metric(m.render(), "moestream_spec_accepted_tokens_total"), 0);
-  expect_same(plain, serve(*t.be, t.tok(), jobs, with_spec(base_options(), ngram_drafters())), "ngram at temperature 0.9");
+  expect_same(plain, serve(*t.be, t.tok(), jobs, with_spec(base_options(), ngram_drafters())),
+              "ngram at temperature 0.9");
   // `n` choices: one prefill forked into the other slots, each choice then
   // speculating with its own seed.
   auto choices = [&](Scheduler::Options o) {
@@ -225,7 +231,7 @@ TEST(SchedulerSpec, SeededSamplingIsThePlainOneWithPointMassDrafts) {
   };
   const std::vector<Answer> plain_choices = choices(base_options());
   EXPECT_NE(plain_choices[0].text, plain_choices[1].text);  // the seeds differ
-  expect_same(plain_choices, choices(with_spec(base_options(), oracle_drafters(*t.be, t.tok(), 256, KvType::F16, 0.8))),
+  expect_same(plain_choices, choices(with_spec(base_options(), oracle(t, 0.8))),
               "3 choices, oracle:0.8");
 }
 
@@ -262,7 +268,7 @@ TEST(SchedulerSpec, MaxTokensAndStopStringsHoldAndTheCacheIsLeftAsPlainLeavesIt)
     for (int32_t id : t.tok().encode(" and then", false, true)) second.prompt.push_back(id);
     const std::vector<Answer> plain2 = serve(*t.be, t.tok(), {second}, one);
     // With spec, both on one slot: the second reuses the first's cache.
-    Scheduler sched(*t.be, t.tok(), with_spec(one, oracle_drafters(*t.be, t.tok(), 256, KvType::F16, 1.0), 8));
+    Scheduler sched(*t.be, t.tok(), with_spec(one, oracle(t, 1.0), 8));
     const Answer a1 = wait(sched.submit(first));
     const Answer a2 = wait(sched.submit(second));
     expect_same(plain1, {a1}, "first");
@@ -315,7 +321,7 @@ TEST(SchedulerSpec, HybridGreedyAnswersAreThePlainOnesWithOracleNgramAndMtp) {
   const std::vector<Job> jobs = three_jobs(t.tok());
   const std::vector<Answer> plain = serve(*t.be, t.tok(), jobs, base_options());
   Metrics m;
-  expect_same(plain, serve(*t.be, t.tok(), jobs, with_spec(base_options(), oracle_drafters(*t.be, t.tok(), 256, KvType::F16, 0.6)), &m),
+  expect_same(plain, serve(*t.be, t.tok(), jobs, with_spec(base_options(), oracle(t, 0.6)), &m),
               "qwen35moe oracle:0.6");
   const std::string text = m.render();
   EXPECT_LT(metric(text, "moestream_spec_accepted_tokens_total"), metric(text, "moestream_spec_drafted_tokens_total"));
@@ -370,7 +376,7 @@ TEST(SchedulerSpec, DraftsStayWithinTheStepsBudget) {
   const std::vector<Answer> plain = serve(*t.be, t.tok(), jobs, o);
   CountingBackend counting(*t.be);
   Metrics m;
-  expect_same(plain, serve(counting, t.tok(), jobs, with_spec(o, oracle_drafters(*t.be, t.tok(), 256, KvType::F16, 1.0), 8), &m),
+  expect_same(plain, serve(counting, t.tok(), jobs, with_spec(o, oracle(t, 1.0), 8), &m),
               "budget 8");
   EXPECT_LE(counting.max_tokens(), 8u);
   EXPECT_GT(metric(m.render(), "moestream_spec_verifies_total"), 0);
