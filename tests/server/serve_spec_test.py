@@ -31,7 +31,10 @@ def check(cond, what):
 
 class Server:
     def __init__(self, *args):
-        self.proc = subprocess.Popen([MOESTREAM, "serve", "--port", "0", "-t", "2", "--parallel", "3", *args],
+        # The CPU backend: exact equality with plain decoding (a GPU's batched verify
+        # rounds differently from its decode step; docs/speculative.md "On the GPU").
+        self.proc = subprocess.Popen([MOESTREAM, "serve", "--port", "0", "-t", "2", "--parallel", "3",
+                                      "--backend", "cpu", *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.log = []
         self.port = None
