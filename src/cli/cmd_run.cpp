@@ -59,13 +59,9 @@ struct RunArgs {
   std::string chat_template;  // --chat-template: a built-in format instead of the file's
   KvType kv_type = KvType::F16;
   SamplerParams sp;
-  // --spec ngram|oracle:ALPHA (docs/speculative.md), --draft-max/--draft-min, --spec-fixed
-  std::string spec;
-  SpecControllerOptions spec_ctl;
-  bool spec_fixed = false;
+  // --spec (docs/speculative.md), its controller and draft model flags (cli/draft_setup.h)
+  SpecFlags specf;
   std::string spec_rollback = "states";  // --spec-rollback states|replay
-  bool draft_flags = false;  // --draft-max, --draft-min or --spec-fixed appeared
-  DraftSetup draft;          // --spec draft: -md, --device-draft, --draft-p-min
 };
 
 uint64_t peak_rss_bytes() {
@@ -135,17 +131,8 @@ void check_run_flags(const RunArgs& r) {
   if (r.sp.repeat_last_n > kMaxCtx)
     throw Error("--repeat-last-n " + std::to_string(r.sp.repeat_last_n) + ": at most " + std::to_string(kMaxCtx));
   check_vram_options(r.vram);
-  {
-    const DraftChoice choice = r.spec.empty() ? DraftChoice{} : parse_draft_choice(r.spec);
-    check_draft_flags(r.draft, r.spec.empty() ? nullptr : &choice);
-  }
-  if (!r.spec.empty()) {
-    parse_draft_choice(r.spec);
-    r.spec_ctl.validate();
-    if (r.bench) throw Error("--spec with --bench: `moestream bench --spec` measures speculative decoding");
-  } else if (r.draft_flags) {
-    throw Error("--draft-max, --draft-min, --spec-fixed and --spec-rollback apply with --spec ngram|mtp|draft|oracle:ALPHA");
-  }
+  if (check_spec_flags(r.specf, "--draft-max, --draft-min, --spec-fixed and --spec-rollback") && r.bench)
+    throw Error("--spec with --bench: `moestream bench --spec` measures speculative decoding");
 }
 
 // The KV cache of `ctx` tokens must fit this machine's RAM: a context grown
@@ -271,24 +258,13 @@ RegisterCommand reg("run", [](CLI::App& app) {
   sub->add_option("--repeat-penalty", a->sp.repeat_penalty, "repetition penalty (1: off)")->capture_default_str();
   sub->add_option("--repeat-last-n", a->sp.repeat_last_n, "tokens the penalty looks back")->capture_default_str();
   sub->add_option("--seed", a->sp.seed, "sampling seed")->capture_default_str();
-  sub->add_option("--spec", a->spec,
-                  "speculative decoding (docs/speculative.md): ngram (drafts from earlier text of the prompt and "
-                  "output), mtp (the model's own MTP block: Qwen3.5/3.6 files that carry it), draft (a draft "
-                  "model, -md FILE), dflash (a DFlash block drafter, -md FILE; CPU backend) or oracle:ALPHA (benchmarks: a plain run first, then its own tokens drafted "
-                  "right with probability ALPHA); the output is plain decoding's (greedy: the same tokens; sampled: "
-                  "the same distribution)")
-      ->option_text("ngram|mtp|draft|oracle:ALPHA");
-  add_draft_options(*sub, &a->draft);
-  auto mark = [a](const std::string&) { a->draft_flags = true; };
-  sub->add_option("--draft-max", a->spec_ctl.draft_max, "with --spec: drafts per verify at most")
-      ->capture_default_str()
-      ->each(mark);
-  sub->add_option("--draft-min", a->spec_ctl.draft_min, "with --spec: fewer drafts than this: a plain step")
-      ->capture_default_str()
-      ->each(mark);
-  sub->add_flag("--spec-fixed", a->spec_fixed,
-                "with --spec: always verify --draft-max drafts (no controller turning K down or off)")
-      ->each(mark);
+  add_spec_options(*sub, &a->specf,
+                   "speculative decoding (docs/speculative.md): ngram (drafts from earlier text of the prompt and "
+                   "output), mtp (the model's own MTP block: Qwen3.5/3.6 files that carry it), draft (a draft "
+                   "model, -md FILE), dflash (a DFlash block drafter, -md FILE; CPU backend) or oracle:ALPHA (benchmarks: a plain run first, then its own tokens drafted "
+                   "right with probability ALPHA); the output is plain decoding's (greedy: the same tokens; sampled: "
+                   "the same distribution)");
+  auto mark = [a](const std::string&) { a->specf.control_given = true; };
   sub->add_option("--spec-rollback", a->spec_rollback,
                   "with --spec, hybrid models: states (keep each verified token's recurrent state) or replay (run "
                   "the kept tokens again from a checkpoint after a rejection)")
@@ -304,7 +280,7 @@ RegisterCommand reg("run", [](CLI::App& app) {
     if (r.bench) return run_bench(r, path);
     auto model = LoadedModel::open(path, r.no_mmap);
     const ModelConfig& c = model->weights.cfg;
-    if (r.spec == "mtp" && model->weights.mtp.empty()) throw Error(path + ": " + kNoMtpBlock);
+    if (r.specf.spec == "mtp" && model->weights.mtp.empty()) throw Error(path + ": " + kNoMtpBlock);
     ThreadPool pool(r.threads, r.vram.spin_us);
     report_thread_shortfall(pool, r.quiet);
     const Tokenizer& tok = *model->tokenizer;
@@ -342,16 +318,16 @@ RegisterCommand reg("run", [](CLI::App& app) {
     OpenDraft draft;  // --spec draft: the model, its backend and the drafter
     OpenDFlash dflash;  // --spec dflash: the drafter's file and weights
     Drafter* active_drafter = nullptr;
-    const DraftChoice choice = r.spec.empty() ? DraftChoice{} : parse_draft_choice(r.spec);
-    if (!r.spec.empty()) {
+    const DraftChoice choice = r.specf.spec.empty() ? DraftChoice{} : parse_draft_choice(r.specf.spec);
+    if (!r.specf.spec.empty()) {
       if (choice.kind == DraftChoice::Kind::Ngram) {
         drafter = std::make_unique<NgramDrafter>();
       } else if (choice.kind == DraftChoice::Kind::Model) {
-        draft = open_draft(r.draft, *model, be->name(), pool, ctx, r.sp, r.quiet);
+        draft = open_draft(r.specf.draft, *model, be->name(), pool, ctx, r.sp, r.quiet);
       } else if (choice.kind == DraftChoice::Kind::Mtp) {
         // Made with the sequence's cache below: it watches that cache's forwards.
       } else if (choice.kind == DraftChoice::Kind::DFlash) {
-        dflash = open_dflash(r.draft, *model, r.quiet);  // the drafter too is made with the cache
+        dflash = open_dflash(r.specf.draft, *model, r.quiet);  // the drafter too is made with the cache
       } else {
         std::vector<int32_t> reference;
         {
@@ -366,15 +342,15 @@ RegisterCommand reg("run", [](CLI::App& app) {
           });
         }
         if (!r.quiet)
-          std::fprintf(stderr, "moestream: %s: the reference is a plain run of %zu tokens\n", r.spec.c_str(),
+          std::fprintf(stderr, "moestream: %s: the reference is a plain run of %zu tokens\n", r.specf.spec.c_str(),
                        reference.size());
         drafter = std::make_unique<OracleDrafter>(std::move(reference), prompt.size(), choice.alpha, c.n_vocab,
                                                   r.sp.seed);
       }
     }
     KvCache kv = be->make_cache(ctx, r.kv_type);
-    if (!r.spec.empty() && choice.kind == DraftChoice::Kind::Mtp) drafter = std::make_unique<MtpDrafter>(*be, kv, r.kv_type);
-    if (!r.spec.empty() && choice.kind == DraftChoice::Kind::DFlash)
+    if (!r.specf.spec.empty() && choice.kind == DraftChoice::Kind::Mtp) drafter = std::make_unique<MtpDrafter>(*be, kv, r.kv_type);
+    if (!r.specf.spec.empty() && choice.kind == DraftChoice::Kind::DFlash)
       drafter = std::make_unique<DFlashDrafter>(*be, kv, *dflash.weights, model->weights, pool);
     active_drafter = draft.drafter ? draft.drafter.get() : drafter.get();
     Sampler sampler(r.sp);
@@ -397,8 +373,7 @@ RegisterCommand reg("run", [](CLI::App& app) {
     gp.n_predict = r.n_predict;
     gp.stop_at_eog = !r.ignore_eos;
     gp.spec.drafter = active_drafter;
-    gp.spec.control = r.spec_ctl;
-    gp.spec.control.adaptive = !r.spec_fixed;
+    gp.spec.control = r.specf.controller();
     gp.spec.rollback =
         r.spec_rollback == "replay" ? SpecDecoding::Rollback::Replay : SpecDecoding::Rollback::TokenStates;
     std::unique_ptr<RouteRecorder> recorder;
@@ -426,7 +401,7 @@ RegisterCommand reg("run", [](CLI::App& app) {
                    st.stop_reason.c_str(), format_bytes(peak_rss_bytes()).c_str());
       if (active_drafter)
         std::fprintf(stderr, "moestream: spec %s (K <= %d%s) | %s | decode %s\n", active_drafter->name().c_str(),
-                     r.spec_ctl.draft_max, r.spec_fixed ? ", fixed" : "", st.spec.describe().c_str(),
+                     r.specf.control.draft_max, r.specf.fixed ? ", fixed" : "", st.spec.describe().c_str(),
                      rate_text(st.n_generated - 1, st.decode_seconds).c_str());
       if (st.stop_reason.rfind("context full", 0) == 0)
         std::fprintf(stderr, "moestream: stopped: %s; use a larger --ctx\n", st.stop_reason.c_str());

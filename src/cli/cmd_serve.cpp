@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -19,6 +20,7 @@
 
 #include "cli/backend_choice.h"
 #include "cli/commands.h"
+#include "cli/draft_setup.h"
 #include "cpu/thread_pool.h"
 #include "cli/model_path.h"
 #include "engine/loaded_model.h"
@@ -26,6 +28,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
+#include "server/spec_drafters.h"
 #include "util/error.h"
 
 namespace ms::cli {
@@ -53,6 +56,7 @@ struct ServeArgs {
   int64_t max_requests = 128;
   int read_timeout = 10;
   std::vector<std::string> cors_origins;
+  SpecFlags specf;  // --spec and its controller flags (shared with `run`: cli/draft_setup.h)
 };
 
 // The least context per slot that --ctx 0 accepts for --parallel > 1 slots
@@ -119,6 +123,11 @@ RegisterCommand reg("serve", [](CLI::App& app) {
   sub->add_option("--cors-origin", a->cors_origins,
                   "allow browser requests from this origin (repeatable; * for any): answers CORS preflight and "
                   "sets Access-Control-Allow-Origin (default: no CORS)");
+  add_spec_options(*sub, &a->specf,
+                   "speculative decoding in every slot (docs/speculative.md): ngram (drafts from earlier text of "
+                   "the prompt and output), mtp (the model's own MTP block: Qwen3.5/3.6 files that carry it) or "
+                   "oracle:ALPHA (benchmarks: a plain run of each request first, then its own tokens drafted right "
+                   "with probability ALPHA); the answers are plain decoding's. draft runs with `moestream run` only");
   sub->add_flag("-q,--quiet", a->quiet, "no start-up lines and no access log");
   return [a]() -> int {
     ServeArgs& r = *a;
@@ -138,6 +147,12 @@ RegisterCommand reg("serve", [](CLI::App& app) {
       if (o.empty() || o.find_first_of(" \t\r\n,") != std::string::npos)
         throw Error("--cors-origin '" + o + "': give one origin per flag, e.g. https://example.com, or *");
     check_size_flags(r.ctx, r.threads, r.batch);
+    const std::optional<DraftChoice> spec = check_spec_flags(r.specf, "--draft-max, --draft-min and --spec-fixed");
+    // A draft model or a DFlash drafter (a draft cache per slot) is not served yet.
+    if (spec && (spec->kind == DraftChoice::Kind::Model || spec->kind == DraftChoice::Kind::DFlash))
+      throw Error("serve --spec " + spec->describe() +
+                  ": not supported by the server yet (it supports ngram, mtp and oracle:ALPHA); --spec " +
+                  spec->describe() + " runs with `moestream run`");
     if (r.port < 0 || r.port > 65535) throw Error("--port must be in 0..65535");
     if (r.max_body < 1) throw Error("--max-body must be at least 1 byte, got " + std::to_string(r.max_body));
     // Before the model is opened: a typo in the budget is reported at once.
@@ -159,6 +174,8 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     const std::string path = model_path_or_default(r.model, r.model_given, r.quiet);
     auto model = LoadedModel::open(path);
     const ModelConfig& c = model->weights.cfg;
+    if (spec && spec->kind == DraftChoice::Kind::Mtp && model->weights.mtp.empty())
+      throw Error(path + ": " + kNoMtpBlock);
     ThreadPool pool(r.threads, r.vram.spin_us);
     BackendSetup bs;
     bs.requested = r.backend;
@@ -199,6 +216,18 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     so.prefill_chunk = r.batch > 0 ? r.batch : backend_max_batch(*be);
     if (r.batch == 0 && !be->expert_telemetry().hybrid) so.prefill_chunk = std::min(so.prefill_chunk, kServePromptChunk);
     so.max_kv_bytes = available_ram() / 10 * 9;  // the slots' KV caches must fit in memory
+    // CUDA's forward_seqs hands out no hidden states yet: its MTP drafters
+    // would never propose, and the server would decode plainly unannounced.
+    if (spec && spec->kind == DraftChoice::Kind::Mtp && be->name() == "cuda")
+      throw Error("serve --spec mtp: the CUDA backend's batched steps do not hand out the hidden states the MTP "
+                  "block reads yet (docs/speculative.md); use --spec ngram, or --backend cpu");
+    if (spec) {
+      so.spec.control = r.specf.controller();
+      so.spec.make_drafter = spec->kind == DraftChoice::Kind::Ngram ? server::ngram_drafters()
+                             : spec->kind == DraftChoice::Kind::Mtp
+                                 ? server::mtp_drafters(*be, r.kv_type)
+                                 : server::oracle_drafters(*be, *model->tokenizer, ctx, r.kv_type, spec->alpha);
+    }
     server::Scheduler sched(*be, *model->tokenizer, so, &metrics);
     const int parallel = sched.parallel();  // --parallel, or the backend's max_sequences() if fewer
     const std::string capped =
@@ -227,6 +256,9 @@ RegisterCommand reg("serve", [](CLI::App& app) {
                    static_cast<long long>(ctx), sched.kv_pages() ? "shared by" : "x", parallel, capped.c_str(),
                    chat.description().c_str(),
                    r.api_key.empty() ? "" : " | API key required");
+    if (!r.quiet && spec)
+      std::fprintf(stderr, "moestream: speculative decoding: %s (K <= %d%s) in every slot\n",
+                   spec->describe().c_str(), r.specf.control.draft_max, r.specf.fixed ? ", fixed" : "");
     // The line tests and scripts wait for (stable format).
     std::fprintf(stderr, "moestream: listening on http://%s:%d\n", r.host.c_str(), port);
     std::fflush(stderr);

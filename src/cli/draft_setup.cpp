@@ -28,6 +28,33 @@ void add_draft_options(CLI::App& sub, DraftSetup* d) {
       ->each(mark);
 }
 
+void add_spec_options(CLI::App& sub, SpecFlags* f, const std::string& spec_help) {
+  sub.add_option("--spec", f->spec, spec_help)->option_text("ngram|mtp|draft|dflash|oracle:ALPHA");
+  add_draft_options(sub, &f->draft);
+  auto mark = [f](const std::string&) { f->control_given = true; };
+  sub.add_option("--draft-max", f->control.draft_max, "with --spec: drafts per verify at most")
+      ->capture_default_str()
+      ->each(mark);
+  sub.add_option("--draft-min", f->control.draft_min, "with --spec: fewer drafts than this: a plain step")
+      ->capture_default_str()
+      ->each(mark);
+  sub.add_flag("--spec-fixed", f->fixed,
+               "with --spec: always verify --draft-max drafts (no controller turning K down or off)")
+      ->each(mark);
+}
+
+std::optional<DraftChoice> check_spec_flags(const SpecFlags& f, const std::string& control_flags) {
+  if (f.spec.empty()) {
+    check_draft_flags(f.draft, nullptr);
+    if (f.control_given) throw Error(control_flags + " apply with --spec ngram|mtp|draft|dflash|oracle:ALPHA");
+    return std::nullopt;
+  }
+  const DraftChoice choice = parse_draft_choice(f.spec);
+  check_draft_flags(f.draft, &choice);
+  f.control.validate();
+  return choice;
+}
+
 void check_draft_flags(const DraftSetup& d, const DraftChoice* spec) {
   if (!spec || !spec->needs_file()) {
     if (d.given) throw Error("-md, --device-draft and --draft-p-min apply with --spec draft or --spec dflash");

@@ -1,11 +1,13 @@
-// `--spec draft`: the draft model's flags (llama.cpp's spellings: -md /
-// --model-draft / --spec-draft-model, -devd / --device-draft, --draft-p-min)
-// and building it: the file opened, its vocabulary checked against the
-// model's, a backend of its own (the CPU's, or the same GPU), and the
-// ModelDrafter over it. `--spec dflash` reads its drafter from -md too
-// (open_dflash).
+// Speculative decoding's flags, one parser for `run` and `serve`: --spec,
+// --draft-max, --draft-min, --spec-fixed, and the draft model's flags
+// (llama.cpp's spellings: -md / --model-draft / --spec-draft-model, -devd /
+// --device-draft, --draft-p-min); and building the draft model: the file
+// opened, its vocabulary checked against the model's, a backend of its own
+// (the CPU's, or the same GPU), and the ModelDrafter over it. `--spec dflash`
+// reads its drafter from -md too (open_dflash).
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cpu/thread_pool.h"
@@ -36,6 +38,30 @@ void add_draft_options(CLI::App& sub, DraftSetup* d);
 // without -md, a p-min outside [0, 1], or (dflash) a p-min or a device other
 // than the CPU. `spec` is the --spec choice, if any.
 void check_draft_flags(const DraftSetup& d, const DraftChoice* spec);
+
+struct SpecFlags {
+  std::string spec;                // --spec ("": off)
+  SpecControllerOptions control;   // --draft-max, --draft-min
+  bool fixed = false;              // --spec-fixed: control.adaptive off
+  bool control_given = false;      // --draft-max, --draft-min or --spec-fixed appeared (or a command's own)
+  DraftSetup draft;                // --spec draft's model
+  // The controller options the flags give (adaptive unless --spec-fixed).
+  SpecControllerOptions controller() const {
+    SpecControllerOptions o = control;
+    o.adaptive = !fixed;
+    return o;
+  }
+};
+
+// Adds --spec (with `spec_help`), --draft-max, --draft-min, --spec-fixed and
+// the draft model's flags (add_draft_options).
+void add_spec_options(CLI::App& sub, SpecFlags* f, const std::string& spec_help);
+
+// The drafter --spec names (none without --spec). Throws ms::Error for a
+// --spec that parse_draft_choice refuses, controller values out of range,
+// draft flags that do not fit (check_draft_flags), or controller flags
+// without --spec (the message lists `control_flags`, the command's).
+std::optional<DraftChoice> check_spec_flags(const SpecFlags& f, const std::string& control_flags);
 
 struct OpenDraft {
   std::unique_ptr<LoadedModel> model;

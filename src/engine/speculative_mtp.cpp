@@ -6,13 +6,16 @@
 
 namespace ms {
 
-MtpDrafter::MtpDrafter(Backend& backend, const KvCache& target, KvType type)
-    : be_(backend), target_(&target), kv_(backend.make_mtp_cache(target.ctx(), type)), D_(backend.config().n_embd) {
+MtpDrafter::MtpDrafter(Backend& backend, const KvCache& target, KvType type, bool own_hook)
+    : be_(backend), own_hook_(own_hook), target_(&target), kv_(backend.make_mtp_cache(target.ctx(), type)),
+      D_(backend.config().n_embd) {
   if (!be_.supports_mtp()) throw Error(kNoMtpBlock);
-  be_.set_hidden_hook([this](const HiddenEvent& e) { on_hidden(e); });
+  if (own_hook_) be_.set_hidden_hook([this](const HiddenEvent& e) { on_hidden(e); });
 }
 
-MtpDrafter::~MtpDrafter() { be_.set_hidden_hook(nullptr); }
+MtpDrafter::~MtpDrafter() {
+  if (own_hook_) be_.set_hidden_hook(nullptr);
+}
 
 void MtpDrafter::on_hidden(const HiddenEvent& e) {
   if (e.kv != target_ || e.n <= 0) return;

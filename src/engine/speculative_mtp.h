@@ -37,7 +37,10 @@ class MtpDrafter : public Drafter {
   // its forwards through backend's hidden hook (installed here, removed by the
   // destructor: one MtpDrafter per backend at a time). Throws ms::Error when
   // the model has no MTP block or the backend cannot run it.
-  MtpDrafter(Backend& backend, const KvCache& target, KvType type = KvType::F16);
+  // own_hook false: the backend's hook is left alone and the owner hands
+  // this drafter the backend's hidden events through observe() (several
+  // drafters over one backend, each for its own sequence: the server's slots).
+  MtpDrafter(Backend& backend, const KvCache& target, KvType type = KvType::F16, bool own_hook = true);
   ~MtpDrafter() override;
   MtpDrafter(const MtpDrafter&) = delete;
   MtpDrafter& operator=(const MtpDrafter&) = delete;
@@ -47,6 +50,8 @@ class MtpDrafter : public Drafter {
   // ran before this drafter existed).
   void propose(std::span<const int32_t> history, int max_tokens, std::vector<int32_t>& out) override;
   std::string name() const override { return "mtp"; }
+  // A hidden event of the backend (events of other sequences are ignored).
+  void observe(const HiddenEvent& e) { on_hidden(e); }
 
   // The block's cache: positions read from the target's states (tests).
   const KvCache& cache() const { return kv_; }
@@ -58,6 +63,7 @@ class MtpDrafter : public Drafter {
   int64_t rows_end() const { return rows_pos0_ + static_cast<int64_t>(rows_.size()) / D_; }
 
   Backend& be_;
+  bool own_hook_;
   const KvCache* target_;
   KvCache kv_;
   int64_t D_;

@@ -87,6 +87,31 @@ void Metrics::slot_tokens_per_second(int slot, double rate) {
   slot_rate_[slot] = rate;
 }
 
+void Metrics::spec_verify(size_t drafted, size_t judged, size_t accepted, size_t emitted) {
+  std::lock_guard lk(m_);
+  ++spec_verifies_;
+  spec_drafted_ += drafted;
+  spec_accepted_ += accepted;
+  spec_emitted_ += emitted;
+  if (spec_tried_at_.size() < judged) {
+    spec_tried_at_.resize(judged, 0);
+    spec_accepted_at_.resize(judged, 0);
+  }
+  for (size_t j = 0; j < judged; ++j) {
+    ++spec_tried_at_[j];
+    if (j < accepted) ++spec_accepted_at_[j];
+  }
+}
+
+void Metrics::spec_step(size_t drafts, double seconds) {
+  size_t bucket = 0;  // the largest power of two <= drafts (0 for none)
+  while (drafts > 0 && bucket * 2 <= drafts) bucket = bucket ? bucket * 2 : 1;
+  std::lock_guard lk(m_);
+  auto& [n, secs] = spec_steps_[bucket];
+  ++n;
+  secs += seconds;
+}
+
 double Metrics::tokens_per_second(double window) const {
   std::lock_guard lk(m_);
   const auto now = Clock::now();
@@ -157,6 +182,39 @@ std::string Metrics::render() const {
          "each slot's decode rate over its running or last request (tokens after the first / time since it)");
   for (const auto& [slot, rate] : slot_rate_) {
     std::snprintf(line, sizeof line, "moestream_slot_tokens_per_second{slot=\"%d\"} %.17g\n", slot, rate);
+    out += line;
+  }
+  metric("moestream_spec_verifies_total", "counter",
+         "speculative verifies (one slot's token and its drafts in a step)");
+  value("moestream_spec_verifies_total", static_cast<double>(spec_verifies_));
+  metric("moestream_spec_drafted_tokens_total", "counter", "draft tokens fed to verifies");
+  value("moestream_spec_drafted_tokens_total", static_cast<double>(spec_drafted_));
+  metric("moestream_spec_accepted_tokens_total", "counter", "draft tokens kept (each was the token sampled there)");
+  value("moestream_spec_accepted_tokens_total", static_cast<double>(spec_accepted_));
+  metric("moestream_spec_verify_emitted_tokens_total", "counter",
+         "tokens emitted from verifies (the kept drafts and one sampled token each)");
+  value("moestream_spec_verify_emitted_tokens_total", static_cast<double>(spec_emitted_));
+  auto by_pos = [&](const char* name, const std::vector<uint64_t>& v) {
+    for (size_t j = 0; j < v.size(); ++j) {
+      std::snprintf(line, sizeof line, "%s{pos=\"%zu\"} %llu\n", name, j, static_cast<unsigned long long>(v[j]));
+      out += line;
+    }
+  };
+  metric("moestream_spec_position_judged_total", "counter",
+         "drafts compared with the sampled token, by draft position (0: the first draft)");
+  by_pos("moestream_spec_position_judged_total", spec_tried_at_);
+  metric("moestream_spec_position_accepted_total", "counter", "drafts kept, by draft position");
+  by_pos("moestream_spec_position_accepted_total", spec_accepted_at_);
+  metric("moestream_spec_steps_total", "counter",
+         "scheduler steps with speculation on, by their drafts (label: the power-of-two bucket's lower bound)");
+  for (const auto& [b, v] : spec_steps_) {
+    std::snprintf(line, sizeof line, "moestream_spec_steps_total{drafts=\"%zu\"} %llu\n", b,
+                  static_cast<unsigned long long>(v.first));
+    out += line;
+  }
+  metric("moestream_spec_step_seconds_total", "counter", "time of those steps, by the same buckets");
+  for (const auto& [b, v] : spec_steps_) {
+    std::snprintf(line, sizeof line, "moestream_spec_step_seconds_total{drafts=\"%zu\"} %.17g\n", b, v.second);
     out += line;
   }
   metric("moestream_queue_depth", "gauge", "requests waiting for a slot");

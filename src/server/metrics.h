@@ -58,6 +58,15 @@ class Metrics {
   // of its running or last request.
   void slot_tokens_per_second(int slot, double rate);
 
+  // Speculative decoding (serve --spec): one slot's verify fed `drafted`
+  // drafts; the first `judged` were compared with the sampled tokens (the
+  // rest came after a rejection or the job's end), the first `accepted`
+  // kept; it emitted `emitted` tokens. Counts by draft position too.
+  void spec_verify(size_t drafted, size_t judged, size_t accepted, size_t emitted);
+  // A scheduler step with speculation on, carrying `drafts` drafts in all
+  // (0: none), took `seconds` (its sampling, drafting and forward).
+  void spec_step(size_t drafts, double seconds);
+
   // Generated tokens per second over the last `window` seconds (all slots).
   double tokens_per_second(double window = 10.0) const;
   // The Prometheus exposition text.
@@ -87,6 +96,11 @@ class Metrics {
   Histogram ttft_{{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
   std::map<int, double> slot_rate_;
   uint64_t steps_ = 0, steps_with_prompt_ = 0, step_prompt_tokens_ = 0;
+  uint64_t spec_verifies_ = 0, spec_drafted_ = 0, spec_accepted_ = 0, spec_emitted_ = 0;
+  std::vector<uint64_t> spec_tried_at_, spec_accepted_at_;  // by draft position
+  // Steps by their drafts (the label's bucket: 0, 1, 2-3, 4-7, ... as its
+  // lower bound): count and seconds.
+  std::map<size_t, std::pair<uint64_t, double>> spec_steps_;
 };
 
 }  // namespace ms::server

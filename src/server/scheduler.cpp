@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "server/grammar_filter.h"
+#include "server/scheduler_slot.h"
 #include "server/text_stream.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -95,47 +96,6 @@ std::pair<int, size_t> choose_slot(const std::vector<SlotView>& slots, const std
 
 // ------------------------------------------------------------------ Scheduler
 
-struct Scheduler::Slot {
-  explicit Slot(KvCache cache) : kv(std::move(cache)) {}
-  KvCache kv;
-  std::vector<int32_t> tokens;  // what kv holds
-  uint64_t last_used = 0;
-  // The job in this slot (none: free).
-  std::shared_ptr<Request> req;
-  Job job;
-  std::unique_ptr<Sampler> sampler;
-  std::unique_ptr<StreamDecoder> dec;
-  std::unique_ptr<StopMatcher> stop;
-  std::unique_ptr<ThinkSplitter> think;
-  std::unique_ptr<HarmonyParser> harmony;  // harmony jobs: in place of dec and think
-  size_t prefilled = 0;  // prompt tokens in kv
-  size_t n_prompt = 0;   // the job's prompt as submitted (a preempted job re-reads more: preempt())
-  int n_cached = 0;
-  int n_generated = 0;
-  // Its logits: this row of step_logits_ (set by the step that ran its last
-  // token; read before the next step's forward pass overwrites the rows).
-  size_t logits_row = kNoRow;
-  static constexpr size_t kNoRow = static_cast<size_t>(-1);
-  // The token picked from them (pick_token), before it is emitted.
-  struct Pick {
-    bool ready = false;
-    int32_t id = -1;
-    StepLogprobs lp;
-    std::string error;
-  } pick;
-  int32_t next = 0;  // the sampled token the turn's forward pass feeds
-  // response_format jobs: where the answer is in the grammar, and the mask
-  // of the tokens that may come next.
-  std::unique_ptr<grammar::Matcher> matcher;
-  std::vector<uint8_t> allowed;
-  std::chrono::steady_clock::time_point first_token{};  // when the job's first token was sampled
-  int index = 0;  // in slots_, for per-slot metrics
-  uint64_t admitted = 0;  // admission order: prompt chunks go to the earliest admitted first
-  // A later choice of a job waiting for choice 0's prompt: that slot (null:
-  // not waiting).
-  Slot* fork_of = nullptr;
-};
-
 Scheduler::Scheduler(Backend& backend, const Tokenizer& tok, Options opt, Metrics* metrics)
     : be_(backend), tok_(tok), opt_(opt), metrics_(metrics) {
   if (opt_.parallel < 1) throw Error("--parallel must be >= 1");
@@ -145,6 +105,12 @@ Scheduler::Scheduler(Backend& backend, const Tokenizer& tok, Options opt, Metric
   if (max_seq > 0 && opt_.parallel > max_seq) {
     requested_parallel_ = opt_.parallel;
     opt_.parallel = max_seq;
+  }
+  if (opt_.spec.make_drafter) {
+    opt_.spec.control.validate();
+    // A verify keeps a hybrid's state after each of its tokens (the last
+    // token and draft_max drafts) beside the prompt cache's checkpoints.
+    opt_.checkpoints.capacity = std::max(opt_.checkpoints.capacity, opt_.spec.control.draft_max + 2);
   }
   request_ctx_ = opt_.ctx;
   if (be_.paged_kv()) {
@@ -301,6 +267,9 @@ void Scheduler::preempt(Slot& s) {
   s.prefilled = 0;
   s.logits_row = Slot::kNoRow;
   s.pick = Slot::Pick{};
+  s.drafts.clear();  // speculation: the drafts go with the step's entry (the token is in the replay)
+  s.feed.clear();
+  s.decoded = false;
   ++preemptions_;
 }
 
@@ -386,6 +355,11 @@ void Scheduler::admit() {
     if (s.job.harmony)
       if (const auto markers = harmony_markers(tok_)) s.harmony = std::make_unique<HarmonyParser>(tok_, *markers);
     s.fork_of = leader;
+    s.drafter.reset();
+    s.ctl.reset();
+    s.spec_ready = false;
+    s.drafts.clear();
+    s.decoded = false;
     if (s.job.n_choices > 1 && s.job.choice == 0) choice_leader_ = &s;
     ++active_;
   }
@@ -426,6 +400,8 @@ void Scheduler::finish(Slot& s, const std::string& reason, const std::string& er
   s.think.reset();
   s.harmony.reset();
   s.matcher.reset();
+  s.drafter.reset();
+  s.ctl.reset();
   if (metrics_ && n_generated > 1) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.first_token).count();
     if (secs > 0) metrics_->slot_tokens_per_second(s.index, (n_generated - 1) / secs);
@@ -495,70 +471,107 @@ void Scheduler::pick_tokens(const std::vector<Slot*>& slots) {
 // logits (by pick_tokens, or here), emitted, and (when the job goes on) left
 // in s.next for the step's forward pass. Returns whether the slot decodes in
 // this step.
+//
+// After a verify (the last forward fed s.next and D drafts, a logit row
+// each) the rows are sampled in turn, as plain decoding would sample them,
+// each after the tokens before it are emitted (sampler, grammar, stop
+// strings), while the draft at a row IS the token sampled there: the same
+// tokens as plain decoding, greedy or seeded (decode_speculative's rule for
+// point-mass drafts). The cache then goes back to what was emitted (the
+// rejected drafts, and any drafts past a stop or max_tokens, leave it).
 bool Scheduler::sample_next(Slot& s) {
+  const size_t D = s.drafts.size();
+  const int64_t p0 = s.kv.n_past() - static_cast<int64_t>(D) - 1;  // the cache before s.next (with drafts)
+  const size_t row0 = s.logits_row;
+  size_t i = 0;
+  bool kept = false, going = false;
   try {
     if (s.job.gen.n_predict == 0) {
       finish(s, "length");
       return false;
     }
-    if (!s.pick.ready) pick_token(s);
-    Slot::Pick pick = std::move(s.pick);
-    s.pick = Slot::Pick{};
-    if (!pick.error.empty()) throw Error(pick.error);
-    const int32_t id = pick.id;
-    const StepLogprobs& lp = pick.lp;
-    const bool want_logprobs = s.job.top_logprobs >= 0;
-    s.sampler->accept(id);
-    ++s.n_generated;
-    if (metrics_) {
-      metrics_->generated_token();
-      if (s.n_generated == 1) {
-        s.first_token = std::chrono::steady_clock::now();
-        metrics_->time_to_first_token(std::chrono::duration<double>(s.first_token - s.job.submitted).count());
-      } else if (s.n_generated % 16 == 0) {  // the running request's rate, refreshed as it goes
-        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.first_token).count();
-        if (secs > 0) metrics_->slot_tokens_per_second(s.index, (s.n_generated - 1) / secs);
-      }
+    for (;; ++i) {
+      if (i > 0) s.logits_row = row0 + i;
+      if (!s.pick.ready) pick_token(s);
+      Slot::Pick pick = std::move(s.pick);
+      s.pick = Slot::Pick{};
+      if (!pick.error.empty()) throw Error(pick.error);
+      kept = i < D && pick.id == s.drafts[i];
+      // Row i follows s.next and drafts [0, i): what the cache keeps.
+      going = emit_token(s, pick.id, pick.lp, D > 0 ? p0 + 1 + static_cast<int64_t>(i) : s.kv.n_past());
+      if (!going) break;
+      s.next = pick.id;
+      if (!kept) break;
     }
-    // Under a grammar an end-of-turn token is only allowed once the value is
-    // complete, and it always ends the answer.
-    if ((s.job.gen.stop_at_eog || s.matcher) && tok_.is_eog(id)) {
-      finish(s, "stop");
-      return false;
-    }
-    if (want_logprobs) {
-      LogprobEntry e;
-      e.token = tok_.token_to_piece(id, true);
-      e.logprob = lp.sampled.logprob;
-      for (const TokenLogprob& t : lp.top) e.top.emplace_back(tok_.token_to_piece(t.token, true), t.logprob);
-      s.req->post_logprob(std::move(e));
-    }
-    if (s.matcher && !s.matcher->advance(tok_.token_to_piece(id, false)))
-      throw Error("internal: the sampled token does not continue the JSON answer");
-    if (s.harmony) {
-      emit_harmony(s, s.harmony->push(id));
-    } else {
-      const std::string text = s.stop->push(s.dec->push(id));
-      if (s.think) {
-        ThinkSplitter::Out o = s.think->push(text);
-        s.req->post(o.content, o.reasoning);
-      } else {
-        s.req->post(text, "");
-      }
-    }
-    // The JSON value closed and nothing may follow it: the answer is whole.
-    const bool closed = s.matcher && s.matcher->can_end() && !s.matcher->can_continue();
-    if (closed || s.stop->stopped() || (s.job.gen.n_predict > 0 && s.n_generated >= s.job.gen.n_predict) ||
-        s.kv.n_past() + 1 > s.kv.ctx()) {
-      finish(s, closed || s.stop->stopped() ? "stop" : "length");
-      return false;
-    }
-    s.next = id;
-    return true;
   } catch (const std::exception& e) {
-    fail(s, e.what());
+    if (s.req) fail(s, e.what());
     return false;
   }
+  if (D > 0) {
+    record_spec(s, D, i + 1, kept, !going);
+    // The cache keeps the token fed before the drafts and the drafts emitted
+    // (those before row i): every emitted token but the last, as after a
+    // plain step. Also when the job ended: the prompt cache reuses it.
+    roll_back(s, p0 + 1 + static_cast<int64_t>(i));
+    s.drafts.clear();
+    return going && s.req;  // roll_back fails the job when the cache cannot go back
+  }
+  if (going && s.ctl && s.decoded) s.ctl->record_plain(last_step_seconds_);
+  return going;
+}
+
+// One sampled token out through the job's per-token path (usage, logprobs,
+// grammar, harmony or text with stop strings and reasoning); returns whether
+// the job goes on (else it finished). n_kept: the tokens the cache holds
+// before this one once rejected drafts are gone (the context check).
+bool Scheduler::emit_token(Slot& s, int32_t id, const StepLogprobs& lp, int64_t n_kept) {
+  const bool want_logprobs = s.job.top_logprobs >= 0;
+  s.sampler->accept(id);
+  ++s.n_generated;
+  if (metrics_) {
+    metrics_->generated_token();
+    if (s.n_generated == 1) {
+      s.first_token = std::chrono::steady_clock::now();
+      metrics_->time_to_first_token(std::chrono::duration<double>(s.first_token - s.job.submitted).count());
+    } else if (s.n_generated % 16 == 0) {  // the running request's rate, refreshed as it goes
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.first_token).count();
+      if (secs > 0) metrics_->slot_tokens_per_second(s.index, (s.n_generated - 1) / secs);
+    }
+  }
+  // Under a grammar an end-of-turn token is only allowed once the value is
+  // complete, and it always ends the answer.
+  if ((s.job.gen.stop_at_eog || s.matcher) && tok_.is_eog(id)) {
+    finish(s, "stop");
+    return false;
+  }
+  if (want_logprobs) {
+    LogprobEntry e;
+    e.token = tok_.token_to_piece(id, true);
+    e.logprob = lp.sampled.logprob;
+    for (const TokenLogprob& t : lp.top) e.top.emplace_back(tok_.token_to_piece(t.token, true), t.logprob);
+    s.req->post_logprob(std::move(e));
+  }
+  if (s.matcher && !s.matcher->advance(tok_.token_to_piece(id, false)))
+    throw Error("internal: the sampled token does not continue the JSON answer");
+  if (s.harmony) {
+    emit_harmony(s, s.harmony->push(id));
+  } else {
+    const std::string text = s.stop->push(s.dec->push(id));
+    if (s.think) {
+      ThinkSplitter::Out o = s.think->push(text);
+      s.req->post(o.content, o.reasoning);
+    } else {
+      s.req->post(text, "");
+    }
+  }
+  // The JSON value closed and nothing may follow it: the answer is whole.
+  const bool closed = s.matcher && s.matcher->can_end() && !s.matcher->can_continue();
+  if (closed || s.stop->stopped() || (s.job.gen.n_predict > 0 && s.n_generated >= s.job.gen.n_predict) ||
+      n_kept + 1 > s.kv.ctx()) {
+    finish(s, closed || s.stop->stopped() ? "stop" : "length");
+    return false;
+  }
+  return true;
 }
 
 // Stop strings apply to the answer only; the analysis is reasoning (sent
@@ -572,6 +585,7 @@ void Scheduler::emit_harmony(Slot& s, HarmonyParser::Out o) {
 void Scheduler::fail(Slot& s, const std::string& what) {
   // The cache may hold part of a batch: forget it.
   s.kv.clear();
+  s.kv.keep_token_states(false);
   s.tokens.clear();
   finish(s, "error", what);
 }
@@ -589,15 +603,17 @@ size_t step_prompt_budget(int prefill_chunk, size_t n_decode) {
 struct Scheduler::Entry {
   Slot* slot;
   std::span<const int32_t> tokens;
-  bool prompt;       // a prompt chunk (else one decode token)
+  bool prompt;       // a prompt chunk (else a decode token, and any drafts after it)
   bool want_logits;  // a decode token, or the chunk that ends the prompt
+  bool all_logits = false;  // a verify: a row for the decode token and each draft
 };
 
-// Paged KV: the step's entries take their pages -- decode tokens first (idle
-// slots' caches, then the most recently admitted jobs give theirs back:
-// preempt), then prompt chunks in admission order, each cut to what the
-// free pages hold (none: it waits). When nothing at all could run, the most
-// recently admitted job gives its pages back for the others.
+// Paged KV: the step's entries take their pages -- decode tokens (with their
+// drafts) first (idle slots' caches, then the most recently admitted jobs
+// give theirs back: preempt), then prompt chunks in admission order, each
+// cut to what the free pages hold (none: it waits). When nothing at all
+// could run, the most recently admitted job gives its pages back for the
+// others.
 void Scheduler::fit_pages(std::vector<Entry>& entries) {
   if (!kv_pages_) return;
   auto drop = [&](const Slot* s) {
@@ -611,7 +627,8 @@ void Scheduler::fit_pages(std::vector<Entry>& entries) {
   };
   for (;;) {
     int64_t need = 0;
-    for (const Entry& e : entries) need += e.prompt ? 0 : e.slot->kv.pages_needed(1);
+    for (const Entry& e : entries)
+      need += e.prompt ? 0 : e.slot->kv.pages_needed(static_cast<int64_t>(e.tokens.size()));
     evict_idle(need, nullptr);
     if (need <= kv_pages_->free_pages()) break;
     Slot* v = newest_busy();
@@ -620,7 +637,7 @@ void Scheduler::fit_pages(std::vector<Entry>& entries) {
     drop(v);
   }
   for (const Entry& e : entries)
-    if (!e.prompt) e.slot->kv.reserve(1);
+    if (!e.prompt) e.slot->kv.reserve(static_cast<int64_t>(e.tokens.size()));
   std::vector<const Slot*> waiting;
   for (Entry& e : entries) {
     if (!e.prompt) continue;
@@ -643,6 +660,7 @@ void Scheduler::fit_pages(std::vector<Entry>& entries) {
 }
 
 void Scheduler::step() {
+  const auto t0 = std::chrono::steady_clock::now();
   std::vector<Entry> entries;
   std::vector<Slot*> prefilling, decoding;
   // Decoding slots sample their next token (cancelled jobs end here).
@@ -661,15 +679,29 @@ void Scheduler::step() {
                     std::to_string(s.kv.ctx()) + " tokens a request may hold (" + ctx_limit_name() + ")");
         continue;
       }
+      make_drafter(s);  // before the prompt runs: an MTP drafter reads its forwards
       prefilling.push_back(&s);
       continue;
     }
+    make_drafter(s);
     decoding.push_back(&s);
   }
   pick_tokens(decoding);
-  for (Slot* s : decoding)
-    if (sample_next(*s)) entries.push_back({s, std::span<const int32_t>(&s->next, 1), false, true});
-  const size_t n_decode = entries.size();
+  std::vector<Slot*> going;
+  for (Slot* s : decoding) {
+    s->decoded = false;
+    if (sample_next(*s)) going.push_back(s);
+  }
+  // Drafts within the step's budget (a quarter of it stays for prompts when
+  // some wait); each slot feeds its token and its drafts.
+  const size_t prompt_reserve = std::max<size_t>(1, static_cast<size_t>(std::max(1, opt_.prefill_chunk)) / 4);
+  plan_drafts(going, prefilling.empty() ? 0 : prompt_reserve);
+  size_t n_decode = 0;
+  for (Slot* s : going) {
+    s->decoded = true;
+    entries.push_back({s, std::span<const int32_t>(s->feed), false, true, !s->drafts.empty()});
+    n_decode += s->feed.size();
+  }
   // Prompt chunks, earliest admitted first, within the step's prompt budget.
   std::sort(prefilling.begin(), prefilling.end(), [](const Slot* a, const Slot* b) { return a->admitted < b->admitted; });
   size_t budget = step_prompt_budget(opt_.prefill_chunk, n_decode);
@@ -688,7 +720,7 @@ void Scheduler::step() {
   std::vector<Entry> ok;
   std::vector<SeqTokens> seqs;
   for (const Entry& e : entries) {
-    const SeqTokens st{&e.slot->kv, e.tokens, e.want_logits};
+    const SeqTokens st{&e.slot->kv, e.tokens, e.want_logits, e.all_logits};
     try {
       check_seq_tokens(std::span<const SeqTokens>(&st, 1), V);
     } catch (const std::exception& ex) {
@@ -699,6 +731,12 @@ void Scheduler::step() {
     seqs.push_back(st);
   }
   if (ok.empty()) return;
+  size_t step_drafts = 0;
+  for (const Entry& e : ok)
+    if (e.all_logits) {
+      step_drafts += e.tokens.size() - 1;
+      e.slot->kv.keep_token_states();  // a hybrid's state after each, for the rollback
+    }
   if (metrics_) {
     size_t decodes = 0, prompt_tokens = 0;
     for (const Entry& e : ok) (e.prompt ? prompt_tokens : decodes) += e.prompt ? e.tokens.size() : 1;
@@ -718,9 +756,16 @@ void Scheduler::step() {
     Slot& s = *e.slot;
     s.tokens.insert(s.tokens.end(), e.tokens.begin(), e.tokens.end());
     if (e.prompt) s.prefilled += e.tokens.size();
-    if (e.want_logits) s.logits_row = row++;
+    if (e.want_logits) {
+      s.logits_row = row;
+      row += e.all_logits ? e.tokens.size() : 1;
+    }
     if (e.prompt && e.want_logits) fork_choices(s);
   }
+  // The whole turn (sampling the last step's rows, drafting, the forward):
+  // what a decode costs each slot in it, the controllers' measure.
+  last_step_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (metrics_ && opt_.spec.make_drafter) metrics_->spec_step(step_drafts, last_step_seconds_);
 }
 
 // Choice 0's prompt is in: every choice waiting for it takes its state (K/V,

@@ -54,6 +54,12 @@
 // on); cancel() from the client side (a disconnect) frees the slot at the
 // worker's next turn.
 //
+// Speculative decoding (Options::spec, `serve --spec`; scheduler_spec.cpp):
+// a decoding slot's entry is its token and up to K drafts, verified in the
+// same step as everything else; the next turn samples its rows through the
+// per-token path while the drafts match and truncates its cache to what was
+// emitted, so every answer is plain decoding's.
+//
 // Choices (`n`): the n jobs of one request are admitted together; choice 0
 // prefills, the others wait in their slots and take its state by a fork when
 // its prompt is in (one prefill for all), then decode as sequences of the
@@ -64,6 +70,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -75,6 +82,7 @@
 #include "engine/backend.h"
 #include "engine/generate.h"
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 #include "grammar/token_mask.h"
 #include "server/metrics.h"
 #include "server/structured_output.h"
@@ -182,6 +190,18 @@ class Scheduler {
     // tokens (KvCache::set_checkpoints; host memory, counted in the KV bytes
     // on the CPU). Capacity 0: such a slot reuses all of its cache or none.
     CheckpointOptions checkpoints{4, 256};
+    // Speculative decoding (`serve --spec`, docs/speculative.md): each
+    // decoding slot's token goes into the step with up to K drafts, verified
+    // in the same forward_seqs as the other slots' decodes and prompt chunks.
+    struct Spec {
+      // The drafter of a job in the slot whose cache is the second argument
+      // (called on the worker thread at the job's first step, before its
+      // prompt runs; null, or a null result or a throw: the job decodes
+      // plainly). Drafters must propose point masses (no
+      // draft_distributions): the ngram, oracle and MTP drafters.
+      std::function<std::unique_ptr<Drafter>(const Job&, const KvCache&)> make_drafter;
+      SpecControllerOptions control;
+    } spec;
   };
   Scheduler(Backend& backend, const Tokenizer& tok, Options opt, Metrics* metrics = nullptr);
   ~Scheduler();  // stop()
@@ -223,6 +243,12 @@ class Scheduler {
   void publish_experts();
   void step();
   bool sample_next(Slot& s);
+  bool emit_token(Slot& s, int32_t id, const StepLogprobs& lp, int64_t n_kept);
+  void roll_back(Slot& s, int64_t n);
+  void record_spec(Slot& s, size_t drafted, size_t emitted, bool kept, bool ended);
+  void plan_drafts(const std::vector<Slot*>& decoding, size_t reserve);
+  void propose_drafts(Slot& s, int64_t k);
+  void make_drafter(Slot& s);
   void pick_token(Slot& s);
   void pick_tokens(const std::vector<Slot*>& slots);
   std::span<const float> logits_of(const Slot& s) const;
@@ -250,6 +276,7 @@ class Scheduler {
   int64_t request_ctx_ = 0;     // ctx()
   std::shared_ptr<KvPages> kv_pages_;  // paged KV: the slots' pool
   std::atomic<int> preemptions_{0};
+  double last_step_seconds_ = 0;  // the previous step's time (speculation's controllers)
   std::vector<float> step_logits_;  // the last step's logit rows (each slot that wanted logits: its row)
   // Picks the decoding slots' tokens side by side (pick_tokens); made with the
   // first step that has several.
