@@ -211,6 +211,31 @@ TEST(SchedulerSpec, GreedyAnswersOfThreeSlotsAreThePlainOnes) {
   }
 }
 
+// Paged KV (the CPU backend's): a pool too small for the three answers at
+// once. A verify's tokens take their pages together; a job that gives its
+// pages back (preempted) drops its drafts and re-reads its text, and every
+// answer is still the plain one.
+TEST(SchedulerSpec, SpeculatingJobsInAShortPagePoolKeepThePlainAnswers) {
+  Tiny t;
+  const std::vector<Job> jobs = three_jobs(t.tok());
+  const std::vector<Answer> plain = serve(*t.be, t.tok(), jobs, base_options());
+  Scheduler::Options o = with_spec(base_options(), oracle(t, 1.0));
+  o.ctx = 96;  // 12 pages of 8 tokens: the three prompts and answers need more
+  o.kv_page_tokens = 8;
+  size_t need = 0;
+  for (const Job& j : jobs) need += j.prompt.size() + static_cast<size_t>(j.gen.n_predict);
+  ASSERT_GT(need, 96u);
+  Scheduler sched(*t.be, t.tok(), o);
+  ASSERT_NE(sched.kv_pages(), nullptr) << "the CPU backend's KV is paged";
+  std::vector<std::shared_ptr<Request>> rs;
+  for (const Job& j : jobs) rs.push_back(sched.submit(j));
+  std::vector<Answer> got;
+  for (auto& r : rs) got.push_back(wait(r));
+  expect_same(plain, got, "oracle:1 in a 96-token pool");
+  EXPECT_GE(sched.preemptions(), 1) << "the three answers could not be held at once";
+  EXPECT_LE(sched.kv_pages()->used_pages(), 12);
+}
+
 TEST(SchedulerSpec, SeededSamplingIsThePlainOneWithPointMassDrafts) {
   Tiny t;
   const std::vector<Job> jobs = three_jobs(t.tok(), 0.9f);
