@@ -132,19 +132,7 @@ SpecSimResult simulate_speculative(const Trace& trace, const SimOptions& opts, c
   const TraceHeader& h = trace.header;
   const std::vector<Pass> passes = passes_of(trace);
 
-  StepSchedulerOptions so;
-  ResidencyConfig& rc = so.residency;
-  rc.n_layer = h.n_layer;
-  rc.n_expert = h.n_expert;
-  rc.k = h.k;
-  rc.slot_bytes = h.expert_bytes;
-  rc.slot_bytes.resize(h.n_layer, 0);
-  rc.capacity = opts.capacity;
-  rc.policy = opts.policy;
-  rc.policy_options = opts.policy_options;
-  rc.transit_slots = opts.transit_slots;
-  rc.cost = opts.cost;
-  so.tuning = opts.step;
+  StepSchedulerOptions so = scheduler_options(h, opts);
   so.tuning.prefetch = DecodePrefetch::Off;
   so.tuning.draft_credit = spec.exclude_rejected;
 

@@ -48,24 +48,6 @@ namespace {
 
 uint64_t stage_plan_size(const StagePlan* p) { return p ? p->copies.size() : 0; }
 
-// The scheduler the engine would run for this trace, capacity and policy.
-StepSchedulerOptions scheduler_options(const TraceHeader& h, const SimOptions& opts) {
-  StepSchedulerOptions so;
-  ResidencyConfig& rc = so.residency;
-  rc.n_layer = h.n_layer;
-  rc.n_expert = h.n_expert;
-  rc.k = h.k;
-  rc.slot_bytes = h.expert_bytes;
-  rc.slot_bytes.resize(h.n_layer, 0);
-  rc.capacity = opts.capacity;
-  rc.policy = opts.policy;
-  rc.policy_options = opts.policy_options;
-  rc.transit_slots = opts.transit_slots;
-  rc.cost = opts.cost;
-  so.tuning = opts.step;
-  if (opts.prefetch == PrefetchMode::None) so.tuning.prefetch = DecodePrefetch::Off;
-  return so;
-}
 
 // A decode step's prediction for tiered layer `target`, most likely first:
 // the real next layer step (oracle) or the trace's predictions.
@@ -206,6 +188,24 @@ class SimTiers final : public MoeTiers {
 };
 
 }  // namespace
+
+StepSchedulerOptions scheduler_options(const TraceHeader& h, const SimOptions& opts) {
+  StepSchedulerOptions so;
+  ResidencyConfig& rc = so.residency;
+  rc.n_layer = h.n_layer;
+  rc.n_expert = h.n_expert;
+  rc.k = h.k;
+  rc.slot_bytes = h.expert_bytes;
+  rc.slot_bytes.resize(h.n_layer, 0);
+  rc.capacity = opts.capacity;
+  rc.policy = opts.policy;
+  rc.policy_options = opts.policy_options;
+  rc.transit_slots = opts.transit_slots;
+  rc.cost = opts.cost;
+  so.tuning = opts.step;
+  if (opts.prefetch == PrefetchMode::None) so.tuning.prefetch = DecodePrefetch::Off;
+  return so;
+}
 
 SimResult simulate(const Trace& trace, const AccessSequence& seq, const SimOptions& opts) {
   const TraceHeader& h = trace.header;

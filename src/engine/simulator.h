@@ -82,6 +82,10 @@ struct SimResult {
 
 SimResult simulate(const Trace& trace, const AccessSequence& seq, const SimOptions& opts);
 
+// The scheduler the engine would run for this trace, capacity and policy
+// (what simulate() and the speculative replay, sim_spec.h, drive).
+StepSchedulerOptions scheduler_options(const TraceHeader& h, const SimOptions& opts);
+
 // Fills the Belady figures of `r` from per-layer hits (belady_hits_per_layer).
 void set_belady(SimResult& r, const std::vector<uint64_t>& per_layer_hits);
 
