@@ -23,7 +23,7 @@ after every group, worst moestream/llama.cpp ratio first.
 On the GPU machine (carry .llb, made here by tools/llama_bench_local.sh):
   eval "$(tools/llb_unpack.sh /tmp/lb)"
   python3 tools/matrix.py --moestream ./bin/moestream --llama-bin /tmp/lb/bin --max-seconds 540 --mirror "$OUT"
-Cell ids are ARCH/QUANT/BUDGET/WORKLOAD/ROUTER, e.g. qwen3-30b/q4_k_m/65%/tg128/uniform.
+Cell ids are ARCH/QUANT/BUDGET/WORKLOAD/ROUTER, e.g. qwen3-30b/q4_k_m/65%%/tg128/uniform.
 """
 
 
