@@ -7,6 +7,7 @@
 #include <fstream>
 #include <thread>
 
+#include "cli/device_flags.h"
 #include "engine/cpu_backend.h"
 #include "experts/cost_model.h"
 #include "experts/policy.h"
@@ -139,6 +140,11 @@ void add_vram_options(CLI::App& sub, VramSetup* v, bool steps) {
                  "VRAM budget for the CUDA backend: 8G, 8000M, full (every expert resident); default: free device "
                  "memory less 512 MiB. Routed experts that do not fit stay in host RAM and are streamed or run on the CPU")
       ->option_text("BYTES|full");
+  sub.add_option_function<std::string>(
+         "--devices", [v](const std::string& list) { v->devices = parse_devices(list); },
+         "GPUs to use, e.g. 1 (default 0). Several (0,1) are planned by `moestream inspect --devices` and "
+         "`moestream sim --devices` but not run yet: multi-GPU execution is not built (docs/multi_gpu.md)")
+      ->option_text("LIST");
   std::string names;
   for (const std::string& n : policy_names()) names += (names.empty() ? "" : ", ") + n;
   sub.add_option("--policy", t.policy,
@@ -178,8 +184,18 @@ void add_vram_options(CLI::App& sub, VramSetup* v, bool steps) {
   add_tuning_options(sub, v);
 }
 
-uint64_t parse_vram(const std::string& text, bool* full) {
+uint64_t parse_vram(const std::string& text_in, bool* full) {
   *full = false;
+  std::string text = text_in;
+  if (is_per_device_vram(text)) {  // "1:8G": the size for one device (which one: check_vram_devices)
+    const size_t colon = text.find(':');
+    const std::string id = text.substr(0, colon);
+    if (id.empty() || id.find_first_not_of("0123456789") != std::string::npos || text.find(',') != std::string::npos)
+      throw Error("--vram " + text + ": a budget for one device is DEVICE:SIZE, e.g. 1:8G (with --devices 1)");
+    text = text.substr(colon + 1);
+    if (text.empty() || text == "auto" || text == "full")
+      throw Error("--vram " + text_in + ": give DEVICE:SIZE with a size, e.g. 1:8G");
+  }
   if (text.empty() || text == "auto") return 0;
   if (text == "full") {
     *full = true;
@@ -206,7 +222,19 @@ std::vector<std::string> parse_vram_list(const std::string& text) {
   return items;
 }
 
+int check_vram_devices(const VramSetup& v) {
+  const int device = check_device_count(v.devices);
+  if (is_per_device_vram(v.budget)) {
+    if (v.devices.empty())
+      throw Error("--vram " + v.budget + ": a budget for a named device needs --devices (e.g. --devices " +
+                  v.budget.substr(0, v.budget.find(':')) + ")");
+    (void)parse_device_vram(v.budget, v.devices);
+  }
+  return device;
+}
+
 void check_vram_options(const VramSetup& v) {
+  check_vram_devices(v);
   bool full = false;
   parse_vram(v.budget, &full);
   const std::string& policy = v.cuda.tiered.policy;
@@ -220,6 +248,7 @@ void check_vram_options(const VramSetup& v) {
 
 CudaOptions cuda_options(const BackendSetup& s) {
   CudaOptions o = s.vram.cuda;
+  o.device = check_vram_devices(s.vram);
   o.vram_budget = parse_vram(s.vram.budget, &o.vram_full);
   // The device cache is allocated, and the VRAM budget planned, for this type
   // now (q8_0: 34/64 of f16's bytes); make_cache could switch it later.
@@ -262,6 +291,7 @@ void report_thread_shortfall(const ThreadPool& pool, bool quiet) {
 
 std::unique_ptr<Backend> make_backend(const BackendSetup& s, const ModelWeights& w, ThreadPool& pool) {
   bool full = false;
+  check_vram_devices(s.vram);        // several devices: refused on every backend (not built yet)
   parse_vram(s.vram.budget, &full);  // a typo in --vram is an error on every build, whichever backend runs
   if (s.requested == "cpu") {
     if (!s.vram.budget.empty() && !s.quiet)

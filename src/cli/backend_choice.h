@@ -36,7 +36,11 @@ constexpr uint32_t kMaxTransitSlots = 4096;
 // typed options (cuda/backend/cuda_options.h); names (--host-pin, --prefetch,
 // --cost) are parsed into their types when the command line is.
 struct VramSetup {
-  std::string budget;   // "" (free memory less a margin), "full", or bytes ("8G", "8000M")
+  std::string budget;   // "" (free memory less a margin), "full", or bytes ("8G", "8000M"), or "ID:BYTES"
+  // --devices: the GPUs asked for (cli/device_flags.h). One runs (the
+  // CUDA backend's device); several are refused until multi-GPU execution
+  // is built (issue #45). Empty: device 0.
+  std::vector<int> devices;
   std::string profile;  // --profile FILE: initial placement, hottest first (loaded by make_backend)
   // The CUDA backend's options as the flags set them; cuda_options() adds
   // the budget and the sizes of BackendSetup.
@@ -72,10 +76,17 @@ void add_kv_type_option(CLI::App& sub, KvType* type);
 // tuning_group()), all bound to *v.
 void add_vram_options(CLI::App& sub, VramSetup* v, bool steps);
 // "8G" / "8000M" / "full" / "" checked; throws ms::Error with the accepted forms.
+// "1:8G" (a budget for device 1, with --devices 1) gives the size; which
+// device it names is check_vram_options' to check.
 uint64_t parse_vram(const std::string& text, bool* full);
 // "1.5G,8G,full": every item checked as parse_vram does, up front (the error
 // names the bad item); one item (or "") gives a list of one.
 std::vector<std::string> parse_vram_list(const std::string& text);
+
+// --devices and --vram checked together (more than one device is refused:
+// multi-GPU execution is not built yet; a budget of the form ID:BYTES must
+// name the device of --devices); returns the device to run on.
+int check_vram_devices(const VramSetup& v);
 
 // --vram and --policy checked before a model is opened, on either backend
 // (a typo used to be taken silently by the CPU backend, which ignores them;

@@ -5,8 +5,11 @@
 // experts, and what a VRAM budget leaves for experts. --check also scans every
 // weight for NaN/Inf (a corrupt download; model/weight_check.h). The sums
 // live in src/model (tested there); this file only prints them.
+// `--devices 0,1 --vram 12G|0:12G,1:20G` adds where every layer and expert
+// would live on several GPUs (experts/device_placement.h; planned, not run).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cinttypes>
 #include <cstdio>
 #include <optional>
@@ -14,6 +17,8 @@
 
 #include "cli/backend_choice.h"
 #include "cli/commands.h"
+#include "cli/device_flags.h"
+#include "experts/device_placement.h"
 #include "engine/kv_cache.h"
 #include "format/gguf.h"
 #include "model/context_plan.h"
@@ -28,7 +33,8 @@ namespace ms::cli {
 namespace {
 
 struct InspectArgs {
-  std::string path, vram;
+  std::string path, vram, devices;
+  double peer_gbps = 25;
   int64_t ctx = 4096;
   KvType kv_type = KvType::F16;  // --kv-type: the KV cache's bytes in the budget
   bool json = false, no_tensors = false, metadata = false, check = false;
@@ -136,6 +142,68 @@ std::string kv_formula(const ModelHParams& h, int64_t ctx, KvType type) {
 std::string reserve_formula(const ModelHParams& h) {
   return format_bytes(kVramFixedReserve) + " fixed (CUDA context, activations, workspaces) + f32 logits of " +
          std::to_string(kVramLogitRows) + " tokens x " + std::to_string(h.n_vocab) + " vocab";
+}
+
+// ---------------------------------------------------------------- devices
+
+// The placement's view of the file: each layer's dense weights and KV cache
+// at `ctx` (a recurrent layer's state instead), its experts, the embedding
+// and the head apart; the reserve on every device; an f32 hidden state.
+PlacementModel placement_model(const GgufFile& f, const ModelHParams& h, const WeightSplit& split, int64_t ctx,
+                               int kv32) {
+  PlacementModel m;
+  m.k = static_cast<uint32_t>(std::max<int64_t>(h.n_expert_used, 0));
+  m.reserve_bytes = vram_reserve_bytes(h.n_vocab);
+  m.hidden_bytes = static_cast<uint64_t>(std::max<int64_t>(h.n_embd, 1)) * 4;
+  const size_t trunk = static_cast<size_t>(std::max<int64_t>(h.n_layer - h.n_layer_nextn, 0));
+  const auto n_rec = static_cast<uint64_t>(std::count(h.layer_is_recurrent.begin(), h.layer_is_recurrent.end(), true));
+  for (const LayerSplit& l : split.layers) {
+    PlacementLayer& p = m.layers.emplace_back();
+    const size_t il = static_cast<size_t>(l.layer);
+    p.dense_bytes = l.dense_bytes;
+    if (il < trunk && il < h.layer_has_attention.size() && h.layer_has_attention[il] && il < h.n_head_kv_layer.size())
+      p.kv_bytes = static_cast<uint64_t>(ctx) * static_cast<uint64_t>(h.n_head_kv_layer[il]) *
+                   static_cast<uint64_t>(h.head_dim + h.head_dim_v) * static_cast<uint64_t>(kv32) / 32;
+    else if (il < h.layer_is_recurrent.size() && h.layer_is_recurrent[il] && n_rec > 0)
+      p.kv_bytes = h.recurrent_state_bytes() / n_rec;
+    if (l.n_expert > 0 && l.one_expert_bytes > 0) {
+      p.n_expert = static_cast<uint32_t>(l.n_expert);
+      p.expert_bytes = l.one_expert_bytes;
+    }
+  }
+  for (const auto& t : f.tensors()) {
+    const TensorClass c = classify_tensor(t.name);
+    if (c.layer >= 0) continue;
+    (c.role == TensorRole::TokenEmbd ? m.embed_bytes : m.head_bytes) += t.nbytes;
+  }
+  if (m.k == 0) m.k = 1;  // a dense model: no experts to route (the planner checks k only for MoE layers)
+  return m;
+}
+
+std::vector<PlacementDevice> placement_devices(const InspectArgs& a) {
+  const std::vector<int> ids = parse_devices(a.devices);
+  if (a.vram.empty()) throw Error("--devices " + a.devices + " needs --vram: each device's budget (12G) or 0:12G,1:20G");
+  const std::vector<uint64_t> budgets = parse_device_vram(a.vram, ids);
+  const CostModel cost;
+  std::vector<PlacementDevice> devs;
+  for (size_t d = 0; d < ids.size(); ++d)
+    devs.push_back({.id = ids[d], .budget = budgets[d], .link_gbps = cost.pcie_gbps, .hbm_gbps = cost.gpu_hbm_gbps});
+  return devs;
+}
+
+nlohmann::json placement_json(const DevicePlacement& p) {
+  nlohmann::json devs = nlohmann::json::array();
+  for (const DevicePlan& d : p.devices)
+    devs.push_back({{"id", d.id}, {"first_layer", d.first_layer}, {"end_layer", d.end_layer}, {"budget", d.budget},
+                    {"used_bytes", d.used_bytes()}, {"fixed_bytes", d.fixed_bytes},
+                    {"own_expert_bytes", d.own_expert_bytes}, {"hosted_expert_bytes", d.hosted_expert_bytes},
+                    {"n_own", d.n_own}, {"n_hosted", d.n_hosted}, {"n_stream", d.n_stream}, {"n_cpu", d.n_cpu}});
+  const PlacementCost& c = p.cost;
+  return {{"devices", devs},
+          {"predicted_s_per_token", c.total_s()},
+          {"dense_s", c.dense_s}, {"owner_s", c.owner_s}, {"peer_s", c.peer_s}, {"stream_s", c.stream_s},
+          {"cpu_s", c.cpu_s}, {"handoff_s", c.handoff_s}, {"head_s", c.head_s},
+          {"link_bytes_per_token", c.link_bytes}, {"peer_bytes_per_token", c.peer_bytes}};
 }
 
 // ---------------------------------------------------------------- text
@@ -350,7 +418,15 @@ RegisterCommand reg("inspect", [](CLI::App& app) {
   auto* sub = app.add_subcommand("inspect", "Show a GGUF's architecture, tokenizer, tensors, dense/expert split "
                                             "and what fits in a VRAM budget");
   sub->add_option("file", a->path, "GGUF model file")->required();
-  sub->add_option("--vram", a->vram, "VRAM budget (e.g. 12G, 24GiB, 8000M): how many experts fit");
+  sub->add_option("--vram", a->vram,
+                  "VRAM budget (e.g. 12G, 24GiB, 8000M): how many experts fit; with --devices, each device's "
+                  "(12G) or per device (0:12G,1:20G)");
+  sub->add_option("--devices", a->devices,
+                  "GPUs of one host, e.g. 0,1: also print where every layer and expert would live on them (planned; "
+                  "multi-GPU execution is not built yet, docs/multi_gpu.md)")
+      ->option_text("LIST");
+  sub->add_option("--peer-gbps", a->peer_gbps, "--devices: device-to-device GB/s the plan assumes")
+      ->capture_default_str();
   sub->add_option("--ctx", a->ctx, "context length the KV cache is sized for (0: the model's)")->capture_default_str();
   add_kv_type_option(*sub, &a->kv_type);
   sub->add_flag("--json", a->json, "print one JSON object instead of text");
@@ -366,12 +442,22 @@ RegisterCommand reg("inspect", [](CLI::App& app) {
     if (a->ctx == 0) a->ctx = h.n_ctx_train > 0 ? h.n_ctx_train : kAutoFloor;  // the model's context
     const TokenizerSummary tok = read_tokenizer(*f);
     const WeightSplit split = split_weights(*f);
-    const bool with_budget = !a->vram.empty();
+    const bool multi = !a->devices.empty();
+    const bool with_budget = !a->vram.empty() && !multi;
     check_kv_head_dim(a->kv_type, h.head_dim);
     check_kv_head_dim(a->kv_type, h.head_dim_v);
     const int kv32 = kv_bytes_per_32(a->kv_type);
     const VramPlan plan =
         with_budget ? plan_vram(split, h, parse_bytes(a->vram), a->ctx, kv32) : vram_needs(split, h, a->ctx, kv32);
+    std::optional<DevicePlacement> placement;
+    if (multi) {
+      if (!(a->peer_gbps > 0 && std::isfinite(a->peer_gbps)))
+        throw Error("--peer-gbps must be a positive number of GB/s, got " + std::to_string(a->peer_gbps));
+      const std::vector<PlacementDevice> devs = placement_devices(*a);
+      PlacementRates rates;
+      rates.peer_gbps = a->peer_gbps;
+      placement = plan_device_placement(placement_model(*f, h, split, a->ctx, kv32), devs, rates);
+    }
     const std::vector<TypeBytes> types = bytes_by_type(*f);
     const std::string load_err = load_problem(*f);
     std::optional<WeightCheck> check;
@@ -388,6 +474,7 @@ RegisterCommand reg("inspect", [](CLI::App& app) {
     }
     if (a->json) {
       nlohmann::json j = to_json(*a, *f, h, tok, types, load_err, split, plan, with_budget);
+      if (placement) j["placement"] = placement_json(*placement);
       if (check) {
         nlohmann::json bad = nlohmann::json::array();
         for (const BadValue& b : check->bad)
@@ -401,6 +488,12 @@ RegisterCommand reg("inspect", [](CLI::App& app) {
       std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
       print_text(*a, *f, h, tok, types, load_err, split, plan, with_budget);
+      if (placement) {
+        const CostModel cost;
+        std::printf("\ndevices (planned, not run: multi-GPU execution is not built yet; docs/multi_gpu.md) at --ctx "
+                    "%" PRId64 ", uniform routing, links %.0f GB/s, peers %.0f GB/s, CPU %.0f GB/s:\n%s",
+                    a->ctx, cost.pcie_gbps, a->peer_gbps, cost.cpu_gbps, describe_placement(*placement).c_str());
+      }
       if (check) {
         std::printf("\ncheck:         %d tensors, %s scanned in %.1f s", check->tensors_scanned,
                     format_bytes(check->bytes_scanned).c_str(), check_s);

@@ -157,6 +157,7 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     if (r.max_body < 1) throw Error("--max-body must be at least 1 byte, got " + std::to_string(r.max_body));
     // Before the model is opened: a typo in the budget is reported at once.
     bool vram_full = false;
+    check_vram_devices(r.vram);
     parse_vram(r.vram.budget, &vram_full);
     if (r.api_key.empty())
       if (const char* k = std::getenv("MOESTREAM_API_KEY")) r.api_key = k;

@@ -5,6 +5,9 @@
 //                 [--prefetch-count auto|next] [--warm-start] [--prompt-cpu] [--gated] [--transit-slots N]
 // The replay runs the engine's MoE step (engine/moe_step.h) and its scheduler.
 //                 [--profile FILE] [--pin-layers first,last] [--json] [--csv FILE] [--plot FILE.svg]
+//   moestream sim --trace FILE --devices N --vram 12G|0:12G,1:20G [--dense-bytes B] [--policy plan|P]
+//                 [--peer-gbps G] [--hidden-bytes B]: the multi-device placement (engine/sim_devices.h)
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -12,6 +15,8 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/device_flags.h"
+#include "engine/sim_devices.h"
 #include "experts/profile.h"
 #include "engine/sim_spec.h"
 #include "engine/speculative.h"
@@ -33,7 +38,80 @@ struct SimArgs {
   std::string spec;  // --spec oracle:ALPHA
   int draft_max = 4;
   uint64_t spec_seed = 1;
+  // --devices N: the multi-device placement and its replay (issue #45).
+  int devices = -1;  // -1: not given
+  std::string reserve = "0", hidden = "8K";
+  double peer_gbps = 25, peer_latency_us = 10;
 };
+
+// --devices N: plan the trace's model over N simulated devices (0..N-1) and
+// replay the trace over the plan.
+int run_device_sim(const Trace& trace, const AccessSequence& seq, const CostModel& cost, const SimArgs& a,
+                   const PolicyOptions& policy_options) {
+  if (a.devices < 1 || size_t(a.devices) > kMaxPlacementDevices)
+    throw Error("--devices " + std::to_string(a.devices) + ": sim plans 1 to " + std::to_string(kMaxPlacementDevices) +
+                " simulated devices (a count: --devices 2 is devices 0 and 1)");
+  if (a.vram.empty()) throw Error("sim --devices needs --vram: each device's budget (12G) or 0:12G,1:20G");
+  if (!a.slots.empty() || !a.fraction.empty())
+    throw Error("sim --devices sizes each device by --vram (12G or 0:12G,1:20G), not --slots or --slots-fraction");
+  if (!a.spec.empty() || !a.csv.empty() || !a.plot.empty() || a.prefetch != "none" || a.gated || a.layers)
+    throw Error("sim --devices takes none of --spec, --csv, --plot, --prefetch, --gated, --layers (one plan, one replay)");
+  if (a.policy.find(',') != std::string::npos || a.policy == "all")
+    throw Error("sim --devices takes one --policy (plan, the default, or a cache policy run on each device)");
+  if (!(a.peer_gbps > 0 && std::isfinite(a.peer_gbps)))
+    throw Error("--peer-gbps must be a positive number of GB/s, got " + std::to_string(a.peer_gbps));
+  if (!(a.peer_latency_us >= 0 && std::isfinite(a.peer_latency_us)))
+    throw Error("--peer-latency-us must be >= 0, got " + std::to_string(a.peer_latency_us));
+  std::vector<int> ids;
+  for (int d = 0; d < a.devices; ++d) ids.push_back(d);
+  const std::vector<uint64_t> budgets = parse_device_vram(a.vram, ids);
+  DeviceSimOptions o;
+  for (size_t d = 0; d < ids.size(); ++d)
+    o.devices.push_back({.id = ids[d], .budget = budgets[d], .link_gbps = cost.pcie_gbps, .hbm_gbps = cost.gpu_hbm_gbps});
+  o.rates.cost = cost;
+  o.rates.peer_gbps = a.peer_gbps;
+  o.rates.peer_latency_us = a.peer_latency_us;
+  o.dense_bytes = parse_bytes(a.dense);
+  o.reserve_bytes = parse_bytes(a.reserve);
+  o.hidden_bytes = parse_bytes(a.hidden);
+  o.policy = a.policy == "default" ? "plan" : a.policy;
+  if (o.policy != "plan") {
+    const std::vector<std::string> names = policy_names();
+    if (std::find(names.begin(), names.end(), o.policy) == names.end())
+      throw Error("--policy " + o.policy + ": unknown (plan, or a cache policy: lru, slru, lfu, lfu-decay, adaptive, ...)");
+  }
+  o.policy_options = policy_options;
+  const DeviceSimResult r = simulate_devices(trace, seq, o);
+  const TraceHeader& h = trace.header;
+  if (a.json) {
+    nlohmann::json j;
+    j["trace"] = {{"file", a.trace}, {"model", h.model}, {"n_layer", h.n_layer}, {"n_expert", h.n_expert}, {"k", h.k}};
+    j["policy"] = r.policy;
+    j["predicted_s_per_token"] = r.predicted_per_token_s();
+    j["replayed_s_per_token"] = r.cost_per_token_s();
+    j["link_bytes_per_token"] = r.measured.link_bytes;
+    j["peer_bytes_per_token"] = r.measured.peer_bytes;
+    j["decode_tokens"] = r.decode_tokens;
+    j["devices"] = nlohmann::json::array();
+    for (size_t d = 0; d < r.devices.size(); ++d) {
+      const DeviceSimStats& s = r.devices[d];
+      const DevicePlan& p = r.plan.devices[d];
+      j["devices"].push_back({{"id", s.id}, {"first_layer", s.first_layer}, {"end_layer", s.end_layer},
+                              {"budget", p.budget}, {"used_bytes", p.used_bytes()}, {"slots", s.slots},
+                              {"accesses", s.accesses}, {"hits", s.hits}, {"hit_rate", s.hit_rate()},
+                              {"peer_served", s.peer_served}, {"streamed", s.streamed}, {"cpu", s.cpu},
+                              {"hosted", s.hosted}, {"link_bytes", s.link_bytes}, {"peer_bytes", s.peer_bytes}});
+    }
+    j["cost_model"] = cost.to_json();
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("trace %s: %s, %u layers x %u experts, k=%u; %d simulated devices, links %.0f GB/s, peers %.0f GB/s, "
+              "CPU %.0f GB/s; policy %s\n\nplan:\n%s\nreplay:\n%s",
+              a.trace.c_str(), h.model.c_str(), h.n_layer, h.n_expert, h.k, a.devices, cost.pcie_gbps, a.peer_gbps,
+              cost.cpu_gbps, r.policy.c_str(), describe_placement(r.plan).c_str(), device_sim_table(r).c_str());
+  return 0;
+}
 
 // --spec: per capacity, layout and policy, plain decoding, then verifies
 // whose every route counts, then verifies whose rejected drafts' routes
@@ -162,6 +240,18 @@ RegisterCommand reg("sim", [](CLI::App& app) {
                   "counted vs rejected drafts' routes left out of the policy");
   sim->add_option("--draft-max", a->draft_max, "--spec: drafts per verify")->capture_default_str();
   sim->add_option("--spec-seed", a->spec_seed, "--spec: seed of the drafts' acceptance")->capture_default_str();
+  sim->add_option("--devices", a->devices,
+                  "N simulated GPUs of one host (devices 0..N-1): plan where every layer and expert lives (--vram: "
+                  "each device's budget, 12G or 0:12G,1:20G; --dense-bytes: the model's dense weights) and replay the "
+                  "trace over the plan; --policy plan (default: the plan's residents) or a cache policy per device")
+      ->option_text("N");
+  sim->add_option("--reserve-bytes", a->reserve, "--devices: bytes kept on every device (CUDA context, workspaces)")
+      ->capture_default_str();
+  sim->add_option("--hidden-bytes", a->hidden, "--devices: one token's hidden state, as sent between devices")
+      ->capture_default_str();
+  sim->add_option("--peer-gbps", a->peer_gbps, "--devices: device-to-device GB/s")->capture_default_str();
+  sim->add_option("--peer-latency-us", a->peer_latency_us, "--devices: microseconds per device-to-device transfer")
+      ->capture_default_str();
 
   return [a]() -> int {
     check_sim_flags(*a);
@@ -169,7 +259,9 @@ RegisterCommand reg("sim", [](CLI::App& app) {
     const TraceHeader& h = trace.header;
     SweepOptions so;
     const uint64_t dense = parse_bytes(a->dense);
-    if (!a->vram.empty()) so.capacities = parse_capacity_list(CapacitySpec::Kind::Bytes, a->vram, dense);
+    if (a->devices != -1) {
+      // --devices: --vram is per device (parsed by run_device_sim), not a capacity list.
+    } else if (!a->vram.empty()) so.capacities = parse_capacity_list(CapacitySpec::Kind::Bytes, a->vram, dense);
     else if (!a->slots.empty()) so.capacities = parse_capacity_list(CapacitySpec::Kind::Slots, a->slots, dense);
     else if (!a->fraction.empty()) so.capacities = parse_capacity_list(CapacitySpec::Kind::Fraction, a->fraction, dense);
     else throw Error("give the cache size: --vram BYTES, --slots N or --slots-fraction F (lists sweep)");
@@ -211,6 +303,10 @@ RegisterCommand reg("sim", [](CLI::App& app) {
                     std::to_string(p.n_expert) + " experts, the trace has " + std::to_string(h.n_layer) + " x " +
                     std::to_string(h.n_expert));
       for (ExpertKey k : p.hottest(p.counts.size())) base.policy_options.pinned.push_back(k);
+    }
+    if (a->devices != -1) {
+      base.policy_options.n_keys = h.n_layer * h.n_expert;
+      return run_device_sim(trace, build_access_sequence(trace), base.cost, *a, base.policy_options);
     }
     so.policies = parse_policy_list(a->policy, !base.policy_options.pinned.empty());
     if (!a->spec.empty()) return run_spec_sim(trace, so, *a);

@@ -91,6 +91,7 @@ const std::vector<FlagCase>& flag_cases() {
                 c.text() == "pcie_gbps=20,cpu_gflops=7";
        }},
       {"--verbose-steps", [](const Parsed& p) { return p.opt.tiered.verbose_steps; }},
+      {"--devices 1", [](const Parsed& p) { return p.opt.device == 1 && p.setup.vram.devices == std::vector<int>{1}; }},
   };
   return cases;
 }
