@@ -14,6 +14,9 @@
 #ifndef MOESTREAM_VERSION
 #define MOESTREAM_VERSION "0.1.0"
 #endif
+#if __has_include("ms_git_hash.h")
+#include "ms_git_hash.h"  // written at build time (cmake/write_git_hash.cmake)
+#endif
 #ifndef MOESTREAM_GIT_HASH
 #define MOESTREAM_GIT_HASH "unknown"
 #endif
