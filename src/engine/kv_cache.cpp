@@ -282,6 +282,34 @@ void KvCache::truncate(int64_t n) {
   release_unwritten();
 }
 
+void KvCache::keep_path(int64_t base, std::span<const int32_t> nodes) {
+  const std::string what = "KV cache: keeping a tree path from position " + std::to_string(base);
+  if (has_recurrent_) throw Error(what + ": the cache has recurrent layers, which token trees do not run on");
+  if (nodes.empty() || nodes[0] != 0) throw Error(what + ": the path must start at the tree's root (node 0)");
+  for (size_t k = 1; k < nodes.size(); ++k)
+    if (nodes[k] <= nodes[k - 1])
+      throw Error(what + ": node " + std::to_string(nodes[k]) + " follows node " + std::to_string(nodes[k - 1]) +
+                  " (a path's nodes come in increasing order)");
+  if (base < 0 || base + nodes.back() >= n_past_)
+    throw Error(what + ": node " + std::to_string(nodes.back()) + " is past the " + std::to_string(n_past_) +
+                " positions held");
+  // nodes[k] >= k, and a later source is above every earlier destination:
+  // copying in order never overwrites a row still to be read.
+  const KvPageLayout& l = kv_.pages->layout();
+  for (size_t k = 1; k < nodes.size(); ++k) {
+    const int64_t from = base + nodes[k], to = base + static_cast<int64_t>(k);
+    if (from == to) continue;
+    const std::byte* ps = kv_.pages->page(kv_.table[static_cast<size_t>(from / l.page_tokens)]);
+    std::byte* pd = kv_.pages->page(kv_.table[static_cast<size_t>(to / l.page_tokens)]);
+    for (int layer = 0; layer < l.n_layers; ++layer)
+      for (bool values : {false, true})
+        for (int h = 0; h < n_kv_; ++h)
+          std::memcpy(pd + l.offset(layer, values, h, to % l.page_tokens),
+                      ps + l.offset(layer, values, h, from % l.page_tokens), static_cast<size_t>(l.row_bytes));
+  }
+  truncate(base + static_cast<int64_t>(nodes.size()));
+}
+
 void KvCache::set_checkpoints(CheckpointOptions o) {
   StateCheckpoints fresh(o);  // checks o
   if (!has_recurrent_) return;

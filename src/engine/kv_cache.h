@@ -30,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <new>
 #include <string>
 #include <string_view>
@@ -230,6 +231,15 @@ class KvCache {
   void truncate(int64_t n);
   // Forgets every position and checkpoint; zeroes the recurrent state.
   void clear();
+  // After a token tree's forward (SeqTokens::parents) from position base:
+  // moves the K/V rows of slots base + nodes[k] to positions base + k (for
+  // every attention layer and KV head; bytes copied as they are, so rows
+  // keep their exact values) and keeps base + nodes.size() positions. nodes:
+  // strictly increasing from 0, the last one below n_past (a root-to-node
+  // path of the tree, whose k-th node was computed at position base + k).
+  // Throws ms::Error for nodes that break this, and for a cache with
+  // recurrent layers (a tree never ran on one).
+  void keep_path(int64_t base, std::span<const int32_t> nodes);
 
   // Recurrent-state checkpoints (no effect on attention-only caches). Sizes
   // their storage (host memory here, unless a device backend's StateStore
