@@ -34,7 +34,7 @@ bool DraftTree::is_chain() const {
 }
 
 DraftTree build_draft_tree(int32_t root, std::span<const std::vector<TokenProb>> candidates, int budget,
-                           int max_depth, int64_t n_vocab) {
+                           int max_depth, int64_t n_vocab, bool spine) {
   if (budget < 0) throw Error("draft tree: the node budget must be >= 0 (got " + std::to_string(budget) + ")");
   if (max_depth < 0) throw Error("draft tree: the depth must be >= 0 (got " + std::to_string(max_depth) + ")");
   // The usable choices per position: valid ids with p > 0, up to a repeat.
@@ -73,15 +73,33 @@ DraftTree build_draft_tree(int32_t root, std::span<const std::vector<TokenProb>>
     const double s = tree.log_score[static_cast<size_t>(parent)] + std::log(cands[d][static_cast<size_t>(rank)].p);
     frontier.push({s, seq++, parent, depth, rank});
   };
-  offer(0, 1, 0);
-  while (static_cast<int>(tree.size()) < budget + 1 && !frontier.empty()) {
-    const Entry e = frontier.top();
-    frontier.pop();
+  auto add = [&](const Entry& e) {
     const int32_t node = static_cast<int32_t>(tree.size());
     tree.tokens.push_back(cands[static_cast<size_t>(e.depth - 1)][static_cast<size_t>(e.rank)].id);
     tree.parents.push_back(e.parent);
     tree.depth.push_back(e.depth);
     tree.log_score.push_back(e.score);
+    return node;
+  };
+  if (spine) {
+    // The first choices down to the budget or the depth; each spine node's
+    // second choice (and the last one's first child) joins the frontier.
+    int32_t parent = 0;
+    for (size_t d = 0; d < cands.size() && static_cast<int>(tree.size()) < budget + 1; ++d) {
+      const int32_t depth = static_cast<int32_t>(d + 1);
+      const Entry e{tree.log_score[static_cast<size_t>(parent)] + std::log(cands[d][0].p), seq++, parent, depth, 0};
+      const int32_t node = add(e);
+      offer(parent, depth, 1);
+      parent = node;
+    }
+    offer(parent, tree.depth[static_cast<size_t>(parent)] + 1, 0);
+  } else {
+    offer(0, 1, 0);
+  }
+  while (static_cast<int>(tree.size()) < budget + 1 && !frontier.empty()) {
+    const Entry e = frontier.top();
+    frontier.pop();
+    const int32_t node = add(e);
     offer(node, e.depth + 1, 0);
     offer(e.parent, e.depth, e.rank + 1);
   }

@@ -595,7 +595,9 @@ void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const T
         // Every node takes a slot of the context (the path is compacted after).
         const int64_t room = std::min<int64_t>(kv.ctx() - kv.n_past(), backend.max_token_tree(kv)) - 1;
         const int budget = static_cast<int>(std::min<int64_t>(params.spec.tree_budget, room));
-        tree = build_draft_tree(id, drafter.candidates(), budget, static_cast<int>(drafts.size()), V);
+        // The drafter's chain first (its probabilities may be flat where its
+        // argmax is right), the rest of the budget best-first.
+        tree = build_draft_tree(id, drafter.candidates(), budget, static_cast<int>(drafts.size()), V, /*spine=*/true);
         tree_step = static_cast<int>(tree.size()) - 1 >= co.draft_min;
         if (!tree_step) drafts.clear();
       }

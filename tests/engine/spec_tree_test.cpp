@@ -99,6 +99,43 @@ TEST(DraftTree, BestFirstKeepsTheMostLikelyPaths) {
   }
 }
 
+TEST(DraftTree, SpineFirstThenTheMostLikelyOtherPaths) {
+  for (uint32_t seed : {4u, 5u}) {
+    // Flat-ish candidates: without a spine the tree goes wide first.
+    const auto c = fake_candidates(seed, 5, 4);
+    for (int budget : {0, 1, 3, 5, 6, 9, 20, 60}) {
+      const DraftTree t = build_draft_tree(5, c, budget, 5, 1000, /*spine=*/true);
+      const int spine = std::min(budget, 5);
+      ASSERT_EQ(t.size(), static_cast<size_t>(std::min(budget, 4 + 16 + 64 + 256 + 1024)) + 1);
+      // Nodes 1..spine: the chain of first choices.
+      for (int i = 1; i <= spine; ++i) {
+        EXPECT_EQ(t.parents[static_cast<size_t>(i)], i - 1);
+        EXPECT_EQ(t.tokens[static_cast<size_t>(i)], c[static_cast<size_t>(i - 1)][0].id) << "budget " << budget;
+      }
+      // The others: the best of every path off that chain (brute force), parents first.
+      std::vector<double> off;
+      std::function<void(size_t, double, bool)> walk = [&](size_t d, double score, bool on_spine) {
+        if (d == c.size()) return;
+        for (size_t r = 0; r < c[d].size(); ++r) {
+          const double s = score + std::log(c[d][r].p);
+          const bool on = on_spine && r == 0 && static_cast<int>(d) < spine;
+          if (!on) off.push_back(s);
+          walk(d + 1, s, on);
+        }
+      };
+      walk(0, 0.0, true);
+      std::sort(off.begin(), off.end(), std::greater<>());
+      std::vector<double> got(t.log_score.begin() + 1 + spine, t.log_score.end());
+      std::sort(got.begin(), got.end(), std::greater<>());
+      ASSERT_LE(got.size(), off.size());
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], off[i], 1e-12) << "budget " << budget << ", rank " << i;
+      for (size_t i = 1; i < t.size(); ++i) EXPECT_LT(t.parents[i], static_cast<int32_t>(i));
+      std::set<std::pair<int32_t, int32_t>> seen;  // (parent, token): no node twice
+      for (size_t i = 1; i < t.size(); ++i) EXPECT_TRUE(seen.insert({t.parents[i], t.tokens[i]}).second);
+    }
+  }
+}
+
 TEST(DraftTree, ATopHeavyDrafterGivesAChainAndAFlatOneAFan) {
   // p = 0.9 first everywhere: the chain of first choices comes first.
   std::vector<std::vector<TokenProb>> sure(5, {{1, 0.9}, {2, 0.05}, {3, 0.05}});
