@@ -592,9 +592,15 @@ void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const T
       const auto& dq = drafter.draft_distributions();
       if (!drafts.empty() && dq.size() >= drafts.size()) q.assign(dq.begin(), dq.begin() + static_cast<std::ptrdiff_t>(drafts.size()));
       if (trees && !drafts.empty()) {
+        // The budget scales with the depth asked for (N at --draft-max, at
+        // least the chain): a narrow K is then a small tree, so the
+        // controller's T(K) grows with K as a chain's does, rather than a
+        // shallow fan of N nodes that costs N tokens for one position.
+        const int64_t depth = static_cast<int64_t>(drafts.size());
+        const int64_t scaled = std::max<int64_t>(depth, (int64_t{params.spec.tree_budget} * depth + co.draft_max - 1) / co.draft_max);
         // Every node takes a slot of the context (the path is compacted after).
         const int64_t room = std::min<int64_t>(kv.ctx() - kv.n_past(), backend.max_token_tree(kv)) - 1;
-        const int budget = static_cast<int>(std::min<int64_t>(params.spec.tree_budget, room));
+        const int budget = static_cast<int>(std::min({int64_t{params.spec.tree_budget}, scaled, room}));
         // The drafter's chain first (its probabilities may be flat where its
         // argmax is right), the rest of the budget best-first.
         tree = build_draft_tree(id, drafter.candidates(), budget, static_cast<int>(drafts.size()), V, /*spine=*/true);
