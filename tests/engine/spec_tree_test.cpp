@@ -479,6 +479,24 @@ TEST(SpecTree, OutputIsPlainDecodingsForEveryKAndBudget) {
   }
 }
 
+TEST(SpecTree, TheBudgetFollowsTheDepthAskedFor) {
+  // n_predict 4, drafts always wrong: the first verify may draft 2 (a verify
+  // emits one more than it keeps), so its tree is 2 deep and gets 16 * 2 / 8
+  // = 4 drafts of the 16; the second may draft 1: 16 / 8 = 2 drafts.
+  Tiny t("qwen3moe");
+  const auto prompt = test::random_tokens(6, 1);
+  GenerateParams plain;
+  plain.n_predict = 4;
+  plain.stop_at_eog = false;
+  const Out want = run(*t.be, prompt, plain, greedy());
+  OracleDrafter oracle(want.tokens, prompt.size(), 0.0, t.m->weights.cfg.n_vocab, 3);  // always wrong: one verify each
+  const Out o = run(*t.be, prompt, tree_params(&oracle, 8, 16, 4), greedy());
+  EXPECT_EQ(o.tokens, want.tokens);
+  EXPECT_EQ(o.st.spec.tree_verifies, 2);
+  EXPECT_EQ(o.st.spec.tree_nodes, 4 + 2);
+  EXPECT_EQ(o.st.spec.accepted, 0);
+}
+
 TEST(SpecTree, DraftModelTreesKeepTheOutput) {
   Tiny t("qwen3moe");
   auto draft_m = LoadedModel::open(test::tiny_gguf("qwen3moe", "q8_0", 41, 1));  // one layer, same vocabulary
