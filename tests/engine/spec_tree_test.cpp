@@ -280,6 +280,32 @@ TEST(TokenTreeChecks, BackendsAndModelsWithoutTreesRefuseThem) {
   EXPECT_NE(error_of([&] { plain.keep_tree_path(kv2, 0, std::vector<int32_t>{0}); }).find("plain backend"),
             std::string::npos);
   EXPECT_EQ(kv2.n_past(), 0);
+  // Speculative decoding on such a backend (as on CUDA): chains, the same text.
+  OracleDrafter probe({1}, 0, 0.5, attn.m->weights.cfg.n_vocab, 1);
+  EXPECT_EQ(spec_tree_refusal(plain, kv2, probe), "the plain backend does not run token trees");
+  const auto prompt = test::random_tokens(5, 8);
+  GenerateParams gp;
+  gp.n_predict = 16;
+  gp.stop_at_eog = false;
+  SamplerParams sp;
+  sp.temperature = 0;
+  std::vector<int32_t> want, got;
+  {
+    KvCache kv = plain.make_cache(64);
+    Sampler sampler(sp);
+    generate(plain, kv, sampler, nullptr, prompt, gp, [&](int32_t id) { want.push_back(id); return true; });
+  }
+  OracleDrafter oracle(want, prompt.size(), 0.6, attn.m->weights.cfg.n_vocab, 2);
+  gp.spec.drafter = &oracle;
+  gp.spec.control.adaptive = false;
+  gp.spec.control.draft_max = 4;
+  gp.spec.tree_budget = 8;
+  KvCache kv3 = plain.make_cache(64);
+  Sampler sampler(sp);
+  const GenerateStats st = generate(plain, kv3, sampler, nullptr, prompt, gp, [&](int32_t id) { got.push_back(id); return true; });
+  EXPECT_EQ(got, want);
+  EXPECT_GT(st.spec.verifies, 0);
+  EXPECT_EQ(st.spec.tree_verifies, 0);
 }
 
 TEST(TokenTreeChecks, KeepPathChecksItsNodes) {
