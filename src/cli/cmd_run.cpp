@@ -276,7 +276,7 @@ RegisterCommand reg("run", [](CLI::App& app) {
   sub->add_option("--spec-tree", a->spec_tree,
                   "with --spec draft|dflash|oracle:ALPHA: verify a tree of up to N drafts (best-first from the "
                   "drafter's top candidates per position, --draft-max deep) instead of a chain; 0: chains. "
-                  "Attention-only models on the CPU backend; elsewhere chains")
+                  "CPU backend; elsewhere chains")
       ->capture_default_str()
       ->each(mark);
   return [a]() -> int {

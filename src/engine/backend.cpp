@@ -39,7 +39,7 @@ void check_seq_tokens(std::span<const SeqTokens> seqs, int64_t n_vocab, int max_
       const std::string be = backend.empty() ? "this backend" : "the " + backend + " backend";
       if (max_tree <= 0)
         throw Error(what + " carries an ancestor set (a token tree), which " + be +
-                    " does not run (the CPU backend does, for attention-only models; speculative decoding "
+                    " does not run (the CPU backend does; speculative decoding "
                     "verifies chains here)");
       if (s.tokens.size() > static_cast<size_t>(max_tree))
         throw Error(what + ": a token tree of " + std::to_string(s.tokens.size()) + " tokens; " + be +

@@ -161,8 +161,8 @@ class Backend {
   // ---- token trees (SeqTokens::parents; docs/speculative.md, "Draft trees").
   // The most tokens of one tree entry this backend runs for caches like kv
   // (0: no trees: forward_seqs refuses ancestor sets and speculative
-  // decoding verifies chains). Default 0; the CPU backend runs them for
-  // attention-only models.
+  // decoding verifies chains). Default 0; the CPU backend runs them (a
+  // hybrid's recurrent layers with a state per node).
   virtual int max_token_tree(const KvCache& kv) const {
     (void)kv;
     return 0;

@@ -183,11 +183,6 @@ void CpuBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vect
 void CpuBackend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<float>& logits) {
   const int64_t V = w_.cfg.n_vocab;
   check_seq_tokens(seqs, V, opt_.max_batch, name());
-  for (size_t i = 0; i < seqs.size(); ++i)
-    if (!seqs[i].parents.empty() && seqs[i].kv->has_recurrent())
-      throw Error("forward_seqs: entry " + std::to_string(i) +
-                  " carries an ancestor set (a token tree), but its model has recurrent (Gated DeltaNet) layers, "
-                  "whose state one pass cannot branch; speculative decoding verifies chains on hybrids");
   size_t n_out = 0;
   for (const SeqTokens& s : seqs) n_out += s.logit_rows();
   logits.resize(n_out * static_cast<size_t>(V));
@@ -261,9 +256,13 @@ void CpuBackend::forward_spans(const std::vector<Span>& spans, const int32_t* to
   const int64_t D = c.n_embd;
   std::vector<int32_t> depth;
   for (const Span& sp : spans) {
-    // A tree's token sits at the prefix's length plus its depth.
-    if (sp.parents) check_token_tree(std::span<const int32_t>(sp.parents, static_cast<size_t>(sp.n)),
-                                     static_cast<size_t>(sp.n), "forward", &depth);
+    // A tree's token sits at the prefix's length plus its depth; a hybrid's
+    // cache holds a recurrent state per node.
+    if (sp.parents) {
+      check_token_tree(std::span<const int32_t>(sp.parents, static_cast<size_t>(sp.n)), static_cast<size_t>(sp.n),
+                       "forward", &depth);
+      sp.kv->begin_tree(sp.n);
+    }
     for (int t = sp.t0; t < sp.t0 + sp.n; ++t) {
       embed_row(w_.token_embd.type, w_.token_embd.data, c.n_vocab, D, tokens[t], h_.data() + t * D);
       const int64_t pos = sp.pos0 + (sp.parents ? depth[static_cast<size_t>(t - sp.t0)] : t - sp.t0);
@@ -447,6 +446,22 @@ void CpuBackend::linear_attention(int il, const LinearAttentionBlock&) {
     const float* beta = lin_beta_.data() + static_cast<int64_t>(sp.t0) * nv;
     float* out = lin_out_.data() + static_cast<int64_t>(sp.t0) * VD;
     const std::vector<int>& entries = span_entries_[si];
+    if (sp.parents) {
+      // A token tree: each node's conv window and delta-rule state start
+      // from its parent's (the prefix's live state for a root) and are kept
+      // per node; one token at a time, as decode runs the recurrence.
+      for (int t = 0; t < sp.n; ++t) {
+        const int32_t p = sp.parents[t];
+        float* w = kv.tree_conv(il, t);
+        float* St = kv.tree_delta(il, t);
+        std::copy_n(p < 0 ? window : kv.tree_conv(il, p), kv.conv_elems(), w);
+        std::copy_n(p < 0 ? S : kv.tree_delta(il, p), kv.state_elems(), St);
+        conv1d_silu(in + t * CD, CD, 1, CD, L.ssm_conv.f32(), c.lin.conv_kernel, w, conv + t * CD);
+        delta_prepare_qk(s, conv + t * CD, 1e-6f);
+        delta_rule(&pool_, s, conv + t * CD, CD, g + t * nv, beta + t * nv, 1, St, out + t * VD);
+      }
+      continue;
+    }
     if (entries.empty()) {
       conv1d_silu(in, CD, sp.n, CD, L.ssm_conv.f32(), c.lin.conv_kernel, window, conv);
       for (int t = 0; t < sp.n; ++t) delta_prepare_qk(s, conv + t * CD, 1e-6f);

@@ -60,10 +60,10 @@ class CpuBackend : public Backend, private LayerBlocks {
   // head runs only for the entries with want_logits. Throws like forward(),
   // before computing anything.
   void forward_seqs(std::span<const SeqTokens> seqs, std::vector<float>& logits) override;
-  // Token trees (SeqTokens::parents): for attention-only models, up to
-  // max_batch tokens (a tree runs in one batch); hybrids' Gated DeltaNet
-  // state would need a copy per branch, which is not built (0: refused).
-  int max_token_tree(const KvCache& kv) const override { return kv.has_recurrent() ? 0 : opt_.max_batch; }
+  // Token trees (SeqTokens::parents): up to max_batch tokens (a tree runs in
+  // one batch). Hybrids' Gated DeltaNet layers run each node's recurrence
+  // from its parent's state, kept per node in the cache (KvCache::begin_tree).
+  int max_token_tree(const KvCache&) const override { return opt_.max_batch; }
   void keep_tree_path(KvCache& kv, int64_t base, std::span<const int32_t> nodes) override { kv.keep_path(base, nodes); }
   // One token per cache (tokens[i] to *kvs[i]): forward_seqs with one-token
   // entries, every one with logits ([n][n_vocab]). For the engine tests.

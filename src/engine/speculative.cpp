@@ -409,8 +409,6 @@ double SpecStats::mean_step_seconds(size_t drafts) const {
 std::string spec_tree_refusal(const Backend& backend, const KvCache& kv, const Drafter& drafter) {
   if (!drafter.gives_candidates())
     return "the " + drafter.name() + " drafter gives no distributions to grow a tree from (draft and dflash do)";
-  if (kv.has_recurrent())
-    return "the model has recurrent (Gated DeltaNet) layers, whose state a tree's branches cannot share";
   if (backend.max_token_tree(kv) < 2) return "the " + backend.name() + " backend does not run token trees";
   return "";
 }

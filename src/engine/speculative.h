@@ -204,7 +204,7 @@ DraftChoice parse_draft_choice(const std::string& text);
 
 // Why drafts of `drafter` on `backend` with cache kv would be verified as
 // chains despite --spec-tree ("" when trees run): a drafter without
-// distributions, a backend without token trees, a hybrid model.
+// distributions, a backend without token trees (CUDA).
 std::string spec_tree_refusal(const Backend& backend, const KvCache& kv, const Drafter& drafter);
 
 // How many drafts to verify at each step.

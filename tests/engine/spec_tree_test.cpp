@@ -244,16 +244,16 @@ struct Tiny {
 };
 
 TEST(TokenTreeChecks, BackendsAndModelsWithoutTreesRefuseThem) {
+  // A hybrid's cache keeps a path only right after that tree's forward (its
+  // node states are gone otherwise).
   Tiny hybrid("qwen35moe");
   KvCache kv = hybrid.be->make_cache(64);
-  EXPECT_EQ(hybrid.be->max_token_tree(kv), 0);
-  const std::vector<int32_t> toks = {1, 2, 3}, parents = {-1, 0, 0};
   std::vector<float> logits;
-  const SeqTokens e{&kv, toks, true, true, parents};
-  const std::string msg = error_of([&] { hybrid.be->forward_seqs(std::span<const SeqTokens>(&e, 1), logits); });
-  EXPECT_NE(msg.find("recurrent (Gated DeltaNet) layers"), std::string::npos) << msg;
-  EXPECT_EQ(kv.n_past(), 0) << "nothing ran";
-  EXPECT_THROW(kv.keep_path(0, std::vector<int32_t>{0}), Error);
+  const std::vector<int32_t> toks = {1, 2, 3}, parents = {-1, 0, 0};
+  hybrid.be->forward(kv, toks, logits);
+  const std::string stale = error_of([&] { kv.keep_path(0, std::vector<int32_t>{0, 1}); });
+  EXPECT_NE(stale.find("last forward was not that token tree"), std::string::npos) << stale;
+  EXPECT_EQ(kv.n_past(), 3);
 
   Tiny attn("qwen3moe", {.max_batch = 4});
   KvCache kv2 = attn.be->make_cache(64);
@@ -358,7 +358,7 @@ void check_tree_forward(const std::string& arch, CacheKind kind) {
     for (int32_t a : path) path_toks.push_back(toks[static_cast<size_t>(a)]);
     KvCache chain = cache();
     t.be->forward(chain, prefix, lg);
-    t.be->forward(chain, path_toks, lg);
+    for (int32_t tok : path_toks) t.be->forward(chain, std::span<const int32_t>(&tok, 1), lg);  // decode steps
     EXPECT_TRUE(std::equal(lg.begin(), lg.end(), rows.begin() + static_cast<std::ptrdiff_t>(n * V)))
         << what << ": node " << n << "'s logits against its path as a chain";
   }
@@ -377,17 +377,23 @@ void check_tree_forward(const std::string& arch, CacheKind kind) {
     t.be->forward(chain, prefix, lg);
     std::vector<int32_t> path_toks;
     for (int32_t a : path) path_toks.push_back(toks[static_cast<size_t>(a)]);
-    t.be->forward(chain, path_toks, lg);
+    for (int32_t tok : path_toks) t.be->forward(chain, std::span<const int32_t>(&tok, 1), lg);
     const std::vector<int32_t> more = {17, 250, 3};
     std::vector<float> a, b;
-    t.be->forward(tree_kv, more, a, true);
-    t.be->forward(chain, more, b, true);
+    for (int32_t tok : more) {
+      std::vector<float> ra, rb;
+      t.be->forward(tree_kv, std::span<const int32_t>(&tok, 1), ra);
+      t.be->forward(chain, std::span<const int32_t>(&tok, 1), rb);
+      a.insert(a.end(), ra.begin(), ra.end());
+      b.insert(b.end(), rb.begin(), rb.end());
+    }
     EXPECT_EQ(a, b) << what << ": the cache after keeping the path to node " << keep_to;
   }
 }
 
 TEST(TokenTreeForward, NodesAreTheirPathsAndTheKeptPathIsTheChain) {
-  for (const char* arch : {"qwen3moe", "gpt-oss", "mixtral"}) check_tree_forward(arch, CacheKind::F16);
+  for (const char* arch : {"qwen3moe", "gpt-oss", "mixtral", "qwen35moe"}) check_tree_forward(arch, CacheKind::F16);
+  check_tree_forward("qwen35moe", CacheKind::Paged);
   check_tree_forward("qwen3moe", CacheKind::F32);
   check_tree_forward("qwen3moe", CacheKind::Q8_0);
   check_tree_forward("qwen3moe", CacheKind::Paged);
@@ -577,32 +583,35 @@ TEST(SpecTree, DFlashTreesKeepTheOutput) {
     }
 }
 
-TEST(SpecTree, HybridsFallBackToChains) {
+// qwen35moe: each node's Gated DeltaNet recurrence runs from its parent's
+// state (kept per node), and keep_tree_path takes the path's last state.
+TEST(SpecTree, HybridTreesKeepTheOutput) {
   Tiny t("qwen35moe");
   const int64_t V = t.m->weights.cfg.n_vocab;
   KvCache kv = t.be->make_cache(64);
   OracleDrafter probe({1}, 0, 0.5, V, 1);
-  EXPECT_NE(spec_tree_refusal(*t.be, kv, probe).find("recurrent"), std::string::npos);
+  EXPECT_EQ(spec_tree_refusal(*t.be, kv, probe), "");
   NgramDrafter ng;
-  Tiny a("qwen3moe");
-  KvCache kv2 = a.be->make_cache(64);
-  EXPECT_NE(spec_tree_refusal(*a.be, kv2, ng).find("no distributions"), std::string::npos);
-  EXPECT_EQ(spec_tree_refusal(*a.be, kv2, probe), "");
+  EXPECT_NE(spec_tree_refusal(*t.be, kv, ng).find("no distributions"), std::string::npos);
   for (const bool temp : {false, true}) {
     const SamplerParams sp = temp ? sampled() : greedy();
     const auto prompt = test::random_tokens(6, 3);
     GenerateParams plain;
-    plain.n_predict = 20;
+    plain.n_predict = 24;
     plain.stop_at_eog = false;
     const Out want = run(*t.be, prompt, plain, sp);
-    for (int k : {2, 6}) {
-      OracleDrafter oracle(want.tokens, prompt.size(), 0.6, V, 40 + k);
-      const Out o = run(*t.be, prompt, tree_params(&oracle, k, 16, 20), sp);
-      EXPECT_EQ(o.tokens, want.tokens) << "K=" << k;
-      EXPECT_EQ(o.next_logits, want.next_logits) << "K=" << k;
-      EXPECT_EQ(o.st.spec.tree_verifies, 0) << "chains on a hybrid";
-      EXPECT_GT(o.st.spec.verifies, 0);
-    }
+    for (int k : {1, 2, 6, 8})
+      for (int budget : {3, 16}) {
+        const std::string what = std::string(temp ? "sampled" : "greedy") + " K=" + std::to_string(k) + " budget " +
+                                 std::to_string(budget);
+        OracleDrafter oracle(want.tokens, prompt.size(), 0.6, V, 40 + k);
+        const Out o = run(*t.be, prompt, tree_params(&oracle, k, budget, 24), sp);
+        EXPECT_EQ(o.tokens, want.tokens) << what;
+        EXPECT_EQ(o.next_logits, want.next_logits) << what << ": the cache goes on as plain decoding's";
+        EXPECT_EQ(o.st.spec.tree_verifies, o.st.spec.verifies) << what;
+        EXPECT_GT(o.st.spec.verifies, 0) << what;
+        EXPECT_GT(o.st.spec.accepted, 0) << what;
+      }
   }
 }
 
