@@ -61,6 +61,8 @@ nlohmann::json spec_json(const SpecStats& st) {
           {"acceptance", st.acceptance()},
           {"tokens_per_verify", st.tokens_per_verify()},
           {"replayed", st.replayed},
+          {"tree_verifies", st.tree_verifies},
+          {"tree_nodes", st.tree_nodes},
           {"acceptance_by_position", by_pos},
           {"step_time_by_drafts", widths}};
 }

@@ -80,6 +80,7 @@ struct SpecBench {
   SpecControllerOptions control;
   bool fixed = false;
   std::string rollback = "states";
+  std::vector<int> trees = {0};  // --spec-tree: a row per drafter and node budget (0: chains)
 };
 
 std::vector<int32_t> bench_prompt(int n, int64_t n_vocab, uint64_t seed) {
@@ -149,6 +150,13 @@ BudgetRun measure(const BenchArgs& a, const std::vector<int>& seqs, const SpecBe
   bs.ctx = ctx;
   bs.max_batch = a.batch;  // 0: the CUDA backend chooses (batch_help); the CPU's takes the whole prompt
   bs.cpu_max_batch = std::clamp(largest(a.n_prompt), 1, kMaxBatch);
+  // A verify (its token and drafts, or a tree's nodes) runs as one batch, as
+  // in `run`: a batch bound below it would split it into passes (with -p 0,
+  // into single tokens) and price every verify as that many decode steps.
+  if (!spec.choices.empty()) {
+    const int widest_tree = *std::max_element(spec.trees.begin(), spec.trees.end());
+    bs.cpu_max_batch = std::max({bs.cpu_max_batch, spec.control.draft_max + 1, widest_tree + 1});
+  }
   bs.kv_type = a.kv_type;
   bs.n_seq = std::max(1, largest(seqs));
   bs.vram = a.vram;
@@ -258,7 +266,7 @@ BudgetRun measure(const BenchArgs& a, const std::vector<int>& seqs, const SpecBe
     sp.temperature = 0;
     // mtp, dflash: drafters that watch this cache's forwards, made with it.
     auto generate_run = [&](Drafter* d, std::vector<int32_t>* out, GenerateStats* st, bool mtp = false,
-                            const DFlashWeights* dflash = nullptr) {
+                            const DFlashWeights* dflash = nullptr, int tree = 0) {
       KvCache kv = be->make_cache(ctx, a.kv_type);
       std::unique_ptr<Drafter> mtp_drafter;
       if (mtp) {
@@ -277,6 +285,11 @@ BudgetRun measure(const BenchArgs& a, const std::vector<int>& seqs, const SpecBe
       gp.spec.control.adaptive = !spec.fixed;
       gp.spec.rollback =
           spec.rollback == "replay" ? SpecDecoding::Rollback::Replay : SpecDecoding::Rollback::TokenStates;
+      gp.spec.tree_budget = tree;
+      if (tree > 0 && d && out == nullptr) {
+        const std::string why = spec_tree_refusal(*be, kv, *d);
+        if (!why.empty()) std::fprintf(stderr, "moestream: --spec-tree: drafts verified as chains: %s\n", why.c_str());
+      }
       *st = generate(*be, kv, sampler, nullptr, tg_prompt, gp, [&](int32_t id) {
         if (out) out->push_back(id);
         return true;
@@ -289,29 +302,31 @@ BudgetRun measure(const BenchArgs& a, const std::vector<int>& seqs, const SpecBe
     Stat base{bench_test_name('t', ng, 0) + " greedy", ng, {}, 0};
     for (int i = 0; i < a.reps; ++i) base.tps.push_back(ng / generate_run(nullptr, nullptr, &st));
     r.stats.push_back(base);
-    for (const std::string& text : spec.choices) {
-      const DraftChoice choice = parse_draft_choice(text);
-      Stat s{bench_test_name('t', ng, 0) + " spec " + choice.describe(), ng, {}, 0};
-      s.has_spec = true;
-      OpenDraft draft;  // the draft model, opened once for the repetitions
-      if (choice.kind == DraftChoice::Kind::Model) draft = open_draft(spec.draft, model, be->name(), pool, ctx, sp, true);
-      OpenDFlash dflash;
-      if (choice.kind == DraftChoice::Kind::DFlash) dflash = open_dflash(spec.draft, model, true);
-      for (int i = 0; i < a.reps; ++i) {
-        std::unique_ptr<Drafter> d;
-        const bool mtp = choice.kind == DraftChoice::Kind::Mtp;
-        if (choice.kind == DraftChoice::Kind::Ngram)
-          d = std::make_unique<NgramDrafter>();
-        else if (choice.kind == DraftChoice::Kind::Model)
-          d = std::make_unique<ModelDrafter>(*draft.backend, ModelDrafter::Options{sp, spec.draft.p_min, ctx});
-        else if (!mtp && choice.kind != DraftChoice::Kind::DFlash)
-          d = std::make_unique<OracleDrafter>(reference, tg_prompt.size(), choice.alpha, c.n_vocab, 1 + i);
-        s.tps.push_back(ng / generate_run(d.get(), nullptr, &st, mtp, dflash.weights.get()));
-        s.spec.add(st.spec);
-        std::fprintf(stderr, "moestream: %s (run %d): %s\n", s.test.c_str(), i + 1, st.spec.describe().c_str());
+    for (const std::string& text : spec.choices)
+      for (const int tree : spec.trees) {
+        const DraftChoice choice = parse_draft_choice(text);
+        Stat s{bench_test_name('t', ng, 0) + " spec " + choice.describe() + (tree > 0 ? " tree" + std::to_string(tree) : ""),
+               ng, {}, 0};
+        s.has_spec = true;
+        OpenDraft draft;  // the draft model, opened once for the repetitions
+        if (choice.kind == DraftChoice::Kind::Model) draft = open_draft(spec.draft, model, be->name(), pool, ctx, sp, true);
+        OpenDFlash dflash;
+        if (choice.kind == DraftChoice::Kind::DFlash) dflash = open_dflash(spec.draft, model, true);
+        for (int i = 0; i < a.reps; ++i) {
+          std::unique_ptr<Drafter> d;
+          const bool mtp = choice.kind == DraftChoice::Kind::Mtp;
+          if (choice.kind == DraftChoice::Kind::Ngram)
+            d = std::make_unique<NgramDrafter>();
+          else if (choice.kind == DraftChoice::Kind::Model)
+            d = std::make_unique<ModelDrafter>(*draft.backend, ModelDrafter::Options{sp, spec.draft.p_min, ctx});
+          else if (!mtp && choice.kind != DraftChoice::Kind::DFlash)
+            d = std::make_unique<OracleDrafter>(reference, tg_prompt.size(), choice.alpha, c.n_vocab, 1 + i);
+          s.tps.push_back(ng / generate_run(d.get(), nullptr, &st, mtp, dflash.weights.get(), tree));
+          s.spec.add(st.spec);
+          std::fprintf(stderr, "moestream: %s (run %d): %s\n", s.test.c_str(), i + 1, st.spec.describe().c_str());
+        }
+        r.stats.push_back(s);
       }
-      r.stats.push_back(s);
-    }
   }
   if (!a.record_routes.empty()) {
     // Untimed: the first pp prompt, then the first tg count of greedy decode
@@ -379,6 +394,8 @@ int run(const BenchArgs& a, const std::vector<int>& seqs, const SpecBench& spec)
   }
   check_draft_flags(spec.draft, file_choice ? &*file_choice : nullptr);
   spec.control.validate();
+  for (int t : spec.trees) check_spec_tree_flag(t);
+  if (spec.trees.empty()) throw Error("--spec-tree: give at least one node budget (0: chains)");
   if (!spec.choices.empty() && first_nonzero(a.n_gen) <= 0) throw Error("--spec needs a tg test (-n N, N > 0)");
   for (int ns : seqs)
     if (ns < 1 || ns > 4096) throw Error("--seqs " + std::to_string(ns) + ": sequences must be in 1..4096");
@@ -461,6 +478,10 @@ RegisterCommand reg("bench", [](CLI::App& app) {
   sub->add_option("--spec-rollback", spec->rollback, "with --spec, hybrid models: states or replay (as for run)")
       ->check(CLI::IsMember({"states", "replay"}))
       ->capture_default_str();
+  sub->add_option("--spec-tree", spec->trees,
+                  "with --spec: draft trees of up to N drafts (as for run), a comma list of budgets, a row each per "
+                  "drafter (`tgN spec ALPHA tree16`; 0: chains, the plain `tgN spec` row)")
+      ->delimiter(',');
   add_kv_type_option(*sub, &a->kv_type);
   add_vram_options(*sub, &a->vram, false);
   sub->get_option("--vram")->description(

@@ -62,6 +62,7 @@ struct RunArgs {
   // --spec (docs/speculative.md), its controller and draft model flags (cli/draft_setup.h)
   SpecFlags specf;
   std::string spec_rollback = "states";  // --spec-rollback states|replay
+  int spec_tree = 0;  // --spec-tree N: draft trees of N nodes (0: chains)
 };
 
 uint64_t peak_rss_bytes() {
@@ -131,7 +132,8 @@ void check_run_flags(const RunArgs& r) {
   if (r.sp.repeat_last_n > kMaxCtx)
     throw Error("--repeat-last-n " + std::to_string(r.sp.repeat_last_n) + ": at most " + std::to_string(kMaxCtx));
   check_vram_options(r.vram);
-  if (check_spec_flags(r.specf, "--draft-max, --draft-min, --spec-fixed and --spec-rollback") && r.bench)
+  check_spec_tree_flag(r.spec_tree);
+  if (check_spec_flags(r.specf, "--draft-max, --draft-min, --spec-fixed, --spec-rollback and --spec-tree") && r.bench)
     throw Error("--spec with --bench: `moestream bench --spec` measures speculative decoding");
 }
 
@@ -271,6 +273,12 @@ RegisterCommand reg("run", [](CLI::App& app) {
       ->check(CLI::IsMember({"states", "replay"}))
       ->capture_default_str()
       ->each(mark);
+  sub->add_option("--spec-tree", a->spec_tree,
+                  "with --spec draft|dflash|oracle:ALPHA: verify a tree of up to N drafts (best-first from the "
+                  "drafter's top candidates per position, --draft-max deep) instead of a chain; 0: chains. "
+                  "CPU backend; elsewhere chains")
+      ->capture_default_str()
+      ->each(mark);
   return [a]() -> int {
     RunArgs& r = *a;
     // The same checks the server applies to a request's values, and bounds.
@@ -376,6 +384,11 @@ RegisterCommand reg("run", [](CLI::App& app) {
     gp.spec.control = r.specf.controller();
     gp.spec.rollback =
         r.spec_rollback == "replay" ? SpecDecoding::Rollback::Replay : SpecDecoding::Rollback::TokenStates;
+    gp.spec.tree_budget = r.spec_tree;
+    if (active_drafter && r.spec_tree > 0 && !r.quiet) {
+      const std::string why = spec_tree_refusal(*be, kv, *active_drafter);
+      if (!why.empty()) std::fprintf(stderr, "moestream: --spec-tree: drafts verified as chains: %s\n", why.c_str());
+    }
     std::unique_ptr<RouteRecorder> recorder;
     if (!r.record_routes.empty()) {
       RouteRecorder::Options ro;
@@ -400,8 +413,9 @@ RegisterCommand reg("run", [](CLI::App& app) {
                    st.decode_seconds, rate_text(st.n_generated - 1, st.decode_seconds).c_str(),
                    st.stop_reason.c_str(), format_bytes(peak_rss_bytes()).c_str());
       if (active_drafter)
-        std::fprintf(stderr, "moestream: spec %s (K <= %d%s) | %s | decode %s\n", active_drafter->name().c_str(),
-                     r.specf.control.draft_max, r.specf.fixed ? ", fixed" : "", st.spec.describe().c_str(),
+        std::fprintf(stderr, "moestream: spec %s (K <= %d%s%s) | %s | decode %s\n", active_drafter->name().c_str(),
+                     r.specf.control.draft_max, r.specf.fixed ? ", fixed" : "",
+                     r.spec_tree > 0 ? (", tree " + std::to_string(r.spec_tree)).c_str() : "", st.spec.describe().c_str(),
                      rate_text(st.n_generated - 1, st.decode_seconds).c_str());
       if (st.stop_reason.rfind("context full", 0) == 0)
         std::fprintf(stderr, "moestream: stopped: %s; use a larger --ctx\n", st.stop_reason.c_str());

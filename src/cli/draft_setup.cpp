@@ -55,6 +55,12 @@ std::optional<DraftChoice> check_spec_flags(const SpecFlags& f, const std::strin
   return choice;
 }
 
+void check_spec_tree_flag(int nodes) {
+  if (nodes < 0 || nodes > kMaxSpecTree)
+    throw Error("--spec-tree " + std::to_string(nodes) + ": the drafts of a tree must be 0 (chains) .. " +
+                std::to_string(kMaxSpecTree));
+}
+
 void check_draft_flags(const DraftSetup& d, const DraftChoice* spec) {
   if (!spec || !spec->needs_file()) {
     if (d.given) throw Error("-md, --device-draft and --draft-p-min apply with --spec draft or --spec dflash");

@@ -63,6 +63,10 @@ void add_spec_options(CLI::App& sub, SpecFlags* f, const std::string& spec_help)
 // without --spec (the message lists `control_flags`, the command's).
 std::optional<DraftChoice> check_spec_flags(const SpecFlags& f, const std::string& control_flags);
 
+// --spec-tree N (run, bench): throws ms::Error unless 0 <= N <= kMaxSpecTree.
+constexpr int kMaxSpecTree = 255;
+void check_spec_tree_flag(int nodes);
+
 struct OpenDraft {
   std::unique_ptr<LoadedModel> model;
   std::unique_ptr<Backend> backend;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -103,21 +104,30 @@ void check_extras(const AttentionExtras& x) {
 }
 
 // One (token, head): scores over the keys of positions j0 .. j1-1 (rows of
-// KV head kh), softmax (with the sink's term in the denominator when there is
-// one), weighted V sum. The same operations in the same order whatever the
-// rows' pages: a paged cache gives the contiguous one's results bit for bit.
+// KV head kv), then those of the rows extra[0 .. n_extra-1] (a token tree's
+// ancestors, ascending), softmax (with the sink's term in the denominator
+// when there is one), weighted V sum. The same operations in the same order
+// whatever the rows' pages: a paged cache gives the contiguous one's results
+// bit for bit, and a tree node the results of its path at consecutive
+// positions.
 template <typename T>
 void attend_one(const AttentionShape& s, const RowKernels<T>& rk, const float* q, const KvRows<T>& k,
-                const KvRows<T>& v, int kh, int64_t j0, int64_t j1, const float* sink, float* scores, float* out) {
+                const KvRows<T>& v, int kh, int64_t j0, int64_t j1, const int64_t* extra, int n_extra,
+                const float* sink, float* scores, float* out) {
   const int d = s.head_dim;
+  const int64_t n_range = j1 - j0;
   float mx = -INFINITY;
   k.for_rows(kh, j0, j1, [&](int64_t j, const T* row) {
     scores[j - j0] = rk.dot(q, row, d) * s.scale;
     mx = std::max(mx, scores[j - j0]);
   });
+  for (int e = 0; e < n_extra; ++e) {
+    scores[n_range + e] = rk.dot(q, k.row(kh, extra[e]), d) * s.scale;
+    mx = std::max(mx, scores[n_range + e]);
+  }
   if (sink) mx = std::max(mx, *sink);
   float sum = 0;
-  for (int64_t j = 0; j < j1 - j0; ++j) {
+  for (int64_t j = 0; j < n_range + n_extra; ++j) {
     scores[j] = std::exp(scores[j] - mx);
     sum += scores[j];
   }
@@ -125,6 +135,49 @@ void attend_one(const AttentionShape& s, const RowKernels<T>& rk, const float* q
   std::fill(out, out + d, 0.0f);
   const float inv = 1.0f / sum;
   v.for_rows(kh, j0, j1, [&](int64_t j, const T* row) { rk.axpy(scores[j - j0] * inv, row, out, d); });
+  for (int e = 0; e < n_extra; ++e) rk.axpy(scores[n_range + e] * inv, v.row(kh, extra[e]), out, d);
+}
+
+// A token tree's keys (attention_tree): per token, its position and the
+// slots it sees past the prefix (its ancestors' and its own, ascending,
+// those inside the window).
+struct TreeKeys {
+  std::vector<int64_t> pos;     // [n]: pos0 + depth
+  std::vector<int64_t> slots;   // the slots of token t: slots[first[t] .. first[t+1])
+  std::vector<int64_t> first;   // [n + 1]
+  int max_keys = 0;             // the most slots past the prefix any token sees
+};
+
+TreeKeys tree_keys(const int32_t* parents, int n_tokens, int64_t pos0, const AttentionExtras& x) {
+  TreeKeys tk;
+  std::vector<int32_t> depth(static_cast<size_t>(n_tokens));
+  for (int t = 0; t < n_tokens; ++t) {
+    const int32_t p = parents[t];
+    if (p < -1 || p >= t)
+      throw Error("attention: token " + std::to_string(t) + " of a tree has parent " + std::to_string(p) +
+                  " (must be -1 or an earlier token)");
+    depth[static_cast<size_t>(t)] = p < 0 ? 0 : depth[static_cast<size_t>(p)] + 1;
+  }
+  tk.pos.resize(static_cast<size_t>(n_tokens));
+  tk.first.push_back(0);
+  std::vector<int64_t> path;
+  for (int t = 0; t < n_tokens; ++t) {
+    const int64_t p = pos0 + depth[static_cast<size_t>(t)];
+    tk.pos[static_cast<size_t>(t)] = p;
+    path.clear();
+    for (int a = t; a >= 0; a = parents[a]) path.push_back(a);
+    const int64_t lo = x.window > 0 ? p - x.window + 1 : std::numeric_limits<int64_t>::min();
+    int n = 0;
+    for (auto it = path.rbegin(); it != path.rend(); ++it) {  // root first: ascending slots
+      const int64_t key_pos = pos0 + depth[static_cast<size_t>(*it)];
+      if (key_pos < lo) continue;
+      tk.slots.push_back(pos0 + *it);
+      ++n;
+    }
+    tk.max_keys = std::max(tk.max_keys, n);
+    tk.first.push_back(static_cast<int64_t>(tk.slots.size()));
+  }
+  return tk;
 }
 
 template <typename T>
@@ -179,12 +232,83 @@ void attention_impl(ThreadPool& pool, const AttentionShape& s, const float* q, c
       const int64_t item = next.fetch_add(1, std::memory_order_relaxed);
       if (item >= n_items) break;
       const int t = static_cast<int>(item / s.n_head), h = static_cast<int>(item % s.n_head);
-      attend_one(s, rk, q + item * d, k_cache, v_cache, h / group, first_key(x, pos0 + t), pos0 + t + 1,
+      attend_one(s, rk, q + item * d, k_cache, v_cache, h / group, first_key(x, pos0 + t), pos0 + t + 1, nullptr, 0,
                  x.sinks ? x.sinks + h : nullptr, scores.data(), out + item * d);
     }
   };
   if (n_items * max_len * d < 32768 || pool.size() == 1)
     work(0, 1);  // too small to be worth waking the pool
+  else
+    pool.run_on_all(work);
+}
+
+template <typename T>
+void attention_tree_ref_impl(const AttentionShape& s, const float* q, const KvRows<T>& k_cache,
+                             const KvRows<T>& v_cache, int n_tokens, int64_t pos0, const int32_t* parents, float* out,
+                             const AttentionExtras& x) {
+  check_extras(x);
+  const TreeKeys tk = tree_keys(parents, n_tokens, pos0, x);
+  const int d = s.head_dim;
+  const int group = s.n_head / s.n_kv;
+  std::vector<int64_t> keys;
+  std::vector<double> scores;
+  for (int t = 0; t < n_tokens; ++t) {
+    keys.clear();
+    for (int64_t j = std::min(first_key(x, tk.pos[static_cast<size_t>(t)]), pos0); j < pos0; ++j) keys.push_back(j);
+    keys.insert(keys.end(), tk.slots.begin() + tk.first[static_cast<size_t>(t)],
+                tk.slots.begin() + tk.first[static_cast<size_t>(t) + 1]);
+    scores.assign(keys.size(), 0.0);
+    for (int h = 0; h < s.n_head; ++h) {
+      const float* qh = q + (static_cast<int64_t>(t) * s.n_head + h) * d;
+      const int kh = h / group;
+      double mx = -INFINITY;
+      for (size_t j = 0; j < keys.size(); ++j) {
+        double dot = 0;
+        for (int i = 0; i < d; ++i) dot += static_cast<double>(qh[i]) * elem(k_cache.row(kh, keys[j]), i);
+        scores[j] = dot * s.scale;
+        mx = std::max(mx, scores[j]);
+      }
+      if (x.sinks) mx = std::max(mx, static_cast<double>(x.sinks[h]));
+      double sum = 0;
+      for (double& sc : scores) sum += (sc = std::exp(sc - mx));
+      if (x.sinks) sum += std::exp(static_cast<double>(x.sinks[h]) - mx);
+      float* oh = out + (static_cast<int64_t>(t) * s.n_head + h) * d;
+      for (int i = 0; i < d; ++i) {
+        double acc = 0;
+        for (size_t j = 0; j < keys.size(); ++j) acc += scores[j] * elem(v_cache.row(kh, keys[j]), i);
+        oh[i] = static_cast<float>(acc / sum);
+      }
+    }
+  }
+}
+
+template <typename T>
+void attention_tree_impl(ThreadPool& pool, const AttentionShape& s, const float* q, const KvRows<T>& k_cache,
+                         const KvRows<T>& v_cache, int n_tokens, int64_t pos0, const int32_t* parents, float* out,
+                         const AttentionExtras& x) {
+  check_extras(x);
+  const TreeKeys tk = tree_keys(parents, n_tokens, pos0, x);
+  const RowKernels<T>& rk = row_kernels(static_cast<const T*>(nullptr));
+  const int d = s.head_dim;
+  const int group = s.n_head / s.n_kv;
+  const int64_t n_items = static_cast<int64_t>(n_tokens) * s.n_head;
+  const int64_t max_len = (x.window > 0 ? std::min<int64_t>(x.window, pos0) : pos0) + tk.max_keys;
+  std::atomic<int64_t> next{0};
+  auto work = [&](int, int) {
+    std::vector<float> scores(static_cast<size_t>(std::max<int64_t>(max_len, 1)));
+    for (;;) {
+      const int64_t item = next.fetch_add(1, std::memory_order_relaxed);
+      if (item >= n_items) break;
+      const size_t t = static_cast<size_t>(item / s.n_head);
+      const int h = static_cast<int>(item % s.n_head);
+      const int64_t j0 = std::min(first_key(x, tk.pos[t]), pos0);
+      attend_one(s, rk, q + item * d, k_cache, v_cache, h / group, j0, pos0, tk.slots.data() + tk.first[t],
+                 static_cast<int>(tk.first[t + 1] - tk.first[t]), x.sinks ? x.sinks + h : nullptr, scores.data(),
+                 out + item * d);
+    }
+  };
+  if (n_items * max_len * d < 32768 || pool.size() == 1)
+    work(0, 1);
   else
     pool.run_on_all(work);
 }
@@ -226,6 +350,16 @@ KvRows<T> flat(const T* cache, const AttentionShape& s) {
   void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const KvRows<T>& k_cache,             \
                  const KvRows<T>& v_cache, int n_tokens, int64_t pos0, float* out, const AttentionExtras& x) {    \
     attention_impl(pool, s, q, k_cache, v_cache, n_tokens, pos0, out, x);                                         \
+  }                                                                                                               \
+  void attention_tree_ref(const AttentionShape& s, const float* q, const KvRows<T>& k_cache,                      \
+                          const KvRows<T>& v_cache, int n_tokens, int64_t pos0, const int32_t* parents, float* out, \
+                          const AttentionExtras& x) {                                                             \
+    attention_tree_ref_impl(s, q, k_cache, v_cache, n_tokens, pos0, parents, out, x);                             \
+  }                                                                                                               \
+  void attention_tree(ThreadPool& pool, const AttentionShape& s, const float* q, const KvRows<T>& k_cache,        \
+                      const KvRows<T>& v_cache, int n_tokens, int64_t pos0, const int32_t* parents, float* out,   \
+                      const AttentionExtras& x) {                                                                 \
+    attention_tree_impl(pool, s, q, k_cache, v_cache, n_tokens, pos0, parents, out, x);                           \
   }                                                                                                               \
   void kv_store(const AttentionShape& s, const float* k, const float* v, int n_tokens, int64_t pos0, T* k_cache,  \
                 T* v_cache) {                                                                                     \

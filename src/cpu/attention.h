@@ -81,6 +81,35 @@ void attention(ThreadPool& pool, const AttentionShape& s, const float* q, const 
                const KvRows<BlockQ8_0>& v_cache, int n_tokens, int64_t pos0, float* out,
                const AttentionExtras& x = {});
 
+// A token tree (speculative verification of several candidate
+// continuations at once): token t of the batch is stored at slot pos0 + t
+// (the cache holds slots 0 .. pos0+n_tokens-1), sits at position pos0 +
+// depth(t) (its RoPE'd keys were written so) and attends to the prefix 0 ..
+// pos0-1 and to the slots of its ancestors and its own only (parents[t]:
+// the batch index of its parent, < t, or -1 for a child of the prefix;
+// throws ms::Error otherwise). A window counts positions, not slots. The
+// keys are visited in the order a cache holding the token's path at
+// consecutive positions would give them, so the fast version's output for a
+// token is bit-equal to attention()'s for that path.
+void attention_tree_ref(const AttentionShape& s, const float* q, const KvRows<uint16_t>& k_cache,
+                        const KvRows<uint16_t>& v_cache, int n_tokens, int64_t pos0, const int32_t* parents,
+                        float* out, const AttentionExtras& x = {});
+void attention_tree_ref(const AttentionShape& s, const float* q, const KvRows<float>& k_cache,
+                        const KvRows<float>& v_cache, int n_tokens, int64_t pos0, const int32_t* parents, float* out,
+                        const AttentionExtras& x = {});
+void attention_tree_ref(const AttentionShape& s, const float* q, const KvRows<BlockQ8_0>& k_cache,
+                        const KvRows<BlockQ8_0>& v_cache, int n_tokens, int64_t pos0, const int32_t* parents,
+                        float* out, const AttentionExtras& x = {});
+void attention_tree(ThreadPool& pool, const AttentionShape& s, const float* q, const KvRows<uint16_t>& k_cache,
+                    const KvRows<uint16_t>& v_cache, int n_tokens, int64_t pos0, const int32_t* parents, float* out,
+                    const AttentionExtras& x = {});
+void attention_tree(ThreadPool& pool, const AttentionShape& s, const float* q, const KvRows<float>& k_cache,
+                    const KvRows<float>& v_cache, int n_tokens, int64_t pos0, const int32_t* parents, float* out,
+                    const AttentionExtras& x = {});
+void attention_tree(ThreadPool& pool, const AttentionShape& s, const float* q, const KvRows<BlockQ8_0>& k_cache,
+                    const KvRows<BlockQ8_0>& v_cache, int n_tokens, int64_t pos0, const int32_t* parents, float* out,
+                    const AttentionExtras& x = {});
+
 // Writes f32 rows k, v [n_tokens][n_kv][head_dim] into the cache at positions
 // pos0 .. pos0+n_tokens-1 (the caller checks they are < ctx): rounded to
 // nearest-even halves, copied exactly, or quantized to q8_0 per block of 32

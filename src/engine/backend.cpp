@@ -9,7 +9,23 @@ namespace ms {
 
 // The checks every forward_seqs makes before computing anything: entries with
 // tokens, distinct caches, room in each, ids inside the vocabulary.
-void check_seq_tokens(std::span<const SeqTokens> seqs, int64_t n_vocab) {
+void check_token_tree(std::span<const int32_t> parents, size_t n_tokens, const std::string& what,
+                      std::vector<int32_t>* depth) {
+  if (parents.size() != n_tokens)
+    throw Error(what + ": the ancestor set has " + std::to_string(parents.size()) + " parents for " +
+                std::to_string(n_tokens) + " tokens (one per token)");
+  if (depth) depth->resize(n_tokens);
+  for (size_t i = 0; i < n_tokens; ++i) {
+    const int32_t p = parents[i];
+    if (p < -1 || p >= static_cast<int64_t>(i))
+      throw Error(what + ": token " + std::to_string(i) + "'s parent is " + std::to_string(p) +
+                  "; a parent must be -1 (the cached prefix) or an earlier token of the same entry (an index below " +
+                  std::to_string(i) + ")");
+    if (depth) (*depth)[i] = p < 0 ? 0 : (*depth)[static_cast<size_t>(p)] + 1;
+  }
+}
+
+void check_seq_tokens(std::span<const SeqTokens> seqs, int64_t n_vocab, int max_tree, const std::string& backend) {
   if (seqs.empty()) throw Error("forward_seqs: no sequences");
   for (size_t i = 0; i < seqs.size(); ++i) {
     const SeqTokens& s = seqs[i];
@@ -18,6 +34,18 @@ void check_seq_tokens(std::span<const SeqTokens> seqs, int64_t n_vocab) {
     for (size_t j = 0; j < i; ++j)
       if (seqs[j].kv == s.kv)
         throw Error("forward_seqs: entries " + std::to_string(j) + " and " + std::to_string(i) + " share a cache");
+    if (!s.parents.empty()) {
+      const std::string what = "forward_seqs: entry " + std::to_string(i);
+      const std::string be = backend.empty() ? "this backend" : "the " + backend + " backend";
+      if (max_tree <= 0)
+        throw Error(what + " carries an ancestor set (a token tree), which " + be +
+                    " does not run (the CPU backend does; speculative decoding "
+                    "verifies chains here)");
+      if (s.tokens.size() > static_cast<size_t>(max_tree))
+        throw Error(what + ": a token tree of " + std::to_string(s.tokens.size()) + " tokens; " + be +
+                    " runs trees of at most " + std::to_string(max_tree));
+      check_token_tree(s.parents, s.tokens.size(), what);
+    }
     s.kv->check_room(static_cast<int64_t>(s.tokens.size()));
     for (int32_t id : s.tokens)
       if (id < 0 || id >= n_vocab)
@@ -28,7 +56,7 @@ void check_seq_tokens(std::span<const SeqTokens> seqs, int64_t n_vocab) {
 
 void Backend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<float>& logits) {
   const int64_t V = config().n_vocab;
-  check_seq_tokens(seqs, V);
+  check_seq_tokens(seqs, V, 0, name());
   logits.clear();
   std::vector<float> one;
   for (const SeqTokens& s : seqs) {
@@ -36,6 +64,10 @@ void Backend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<float>& 
     if (s.all_logits) logits.insert(logits.end(), one.begin(), one.end());
     else if (s.want_logits) logits.insert(logits.end(), one.begin(), one.begin() + V);
   }
+}
+
+void Backend::keep_tree_path(KvCache&, int64_t, std::span<const int32_t>) {
+  throw Error("the " + name() + " backend does not run token trees (no tree path to keep)");
 }
 
 const char* const kNoMtpBlock =

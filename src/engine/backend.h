@@ -51,6 +51,17 @@ struct SeqTokens {
   // The logits of every one of its tokens ([n][n_vocab], in order), as a
   // verify of draft tokens needs them (implies want_logits).
   bool all_logits = false;
+  // A token tree (speculative verification of a draft tree; docs/
+  // speculative.md, "Draft trees"): empty, the tokens form a chain as usual;
+  // else one entry per token, the index within this entry of its parent
+  // (< its own) or -1 for a child of the cached prefix. Token i is stored
+  // at slot kv->n_past() + i, sits at position kv->n_past() + depth(i)
+  // (depth: the number of its ancestors in the entry) and attends to the
+  // cached prefix, its ancestors and itself only. At most
+  // Backend::max_token_tree() tokens; backends without trees refuse it.
+  // After such a pass the cache holds every token at its slot: keep one
+  // root-to-node path with Backend::keep_tree_path.
+  std::span<const int32_t> parents = {};
   // Logit rows this entry adds to forward_seqs' output.
   size_t logit_rows() const { return all_logits ? tokens.size() : (want_logits ? 1 : 0); }
 };
@@ -69,12 +80,26 @@ struct HiddenEvent {
   // norm -- what a DFlash drafter (engine/speculative_dflash.h) reads.
   int n_layer_rows = 0;
   const float* layer_rows = nullptr;
+  // A token tree's forward (SeqTokens::parents): the rows are the tree's
+  // nodes in slot order, not consecutive positions; parents[i] (-1: a child
+  // of the prefix) and tokens[i] say which. Null for a chain (then tokens is
+  // null too).
+  const int32_t* parents = nullptr;
+  const int32_t* tokens = nullptr;
 };
 using HiddenHook = std::function<void(const HiddenEvent&)>;
 
 // forward_seqs' checks, for backends that override it (throws ms::Error as
-// forward_seqs documents).
-void check_seq_tokens(std::span<const SeqTokens> seqs, int64_t n_vocab);
+// forward_seqs documents). max_tree: the most tokens an entry with an
+// ancestor set (SeqTokens::parents) may have; 0 refuses such entries (a
+// backend without token trees), naming the backend `backend` ("": "this").
+void check_seq_tokens(std::span<const SeqTokens> seqs, int64_t n_vocab, int max_tree = 0,
+                      const std::string& backend = "");
+// An ancestor set's own checks (one entry per token, each parent -1 or an
+// earlier token's index); throws ms::Error naming `what` and the first bad
+// index. The depths (ancestors per token) into `depth` when not null.
+void check_token_tree(std::span<const int32_t> parents, size_t n_tokens, const std::string& what,
+                      std::vector<int32_t>* depth = nullptr);
 // The error for a model without an MTP block.
 extern const char* const kNoMtpBlock;
 // forward_mtp's checks (throws ms::Error as forward_mtp documents).
@@ -132,6 +157,24 @@ class Backend {
   virtual void fork(const KvCache& src, KvCache& dst) { dst.copy_from(src); }
   // "cpu", "cuda"
   virtual std::string name() const = 0;
+
+  // ---- token trees (SeqTokens::parents; docs/speculative.md, "Draft trees").
+  // The most tokens of one tree entry this backend runs for caches like kv
+  // (0: no trees: forward_seqs refuses ancestor sets and speculative
+  // decoding verifies chains). Default 0; the CPU backend runs them (a
+  // hybrid's recurrent layers with a state per node).
+  virtual int max_token_tree(const KvCache& kv) const {
+    (void)kv;
+    return 0;
+  }
+  // After a tree entry of kv was run from position base (its slots base ..
+  // kv.n_past()-1): keeps the path of slots base + nodes[0], base +
+  // nodes[1], .. (nodes strictly increasing, nodes[0] = 0: the root, each
+  // the next one's parent) at positions base, base + 1, .. and forgets every
+  // other slot: kv then holds base + nodes.size() positions, as if the path
+  // had been decoded as a chain. Throws ms::Error for a path that does not
+  // fit (and, by default, always: a backend without trees).
+  virtual void keep_tree_path(KvCache& kv, int64_t base, std::span<const int32_t> nodes);
   // Where routed experts were computed so far (hybrid false: all in one place).
   virtual ExpertTelemetry expert_telemetry() const { return {}; }
 

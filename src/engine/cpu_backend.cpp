@@ -182,7 +182,7 @@ void CpuBackend::forward(KvCache& kv, std::span<const int32_t> tokens, std::vect
 
 void CpuBackend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<float>& logits) {
   const int64_t V = w_.cfg.n_vocab;
-  check_seq_tokens(seqs, V);
+  check_seq_tokens(seqs, V, opt_.max_batch, name());
   size_t n_out = 0;
   for (const SeqTokens& s : seqs) n_out += s.logit_rows();
   logits.resize(n_out * static_cast<size_t>(V));
@@ -218,11 +218,14 @@ void CpuBackend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<float
   for (const SeqTokens& s : seqs) s.kv->begin_forward();
   for (const SeqTokens& s : seqs) {
     const size_t total = s.tokens.size();
+    const bool tree = !s.parents.empty();
     for (size_t done = 0; done < total;) {
-      if (static_cast<int>(batch.size()) == B) run_batch();
+      // A tree runs whole in one batch (its tokens see their ancestors' keys
+      // in this pass; check_seq_tokens bounded it by max_batch).
+      if (static_cast<int>(batch.size()) == B || (tree && batch.size() + total > static_cast<size_t>(B))) run_batch();
       const int t0 = static_cast<int>(batch.size());
       const int take = static_cast<int>(std::min<size_t>(static_cast<size_t>(B - t0), total - done));
-      spans.push_back({s.kv, s.kv->n_past(), t0, take});
+      spans.push_back({s.kv, s.kv->n_past(), t0, take, tree ? s.parents.data() : nullptr});
       batch.insert(batch.end(), s.tokens.begin() + static_cast<std::ptrdiff_t>(done),
                    s.tokens.begin() + static_cast<std::ptrdiff_t>(done + static_cast<size_t>(take)));
       done += static_cast<size_t>(take);
@@ -251,12 +254,21 @@ void CpuBackend::forward_spans(const std::vector<Span>& spans, const int32_t* to
                                std::span<const int> out_rows, float* logits) {
   const ModelConfig& c = w_.cfg;
   const int64_t D = c.n_embd;
-  for (const Span& sp : spans)
+  std::vector<int32_t> depth;
+  for (const Span& sp : spans) {
+    // A tree's token sits at the prefix's length plus its depth; a hybrid's
+    // cache holds a recurrent state per node.
+    if (sp.parents) {
+      check_token_tree(std::span<const int32_t>(sp.parents, static_cast<size_t>(sp.n)), static_cast<size_t>(sp.n),
+                       "forward", &depth);
+      sp.kv->begin_tree(sp.n);
+    }
     for (int t = sp.t0; t < sp.t0 + sp.n; ++t) {
       embed_row(w_.token_embd.type, w_.token_embd.data, c.n_vocab, D, tokens[t], h_.data() + t * D);
-      rope_table(rope_cs_.data() + static_cast<int64_t>(t) * c.n_rot, c.n_rot, sp.pos0 + (t - sp.t0), c.rope_base,
-                 c.rope_scaling);
+      const int64_t pos = sp.pos0 + (sp.parents ? depth[static_cast<size_t>(t - sp.t0)] : t - sp.t0);
+      rope_table(rope_cs_.data() + static_cast<int64_t>(t) * c.n_rot, c.n_rot, pos, c.rope_base, c.rope_scaling);
     }
+  }
   // Token states (KvCache::keep_token_states): an entry per token for the
   // state after it, taken before the layers write into them.
   span_entries_.assign(spans.size(), {});
@@ -275,7 +287,7 @@ void CpuBackend::forward_spans(const std::vector<Span>& spans, const int32_t* to
     recipe_.layer(*this, c, il);
   }
   spans_ = nullptr;
-  if (hidden_hook_) emit_hidden(spans);
+  if (hidden_hook_) emit_hidden(spans, tokens);
   for (const Span& sp : spans) sp.kv->advance(sp.n);
   if (!logits || out_rows.empty()) return;
   // The output head over the rows asked for only.
@@ -286,7 +298,7 @@ void CpuBackend::forward_spans(const std::vector<Span>& spans, const int32_t* to
   project(pool_, x_.data(), m, D, {{&w_.output, logits}});
 }
 
-void CpuBackend::emit_hidden(const std::vector<Span>& spans) {
+void CpuBackend::emit_hidden(const std::vector<Span>& spans, const int32_t* tokens) {
   const int64_t D = w_.cfg.n_embd;
   for (const Span& sp : spans) {
     hidden_rows_.resize(static_cast<size_t>(sp.n * D));
@@ -295,7 +307,7 @@ void CpuBackend::emit_hidden(const std::vector<Span>& spans) {
               w_.cfg.rms_eps);
     const int nl = static_cast<int>(hidden_layers_.size());
     const float* lr = nl ? layer_rows_.data() + static_cast<size_t>(sp.t0) * nl * static_cast<size_t>(D) : nullptr;
-    hidden_hook_({sp.kv, sp.pos0, sp.n, hidden_rows_.data(), nl, lr});
+    hidden_hook_({sp.kv, sp.pos0, sp.n, hidden_rows_.data(), nl, lr, sp.parents, sp.parents ? tokens + sp.t0 : nullptr});
   }
 }
 
@@ -370,19 +382,22 @@ void CpuBackend::attention(int il, const AttentionBlock& b) {
       case KvType::F32: {
         const KvRows<float> kr = kv.rows_f32(kl, false), vr = kv.rows_f32(kl, true);
         kv_store(s, k, v, sp.n, sp.pos0, kr, vr);
-        ms::attention(pool_, s, q, kr, vr, sp.n, sp.pos0, att, extras);
+        if (sp.parents) attention_tree(pool_, s, q, kr, vr, sp.n, sp.pos0, sp.parents, att, extras);
+        else ms::attention(pool_, s, q, kr, vr, sp.n, sp.pos0, att, extras);
         break;
       }
       case KvType::Q8_0: {
         const KvRows<BlockQ8_0> kr = kv.rows_q8(kl, false), vr = kv.rows_q8(kl, true);
         kv_store(s, k, v, sp.n, sp.pos0, kr, vr);
-        ms::attention(pool_, s, q, kr, vr, sp.n, sp.pos0, att, extras);
+        if (sp.parents) attention_tree(pool_, s, q, kr, vr, sp.n, sp.pos0, sp.parents, att, extras);
+        else ms::attention(pool_, s, q, kr, vr, sp.n, sp.pos0, att, extras);
         break;
       }
       case KvType::F16: {
         const KvRows<uint16_t> kr = kv.rows_f16(kl, false), vr = kv.rows_f16(kl, true);
         kv_store(s, k, v, sp.n, sp.pos0, kr, vr);
-        ms::attention(pool_, s, q, kr, vr, sp.n, sp.pos0, att, extras);
+        if (sp.parents) attention_tree(pool_, s, q, kr, vr, sp.n, sp.pos0, sp.parents, att, extras);
+        else ms::attention(pool_, s, q, kr, vr, sp.n, sp.pos0, att, extras);
         break;
       }
     }
@@ -431,6 +446,22 @@ void CpuBackend::linear_attention(int il, const LinearAttentionBlock&) {
     const float* beta = lin_beta_.data() + static_cast<int64_t>(sp.t0) * nv;
     float* out = lin_out_.data() + static_cast<int64_t>(sp.t0) * VD;
     const std::vector<int>& entries = span_entries_[si];
+    if (sp.parents) {
+      // A token tree: each node's conv window and delta-rule state start
+      // from its parent's (the prefix's live state for a root) and are kept
+      // per node; one token at a time, as decode runs the recurrence.
+      for (int t = 0; t < sp.n; ++t) {
+        const int32_t p = sp.parents[t];
+        float* w = kv.tree_conv(il, t);
+        float* St = kv.tree_delta(il, t);
+        std::copy_n(p < 0 ? window : kv.tree_conv(il, p), kv.conv_elems(), w);
+        std::copy_n(p < 0 ? S : kv.tree_delta(il, p), kv.state_elems(), St);
+        conv1d_silu(in + t * CD, CD, 1, CD, L.ssm_conv.f32(), c.lin.conv_kernel, w, conv + t * CD);
+        delta_prepare_qk(s, conv + t * CD, 1e-6f);
+        delta_rule(&pool_, s, conv + t * CD, CD, g + t * nv, beta + t * nv, 1, St, out + t * VD);
+      }
+      continue;
+    }
     if (entries.empty()) {
       conv1d_silu(in, CD, sp.n, CD, L.ssm_conv.f32(), c.lin.conv_kernel, window, conv);
       for (int t = 0; t < sp.n; ++t) delta_prepare_qk(s, conv + t * CD, 1e-6f);

@@ -60,6 +60,11 @@ class CpuBackend : public Backend, private LayerBlocks {
   // head runs only for the entries with want_logits. Throws like forward(),
   // before computing anything.
   void forward_seqs(std::span<const SeqTokens> seqs, std::vector<float>& logits) override;
+  // Token trees (SeqTokens::parents): up to max_batch tokens (a tree runs in
+  // one batch). Hybrids' Gated DeltaNet layers run each node's recurrence
+  // from its parent's state, kept per node in the cache (KvCache::begin_tree).
+  int max_token_tree(const KvCache&) const override { return opt_.max_batch; }
+  void keep_tree_path(KvCache& kv, int64_t base, std::span<const int32_t> nodes) override { kv.keep_path(base, nodes); }
   // One token per cache (tokens[i] to *kvs[i]): forward_seqs with one-token
   // entries, every one with logits ([n][n_vocab]). For the engine tests.
   void forward_multi(std::span<KvCache* const> kvs, std::span<const int32_t> tokens, std::vector<float>& logits);
@@ -109,6 +114,9 @@ class CpuBackend : public Backend, private LayerBlocks {
     KvCache* kv;
     int64_t pos0;  // the position of its first token
     int t0, n;     // its tokens in the batch
+    // A token tree (SeqTokens::parents, never split across batches): its
+    // parents within the span; null for a chain.
+    const int32_t* parents = nullptr;
   };
   // One batch of at most max_batch tokens over `spans`; logits receives the
   // output head's [out_rows.size()][n_vocab] for the batch rows out_rows
@@ -129,7 +137,7 @@ class CpuBackend : public Backend, private LayerBlocks {
   // Its layer in the cache it runs against (an MTP block's own cache starts at 0).
   int cache_layer(int il) const { return il < w_.cfg.n_layer ? il : il - w_.cfg.n_layer; }
   // Hands each span's final hidden states (after the output norm) to the hook.
-  void emit_hidden(const std::vector<Span>& spans);
+  void emit_hidden(const std::vector<Span>& spans, const int32_t* tokens);
   struct HostTier;
 
   const ModelWeights& w_;

@@ -33,6 +33,12 @@ struct SpecDecoding {
   //   checkpoint). For backends where a token state costs a copy off the
   //   device and a pass of its own (CUDA's). Attention-only models need neither.
   enum class Rollback { TokenStates, Replay } rollback = Rollback::TokenStates;
+  // Draft trees (--spec-tree N; engine/draft_tree.h, docs/speculative.md
+  // "Draft trees"): > 0, each verify feeds a tree of at most this many drafts
+  // grown best-first from the drafter's candidates, to the depth the
+  // controller asks for; 0: chains. Used where spec_tree_refusal() says
+  // nothing; elsewhere the drafts are verified as chains.
+  int tree_budget = 0;
 };
 
 struct GenerateParams {

@@ -228,6 +228,7 @@ float* KvCache::snap_elems(int layer, int entry, int64_t offset) {
 
 void KvCache::clear() {
   n_past_ = 0;
+  tree_nodes_ = -1;
   release_unwritten();
   std::fill(rec_.begin(), rec_.end(), 0.0f);
   ckpt_.clear();
@@ -282,6 +283,74 @@ void KvCache::truncate(int64_t n) {
   release_unwritten();
 }
 
+void KvCache::keep_path(int64_t base, std::span<const int32_t> nodes) {
+  const std::string what = "KV cache: keeping a tree path from position " + std::to_string(base);
+  if (nodes.empty() || nodes[0] != 0) throw Error(what + ": the path must start at the tree's root (node 0)");
+  for (size_t k = 1; k < nodes.size(); ++k)
+    if (nodes[k] <= nodes[k - 1])
+      throw Error(what + ": node " + std::to_string(nodes[k]) + " follows node " + std::to_string(nodes[k - 1]) +
+                  " (a path's nodes come in increasing order)");
+  if (base < 0 || base + nodes.back() >= n_past_)
+    throw Error(what + ": node " + std::to_string(nodes.back()) + " is past the " + std::to_string(n_past_) +
+                " positions held");
+  if (has_recurrent_ && (tree_nodes_ <= nodes.back() || base + tree_nodes_ != n_past_ || rec_.empty()))
+    throw Error(what + ": the cache's last forward was not that token tree, so its recurrent (Gated DeltaNet) "
+                "states are not held");
+  // nodes[k] >= k, and a later source is above every earlier destination:
+  // copying in order never overwrites a row still to be read.
+  const KvPageLayout& l = kv_.pages->layout();
+  for (size_t k = 1; k < nodes.size(); ++k) {
+    const int64_t from = base + nodes[k], to = base + static_cast<int64_t>(k);
+    if (from == to) continue;
+    const std::byte* ps = kv_.pages->page(kv_.table[static_cast<size_t>(from / l.page_tokens)]);
+    std::byte* pd = kv_.pages->page(kv_.table[static_cast<size_t>(to / l.page_tokens)]);
+    for (int layer = 0; layer < l.n_layers; ++layer)
+      for (bool values : {false, true})
+        for (int h = 0; h < n_kv_; ++h)
+          std::memcpy(pd + l.offset(layer, values, h, to % l.page_tokens),
+                      ps + l.offset(layer, values, h, from % l.page_tokens), static_cast<size_t>(l.row_bytes));
+  }
+  const int64_t keep = base + static_cast<int64_t>(nodes.size());
+  if (!has_recurrent_) {
+    truncate(keep);
+    return;
+  }
+  // The live state becomes the path's last node's; checkpoints past the kept
+  // positions go (none was taken inside the tree: begin_tree).
+  const int64_t per = conv_elems_ + state_elems_;
+  const auto first = tree_states_.begin() + static_cast<int64_t>(nodes.back()) * n_rec_ * per;
+  std::copy(first, first + static_cast<int64_t>(rec_.size()), rec_.begin());
+  tree_nodes_ = -1;
+  ckpt_.drop_after(keep);
+  n_past_ = keep;
+  release_unwritten();
+}
+
+void KvCache::begin_tree(int n_nodes) {
+  tree_forward_ = true;
+  tree_nodes_ = -1;
+  if (!has_recurrent_) return;
+  const uint64_t total = static_cast<uint64_t>(std::max(n_nodes, 0)) * static_cast<uint64_t>(n_rec_) *
+                         static_cast<uint64_t>(conv_elems_ + state_elems_);
+  try {
+    tree_states_.resize(static_cast<size_t>(total));
+  } catch (const std::bad_alloc&) {
+    throw Error("KV cache: cannot allocate " + format_bytes(total * 4) + " for the recurrent states of a tree of " +
+                std::to_string(n_nodes) + " tokens");
+  }
+  tree_nodes_ = n_nodes;
+}
+
+float* KvCache::tree_elems(int layer, int node, int64_t offset) {
+  const int slot = rec_slot_.empty() ? -1 : rec_slot_[static_cast<size_t>(layer)];
+  if (slot < 0) throw Error("KV cache: layer " + std::to_string(layer) + " has no recurrent state");
+  if (node < 0 || node >= tree_nodes_)
+    throw Error("KV cache: no tree state for node " + std::to_string(node) + " (" + std::to_string(tree_nodes_) +
+                " held)");
+  const int64_t per = conv_elems_ + state_elems_;
+  return tree_states_.data() + (static_cast<int64_t>(node) * n_rec_ + slot) * per + offset;
+}
+
 void KvCache::set_checkpoints(CheckpointOptions o) {
   StateCheckpoints fresh(o);  // checks o
   if (!has_recurrent_) return;
@@ -302,6 +371,13 @@ void KvCache::begin_forward() { ckpt_.begin_forward(); }
 void KvCache::end_forward(int64_t n_tokens) {
   const bool had_token_states = token_states_wanted();
   token_states_ = false;
+  // A tree's forward leaves the live state at the prefix's: no checkpoint
+  // at n_past (keep_path sets the state of the path it keeps).
+  if (tree_forward_) {
+    tree_forward_ = false;
+    return;
+  }
+  tree_nodes_ = -1;  // any other forward: the last tree's states are stale
   if (!has_recurrent_ || ckpt_.capacity() == 0 || had_token_states) return;
   if (!ckpt_.due(n_past_, n_tokens)) return;
   const int e = ckpt_.reserve(n_past_);

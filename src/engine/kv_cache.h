@@ -30,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <new>
 #include <string>
 #include <string_view>
@@ -230,6 +231,26 @@ class KvCache {
   void truncate(int64_t n);
   // Forgets every position and checkpoint; zeroes the recurrent state.
   void clear();
+  // After a token tree's forward (SeqTokens::parents) from position base:
+  // moves the K/V rows of slots base + nodes[k] to positions base + k (for
+  // every attention layer and KV head; bytes copied as they are, so rows
+  // keep their exact values) and keeps base + nodes.size() positions; with
+  // recurrent layers the live state becomes the last node's (tree_conv /
+  // tree_delta). nodes: strictly increasing from 0, the last one below
+  // n_past (a root-to-node path of the tree, whose k-th node was computed at
+  // position base + k). Throws ms::Error for nodes that break this, and for
+  // a recurrent cache whose last forward was not that tree.
+  void keep_path(int64_t base, std::span<const int32_t> nodes);
+  // Hybrids' token trees: the recurrent state after each node of a tree
+  // forward, host memory ([node][recurrent layer][conv | delta]; each node's
+  // recurrence runs from its parent's state, the live state stays the
+  // prefix's). begin_tree(n) (a backend, before the tree's layers) sizes
+  // them and marks the forward so that its end leaves no checkpoint (the
+  // live state is not the state at n_past then). Throws ms::Error when the
+  // memory cannot be had.
+  void begin_tree(int n_nodes);
+  float* tree_conv(int layer, int node) { return tree_elems(layer, node, 0); }
+  float* tree_delta(int layer, int node) { return tree_elems(layer, node, conv_elems_); }
 
   // Recurrent-state checkpoints (no effect on attention-only caches). Sizes
   // their storage (host memory here, unless a device backend's StateStore
@@ -302,6 +323,7 @@ class KvCache {
   [[noreturn]] void not_contiguous() const;
   float* rec_elems(int layer, int64_t offset);
   float* snap_elems(int layer, int entry, int64_t offset);
+  float* tree_elems(int layer, int node, int64_t offset);
   void save_checkpoint(int entry);
   void restore_checkpoint(int entry);
   [[noreturn]] void wrong_type(KvType want) const;
@@ -338,6 +360,12 @@ class KvCache {
   StateCheckpoints ckpt_;
   std::vector<float> snap_;
   bool token_states_ = false;
+  // Hybrids' token trees (begin_tree): node states, how many nodes the last
+  // tree had (-1: the last forward was no tree), and whether the forward in
+  // progress is one.
+  std::vector<float> tree_states_;
+  int tree_nodes_ = -1;
+  bool tree_forward_ = false;
   // A device backend's store: a copy of a cache holds none (like SeqSlot).
   struct StoreRef {
     std::shared_ptr<StateStore> p;

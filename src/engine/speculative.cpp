@@ -10,6 +10,7 @@
 
 #include <unordered_map>
 
+#include "engine/draft_tree.h"
 #include "engine/generate.h"
 #include "engine/kv_cache.h"
 #include "tokenizer/tokenizer.h"
@@ -56,13 +57,39 @@ OracleDrafter::OracleDrafter(std::vector<int32_t> reference, size_t n_prompt, do
 
 void OracleDrafter::propose(std::span<const int32_t> h, int max_tokens, std::vector<int32_t>& out) {
   out.clear();
+  cands_.clear();
   if (h.size() <= n_prompt_) return;
   const size_t pos = h.size() - n_prompt_;  // reference tokens the history holds
   // Still on the reference? (Its last token is the cheap check: a history
   // that left it never comes back to its positions.)
   if (pos > ref_.size() || h.back() != ref_[pos - 1]) return;
+  auto uniform = [&] { return static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0); };
+  if (top_k_ > 0) {
+    const int k = static_cast<int>(std::min<int64_t>(top_k_, n_vocab_));
+    for (size_t i = pos; i < ref_.size() && static_cast<int>(out.size()) < max_tokens; ++i) {
+      int right_rank = -1;
+      for (int r = 0; r < k && right_rank < 0; ++r)
+        if (uniform() < alpha_) right_rank = r;
+      std::vector<TokenProb> c;
+      double pr = alpha_;
+      for (int r = 0; r < k; ++r, pr *= 1.0 - alpha_) {
+        int32_t id = ref_[i];
+        if (r != right_rank)  // a wrong token not yet listed
+          for (;;) {
+            const auto off = 1 + static_cast<int64_t>(rng_() % static_cast<uint64_t>(n_vocab_ - 1));
+            id = static_cast<int32_t>((ref_[i] + off) % n_vocab_);
+            if (std::none_of(c.begin(), c.end(), [&](const TokenProb& t) { return t.id == id; })) break;
+            if (static_cast<int64_t>(c.size()) + 1 >= n_vocab_) break;
+          }
+        c.push_back({id, std::max(pr, 1e-12)});
+      }
+      out.push_back(c[0].id);
+      cands_.push_back(std::move(c));
+    }
+    return;
+  }
   for (size_t i = pos; i < ref_.size() && static_cast<int>(out.size()) < max_tokens; ++i) {
-    const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);
+    const double u = uniform();
     if (u < alpha_) {
       out.push_back(ref_[i]);
     } else {  // any other token, uniformly
@@ -328,6 +355,11 @@ std::string SpecStats::describe() const {
                 static_cast<long long>(verifies), static_cast<long long>(plain_steps));
   s += buf;
   if (replayed > 0) s += " | " + std::to_string(replayed) + " tokens replayed";
+  if (tree_verifies > 0) {
+    std::snprintf(buf, sizeof buf, " | trees: %lld verifies, %.1f drafts each", static_cast<long long>(tree_verifies),
+                  double(tree_nodes) / double(tree_verifies));
+    s += buf;
+  }
   std::string widths;
   for (size_t w = 0; w < steps_by_width.size(); ++w) {
     if (steps_by_width[w] == 0) continue;
@@ -354,6 +386,8 @@ void SpecStats::add(const SpecStats& o) {
   accepted += o.accepted;
   emitted += o.emitted;
   replayed += o.replayed;
+  tree_verifies += o.tree_verifies;
+  tree_nodes += o.tree_nodes;
   auto add_to = [](auto& to, const auto& from) {
     if (to.size() < from.size()) to.resize(from.size());
     for (size_t i = 0; i < from.size(); ++i) to[i] += from[i];
@@ -371,6 +405,19 @@ double SpecStats::mean_step_seconds(size_t drafts) const {
 }
 
 // ---------------------------------------------------------------- the verify loop
+
+std::string spec_tree_refusal(const Backend& backend, const KvCache& kv, const Drafter& drafter) {
+  if (!drafter.gives_candidates())
+    return "the " + drafter.name() + " drafter gives no distributions to grow a tree from (draft and dflash do)";
+  if (backend.max_token_tree(kv) < 2) return "the " + backend.name() + " backend does not run token trees";
+  return "";
+}
+
+namespace {
+// Candidates per drafted position a tree is grown from: enough for any
+// budget's breadth at shallow depths (a best-first tree rarely goes wider).
+constexpr int kTreeTopK = 8;
+}  // namespace
 
 void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const Tokenizer* tok,
                         std::vector<int32_t> history, std::vector<float>& logits, const GenerateParams& params,
@@ -406,11 +453,18 @@ void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const T
     st.spec.replayed += target - from;
     return std::chrono::duration<double>(clock::now() - t0).count();
   };
+  // Trees where the drafter, the backend and the model allow them.
+  const bool trees = params.spec.tree_budget > 0 && spec_tree_refusal(backend, kv, drafter).empty();
+  drafter.set_candidates(trees ? std::min(kTreeTopK, params.spec.tree_budget) : 0);
   // The rows of `logits` to sample from: row i follows drafts[0..i) (the
-  // prompt's one row at first). p0: the cache's length before their forward.
+  // prompt's one row at first); with a tree, row n is node n's. p0: the
+  // cache's length before their forward.
   std::vector<int32_t> drafts, batch;
   std::vector<std::vector<TokenProb>> q;  // the drafts' distributions (empty: point masses)
   std::vector<TokenProb> p;
+  DraftTree tree;
+  bool tree_step = false;  // the last forward fed `tree`
+  std::vector<int32_t> path;  // a tree verify's nodes kept, root first
   int64_t p0 = kv.n_past();
   bool after_prompt = true;
   // A step's time: drafting, the forward, any replay and the sampling (what
@@ -423,14 +477,18 @@ void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const T
     // it and the draft is kept when it is that token (the rejection rule with
     // q one-hot: kept with probability p(draft), else a draw from p without
     // it), so a seed gives plain decoding's very tokens. Drafts with
-    // distributions: speculative_pick().
-    const size_t D = drafts.size();
-    const bool with_q = D > 0 && q.size() >= D;
+    // distributions: speculative_pick(). A tree: the row's token is sampled
+    // so too, and the walk goes on to the child that holds it (if any): the
+    // same rule over the node's children, exact for greedy and sampling.
+    const size_t D = tree_step ? tree.size() - 1 : drafts.size();
+    const bool with_q = !tree_step && D > 0 && q.size() >= D;
     size_t i = 0;
-    int32_t id = -1;
+    int32_t id = -1, node = 0;
     bool stop = false, kept = false;
+    path.assign(1, 0);
     for (;; ++i) {
-      const float* row = logits.data() + i * static_cast<size_t>(V);
+      const size_t r = tree_step ? static_cast<size_t>(node) : i;
+      const float* row = logits.data() + r * static_cast<size_t>(V);
       check_finite_logits(std::span<const float>(row, static_cast<size_t>(V)),
                           D == 0 ? "decode step" : "verify step", st.n_generated);
       if (with_q && i < D) {
@@ -440,7 +498,13 @@ void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const T
         kept = pick.accepted;
       } else {
         id = sampler.sample(row, n_vocab);
-        kept = i < D && id == drafts[i];
+        if (tree_step) {
+          node = tree.child(node, id);
+          kept = node >= 0;
+          if (kept) path.push_back(node);
+        } else {
+          kept = i < D && id == drafts[i];
+        }
       }
       sampler.accept(id);
       ++st.n_generated;
@@ -460,15 +524,30 @@ void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const T
     if (D > 0) {
       // Keep the last token fed and the drafts that were emitted (drafts[0..i)):
       // the cache then holds every emitted token but `id`, as after a plain step.
-      roll_back(p0 + 1 + static_cast<int64_t>(i));
-      const size_t evaluated = std::min(D, i + 1);
+      // A tree: the path's rows move to consecutive positions (its k-th node
+      // was computed at position p0 + k), the other nodes go.
+      if (tree_step) {
+        path.resize(i + 1);  // a child matched at a stop was not fed
+        backend.keep_tree_path(kv, p0, path);
+        drafter.tree_kept(path);
+      } else {
+        roll_back(p0 + 1 + static_cast<int64_t>(i));
+      }
+      const size_t depth = tree_step ? static_cast<size_t>(tree.max_depth()) : D;
       const size_t matched = i + (kept ? 1 : 0);
-      backend.confirm_drafts(kv, static_cast<int>(matched));
+      const size_t evaluated = std::min(depth, i + 1);
+      if (!tree_step) backend.confirm_drafts(kv, static_cast<int>(matched));
       ++ss.verifies;
-      ss.drafted += static_cast<int64_t>(evaluated);
+      ss.drafted += static_cast<int64_t>(tree_step ? D : evaluated);
       ss.accepted += static_cast<int64_t>(matched);
       ss.emitted += static_cast<int64_t>(i + 1);
+      if (tree_step) {
+        ++ss.tree_verifies;
+        ss.tree_nodes += static_cast<int64_t>(D);
+      }
       for (size_t j = 0; j < evaluated; ++j) {
+        // A tree's depth j + 1 is reached where the path's node there has children.
+        if (tree_step && j < path.size() && !tree.has_children(path[j])) break;
         ++ss.tried_at[j];
         if (j < matched) ++ss.accepted_at[j];
       }
@@ -476,7 +555,9 @@ void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const T
     const double step_seconds = std::chrono::duration<double>(clock::now() - step_start).count();
     if (D > 0) {
       ss.record_width(D, step_seconds);
-      if (!stop) ctl.record_verify(static_cast<int>(D), static_cast<int>(i), step_seconds);
+      // A tree is priced by its depth: the controller's K is how deep it asked.
+      const int width = tree_step ? tree.max_depth() : static_cast<int>(D);
+      if (!stop) ctl.record_verify(width, static_cast<int>(i), step_seconds);
     } else if (!after_prompt) {
       ss.record_width(0, step_seconds);
       ctl.record_plain(step_seconds);
@@ -495,6 +576,7 @@ void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const T
     if (params.n_predict >= 0) k = std::min<int64_t>(k, params.n_predict - st.n_generated - 1);
     drafts.clear();
     q.clear();
+    tree_step = false;
     if (k >= co.draft_min) {
       drafter.propose(history, static_cast<int>(k), drafts);
       if (static_cast<int64_t>(drafts.size()) > k) drafts.resize(static_cast<size_t>(k));
@@ -507,10 +589,31 @@ void decode_speculative(Backend& backend, KvCache& kv, Sampler& sampler, const T
       if (static_cast<int>(drafts.size()) < co.draft_min) drafts.clear();
       const auto& dq = drafter.draft_distributions();
       if (!drafts.empty() && dq.size() >= drafts.size()) q.assign(dq.begin(), dq.begin() + static_cast<std::ptrdiff_t>(drafts.size()));
+      if (trees && !drafts.empty()) {
+        // The budget scales with the depth asked for (N at --draft-max, at
+        // least the chain): a narrow K is then a small tree, so the
+        // controller's T(K) grows with K as a chain's does, rather than a
+        // shallow fan of N nodes that costs N tokens for one position.
+        const int64_t depth = static_cast<int64_t>(drafts.size());
+        const int64_t scaled = std::max<int64_t>(depth, (int64_t{params.spec.tree_budget} * depth + co.draft_max - 1) / co.draft_max);
+        // Every node takes a slot of the context (the path is compacted after).
+        const int64_t room = std::min<int64_t>(kv.ctx() - kv.n_past(), backend.max_token_tree(kv)) - 1;
+        const int budget = static_cast<int>(std::min({int64_t{params.spec.tree_budget}, scaled, room}));
+        // The drafter's chain first (its probabilities may be flat where its
+        // argmax is right), the rest of the budget best-first.
+        tree = build_draft_tree(id, drafter.candidates(), budget, static_cast<int>(drafts.size()), V, /*spine=*/true);
+        tree_step = static_cast<int>(tree.size()) - 1 >= co.draft_min;
+        if (!tree_step) drafts.clear();
+      }
+    }
+    p0 = kv.n_past();
+    if (tree_step) {
+      const SeqTokens entry{&kv, tree.tokens, true, true, tree.parents};
+      backend.forward_seqs(std::span<const SeqTokens>(&entry, 1), logits);
+      continue;
     }
     batch.assign(1, id);
     batch.insert(batch.end(), drafts.begin(), drafts.end());
-    p0 = kv.n_past();
     if (!drafts.empty() && !replay) kv.keep_token_states();
     if (!drafts.empty()) backend.mark_drafts(kv, static_cast<int>(drafts.size()));
     backend.forward(kv, batch, logits, /*all_logits=*/!drafts.empty());

@@ -52,6 +52,26 @@ class Drafter {
     static const std::vector<std::vector<TokenProb>> none;
     return none;
   }
+  // Draft trees (--spec-tree; engine/draft_tree.h). Drafters with
+  // distributions (a draft model, DFlash; the oracle's synthetic ones) say
+  // gives_candidates(); after set_candidates(k) with k > 0 each propose()
+  // also leaves in candidates() its top k tokens at each drafted position,
+  // most likely first, with the drafter's probabilities (drafted position j:
+  // candidates()[j]; fewer positions than drafts when it has no more). The
+  // tree builder grows a tree of alternatives from them. Others leave it
+  // empty: their drafts are verified as chains.
+  virtual bool gives_candidates() const { return false; }
+  void set_candidates(int k) { top_k_ = k; }
+  // After a tree verify: the tree's nodes kept (root first, in the order
+  // they were fed), now the sequence's positions from the root's on. For a
+  // drafter that watches the target's forwards (DFlash), whose hook saw the
+  // whole tree. Default: nothing.
+  virtual void tree_kept(std::span<const int32_t> nodes) { (void)nodes; }
+  const std::vector<std::vector<TokenProb>>& candidates() const { return cands_; }
+
+ protected:
+  int top_k_ = 0;
+  std::vector<std::vector<TokenProb>> cands_;
 };
 
 // The speculative sampling rule at one position: the drafter drew `draft`
@@ -92,6 +112,9 @@ class ModelDrafter : public Drafter {
   void propose(std::span<const int32_t> history, int max_tokens, std::vector<int32_t>& out) override;
   std::string name() const override { return "draft"; }
   const std::vector<std::vector<TokenProb>>& draft_distributions() const override { return dists_; }
+  // The draft model's softmax at each drafted position (temperature 1 when
+  // greedy; the sampled distribution when sampling), along its own chain.
+  bool gives_candidates() const override { return true; }
   // Forward passes the draft model ran (tests, stats).
   int64_t forwards() const { return forwards_; }
   int64_t n_cached() const;  // tokens the draft cache holds
@@ -149,6 +172,13 @@ class OracleDrafter : public Drafter {
   OracleDrafter(std::vector<int32_t> reference, size_t n_prompt, double alpha, int64_t n_vocab, uint64_t seed);
   void propose(std::span<const int32_t> history, int max_tokens, std::vector<int32_t>& out) override;
   std::string name() const override;
+  // Synthetic candidates for tree tests and benchmarks: at each position the
+  // reference token is at rank r with probability alpha (1 - alpha)^r (the
+  // first rank that draws it; absent when none does), the other ranks
+  // distinct wrong tokens, and rank r reported with that probability (a
+  // calibrated drafter). The draft is rank 0. Without candidates the draws
+  // are the chain's above.
+  bool gives_candidates() const override { return true; }
 
  private:
   std::vector<int32_t> ref_;
@@ -171,6 +201,11 @@ struct DraftChoice {
 };
 // Throws ms::Error naming --spec and the accepted forms.
 DraftChoice parse_draft_choice(const std::string& text);
+
+// Why drafts of `drafter` on `backend` with cache kv would be verified as
+// chains despite --spec-tree ("" when trees run): a drafter without
+// distributions, a backend without token trees (CUDA).
+std::string spec_tree_refusal(const Backend& backend, const KvCache& kv, const Drafter& drafter);
 
 // How many drafts to verify at each step.
 struct SpecControllerOptions {
@@ -258,6 +293,10 @@ struct SpecStats {
   int64_t drafted = 0, accepted = 0;
   int64_t emitted = 0;       // tokens emitted from verify passes (accepted + one each)
   int64_t replayed = 0;      // tokens run again to roll a recurrent state back (SpecDecoding::Rollback::Replay)
+  // Verifies of draft trees (--spec-tree) among `verifies`, and their drafts
+  // (tree nodes past the root; counted in `drafted` too, so acceptance is
+  // per node fed). tried_at / accepted_at count by depth for trees.
+  int64_t tree_verifies = 0, tree_nodes = 0;
   std::vector<int64_t> tried_at, accepted_at;  // by draft position: reached / kept
   // Steps by drafts verified (index 0: plain steps): how many, and their
   // total time (drafting, forward, sampling).

@@ -11,7 +11,10 @@
 //     positions of a verify's rejected drafts go), then one pass over the
 //     block [last sampled, mask x K] at positions N .. N+K drafts K tokens,
 //     the argmax at each (greedy point masses; the verify keeps the output
-//     the target's, whatever it proposes).
+//     the target's, whatever it proposes);
+//   - a token tree's forward (--spec-tree) hands it the rows of every node:
+//     held until tree_kept() names the path the verify kept, whose rows
+//     then join the context at consecutive positions.
 // A target forward at a position below the context's end (a rollback and a
 // rerun, a replayed recurrent state, a new prompt in the same cache) cuts
 // the context back there; positions it never saw (a prompt run before this
@@ -46,6 +49,12 @@ class DFlashDrafter : public Drafter {
   // Up to min(max_tokens, block_size - 1) drafts.
   void propose(std::span<const int32_t> history, int max_tokens, std::vector<int32_t>& out) override;
   std::string name() const override { return "dflash"; }
+  // Its block's softmax at each drafted position (the per-position
+  // distributions DDTree grows its trees from).
+  bool gives_candidates() const override { return true; }
+  // A tree verify's hook event is held until the loop says which path it
+  // kept; that path's rows then join the context.
+  void tree_kept(std::span<const int32_t> nodes) override;
 
   int64_t passes() const { return passes_; }  // block passes so far
   int64_t context_len() const { return fwd_.context_len(); }
@@ -59,6 +68,11 @@ class DFlashDrafter : public Drafter {
   int64_t F_;  // feature values per position: target layers x n_embd
   std::vector<int32_t> block_;
   std::vector<float> logits_;
+  // The last tree forward's layer rows ([n][F_]), from position tree_pos0_
+  // (-1: none held).
+  std::vector<float> tree_rows_;
+  int64_t tree_pos0_ = -1;
+  int tree_n_ = 0;
   int64_t passes_ = 0;
 };
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "engine/backend.h"
+#include "engine/draft_tree.h"
 #include "engine/kv_cache.h"
 #include "engine/speculative.h"
 #include "tokenizer/tokenizer.h"
@@ -36,6 +37,7 @@ int64_t ModelDrafter::n_cached() const { return kv_->n_past(); }
 void ModelDrafter::propose(std::span<const int32_t> h, int max_tokens, std::vector<int32_t>& out) {
   out.clear();
   dists_.clear();
+  cands_.clear();
   const int64_t H = static_cast<int64_t>(h.size());
   if (max_tokens <= 0 || H == 0) return;
   max_tokens = static_cast<int>(std::min<int64_t>(max_tokens, opt_.ctx - H));
@@ -76,6 +78,17 @@ void ModelDrafter::propose(std::span<const int32_t> h, int max_tokens, std::vect
     if (prob < opt_.p_min) break;
     out.push_back(id);
     if (!greedy) dists_.push_back(dist_);
+    if (top_k_ > 0) {  // tree drafts: the top of what this position was drawn from
+      std::vector<TokenProb> c;
+      if (greedy) {
+        top_candidates(row, V, top_k_, c);
+      } else {
+        c = dist_;
+        std::stable_sort(c.begin(), c.end(), [](const TokenProb& a, const TokenProb& b) { return a.p > b.p; });
+        if (c.size() > static_cast<size_t>(top_k_)) c.resize(static_cast<size_t>(top_k_));
+      }
+      cands_.push_back(std::move(c));
+    }
     if (j + 1 == max_tokens) break;
     const int32_t one[1] = {id};
     be_.forward(*kv_, one, logits_);
