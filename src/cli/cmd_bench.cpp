@@ -73,6 +73,15 @@
 namespace ms::cli {
 namespace {
 
+// A result row with no timings yet.
+Stat bench_stat(std::string test, int n_tokens, int depth = 0) {
+  Stat s;
+  s.test = std::move(test);
+  s.n_tokens = n_tokens;
+  s.depth = depth;
+  return s;
+}
+
 // --spec and its options (beside BenchArgs, as --seqs is).
 struct SpecBench {
   std::vector<std::string> choices;  // ngram, draft, oracle:ALPHA
@@ -239,13 +248,13 @@ BudgetRun measure(const BenchArgs& a, const std::vector<int>& seqs, const SpecBe
     for (int np : a.n_prompt) {
       if (np <= 0) continue;
       const std::vector<int32_t> prompt = bench_prompt(np, c.n_vocab, 12345);
-      Stat s{bench_test_name('p', np, depth), np, {}, depth};
+      Stat s = bench_stat(bench_test_name('p', np, depth), np, depth);
       for (int i = 0; i < a.reps; ++i) s.tps.push_back(np / run_pp(prompt, depth));
       r.stats.push_back(s);
     }
     for (int ng : a.n_gen) {
       if (ng <= 0) continue;
-      Stat s{bench_test_name('t', ng, depth), ng, {}, depth};
+      Stat s = bench_stat(bench_test_name('t', ng, depth), ng, depth);
       for (int i = 0; i < a.reps; ++i) s.tps.push_back(ng / run_tg(ng, depth));
       r.stats.push_back(s);
     }
@@ -254,7 +263,7 @@ BudgetRun measure(const BenchArgs& a, const std::vector<int>& seqs, const SpecBe
     const int ng = first_nonzero(a.n_gen);
     if (ng <= 0) break;
     run_tg_seqs(std::min(ng, 4), ns);  // warm-up of this batch size
-    Stat s{bench_test_name('t', ng, 0) + " x" + std::to_string(ns) + " seqs", ng * ns, {}, 0};
+    Stat s = bench_stat(bench_test_name('t', ng, 0) + " x" + std::to_string(ns) + " seqs", ng * ns);
     for (int i = 0; i < a.reps; ++i) s.tps.push_back(double(ng) * ns / run_tg_seqs(ng, ns));
     r.stats.push_back(s);
   }
@@ -299,14 +308,15 @@ BudgetRun measure(const BenchArgs& a, const std::vector<int>& seqs, const SpecBe
     std::vector<int32_t> reference;
     GenerateStats st;
     generate_run(nullptr, &reference, &st);  // warm-up, and the oracle's reference
-    Stat base{bench_test_name('t', ng, 0) + " greedy", ng, {}, 0};
+    Stat base = bench_stat(bench_test_name('t', ng, 0) + " greedy", ng);
     for (int i = 0; i < a.reps; ++i) base.tps.push_back(ng / generate_run(nullptr, nullptr, &st));
     r.stats.push_back(base);
     for (const std::string& text : spec.choices)
       for (const int tree : spec.trees) {
         const DraftChoice choice = parse_draft_choice(text);
-        Stat s{bench_test_name('t', ng, 0) + " spec " + choice.describe() + (tree > 0 ? " tree" + std::to_string(tree) : ""),
-               ng, {}, 0};
+        Stat s = bench_stat(bench_test_name('t', ng, 0) + " spec " + choice.describe() +
+                                (tree > 0 ? " tree" + std::to_string(tree) : ""),
+                            ng);
         s.has_spec = true;
         OpenDraft draft;  // the draft model, opened once for the repetitions
         if (choice.kind == DraftChoice::Kind::Model) draft = open_draft(spec.draft, model, be->name(), pool, ctx, sp, true);
