@@ -153,21 +153,64 @@ PassSize choose_pass_size(const PassSizeInputs& in) {
   return r;
 }
 
-PassSize choose_chunked_pass_size(const PassSizeInputs& in, const BufferLine& whole, const BufferLine& chunked) {
-  auto under = [&](const BufferLine& line) {
-    if (!(line.fixed_bytes >= 0) || !(line.bytes_per_token >= 0) || !std::isfinite(line.fixed_bytes) ||
-        !std::isfinite(line.bytes_per_token))
-      throw Error("pass size: a buffer line's bytes must be finite and >= 0");
-    PassSizeInputs x = in;
-    x.bytes_per_token += line.bytes_per_token;
-    x.room_bytes = double(in.room_bytes) > line.fixed_bytes ? in.room_bytes - static_cast<uint64_t>(line.fixed_bytes) : 0;
-    return choose_pass_size(x);
-  };
-  const PassSize a = under(whole), b = under(chunked);
-  if (!in.tiered) return a.tokens >= b.tokens ? a : b;
+namespace {
+
+// The pass chosen with a line's buffers added to the inputs'.
+PassSize under_line(const PassSizeInputs& in, const BufferLine& line) {
+  if (!(line.fixed_bytes >= 0) || !(line.bytes_per_token >= 0) || !std::isfinite(line.fixed_bytes) ||
+      !std::isfinite(line.bytes_per_token))
+    throw Error("pass size: a buffer line's bytes must be finite and >= 0");
+  PassSizeInputs x = in;
+  x.bytes_per_token += line.bytes_per_token;
+  x.room_bytes = double(in.room_bytes) > line.fixed_bytes ? in.room_bytes - static_cast<uint64_t>(line.fixed_bytes) : 0;
+  return choose_pass_size(x);
+}
+
+// Of the passes under two lines: true for the first.
+bool first_of_two(const PassSizeInputs& in, const PassSize& a, const PassSize& b) {
+  if (!in.tiered) return a.tokens >= b.tokens;
   auto reached = [&](const PassSize& p) { return p.compute_s > 0 && p.link_s <= in.stream_share * p.compute_s; };
-  if (reached(a) && reached(b)) return a.tokens <= b.tokens ? a : b;
-  return a.tokens >= b.tokens ? a : b;
+  if (reached(a) && reached(b)) return a.tokens <= b.tokens;
+  return a.tokens >= b.tokens;
+}
+
+}  // namespace
+
+PassSize choose_chunked_pass_size(const PassSizeInputs& in, const BufferLine& whole, const BufferLine& chunked) {
+  const PassSize a = under_line(in, whole), b = under_line(in, chunked);
+  return first_of_two(in, a, b) ? a : b;
+}
+
+PassPlan choose_pass_plan(const PassSizeInputs& in, const PassLayout& whole, const PassLayout& chunked,
+                          std::span<const PassLayout> tight) {
+  PassPlan plan;
+  {
+    const PassSize a = under_line(in, whole.line), b = under_line(in, chunked.line);
+    const bool first = first_of_two(in, a, b);
+    plan.size = first ? a : b;
+    plan.layout = first ? whole : chunked;
+  }
+  // The prompt ring's pass stands where it holds the floor, or all that the
+  // context or the largest batch allow below it.
+  const int64_t upper = in.ctx > 0 ? std::min<int64_t>(in.max_tokens, in.ctx) : in.max_tokens;
+  if (!in.tiered || plan.size.tokens >= std::min<int64_t>(in.floor_tokens, upper)) return plan;
+  const PassLayout* best = nullptr;
+  PassSize best_size;
+  for (const PassLayout& t : tight) {
+    const PassSize p = under_line(in, t.line);
+    if (best == nullptr || p.tokens > best_size.tokens ||
+        (p.tokens == best_size.tokens && t.line.fixed_bytes < best->line.fixed_bytes))
+      best = &t, best_size = p;
+  }
+  if (best == nullptr || best_size.tokens <= plan.size.tokens) return plan;
+  plan.size = best_size;
+  plan.layout = *best;
+  plan.tight = true;
+  plan.size.why += "; the budget holds no prompt ring for passes this long: the experts stream through " +
+                   std::to_string(best->transit_slots) + " transit slots a pool (copies of one half behind the "
+                   "other's compute)" +
+                   (best->chunk_rows > 0 ? ", the step's rows in chunks of " + std::to_string(best->chunk_rows) : "");
+  return plan;
 }
 
 }  // namespace ms

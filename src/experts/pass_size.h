@@ -26,6 +26,7 @@
 // applies the result; unit tests on CI (tests/experts/pass_size_test.cpp).
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 
 namespace ms {
@@ -104,5 +105,39 @@ PassSize choose_chunked_pass_size(const PassSizeInputs& in, const BufferLine& wh
 // Throws ms::Error on inputs that make no sense (negative or zero rates for a
 // tiered model, floor above max, ...).
 PassSize choose_pass_size(const PassSizeInputs& in);
+
+// A way the tiered step can lay out its buffers for a pass: the transit
+// ring of each slot pool (the streamed experts' staging area: waves of half
+// of it, so the link copies wave i + 1 while the GPU computes wave i), the
+// row chunk of its per-row buffers (0: none), and their bytes as a line
+// (the ring's slots and a chunk's rows in fixed_bytes).
+struct PassLayout {
+  BufferLine line;
+  uint32_t transit_slots = 0;  // per slot pool
+  int chunk_rows = 0;
+};
+
+struct PassPlan {
+  PassSize size;
+  PassLayout layout;   // the buffers to build for it
+  bool tight = false;  // one of the tight layouts (below)
+};
+
+// The pass and its buffers. `whole` and `chunked` carry the prompt ring
+// (room to stage a layer's experts ahead of its routes) and are chosen
+// between as choose_chunked_pass_size does; that choice stands wherever it
+// holds the floor (or the context's or largest batch's bound below it).
+// Where the budget holds less, nearly every routed expert is cold anyway:
+// each pass sends most of every layer's experts over the link (or to the
+// CPU) once, so the link's bytes per prompt token are about the experts'
+// bytes over the pass, and a prompt ring that leaves room only for passes
+// of a few tokens multiplies them by the floor over those few. Then the
+// `tight` layouts are tried (a ring of two waves, small row
+// chunks: the ring's lead only hides a layer's first copies; the chunks hold
+// a wave's rows): the one with the longest pass (ties: the smallest fixed
+// bytes, which leave the most to cache slots) where it is longer than the
+// prompt ring's. Throws as choose_chunked_pass_size does.
+PassPlan choose_pass_plan(const PassSizeInputs& in, const PassLayout& whole, const PassLayout& chunked,
+                          std::span<const PassLayout> tight);
 
 }  // namespace ms

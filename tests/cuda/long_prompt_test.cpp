@@ -219,5 +219,41 @@ TEST(LongPrompt, PinnedLayersOfALongPassRunInSubBatches) {
   EXPECT_EQ(be.pinned_split_passes(), static_cast<uint64_t>(pinned)) << what;
 }
 
+// Issue #43: a budget a little over the minimum (at bench's ctx 513 for a
+// 512-token prompt) holds no prompt ring beside a pass of the floor; the
+// pass is still 512 tokens, its experts streamed through the two-wave ring
+// in row chunks (experts/pass_size.h, choose_pass_plan), not passes of 16
+// tokens. Every expert is computed on the GPU (the link beats the CPU at 32
+// tokens an expert by the cost model), each crosses the link at most once,
+// and the logits are the all-resident run's.
+TEST(LongPrompt, ATightBudgetStreamsAPromptPassOfTheFloor) {
+  MS_REQUIRE_GPU();
+  const auto m = make_model("qwen3-30b-a3b", "q4_k", 4);
+  const int64_t V = m->weights.cfg.n_vocab;
+  constexpr int kPass = 512;
+  constexpr int64_t kSmallCtx = kPass + 1;
+  const std::vector<int32_t> prompt = some_tokens(kPass, V, 4343);
+  const std::vector<float> want = all_resident_logits(m->weights, prompt, false);
+  CudaBackend::Options o;
+  o.ctx = kSmallCtx;
+  o.vram_budget = vram_needs(split_weights(*m->file), inspect_hparams(*m->file), kSmallCtx).minimum_bytes + (100ull << 20);
+  o.tiered.pool = &pool();
+  CudaBackend be(m->weights, o);
+  const std::string what = "qwen3-30b-a3b shape, minimum + 100 MiB at ctx 513 (" + std::to_string(be.max_batch()) +
+                           " tokens a pass)";
+  std::printf("[ %s ] %s\n", what.c_str(), be.batch_reason().c_str());
+  EXPECT_GE(be.max_batch(), kPass) << be.batch_reason();
+  EXPECT_NE(be.batch_reason().find("transit slots"), std::string::npos) << be.batch_reason();
+  std::vector<float> got;
+  KvCache kv = be.make_cache(kSmallCtx);
+  be.forward(kv, prompt, got);
+  expect_close(want, got, V, what);
+  const ExpertTelemetry t = be.expert_telemetry();
+  EXPECT_EQ(t.passes, 1u) << what;
+  EXPECT_EQ(t.all().host, 0u) << what;
+  EXPECT_GT(t.h2d_bytes, all_expert_bytes(m->weights) / 2) << what;
+  EXPECT_LE(t.h2d_bytes, all_expert_bytes(m->weights)) << what;
+}
+
 }  // namespace
 }  // namespace ms::cuda::test

@@ -190,6 +190,153 @@ TEST(PassSize, TheChunkedChoiceIsOneOfTheLines) {
   EXPECT_THROW(choose_chunked_pass_size(qwen30b_8g(), {-1, 0}, chunked_line()), Error);
 }
 
+// Issue #43's worst cell: the Qwen3-30B-A3B shape in 12 of its 48 layers
+// (Q4_K_M: 6 layers of 2.9 MiB experts, 6 of 2.5 MiB, so two slot pools)
+// at bench's ctx 513, with `--vram` at 10%, 35% and 65% of the real model
+// (1065, 2171 and 3498 MiB). `moestream inspect --vram 1065M --ctx 513`:
+// dense 545.6 MiB + KV 12.0 + reserve 421.1 = 978.7 MiB, so 86.3 MiB of room
+// for cache slots; the buffers may also take the reserve's half.
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kSlot = 3'059'712;  // the larger pools' slot (q6_K down)
+constexpr int kPools = 2;
+constexpr uint32_t kPromptRing = 64, kTwoWaves = 16, kBankSlots = 2 * 8;  // per pool
+constexpr int kStreamChunk = 512;
+
+PassSizeInputs qwen30b_12l(double budget_mib) {
+  PassSizeInputs in;
+  in.tiered = true;
+  in.expert_bytes = 4'388'290'560;  // inspect: 1536 experts
+  const double room = (budget_mib - 978.7) * kMiB;
+  in.room_bytes = static_cast<uint64_t>(room + 421.1 / 2 * kMiB);
+  in.slot_cap_bytes = static_cast<int64_t>(room);
+  in.bytes_per_token = kActPerToken;
+  in.link_gbps = 50;  // pinned H2D on the H100 host
+  // 12 layers of attention (19.1 M weights) and 8 experts of 3 x 2048 x 768.
+  in.compute_s_per_token = estimate_prompt_s_per_token(12 * (19.1e6 + 8 * 3 * kD * kF));
+  in.ctx = 513;
+  return in;
+}
+
+// The step's buffers with a ring of `ring` transit slots a pool (and the
+// decode staging banks) and chunks of `chunk` rows (0: none).
+PassLayout layout_12l(uint32_t ring, int chunk) {
+  PassLayout l;
+  l.transit_slots = ring;
+  l.chunk_rows = chunk;
+  l.line.fixed_bytes = (ring + kBankSlots) * kSlot * kPools + (chunk > 0 ? kRowBytes * chunk : 0);
+  l.line.bytes_per_token = kStepPerToken - (chunk > 0 ? kRowBytes * kK : 0);
+  return l;
+}
+
+PassPlan plan_12l(const PassSizeInputs& in) {
+  const PassLayout tight[] = {layout_12l(kTwoWaves, kStreamChunk)};
+  return choose_pass_plan(in, layout_12l(kPromptRing, 0), layout_12l(kPromptRing, kChunk), tight);
+}
+
+// At 1065 MiB the prompt ring (80 slots a pool with the banks: ~490 MB) is
+// more than the budget leaves, so its lines hold no pass at all: passes of
+// min_tokens (16), each streaming (or giving the CPU) most of every layer's
+// experts for 16 tokens. The tight layout holds the 513-token pass.
+TEST(PassPlan, TheTenPercentQwen30bBudgetStreamsEveryExpertOncePerLongPass) {
+  const PassSizeInputs in = qwen30b_12l(1065);
+  const PassSize before = choose_chunked_pass_size(in, layout_12l(kPromptRing, 0).line,
+                                                   layout_12l(kPromptRing, kChunk).line);
+  std::printf("[ 1065M, prompt ring ] %s\n", before.why.c_str());
+  EXPECT_EQ(before.tokens, in.min_tokens) << before.why;
+  const PassPlan p = plan_12l(in);
+  std::printf("[ 1065M ] %s\n", p.size.why.c_str());
+  EXPECT_TRUE(p.tight) << p.size.why;
+  // The floor (bench -p 512 is one pass): past it a pass's buffers may take
+  // only memory_share of the room, which holds fewer.
+  EXPECT_EQ(p.size.tokens, 512) << p.size.why;
+  EXPECT_EQ(p.size.bound, PassSize::Bound::Memory) << p.size.why;
+  EXPECT_EQ(p.layout.transit_slots, kTwoWaves);
+  EXPECT_EQ(p.layout.chunk_rows, kStreamChunk);
+  EXPECT_NE(p.size.why.find("16 transit slots"), std::string::npos) << p.size.why;
+  // Its buffers fit what the budget leaves (the rest are cache slots).
+  const double buffers = p.layout.line.fixed_bytes + p.size.tokens * (in.bytes_per_token + p.layout.line.bytes_per_token);
+  EXPECT_LE(buffers, double(in.room_bytes));
+  // Nearly every expert is cold either way; the link's bytes a prompt token
+  // fall with the pass: 32 times fewer.
+  EXPECT_GT(p.size.cold_bytes, 0.97 * double(in.expert_bytes));
+  EXPECT_GT(before.cold_bytes / before.tokens, 30 * p.size.cold_bytes / p.size.tokens);
+}
+
+// At 35% and 65% the prompt ring holds the pass: the plan is the one before.
+TEST(PassPlan, RoomierBudgetsKeepThePromptRingsPass) {
+  for (double mib : {2171.0, 3498.0}) {
+    const PassSizeInputs in = qwen30b_12l(mib);
+    const PassSize before = choose_chunked_pass_size(in, layout_12l(kPromptRing, 0).line,
+                                                     layout_12l(kPromptRing, kChunk).line);
+    const PassPlan p = plan_12l(in);
+    std::printf("[ %.0fM ] %s\n", mib, p.size.why.c_str());
+    EXPECT_FALSE(p.tight) << mib;
+    EXPECT_EQ(p.size.tokens, before.tokens) << mib;
+    EXPECT_EQ(p.size.tokens, 513) << mib;
+    EXPECT_EQ(p.layout.transit_slots, kPromptRing) << mib;
+    EXPECT_EQ(p.size.why, before.why) << mib;
+  }
+}
+
+// A budget between: the prompt ring's pass falls below the floor, the tight
+// layout's does not; the longest tight pass wins, ties to the fewest fixed
+// bytes; none longer than the prompt ring's leaves it.
+TEST(PassPlan, TheLongestTightPassWinsOnlyWhereItIsLonger) {
+  PassSizeInputs in = qwen30b_12l(1065);
+  in.ctx = 4097;
+  const PassLayout a = layout_12l(kTwoWaves, 2048), b = layout_12l(kTwoWaves, kStreamChunk);
+  const PassLayout both[] = {a, b};
+  const PassPlan p = choose_pass_plan(in, layout_12l(kPromptRing, 0), layout_12l(kPromptRing, kChunk), both);
+  ASSERT_TRUE(p.tight) << p.size.why;
+  EXPECT_EQ(p.layout.chunk_rows, kStreamChunk) << p.size.why;  // the smaller chunk leaves room for more tokens
+  EXPECT_GE(p.size.tokens, 512) << p.size.why;
+  // The same tokens (the context bounds both): the smaller fixed bytes.
+  in.ctx = 129;
+  const PassPlan q = choose_pass_plan(in, layout_12l(kPromptRing, 0), layout_12l(kPromptRing, kChunk), both);
+  EXPECT_TRUE(q.tight);
+  EXPECT_EQ(q.size.tokens, 128);  // below the floor: a multiple of 64
+  EXPECT_EQ(q.layout.chunk_rows, kStreamChunk);
+  // A tight layout that holds no more than the prompt ring's pass: not taken.
+  const PassLayout huge[] = {layout_12l(kTwoWaves * 8, 0)};
+  const PassPlan r = choose_pass_plan(in, layout_12l(kPromptRing, 0), layout_12l(kPromptRing, kChunk), huge);
+  EXPECT_FALSE(r.tight);
+  EXPECT_EQ(r.size.tokens, in.min_tokens);
+  // No tight layouts: the prompt ring's, as choose_chunked_pass_size.
+  const PassPlan s = choose_pass_plan(in, layout_12l(kPromptRing, 0), layout_12l(kPromptRing, kChunk), {});
+  EXPECT_FALSE(s.tight);
+  EXPECT_EQ(s.size.tokens, in.min_tokens);
+}
+
+// Over random budgets: the plan is never shorter than the prompt ring's; it
+// is that one wherever that holds the floor (or all the bounds allow); a
+// tight plan's buffers fit the room.
+TEST(PassPlan, RandomBudgetsNeverShortenThePass) {
+  std::mt19937 rng(43);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int i = 0; i < 1000; ++i) {
+    PassSizeInputs in = qwen30b_12l(980 + u(rng) * 4000);
+    in.ctx = u(rng) < 0.3 ? 0 : 64 + static_cast<int64_t>(u(rng) * 20000);
+    in.link_gbps = 5 + u(rng) * 100;
+    const PassLayout whole = layout_12l(kPromptRing, 0), chunked = layout_12l(kPromptRing, kChunk);
+    const PassLayout tight[] = {layout_12l(kTwoWaves, kStreamChunk), layout_12l(kTwoWaves, 2048)};
+    const PassSize before = choose_chunked_pass_size(in, whole.line, chunked.line);
+    const PassPlan p = choose_pass_plan(in, whole, chunked, tight);
+    ASSERT_GE(p.size.tokens, before.tokens) << i;
+    const int64_t upper = in.ctx > 0 ? std::min<int64_t>(in.ctx, in.max_tokens) : in.max_tokens;
+    if (before.tokens >= std::min<int64_t>(in.floor_tokens, upper)) {
+      ASSERT_FALSE(p.tight) << i;
+      ASSERT_EQ(p.size.why, before.why) << i;
+    }
+    if (p.tight) {
+      ASSERT_GT(p.size.tokens, before.tokens) << i;
+      if (p.size.tokens > in.min_tokens)
+        ASSERT_LE(p.layout.line.fixed_bytes + p.size.tokens * (in.bytes_per_token + p.layout.line.bytes_per_token),
+                  double(in.room_bytes) + 1e-6)
+            << i;
+    }
+  }
+}
+
 // The buffers are linear in the pass from the pass that fills a chunk.
 TEST(PassSize, BuffersAreLinearFromTheChunksFill) {
   EXPECT_EQ(linear_buffers_from(0, 8), 64);     // no chunks: linear from the start

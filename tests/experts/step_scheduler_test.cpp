@@ -236,6 +236,67 @@ TEST(StepScheduler, StagedPromptsGiveTheCpuNoShareUnlessAsked) {
   }
 }
 
+// Issue #43's worst cell (the Qwen3-30B-A3B shape in 12 layers at --vram
+// 1065M): ~11 cache slots, the two-wave ring of 16 transit slots a pool, the
+// H100 host's measured link (52 GB/s) and CPU (94 GB/s). A 512-token pass
+// (experts/pass_size.h, choose_pass_plan) stages and streams every cold
+// expert of a layer through the ring in waves of 8, the CPU taking none;
+// the 16-token passes the prompt ring left gave the CPU a share (a copy
+// takes longer than the CPU's read of an expert for one token).
+TEST(StepScheduler, TheTenPercentQwen30bPromptStreamsEveryExpertThroughTheRing) {
+  constexpr uint32_t L = 12, E = 128, K = 8;
+  StepSchedulerOptions o;
+  ResidencyConfig& c = o.residency;
+  c.n_layer = L;
+  c.n_expert = E;
+  c.k = K;
+  for (uint32_t l = 0; l < L; ++l) c.slot_bytes.push_back(l % 3 == 0 || l >= 9 ? 3'059'712 : 2'654'208);
+  c.pool_bytes = 11 * 3'059'712;
+  c.transit_slots = 16;
+  c.policy = "layers";
+  o.tuning.prefetch = DecodePrefetch::Auto;
+  StepScheduler s(o);
+  CostProbe p;
+  p.link_bytes = 52e9, p.link_s = 1;
+  p.cpu_bytes = 94e9, p.cpu_s = 1;
+  s.set_measured_cost(p);
+  s.initial_placement();
+  EXPECT_EQ(s.prompt_stage_min(), 47);  // 0.95 of a layer's experts routed
+  ASSERT_EQ(s.wave_experts(), 8u);
+  std::vector<ExpertKey> keys;
+  std::vector<uint32_t> tokens;
+  auto whole_layer = [&](uint32_t layer, uint32_t per_expert) {
+    keys.clear();
+    tokens.clear();
+    for (uint32_t e = 0; e < E; ++e) keys.push_back(layer * E + e), tokens.push_back(per_expert);
+  };
+  ASSERT_TRUE(s.begin_pass(512, false));
+  const int layer = s.first_tiered();
+  ASSERT_GE(layer, 0);
+  const PromptStage& ps = s.stage_prompt(1, layer, 512);
+  ASSERT_EQ(ps.layer, layer);
+  EXPECT_EQ(ps.plan->copies.size(), 16u);
+  whole_layer(static_cast<uint32_t>(layer), 512 * K / E);
+  const LayerSchedule& ls = s.plan_layer(1, static_cast<uint32_t>(layer), keys, tokens);
+  EXPECT_EQ(ls.plan->plan.n_host, 0u);
+  EXPECT_EQ(ls.plan->plan.n_resident + ls.plan->plan.n_stream, E);
+  EXPECT_GE(ls.plan->plan.n_stream, E - 11);
+  size_t in_waves = 0;
+  for (size_t w = 1; w < ls.waves.size(); ++w) EXPECT_LE(ls.waves[w].size(), 8u) << w;  // half the ring
+  for (const auto& w : ls.waves) in_waves += w.size();
+  EXPECT_EQ(in_waves, E);
+  s.end_pass();
+  // The 16-token passes: no staging, and the CPU takes some of the ~82
+  // experts they route.
+  EXPECT_FALSE(s.begin_pass(16, false));
+  keys.clear();
+  tokens.clear();
+  for (uint32_t e = 0; e < E; e += 3) keys.push_back(uint32_t(layer + 1) * E + e), tokens.push_back(2);
+  const LayerSchedule& small = s.plan_layer(2, uint32_t(layer + 1), keys, tokens);
+  EXPECT_GT(small.plan->plan.n_host, keys.size() / 5);
+  s.end_pass();
+}
+
 TEST(StepScheduler, PromptCpuDelayIsAMovingAverage) {
   StepScheduler s(options(8 * kSlot));
   s.note_prompt_cpu_delay(1.0);

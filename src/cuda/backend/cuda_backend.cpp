@@ -132,7 +132,7 @@ void CudaBackend::Impl::make_hybrid(const VramPlan& plan) {
   auto over_with = [&](uint32_t transit) {
     const uint32_t extra = transit + 2 * HybridMoe::stage_bank(c, opt.tiered.step.prefetch);
     const uint64_t used = weight_bytes() + kv.bytes() + act_arena.capacity() +
-                          HybridMoe::buffer_bytes(c, B, extra, largest, sizes.size());
+                          HybridMoe::buffer_bytes(c, B, extra, largest, sizes.size(), pass_chunk_rows);
     return used > fixed ? used - fixed : 0;
   };
   // Prompt-sized passes take the larger transit ring where the budget has
@@ -145,6 +145,7 @@ void CudaBackend::Impl::make_hybrid(const VramPlan& plan) {
   ho.transit_slots = transit;
   ho.pool_bytes = plan.room - std::min(plan.room, over);
   ho.max_tokens = B;
+  ho.chunk_rows = pass_chunk_rows;
   ho.gemm_min_batch = opt.gemm_min_batch;
   // gpt-oss: the slot tables point at the experts' biases, resident with the
   // dense weights (in weight_bytes() above; the plan counts them as dense).

@@ -55,6 +55,9 @@ struct CudaBackend::Impl final : LayerBlocks {
   int B = 1;
   PassSize pass;
   bool pass_chosen = false;  // B was chosen (forward splits into equal passes)
+  // Rows per chunk of the tiered step's buffers (HybridMoeOptions::chunk_rows):
+  // the default, or the tight layout's that choose_batch chose.
+  int pass_chunk_rows = kHybridChunkRows;
   float *qkv = nullptr;  // decode: q|k|v of one token
   float *h = nullptr, *x = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *att = nullptr;
   float *router_logits = nullptr, *route_w = nullptr, *ffg = nullptr, *ffu = nullptr;

@@ -73,6 +73,12 @@ struct HybridPrediction {
 // (8 experts) would leave most of a large GPU idle in the gate/up GEMMs;
 // 16384 rows give ~32 experts a launch, as many blocks as the device holds.
 inline constexpr int kHybridChunkRows = 16384;
+// Rows per chunk where the budget holds no prompt ring (experts/pass_size.h,
+// choose_pass_plan): then every expert streams through a ring of two waves
+// and a wave's rows are what a launch gets anyway (8 experts of a 512-token
+// pass of top-8 of 128: 256 rows), so a chunk of two such waves keeps the
+// launches as they are while the bytes it saves hold a longer pass.
+inline constexpr int kHybridStreamChunkRows = 512;
 
 // The tiered step's options as the backend hands them over: the user's
 // (TieredOptions, with the policy resolved and transit_slots chosen) and the

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "cuda/backend/cuda_backend_impl.h"
 #include "cuda/device.h"
@@ -101,29 +102,38 @@ int CudaBackend::Impl::choose_batch(const VramPlan& plan, int64_t kv_ctx) {
       sizes[b] = 1;
     }
   // The bytes that grow with the pass, at two sizes (the layouts are linear
-  // in it), as two lines (experts/pass_size.h, BufferLine): every row with
-  // its own buffer rows (exact while a pass fills no chunk), and from the
-  // pass that fills the step's row chunk on, the chunk's rows a fixed cost.
-  const uint32_t transit =
-      opt.tiered.transit_slots > 0 ? opt.tiered.transit_slots : StepScheduler::prompt_transit(c.n_expert);
-  const uint32_t extra = transit + 2 * HybridMoe::stage_bank(c, opt.tiered.step.prefetch);
-  auto pass_bytes = [&](int b, int chunk_rows) {
+  // in it), as lines (experts/pass_size.h, BufferLine) per layout of the
+  // step's buffers (PassLayout): with the prompt ring, every row with its
+  // own buffer rows (exact while a pass fills no chunk) and, from the pass
+  // that fills the step's row chunk on, the chunk's rows a fixed cost; for
+  // budgets that hold no prompt ring beside a floor-sized pass, the ring of
+  // two waves decode takes and small row chunks.
+  const uint32_t bank_slots = 2 * HybridMoe::stage_bank(c, opt.tiered.step.prefetch);
+  auto pass_bytes = [&](int b, uint32_t transit, int chunk_rows) {
     const int keep = B;
     B = b;
     cuda::Layout measure;
     layout_activations(measure);
     B = keep;
-    return double(measure.used) + double(HybridMoe::buffer_bytes(c, b, extra, largest, sizes.size(), chunk_rows));
+    return double(measure.used) +
+           double(HybridMoe::buffer_bytes(c, b, transit + bank_slots, largest, sizes.size(), chunk_rows));
   };
-  auto line = [&](int chunk_rows) {
+  auto layout = [&](uint32_t transit, int chunk_rows) {
     const int lo_tokens = linear_buffers_from(chunk_rows, c.n_expert_used), hi_tokens = lo_tokens + 1024;
-    const double lo = pass_bytes(lo_tokens, chunk_rows), hi = pass_bytes(hi_tokens, chunk_rows);
-    BufferLine l;
-    l.bytes_per_token = std::max(0.0, (hi - lo) / (hi_tokens - lo_tokens));
-    l.fixed_bytes = std::max(0.0, lo - lo_tokens * l.bytes_per_token);
+    const double lo = pass_bytes(lo_tokens, transit, chunk_rows), hi = pass_bytes(hi_tokens, transit, chunk_rows);
+    PassLayout l;
+    l.line.bytes_per_token = std::max(0.0, (hi - lo) / (hi_tokens - lo_tokens));
+    l.line.fixed_bytes = std::max(0.0, lo - lo_tokens * l.line.bytes_per_token);
+    l.transit_slots = transit;
+    l.chunk_rows = chunk_rows;
     return l;
   };
-  const BufferLine whole = line(0), chunked = line(kHybridChunkRows);
+  const uint32_t ring =
+      opt.tiered.transit_slots > 0 ? opt.tiered.transit_slots : StepScheduler::prompt_transit(c.n_expert);
+  const PassLayout whole = layout(ring, 0), chunked = layout(ring, kHybridChunkRows);
+  // A transit count asked for is kept: no tight layout of another ring.
+  std::vector<PassLayout> tight;
+  if (opt.tiered.transit_slots == 0) tight.push_back(layout(StepScheduler::kDecodeTransit, kHybridStreamChunkRows));
   // What make_hybrid's pool gets before the buffers (see over_with there).
   const double avail = double(plan.room) + double(plan.dense_bytes + plan.kv_bytes + plan.reserve_bytes / 2) -
                        double(weight_bytes() + kv.bytes());
@@ -138,7 +148,11 @@ int CudaBackend::Impl::choose_batch(const VramPlan& plan, int64_t kv_ctx) {
     in.link_gbps = measure_link_gbps(stream);
   }
   in.compute_s_per_token = estimate_prompt_s_per_token(active_weights(w));
-  pass = choose_chunked_pass_size(in, whole, chunked);
+  const PassPlan chosen = choose_pass_plan(in, whole, chunked, tight);
+  pass = chosen.size;
+  // The roomy layouts' buffers keep the default chunk, as before (rows
+  // beyond a pass's pairs are never allocated).
+  pass_chunk_rows = chosen.tight ? chosen.layout.chunk_rows : kHybridChunkRows;
   return pass.tokens;
 }
 
