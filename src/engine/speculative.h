@@ -52,6 +52,10 @@ class Drafter {
     static const std::vector<std::vector<TokenProb>> none;
     return none;
   }
+  // The sequence gave its state back (a server's job preempted for KV pages:
+  // it re-reads its text later): drop what this drafter caches for it, so
+  // its memory goes too. The next propose() starts from the history alone.
+  virtual void release() {}
 };
 
 // The speculative sampling rule at one position: the drafter drew `draft`
@@ -68,6 +72,16 @@ struct SpecPick {
 };
 SpecPick speculative_pick(const std::vector<TokenProb>& p, const std::vector<TokenProb>& q, int32_t draft,
                           Sampler& rng);
+
+// The draft model's cache and the tokens it holds: a ModelDrafter's own, or
+// one a server slot keeps for the drafters of its jobs.
+struct DraftCache {
+  DraftCache();
+  ~DraftCache();  // out of line: KvCache is complete there
+  std::unique_ptr<KvCache> kv;
+  std::vector<int32_t> fed;  // what kv holds
+  void clear();              // forgets every position (a paged cache gives its pages back)
+};
 
 // A smaller model of the same vocabulary drafts (`--spec draft -md FILE`):
 // its own backend (the CPU's, or the target's GPU) and its own cache, which
@@ -87,20 +101,25 @@ class ModelDrafter : public Drafter {
     double p_min = 0;
     int64_t ctx = 4096;  // the draft cache's length (>= the target's)
   };
-  // Throws ms::Error when p_min is outside [0, 1] or ctx < 1.
-  ModelDrafter(Backend& draft, Options o);
+  // Throws ms::Error when p_min is outside [0, 1] or ctx < 1. `cache`: a
+  // draft cache to use (null: its own, made here); one without a KvCache
+  // gets one of o.ctx tokens; one with a KvCache must be of `draft`, at
+  // least o.ctx tokens long. A proposal that fails (the draft's forward
+  // throws: a paged pool short of pages) clears the cache and rethrows.
+  ModelDrafter(Backend& draft, Options o, std::shared_ptr<DraftCache> cache = nullptr);
   void propose(std::span<const int32_t> history, int max_tokens, std::vector<int32_t>& out) override;
   std::string name() const override { return "draft"; }
   const std::vector<std::vector<TokenProb>>& draft_distributions() const override { return dists_; }
+  void release() override { cache_->clear(); }
   // Forward passes the draft model ran (tests, stats).
   int64_t forwards() const { return forwards_; }
   int64_t n_cached() const;  // tokens the draft cache holds
 
  private:
+  void run(std::span<const int32_t> tokens);  // a forward of the draft, appended to fed
   Backend& be_;
   Options opt_;
-  std::unique_ptr<KvCache> kv_;
-  std::vector<int32_t> fed_;  // what kv_ holds
+  std::shared_ptr<DraftCache> cache_;
   Sampler sampler_;
   std::vector<float> logits_;
   std::vector<std::vector<TokenProb>> dists_;

@@ -1,6 +1,7 @@
 // The draft-model drafter and its vocabulary check (engine/speculative.h).
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "engine/backend.h"
 #include "engine/kv_cache.h"
@@ -12,8 +13,16 @@ namespace ms {
 
 // ---------------------------------------------------------------- draft model
 
-ModelDrafter::ModelDrafter(Backend& draft, Options o)
-    : be_(draft), opt_(o), sampler_([&] {
+DraftCache::DraftCache() = default;
+DraftCache::~DraftCache() = default;
+
+void DraftCache::clear() {
+  if (kv) kv->clear();
+  fed.clear();
+}
+
+ModelDrafter::ModelDrafter(Backend& draft, Options o, std::shared_ptr<DraftCache> cache)
+    : be_(draft), opt_(o), cache_(std::move(cache)), sampler_([&] {
         // The draft's own sampler: the target's cut (temperature, top-k,
         // top-p, min-p), no penalties (its q is what it draws from), its own
         // stream of random numbers.
@@ -26,12 +35,33 @@ ModelDrafter::ModelDrafter(Backend& draft, Options o)
       }()) {
   if (!(o.p_min >= 0.0 && o.p_min <= 1.0)) throw Error("--draft-p-min: must be in [0, 1]");
   if (o.ctx < 1) throw Error("draft model: the context must be >= 1 token");
-  kv_ = std::make_unique<KvCache>(be_.make_cache(o.ctx));
+  if (!cache_) cache_ = std::make_shared<DraftCache>();
+  if (cache_->kv) {
+    if (cache_->kv->ctx() < o.ctx)
+      throw Error("draft model: its cache holds " + std::to_string(cache_->kv->ctx()) + " tokens, fewer than the " +
+                  std::to_string(o.ctx) + " asked for");
+    return;
+  }
+  cache_->kv = std::make_unique<KvCache>(be_.make_cache(o.ctx));
+  cache_->fed.clear();
   // Recurrent draft models go back through checkpoints (one per verify depth).
-  if (kv_->has_recurrent()) kv_->set_checkpoints({66, kv_->checkpoints().options().spacing});
+  KvCache& kv = *cache_->kv;
+  if (kv.has_recurrent()) kv.set_checkpoints({66, kv.checkpoints().options().spacing});
 }
 
-int64_t ModelDrafter::n_cached() const { return kv_->n_past(); }
+int64_t ModelDrafter::n_cached() const { return cache_->kv->n_past(); }
+
+void ModelDrafter::run(std::span<const int32_t> tokens) {
+  try {
+    be_.forward(*cache_->kv, tokens, logits_);
+  } catch (...) {
+    // What the cache holds is unknown after a failed pass: start over.
+    cache_->clear();
+    throw;
+  }
+  ++forwards_;
+  cache_->fed.insert(cache_->fed.end(), tokens.begin(), tokens.end());
+}
 
 void ModelDrafter::propose(std::span<const int32_t> h, int max_tokens, std::vector<int32_t>& out) {
   out.clear();
@@ -40,18 +70,18 @@ void ModelDrafter::propose(std::span<const int32_t> h, int max_tokens, std::vect
   if (max_tokens <= 0 || H == 0) return;
   max_tokens = static_cast<int>(std::min<int64_t>(max_tokens, opt_.ctx - H));
   if (max_tokens <= 0) return;  // no room for drafts in the draft's context
+  KvCache& kv = *cache_->kv;
+  std::vector<int32_t>& fed = cache_->fed;
   // Back to the longest prefix shared with the history, keeping at least the
   // last history token to run (its logits are the first draft's).
   int64_t keep = 0;
-  const int64_t fed = static_cast<int64_t>(fed_.size());
-  while (keep < std::min(fed, H - 1) && fed_[static_cast<size_t>(keep)] == h[static_cast<size_t>(keep)]) ++keep;
-  keep = kv_->restorable_at_or_below(keep);
-  kv_->truncate(keep);
-  fed_.resize(static_cast<size_t>(keep));
+  const int64_t n_fed = static_cast<int64_t>(fed.size());
+  while (keep < std::min(n_fed, H - 1) && fed[static_cast<size_t>(keep)] == h[static_cast<size_t>(keep)]) ++keep;
+  keep = kv.restorable_at_or_below(keep);
+  kv.truncate(keep);
+  fed.resize(static_cast<size_t>(keep));
   const int64_t V = be_.config().n_vocab;
-  be_.forward(*kv_, h.subspan(static_cast<size_t>(keep)), logits_);
-  ++forwards_;
-  fed_.insert(fed_.end(), h.begin() + keep, h.end());
+  run(h.subspan(static_cast<size_t>(keep)));
   const bool greedy = opt_.sampling.temperature <= 0;
   for (int j = 0; j < max_tokens; ++j) {
     const float* row = logits_.data();
@@ -78,9 +108,7 @@ void ModelDrafter::propose(std::span<const int32_t> h, int max_tokens, std::vect
     if (!greedy) dists_.push_back(dist_);
     if (j + 1 == max_tokens) break;
     const int32_t one[1] = {id};
-    be_.forward(*kv_, one, logits_);
-    ++forwards_;
-    fed_.push_back(id);
+    run(one);
   }
 }
 

@@ -80,13 +80,23 @@ void Scheduler::propose_drafts(Slot& s, int64_t k) {
       s.drafts.resize(j);
       break;
     }
-  // Drafts drawn from distributions need the rejection rule
-  // (speculative_pick), which sample_next does not apply: such a drafter
-  // only costs its proposals.
-  if (!s.drafter->draft_distributions().empty() ||
-      static_cast<int>(s.drafts.size()) < opt_.spec.control.draft_min)
-    s.drafts.clear();
+  // Drafts drawn from distributions (a sampling draft model) keep them in
+  // the drafter until sample_next has judged them (spec_rule).
+  if (static_cast<int>(s.drafts.size()) < opt_.spec.control.draft_min) s.drafts.clear();
   s.feed.insert(s.feed.end(), s.drafts.begin(), s.drafts.end());
+}
+
+// Whether the slot's drafts go through the rejection rule (speculative_pick
+// against their distributions q) rather than the point-mass comparison: the
+// drafter drew them from distributions (a draft model at a temperature) and
+// the job's distribution p is the sampler's alone. A grammar narrows p by a
+// mask the sampler's distribution() does not apply, and logprobs come from
+// sample(): those jobs sample each row as plain decoding does and keep a
+// draft when it is the token drawn (the rule with q one-hot, which holds
+// whatever law the draft came from).
+bool Scheduler::spec_rule(const Slot& s) const {
+  return !s.drafts.empty() && s.drafter && s.drafter->draft_distributions().size() >= s.drafts.size() &&
+         !s.matcher && s.job.top_logprobs < 0;
 }
 
 // A verify of `drafted` drafts emitted `emitted` tokens, the last of them
