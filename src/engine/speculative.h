@@ -58,6 +58,22 @@ class Drafter {
   virtual void release() {}
 };
 
+// One drafter's proposal among several made together (propose_all).
+struct Proposal {
+  Drafter* drafter = nullptr;
+  std::span<const int32_t> history;
+  int max_tokens = 0;
+  std::vector<int32_t>* out = nullptr;
+  std::string error;  // set (and out cleared) when its proposal failed
+};
+// Each proposal as its drafter's propose() makes it, draft-model drafters of
+// one backend together: their passes (each one's catch-up, then one token
+// each per draft) go through that backend's forward_seqs, one call per
+// round, so the draft's weights are read once per round for all of them (a
+// server step's slots). A drafter whose pages run short stops drafting there
+// (keeping the drafts it has); a failed pass fails the proposals in it.
+void propose_all(std::span<Proposal> proposals);
+
 // The speculative sampling rule at one position: the drafter drew `draft`
 // from q (empty q: a point mass on `draft`), the target's distribution there
 // is p (Sampler::distribution: the sampler chain applied as plain decoding
@@ -111,12 +127,23 @@ class ModelDrafter : public Drafter {
   std::string name() const override { return "draft"; }
   const std::vector<std::vector<TokenProb>>& draft_distributions() const override { return dists_; }
   void release() override { cache_->clear(); }
+  // propose() in parts, for propose_all: start() goes back to the longest
+  // prefix the cache shares with the history and returns the tokens to run
+  // (empty: no proposal); after each pass over them, take() reads the last
+  // token's logits row and drafts a token, returning whether to run it and
+  // draft on (after fed() records what the pass appended).
+  std::span<const int32_t> start(std::span<const int32_t> history, int max_tokens, std::vector<int32_t>& out);
+  bool take(const float* row, std::vector<int32_t>& out);
+  void fed(std::span<const int32_t> tokens);
+  DraftCache& cache() { return *cache_; }
+  Backend& backend() { return be_; }
   // Forward passes the draft model ran (tests, stats).
   int64_t forwards() const { return forwards_; }
   int64_t n_cached() const;  // tokens the draft cache holds
 
  private:
   void run(std::span<const int32_t> tokens);  // a forward of the draft, appended to fed
+  int want_ = 0;  // drafts the proposal under way may make
   Backend& be_;
   Options opt_;
   std::shared_ptr<DraftCache> cache_;

@@ -250,7 +250,7 @@ class Scheduler {
   void record_spec(Slot& s, size_t drafted, size_t emitted, bool kept, bool ended);
   bool spec_rule(const Slot& s) const;
   void plan_drafts(const std::vector<Slot*>& decoding, size_t reserve);
-  void propose_drafts(Slot& s, int64_t k);
+  void propose_drafts(const std::vector<std::pair<Slot*, int64_t>>& asks);
   void make_drafter(Slot& s);
   void pick_token(Slot& s);
   void pick_tokens(const std::vector<Slot*>& slots);

@@ -38,8 +38,8 @@ DrafterFactory mtp_drafters(Backend& be, KvType kv_type);
 // ones drafts with their distributions, which sample_next puts through the
 // rejection rule) over `draft`, the draft model's one backend. Each slot has
 // one draft cache, made at its first job and kept by the slots' drafters in
-// turn: each proposal runs that slot's passes on its own (the slots are not
-// batched together). On a backend with paged KV (the CPU) the caches take
+// turn; the scheduler's propose_all runs the drafting slots' passes together
+// (one forward_seqs of the draft per round). On a backend with paged KV (the CPU) the caches take
 // pages of one pool of `pool_tokens` positions (sized like the target's
 // pool, with room for each slot's drafts), a job's pages go back when it
 // ends or is preempted (Drafter::release), and a draft pass that finds the

@@ -52,10 +52,18 @@ class CountingBackend final : public Backend {
       std::lock_guard lk(m_);
       max_tokens_ = std::max(max_tokens_, tokens);
       max_verifies_ = std::max(max_verifies_, verifies);
+      max_entries_ = std::max(max_entries_, seqs.size());
     }
     be_.forward_seqs(seqs, logits);
   }
   KvCache make_cache(int64_t ctx, KvType type = KvType::F16) const override { return be_.make_cache(ctx, type); }
+  bool paged_kv() const override { return be_.paged_kv(); }
+  std::shared_ptr<KvPages> make_kv_pages(int64_t total, KvType type, int32_t page_tokens) const override {
+    return be_.make_kv_pages(total, type, page_tokens);
+  }
+  KvCache make_paged_cache(std::shared_ptr<KvPages> pages, int64_t ctx, KvType type) const override {
+    return be_.make_paged_cache(std::move(pages), ctx, type);
+  }
   const ModelConfig& config() const override { return be_.config(); }
   std::string name() const override { return "counting"; }
   void set_route_hook(RouteHook hook, bool want_hidden = false) override {
@@ -69,11 +77,15 @@ class CountingBackend final : public Backend {
     std::lock_guard lk(m_);
     return max_verifies_;
   }
+  size_t max_entries() const {
+    std::lock_guard lk(m_);
+    return max_entries_;
+  }
 
  private:
   Backend& be_;
   mutable std::mutex m_;
-  size_t max_tokens_ = 0, max_verifies_ = 0;
+  size_t max_tokens_ = 0, max_verifies_ = 0, max_entries_ = 0;
 };
 
 struct Answer {
@@ -428,13 +440,15 @@ TEST(SchedulerSpec, DraftModelGreedyAnswersAreThePlainOnes) {
   const std::vector<Answer> plain = serve(*t.be, t.tok(), jobs, base_options());
   Scheduler::Options o = with_spec(base_options(), nullptr);
   std::shared_ptr<const KvPages> pages;
-  o.spec.make_drafter = model_drafters(*d.be, 0, draft_pool(o), &pages);
+  CountingBackend draft_counting(*d.be);
+  o.spec.make_drafter = model_drafters(draft_counting, 0, draft_pool(o), &pages);
   CountingBackend counting(*t.be);
   Metrics m;
   expect_same(plain, serve(counting, t.tok(), jobs, o, &m), "draft model");
   const std::string text = m.render();
   EXPECT_GT(metric(text, "moestream_spec_drafted_tokens_total"), 0);
   EXPECT_GE(counting.max_verifies(), 3u) << "the slots' verifies in one step";
+  EXPECT_GE(draft_counting.max_entries(), 3u) << "the slots' draft passes in one forward_seqs of the draft";
   ASSERT_NE(pages, nullptr) << "the CPU draft backend's caches are paged";
   EXPECT_EQ(pages->used_pages(), 0) << "every job's draft cache gave its pages back";
   // The model drafting for itself: its greedy drafts are its own tokens.
