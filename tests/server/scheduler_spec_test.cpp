@@ -495,7 +495,7 @@ TEST(SchedulerSpec, DraftModelInAShortPagePoolKeepsThePlainAnswers) {
 // Sampled jobs get drafts drawn from the draft model's distributions, which
 // sample_next judges with the rejection rule: the answers are not plain
 // decoding's draws (their law is; tests/engine/speculative_sampling_test.cpp),
-// but a seed fixes them, and another seed changes them. The model drafting
+// but with a fixed K a seed fixes them, and another seed changes them. The model drafting
 // for itself draws its drafts from the very distribution the rule compares
 // them with, so the rule keeps every draft it judges (comparing each draft
 // with an independent draw instead would keep few on this flat tiny model).
