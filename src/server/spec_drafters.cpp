@@ -85,12 +85,13 @@ DrafterFactory model_drafters(Backend& draft, double p_min, int64_t pool_tokens,
   if (pages) *pages = hub->pages;
   return [hub, p_min](const Job& job, const KvCache& target) -> std::unique_ptr<Drafter> {
     std::shared_ptr<DraftCache>& c = hub->slots[&target];
-    if (!c) {
-      c = std::make_shared<DraftCache>();
-      c->kv = std::make_unique<KvCache>(hub->pages ? hub->be.make_paged_cache(hub->pages, target.ctx(), KvType::F16)
-                                                   : hub->be.make_cache(target.ctx()));
+    if (!c) {  // (a cache that cannot be made leaves the slot without one: the job decodes plainly)
+      auto kv = std::make_unique<KvCache>(hub->pages ? hub->be.make_paged_cache(hub->pages, target.ctx(), KvType::F16)
+                                                     : hub->be.make_cache(target.ctx()));
       // Recurrent draft models go back through checkpoints (one per verify depth).
-      if (c->kv->has_recurrent()) c->kv->set_checkpoints({66, c->kv->checkpoints().options().spacing});
+      if (kv->has_recurrent()) kv->set_checkpoints({66, kv->checkpoints().options().spacing});
+      c = std::make_shared<DraftCache>();
+      c->kv = std::move(kv);
     }
     ModelDrafter::Options o;
     o.sampling = job.sampling;
