@@ -127,7 +127,9 @@ RegisterCommand reg("serve", [](CLI::App& app) {
                    "speculative decoding in every slot (docs/speculative.md): ngram (drafts from earlier text of "
                    "the prompt and output), mtp (the model's own MTP block: Qwen3.5/3.6 files that carry it) or "
                    "oracle:ALPHA (benchmarks: a plain run of each request first, then its own tokens drafted right "
-                   "with probability ALPHA); the answers are plain decoding's. draft runs with `moestream run` only");
+                   "with probability ALPHA), draft (a smaller model of the same vocabulary, -md FILE) or dflash (a "
+                   "DFlash block drafter, -md FILE; CPU backend); greedy and seeded answers are plain decoding's "
+                   "(a sampling draft model's: its distribution)");
   sub->add_flag("-q,--quiet", a->quiet, "no start-up lines and no access log");
   return [a]() -> int {
     ServeArgs& r = *a;
@@ -148,11 +150,6 @@ RegisterCommand reg("serve", [](CLI::App& app) {
         throw Error("--cors-origin '" + o + "': give one origin per flag, e.g. https://example.com, or *");
     check_size_flags(r.ctx, r.threads, r.batch);
     const std::optional<DraftChoice> spec = check_spec_flags(r.specf, "--draft-max, --draft-min and --spec-fixed");
-    // A draft model or a DFlash drafter (a draft cache per slot) is not served yet.
-    if (spec && (spec->kind == DraftChoice::Kind::Model || spec->kind == DraftChoice::Kind::DFlash))
-      throw Error("serve --spec " + spec->describe() +
-                  ": not supported by the server yet (it supports ngram, mtp and oracle:ALPHA); --spec " +
-                  spec->describe() + " runs with `moestream run`");
     if (r.port < 0 || r.port > 65535) throw Error("--port must be in 0..65535");
     if (r.max_body < 1) throw Error("--max-body must be at least 1 byte, got " + std::to_string(r.max_body));
     // Before the model is opened: a typo in the budget is reported at once.
@@ -217,17 +214,38 @@ RegisterCommand reg("serve", [](CLI::App& app) {
     so.prefill_chunk = r.batch > 0 ? r.batch : backend_max_batch(*be);
     if (r.batch == 0 && !be->expert_telemetry().hybrid) so.prefill_chunk = std::min(so.prefill_chunk, kServePromptChunk);
     so.max_kv_bytes = available_ram() / 10 * 9;  // the slots' KV caches must fit in memory
-    // CUDA's forward_seqs hands out no hidden states yet: its MTP drafters
-    // would never propose, and the server would decode plainly unannounced.
-    if (spec && spec->kind == DraftChoice::Kind::Mtp && be->name() == "cuda")
-      throw Error("serve --spec mtp: the CUDA backend's batched steps do not hand out the hidden states the MTP "
-                  "block reads yet (docs/speculative.md); use --spec ngram, or --backend cpu");
+    // The drafter files (-md), kept as long as the scheduler.
+    OpenDraft draft;
+    OpenDFlash dflash;
     if (spec) {
       so.spec.control = r.specf.controller();
-      so.spec.make_drafter = spec->kind == DraftChoice::Kind::Ngram ? server::ngram_drafters()
-                             : spec->kind == DraftChoice::Kind::Mtp
-                                 ? server::mtp_drafters(*be, r.kv_type)
-                                 : server::oracle_drafters(*be, *model->tokenizer, ctx, r.kv_type, spec->alpha);
+      switch (spec->kind) {
+        case DraftChoice::Kind::Ngram: so.spec.make_drafter = server::ngram_drafters(); break;
+        case DraftChoice::Kind::Mtp: so.spec.make_drafter = server::mtp_drafters(*be, r.kv_type); break;
+        case DraftChoice::Kind::Oracle:
+          so.spec.make_drafter = server::oracle_drafters(*be, *model->tokenizer, ctx, r.kv_type, spec->alpha);
+          break;
+        case DraftChoice::Kind::Model: {
+          // One draft cache per slot: a device draft holds --parallel
+          // sequence states; a paged (CPU) one a pool sized as the model's,
+          // with room for each slot's drafts.
+          const int64_t slot_ctx = shared_kv && r.ctx_per_request > 0 ? r.ctx_per_request : ctx;
+          draft = open_draft_model(r.specf.draft, *model, be->name(), pool, slot_ctx, r.parallel, r.quiet);
+          const int64_t pool_tokens =
+              ctx + int64_t{r.parallel} * (r.specf.control.draft_max + 2 * so.kv_page_tokens);
+          so.spec.make_drafter = server::model_drafters(*draft.backend, r.specf.draft.p_min, pool_tokens);
+          break;
+        }
+        case DraftChoice::Kind::DFlash:
+          // The drafter reads layer inputs (Backend::set_hidden_layers): the CPU backend's only.
+          if (be->name() != "cpu")
+            throw Error("serve --spec dflash: the DFlash drafter runs with the CPU backend only (it reads the "
+                        "model's layer inputs, which the " + be->name() +
+                        " backend does not hand out; docs/speculative.md); use --backend cpu, or --spec mtp|draft|ngram");
+          dflash = open_dflash(r.specf.draft, *model, r.quiet);
+          so.spec.make_drafter = server::dflash_drafters(*be, *dflash.weights, model->weights, pool, KvType::F16);
+          break;
+      }
     }
     server::Scheduler sched(*be, *model->tokenizer, so, &metrics);
     const int parallel = sched.parallel();  // --parallel, or the backend's max_sequences() if fewer

@@ -89,8 +89,8 @@ OpenDFlash open_dflash(const DraftSetup& d, const LoadedModel& target, bool quie
   return o;
 }
 
-OpenDraft open_draft(const DraftSetup& d, const LoadedModel& target, const std::string& target_backend,
-                     ThreadPool& pool, int64_t ctx, const SamplerParams& sampling, bool quiet) {
+OpenDraft open_draft_model(const DraftSetup& d, const LoadedModel& target, const std::string& target_backend,
+                           ThreadPool& pool, int64_t ctx, int n_seq, bool quiet) {
   OpenDraft o;
   o.model = LoadedModel::open(d.model);
   check_draft_vocab(*target.tokenizer, *o.model->tokenizer, target.weights.cfg.n_vocab,
@@ -100,18 +100,25 @@ OpenDraft open_draft(const DraftSetup& d, const LoadedModel& target, const std::
   bs.requested = dev == "cpu" ? "cpu" : "cuda";
   bs.quiet = quiet;
   bs.ctx = ctx;
+  bs.n_seq = n_seq;
   // The draft is small: every weight resident beside the model's (the
   // default budget would be read from what the model left free).
   bs.vram.budget = "full";
   o.backend = make_backend(bs, o.model->weights, pool);
+  if (!quiet)
+    std::fprintf(stderr, "moestream: draft model %s | %s | %s\n", d.model.c_str(),
+                 o.model->weights.cfg.describe().c_str(), o.backend->name().c_str());
+  return o;
+}
+
+OpenDraft open_draft(const DraftSetup& d, const LoadedModel& target, const std::string& target_backend,
+                     ThreadPool& pool, int64_t ctx, const SamplerParams& sampling, bool quiet) {
+  OpenDraft o = open_draft_model(d, target, target_backend, pool, ctx, 1, quiet);
   ModelDrafter::Options mo;
   mo.sampling = sampling;
   mo.p_min = d.p_min;
   mo.ctx = ctx;
   o.drafter = std::make_unique<ModelDrafter>(*o.backend, mo);
-  if (!quiet)
-    std::fprintf(stderr, "moestream: draft model %s | %s | %s\n", d.model.c_str(),
-                 o.model->weights.cfg.describe().c_str(), o.backend->name().c_str());
   return o;
 }
 

@@ -78,6 +78,11 @@ struct OpenDraft {
 // not the model's (check_draft_vocab), or the device is not usable.
 OpenDraft open_draft(const DraftSetup& d, const LoadedModel& target, const std::string& target_backend,
                      ThreadPool& pool, int64_t ctx, const SamplerParams& sampling, bool quiet);
+// The same without the drafter (`serve` makes one per request): the model
+// and its backend, for caches of up to ctx tokens, n_seq of them live at
+// once on a device (CUDA: each holds a sequence state of its own).
+OpenDraft open_draft_model(const DraftSetup& d, const LoadedModel& target, const std::string& target_backend,
+                           ThreadPool& pool, int64_t ctx, int n_seq, bool quiet);
 
 // `--spec dflash`: the drafter file, bound and checked against the model
 // (check_dflash_fits). The DFlashDrafter itself is made with the sequence's

@@ -52,6 +52,10 @@ class Drafter {
     static const std::vector<std::vector<TokenProb>> none;
     return none;
   }
+  // The sequence gave its state back (a server's job preempted for KV pages:
+  // it re-reads its text later): drop what this drafter caches for it, so
+  // its memory goes too. The next propose() starts from the history alone.
+  virtual void release() {}
   // Draft trees (--spec-tree; engine/draft_tree.h). Drafters with
   // distributions (a draft model, DFlash; the oracle's synthetic ones) say
   // gives_candidates(); after set_candidates(k) with k > 0 each propose()
@@ -74,6 +78,22 @@ class Drafter {
   std::vector<std::vector<TokenProb>> cands_;
 };
 
+// One drafter's proposal among several made together (propose_all).
+struct Proposal {
+  Drafter* drafter = nullptr;
+  std::span<const int32_t> history;
+  int max_tokens = 0;
+  std::vector<int32_t>* out = nullptr;
+  std::string error;  // set (and out cleared) when its proposal failed
+};
+// Each proposal as its drafter's propose() makes it, draft-model drafters of
+// one backend together: their passes (each one's catch-up, then one token
+// each per draft) go through that backend's forward_seqs, one call per
+// round, so the draft's weights are read once per round for all of them (a
+// server step's slots). A drafter whose pages run short stops drafting there
+// (keeping the drafts it has); a failed pass fails the proposals in it.
+void propose_all(std::span<Proposal> proposals);
+
 // The speculative sampling rule at one position: the drafter drew `draft`
 // from q (empty q: a point mass on `draft`), the target's distribution there
 // is p (Sampler::distribution: the sampler chain applied as plain decoding
@@ -88,6 +108,16 @@ struct SpecPick {
 };
 SpecPick speculative_pick(const std::vector<TokenProb>& p, const std::vector<TokenProb>& q, int32_t draft,
                           Sampler& rng);
+
+// The draft model's cache and the tokens it holds: a ModelDrafter's own, or
+// one a server slot keeps for the drafters of its jobs.
+struct DraftCache {
+  DraftCache();
+  ~DraftCache();  // out of line: KvCache is complete there
+  std::unique_ptr<KvCache> kv;
+  std::vector<int32_t> fed;  // what kv holds
+  void clear();              // forgets every position (a paged cache gives its pages back)
+};
 
 // A smaller model of the same vocabulary drafts (`--spec draft -md FILE`):
 // its own backend (the CPU's, or the target's GPU) and its own cache, which
@@ -107,23 +137,39 @@ class ModelDrafter : public Drafter {
     double p_min = 0;
     int64_t ctx = 4096;  // the draft cache's length (>= the target's)
   };
-  // Throws ms::Error when p_min is outside [0, 1] or ctx < 1.
-  ModelDrafter(Backend& draft, Options o);
+  // Throws ms::Error when p_min is outside [0, 1] or ctx < 1. `cache`: a
+  // draft cache to use (null: its own, made here); one without a KvCache
+  // gets one of o.ctx tokens; one with a KvCache must be of `draft`, at
+  // least o.ctx tokens long. A proposal that fails (the draft's forward
+  // throws: a paged pool short of pages) clears the cache and rethrows.
+  ModelDrafter(Backend& draft, Options o, std::shared_ptr<DraftCache> cache = nullptr);
   void propose(std::span<const int32_t> history, int max_tokens, std::vector<int32_t>& out) override;
   std::string name() const override { return "draft"; }
   const std::vector<std::vector<TokenProb>>& draft_distributions() const override { return dists_; }
   // The draft model's softmax at each drafted position (temperature 1 when
   // greedy; the sampled distribution when sampling), along its own chain.
   bool gives_candidates() const override { return true; }
+  void release() override { cache_->clear(); }
+  // propose() in parts, for propose_all: start() goes back to the longest
+  // prefix the cache shares with the history and returns the tokens to run
+  // (empty: no proposal); after each pass over them, take() reads the last
+  // token's logits row and drafts a token, returning whether to run it and
+  // draft on (after fed() records what the pass appended).
+  std::span<const int32_t> start(std::span<const int32_t> history, int max_tokens, std::vector<int32_t>& out);
+  bool take(const float* row, std::vector<int32_t>& out);
+  void fed(std::span<const int32_t> tokens);
+  DraftCache& cache() { return *cache_; }
+  Backend& backend() { return be_; }
   // Forward passes the draft model ran (tests, stats).
   int64_t forwards() const { return forwards_; }
   int64_t n_cached() const;  // tokens the draft cache holds
 
  private:
+  void run(std::span<const int32_t> tokens);  // a forward of the draft, appended to fed
+  int want_ = 0;  // drafts the proposal under way may make
   Backend& be_;
   Options opt_;
-  std::unique_ptr<KvCache> kv_;
-  std::vector<int32_t> fed_;  // what kv_ holds
+  std::shared_ptr<DraftCache> cache_;
   Sampler sampler_;
   std::vector<float> logits_;
   std::vector<std::vector<TokenProb>> dists_;

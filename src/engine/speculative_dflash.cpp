@@ -9,16 +9,19 @@
 namespace ms {
 
 DFlashDrafter::DFlashDrafter(Backend& backend, const KvCache& target, const DFlashWeights& w,
-                             const ModelWeights& target_w, ThreadPool& pool, KvType type)
+                             const ModelWeights& target_w, ThreadPool& pool, KvType type, bool own_hook)
     : be_(backend),
+      own_hook_(own_hook),
       target_(&target),
       fwd_(w, target_w, pool, target.ctx(), type),
       F_(static_cast<int64_t>(w.cfg.target_layers.size()) * w.cfg.n_embd) {
+  if (!own_hook_) return;
   be_.set_hidden_layers(w.cfg.target_layers);
   be_.set_hidden_hook([this](const HiddenEvent& e) { on_hidden(e); });
 }
 
 DFlashDrafter::~DFlashDrafter() {
+  if (!own_hook_) return;
   be_.set_hidden_hook(nullptr);
   be_.set_hidden_layers({});
 }

@@ -39,9 +39,13 @@ class DFlashDrafter : public Drafter {
   // backend's forwards (hook and hidden layers installed here, removed by the
   // destructor: one drafter per backend at a time). w and target_w must
   // outlive it. Throws ms::Error when the drafter does not fit the target or
-  // the backend cannot hand out layer inputs.
+  // the backend cannot hand out layer inputs. own_hook false: the backend's
+  // hook and hidden layers are left alone; the owner sets the layers
+  // (w.cfg.target_layers) and hands this drafter the backend's hidden events
+  // through observe() (several drafters over one backend, each for its own
+  // sequence: the server's slots).
   DFlashDrafter(Backend& backend, const KvCache& target, const DFlashWeights& w, const ModelWeights& target_w,
-                ThreadPool& pool, KvType type = KvType::F16);
+                ThreadPool& pool, KvType type = KvType::F16, bool own_hook = true);
   ~DFlashDrafter() override;
   DFlashDrafter(const DFlashDrafter&) = delete;
   DFlashDrafter& operator=(const DFlashDrafter&) = delete;
@@ -56,6 +60,9 @@ class DFlashDrafter : public Drafter {
   // kept; that path's rows then join the context.
   void tree_kept(std::span<const int32_t> nodes) override;
 
+  // A hidden event of the backend (events of other sequences are ignored).
+  void observe(const HiddenEvent& e) { on_hidden(e); }
+
   int64_t passes() const { return passes_; }  // block passes so far
   int64_t context_len() const { return fwd_.context_len(); }
 
@@ -63,6 +70,7 @@ class DFlashDrafter : public Drafter {
   void on_hidden(const HiddenEvent& e);
 
   Backend& be_;
+  bool own_hook_;
   const KvCache* target_;
   DFlashForward fwd_;
   int64_t F_;  // feature values per position: target layers x n_embd

@@ -269,6 +269,7 @@ void Scheduler::preempt(Slot& s) {
   s.pick = Slot::Pick{};
   s.drafts.clear();  // speculation: the drafts go with the step's entry (the token is in the replay)
   s.feed.clear();
+  if (s.drafter) s.drafter->release();  // a draft model's cache gives its pages back too
   s.decoded = false;
   ++preemptions_;
 }
@@ -453,8 +454,8 @@ void Scheduler::pick_token(Slot& s) {
 // a multi-sequence step (bench/results/serve.md, "session 6").
 void Scheduler::pick_tokens(const std::vector<Slot*>& slots) {
   std::vector<Slot*> todo;
-  for (Slot* s : slots)
-    if (s->job.gen.n_predict != 0) todo.push_back(s);
+  for (Slot* s : slots)  // (rows judged by the rejection rule draw in sample_next)
+    if (s->job.gen.n_predict != 0 && !spec_rule(*s)) todo.push_back(s);
   if (todo.size() < 2) return;  // sample_next picks on its own
   if (!pick_pool_) {
     ThreadPool::Options o;
@@ -477,12 +478,17 @@ void Scheduler::pick_tokens(const std::vector<Slot*>& slots) {
 // each after the tokens before it are emitted (sampler, grammar, stop
 // strings), while the draft at a row IS the token sampled there: the same
 // tokens as plain decoding, greedy or seeded (decode_speculative's rule for
-// point-mass drafts). The cache then goes back to what was emitted (the
-// rejected drafts, and any drafts past a stop or max_tokens, leave it).
+// point-mass drafts). Drafts drawn from distributions (spec_rule) go through
+// speculative_pick instead: the tokens have plain decoding's law, not its
+// draws. The cache then goes back to what was emitted (the rejected drafts,
+// and any drafts past a stop or max_tokens, leave it).
 bool Scheduler::sample_next(Slot& s) {
   const size_t D = s.drafts.size();
   const int64_t p0 = s.kv.n_past() - static_cast<int64_t>(D) - 1;  // the cache before s.next (with drafts)
   const size_t row0 = s.logits_row;
+  const bool rule = spec_rule(s);
+  static const std::vector<std::vector<TokenProb>> no_q;
+  const std::vector<std::vector<TokenProb>>& q = rule ? s.drafter->draft_distributions() : no_q;
   size_t i = 0;
   bool kept = false, going = false;
   try {
@@ -492,11 +498,23 @@ bool Scheduler::sample_next(Slot& s) {
     }
     for (;; ++i) {
       if (i > 0) s.logits_row = row0 + i;
-      if (!s.pick.ready) pick_token(s);
-      Slot::Pick pick = std::move(s.pick);
-      s.pick = Slot::Pick{};
-      if (!pick.error.empty()) throw Error(pick.error);
-      kept = i < D && pick.id == s.drafts[i];
+      Slot::Pick pick;
+      if (rule && i < D) {
+        // Drafts drawn from q: kept with probability min(1, p/q), else a
+        // draw from max(0, p - q) (the row's token is distributed as p).
+        const std::span<const float> logits = logits_of(s);
+        check_finite_logits(logits, "verify step", s.n_generated);
+        s.sampler->distribution(logits.data(), static_cast<int32_t>(logits.size()), p_dist_);
+        const SpecPick sp = speculative_pick(p_dist_, q[i], s.drafts[i], *s.sampler);
+        pick.id = sp.token;
+        kept = sp.accepted;
+      } else {
+        if (!s.pick.ready) pick_token(s);
+        pick = std::move(s.pick);
+        s.pick = Slot::Pick{};
+        if (!pick.error.empty()) throw Error(pick.error);
+        kept = i < D && pick.id == s.drafts[i];
+      }
       // Row i follows s.next and drafts [0, i): what the cache keeps.
       going = emit_token(s, pick.id, pick.lp, D > 0 ? p0 + 1 + static_cast<int64_t>(i) : s.kv.n_past());
       if (!going) break;

@@ -197,8 +197,10 @@ class Scheduler {
       // The drafter of a job in the slot whose cache is the second argument
       // (called on the worker thread at the job's first step, before its
       // prompt runs; null, or a null result or a throw: the job decodes
-      // plainly). Drafters must propose point masses (no
-      // draft_distributions): the ngram, oracle and MTP drafters.
+      // plainly). A drafter that reports draft_distributions (a sampling
+      // draft model) has its drafts judged by the rejection rule
+      // (speculative_pick); point masses (ngram, oracle, MTP, DFlash, greedy
+      // draft models) are kept when they are the token sampled.
       std::function<std::unique_ptr<Drafter>(const Job&, const KvCache&)> make_drafter;
       SpecControllerOptions control;
     } spec;
@@ -246,8 +248,9 @@ class Scheduler {
   bool emit_token(Slot& s, int32_t id, const StepLogprobs& lp, int64_t n_kept);
   void roll_back(Slot& s, int64_t n);
   void record_spec(Slot& s, size_t drafted, size_t emitted, bool kept, bool ended);
+  bool spec_rule(const Slot& s) const;
   void plan_drafts(const std::vector<Slot*>& decoding, size_t reserve);
-  void propose_drafts(Slot& s, int64_t k);
+  void propose_drafts(const std::vector<std::pair<Slot*, int64_t>>& asks);
   void make_drafter(Slot& s);
   void pick_token(Slot& s);
   void pick_tokens(const std::vector<Slot*>& slots);
@@ -278,6 +281,7 @@ class Scheduler {
   std::atomic<int> preemptions_{0};
   double last_step_seconds_ = 0;  // the previous step's time (speculation's controllers)
   std::vector<float> step_logits_;  // the last step's logit rows (each slot that wanted logits: its row)
+  std::vector<TokenProb> p_dist_;   // sample_next's target distribution at a row judged by the rejection rule
   // Picks the decoding slots' tokens side by side (pick_tokens); made with the
   // first step that has several.
   std::unique_ptr<ThreadPool> pick_pool_;

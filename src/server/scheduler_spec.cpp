@@ -11,6 +11,8 @@
 // shared by every slot in it: what one token of that slot costs while the
 // others run beside it.
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "server/scheduler.h"
 #include "server/scheduler_slot.h"
@@ -43,11 +45,13 @@ void Scheduler::plan_drafts(const std::vector<Slot*>& going, size_t reserve) {
   const size_t used = going.size() + reserve;
   const size_t spare = chunk > used ? chunk - used : 0;
   const size_t share = spare / want.size(), extra = spare % want.size();
+  std::vector<std::pair<Slot*, int64_t>> asks;
   for (size_t j = 0; j < want.size(); ++j) {
     const int64_t cap = static_cast<int64_t>(share + (j < extra ? 1 : 0));
     const int64_t k = std::min(want[j].second, cap);
-    if (k >= opt_.spec.control.draft_min) propose_drafts(*want[j].first, k);
+    if (k >= opt_.spec.control.draft_min) asks.emplace_back(want[j].first, k);
   }
+  propose_drafts(asks);
 }
 
 // Once per job, at its first step (an MTP drafter must see the prompt's
@@ -63,30 +67,45 @@ void Scheduler::make_drafter(Slot& s) {
   if (s.drafter) s.ctl = std::make_unique<SpecController>(opt_.spec.control);
 }
 
-void Scheduler::propose_drafts(Slot& s, int64_t k) {
-  // The drafter reads the sequence so far: the cache's tokens and s.next.
-  s.tokens.push_back(s.next);
-  try {
-    s.drafter->propose(s.tokens, static_cast<int>(k), s.drafts);
-  } catch (const std::exception&) {
-    s.drafts.clear();  // a drafter's failure costs its drafts, not the request
+// The slots' drafters propose together (propose_all: a draft model's
+// passes for all of them batched), each reading its sequence so far: the
+// cache's tokens and s.next.
+void Scheduler::propose_drafts(const std::vector<std::pair<Slot*, int64_t>>& asks) {
+  std::vector<Proposal> ps;
+  for (const auto& [sp, k] : asks) {
+    sp->tokens.push_back(sp->next);
+    ps.push_back({sp->drafter.get(), sp->tokens, static_cast<int>(k), &sp->drafts, {}});
   }
-  s.tokens.pop_back();
-  if (static_cast<int64_t>(s.drafts.size()) > k) s.drafts.resize(static_cast<size_t>(k));
-  // A token outside the vocabulary ends the proposal there.
+  propose_all(ps);  // a drafter's failure costs its drafts (error set, drafts cleared), not the request
   const int64_t V = be_.config().n_vocab;
-  for (size_t j = 0; j < s.drafts.size(); ++j)
-    if (s.drafts[j] < 0 || s.drafts[j] >= V) {
-      s.drafts.resize(j);
-      break;
-    }
-  // Drafts drawn from distributions need the rejection rule
-  // (speculative_pick), which sample_next does not apply: such a drafter
-  // only costs its proposals.
-  if (!s.drafter->draft_distributions().empty() ||
-      static_cast<int>(s.drafts.size()) < opt_.spec.control.draft_min)
-    s.drafts.clear();
-  s.feed.insert(s.feed.end(), s.drafts.begin(), s.drafts.end());
+  for (const auto& [sp, k] : asks) {
+    Slot& s = *sp;
+    s.tokens.pop_back();
+    if (static_cast<int64_t>(s.drafts.size()) > k) s.drafts.resize(static_cast<size_t>(k));
+    // A token outside the vocabulary ends the proposal there.
+    for (size_t j = 0; j < s.drafts.size(); ++j)
+      if (s.drafts[j] < 0 || s.drafts[j] >= V) {
+        s.drafts.resize(j);
+        break;
+      }
+    // Drafts drawn from distributions (a sampling draft model) keep them in
+    // the drafter until sample_next has judged them (spec_rule).
+    if (static_cast<int>(s.drafts.size()) < opt_.spec.control.draft_min) s.drafts.clear();
+    s.feed.insert(s.feed.end(), s.drafts.begin(), s.drafts.end());
+  }
+}
+
+// Whether the slot's drafts go through the rejection rule (speculative_pick
+// against their distributions q) rather than the point-mass comparison: the
+// drafter drew them from distributions (a draft model at a temperature) and
+// the job's distribution p is the sampler's alone. A grammar narrows p by a
+// mask the sampler's distribution() does not apply, and logprobs come from
+// sample(): those jobs sample each row as plain decoding does and keep a
+// draft when it is the token drawn (the rule with q one-hot, which holds
+// whatever law the draft came from).
+bool Scheduler::spec_rule(const Slot& s) const {
+  return !s.drafts.empty() && s.drafter && s.drafter->draft_distributions().size() >= s.drafts.size() &&
+         !s.matcher && s.job.top_logprobs < 0;
 }
 
 // A verify of `drafted` drafts emitted `emitted` tokens, the last of them

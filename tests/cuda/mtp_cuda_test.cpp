@@ -5,10 +5,12 @@
 // tokens at full residency and at a tiered budget (token-state rollback: a
 // hybrid's verify runs through the decode step on CUDA, so it is exact; replay
 // batches the verify, whose rounding may part from decode's at a near-tie); the block's logits (its layer on the host, its head on the device:
-// cuda_backend.h) against the CPU backend's.
+// cuda_backend.h) against the CPU backend's; forward_seqs' hidden rows (the
+// server's batched steps) against forward()'s.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +59,73 @@ TEST(CudaMtp, HiddenRowsAreTheCpus) {
     scale = std::max(scale, static_cast<double>(std::fabs(b[i])));
   }
   EXPECT_LT(worst / scale, 1e-3);
+}
+
+// forward_seqs hands the hook every entry's rows (issue #42: `serve --spec
+// mtp` on CUDA): two sequences' prompt chunks, decode tokens and a verify-
+// shaped entry in multi-sequence passes, against forward() of the same
+// tokens in the same chunks into caches of their own. The batched pass and
+// forward()'s passes round differently (different kernels), hence the
+// tolerance; a row handed to the wrong sequence or position is off by far
+// more.
+TEST(CudaMtp, ForwardSeqsHiddenRowsAreForwards) {
+  MS_REQUIRE_GPU();
+  const LoadedModel& m = tiny_model("qwen35moe", "f32");
+  CudaBackend::Options o{.ctx = 64, .n_seq = 2, .kv_f32 = true};
+  CudaBackend gpu(m.weights, o);
+  const int64_t D = m.weights.cfg.n_embd;
+  const auto ta = some_tokens(12, m.weights.cfg.n_vocab, 5), tb = some_tokens(11, m.weights.cfg.n_vocab, 6);
+  // Each step's (first token, count) per sequence: a's 9 + 1 + 2, b's 7 + 3 (all logits) + 1.
+  const std::vector<std::pair<size_t, size_t>> steps_a = {{0, 9}, {9, 1}, {10, 2}};
+  const std::vector<std::pair<size_t, size_t>> steps_b = {{0, 7}, {7, 3}, {10, 1}};
+  std::map<const KvCache*, std::vector<float>> got;
+  int events = 0;
+  gpu.set_hidden_hook([&](const HiddenEvent& e) {
+    std::vector<float>& rows = got[e.kv];
+    EXPECT_EQ(e.pos0 * D, static_cast<int64_t>(rows.size())) << "events in position order, none missing";
+    rows.insert(rows.end(), e.rows, e.rows + e.n * D);
+    ++events;
+  });
+  std::vector<float> rows_a, rows_b;
+  {
+    KvCache a = gpu.make_cache(64, KvType::F32), b = gpu.make_cache(64, KvType::F32);
+    std::vector<float> logits;
+    for (size_t i = 0; i < steps_a.size(); ++i) {
+      const std::vector<SeqTokens> step = {
+          {&a, std::span<const int32_t>(ta.data() + steps_a[i].first, steps_a[i].second), true},
+          {&b, std::span<const int32_t>(tb.data() + steps_b[i].first, steps_b[i].second), true, i == 1}};
+      gpu.forward_seqs(step, logits);
+    }
+    EXPECT_GE(events, 6) << "an event per entry and pass";
+    rows_a = got[&a];
+    rows_b = got[&b];
+  }
+  // forward() of the same chunks, each sequence alone.
+  auto alone = [&](const std::vector<int32_t>& t, const std::vector<std::pair<size_t, size_t>>& steps) {
+    got.clear();
+    KvCache kv = gpu.make_cache(64, KvType::F32);
+    std::vector<float> logits;
+    for (const auto& [first, n] : steps) gpu.forward(kv, std::span<const int32_t>(t.data() + first, n), logits, n > 1);
+    return got[&kv];
+  };
+  const std::vector<float> want_a = alone(ta, steps_a), want_b = alone(tb, steps_b);
+  gpu.set_hidden_hook(nullptr);
+  auto rel = [](const std::vector<float>& x, const std::vector<float>& y) {
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+      worst = std::max(worst, static_cast<double>(std::fabs(x[i] - y[i])));
+      scale = std::max(scale, static_cast<double>(std::fabs(y[i])));
+    }
+    return x.size() == y.size() && scale > 0 ? worst / scale : 1e30;
+  };
+  ASSERT_EQ(rows_a.size(), ta.size() * static_cast<size_t>(D));
+  ASSERT_EQ(rows_b.size(), tb.size() * static_cast<size_t>(D));
+  EXPECT_LT(rel(rows_a, want_a), 1e-3) << "sequence a";
+  EXPECT_LT(rel(rows_b, want_b), 1e-3) << "sequence b";
+  // The test can tell a mix-up: the two sequences' rows are far apart.
+  EXPECT_GT(rel(std::vector<float>(rows_a.begin(), rows_a.begin() + 9 * D),
+                std::vector<float>(want_b.begin(), want_b.begin() + 9 * D)),
+            1e-2);
 }
 
 // The block's logits with the output head on the device against the CPU's,

@@ -12,10 +12,13 @@
 //   and the vocabulary check.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "cpu/thread_pool.h"
 #include "engine/cpu_backend.h"
@@ -418,6 +421,93 @@ TEST(ModelDrafter, FollowsTheHistoryThroughRollbacks) {
     EXPECT_EQ(out, fresh_out) << "history of " << h.size();
     EXPECT_EQ(out.size(), 5u);
     EXPECT_EQ(kept.n_cached(), static_cast<int64_t>(h.size() + 4)) << "the history and all drafts but the last";
+  }
+}
+
+// Counts the entries of each forward_seqs call (propose_all's batching).
+class SeqCounter final : public Backend {
+ public:
+  explicit SeqCounter(Backend& inner) : be_(inner) {}
+  void forward(KvCache& kv, std::span<const int32_t> tokens, std::vector<float>& logits, bool all) override {
+    ++forwards;
+    be_.forward(kv, tokens, logits, all);
+  }
+  void forward_seqs(std::span<const SeqTokens> seqs, std::vector<float>& logits) override {
+    max_entries = std::max(max_entries, seqs.size());
+    ++calls;
+    be_.forward_seqs(seqs, logits);
+  }
+  KvCache make_cache(int64_t ctx, KvType type = KvType::F16) const override { return be_.make_cache(ctx, type); }
+  const ModelConfig& config() const override { return be_.config(); }
+  std::string name() const override { return "counter"; }
+  void set_route_hook(RouteHook hook, bool want_hidden = false) override {
+    be_.set_route_hook(std::move(hook), want_hidden);
+  }
+  size_t max_entries = 0;
+  int calls = 0, forwards = 0;
+
+ private:
+  Backend& be_;
+};
+
+// Three draft-model proposals made together (a server step's slots): each
+// is what its drafter's own propose() gives -- greedy, sampled (with its
+// distributions), and in a second round through the prefix each cache kept
+// (one history went on with two of its drafts, one went back) -- and their
+// passes went through forward_seqs, one call per round, with every drafting
+// proposal in it. A non-model drafter among them proposes alone.
+TEST(ModelDrafter, ProposalsMadeTogetherAreEachOnesOwn) {
+  ThreadPool pool(2);
+  Model small("qwen3moe", 43, 1, pool);
+  SeqCounter counter(*small.be);
+  SamplerParams sampled = chain(5);
+  sampled.top_k = 40;
+  const std::vector<SamplerParams> params = {greedy(), sampled, greedy()};
+  std::vector<std::vector<int32_t>> hs = {test::random_tokens(9, 31), test::random_tokens(4, 32),
+                                          test::random_tokens(12, 33)};
+  std::vector<std::unique_ptr<ModelDrafter>> together, alone;
+  for (const SamplerParams& sp : params) {
+    together.push_back(std::make_unique<ModelDrafter>(counter, ModelDrafter::Options{sp, 0, 64}));
+    alone.push_back(std::make_unique<ModelDrafter>(*small.be, ModelDrafter::Options{sp, 0, 64}));
+  }
+  auto same_q = [](const std::vector<std::vector<TokenProb>>& a, const std::vector<std::vector<TokenProb>>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].size() != b[i].size()) return false;
+      for (size_t j = 0; j < a[i].size(); ++j)
+        if (a[i][j].id != b[i][j].id || a[i][j].p != b[i][j].p) return false;
+    }
+    return true;
+  };
+  std::vector<std::vector<int32_t>> outs(4), want(3);
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1) {
+      hs[0].insert(hs[0].end(), outs[0].begin(), outs[0].begin() + 2);  // two drafts kept, then another token
+      hs[0].push_back(7);
+      hs[1].push_back(8);
+      hs[2].resize(6);  // went back
+      hs[2].push_back(9);
+    }
+    NgramDrafter ngram;
+    std::vector<Proposal> ps;
+    for (size_t i = 0; i < hs.size(); ++i) ps.push_back({together[i].get(), hs[i], 5, &outs[i], {}});
+    ps.push_back({&ngram, hs[0], 3, &outs[3], {}});
+    counter.max_entries = 0;
+    counter.calls = 0;
+    counter.forwards = 0;
+    propose_all(ps);
+    for (size_t i = 0; i < hs.size(); ++i) {
+      EXPECT_TRUE(ps[i].error.empty()) << ps[i].error;
+      alone[i]->propose(hs[i], 5, want[i]);
+      EXPECT_EQ(outs[i], want[i]) << "proposal " << i << ", round " << round;
+      EXPECT_EQ(outs[i].size(), 5u);
+      EXPECT_TRUE(same_q(together[i]->draft_distributions(), alone[i]->draft_distributions())) << "proposal " << i;
+      EXPECT_EQ(together[i]->n_cached(), alone[i]->n_cached()) << "proposal " << i;
+    }
+    EXPECT_EQ(together[1]->draft_distributions().size(), 5u) << "the sampled one's q";
+    EXPECT_EQ(counter.forwards, 0) << "no pass of its own";
+    EXPECT_EQ(counter.calls, 5) << "a catch-up round and one per draft but the last";
+    EXPECT_EQ(counter.max_entries, 3u);
   }
 }
 

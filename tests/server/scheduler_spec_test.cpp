@@ -1,7 +1,10 @@
 // Speculative decoding in the scheduler (`serve --spec`, issue #42): on the
 // tiny models (CPU backend), the answers of several requests decoding
 // together are plain decoding's -- text, usage, finish reason, logprobs --
-// with the n-gram, oracle and MTP drafters, greedy and seeded, with a grammar; max_tokens and stop
+// with the n-gram, oracle, MTP, draft-model and DFlash drafters, greedy and
+// seeded, with a grammar (a sampling draft model's drafts go through the
+// rejection rule: its runs are reproducible with a seed, and a model
+// drafting for itself has every judged draft kept); max_tokens and stop
 // strings hold exactly, and a slot's cache is left as plain decoding leaves
 // it (the next request's prompt cache reads it); verifies of several slots
 // share steps within the step's token budget; /metrics counts them.
@@ -22,6 +25,9 @@
 #include "server/metrics.h"
 #include "server/scheduler.h"
 #include "engine/speculative_mtp.h"
+#include "engine/synthetic_dflash.h"
+#include "format/gguf.h"
+#include "model/dflash_weights.h"
 #include "server/spec_drafters.h"
 #include "tiny_model_util.h"
 
@@ -46,10 +52,18 @@ class CountingBackend final : public Backend {
       std::lock_guard lk(m_);
       max_tokens_ = std::max(max_tokens_, tokens);
       max_verifies_ = std::max(max_verifies_, verifies);
+      max_entries_ = std::max(max_entries_, seqs.size());
     }
     be_.forward_seqs(seqs, logits);
   }
   KvCache make_cache(int64_t ctx, KvType type = KvType::F16) const override { return be_.make_cache(ctx, type); }
+  bool paged_kv() const override { return be_.paged_kv(); }
+  std::shared_ptr<KvPages> make_kv_pages(int64_t total, KvType type, int32_t page_tokens) const override {
+    return be_.make_kv_pages(total, type, page_tokens);
+  }
+  KvCache make_paged_cache(std::shared_ptr<KvPages> pages, int64_t ctx, KvType type) const override {
+    return be_.make_paged_cache(std::move(pages), ctx, type);
+  }
   const ModelConfig& config() const override { return be_.config(); }
   std::string name() const override { return "counting"; }
   void set_route_hook(RouteHook hook, bool want_hidden = false) override {
@@ -63,11 +77,15 @@ class CountingBackend final : public Backend {
     std::lock_guard lk(m_);
     return max_verifies_;
   }
+  size_t max_entries() const {
+    std::lock_guard lk(m_);
+    return max_entries_;
+  }
 
  private:
   Backend& be_;
   mutable std::mutex m_;
-  size_t max_tokens_ = 0, max_verifies_ = 0;
+  size_t max_tokens_ = 0, max_verifies_ = 0, max_entries_ = 0;
 };
 
 struct Answer {
@@ -388,6 +406,179 @@ TEST(SchedulerSpec, MtpDraftersOfSlotsEachReadTheirOwnSequence) {
   EXPECT_EQ(out, alone[0]);
   db->propose(prompts[1], 3, out);
   EXPECT_EQ(out, alone[1]);
+}
+
+// --spec draft's model: a one-layer model of the tiny model's vocabulary
+// (another seed: its drafts are often wrong), on a CPU backend of its own.
+struct TinyDraft {
+  ThreadPool pool{2};
+  std::string path;
+  std::unique_ptr<LoadedModel> model;
+  std::unique_ptr<CpuBackend> be;
+  explicit TinyDraft(const std::string& prefix) {
+    path = (std::filesystem::temp_directory_path() / (prefix + std::to_string(::getpid()) + ".gguf")).string();
+    GenOptions g;
+    g.n_layer = 1;
+    g.seed = 9;
+    generate_model(g, path, pool);
+    model = LoadedModel::open(path);
+    be = std::make_unique<CpuBackend>(model->weights, pool);
+  }
+  ~TinyDraft() { std::filesystem::remove(path); }
+};
+
+// The draft pool serve sizes for these options: the model's, and room for
+// each slot's drafts.
+int64_t draft_pool(const Scheduler::Options& o) {
+  return o.ctx + int64_t{o.parallel} * (o.spec.control.draft_max + 2 * o.kv_page_tokens);
+}
+
+TEST(SchedulerSpec, DraftModelGreedyAnswersAreThePlainOnes) {
+  Tiny t;
+  TinyDraft d("sched_spec_draft_");
+  const std::vector<Job> jobs = three_jobs(t.tok());
+  const std::vector<Answer> plain = serve(*t.be, t.tok(), jobs, base_options());
+  Scheduler::Options o = with_spec(base_options(), nullptr);
+  std::shared_ptr<const KvPages> pages;
+  CountingBackend draft_counting(*d.be);
+  o.spec.make_drafter = model_drafters(draft_counting, 0, draft_pool(o), &pages);
+  CountingBackend counting(*t.be);
+  Metrics m;
+  expect_same(plain, serve(counting, t.tok(), jobs, o, &m), "draft model");
+  const std::string text = m.render();
+  EXPECT_GT(metric(text, "moestream_spec_drafted_tokens_total"), 0);
+  EXPECT_GE(counting.max_verifies(), 3u) << "the slots' verifies in one step";
+  EXPECT_GE(draft_counting.max_entries(), 3u) << "the slots' draft passes in one forward_seqs of the draft";
+  ASSERT_NE(pages, nullptr) << "the CPU draft backend's caches are paged";
+  EXPECT_EQ(pages->used_pages(), 0) << "every job's draft cache gave its pages back";
+  // The model drafting for itself: its greedy drafts are its own tokens.
+  Scheduler::Options self = with_spec(base_options(), nullptr);
+  self.spec.make_drafter = model_drafters(*t.be, 0, draft_pool(self));
+  Metrics ms;
+  expect_same(plain, serve(*t.be, t.tok(), jobs, self, &ms), "the model drafting for itself");
+  const std::string st = ms.render();
+  EXPECT_GT(metric(st, "moestream_spec_accepted_tokens_total"), 0.9 * metric(st, "moestream_spec_drafted_tokens_total"));
+}
+
+// A pool too short for the three answers at once: jobs are preempted (their
+// draft caches give their pages back with them) and re-read their text; the
+// answers are the plain ones. A draft pool of one page: most draft passes
+// find it short and cost their step's drafts only.
+TEST(SchedulerSpec, DraftModelInAShortPagePoolKeepsThePlainAnswers) {
+  Tiny t;
+  TinyDraft d("sched_spec_draft_pool_");
+  const std::vector<Job> jobs = three_jobs(t.tok());
+  const std::vector<Answer> plain = serve(*t.be, t.tok(), jobs, base_options());
+  Scheduler::Options o = with_spec(base_options(), nullptr);
+  o.ctx = 96;  // 12 pages of 8 tokens: the three prompts and answers need more
+  o.kv_page_tokens = 8;
+  std::shared_ptr<const KvPages> pages;
+  o.spec.make_drafter = model_drafters(*d.be, 0, draft_pool(o), &pages);
+  {
+    Scheduler sched(*t.be, t.tok(), o);
+    std::vector<std::shared_ptr<Request>> rs;
+    for (const Job& j : jobs) rs.push_back(sched.submit(j));
+    std::vector<Answer> got;
+    for (auto& r : rs) got.push_back(wait(r));
+    expect_same(plain, got, "draft model in a 96-token pool");
+    EXPECT_GE(sched.preemptions(), 1) << "the three answers could not be held at once";
+  }
+  EXPECT_EQ(pages->used_pages(), 0);
+  Scheduler::Options tight = with_spec(base_options(), nullptr);
+  tight.spec.make_drafter = model_drafters(*d.be, 0, 64, &pages);
+  Metrics m;
+  expect_same(plain, serve(*t.be, t.tok(), jobs, tight, &m), "a draft pool of one page");
+  EXPECT_EQ(pages->n_pages(), 1);
+  EXPECT_EQ(pages->used_pages(), 0);
+}
+
+// Sampled jobs get drafts drawn from the draft model's distributions, which
+// sample_next judges with the rejection rule: the answers are not plain
+// decoding's draws (their law is; tests/engine/speculative_sampling_test.cpp),
+// but with a fixed K a seed fixes them, and another seed changes them. The model drafting
+// for itself draws its drafts from the very distribution the rule compares
+// them with, so the rule keeps every draft it judges (comparing each draft
+// with an independent draw instead would keep few on this flat tiny model).
+TEST(SchedulerSpec, SampledDraftModelRunsAreReproducibleWithASeed) {
+  Tiny t;
+  TinyDraft d("sched_spec_draft_temp_");
+  const std::vector<Job> jobs = three_jobs(t.tok(), 0.9f);  // jobs[1] asks logprobs: point-mass judging
+  Scheduler::Options o = with_spec(base_options(), nullptr);
+  o.spec.make_drafter = model_drafters(*d.be, 0, draft_pool(o));
+  Metrics m;
+  const std::vector<Answer> a = serve(*t.be, t.tok(), jobs, o, &m);
+  EXPECT_GT(metric(m.render(), "moestream_spec_drafted_tokens_total"), 0);
+  const std::vector<Answer> b = serve(*t.be, t.tok(), jobs, o);
+  expect_same(a, b, "the same seeds again");
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    EXPECT_EQ(a[i].finish, "length");
+    EXPECT_EQ(a[i].n_completion, jobs[i].gen.n_predict);
+    EXPECT_EQ(a[i].logprobs.size(), i == 1 ? static_cast<size_t>(jobs[1].gen.n_predict) : 0u);
+  }
+  std::vector<Job> reseeded = jobs;
+  for (Job& j : reseeded) j.sampling.seed += 100;
+  const std::vector<Answer> c = serve(*t.be, t.tok(), reseeded, o);
+  EXPECT_NE(c[0].text + c[2].text, a[0].text + a[2].text) << "another seed, other draws";
+
+  // The model drafting for itself: the share of judged drafts kept, with
+  // the rule (no logprobs) and with point-mass judging (logprobs asked).
+  auto self_acceptance = [&](int top_logprobs) {
+    std::vector<Job> js = jobs;
+    for (Job& j : js) j.top_logprobs = top_logprobs;
+    Scheduler::Options self = with_spec(base_options(), nullptr);
+    self.spec.make_drafter = model_drafters(*t.be, 0, draft_pool(self));
+    Metrics ms;
+    const std::vector<Answer> got = serve(*t.be, t.tok(), js, self, &ms);
+    for (size_t i = 0; i < js.size(); ++i) EXPECT_EQ(got[i].n_completion, js[i].gen.n_predict);
+    const std::string text = ms.render();
+    double judged = 0;
+    for (int pos = 0; pos < 4; ++pos)
+      judged += std::max(0.0, metric(text, "moestream_spec_position_judged_total{pos=\"" + std::to_string(pos) + "\"}"));
+    EXPECT_GT(judged, 20);
+    return metric(text, "moestream_spec_accepted_tokens_total") / std::max(1.0, judged);
+  };
+  const double rule = self_acceptance(-1), point = self_acceptance(0);
+  EXPECT_GE(rule, 0.97) << "q is p: the rule keeps every draft (up to rounding between the two caches' passes)";
+  EXPECT_LT(point, rule - 0.2) << "point-mass judging keeps a draft only where an independent draw repeats it";
+}
+
+// --spec dflash: a tiny random DFlash drafter for the tiny model (target
+// layers 1 and 3), one per slot over the backend's hook. Greedy answers are
+// the plain ones; a second round of the same prompts reads them from the
+// prompt cache and the drafters still draft (their contexts followed the
+// slots' caches).
+TEST(SchedulerSpec, DFlashGreedyAnswersAreThePlainOnes) {
+  Tiny t;
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("sched_spec_dflash_" + std::to_string(::getpid()) + ".gguf")).string();
+  GenOptions g;
+  g.preset = "tiny";
+  generate_dflash(g, path);
+  auto file = GgufFile::open(path);
+  const DFlashWeights w = bind_dflash(*file);
+  const std::vector<Job> jobs = three_jobs(t.tok());
+  const std::vector<Answer> plain = serve(*t.be, t.tok(), jobs, base_options());
+  {
+    Metrics m;
+    Scheduler sched(*t.be, t.tok(),
+                    with_spec(base_options(), dflash_drafters(*t.be, w, t.model->weights, t.pool, KvType::F16)), &m);
+    double drafted = 0;
+    for (int round = 0; round < 2; ++round) {
+      std::vector<std::shared_ptr<Request>> rs;
+      for (const Job& j : jobs) rs.push_back(sched.submit(j));
+      std::vector<Answer> got;
+      for (auto& r : rs) got.push_back(wait(r));
+      expect_same(plain, got, "dflash, round " + std::to_string(round));
+      if (round == 1)
+        for (const Answer& a : got) EXPECT_GT(a.n_cached, 0) << "the prompt cache was read";
+      const double now = metric(m.render(), "moestream_spec_drafted_tokens_total");
+      EXPECT_GT(now, drafted) << "round " << round << " drafted";
+      drafted = now;
+    }
+  }
+  t.be->set_hidden_hook(nullptr);
+  t.be->set_hidden_layers({});
+  std::filesystem::remove(path);
 }
 
 // A step carries at most prefill_chunk tokens: the decode tokens, a quarter

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """`moestream serve --spec` end to end with the built-in tiny model (issue #42):
 three concurrent greedy requests get the answers a plain server gives, with
---spec ngram and --spec oracle:1; /metrics counts the verifies; --spec draft
-(not served yet), --spec mtp on a model without an MTP block and controller
-flags without --spec are refused at start with a message naming why.
+--spec ngram, --spec oracle:1, --spec draft -md (a one-layer model of the same
+vocabulary) and --spec dflash -md (a tiny DFlash drafter); /metrics counts the
+verifies; --spec mtp on a model without an MTP block, --spec draft with a
+missing file and controller flags without --spec are refused at start with a
+message naming why.
 
 No timing assertions beyond hang guards.
 usage: serve_spec_test.py PATH/TO/moestream
@@ -143,8 +145,34 @@ def main():
         if os.path.exists(q35):
             os.remove(q35)
 
+    # --spec draft and --spec dflash read -md FILE: a draft model of the tiny
+    # model's vocabulary (one layer, another seed) and a tiny DFlash drafter.
+    tmp = os.environ.get("TMPDIR", "/tmp")
+    files = {"draft": os.path.join(tmp, "serve_spec_draft_%d.gguf" % os.getpid()),
+             "dflash": os.path.join(tmp, "serve_spec_dflash_%d.gguf" % os.getpid())}
+    try:
+        for kind, extra in (("draft", ["--layers", "1", "--seed", "9"]), ("dflash", ["--arch", "dflash"])):
+            r = subprocess.run([MOESTREAM, "gen", "-q", "-t", "2", "-o", files[kind], *extra],
+                               capture_output=True, text=True, timeout=120)
+            check(r.returncode == 0, "gen %s: %s" % (kind, r.stderr[-300:]))
+            spec = ["--spec", kind, "-md", files[kind], "--spec-fixed", "--draft-max", "4"]
+            s = Server(*spec)
+            try:
+                check(any("speculative decoding: " + kind in l for l in s.log), "%s: the start-up line" % kind)
+                got = answers(s)
+                check(got == want, "%s: the plain server's answers\n  want %r\n  got  %r" % (kind, want, got))
+                st, text = s.request("GET", "/metrics")
+                check(metric(text, "moestream_spec_drafted_tokens_total") > 0, "%s: drafts counted" % kind)
+            finally:
+                s.stop()
+    finally:
+        for f in files.values():
+            if os.path.exists(f):
+                os.remove(f)
+
     for args, needle in ((["--spec", "mtp"], "no MTP block"),  # the default tiny model is a qwen3moe
-                         (["--spec", "draft", "-md", "x.gguf"], "it supports ngram, mtp and oracle:ALPHA"),
+                         (["--spec", "draft", "-md", "/nonexistent/x.gguf"], "/nonexistent/x.gguf"),
+                         (["--spec", "draft"], "-md FILE"),
                          (["--draft-max", "4"], "apply with --spec"),
                          (["--spec", "ngram", "--draft-max", "0"], "--draft-max"),
                          (["--spec", "bogus"], "--spec")):

@@ -535,9 +535,23 @@ void CudaBackend::forward_seqs(std::span<const SeqTokens> seqs, std::vector<floa
         off = 0;
       }
     }
+    // The hidden hook (MTP drafting): every row of the pass, handed out per
+    // entry as forward() hands out its passes' rows.
+    float* rows = nullptr;
+    if (mtp_ && mtp_->hook) {
+      mtp_->pass_rows.resize(toks.size() * static_cast<size_t>(m.c.n_embd));
+      rows = mtp_->pass_rows.data();
+    }
     m.run_seqs(toks.data(), static_cast<int>(toks.size()), want,
-               want.empty() ? nullptr : logits.data() + first_rank * static_cast<size_t>(V));
-    for (const auto& [entry, n] : pieces) seqs[entry].kv->advance(n);
+               want.empty() ? nullptr : logits.data() + first_rank * static_cast<size_t>(V), rows);
+    for (size_t j = 0; j < pieces.size(); ++j) {
+      const auto& [entry, n] = pieces[j];
+      KvCache& kv = *seqs[entry].kv;
+      if (rows)
+        mtp_->emit(kv, kv.n_past(), n, rows + static_cast<int64_t>(m.runs[j].row0) * m.c.n_embd,
+                   m.w.output_norm.f32(), m.c.n_embd, m.c.rms_eps);
+      kv.advance(n);
+    }
   }
   for (const SeqTokens& s : seqs) s.kv->end_forward(static_cast<int64_t>(s.tokens.size()));
 }

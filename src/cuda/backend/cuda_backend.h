@@ -115,11 +115,12 @@ class CudaBackend : public Backend {
   // Where experts ran (hybrid is false when every expert is resident).
   ExpertTelemetry expert_telemetry() const override;
 
-  // MTP drafting (Backend; mtp_on_host.cpp). The hidden hook gets forward()'s
-  // final hidden rows (copied back and normed on the host; forward_seqs does
-  // not call it). The MTP block's layer runs on the CPU, a CpuBackend over
-  // the same mapped weights (eh_proj, attention, experts; not yet on the
-  // device), its output head on the device.
+  // MTP drafting (Backend; mtp_on_host.cpp). The hidden hook gets the final
+  // hidden rows of forward() and forward_seqs() (copied back and normed on
+  // the host; forward_seqs: one event per entry and pass). The MTP block's
+  // layer runs on the CPU, a CpuBackend over the same mapped weights
+  // (eh_proj, attention, experts; not yet on the device), its output head on
+  // the device.
   bool supports_mtp() const override;
   void set_hidden_hook(HiddenHook hook) override;
   KvCache make_mtp_cache(int64_t ctx, KvType type = KvType::F16) const override;

@@ -245,8 +245,10 @@ struct CudaBackend::Impl final : LayerBlocks {
   // ---- several sequences (forward_seqs)
   void select_slot(int slot);  // cur_slot, dropping decode graphs captured for another
   // One pass over `runs` (tokens: n of them, in run order): logits of the
-  // rows `want` (ascending) into out, one n_vocab row each.
-  void run_seqs(const int32_t* tokens, int n, const std::vector<int>& want, float* out);
+  // rows `want` (ascending) into out, one n_vocab row each; rows_out (when
+  // not null, n x n_embd floats on the host): every row's residual stream
+  // after the last layer (the hidden hook's input), before the head.
+  void run_seqs(const int32_t* tokens, int n, const std::vector<int>& want, float* out, float* rows_out = nullptr);
   void enqueue_seq_layers(int n);  // embed + every layer over `runs` (run_seqs; captured for decode steps)
 };
 

@@ -645,7 +645,8 @@ void CudaBackend::Impl::enqueue_seq_layers(int n) {
 // projections / router / experts over all n rows (the tiered step streams
 // each expert once for all of them, as a prompt pass), attention and the
 // recurrence per run on its slot; the head for the wanted rows only.
-void CudaBackend::Impl::run_seqs(const int32_t* tokens, int n, const std::vector<int>& want, float* out) {
+void CudaBackend::Impl::run_seqs(const int32_t* tokens, int n, const std::vector<int>& want, float* out,
+                                 float* rows_out) {
   auto* in = host_in.as<int32_t>();
   std::memcpy(in, tokens, sizeof(int32_t) * n);
   for (const SeqRun& r : runs)
@@ -689,9 +690,13 @@ void CudaBackend::Impl::run_seqs(const int32_t* tokens, int n, const std::vector
     }
   }
   if (!replayed) enqueue_seq_layers(n);
+  const int64_t D = c.n_embd;
+  if (rows_out) {  // every row, before the gather below overwrites some
+    MS_CUDA_CHECK(cudaMemcpyAsync(rows_out, h, sizeof(float) * D * n, cudaMemcpyDeviceToHost, stream));
+    MS_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
   // The wanted rows to the front of h, in order (row want[j] >= j, and every
   // later source lies past every earlier target), then the head over them.
-  const int64_t D = c.n_embd;
   for (size_t j = 0; j < want.size(); ++j)
     if (want[j] != static_cast<int>(j))
       MS_CUDA_CHECK(cudaMemcpyAsync(h + static_cast<int64_t>(j) * D, h + static_cast<int64_t>(want[j]) * D,

@@ -17,18 +17,24 @@ bool CudaBackend::supports_mtp() const { return !impl_->w.mtp.empty(); }
 
 void CudaBackend::set_hidden_hook(HiddenHook hook) { mtp_host().hook = std::move(hook); }
 
+void CudaBackend::MtpOnHost::emit(const KvCache& kv, int64_t pos0, int n, const float* raw, const float* norm,
+                                  int64_t D, float eps) {
+  rows.resize(static_cast<size_t>(n * D));
+  for (int t = 0; t < n; ++t) rmsnorm(raw + t * D, norm, rows.data() + t * D, D, eps);
+  hook({&kv, pos0, n, rows.data()});
+}
+
 void CudaBackend::emit_hidden(const KvCache& kv, int64_t pos0, int n) {
   if (!mtp_ || !mtp_->hook) return;
   Impl& m = *impl_;
   const int64_t D = m.c.n_embd;
-  std::vector<float>& rows = mtp_->rows;
-  rows.resize(static_cast<size_t>(n * D));
+  std::vector<float>& raw = mtp_->pass_rows;
+  raw.resize(static_cast<size_t>(n * D));
   // The residual stream after the last layer (the head norms it into x and
-  // leaves h as it was), normed here as the head does on the device.
-  MS_CUDA_CHECK(cudaMemcpyAsync(rows.data(), m.h, rows.size() * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
+  // leaves h as it was), normed on the host as the head does on the device.
+  MS_CUDA_CHECK(cudaMemcpyAsync(raw.data(), m.h, raw.size() * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
   MS_CUDA_CHECK(cudaStreamSynchronize(m.stream));
-  for (int t = 0; t < n; ++t) rmsnorm(rows.data() + t * D, m.w.output_norm.f32(), rows.data() + t * D, D, m.c.rms_eps);
-  mtp_->hook({&kv, pos0, n, rows.data()});
+  mtp_->emit(kv, pos0, n, raw.data(), m.w.output_norm.f32(), D, m.c.rms_eps);
 }
 
 namespace {

@@ -17,6 +17,12 @@ namespace ms {
 struct CudaBackend::MtpOnHost {
   HiddenHook hook;
   std::vector<float> rows;  // the last pass's hidden rows, normed on the host
+  // forward_seqs: every row of a multi-sequence pass, copied back before
+  // the head gathers the logit rows over them (Impl::run_seqs).
+  std::vector<float> pass_rows;
+  // The hook's event for n residual-stream rows on the host (raw: before
+  // the output norm, which is applied here as the head applies it).
+  void emit(const KvCache& kv, int64_t pos0, int n, const float* raw, const float* norm, int64_t D, float eps);
   std::unique_ptr<ThreadPool> own_pool;  // when Options::cpu_pool is null
   std::unique_ptr<CpuBackend> cpu;       // made at the first MTP forward or cache
   std::vector<float> last_row;           // the block's output before the head norm
