@@ -36,6 +36,7 @@
 #include "model/dflash_weights.h"
 #include "tiny_gguf.h"
 #include "util/error.h"
+#include "spec_test_util.h"
 
 namespace ms {
 namespace {
@@ -457,21 +458,8 @@ GenerateParams tree_params(Drafter* d, int k, int budget, int n) {
   return gp;
 }
 
-SamplerParams greedy() {
-  SamplerParams sp;
-  sp.temperature = 0;
-  return sp;
-}
-
-SamplerParams sampled() {
-  SamplerParams sp;
-  sp.temperature = 1.0f;
-  sp.top_k = 40;
-  sp.top_p = 0.95f;
-  sp.repeat_penalty = 1.1f;
-  sp.seed = 77;
-  return sp;
-}
+using spec_test::greedy;
+using spec_test::sampled;
 
 TEST(SpecTree, OutputIsPlainDecodingsForEveryKAndBudget) {
   Tiny t("qwen3moe");

@@ -28,6 +28,7 @@
 #include "engine/synthetic_model.h"
 #include "tiny_gguf.h"
 #include "util/error.h"
+#include "spec_test_util.h"
 
 namespace ms {
 namespace {
@@ -400,22 +401,8 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
   return worst / scale;
 }
 
-SamplerParams greedy() {
-  SamplerParams sp;
-  sp.temperature = 0;
-  return sp;
-}
-
-SamplerParams sampled() {
-  SamplerParams sp;
-  sp.temperature = 1.0f;
-  sp.top_k = 40;
-  sp.top_p = 0.95f;
-  sp.min_p = 0.0f;
-  sp.repeat_penalty = 1.1f;
-  sp.seed = 77;
-  return sp;
-}
+using spec_test::greedy;
+using spec_test::sampled;
 
 class SpecExact : public ::testing::TestWithParam<const char*> {};
 
