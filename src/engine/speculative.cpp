@@ -232,8 +232,26 @@ double SpecController::verify_seconds(int k) const {
   // its acceptance pays for that: where every draft brings its own experts a
   // verify's cost grows with its width, and guessing it flat is what made
   // exploring cost more than it could win.
+  // Two widths measured: the marginal cost per draft between the two widest,
+  // so a verify with a fixed cost of its own (a batched pass beside the
+  // decode step's graph on a GPU) is not priced as if all of it grew with K.
+  if (k0 > 0 && verify_s_.size() >= 2) {
+    const auto prev = std::prev(std::prev(verify_s_.end()));
+    return t0 + double(k - k0) * std::max(0.0, (t0 - prev->second) / double(k0 - prev->first));
+  }
   if (k0 > 0 && plain_s_ > 0) return t0 + double(k - k0) * std::max(0.0, (t0 - plain_s_) / double(k0));
   return t0;
+}
+
+// With one width measured, its cost over plain decoding may be a fixed cost
+// (a batched pass) or grow with every draft (a MoE's experts): the price
+// above assumes the latter. One verify of the next width settles it, tried
+// only where that width would pay even at the measured width's cost.
+int SpecController::second_width() const {
+  if (verify_s_.size() != 1 || plain_s_ <= 0) return 0;
+  const int k1 = widest_candidate();
+  const auto [k0, t0] = *verify_s_.begin();
+  return k1 > k0 && t0 > 0 && expected_tokens(k1) / t0 > opt_.min_gain / plain_s_ ? k1 : 0;
 }
 
 // The widest K worth trying now: twice the widest measured plus one, so that
@@ -269,7 +287,8 @@ int SpecController::plan() {
   if (!opt_.adaptive) return opt_.draft_max;
   // Plain decoding's time first, and again now and then while speculating.
   if (plain_s_ <= 0 || (on_ && steps_since_plain_ >= opt_.retime_every)) return 0;
-  const int k = best_k();
+  int k = best_k();
+  if (k == 0) k = second_width();
   if (k > 0) {
     // Back to short probe intervals once speculation has paid for a while
     // (not after the few verifies a probe's fresh evidence can buy).

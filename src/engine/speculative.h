@@ -319,6 +319,7 @@ class SpecController {
  private:
   int argmax_rate() const;
   int widest_candidate() const;
+  int second_width() const;
   SpecControllerOptions opt_;
   std::vector<double> tried_, accepted_;  // decayed counts by draft position
   std::map<int, std::vector<double>> verify_samples_;  // the last few times by drafts verified
